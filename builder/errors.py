@@ -1,0 +1,49 @@
+"""Typed errors with distinct exit codes. The CLI prints ``str(err)`` (and ``err.hint``), never a traceback."""
+
+from __future__ import annotations
+
+
+class FarmError(Exception):
+    """Base: something the user can fix. ``exit_code`` is what the CLI returns."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class MatrixError(FarmError):
+    """matrix.toml (or a profile / --only selection) is invalid."""
+
+    exit_code = 2
+
+
+class UsageError(FarmError):
+    """A command-line argument is invalid."""
+
+    exit_code = 2
+
+
+class EngineUnavailable(FarmError):
+    """The container engine (or the host toolchain) needed by an executor is not usable."""
+
+    exit_code = 3
+
+
+class BuildFailed(FarmError):
+    """One or more builds failed; the others finished."""
+
+    exit_code = 1
+
+
+class VerificationError(FarmError):
+    """A wheel does not match the spec that built it (tags, ABI, archs, smoke test)."""
+
+    exit_code = 4
+
+
+class IndexIntegrityError(FarmError):
+    """A published file no longer matches its recorded hash, or the index is inconsistent."""
+
+    exit_code = 5

@@ -1,0 +1,213 @@
+"""The one definition of "which build variant does this environment need".
+
+Imported by setup.py (by file path, before the package exists), by
+``mamba_ssm.doctor`` and by ``builder``. It must therefore import with the
+standard library alone: no torch at import time (torch is queried lazily in
+:func:`detect`), no compiled extension, no ``builder``, no ``packaging``.
+
+Naming (DESIGN.md):
+  variant key   ``cu12-torch2.6-cxx11abiFALSE``   (directory names, ids)
+  local label   ``cu12torch2.6cxx11abiFALSE``     (the wheel's ``+local`` version)
+  stable wheel  ``cu13-torchstable-abi3`` / ``cu13torchstable``: one wheel that
+                serves every torch >= the stable floor, both ABIs, every CPython.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import sysconfig
+from dataclasses import dataclass, replace
+
+BACKENDS = ("cpu", "cuda", "rocm")
+
+_LABEL_RE = re.compile(
+    r"^(?P<acc>cpu|cu\d+|hip\d+)torch(?:(?P<torch>\d+\.\d+)cxx11abi(?P<abi>TRUE|FALSE)|(?P<stable>stable))$"
+)
+_KEY_RE = re.compile(
+    r"^(?P<acc>cpu|cu\d+|hip\d+)-torch(?:(?P<torch>\d+\.\d+)-cxx11abi(?P<abi>TRUE|FALSE)|(?P<stable>stable)-abi3)$"
+)
+_RELEASE_RE = re.compile(r"^\s*v?(\d+)\.(\d+)")
+
+
+class VariantError(ValueError):
+    """A version string or label that does not describe a variant."""
+
+
+def torch_major_minor(version: str) -> str:
+    """``"2.6.0+cu124"`` -> ``"2.6"``; NGC's ``"2.5.0a0+e000cf0ad9.nv24.10"`` -> ``"2.5"``."""
+    m = _RELEASE_RE.match(version)
+    if not m:
+        raise VariantError(f"cannot read a torch version from {version!r}")
+    return f"{int(m.group(1))}.{int(m.group(2))}"
+
+
+def accelerator_tag(backend: str, version: str | None) -> str:
+    """``("cuda", "12.4")`` -> ``cu12``; ``("rocm", "6.2.41133")`` -> ``hip62``; ``("cpu", None)`` -> ``cpu``.
+
+    CUDA keeps only the major (a wheel built with 12.x runs with any torch built for
+    12.y); ROCm keeps major+minor (HIP has no such promise across minors).
+    """
+    if backend == "cpu":
+        return "cpu"
+    if not version:
+        raise VariantError(f"backend {backend!r} needs a version")
+    parts = re.findall(r"\d+", version)
+    if backend == "cuda" and parts:
+        return f"cu{int(parts[0])}"
+    if backend == "rocm" and len(parts) >= 2:
+        return f"hip{int(parts[0])}{int(parts[1])}"
+    raise VariantError(f"cannot make an accelerator tag from backend={backend!r} version={version!r}")
+
+
+def python_tag(version_info=None) -> str:
+    v = version_info or sys.version_info
+    return f"cp{v[0]}{v[1]}"
+
+
+def platform_tag() -> str:
+    """The wheel platform tag of this interpreter before manylinux repair (``linux_x86_64``)."""
+    return re.sub(r"[-.]", "_", sysconfig.get_platform())
+
+
+@dataclass(frozen=True)
+class Variant:
+    torch: str  # "2.14" (major.minor) or "stable"
+    backend: str  # "cpu" | "cuda" | "rocm"
+    backend_version: str | None  # "13.0", "6.2", None for cpu
+    cxx11abi: bool | None  # None for a stable wheel, which serves both
+    python: str = python_tag()
+    platform: str = platform_tag()
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise VariantError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
+        if self.torch != "stable" and not re.fullmatch(r"\d+\.\d+", self.torch):
+            raise VariantError(f"torch must be major.minor or 'stable', got {self.torch!r}")
+
+    @property
+    def stable(self) -> bool:
+        return self.torch == "stable"
+
+    @property
+    def accelerator(self) -> str:
+        return accelerator_tag(self.backend, self.backend_version)
+
+    @property
+    def key(self) -> str:
+        if self.stable:
+            return f"{self.accelerator}-torchstable-abi3"
+        return f"{self.accelerator}-torch{self.torch}-cxx11abi{_abi(self.cxx11abi)}"
+
+    @property
+    def label(self) -> str:
+        if self.stable:
+            return f"{self.accelerator}torchstable"
+        return f"{self.accelerator}torch{self.torch}cxx11abi{_abi(self.cxx11abi)}"
+
+    def as_stable(self) -> Variant:
+        """The stable-ABI variant that could serve this environment."""
+        return replace(self, torch="stable", cxx11abi=None)
+
+    def as_dict(self) -> dict:
+        return {
+            "torch": self.torch,
+            "backend": self.backend,
+            "backend_version": self.backend_version,
+            "accelerator": self.accelerator,
+            "cxx11abi": self.cxx11abi,
+            "python": self.python,
+            "platform": self.platform,
+            "key": self.key,
+            "label": self.label,
+        }
+
+
+def _abi(value: bool | None) -> str:
+    if value is None:
+        raise VariantError("a non-stable variant needs cxx11abi True or False")
+    return "TRUE" if value else "FALSE"
+
+
+def parse_label(label: str) -> dict:
+    """Split a local label (``cu12torch2.6cxx11abiFALSE``) into accelerator, torch, cxx11abi."""
+    m = _LABEL_RE.match(label)
+    if not m:
+        raise VariantError(
+            f"{label!r} is not a mamba-ssm local label (expected e.g. cu12torch2.6cxx11abiFALSE or cu13torchstable)"
+        )
+    return _parts(m)
+
+
+def parse_key(key: str) -> dict:
+    """Split a variant key (``cu12-torch2.6-cxx11abiFALSE``) into accelerator, torch, cxx11abi."""
+    m = _KEY_RE.match(key)
+    if not m:
+        raise VariantError(
+            f"{key!r} is not a variant key (expected e.g. cu12-torch2.6-cxx11abiFALSE or cu13-torchstable-abi3)"
+        )
+    return _parts(m)
+
+
+def _parts(m: re.Match) -> dict:
+    stable = bool(m.group("stable"))
+    return {
+        "accelerator": m.group("acc"),
+        "torch": "stable" if stable else m.group("torch"),
+        "cxx11abi": None if stable else m.group("abi") == "TRUE",
+    }
+
+
+def from_values(
+    torch_version: str,
+    *,
+    cuda: str | None = None,
+    hip: str | None = None,
+    cxx11abi: bool | None = None,
+    python: str | None = None,
+    platform: str | None = None,
+) -> Variant:
+    """Build the variant from plain facts (what ``torch.__version__`` & co. say)."""
+    if cuda and hip:
+        raise VariantError("a torch build is either CUDA or ROCm, not both")
+    backend, backend_version = ("cuda", cuda) if cuda else ("rocm", hip) if hip else ("cpu", None)
+    if backend == "rocm":
+        backend_version = ".".join(re.findall(r"\d+", hip)[:2])
+    if cxx11abi is None:
+        # torch >= 2.7 ships only the CXX11 ABI; earlier PyPI/index wheels only the old one.
+        mm = tuple(int(x) for x in torch_major_minor(torch_version).split("."))
+        cxx11abi = mm >= (2, 7) or is_ngc(torch_version)
+    return Variant(
+        torch=torch_major_minor(torch_version),
+        backend=backend,
+        backend_version=backend_version,
+        cxx11abi=cxx11abi,
+        python=python or python_tag(),
+        platform=platform or platform_tag(),
+    )
+
+
+def is_ngc(torch_version: str) -> bool:
+    """NVIDIA NGC containers ship torch as ``2.5.0a0+<sha>.nv24.10`` (always CXX11 ABI)."""
+    return bool(re.search(r"\.nv\d+\.\d+", torch_version)) or bool(os.environ.get("NVIDIA_PYTORCH_VERSION"))
+
+
+def detect(torch_module=None) -> Variant:
+    """The variant the current interpreter's torch needs. Imports torch (lazily)."""
+    if torch_module is None:
+        import torch as torch_module  # noqa: PLC0415 - lazy on purpose
+
+    abi = getattr(getattr(torch_module, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
+    return from_values(
+        torch_module.__version__,
+        cuda=getattr(torch_module.version, "cuda", None),
+        hip=getattr(torch_module.version, "hip", None),
+        cxx11abi=bool(abi) if abi is not None else None,
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover - a quick look for humans
+    import json
+
+    print(json.dumps(detect().as_dict(), indent=2))

@@ -1,0 +1,37 @@
+"""Thin sessions over ``python -m builder``: no logic lives here."""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+PYTHON = "3.11"
+# The torch the test suite runs against (CPU path). pip takes it from a local
+# wheelhouse when one is configured (find-links), else from the default index.
+TEST_TORCH = os.environ.get("MAMBA_TEST_TORCH", "torch==2.13.0")
+
+
+def _farm(session: nox.Session) -> None:
+    session.install(*nox.project.dependency_groups(PYPROJECT, "farm"))
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The test suite (CI set; add --run-slow for every end-to-end build)."""
+    session.install(TEST_TORCH)
+    session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
+    session.install("--no-build-isolation", "-e", ".", env={"MAX_JOBS": os.environ.get("MAX_JOBS", "2")})
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def plan(session: nox.Session) -> None:
+    """Show the build plan: nox -s plan -- --profile ci --format json."""
+    _farm(session)
+    session.run("python", "-m", "builder", "plan", *session.posargs)

@@ -1,0 +1,71 @@
+"""mamba_ssm._variant: the one definition of an environment's build variant."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mamba_ssm import _variant as V
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("version", "cuda", "hip", "abi", "key", "label"),
+    [
+        ("2.6.0+cu124", "12.4", None, False, "cu12-torch2.6-cxx11abiFALSE", "cu12torch2.6cxx11abiFALSE"),
+        ("2.14.1", "13.0", None, True, "cu13-torch2.14-cxx11abiTRUE", "cu13torch2.14cxx11abiTRUE"),
+        ("2.13.0+cpu", None, None, True, "cpu-torch2.13-cxx11abiTRUE", "cputorch2.13cxx11abiTRUE"),
+        ("2.5.1+rocm6.2", None, "6.2.41133-dd7f95766", False, "hip62-torch2.5-cxx11abiFALSE", "hip62torch2.5cxx11abiFALSE"),
+        ("2.5.0a0+e000cf0ad9.nv24.10", "12.6", None, True, "cu12-torch2.5-cxx11abiTRUE", "cu12torch2.5cxx11abiTRUE"),
+    ],
+)
+def test_key_and_label(version, cuda, hip, abi, key, label):
+    v = V.from_values(version, cuda=cuda, hip=hip, cxx11abi=abi, python="cp311", platform="linux_x86_64")
+    assert (v.key, v.label) == (key, label)
+    assert V.parse_key(key) == V.parse_label(label) == {"accelerator": v.accelerator, "torch": v.torch, "cxx11abi": abi}
+
+
+def test_abi_defaults_follow_what_torch_ships():
+    assert V.from_values("2.6.0+cu124", cuda="12.4").cxx11abi is False
+    assert V.from_values("2.7.1+cu128", cuda="12.8").cxx11abi is True
+    # NGC builds torch with the CXX11 ABI even for old releases.
+    assert V.from_values("2.5.0a0+e000cf0ad9.nv24.10", cuda="12.6").cxx11abi is True
+
+
+def test_stable_variant_serves_both_abis():
+    v = V.from_values("2.14.1", cuda="13.0", cxx11abi=True).as_stable()
+    assert v.key == "cu13-torchstable-abi3" and v.label == "cu13torchstable"
+    assert V.parse_label("cu13torchstable") == {"accelerator": "cu13", "torch": "stable", "cxx11abi": None}
+
+
+def test_detect_reads_a_torch_module():
+    fake = SimpleNamespace(
+        __version__="2.4.1+cu121", version=SimpleNamespace(cuda="12.1", hip=None), _C=SimpleNamespace(_GLIBCXX_USE_CXX11_ABI=False)
+    )
+    assert V.detect(fake).key == "cu12-torch2.4-cxx11abiFALSE"
+
+
+@pytest.mark.parametrize("bad", ["cu12torch2.6", "cu12-torch2.6-cxx11abiMAYBE", "gpu-torch2.6-cxx11abiTRUE", "x; rm -rf /"])
+def test_bad_labels_and_keys_are_refused_with_a_message(bad):
+    with pytest.raises(V.VariantError, match="expected e.g."):
+        V.parse_key(bad)
+    with pytest.raises(V.VariantError, match="expected e.g."):
+        V.parse_label(bad.replace("-", ""))
+
+
+def test_imports_without_torch_or_the_package():
+    # setup.py loads the file by path before anything is installed.
+    code = (
+        "import importlib.util, sys\n"
+        f"s = importlib.util.spec_from_file_location('v', {str(ROOT / 'mamba_ssm' / '_variant.py')!r})\n"
+        "m = importlib.util.module_from_spec(s); sys.modules['v'] = m; s.loader.exec_module(m)\n"
+        "assert 'torch' not in sys.modules and 'mamba_ssm' not in sys.modules\n"
+        "print(m.from_values('2.6.0', cuda='12.4').label)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().startswith("cu12torch2.6cxx11abiFALSE")
