@@ -34,4 +34,12 @@ def tests(session: nox.Session) -> None:
 def plan(session: nox.Session) -> None:
     """Show the build plan: nox -s plan -- --profile ci --format json."""
     _farm(session)
-    session.run("python", "-m", "builder", "plan", *session.posargs)
+    # stderr kept apart (nox merges it into stdout by default): `--format github > plan.json` stays pure JSON.
+    session.run("python", "-m", "builder", "plan", *session.posargs, stderr=None)
+
+
+@nox.session(python=PYTHON)
+def index(session: nox.Session) -> None:
+    """Index a folder of wheels: nox -s index -- --wheels DIR --out OUT --base-url URL."""
+    _farm(session)
+    session.run("python", "-m", "builder", "index", *session.posargs)

@@ -16,6 +16,11 @@ from builder.errors import FarmError
 # One module per command; order is the order of ``--help``.
 COMMAND_MODULES = [
     "builder.plan",
+    "builder.render",
+    "builder.base_image",
+    "builder.build",
+    "builder.index",
+    "builder.resolve",
 ]
 
 

@@ -57,6 +57,10 @@ class BuildSpec:
     stable: bool = False  # a stable-ABI (abi3) build serving many torch releases
     serves: tuple[str, ...] = ()  # variant keys this wheel serves (stable builds: many)
     inputs_hash: str = ""  # changes when anything that affects the wheel changes
+    # False when cxx11abi differs from the ABI the installed torch ships (an NGC-style
+    # cxx11abiTRUE build against torch <= 2.6): the wheel is right for NGC's torch,
+    # so a smoke test against torch_version from torch_index_url cannot import it.
+    abi_native: bool = True
 
     @property
     def python_tag(self) -> str:

@@ -77,6 +77,7 @@ typedef struct {
 #define MAMBA_ERR_SHAPE -2
 #define MAMBA_ERR_LAUNCH -3
 
+// Defined once, in selective_scan_cpu.cpp (built into every variant); CUDA TUs must not define it.
 const char* mamba_ssm_error_string(int code);
 
 // CPU: process channels d in [d_begin, d_end) for every batch; the binding

@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 BACKENDS = ("cpu", "cuda", "rocm")
 
 _LABEL_RE = re.compile(
-    r"^(?P<acc>cpu|cu\d+|hip\d+)torch(?:(?P<torch>\d+\.\d+)cxx11abi(?P<abi>TRUE|FALSE)|(?P<stable>stable))$"
+    r"^(?P<acc>cpu|cu\d+|hip\d+)torch(?:(?P<torch>\d+\.\d+)cxx11abi(?P<abi>TRUE|FALSE)|(?P<stable>stable))$",
+    re.IGNORECASE,  # PEP 440 normalises local labels to lower case (wheel filenames, metadata)
 )
 _KEY_RE = re.compile(
     r"^(?P<acc>cpu|cu\d+|hip\d+)-torch(?:(?P<torch>\d+\.\d+)-cxx11abi(?P<abi>TRUE|FALSE)|(?P<stable>stable)-abi3)$"
@@ -153,9 +154,9 @@ def parse_key(key: str) -> dict:
 def _parts(m: re.Match) -> dict:
     stable = bool(m.group("stable"))
     return {
-        "accelerator": m.group("acc"),
+        "accelerator": m.group("acc").lower(),
         "torch": "stable" if stable else m.group("torch"),
-        "cxx11abi": None if stable else m.group("abi") == "TRUE",
+        "cxx11abi": None if stable else m.group("abi").upper() == "TRUE",
     }
 
 

@@ -69,3 +69,8 @@ def test_imports_without_torch_or_the_package():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().startswith("cu12torch2.6cxx11abiFALSE")
+
+
+def test_labels_survive_pep440_normalisation():
+    # setuptools writes 2.3.0+cu12torch2.6cxx11abifalse into filenames and METADATA
+    assert V.parse_label("cu12torch2.6cxx11abifalse") == V.parse_label("cu12torch2.6cxx11abiFALSE")

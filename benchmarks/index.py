@@ -1,0 +1,93 @@
+"""Index 5,000 synthetic wheels, then add one.
+
+    .venv/bin/python benchmarks/index.py [--wheels 5000] [--repeat 3]
+
+Reports the two times the issue asks about (aims here: < 2 s and < 0.2 s) and,
+as ratios against a baseline measured in the same run, what incrementality buys:
+adding one wheel vs re-indexing all 5,001 from scratch, and a no-op rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from builder.index import build_index  # noqa: E402
+from wheelmaker import make_mamba_wheel  # noqa: E402
+
+ACCS = ["cu12", "cu13", "cpu", "hip62", "cu11"]
+TORCHES = ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13"]
+PYTHONS = ["cp310", "cp311", "cp312", "cp313"]
+
+
+def synthesize(out: Path, n: int) -> None:
+    """n wheels spread as a farm would make them: versions x accelerator x torch x ABI x Python."""
+    made = 0
+    for minor in range(10_000):
+        for acc in ACCS:
+            for torch in TORCHES:
+                for abi in ("TRUE", "FALSE"):
+                    for py in PYTHONS:
+                        if made == n:
+                            return
+                        make_mamba_wheel(out, f"{acc}torch{torch}cxx11abi{abi}", py, version=f"2.{minor}.0")
+                        made += 1
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--wheels", type=int, default=5000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="index-bench-") as tmp:
+        tmp = Path(tmp)
+        t0 = time.perf_counter()
+        synthesize(tmp / "wheels", args.wheels)
+        print(f"synthesized {args.wheels} wheels in {time.perf_counter() - t0:.1f} s")
+
+        full, add, noop, rebuild = [], [], [], []
+        for i in range(args.repeat):
+            out = tmp / f"index{i}"
+            full.append(timed(lambda: build_index(tmp / "wheels", out)))
+            print(f"  run {i}: first index {full[-1]:.3f} s", flush=True)
+            new = tmp / f"new{i}"
+            make_mamba_wheel(new, "cu13torch2.14cxx11abiTRUE", "cp311", version=f"9.{i}.0")
+            add.append(timed(lambda: build_index(new, out)))
+            noop.append(timed(lambda: build_index(new, out)))
+            # baseline: the same 5,001 wheels indexed from scratch
+            both = tmp / f"both{i}"
+            both.mkdir()
+            for p in (tmp / "wheels").iterdir():
+                (both / p.name).symlink_to(p)
+            added = next(new.iterdir())
+            (both / added.name).symlink_to(added)
+            rebuild.append(timed(lambda: build_index(both, tmp / f"scratch{i}")))
+            shutil.rmtree(both)
+
+    med = statistics.median
+    print(f"index {args.wheels} wheels (first run):    {med(full):.3f} s   (aim < 2 s)")
+    print(f"add one wheel (incremental):     {med(add):.3f} s   (aim < 0.2 s)")
+    print(f"no-op rerun:                     {med(noop):.3f} s")
+    print(f"baseline, all {args.wheels + 1} from scratch: {med(rebuild):.3f} s")
+    print(f"ratio add-one / from-scratch:    {med(add) / med(rebuild):.3f}")
+    print(f"ratio no-op / from-scratch:      {med(noop) / med(rebuild):.3f}")
+    print(f"(median of {args.repeat} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

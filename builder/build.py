@@ -1,0 +1,220 @@
+"""``python -m builder build``: plan -> images -> builds -> verify -> dist/wheels -> dist/index.
+
+Layout of ``--dist`` (default ``dist``)::
+
+    dist/wheels/<wheel>            verified wheels only, each moved in with one rename
+    dist/wheels/<wheel>.spec.json  the BuildSpec that made it (the index reads ``serves``)
+    dist/logs/<id>.log             one log per build (image builds: image-<image id>.log)
+    dist/index/                    the resolver index (builder.index)
+    dist/.ledger.json              resume ledger: inputs_hash -> verified wheel + sha256
+    dist/.work/                    scratch for raw and repaired wheels (never published)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from builder import schedule
+from builder.errors import BuildFailed, FarmError, UsageError
+from builder.executors import EXECUTORS, BuildOptions, select
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("build", help="build, verify and index every wheel of the plan into --dist")
+    p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
+    p.add_argument("--profile", default=None, help="a profile of the matrix (e.g. ci)")
+    p.add_argument("--only", nargs="+", default=None, metavar="ID", help="build only these spec ids")
+    p.add_argument("--executor", default="auto", choices=EXECUTORS)
+    p.add_argument("--jobs", type=int, default=None, help="builds at once (default: from cores and memory)")
+    p.add_argument(
+        "--wheelhouse", type=Path, action="append", default=None, metavar="DIR",
+        help="a local wheel dir builds install torch from (repeatable; default ~/.cache/mamba-farm/wheelhouse)",
+    )
+    p.add_argument("--dist", type=Path, default=Path("dist"))
+    p.add_argument("--ca-bundle", type=Path, default=None, help="CA bundle for builds (default: the host's pip cert)")
+    p.add_argument("--timeout", type=float, default=5400, help="seconds one build may take (default 5400)")
+    p.add_argument("--retries", type=int, default=1, help="retries after an infrastructure failure (default 1)")
+    p.add_argument("--source", type=Path, default=REPO, help="the package source tree (default: this checkout)")
+    p.add_argument("--no-smoke", action="store_true", help="skip the smoke test in a clean env (verification still runs)")
+    p.set_defaults(func=run_command)
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout}: must be positive")
+    if args.retries < 0:
+        raise UsageError(f"--retries {args.retries}: must be 0 or more")
+    for wh in args.wheelhouse or []:
+        if not wh.is_dir():
+            raise UsageError(f"--wheelhouse {wh}: no such directory", hint="pass a folder of .whl files")
+    if not (args.source / "setup.py").is_file():
+        raise UsageError(f"--source {args.source}: no setup.py there", hint="point --source at the mamba-ssm checkout")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from builder.hostenv import default_wheelhouses, find_ca_bundle
+    from builder.plan import load_plan
+
+    _validate(args)
+    console = Console(stderr=True)
+    log = lambda msg: console.print(msg, highlight=False, markup=False)  # noqa: E731
+    t0 = time.monotonic()
+    plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only)
+    specs = list(plan.builds)
+    if not specs:
+        raise UsageError("the plan selects no builds", hint="check --profile / --only against `python -m builder plan`")
+
+    dist = args.dist.absolute()
+    wheels_dir, logs_dir, work = dist / "wheels", dist / "logs", dist / ".work"
+    for d in (wheels_dir, logs_dir, work):
+        d.mkdir(parents=True, exist_ok=True)
+    _clear_stale(work, wheels_dir)
+    ledger = schedule.Ledger(dist / ".ledger.json")
+    todo = [s for s in specs if ledger.done(s, wheels_dir) is None]
+
+    jobs = args.jobs or schedule.auto_jobs(todo or specs)
+    options = BuildOptions(
+        wheelhouses=args.wheelhouse if args.wheelhouse is not None else default_wheelhouses(),
+        ca_bundle=find_ca_bundle(args.ca_bundle),
+        max_jobs=schedule.compiler_jobs(jobs),
+        log=log,
+    )
+    log(f"plan: {len(specs)} build(s), {len(specs) - len(todo)} up to date, {len(todo)} to build, {jobs} at once")
+
+    outcomes: list[schedule.Outcome] = []
+    stop = threading.Event()
+    executor = None
+    if todo:
+        executor = select(args.executor, options)
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
+
+    def on_signal(signum, frame):
+        # Stop launching, remove containers / kill build processes now, then unwind.
+        stop.set()
+        if executor is not None:
+            executor.cleanup()
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if todo:
+            executor.prepare(plan.images, todo)
+
+            def build_one(spec, attempt):
+                raw = run_dir / spec.id / f"raw{attempt}"
+                log_path = logs_dir / f"{spec.id}.log"
+                if attempt == 1 and log_path.exists():
+                    log_path.unlink()
+                return executor.build(spec, args.source.absolute(), raw, log_path, args.timeout)
+
+            def finish(spec, result):
+                return _verify_and_publish(spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke)
+
+            outcomes = schedule.run(
+                specs, build_one, finish, ledger=ledger, wheels_dir=wheels_dir, jobs=jobs,
+                retries=args.retries, console=console, stop=stop,
+            )
+        else:
+            outcomes = [schedule.Outcome(s, "skipped", ledger.done(s, wheels_dir), reason="up to date") for s in specs]
+    except KeyboardInterrupt:
+        stop.set()
+        log("interrupted: build containers/processes removed; nothing partial was published")
+        return 130
+    finally:
+        if executor is not None:
+            executor.cleanup()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    schedule.summary(outcomes, console)
+    _index(wheels_dir, dist / "index", log)
+    log(f"done in {time.monotonic() - t0:.1f}s: wheels in {wheels_dir}, logs in {logs_dir}, index in {dist / 'index'}")
+    failed = [o for o in outcomes if o.state == "failed"]
+    if failed:
+        parts = [f"{len(failed)} of {len(outcomes)} build(s) failed:"]
+        for o in failed:
+            parts.append(f"\n--- {o.spec.id}: {o.reason}\n    log: {o.log}\n{_indent(schedule.tail(o.log))}")
+        raise BuildFailed("".join(parts), hint="each log above ends with the failing step; fix it and rerun (finished builds are kept)")
+    return 0
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    | " + line for line in text.splitlines())
+
+
+def _clear_stale(work: Path, wheels_dir: Path) -> None:
+    """Scratch left by a killed run, and any half-moved file, never survive into a new run."""
+    for p in work.glob("run-*"):
+        shutil.rmtree(p, ignore_errors=True)
+    for p in wheels_dir.glob("*.part"):
+        p.unlink(missing_ok=True)
+
+
+def _verify_and_publish(spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool) -> Path:
+    """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename."""
+    try:
+        from builder import wheels
+    except ImportError:  # the verification module is not in this checkout yet
+        wheels = None
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    if wheels is None:
+        good = _minimal_check(raw_wheel, spec)
+    else:
+        good = Path(wheels.verify_wheel(raw_wheel, spec, workdir=workdir / "verify"))
+    if smoke and wheels is not None:
+        from builder.hostenv import pyenv_pythons
+
+        python = pyenv_pythons().get(spec.python)
+        wheels.smoke_test(
+            good, spec,
+            python=str(python / "bin" / "python3") if python else None,
+            torch_requirement=f"torch=={spec.torch_version}",
+            workdir=workdir / "smoke",
+        )
+    # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.
+    staged = workdir / (good.name + ".staged")
+    shutil.copyfile(good, staged)
+    sidecar = workdir / (good.name + ".spec.json")
+    sidecar.write_text(json.dumps(spec.to_json(), indent=2, sort_keys=True))
+    os.replace(sidecar, wheels_dir / sidecar.name)
+    dest = wheels_dir / good.name
+    os.replace(staged, dest)
+    return dest
+
+
+def _minimal_check(wheel: Path, spec) -> Path:
+    from packaging.utils import parse_wheel_filename
+
+    from builder.errors import VerificationError
+
+    name, version, _, tags = parse_wheel_filename(wheel.name)
+    if version.local != spec.label.lower() or not any(t.interpreter == spec.python_tag for t in tags):
+        raise VerificationError(f"{wheel.name} does not match {spec.id} (label {spec.label}, {spec.python_tag})")
+    return wheel
+
+
+def _index(wheels_dir: Path, out: Path, log) -> None:
+    from builder.index import build_index
+
+    try:
+        res = build_index(wheels_dir, out)
+    except FarmError as err:
+        raise BuildFailed(f"the wheels were built, but the index failed: {err}", hint=err.hint) from None
+    log(f"index: {res.files} wheel(s) in {res.variants} variant(s) at {out}")

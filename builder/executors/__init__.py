@@ -1,0 +1,119 @@
+"""Executors turn one BuildSpec into one raw wheel plus a log, and nothing else.
+
+The interface is deliberately small so a new engine (podman, a remote runner) is
+one module:
+
+- ``prepare(images)``: make every toolchain the plan needs (images, venvs), once;
+- ``build(spec, source, out_dir, log_path, timeout)`` -> ``BuildResult``;
+- ``cleanup()``: remove everything the executor started; safe to call twice and
+  from a signal handler.
+
+``cache_mounts`` (host dir -> mount point) is where a shared compiler cache
+(sccache / an object cache) plugs in later; executors pass it through to builds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from builder.errors import FarmError, UsageError
+
+
+class InfrastructureError(FarmError):
+    """The build could not run (engine hiccup, network, disk): worth a retry, unlike a compile error."""
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    wheel: Path | None
+    log: Path
+    reason: str = ""  # one line for the summary when not ok
+    infrastructure: bool = False  # failed for reasons other than the code: retry is allowed
+    timed_out: bool = False
+
+
+@dataclass
+class BuildOptions:
+    wheelhouses: list[Path] = field(default_factory=list)
+    ca_bundle: Path | None = None
+    cache_mounts: dict[Path, str] = field(default_factory=dict)
+    max_jobs: int = 1  # compiler parallelism inside one build (MAX_JOBS / nvcc --threads)
+    log: Callable[[str], None] = print
+
+
+class Executor(Protocol):
+    name: str
+
+    def prepare(self, images: dict, specs: list) -> None: ...
+
+    def build(self, spec, source: Path, out_dir: Path, log_path: Path, timeout: float) -> BuildResult: ...
+
+    def cleanup(self) -> None: ...
+
+
+EXECUTORS = ("auto", "docker", "host")
+
+
+def select(name: str, options: BuildOptions) -> Executor:
+    """The executor NAME; ``auto`` is docker when an engine answers, else host (and says which)."""
+    if name not in EXECUTORS:
+        raise UsageError(f"--executor {name}: unknown executor", hint=f"use one of: {', '.join(EXECUTORS)}")
+    if name in ("auto", "docker"):
+        from builder.executors import docker as docker_exec
+
+        try:
+            client = docker_exec.connect()
+        except FarmError as err:
+            if name == "docker":
+                raise
+            options.log(f"executor: host (no container engine answers: {err})")
+            from builder.executors.host import HostExecutor
+
+            return HostExecutor(options)
+        options.log(f"executor: docker (engine {client.version().get('Version', '?')})")
+        return docker_exec.DockerExecutor(client, options)
+    from builder.executors.host import HostExecutor
+
+    options.log("executor: host")
+    return HostExecutor(options)
+
+
+BUILD_SCRIPT = Path(__file__).with_name("build.sh")
+# What a CUDA torch needs to import, without its GBs of nvidia-* runtime wheels
+# (a build only needs torch's headers and libraries, not cuBLAS/cuDNN).
+TORCH_IMPORT_DEPS = "typing-extensions sympy networkx jinja2 fsspec filelock setuptools>=70 numpy"
+
+
+def spec_env(spec, *, max_jobs: int, torch_no_deps: bool = False) -> dict[str, str]:
+    """Environment for builder/executors/build.sh (and the package's setup.py) for SPEC."""
+    from builder.hostenv import url_reachable
+
+    pip_args = []
+    # torch's own index when it answers; else torch comes from the host's indexes and
+    # wheelhouses (an unreachable index would cost minutes of pip retries per build).
+    if spec.torch_index_url and url_reachable(spec.torch_index_url):
+        pip_args += ["--extra-index-url", spec.torch_index_url]
+    env = {
+        "FARM_BUILD_ID": spec.id,
+        "FARM_TORCH_REQ": f"torch=={spec.torch_version}",
+        "MAX_JOBS": str(max_jobs),
+        "NVCC_THREADS": "1",
+        "MAMBA_FORCE_BUILD": "TRUE",
+    }
+    if torch_no_deps and spec.accelerator != "cpu":
+        pip_args.append("--no-deps")
+        env["FARM_TORCH_DEPS"] = TORCH_IMPORT_DEPS
+    env["FARM_TORCH_PIP_ARGS"] = " ".join(pip_args)
+    gpu = [a for a in spec.archs if a.startswith("sm_")]
+    if gpu:
+        env["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a[3:-1]}.{a[-1]}" for a in gpu)
+    rocm = [a for a in spec.archs if a.startswith("gfx")]
+    if rocm:
+        env["PYTORCH_ROCM_ARCH"] = ";".join(rocm)
+    env["MAMBA_ARCHS"] = ";".join(spec.archs)
+    if spec.accelerator == "cpu":
+        env["MAMBA_SKIP_CUDA_BUILD"] = "TRUE"
+    return env

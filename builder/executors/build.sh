@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One build, the same in a container and on the host: install the spec's torch,
+# then `pip wheel --no-build-isolation` the source into $FARM_OUT.
+# Exit 75 (EX_TEMPFAIL) means infrastructure (torch could not be installed): the
+# scheduler may retry that; any other failure is the build's own and is not retried.
+set -uo pipefail
+echo "== mamba-farm build ${FARM_BUILD_ID}: $("$FARM_PYTHON" -V 2>&1), torch ${FARM_TORCH_REQ}"
+read -r -a torch_args <<< "${FARM_TORCH_PIP_ARGS:-}"
+if ! "$FARM_PYTHON" -m pip install "${torch_args[@]}" "$FARM_TORCH_REQ"; then
+  echo "== could not install ${FARM_TORCH_REQ} (infrastructure)"
+  exit 75
+fi
+if [ -n "${FARM_TORCH_DEPS:-}" ]; then
+  read -r -a deps <<< "$FARM_TORCH_DEPS"
+  "$FARM_PYTHON" -m pip install "${deps[@]}" || { echo "== could not install torch's deps (infrastructure)"; exit 75; }
+fi
+"$FARM_PYTHON" -c "import torch; print('== torch', torch.__version__, 'cuda', torch.version.cuda, 'hip', torch.version.hip, 'cxx11abi', torch.compiled_with_cxx11_abi())" || exit 1
+mkdir -p "$FARM_OUT"
+echo "== pip wheel (MAX_JOBS=${MAX_JOBS:-}, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-})"
+"$FARM_PYTHON" -m pip wheel --no-build-isolation --no-deps -v -w "$FARM_OUT" "$FARM_SRC" || { echo "== pip wheel failed"; exit 1; }
+ls -l "$FARM_OUT"
+echo "== done"

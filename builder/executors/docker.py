@@ -1,0 +1,332 @@
+"""Builds in containers through the docker SDK.
+
+Images: one per toolchain, tagged by the hash of their rendered Dockerfile, and
+labelled ``org.mamba-farm=1``; an image that exists is reused as is. Builds: a
+fresh container per BuildSpec, the source copied in (never bind-mounted
+writable), the wheel and log copied out, and the container always removed:
+``cleanup()`` runs from ``finally`` and from the signal handlers, and a new run
+first removes leftovers of runs whose process is gone.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from builder.errors import EngineUnavailable, FarmError
+from builder.executors import BUILD_SCRIPT, BuildOptions, BuildResult, InfrastructureError, spec_env
+
+LABEL = "org.mamba-farm"
+OWNER_LABEL = "org.mamba-farm.owner"
+PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
+EXIT_INFRA = 75
+
+
+def connect():
+    """A docker client that answered a ping, or EngineUnavailable naming where it looked."""
+    import docker
+
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as err:  # the SDK raises DockerException, requests and OS errors alike
+        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise EngineUnavailable(
+            f"no container engine answers at {where} ({reason})",
+            hint="start one (scripts/bootstrap-host.sh starts dockerd), point DOCKER_HOST at it, "
+            "or build on the host with --executor host",
+        ) from None
+    return client
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers(client, log=print) -> int:
+    """Remove farm containers whose owning process on this host is gone (a killed earlier run)."""
+    removed = 0
+    host = socket.gethostname()
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        owner = c.labels.get(OWNER_LABEL, "")
+        h, _, pid = owner.rpartition(":")
+        if h == host and pid.isdigit() and _pid_alive(int(pid)):
+            continue  # a concurrent run's container: not ours to touch
+        try:
+            c.remove(force=True)
+            removed += 1
+        except Exception:
+            pass
+    if removed:
+        log(f"docker: removed {removed} container(s) left by an earlier run")
+    return removed
+
+
+def source_tar(source: Path) -> bytes:
+    """The source tree as a tar rooted at src/, plus the build script at farm/build.sh."""
+    from builder.executors.host import source_files
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for rel in source_files(source):
+            tar.add(source / rel, arcname=f"src/{rel}", recursive=False)
+        tar.add(BUILD_SCRIPT, arcname="farm/build.sh")
+    return buf.getvalue()
+
+
+class DockerExecutor:
+    name = "docker"
+
+    def __init__(self, client, options: BuildOptions) -> None:
+        from builder.hostenv import host_pip_settings
+
+        self.client = client
+        self.options = options
+        self.log = options.log
+        self.tags: dict[str, str] = {}  # ImageSpec.id -> image tag
+        self.pythons: dict[str, dict[str, str]] = {}  # ImageSpec.id -> {"3.11": "/opt/python/cp311-cp311/bin/python"}
+        self._containers: set[str] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._tars: dict[Path, bytes] = {}
+        self.pip = host_pip_settings(options.wheelhouses)
+        remove_leftovers(client, self.log)
+
+    # -- images ---------------------------------------------------------------------------
+    def prepare(self, images: dict, specs: list) -> None:
+        from builder.base_image import resolve_base
+        from builder.render import fallback_suite, render
+
+        needed = sorted({s.image for s in specs})
+        bases: dict[tuple[str, str], str] = {}
+        for image_id in needed:
+            image = images[image_id]
+            key = (image.base, fallback_suite(image))
+            if key not in bases:  # one pull attempt per configured base per run
+                bases[key] = resolve_base(
+                    self.client, image.base, fallback=key[1], ca_bundle=self.options.ca_bundle, log=self.log
+                )
+            r = render(image, base=bases[key])
+            self.tags[image_id] = r.tag
+            if self._exists(r.tag):
+                self.log(f"image {image_id}: reusing {r.tag}")
+            else:
+                self._build_image(r)
+            self.pythons[image_id] = {
+                v: f"/opt/python/cp{v.replace('.', '')}-cp{v.replace('.', '')}/bin/python" for v in image.pythons
+            }
+
+    def _exists(self, tag: str) -> bool:
+        import docker.errors
+
+        try:
+            self.client.images.get(tag)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+
+    def _build_image(self, r) -> None:
+        """Stage a build context (Dockerfile, CA bundle, trimmed Pythons) and build it."""
+        import docker.errors
+
+        self.log(f"image {r.image.id}: building {r.tag} from {r.base}")
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="mamba-farm-ctx-") as tmp:
+            ctx = Path(tmp)
+            (ctx / "Dockerfile").write_text(r.dockerfile)
+            if self.options.ca_bundle is None:
+                raise FarmError("no CA bundle found for the image", hint="pass --ca-bundle FILE")
+            shutil.copyfile(self.options.ca_bundle, ctx / "ca-bundle.crt")
+            for py in r.pythons:
+                stage_python(Path(py.prefix), ctx / "pythons" / py.tag, py.version)
+            try:
+                stream = self.client.api.build(
+                    path=str(ctx),
+                    tag=r.tag,
+                    labels={LABEL: "1", f"{LABEL}.image": r.image.id},
+                    rm=True,
+                    forcerm=True,
+                    decode=True,
+                )
+                lines = []
+                for chunk in stream:
+                    if "stream" in chunk:
+                        lines.append(chunk["stream"])
+                    if "error" in chunk:
+                        tail = "".join(lines[-20:])
+                        raise InfrastructureError(f"image {r.image.id} failed to build: {chunk['error']}\n{tail}")
+            except docker.errors.APIError as err:
+                raise InfrastructureError(f"image {r.image.id} failed to build: {err}") from None
+        self.log(f"image {r.image.id}: built {r.tag} in {time.monotonic() - started:.0f}s")
+
+    # -- builds ---------------------------------------------------------------------------
+    def _mounts(self) -> dict:
+        vols = {PIP_CACHE_VOLUME: {"bind": "/root/.cache/pip", "mode": "rw"}}
+        for i, wh in enumerate(self.options.wheelhouses):
+            vols[str(Path(wh).resolve())] = {"bind": str(Path(wh).resolve()), "mode": "ro"}
+        for d in self.pip.local_dirs:
+            vols[str(d)] = {"bind": str(d), "mode": "ro"}
+        for host_dir, mount in self.options.cache_mounts.items():
+            vols[str(host_dir)] = {"bind": mount, "mode": "rw"}
+        return vols
+
+    def build(self, spec, source: Path, out_dir: Path, log_path: Path, timeout: float) -> BuildResult:
+        import docker.errors
+
+        if self._closed:
+            return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
+        env = {**self.pip.env(), **spec_env(spec, max_jobs=self.options.max_jobs, torch_no_deps=True)}
+        env.update(
+            FARM_PYTHON=self.pythons[spec.image][spec.python],
+            FARM_SRC="/src",
+            FARM_OUT="/out",
+            PIP_CACHE_DIR="/root/.cache/pip",
+            PIP_NO_CACHE_DIR="0",
+        )
+        if source not in self._tars:
+            self._tars[source] = source_tar(source)
+        container = None
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with self._lock:
+                if self._closed:
+                    return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
+                container = self.client.containers.create(
+                    self.tags[spec.image],
+                    command=["bash", "/farm/build.sh"],
+                    environment=env,
+                    labels={LABEL: "1", OWNER_LABEL: _owner(), f"{LABEL}.build": spec.id},
+                    volumes=self._mounts(),
+                    working_dir="/src",
+                    detach=True,
+                )
+                self._containers.add(container.id)
+            container.put_archive("/", self._tars[source])
+            container.start()
+            pump = threading.Thread(target=_pump_logs, args=(container, log_path), daemon=True)
+            pump.start()
+            try:
+                status = container.wait(timeout=timeout)
+                code = int(status.get("StatusCode", 1))
+            except Exception:  # requests' ReadTimeout: the build ran past its limit
+                if self._closed:
+                    return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
+                container.kill()
+                pump.join(10)
+                return BuildResult(False, None, log_path, f"timed out after {timeout:.0f}s", timed_out=True)
+            pump.join(30)
+            if self._closed:
+                return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
+            if code != 0:
+                return BuildResult(
+                    False, None, log_path, f"build exited with {code}", infrastructure=code == EXIT_INFRA
+                )
+            wheel = _copy_wheel_out(container, out_dir)
+            if wheel is None:
+                return BuildResult(False, None, log_path, "the build produced no wheel")
+            return BuildResult(True, wheel, log_path)
+        except (docker.errors.APIError, docker.errors.DockerException, OSError) as err:
+            if self._closed:
+                return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
+            with open(log_path, "a") as f:
+                f.write(f"\n== container engine error: {err}\n")
+            return BuildResult(False, None, log_path, f"engine error: {str(err)[:160]}", infrastructure=True)
+        finally:
+            if container is not None:
+                self._remove(container.id)
+
+    def _remove(self, cid: str) -> None:
+        try:
+            self.client.api.remove_container(cid, force=True, v=True)
+        except Exception:
+            pass
+        with self._lock:
+            self._containers.discard(cid)
+
+    def cleanup(self) -> None:
+        """Remove every container this run started (idempotent; safe from a signal handler)."""
+        with self._lock:
+            self._closed = True
+            ids = list(self._containers)
+        for cid in ids:
+            self._remove(cid)
+        try:  # anything labelled with our owner that slipped through (created, not yet tracked)
+            for c in self.client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={_owner()}"}):
+                c.remove(force=True)
+        except Exception:
+            pass
+
+
+def _pump_logs(container, log_path: Path) -> None:
+    with open(log_path, "ab") as f:
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                f.write(chunk)
+                f.flush()
+        except Exception:
+            pass
+
+
+def _copy_wheel_out(container, out_dir: Path) -> Path | None:
+    stream, _ = container.get_archive("/out")
+    buf = io.BytesIO(b"".join(stream))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = None
+    with tarfile.open(fileobj=buf) as tar:
+        for m in tar.getmembers():
+            if m.isfile() and m.name.endswith(".whl"):
+                data = tar.extractfile(m).read()
+                dest = out_dir / Path(m.name).name
+                tmp = dest.with_suffix(".whl.part")
+                tmp.write_bytes(data)
+                os.replace(tmp, dest)
+                found = dest
+    return found
+
+
+# Parts of a pyenv install a build never needs (the test suite, GUI toolkits, the
+# host's installed packages: ensurepip gives the image a clean pip).
+_SKIP_DIRS = {"test", "tests", "site-packages", "idlelib", "tkinter", "turtledemo", "__pycache__", "ensurepip_skip"}
+
+
+def stage_python(prefix: Path, dest: Path, version: str) -> None:
+    if not (prefix / "bin" / "python3").exists():
+        raise FarmError(
+            f"Python {version} is not installed on this host (looked for {prefix})",
+            hint=f"pyenv install {version}, or drop Python {version} from the profile",
+        )
+    libdir = f"lib/python{version}"
+
+    def ignore(dirpath: str, names: list[str]) -> set[str]:
+        rel = os.path.relpath(dirpath, prefix)
+        skip = set()
+        if rel == libdir:
+            skip |= {n for n in names if n in _SKIP_DIRS}
+        if rel == "bin":
+            skip |= {n for n in names if not (n.startswith("python") or n.startswith("pip"))}
+            skip |= {n for n in names if n.startswith("pip")}
+        if rel.startswith(f"{libdir}/config-"):
+            skip |= {n for n in names if n.endswith(".a")}
+        skip |= {n for n in names if n == "__pycache__"}
+        return skip
+
+    shutil.copytree(prefix, dest, symlinks=True, ignore=ignore)
+    (dest / libdir / "site-packages").mkdir(parents=True, exist_ok=True)

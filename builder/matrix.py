@@ -1,0 +1,853 @@
+"""matrix.toml: load, validate, expand into cells, apply excludes/includes/profiles.
+
+A *cell* is one torch x Python x accelerator x C++ ABI x platform combination a
+user can be in. Expansion turns the axes into cells and says why each impossible
+one is dropped; ``builder.plan`` turns the cells into builds (today one build per
+cell; a stable-ABI build will serve many).
+
+Every invalid input raises :class:`~builder.errors.MatrixError` naming the file, the
+line, the key, the value and what would be valid. Values that later reach a
+Dockerfile or a shell (versions, image references, URLs, paths, architectures) are
+checked against strict patterns here, so nothing unchecked is ever interpolated.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import json
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple, NoReturn
+
+import tomllib
+from packaging.version import InvalidVersion, Version
+
+from builder.compat import PLATFORMS, TOOLKIT_SOURCES, Accelerator, Compat, parse_accelerator, vtuple
+from builder.errors import MatrixError
+
+AXES = ("torch", "python", "accelerator", "cxx11abi", "platform")
+IMAGE_PLACEHOLDERS = ("arch", "toolkit", "toolkit_full", "debian_suite")
+
+# Strict shapes for everything that can end up in a Dockerfile, a shell or a URL.
+TORCH_RE = re.compile(r"\d+\.\d+")
+PYTHON_RE = re.compile(r"3\.\d{1,2}")
+ACCELERATOR_RE = re.compile(r"cpu|cuda-\d{1,2}\.\d{1,2}|rocm-\d{1,2}\.\d{1,2}")
+ARCH_RE = re.compile(r"sm_\d{2,3}[af]?|gfx[0-9a-f]{3,5}")
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+DIST_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")
+IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+RELPATH_RE = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}")
+GLIBC_RE = re.compile(r"2\.\d{1,2}")
+# A container image reference: [registry[:port]/]path[:tag][@sha256:digest], lowercase path.
+_COMP = r"[a-z0-9]+(?:(?:\.|_{1,2}|-+)[a-z0-9]+)*"
+IMAGE_REF_RE = re.compile(
+    rf"(?:[A-Za-z0-9.-]+(?::\d{{1,5}})?/)?{_COMP}(?:/{_COMP})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?"
+)
+URL_RE = re.compile(r"(?:https?://[A-Za-z0-9.-]+(?::\d{1,5})?|file://)(?:/[A-Za-z0-9._~%+-]*)*/?")
+SAFE_TEXT_RE = re.compile(r"[^\x00-\x1f\x7f]{0,300}")
+
+_TYPE_NAMES = {
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a float",
+    list: "an array",
+    dict: "a table",
+}
+
+
+def _type_name(value: Any) -> str:
+    for t, name in _TYPE_NAMES.items():
+        if type(value) is t:
+            return name
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 70 else text[:67] + '..."'
+
+
+def _dotted(path: tuple) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"#{part + 1}"
+        else:
+            p = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else json.dumps(part)
+            out += ("." if out else "") + p
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Where things are: tomllib keeps no positions, so a small scanner maps each key
+# path (and each array element) to its line. It only ever runs on text tomllib
+# has accepted, and it is best effort: a path it cannot place gets its parent's line.
+
+
+class _Lines:
+    def __init__(self, text: str) -> None:
+        self.at: dict[tuple, int] = {}
+        self._text = text
+        self._i = 0
+        self._line = 1
+        self._scanned = False
+
+    def line(self, path: tuple) -> int | None:
+        if not self._scanned:  # only an error needs positions: scan on first use
+            self._scanned = True
+            try:
+                self._document()
+            except (IndexError, ValueError):
+                pass  # positions are a convenience; the parsed values are already valid TOML
+        path = tuple(path)
+        while path:
+            if path in self.at:
+                return self.at[path]
+            path = path[:-1]
+        return None
+
+    def _mark(self, path: tuple) -> None:
+        for k in range(1, len(path) + 1):
+            self.at.setdefault(path[:k], self._line)
+
+    def _peek(self, k: int = 0) -> str:
+        j = self._i + k
+        return self._text[j] if j < len(self._text) else ""
+
+    def _advance(self, k: int = 1) -> None:
+        for _ in range(k):
+            if self._peek() == "\n":
+                self._line += 1
+            self._i += 1
+
+    def _skip(self, newlines: bool) -> None:
+        while self._i < len(self._text):
+            c = self._peek()
+            if c in " \t\r" or (newlines and c == "\n"):
+                self._advance()
+            elif c == "#":
+                while self._i < len(self._text) and self._peek() != "\n":
+                    self._advance()
+            else:
+                return
+
+    def _document(self) -> None:
+        table: tuple = ()
+        aot: dict[tuple, int] = {}
+        while True:
+            self._skip(newlines=True)
+            if self._i >= len(self._text):
+                return
+            if self._peek() == "[":
+                double = self._peek(1) == "["
+                self._advance(2 if double else 1)
+                path = self._key("]")
+                self._advance(2 if double else 1)
+                if double:
+                    aot[path] = aot.get(path, -1) + 1
+                    path = path + (aot[path],)
+                self._mark(path)
+                table = path
+            else:
+                key = table + self._key("=")
+                self._mark(key)
+                self._advance()  # "="
+                self._value(key)
+
+    def _key(self, end: str) -> tuple:
+        parts, cur = [], ""
+        while self._peek() != end:
+            c = self._peek()
+            if c in "\"'":
+                cur += self._string()
+                continue
+            if c == ".":
+                parts.append(cur.strip())
+                cur = ""
+            elif c == "\n" or c == "":
+                raise ValueError("unterminated key")
+            else:
+                cur += c
+            self._advance()
+        parts.append(cur.strip())
+        return tuple(p.strip("\"'") for p in parts)
+
+    def _string(self) -> str:
+        q = self._peek()
+        if self._text.startswith(q * 3, self._i):
+            self._advance(3)
+            start = self._i
+            while not self._text.startswith(q * 3, self._i):
+                self._advance(2 if q == '"' and self._peek() == "\\" else 1)
+            out = self._text[start : self._i]
+            self._advance(3)
+            return out
+        self._advance()
+        start = self._i
+        while self._peek() != q:
+            self._advance(2 if q == '"' and self._peek() == "\\" else 1)
+        out = self._text[start : self._i]
+        self._advance()
+        return q + out + q
+
+    def _value(self, path: tuple) -> None:
+        self._skip(newlines=False)
+        c = self._peek()
+        if c == "[":
+            self._advance()
+            index = 0
+            while True:
+                self._skip(newlines=True)
+                if self._peek() == "]":
+                    self._advance()
+                    return
+                self._mark(path + (index,))
+                self._value(path + (index,))
+                self._skip(newlines=True)
+                if self._peek() == ",":
+                    self._advance()
+                index += 1
+        elif c == "{":
+            self._advance()
+            while True:
+                self._skip(newlines=False)
+                if self._peek() == "}":
+                    self._advance()
+                    return
+                if self._peek() == ",":
+                    self._advance()
+                    continue
+                key = path + self._key("=")
+                self._mark(key)
+                self._advance()
+                self._value(key)
+        elif c in "\"'":
+            self._string()
+        else:
+            while self._peek() not in ",]}\n#" and self._i < len(self._text):
+                self._advance()
+
+
+# ---------------------------------------------------------------------------
+# The validated matrix.
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str  # distribution name ("mamba-ssm")
+    import_name: str  # "mamba_ssm"
+    version_file: str  # where __version__ lives, relative to the matrix file
+    version: str  # read from version_file
+    sources: tuple[str, ...]  # what the inputs hash covers (files or folders)
+
+
+@dataclass(frozen=True)
+class Axes:
+    torch: tuple[str, ...]
+    python: tuple[str, ...]
+    accelerator: tuple[str, ...]
+    cxx11abi: tuple[str | bool, ...]  # "auto", True, False
+    platform: tuple[str, ...]
+
+    def get(self, axis: str) -> tuple:
+        return getattr(self, axis)
+
+
+@dataclass(frozen=True)
+class ImageSetting:
+    base: str  # template: placeholders from IMAGE_PLACEHOLDERS
+    glibc: str | None  # None: from the data (Debian suites)
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """One combination a user can be in. Builds serve cells."""
+
+    torch: str
+    python: str
+    accelerator: str
+    cxx11abi: bool
+    platform: str
+
+    def describe(self) -> str:
+        abi = "TRUE" if self.cxx11abi else "FALSE"
+        return f"torch {self.torch} x py{self.python} x {self.accelerator} x cxx11abi={abi} x {self.platform}"
+
+    def sort_key(self) -> tuple:
+        acc = parse_accelerator(self.accelerator)
+        kind = ("cpu", "cuda", "rocm").index(acc.kind)
+        return (kind, vtuple(acc.toolkit or "0"), vtuple(self.torch), self.cxx11abi, vtuple(self.python), self.platform)
+
+
+class Dropped(NamedTuple):
+    cell: Cell
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An [[exclude]] or [[include]] entry: a value set per named axis."""
+
+    kind: str  # "exclude" | "include"
+    index: int
+    values: dict = field(hash=False)  # axis -> tuple of values
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} #{self.index + 1}"
+
+    def matches(self, cell: Cell, native_abi: bool) -> bool:
+        return all(_axis_match(axis, vals, cell, native_abi) for axis, vals in self.values.items())
+
+
+def _axis_match(axis: str, values: tuple, cell: Cell, native_abi: bool) -> bool:
+    v = getattr(cell, axis)
+    if axis == "cxx11abi":
+        return v in values or ("auto" in values and native_abi)
+    return v in values
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    narrow: dict = field(hash=False)  # axis -> values, applies to every cell
+    selects: tuple = field(default=(), hash=False)  # dicts axis -> values; a cell must match one (if any)
+    archs: tuple[str, ...] = ()  # arch override: sm_* for CUDA builds, gfx* for ROCm builds
+
+    def matches(self, cell: Cell, native_abi: bool) -> bool:
+        if not all(_axis_match(a, v, cell, native_abi) for a, v in self.narrow.items()):
+            return False
+        return not self.selects or any(
+            all(_axis_match(a, v, cell, native_abi) for a, v in sel.items()) for sel in self.selects
+        )
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: Path
+    package: Package
+    axes: Axes
+    torch_index_url: str  # template with {variant}
+    prefer_pypi: bool  # install torch from the default index when PyPI's build is the one needed
+    images: dict = field(hash=False)  # [images.*] name -> ImageSetting (data defaults, overridden)
+    toolkit_source: dict = field(hash=False)  # accelerator -> base | pypi | debian
+    excludes: tuple[Rule, ...] = ()
+    includes: tuple[Rule, ...] = ()
+    profiles: dict = field(default_factory=dict, hash=False)  # name -> Profile
+    lines: _Lines | None = field(default=None, compare=False, hash=False, repr=False)
+
+    @property
+    def root(self) -> Path:
+        """Paths in [package] are relative to the matrix file's folder."""
+        return self.path.parent
+
+    def error(self, path: tuple, message: str, hint: str | None = None) -> MatrixError:
+        line = self.lines.line(path) if self.lines and path else None
+        where = f"{self.path}:{line}" if line else f"{self.path}"
+        key = f" {_dotted(path)}:" if path else ""
+        return MatrixError(f"{where}:{key} {message}", hint=hint)
+
+    def profile(self, name: str | None) -> Profile | None:
+        if name is None:
+            return None
+        if name not in self.profiles:
+            names = sorted(self.profiles)
+            close = difflib.get_close_matches(name, names, n=1)
+            mean = f'; did you mean "{close[0]}"?' if close else ""
+            raise self.error(
+                (), f"--profile {_show(name)}: no such profile{mean} (profiles: {', '.join(names) or 'none'})"
+            )
+        return self.profiles[name]
+
+
+# ---------------------------------------------------------------------------
+# Loading and validation.
+
+
+class _Checker:
+    def __init__(self, path: Path, lines: _Lines, compat: Compat) -> None:
+        self.path = path
+        self.lines = lines
+        self.compat = compat
+
+    def fail(self, path: tuple, message: str, hint: str | None = None) -> NoReturn:
+        line = self.lines.line(path)
+        where = f"{self.path}:{line}" if line else f"{self.path}"
+        raise MatrixError(f"{where}: {_dotted(path)}: {message}", hint=hint)
+
+    def table(self, value: Any, path: tuple) -> dict:
+        if not isinstance(value, dict):
+            self.fail(path, f"must be a table, got {_type_name(value)} {_show(value)}")
+        return value
+
+    def keys(self, table: dict, path: tuple, allowed: tuple, required: tuple = ()) -> None:
+        for key in table:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.5)
+                mean = f'; did you mean "{close[0]}"?' if close else ""
+                self.fail(path + (key,), f"unknown key {_show(key)}{mean} (valid keys: {', '.join(allowed)})")
+        for key in required:
+            if key not in table:
+                self.fail(path, f'missing key "{key}" (required keys: {", ".join(required)})')
+
+    def string(self, value: Any, path: tuple, pattern: re.Pattern, what: str) -> str:
+        if not isinstance(value, str):
+            self.fail(path, f"{what} must be a string, got {_type_name(value)} {_show(value)}")
+        if not pattern.fullmatch(value):
+            self.fail(path, f"{_show(value)} is not {what}")
+        return value
+
+    def boolean(self, value: Any, path: tuple) -> bool:
+        if not isinstance(value, bool):
+            self.fail(path, f"must be true or false, got {_type_name(value)} {_show(value)}")
+        return value
+
+    def values(self, value: Any, path: tuple, *, scalar_ok: bool) -> list:
+        """An axis value list (or, where allowed, one scalar), without duplicates."""
+        if not isinstance(value, list):
+            if scalar_ok and isinstance(value, (str, bool)):
+                return [value]
+            want = "an array (or a single value)" if scalar_ok else "an array"
+            self.fail(path, f"must be {want}, got {_type_name(value)} {_show(value)}")
+        if not value:
+            self.fail(path, "is empty; give at least one value")
+        seen: set = set()
+        for i, item in enumerate(value):
+            key = (type(item), item) if isinstance(item, (str, bool, int, float)) else None
+            if key is not None and key in seen:
+                self.fail(path + (i,), f"{_show(item)} is listed twice")
+            if key is not None:
+                seen.add(key)
+        return value
+
+    # -- axis values -----------------------------------------------------------
+
+    def axis_value(self, axis: str, value: Any, path: tuple, *, auto_ok: bool = True) -> str | bool:
+        c = self.compat
+        if axis == "cxx11abi":
+            if isinstance(value, bool) or (auto_ok and value == "auto"):
+                return value
+            valid = '"auto", true or false' if auto_ok else "true or false"
+            hint = (
+                "write true/false without quotes"
+                if isinstance(value, str) and value.lower() in ("true", "false")
+                else None
+            )
+            self.fail(path, f"{_show(value)} is not a C++ ABI choice (valid: {valid})", hint=hint)
+        if not isinstance(value, str):
+            extra = ""
+            if axis in ("torch", "python") and isinstance(value, float):
+                extra = f' (quote it: "{value}"; a bare number reads 2.10 as 2.1)'
+            self.fail(path, f"{axis} values must be strings, got {_type_name(value)} {_show(value)}{extra}")
+        if axis == "torch":
+            if not TORCH_RE.fullmatch(value):
+                m = re.fullmatch(r"(\d+\.\d+)\.\d+.*", value)
+                hint = f'give major.minor ("{m.group(1)}"); the farm picks the patch release' if m else None
+                self.fail(path, f'{_show(value)} is not a torch major.minor version such as "2.6"', hint=hint)
+            if value not in c.torch:
+                self.fail(
+                    path,
+                    f"torch {value} is not in the compatibility data (known: {', '.join(c.torch_minors())})",
+                    hint="add a row to builder/data/torch.toml once the release exists",
+                )
+        elif axis == "python":
+            if not PYTHON_RE.fullmatch(value):
+                self.fail(path, f'{_show(value)} is not a Python version such as "3.11"')
+            if value not in c.pythons:
+                self.fail(path, f"Python {value} has no torch wheels (known: {', '.join(c.pythons)})")
+        elif axis == "accelerator":
+            if not ACCELERATOR_RE.fullmatch(value):
+                self.fail(path, f'{_show(value)} is not an accelerator (valid: "cpu", "cuda-X.Y", "rocm-X.Y")')
+            if not c.known_accelerator(parse_accelerator(value)):
+                close = difflib.get_close_matches(value, c.accelerators(), n=1)
+                mean = f'; did you mean "{close[0]}"?' if close else ""
+                self.fail(path, f"unknown accelerator {_show(value)}{mean} (known: {', '.join(c.accelerators())})")
+        elif axis == "platform" and value not in PLATFORMS:
+            close = difflib.get_close_matches(value, PLATFORMS, n=1)
+            mean = f'; did you mean "{close[0]}"?' if close else ""
+            self.fail(path, f"unknown platform {_show(value)}{mean} (valid: {', '.join(PLATFORMS)})")
+        return value
+
+    def image_template(self, value: Any, path: tuple) -> str:
+        if not isinstance(value, str):
+            self.fail(path, f"must be a string, got {_type_name(value)} {_show(value)}")
+        try:
+            parsed = list(string.Formatter().parse(value))
+        except ValueError:
+            self.fail(path, f"{_show(value)} has an unbalanced {{ or }}")
+        for _, name, spec, conv in parsed:
+            if name is None:
+                continue
+            if name not in IMAGE_PLACEHOLDERS or spec or conv:
+                self.fail(
+                    path,
+                    f"{_show(value)}: unknown placeholder {{{name}}} (valid: "
+                    + ", ".join("{" + p + "}" for p in IMAGE_PLACEHOLDERS)
+                    + ")",
+                )
+        sample = value.format(arch="x86_64", toolkit="12.9", toolkit_full="12.9.1", debian_suite="bookworm")
+        if not IMAGE_REF_RE.fullmatch(sample):
+            self.fail(
+                path,
+                f"{_show(value)} is not a container image reference (lowercase [registry/]name[:tag], "
+                "no spaces or quotes)",
+            )
+        return value
+
+
+def _read_version(root: Path, rel: str) -> str | None:
+    try:
+        text = (root / rel).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    m = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", text, re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def load_matrix(path: Path, compat: Compat) -> Matrix:
+    """Read and validate PATH. Raises MatrixError on any problem."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise MatrixError(f"{path}: no such file", hint="pass --matrix FILE, or run from the repository root") from None
+    except OSError as err:
+        raise MatrixError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise MatrixError(f"{path}:{line}: not UTF-8 text (byte {err.start})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        msg = str(err)
+        m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+        where = f"{path}:{m.group(1)}" if m else f"{path}"
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg) or "invalid TOML"
+        col = f" (column {m.group(2)})" if m else ""
+        raise MatrixError(
+            f"{where}: TOML syntax error: {msg}{col}", hint="see https://toml.io for the syntax"
+        ) from None
+    ck = _Checker(path, _Lines(text), compat)
+    top = ("package", "axes", "torch_index", "images", "toolkit_source", "exclude", "include", "profiles")
+    ck.keys(data, (), top, required=("package", "axes"))
+
+    package = _package(ck, data["package"], path.parent)
+    axes = _axes(ck, data["axes"])
+    url, prefer_pypi = _torch_index(ck, data.get("torch_index", {}))
+    images = _images(ck, data.get("images", {}))
+    excludes = _rules(ck, data.get("exclude", []), "exclude", axes)
+    includes = _rules(ck, data.get("include", []), "include", axes)
+    used_acc = set(axes.accelerator) | {a for r in includes for a in r.values.get("accelerator", ())}
+    sources = _toolkit_sources(ck, data.get("toolkit_source", {}), used_acc)
+    _no_label_clash(ck, axes, includes)
+    profiles = _profiles(ck, data.get("profiles", {}), axes, includes)
+    matrix = Matrix(
+        path=path,
+        package=package,
+        axes=axes,
+        torch_index_url=url,
+        prefer_pypi=prefer_pypi,
+        images=images,
+        toolkit_source=sources,
+        excludes=excludes,
+        includes=includes,
+        profiles=profiles,
+        lines=ck.lines,
+    )
+    _no_duplicate_includes(ck, matrix, compat)
+    return matrix
+
+
+def _package(ck: _Checker, value: Any, root: Path) -> Package:
+    p = ("package",)
+    t = ck.table(value, p)
+    ck.keys(t, p, ("name", "import_name", "version_file", "sources"), required=("name", "version_file"))
+    name = ck.string(t["name"], p + ("name",), DIST_RE, 'a distribution name such as "mamba-ssm"')
+    imp = ck.string(
+        t.get("import_name", name.replace("-", "_")), p + ("import_name",), IDENT_RE, "a Python import name"
+    )
+    vfile = ck.string(t["version_file"], p + ("version_file",), RELPATH_RE, "a relative path inside the repository")
+    version = _read_version(root, vfile)
+    if version is None:
+        ck.fail(p + ("version_file",), f'{_show(vfile)}: no __version__ = "..." found in {root / vfile}')
+    try:
+        Version(version)
+    except InvalidVersion:
+        ck.fail(p + ("version_file",), f"__version__ {_show(version)} in {vfile} is not a PEP 440 version")
+    if "+" in version:
+        ck.fail(p + ("version_file",), f"__version__ {_show(version)} already has a local label; the farm adds it")
+    srcs = t.get("sources", [vfile])
+    srcs = ck.values(srcs, p + ("sources",), scalar_ok=False)
+    for i, s in enumerate(srcs):
+        ck.string(s, p + ("sources", i), RELPATH_RE, "a relative path inside the repository")
+    return Package(name, imp, vfile, version, tuple(srcs))
+
+
+def _axes(ck: _Checker, value: Any) -> Axes:
+    p = ("axes",)
+    t = ck.table(value, p)
+    ck.keys(t, p, AXES, required=("torch", "python", "accelerator"))
+    out = {}
+    for axis in AXES:
+        default = {"cxx11abi": ["auto"], "platform": ["linux_x86_64"]}.get(axis)
+        vals = ck.values(t.get(axis, default), p + (axis,), scalar_ok=False)
+        out[axis] = tuple(ck.axis_value(axis, v, p + (axis, i)) for i, v in enumerate(vals))
+    return Axes(**out)
+
+
+def _torch_index(ck: _Checker, value: Any) -> tuple[str, bool]:
+    p = ("torch_index",)
+    t = ck.table(value, p)
+    ck.keys(t, p, ("url", "prefer_pypi"))
+    url = t.get("url", "https://download.pytorch.org/whl/{variant}")
+    if not isinstance(url, str):
+        ck.fail(p + ("url",), f"must be a string, got {_type_name(url)} {_show(url)}")
+    try:
+        names = {n for _, n, _, _ in string.Formatter().parse(url) if n is not None}
+    except ValueError:
+        ck.fail(p + ("url",), f"{_show(url)} has an unbalanced {{ or }}")
+    if names != {"variant"}:
+        ck.fail(p + ("url",), f"{_show(url)} must contain {{variant}} (cu126, rocm6.2.4, cpu) and no other placeholder")
+    if not URL_RE.fullmatch(url.replace("{variant}", "cu126")):
+        ck.fail(
+            p + ("url",), f"{_show(url)} is not an http(s):// or file:// URL (no spaces, quotes or shell characters)"
+        )
+    prefer = ck.boolean(t.get("prefer_pypi", True), p + ("prefer_pypi",))
+    return url, prefer
+
+
+def _images(ck: _Checker, value: Any) -> dict:
+    p = ("images",)
+    t = ck.table(value, p)
+    names = tuple(ck.compat.images)
+    ck.keys(t, p, names)
+    out = {}
+    for name in names:
+        default = ck.compat.images[name]
+        over = ck.table(t.get(name, {}), p + (name,))
+        ck.keys(over, p + (name,), ("base", "glibc"))
+        base = ck.image_template(over.get("base", default["base"]), p + (name, "base"))
+        glibc = over.get("glibc", default.get("glibc"))
+        if glibc is not None:
+            glibc = ck.string(glibc, p + (name, "glibc"), GLIBC_RE, 'a glibc version such as "2.28"')
+        out[name] = ImageSetting(base, glibc)
+    return out
+
+
+def _toolkit_sources(ck: _Checker, value: Any, used: set) -> dict:
+    p = ("toolkit_source",)
+    t = ck.table(value, p)
+    out = {}
+    for acc_name, source in t.items():
+        ck.axis_value("accelerator", acc_name, p + (acc_name,))
+        if acc_name not in used:
+            ck.fail(p + (acc_name,), f"{acc_name} is not in axes.accelerator or any include")
+        acc = parse_accelerator(acc_name)
+        allowed = ck.compat.toolkit_sources(acc)
+        if source not in allowed:
+            if isinstance(source, str) and source in TOOLKIT_SOURCES:
+                msg = f"{acc_name} cannot come from {_show(source)} (possible: {', '.join(allowed)})"
+            else:
+                msg = f"{_show(source)} is not a toolkit source for {acc_name} (valid: {', '.join(allowed)})"
+            ck.fail(p + (acc_name,), msg)
+        out[acc_name] = source
+    return out
+
+
+def _selection(ck: _Checker, t: dict, path: tuple, *, within: Axes | None, auto_ok: bool, extra=()) -> dict:
+    """Axis keys of an exclude/include/profile entry: name -> tuple of valid values."""
+    out = {}
+    for axis in AXES:
+        if axis not in t:
+            continue
+        vals = ck.values(t[axis], path + (axis,), scalar_ok=True)
+        checked = []
+        for i, v in enumerate(vals):
+            vpath = path + (axis, i) if isinstance(t[axis], list) else path + (axis,)
+            v = ck.axis_value(axis, v, vpath, auto_ok=auto_ok)
+            if within is not None:
+                allowed = set(within.get(axis)) | {x for r in extra for x in r.values.get(axis, ())}
+                if axis == "cxx11abi":
+                    allowed.add("auto")  # "the ABI torch ships" is always one of true/false
+                    if "auto" in within.cxx11abi:
+                        allowed |= {True, False}
+                if v not in allowed:
+                    shown = ", ".join(_show(x) for x in within.get(axis))
+                    ck.fail(vpath, f"{_show(v)} is not in axes.{axis} ({shown})")
+            checked.append(v)
+        out[axis] = tuple(checked)
+    return out
+
+
+def _rules(ck: _Checker, value: Any, kind: str, axes: Axes) -> tuple[Rule, ...]:
+    if not isinstance(value, list):
+        ck.fail((kind,), f"must be an array of tables ([[{kind}]]), got {_type_name(value)}")
+    rules = []
+    for i, entry in enumerate(value):
+        p = (kind, i)
+        t = ck.table(entry, p)
+        ck.keys(t, p, AXES + ("reason",), required=("reason",) if kind == "exclude" else ())
+        reason = t.get("reason", "")
+        if not isinstance(reason, str) or not SAFE_TEXT_RE.fullmatch(reason):
+            ck.fail(p + ("reason",), f"must be one line of text (up to 300 characters), got {_show(reason)}")
+        within = axes if kind == "exclude" else None
+        values = _selection(ck, t, p, within=within, auto_ok=kind == "include")
+        if not values:
+            ck.fail(p, f"names no axis; give some of: {', '.join(AXES)}")
+        rules.append(Rule(kind, i, values, reason))
+    return tuple(rules)
+
+
+def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) -> dict:
+    p = ("profiles",)
+    t = ck.table(value, p)
+    out = {}
+    for name, body in t.items():
+        pp = p + (name,)
+        if not NAME_RE.fullmatch(name):
+            ck.fail(pp, f"profile name {_show(name)} must be lowercase letters, digits, - or _")
+        b = ck.table(body, pp)
+        ck.keys(b, pp, AXES + ("description", "select", "archs"))
+        desc = b.get("description", "")
+        if not isinstance(desc, str) or not SAFE_TEXT_RE.fullmatch(desc):
+            ck.fail(pp + ("description",), f"must be one line of text, got {_show(desc)}")
+        narrow = _selection(ck, b, pp, within=axes, auto_ok=True, extra=includes)
+        selects = []
+        raw_sel = b.get("select", [])
+        if not isinstance(raw_sel, list):
+            ck.fail(pp + ("select",), f"must be an array of tables, got {_type_name(raw_sel)} {_show(raw_sel)}")
+        for i, s in enumerate(raw_sel):
+            sp = pp + ("select", i)
+            st = ck.table(s, sp)
+            ck.keys(st, sp, AXES)
+            sel = _selection(ck, st, sp, within=axes, auto_ok=True, extra=includes)
+            if not sel:
+                ck.fail(sp, f"selects every cell; name some of: {', '.join(AXES)}")
+            selects.append(sel)
+        archs = b.get("archs", [])
+        archs = ck.values(archs, pp + ("archs",), scalar_ok=False) if "archs" in b else []
+        known = ck.compat.known_archs()
+        for i, a in enumerate(archs):
+            ck.string(a, pp + ("archs", i), ARCH_RE, 'a GPU architecture such as "sm_80" or "gfx90a"')
+            if a not in known:
+                close = difflib.get_close_matches(a, known, n=1)
+                mean = f'; did you mean "{close[0]}"?' if close else ""
+                ck.fail(pp + ("archs", i), f"no toolkit in the data compiles for {a}{mean} (known: {', '.join(known)})")
+        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs))
+    return out
+
+
+def _no_label_clash(ck: _Checker, axes: Axes, includes: tuple[Rule, ...]) -> None:
+    """Two toolkits of one CUDA major (or ROCm minor) would make wheels with the same name."""
+    names = list(axes.accelerator) + [
+        a for r in includes for a in r.values.get("accelerator", ()) if a not in axes.accelerator
+    ]
+    seen: dict[str, str] = {}
+    for i, name in enumerate(names):
+        acc = parse_accelerator(name)
+        tag = (
+            "cpu"
+            if acc.kind == "cpu"
+            else f"cu{acc.major}"
+            if acc.kind == "cuda"
+            else "hip" + acc.toolkit.replace(".", "")
+        )
+        if tag in seen and seen[tag] != name:
+            path = ("axes", "accelerator", i) if i < len(axes.accelerator) else ("include",)
+            ck.fail(
+                path,
+                f"{name} and {seen[tag]} would both make {tag} wheels (same file names); keep one",
+                hint="a CUDA X.y wheel serves every torch built for CUDA X, so one toolkit per CUDA major is enough",
+            )
+        seen.setdefault(tag, name)
+
+
+def product_cells(axes: Axes, compat: Compat, values: dict | None = None) -> list[Cell]:
+    """Every cell of the axes (or of VALUES, an include's axis values over the axes)."""
+    values = values or {}
+    out = []
+    pick = {a: values.get(a, axes.get(a)) for a in AXES}
+    for torch, acc, abi_choice, python, platform in itertools.product(
+        pick["torch"], pick["accelerator"], pick["cxx11abi"], pick["python"], pick["platform"]
+    ):
+        abis = compat.torch[torch].cxx11abi if abi_choice == "auto" else (abi_choice,)
+        for abi in abis:
+            out.append(Cell(torch, python, acc, abi, platform))
+    return list(dict.fromkeys(out))
+
+
+def native_abi(compat: Compat, cell: Cell) -> bool:
+    return cell.cxx11abi in compat.torch[cell.torch].cxx11abi
+
+
+def _no_duplicate_includes(ck: _Checker, matrix: Matrix, compat: Compat) -> None:
+    product = set(product_cells(matrix.axes, compat))
+    owner: dict[Cell, Rule] = {}
+    for rule in matrix.includes:
+        cells = product_cells(matrix.axes, compat, rule.values)
+        fresh = 0
+        for cell in cells:
+            excluded = any(x.matches(cell, native_abi(compat, cell)) for x in matrix.excludes)
+            if cell in owner:
+                ck.fail(
+                    ("include", rule.index),
+                    f"{cell.describe()} is already added by {owner[cell].label}",
+                )
+            if cell not in product or excluded:
+                fresh += 1
+            owner[cell] = rule
+        if not fresh:
+            ck.fail(("include", rule.index), "adds nothing: every combination it names is already in the axes")
+
+
+# ---------------------------------------------------------------------------
+# Expansion.
+
+
+def expand(matrix: Matrix, compat: Compat, profile: Profile | None = None) -> tuple[list[Cell], list[Dropped]]:
+    """The buildable cells (sorted) and the dropped ones with the rule that dropped each.
+
+    Order: the axes' product, minus [[exclude]], plus [[include]]; then the
+    profile's selection; then the compatibility rules.
+    """
+    kept: dict[Cell, None] = {}
+    dropped: list[Dropped] = []
+    accs: dict[str, Accelerator] = {}
+
+    def consider(cell: Cell, excluded_by: Rule | None) -> None:
+        native = native_abi(compat, cell)
+        if profile is not None and not profile.matches(cell, native):
+            return
+        if excluded_by is not None:
+            why = f"{excluded_by.label}: {excluded_by.reason}" if excluded_by.reason else excluded_by.label
+            dropped.append(Dropped(cell, why))
+            return
+        acc = accs.get(cell.accelerator) or accs.setdefault(cell.accelerator, parse_accelerator(cell.accelerator))
+        reason = compat.drop_reason(cell.torch, cell.python, acc, cell.cxx11abi, cell.platform)
+        if reason:
+            dropped.append(Dropped(cell, reason))
+        else:
+            kept[cell] = None
+
+    for cell in product_cells(matrix.axes, compat):
+        native = native_abi(compat, cell)
+        consider(cell, next((x for x in matrix.excludes if x.matches(cell, native)), None))
+    for rule in matrix.includes:
+        for cell in product_cells(matrix.axes, compat, rule.values):
+            if cell not in kept:
+                consider(cell, None)
+    dropped = list({d.cell: d for d in dropped if d.cell not in kept}.values())
+    return sorted(kept, key=Cell.sort_key), sorted(dropped, key=lambda d: d.cell.sort_key())
+
+
+def toolkit_source_for(matrix: Matrix, compat: Compat, acc: Accelerator) -> str:
+    """The toolkit source for ACC: matrix.toml's [toolkit_source], else the data's default."""
+    return matrix.toolkit_source.get(acc.name) or compat.toolkit_sources(acc)[0]

@@ -1,0 +1,381 @@
+"""The build plan: matrix.toml -> cells -> [BuildSpec] + {ImageSpec}.
+
+``load_plan()`` is what every later stage calls; ``python -m builder plan`` shows it
+(table, JSON, or the GitHub Actions matrix) and, with ``--explain``, every dropped
+combination and the rule that dropped it.
+
+Cells and builds are distinct: a cell is a torch x Python x accelerator x ABI x
+platform combination a user can be in; a build makes one wheel and serves one or
+more cells. Today each build serves exactly one cell (``_group``); stable-ABI
+builds will serve many.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder import compat as compat_mod
+from builder.compat import Accelerator, Compat, image_setting_key, parse_accelerator, vtuple
+from builder.errors import MatrixError
+from builder.matrix import Cell, Dropped, Matrix, Profile, expand, load_matrix, toolkit_source_for
+from builder.spec import BuildSpec, ImageSpec, stable_hash
+from mamba_ssm._variant import Variant
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MATRIX = REPO_ROOT / "matrix.toml"
+# GitHub-hosted runners per platform, for --format github.
+RUNNERS = {"linux_x86_64": "ubuntu-24.04", "linux_aarch64": "ubuntu-24.04-arm"}
+GITHUB_MATRIX_LIMIT = 256  # jobs per matrix, GitHub's documented cap
+# Build outputs that live next to sources but are not sources.
+_SKIP_DIRS = {"__pycache__", "build", "dist", ".git", ".eggs"}
+_SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".a", ".egg-info")
+
+
+@dataclass(frozen=True)
+class Plan:
+    matrix: Matrix
+    builds: list[BuildSpec]
+    images: dict[str, ImageSpec]
+    dropped: list[Dropped]
+    cells: list[Cell] = field(default_factory=list)  # every cell the builds serve
+    profile: Profile | None = None
+    source_hash: str = ""
+
+    def build(self, build_id: str) -> BuildSpec:
+        for b in self.builds:
+            if b.id == build_id:
+                return b
+        raise KeyError(build_id)
+
+
+def load_plan(matrix_file: Path | None = None, profile: str | None = None, only: list[str] | None = None) -> Plan:
+    """Load, validate and expand matrix.toml into the plan. Raises MatrixError."""
+    compat = compat_mod.load()
+    matrix = load_matrix(Path(matrix_file) if matrix_file else DEFAULT_MATRIX, compat)
+    prof = matrix.profile(profile)
+    cells, dropped = expand(matrix, compat, prof)
+    src = source_hash(matrix)
+    builds, images = _specs(matrix, compat, cells, prof, src)
+    if only:
+        builds = _select(matrix, builds, only)
+        needed = {b.image for b in builds}
+        images = _images_for(builds, {k: v for k, v in images.items() if k in needed})
+        wanted = {b.variant for b in builds}
+        cells = [c for c in cells if _cell_variant(c, compat) in wanted]
+    if not builds:
+        scope = f"profile {prof.name!r} selects" if prof else "the matrix leaves"
+        path = ("profiles", prof.name) if prof else ("axes",)
+        raise matrix.error(
+            path,
+            f"nothing to build: {scope} no buildable combination ({len(dropped)} dropped)",
+            hint="run `python -m builder plan --explain` to see what was dropped and why",
+        )
+    return Plan(matrix, builds, images, dropped, cells, prof, src)
+
+
+# ---------------------------------------------------------------------------
+
+
+def source_hash(matrix: Matrix) -> str:
+    """One hash of every source file the wheel is built from (computed once per plan)."""
+    root = matrix.root
+    h = hashlib.sha256()
+    for rel in sorted(set(matrix.package.sources)):
+        top = root / rel
+        if top.is_file():
+            files = [top]
+        elif top.is_dir():
+            files = []
+            for dirpath, dirnames, filenames in os.walk(top):
+                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+                files += [Path(dirpath) / f for f in sorted(filenames) if not f.endswith(_SKIP_SUFFIXES)]
+        else:
+            h.update(f"missing:{rel}\0".encode())
+            continue
+        for f in files:
+            try:
+                data = f.read_bytes()
+            except OSError:
+                continue
+            h.update(f.relative_to(root).as_posix().encode() + b"\0")
+            h.update(hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]
+
+
+def _variant(cell: Cell, acc: Accelerator) -> Variant:
+    backend = acc.kind
+    return Variant(
+        torch=cell.torch,
+        backend=backend,
+        backend_version=acc.toolkit,
+        cxx11abi=cell.cxx11abi,
+        python="cp" + cell.python.replace(".", ""),
+        platform=cell.platform,
+    )
+
+
+def _cell_variant(cell: Cell, compat: Compat) -> str:
+    return _variant(cell, parse_accelerator(cell.accelerator)).key
+
+
+def _group(cells: list[Cell]) -> list[tuple[Cell, tuple[Cell, ...]]]:
+    """Builds and the cells each serves. One build per cell until stable-ABI builds exist."""
+    return [(c, (c,)) for c in cells]
+
+
+@dataclass(frozen=True)
+class _Toolchain:
+    kind: str
+    base: str
+    toolkit: str | None
+    toolkit_source: str
+    platform: str
+    extra: tuple  # sorted (key, value) pairs for the template
+
+
+def _toolchain(matrix: Matrix, compat: Compat, acc: Accelerator, platform: str, torch: str) -> tuple[_Toolchain, str]:
+    """The toolchain an accelerator builds in on PLATFORM, and the build's manylinux target."""
+    source = "none" if acc.kind == "cpu" else toolkit_source_for(matrix, compat, acc)
+    setting = matrix.images[image_setting_key(acc.kind, source)]
+    suite = compat.debian_suite(acc) if source == "debian" else None
+    full = compat.toolkit_full(acc)
+    base = setting.base.format(
+        arch=platform.removeprefix("linux_"),
+        toolkit=acc.toolkit or "",
+        toolkit_full=full or "",
+        debian_suite=suite or "",
+    )
+    glibc = setting.glibc or compat.debian_glibc.get(suite or "", "2.28")
+    extra = {"glibc": glibc}
+    if full:
+        extra["toolkit_full"] = full
+    if suite:
+        extra["debian_suite"] = suite
+    if compat.hip_bf16_patch(acc):
+        extra["hip_bf16_patch"] = True
+    tc = _Toolchain(acc.kind, base, acc.toolkit, source, platform, tuple(sorted(extra.items())))
+    return tc, compat.manylinux(torch, platform, glibc)
+
+
+def _image_id(tc: _Toolchain) -> str:
+    # Pythons are left out on purpose: a profile that needs fewer Pythons gets the same
+    # image id, so build ids and inputs hashes do not depend on the profile.
+    digest = stable_hash([tc.kind, tc.base, tc.toolkit, tc.toolkit_source, tc.platform, list(tc.extra)], 8)
+    return f"{tc.kind}{tc.toolkit or ''}-{tc.platform.removeprefix('linux_')}-{digest}"
+
+
+def _archs(matrix: Matrix, compat: Compat, acc: Accelerator, prof: Profile | None) -> tuple[str, ...]:
+    default = compat.default_archs(acc)
+    if prof is None or not prof.archs or acc.kind == "cpu":
+        return default
+    prefix = "sm_" if acc.kind == "cuda" else "gfx"
+    wanted = tuple(a for a in prof.archs if a.startswith(prefix))
+    if not wanted:
+        return default
+    for i, arch in enumerate(prof.archs):
+        if arch.startswith(prefix) and not compat.can_compile(acc, arch):
+            raise matrix.error(
+                ("profiles", prof.name, "archs", i),
+                f"{arch} is not an architecture {acc.name} compiles for (defaults: {', '.join(default)})",
+            )
+    return wanted
+
+
+def _specs(
+    matrix: Matrix, compat: Compat, cells: list[Cell], prof: Profile | None, src: str
+) -> tuple[list[BuildSpec], dict[str, ImageSpec]]:
+    accs = {name: parse_accelerator(name) for name in {c.accelerator for c in cells}}
+    toolchains: dict[tuple, tuple[_Toolchain, str]] = {}
+    archs = {name: _archs(matrix, compat, acc, prof) for name, acc in accs.items()}
+    builds = []
+    tc_of: dict[str, _Toolchain] = {}
+    for cell, serves in _group(cells):
+        acc = accs[cell.accelerator]
+        key = (cell.accelerator, cell.platform, cell.torch)
+        if key not in toolchains:
+            toolchains[key] = _toolchain(matrix, compat, acc, cell.platform, cell.torch)
+        tc, manylinux = toolchains[key]
+        image_id = _image_id(tc)
+        tc_of[image_id] = tc
+        variant = _variant(cell, acc)
+        install = compat.torch_install(cell.torch, acc, cell.platform, prefer_pypi=matrix.prefer_pypi)
+        row = compat.torch[cell.torch]
+        index_url = matrix.torch_index_url.format(variant=install.index_variant) if install.index_variant else ""
+        fields = {
+            "id": f"{variant.key}-{variant.python}-{cell.platform}",
+            "torch": cell.torch,
+            "torch_version": row.latest,
+            "python": cell.python,
+            "accelerator": variant.accelerator,
+            "toolkit": acc.toolkit,
+            "cxx11abi": cell.cxx11abi,
+            "platform": cell.platform,
+            "variant": variant.key,
+            "label": variant.label,
+            "archs": archs[cell.accelerator],
+            "image": image_id,
+            "torch_index_url": index_url,
+            "cxx_std": row.cxx_std,
+            "manylinux": manylinux,
+            "abi_native": cell.cxx11abi in row.cxx11abi,
+        }
+        hashed = {k: v for k, v in fields.items() if k != "id"}
+        hashed.update(
+            archs=list(fields["archs"]),
+            package=matrix.package.name,
+            package_version=matrix.package.version,
+            sources=src,
+            serves=[_variant(c, acc).key for c in serves],
+        )
+        builds.append(BuildSpec(**fields, inputs_hash=stable_hash(hashed, 16)))
+    ids = [b.id for b in builds]
+    if len(set(ids)) != len(ids):  # pragma: no cover - guarded by the accelerator label check
+        raise MatrixError(f"{matrix.path}: two builds share an id; check axes.accelerator")
+    images = {
+        iid: ImageSpec(
+            id=iid,
+            kind=tc.kind,
+            base=tc.base,
+            platform=tc.platform,
+            toolkit=tc.toolkit,
+            toolkit_source=tc.toolkit_source,
+            pythons=(),
+            template=f"docker/{tc.kind}.Dockerfile.j2",
+            extra=dict(tc.extra),
+        )
+        for iid, tc in tc_of.items()
+    }
+    return builds, _images_for(builds, images)
+
+
+def _images_for(builds: list[BuildSpec], images: dict[str, ImageSpec]) -> dict[str, ImageSpec]:
+    """IMAGES with each one's Pythons set to exactly what BUILDS need of it."""
+    pythons: dict[str, set] = {}
+    for b in builds:
+        pythons.setdefault(b.image, set()).add(b.python)
+    out = {}
+    for iid in sorted(pythons):
+        im = images[iid]
+        out[iid] = ImageSpec(
+            id=im.id,
+            kind=im.kind,
+            base=im.base,
+            platform=im.platform,
+            toolkit=im.toolkit,
+            toolkit_source=im.toolkit_source,
+            pythons=tuple(sorted(pythons[iid], key=vtuple)),
+            template=im.template,
+            extra=dict(im.extra),
+        )
+    return out
+
+
+def _select(matrix: Matrix, builds: list[BuildSpec], only: list[str]) -> list[BuildSpec]:
+    by_id = {b.id: b for b in builds}
+    for want in only:
+        if want not in by_id:
+            close = difflib.get_close_matches(want, list(by_id), n=5, cutoff=0.6)
+            near = f"; near matches: {', '.join(close)}" if close else ""
+            raise MatrixError(
+                f"{matrix.path}: --only {json.dumps(want)}: no such build in this plan{near}",
+                hint="list the ids with `python -m builder plan --format json` (same --profile)",
+            )
+    wanted = set(only)
+    return [b for b in builds if b.id in wanted]
+
+
+# ---------------------------------------------------------------------------
+# The command.
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="show what the farm would build (from matrix.toml)",
+        description="Expand matrix.toml into builds and toolchain images.",
+    )
+    p.add_argument(
+        "--matrix", type=Path, default=None, help=f"matrix file (default: {DEFAULT_MATRIX.name} in the repo)"
+    )
+    p.add_argument("--profile", default=None, help="a [profiles.NAME] subset, e.g. ci")
+    p.add_argument("--only", nargs="+", action="extend", default=None, metavar="ID", help="just these build ids")
+    p.add_argument("--format", choices=("table", "json", "github"), default="table")
+    p.add_argument("--explain", action="store_true", help="also list every dropped combination and why")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    plan = load_plan(args.matrix, args.profile, args.only)
+    if args.format == "json":
+        json.dump([b.to_json() for b in plan.builds], sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.format == "github":
+        json.dump({"include": [github_job(b) for b in plan.builds]}, sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+        if len(plan.builds) > GITHUB_MATRIX_LIMIT:
+            print(
+                f"warning: {len(plan.builds)} jobs exceed GitHub's {GITHUB_MATRIX_LIMIT}-job matrix limit; "
+                "split the run with --profile or --only",
+                file=sys.stderr,
+            )
+    else:
+        _table(plan)
+    if args.explain:
+        # Machine-readable formats keep stdout pure JSON.
+        _explain(plan, sys.stdout if args.format == "table" else sys.stderr)
+    return 0
+
+
+def github_job(b: BuildSpec) -> dict:
+    return {
+        "id": b.id,
+        "variant": b.variant,
+        "torch": b.torch,
+        "torch_version": b.torch_version,
+        "python": b.python,
+        "accelerator": b.accelerator,
+        "toolkit": b.toolkit or "",
+        "platform": b.platform,
+        "image": b.image,
+        "runs_on": RUNNERS[b.platform],
+    }
+
+
+def summary(plan: Plan) -> str:
+    scope = f" (profile {plan.profile.name})" if plan.profile else ""
+    return f"{len(plan.builds)} builds, {len(plan.images)} images, dropped {len(plan.dropped)}{scope}"
+
+
+def _archs_short(archs: tuple[str, ...]) -> str:
+    if len(archs) <= 3:
+        return ",".join(archs) or "-"
+    return f"{archs[0]}..{archs[-1]} ({len(archs)})"
+
+
+def _table(plan: Plan) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    width = None if sys.stdout.isatty() else 200
+    console = Console(width=width, soft_wrap=False, highlight=False)
+    table = Table(title=f"build plan: {plan.matrix.path.name}", show_lines=False, pad_edge=False)
+    for col in ("id", "torch", "toolkit", "archs", "torch from", "manylinux", "image"):
+        table.add_column(col, no_wrap=True)
+    for b in plan.builds:
+        source = b.torch_index_url.rstrip("/").rsplit("/", 1)[-1] if b.torch_index_url else "PyPI"
+        table.add_row(b.id, b.torch_version, b.toolkit or "-", _archs_short(b.archs), source, b.manylinux, b.image)
+    console.print(table)
+    console.print(summary(plan))
+
+
+def _explain(plan: Plan, out) -> None:
+    print(f"dropped {len(plan.dropped)} combination(s):", file=out)
+    for cell, reason in plan.dropped:
+        print(f"  {cell.describe()}: {reason}", file=out)

@@ -1,0 +1,196 @@
+"""Dockerfiles from docker/*.Dockerfile.j2, one per toolchain image.
+
+All decisions (packages, paths, which toolkit recipe) are made here in Python;
+the templates only lay them out. ``python -m builder render --out build/docker``
+writes them so people can read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from builder.base_image import LOCAL_PREFIX, local_name
+from builder.errors import UsageError
+from builder.spec import ImageSpec, stable_hash
+
+DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
+PACKAGES = DOCKER_DIR / "packages.toml"
+
+
+@dataclass(frozen=True)
+class PythonInstall:
+    version: str  # "3.11"
+    tag: str  # "cp311"
+    prefix: str  # where the interpreter lives, host and image alike
+
+
+@dataclass(frozen=True)
+class Rendered:
+    image: ImageSpec
+    dockerfile: str
+    base: str  # what FROM names
+    pythons: tuple[PythonInstall, ...]
+    tag: str  # mamba-farm/<kind>:<content hash>
+
+
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(DOCKER_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def _packages() -> dict:
+    with open(PACKAGES, "rb") as f:
+        return tomllib.load(f)
+
+
+def template_name(image: ImageSpec) -> str:
+    name = Path(image.template).name
+    if name.endswith(".j2"):
+        return name
+    return f"{name}.Dockerfile.j2"
+
+
+def fallback_suite(image: ImageSpec) -> str:
+    """The Debian release the farm's own base uses for IMAGE (trixie has hipcc and CUDA 12.4)."""
+    if image.kind == "rocm" or (image.kind == "cuda" and (image.toolkit or "").startswith("12")):
+        return "trixie"
+    if "trixie" in image.base:
+        return "trixie"
+    return "bookworm"
+
+
+def is_local_base(base: str) -> bool:
+    return base.startswith(LOCAL_PREFIX + ":")
+
+
+def effective_toolkit_source(image: ImageSpec, base: str) -> str:
+    """A vendor image's toolkit is gone when the farm substitutes its own base: provision one."""
+    source = image.toolkit_source
+    if source == "base" and is_local_base(base) and image.kind == "cuda":
+        return "pypi" if int((image.toolkit or "13").split(".")[0]) >= 13 else "debian"
+    if source == "base" and is_local_base(base) and image.kind == "rocm":
+        return "debian"
+    return source
+
+
+def python_installs(versions: tuple[str, ...], host: dict[str, Path]) -> tuple[PythonInstall, ...]:
+    out = []
+    for v in versions:
+        tag = "cp" + v.replace(".", "")
+        prefix = host.get(v)
+        # A Python the host lacks still renders (to a conventional prefix); building it fails clearly.
+        out.append(PythonInstall(v, tag, str(prefix) if prefix else f"/opt/cpython/{v}"))
+    return tuple(out)
+
+
+def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> dict:
+    if not pythons:
+        raise UsageError(f"image {image.id} lists no Python", hint="every image needs at least one Python")
+    data = _packages()
+    suite = "trixie" if "trixie" in base else fallback_suite(image) if is_local_base(base) else "bookworm"
+    suite_pk = data["suite"][suite]
+    source = effective_toolkit_source(image, base)
+    tool_python = f"{pythons[0].prefix}/bin/python3"
+    ctx: dict = {
+        "base": base,
+        "image_id": image.id,
+        "kind": image.kind,
+        "toolkit": image.toolkit or "none",
+        "apt_packages": sorted(set(suite_pk["common"] + suite_pk.get(image.kind, []))),
+        "apt_sources": "",
+        "pythons": [{"tag": p.tag, "prefix": p.prefix} for p in pythons],
+        "helper_python": f"/opt/python/{pythons[0].tag}-{pythons[0].tag}",
+        "python_packages": data["python"]["packages"],
+        "tool_packages": data["python"]["tools"],
+        "tool_python": tool_python,
+    }
+    ctx["python_packages"] = [f'"{p}"' for p in ctx["python_packages"]]
+    ctx["tool_packages"] = [f'"{p}"' for p in ctx["tool_packages"]]
+    if image.kind == "cuda":
+        major = (image.toolkit or "13").split(".")[0]
+        ctx["cuda_major"] = major
+        ctx["toolkit_include"] = f"_cuda_{source}.Dockerfile.j2"
+        if source == "pypi":
+            pins = data["cuda"]["pypi"].get(image.toolkit or "")
+            if pins is None:
+                raise UsageError(
+                    f"image {image.id}: no PyPI recipe for CUDA {image.toolkit}",
+                    hint=f"add [cuda.pypi.\"{image.toolkit}\"] to {PACKAGES}, or use a base with the toolkit",
+                )
+            ctx["cuda_packages"] = [f'"{p}"' for p in pins["packages"]]
+            ctx["cuda_home"] = f"/opt/cuda-pypi/nvidia/cu{major}"
+        elif source == "debian":
+            ctx["apt_sources"] = "main contrib non-free non-free-firmware"
+            ctx["cuda_home"] = "/usr"
+        else:
+            ctx["cuda_home"] = image.extra.get("cuda_home", "/usr/local/cuda")
+    if image.kind == "rocm":
+        ctx["rocm_home"] = "/usr" if source in ("debian", "none") else image.extra.get("rocm_home", "/opt/rocm")
+    return ctx
+
+
+def render(image: ImageSpec, *, base: str | None = None, host_pythons: dict[str, Path] | None = None) -> Rendered:
+    from builder.hostenv import pyenv_pythons
+
+    base = base or image.base
+    pythons = python_installs(image.pythons, pyenv_pythons() if host_pythons is None else host_pythons)
+    ctx = context(image, base, pythons)
+    try:
+        text = environment().get_template(template_name(image)).render(**ctx)
+    except jinja2.TemplateNotFound as err:
+        raise UsageError(
+            f"image {image.id}: template {err.name} not found in {DOCKER_DIR}",
+            hint="ImageSpec.template must be one of cpu, cuda, rocm",
+        ) from None
+    tag = f"mamba-farm/{image.kind}:{stable_hash({'dockerfile': text, 'pythons': [p.prefix for p in pythons]}, 16)}"
+    return Rendered(image, text, base, pythons, tag)
+
+
+def write_all(images: dict[str, ImageSpec], out: Path, *, local_base: bool) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for image_id, image in sorted(images.items()):
+        base = local_name(fallback_suite(image)) if local_base else None
+        r = render(image, base=base)
+        path = out / f"{image_id}.Dockerfile"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(r.dockerfile)
+        os.replace(tmp, path)
+        written.append(path)
+    return written
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("render", help="write the Dockerfile of every toolchain image")
+    p.add_argument("--out", type=Path, default=Path("build/docker"))
+    p.add_argument("--matrix", type=Path, default=None)
+    p.add_argument("--profile", default=None)
+    p.add_argument("--only", nargs="*", default=None)
+    p.add_argument(
+        "--configured-base",
+        action="store_true",
+        help="FROM the base named in matrix.toml instead of the farm's own Debian base",
+    )
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from builder.plan import load_plan
+
+    plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only)
+    for path in write_all(plan.images, args.out, local_base=not args.configured_base):
+        print(path, file=sys.stdout)
+    return 0

@@ -1,0 +1,198 @@
+"""``python -m builder resolve``: which wheel of an index fits an environment, and the command that installs it.
+
+    python -m builder resolve --torch 2.6 --cuda 12.4 --abi FALSE --python 3.11 --index https://host/index/
+
+With no exact fit it lists the nearest variants and why each does not fit.
+The core (:func:`resolve`) is pure: a manifest and a Variant in, a Resolution out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from builder.errors import FarmError, UsageError
+from builder.index import install_command, python_serves
+from mamba_ssm import _variant
+
+DEFAULT_INDEX = "dist/index"
+
+
+class NoMatchingWheel(FarmError):
+    """The index has no wheel for this environment (the nearest ones are listed)."""
+
+    exit_code = 6
+
+
+@dataclass
+class Resolution:
+    variant: _variant.Variant
+    key: str | None = None  # the variant page that serves it (the exact one, or a stable one)
+    filename: str | None = None
+    entry: dict | None = None
+    near: list[tuple[str, list[str]]] = field(default_factory=list)  # (variant key, reasons it does not fit)
+
+
+def _best(manifest: dict, key: str, python: str) -> str | None:
+    files = manifest["files"]
+    fits = [fn for fn in manifest["variants"].get(key, []) if python_serves(files[fn], python)]
+    if not fits:
+        return None
+    # the newest release; within one, the exact build before the stable-ABI one
+    return max(fits, key=lambda f: (Version(files[f]["version"]).public, not files[f]["stable"]))
+
+
+def resolve(manifest: dict, variant: _variant.Variant) -> Resolution:
+    res = Resolution(variant)
+    files = manifest["files"]
+    for key in (variant.key, variant.as_stable().key):
+        fn = _best(manifest, key, variant.python)
+        if fn and (key == variant.key or _stable_admits(files[fn], variant.torch)):
+            res.key, res.filename, res.entry = key, fn, files[fn]
+            return res
+    res.near = _nearest(manifest, variant)
+    return res
+
+
+def _stable_admits(entry: dict, torch: str) -> bool:
+    if entry.get("serves_declared") is not None:
+        return any(_variant.parse_key(k)["torch"] == torch for k in entry["serves_declared"])
+    spec = Requirement(f"torch{entry['requires_torch']}").specifier
+    return spec.contains(Version(torch + ".0"), prereleases=True)
+
+
+def _nearest(manifest: dict, want: _variant.Variant, limit: int = 4) -> list[tuple[str, list[str]]]:
+    scored = []
+    for key, fns in manifest["variants"].items():
+        parts = _variant.parse_key(key)
+        reasons, score = [], 0
+        if parts["accelerator"] != want.accelerator:
+            reasons.append(f"built for {parts['accelerator']}; your torch is a {want.accelerator} build")
+            score += 100 if parts["accelerator"][:2] != want.accelerator[:2] else 40
+        if parts["torch"] == "stable":
+            floors = {manifest["files"][fn]["requires_torch"] for fn in fns}
+            if not any(_stable_admits(manifest["files"][fn], want.torch) for fn in fns):
+                reasons.append(f"stable-ABI wheel needs torch{' or '.join(sorted(floors))}; yours is {want.torch}")
+                score += 30
+        elif parts["torch"] != want.torch:
+            reasons.append(f"built for torch {parts['torch']}; yours is {want.torch} (each wheel fits one torch minor)")
+            a, b = (tuple(int(x) for x in t.split(".")) for t in (parts["torch"], want.torch))
+            score += 10 + 5 * abs((a[0] * 100 + a[1]) - (b[0] * 100 + b[1]))
+        if parts["cxx11abi"] is not None and parts["cxx11abi"] != want.cxx11abi:
+            reasons.append(
+                f"cxx11abi{'TRUE' if parts['cxx11abi'] else 'FALSE'}; your torch uses "
+                f"cxx11abi{'TRUE' if want.cxx11abi else 'FALSE'}"
+            )
+            score += 50
+        if not any(python_serves(manifest["files"][fn], want.python) for fn in fns):
+            have = sorted({manifest["files"][fn]["python"] + ("+" if manifest["files"][fn]["abi"] == "abi3" else "") for fn in fns})
+            reasons.append(f"no wheel for {want.python} (has {', '.join(have)})")
+            score += 20
+        if reasons:
+            scored.append((score, key, reasons))
+    scored.sort()
+    return [(key, reasons) for _s, key, reasons in scored[:limit]]
+
+
+# --------------------------------------------------------------------------- I/O
+
+
+def load(index: str) -> tuple[dict, str]:
+    """The manifest of an index (a folder or an http(s)/file URL) and the base URL for commands."""
+    if "://" in index:
+        url = index.rstrip("/") + "/manifest.json"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as r:  # noqa: S310 - the user's own index URL
+                doc = json.load(r)
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise UsageError(f"--index {index}: cannot read {url} ({err})", hint="give the index root URL") from None
+        return doc, doc.get("base_url") or index.rstrip("/")
+    path = Path(index)
+    mf = path / "manifest.json"
+    if not mf.is_file():
+        raise UsageError(
+            f"--index {index}: no manifest.json there", hint="point --index at the OUT of `python -m builder index`"
+        )
+    try:
+        doc = json.loads(mf.read_text())
+    except ValueError as err:
+        raise UsageError(f"{mf}: not valid JSON ({err})") from None
+    return doc, doc.get("base_url") or path.absolute().as_uri()
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "resolve",
+        help="print the variant, wheel and pip command for an environment",
+        description="Which wheel of an index fits torch/CUDA/ROCm/ABI/Python, and how to install exactly it.",
+    )
+    p.add_argument("--torch", required=True, help="torch version: 2.6 or 2.6.0+cu124")
+    acc = p.add_mutually_exclusive_group()
+    acc.add_argument("--cuda", help="torch's CUDA version (torch.version.cuda), e.g. 12.4")
+    acc.add_argument("--rocm", help="torch's ROCm/HIP version (torch.version.hip), e.g. 6.2")
+    p.add_argument("--abi", type=str.upper, choices=["TRUE", "FALSE"], help="torch._C._GLIBCXX_USE_CXX11_ABI (default: torch's rule for that release)")
+    p.add_argument("--python", default=f"{sys.version_info[0]}.{sys.version_info[1]}", help="e.g. 3.11 (default: this Python)")
+    p.add_argument("--index", default=DEFAULT_INDEX, help=f"index folder or URL (default: {DEFAULT_INDEX})")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=_run)
+
+
+def _parse_python(value: str) -> str:
+    m = re.fullmatch(r"(?:cp)?(\d)\.?(\d+)", value.strip())
+    if not m:
+        raise UsageError(f"--python {value!r}: expected major.minor, e.g. 3.11")
+    return f"cp{m.group(1)}{int(m.group(2))}"
+
+
+def _run(args) -> int:
+    try:
+        variant = _variant.from_values(
+            args.torch,
+            cuda=args.cuda,
+            hip=args.rocm,
+            cxx11abi=None if args.abi is None else args.abi == "TRUE",
+            python=_parse_python(args.python),
+        )
+    except _variant.VariantError as err:
+        raise UsageError(f"{err}", hint="e.g. --torch 2.6 --cuda 12.4 --abi FALSE --python 3.11") from None
+    manifest, base = load(args.index)
+    res = resolve(manifest, variant)
+    command = install_command(res.entry, res.key, base) if res.entry else None
+    if args.format == "json":
+        print(
+            json.dumps(
+                {
+                    "variant": variant.key,
+                    "python": variant.python,
+                    "page": res.key,
+                    "wheel": res.filename,
+                    "sha256": res.entry["sha256"] if res.entry else None,
+                    "command": command,
+                    "nearest": [{"variant": k, "why_not": r} for k, r in res.near],
+                },
+                indent=1,
+            )
+        )
+        return 0 if res.entry else NoMatchingWheel.exit_code
+    if res.entry is None:
+        lines = [f"no wheel in {args.index} fits {variant.key} on {variant.python}; nearest:"]
+        lines += [f"  {k}: {'; '.join(r)}" for k, r in res.near] or ["  (the index is empty)"]
+        raise NoMatchingWheel(
+            "\n".join(lines),
+            hint="build from source for your torch: pip install mamba-ssm --no-build-isolation",
+        )
+    print(f"variant: {variant.key} ({variant.python})")
+    if res.key != variant.key:
+        print(f"served by: {res.key} (one stable-ABI wheel for many torch releases)")
+    print(f"wheel:   {res.filename}")
+    print(f"sha256:  {res.entry['sha256']}")
+    print(f"install: {command}")
+    return 0

@@ -1,0 +1,105 @@
+"""Compile the kernel translation units into objects, outside torch's build.
+
+The kernel TUs (csrc/selective_scan_cpu.cpp, csrc/cuda/*.cu) include no torch
+header and get no torch-, Python- or ABI-dependent flag, so one object serves
+every torch/Python/ABI variant of a toolkit. Each object is named by a key that
+hashes its command line (paths relative to the source tree), the compiler's
+identity and the bytes of the sources it can include: equal key, equal object.
+(The farm can share objects across builds by that key; setup.py only reuses
+them inside its own build folder.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+CPU_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fopenmp-simd", "-fvisibility=hidden")
+
+
+@dataclass(frozen=True)
+class KernelJob:
+    source: Path  # absolute
+    argv: tuple[str, ...]  # the command, with "{obj}" where the output goes
+    key: str
+
+    def command(self, obj: Path) -> list[str]:
+        return [str(obj) if a == "{obj}" else a for a in self.argv]
+
+
+def _digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _compiler_id(argv0: str) -> str:
+    try:
+        return subprocess.run([argv0, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+    except OSError:
+        return argv0
+
+
+def _make_job(csrc: Path, source: Path, argv: list[str], deps: list[Path]) -> KernelJob:
+    rel = [os.path.relpath(a, csrc) if os.path.isabs(a) and Path(a).is_relative_to(csrc) else a for a in argv]
+    material = {"argv": rel, "compiler": _compiler_id(argv[0]), "sources": _digest(deps)}
+    key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:20]
+    return KernelJob(source=source, argv=tuple(argv), key=key)
+
+
+def cpu_job(csrc: Path, cxx: list[str]) -> KernelJob:
+    src = csrc / "selective_scan_cpu.cpp"
+    argv = [*cxx, *CPU_FLAGS, "-I", str(csrc), "-c", str(src), "-o", "{obj}"]
+    deps = [src, csrc / "selective_scan.h", *csrc.glob("*.inc")]
+    return _make_job(csrc, src, argv, deps)
+
+
+def cuda_jobs(csrc: Path, nvcc: Path, nvcc_flags: list[str], gencode: list[str], threads: int, ccbin: str | None) -> list[KernelJob]:
+    deps_common = [csrc / "selective_scan.h", *(csrc / "cuda").glob("*.cuh"), *(csrc / "cuda").glob("*.h")]
+    jobs = []
+    for src in sorted((csrc / "cuda").glob("*.cu")):
+        argv = [str(nvcc), *nvcc_flags, "--threads", str(threads), *gencode,
+                "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden"]
+        if ccbin:
+            argv += ["-ccbin", ccbin]
+        argv += ["-I", str(csrc), "-c", str(src), "-o", "{obj}"]
+        jobs.append(_make_job(csrc, src, argv, [src, *deps_common]))
+    return jobs
+
+
+def obj_path(job: KernelJob, out_dir: Path) -> Path:
+    return out_dir / f"{job.source.stem}-{job.key}.o"
+
+
+def build(jobs: list[KernelJob], out_dir: Path, max_jobs: int, log=print) -> list[Path]:
+    """Compile what is not already there (by key), at most max_jobs at a time; objects in job order."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def one(job: KernelJob) -> Path:
+        obj = obj_path(job, out_dir)
+        if obj.is_file():
+            log(f"mamba-ssm: reusing {obj.name}")
+            return obj
+        tmp = obj.with_suffix(f".tmp{os.getpid()}.o")
+        cmd = job.command(tmp)
+        log("mamba-ssm: " + " ".join(cmd))
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise SystemExit(
+                f"mamba-ssm build error: compiling {job.source.name} failed (exit {proc.returncode}).\n"
+                f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+            )
+        if proc.stderr.strip():
+            log(proc.stderr.rstrip())
+        os.replace(tmp, obj)  # never leave a half-written object under its final name
+        return obj
+
+    with ThreadPoolExecutor(max_workers=max(1, max_jobs)) as pool:
+        return list(pool.map(one, jobs))

@@ -1,0 +1,371 @@
+"""Find, download and verify the prebuilt wheel for this environment.
+
+Runs inside ``setup.py`` (loaded by file path, before the package exists), so it
+uses the standard library only: no ``packaging``, no ``requests``, no torch import
+of its own (the caller passes the :class:`_variant.Variant`).
+
+The index is the one ``builder index`` writes: ``<root>/<variant key>/index.html``
+is a find-links page whose anchors carry ``#sha256=<hex>``; a stable-ABI wheel is
+listed in every variant page it serves, and its own key
+(``cu13-torchstable-abi3``) is asked for when the variant has no page.
+
+Every way this can fail ends in a :class:`Outcome` whose ``line`` says which, in
+one line; the caller then builds from source. Nothing here raises on bad network,
+bad pages or bad hashes.
+"""
+
+# No `from __future__ import annotations`: setup.py may load this file by path without registering
+# it in sys.modules, and dataclasses then cannot resolve string annotations.
+import hashlib
+import importlib.util
+import ipaddress
+import os
+import platform as _platform
+import re
+import shutil
+import sys
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+# The project's published index (the root holding the variant folders). The one
+# place it is set; MAMBA_WHEEL_INDEX overrides it.
+DEFAULT_INDEX_URL = "https://mamba-ssm.github.io/wheels"
+
+ENV_INDEX = "MAMBA_WHEEL_INDEX"
+ENV_FORCE_BUILD = "MAMBA_FORCE_BUILD"
+ENV_ALLOW_HTTP = "MAMBA_ALLOW_HTTP"
+TIMEOUT_S = 15.0
+PREFIX = "mamba-ssm:"
+
+_WHEEL_RE = re.compile(
+    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
+)
+_LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "TRUE", "YES", "ON"}
+
+
+def load_variant_module():
+    """``_variant`` from the file next to this one (setup.py has no package to import from)."""
+    if __package__:
+        from . import _variant  # noqa: PLC0415
+
+        return _variant
+    path = Path(__file__).with_name("_variant.py")
+    spec = importlib.util.spec_from_file_location("_mamba_ssm_variant", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- wheel names and tags
+
+
+@dataclass(frozen=True)
+class WheelName:
+    filename: str
+    name: str
+    public: str  # "2.3.0"
+    local: str | None  # "cputorch2.13cxx11abiTRUE"
+    pythons: tuple[str, ...]
+    abis: tuple[str, ...]
+    platforms: tuple[str, ...]
+
+
+def parse_wheel_name(filename: str) -> WheelName | None:
+    m = _WHEEL_RE.match(filename)
+    if not m:
+        return None
+    public, _, local = m.group("version").partition("+")
+    return WheelName(
+        filename=filename,
+        name=re.sub(r"[-_.]+", "_", m.group("name")).lower(),
+        public=public,
+        local=local or None,
+        pythons=tuple(m.group("py").split(".")),
+        abis=tuple(m.group("abi").split(".")),
+        platforms=tuple(m.group("plat").split(".")),
+    )
+
+
+def glibc_version() -> tuple[int, int] | None:
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""  # "glibc 2.36"
+    except (AttributeError, ValueError, OSError):
+        return None
+    m = re.search(r"(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def platform_ok(tag: str, machine: str | None = None, glibc: tuple[int, int] | None = None) -> bool:
+    """Whether a wheel platform tag runs here (``linux_x86_64``, ``manylinux_2_28_x86_64``, legacy aliases)."""
+    machine = machine or _platform.machine()
+    glibc = glibc if glibc is not None else glibc_version()
+    if tag == f"linux_{machine}":
+        return True
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(.+)", tag)
+    if m:
+        need, arch = (int(m.group(1)), int(m.group(2))), m.group(3)
+    else:
+        legacy, _, arch = tag.partition("_")
+        if legacy not in _LEGACY_MANYLINUX:
+            return False
+        need = _LEGACY_MANYLINUX[legacy]
+    return arch == machine and glibc is not None and glibc >= need
+
+
+def python_ok(wheel: WheelName, py: str) -> tuple[bool, bool]:
+    """(runs here, through the stable ABI). ``py`` is ``cp311``; ``cp310-abi3`` serves every CPython 3 >= 3.10."""
+    for tag in wheel.pythons:
+        if not (tag.startswith("cp") and tag[2:].isdigit()):
+            continue
+        if tag == py and py in wheel.abis:
+            return True, False
+        if "abi3" in wheel.abis and tag[2] == py[2] and int(tag[3:]) <= int(py[3:]):
+            return True, True
+    return False, False
+
+
+# ---------------------------------------------------------------- index pages
+
+
+@dataclass(frozen=True)
+class Link:
+    url: str  # absolute, without the fragment
+    filename: str
+    sha256: str | None
+
+
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
+def parse_links(html: str, page_url: str) -> list[Link]:
+    parser = _Anchors()
+    parser.feed(html)
+    links = []
+    for href in parser.hrefs:
+        url, _, fragment = urllib.parse.urljoin(page_url, href).partition("#")
+        filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+        m = re.search(r"(?:^|&)sha256=([0-9a-fA-F]{64})(?:&|$)", fragment)
+        links.append(Link(url=url, filename=filename, sha256=m.group(1).lower() if m else None))
+    return links
+
+
+# ---------------------------------------------------------------- URLs and transport
+
+
+class _Refused(Exception):
+    pass
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_url(url: str, env) -> None:
+    """Refuse anything but https, file, or http to a loopback host (unless MAMBA_ALLOW_HTTP=TRUE)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme in {"https", "file"}:
+        return
+    if parts.scheme == "http":
+        if _is_loopback(parts.hostname) or _truthy(env.get(ENV_ALLOW_HTTP)):
+            return
+        raise _Refused(
+            f"refusing plain-http {url} (use https, or set {ENV_ALLOW_HTTP}=TRUE to allow it)"
+        )
+    raise _Refused(f"unsupported URL scheme in {url!r} (expected https://, http://127.0.0.1 or a local path)")
+
+
+def normalize_root(root: str) -> str:
+    """A local directory becomes a ``file://`` URL; the root always ends in ``/``."""
+    if "://" not in root:
+        root = Path(root).expanduser().absolute().as_uri()  # not resolve(): keep the published symlink
+    return root.rstrip("/") + "/"
+
+
+def _open(url: str):
+    request = urllib.request.Request(url, headers={"User-Agent": "mamba-ssm-setup"})
+    return urllib.request.urlopen(request, timeout=TIMEOUT_S)  # noqa: S310 - scheme checked by check_url
+
+
+# ---------------------------------------------------------------- the lookup
+
+
+@dataclass
+class Outcome:
+    """What the lookup found. ``wheel`` is set only for a verified wheel."""
+
+    status: str  # "found" | "listed" | "skipped" | "refused" | "unreachable" | "no-match" | "hash-mismatch"
+    line: str
+    wheel: Path | None = None
+    link: Link | None = None
+    tried: list[str] = field(default_factory=list)
+
+
+def _pick(links: list[Link], variant, version: str, machine, glibc) -> Link | None:
+    # Local labels compare case-insensitively: packaging normalises "cxx11abiTRUE" to "cxx11abitrue".
+    want = {variant.label.lower(): 0, variant.as_stable().label.lower(): 1}
+    best = None
+    for link in links:
+        w = parse_wheel_name(link.filename)
+        if w is None or w.name != "mamba_ssm" or w.public != version or (w.local or "").lower() not in want:
+            continue
+        runs, stable_abi = python_ok(w, variant.python)
+        if not runs or not any(platform_ok(p, machine, glibc) for p in w.platforms):
+            continue
+        rank = (want[w.local.lower()], stable_abi)
+        if best is None or rank < best[0]:
+            best = (rank, link)
+    return best[1] if best else None
+
+
+def lookup(variant, version: str, *, index_url: str | None = None, env=None, machine=None, glibc=None) -> Outcome:
+    """Find the index entry for ``variant`` and ``version`` without downloading it.
+
+    Returns an Outcome with status "listed" and ``link`` set, or the reason there is none."""
+    env = os.environ if env is None else env
+    public = version.split("+", 1)[0]
+    root = normalize_root(index_url or env.get(ENV_INDEX) or DEFAULT_INDEX_URL)
+    what = f"mamba-ssm {public} for {variant.key} ({variant.python}, {_platform.machine() if machine is None else machine})"
+    try:
+        check_url(root, env)
+    except _Refused as e:
+        return Outcome("refused", f"{PREFIX} {e}; building from source")
+
+    keys = [variant.key] if variant.stable else [variant.key, variant.as_stable().key]
+    tried, links, errors, link = [], [], [], None
+    for key in keys:
+        page = urllib.parse.urljoin(root, f"{key}/index.html")
+        tried.append(page)
+        try:
+            with _open(page) as resp:
+                links += parse_links(resp.read().decode("utf-8", "replace"), page)
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                errors.append(f"{page}: HTTP {e.code}")
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            if isinstance(getattr(e, "reason", None), FileNotFoundError) or isinstance(e, FileNotFoundError):
+                continue  # a local index without this variant's folder: no match, not an outage
+            errors.append(f"{page}: {getattr(e, 'reason', e)}")
+        link = _pick(links, variant, public, machine, glibc)
+        if link:
+            break
+
+    if link is None:
+        if errors and not links:
+            return Outcome("unreachable", f"{PREFIX} cannot reach the wheel index ({errors[0]}); building from source", tried=tried)
+        return Outcome("no-match", f"{PREFIX} no prebuilt wheel for {what} at {root}; building from source", tried=tried)
+    if not link.sha256:
+        return Outcome("hash-mismatch", f"{PREFIX} index entry {link.filename} carries no #sha256= to verify; building from source", link=link, tried=tried)
+    try:
+        check_url(link.url, env)
+    except _Refused as e:
+        return Outcome("refused", f"{PREFIX} {e}; building from source", link=link, tried=tried)
+    return Outcome("listed", f"{PREFIX} {link.filename} is listed at {root}", link=link, tried=tried)
+
+
+def find_prebuilt(
+    variant,
+    version: str,
+    dest_dir: str | os.PathLike | None = None,
+    *,
+    index_url: str | None = None,
+    env=None,
+    machine: str | None = None,
+    glibc: tuple[int, int] | None = None,
+) -> Outcome:
+    """Look up, download and verify the wheel for ``variant`` (a ``_variant.Variant``) and ``version``."""
+    env = os.environ if env is None else env
+    if _truthy(env.get(ENV_FORCE_BUILD)):
+        return Outcome("skipped", f"{PREFIX} {ENV_FORCE_BUILD}=TRUE: not looking for a prebuilt wheel; building from source")
+    found = lookup(variant, version, index_url=index_url, env=env, machine=machine, glibc=glibc)
+    if found.status != "listed":
+        return found
+    link, tried = found.link, found.tried
+    root = normalize_root(index_url or env.get(ENV_INDEX) or DEFAULT_INDEX_URL)
+
+    dest = Path(dest_dir) if dest_dir else Path(tempfile.mkdtemp(prefix="mamba-ssm-prebuilt-"))
+    dest.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(prefix=".part-", dir=dest)
+    try:
+        with os.fdopen(fd, "wb") as out, _open(link.url) as resp:
+            while chunk := resp.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        got = digest.hexdigest()
+        if got != link.sha256:
+            return Outcome(
+                "hash-mismatch",
+                f"{PREFIX} sha256 mismatch for {link.filename} (index says {link.sha256[:16]}..., download is {got[:16]}...); "
+                "refusing it and building from source",
+                link=link,
+                tried=tried,
+            )
+        final = dest / link.filename
+        os.replace(tmp, final)
+        tmp = None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return Outcome("unreachable", f"{PREFIX} cannot download {link.url} ({getattr(e, 'reason', e)}); building from source", link=link, tried=tried)
+    finally:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+    return Outcome("found", f"{PREFIX} using prebuilt wheel {link.filename} (sha256 verified) from {root}", wheel=final, link=link, tried=tried)
+
+
+def for_setup(version: str, dest_dir=None, *, stream=None):
+    """The setup.py entry point: detect the variant, look up the wheel, print one line, return its path or None.
+
+    ``version`` is what setup.py is about to build (``2.3.0+<label>``). When its label is not the one this
+    torch needs (MAMBA_FORCE_CXX11_ABI, MAMBA_SKIP_CUDA_BUILD, MAMBA_LOCAL_VERSION asked for something
+    else), the user wants that build, not the published wheel.
+    """
+    stream = stream or sys.stderr
+    if _truthy(os.environ.get(ENV_FORCE_BUILD)):
+        return None  # setup.py already knows; nothing to say
+    try:
+        variant = load_variant_module().detect()
+    except Exception as e:  # noqa: BLE001 - torch missing or odd: say so and let the source build report it
+        print(f"{PREFIX} cannot tell which prebuilt wheel fits ({type(e).__name__}: {e}); building from source", file=stream)
+        return None
+    local = version.partition("+")[2]
+    if local and local.lower() not in (variant.label.lower(), variant.as_stable().label.lower()):
+        print(f"{PREFIX} this build asks for {local}, not the {variant.label} that torch needs: building it from source", file=stream)
+        return None
+    outcome = find_prebuilt(variant, version, dest_dir)
+    print(outcome.line, file=stream, flush=True)
+    return outcome.wheel
+
+
+def copy_into(wheel: Path, dist_dir: str | os.PathLike) -> Path:
+    """Place the verified wheel, byte for byte, where bdist_wheel would have written its own."""
+    dist = Path(dist_dir)
+    dist.mkdir(parents=True, exist_ok=True)
+    target = dist / wheel.name
+    if wheel.resolve() != target.resolve():
+        shutil.copyfile(wheel, target)
+    return target

@@ -1,0 +1,185 @@
+"""From facts to findings: each check gives a verdict and, for a problem, the exact fix."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import asdict, dataclass
+
+from .. import _prebuilt, _variant
+from .classify import Context, classify, install_line
+
+OK, INFO, WARN, PROBLEM = "ok", "info", "warn", "problem"
+
+
+@dataclass
+class Finding:
+    check: str
+    verdict: str  # ok | info | warn | problem
+    title: str
+    detail: str = ""
+    fix: str = ""
+    kind: str = ""  # classifier kind, for problems found in an error message
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _major(version: str | None) -> int | None:
+    m = re.match(r"\s*(\d+)", version or "")
+    return int(m.group(1)) if m else None
+
+
+def context_for(facts: dict, index_url: str | None, wheel_available: bool | None) -> Context:
+    torch, mm = facts["torch"], facts["mamba_ssm"]
+    variant = torch.get("variant") or {}
+    exts = mm.get("extensions") or []
+    return Context(
+        torch_version=torch.get("version"),
+        torch_cxx11abi=torch.get("cxx11abi"),
+        variant_key=variant.get("key"),
+        variant_label=variant.get("label"),
+        mamba_version=mm.get("public_version"),
+        index_url=index_url,
+        wheel_available=wheel_available,
+        gpus=torch.get("gpus") or [],
+        archs=exts[0].get("archs") if exts else None,
+        python=sys.executable,
+    )
+
+
+def wheel_lookup(facts: dict, index_url: str | None, offline: bool) -> tuple[bool | None, str]:
+    """Is a wheel indexed for this environment's variant? (None when not looked up / unreachable)."""
+    torch, mm = facts["torch"], facts["mamba_ssm"]
+    if offline or not torch.get("version") or not mm.get("public_version"):
+        return None, "not looked up"
+    try:
+        variant = _variant.from_values(
+            torch["version"], cuda=torch.get("cuda"), hip=torch.get("hip"), cxx11abi=torch.get("cxx11abi")
+        )
+    except _variant.VariantError as e:
+        return None, str(e)
+    outcome = _prebuilt.lookup(variant, mm["public_version"], index_url=index_url)
+    if outcome.status == "listed":
+        return True, outcome.link.filename
+    if outcome.status == "no-match":
+        return False, outcome.line
+    return None, outcome.line
+
+
+def _gpu_runs(cap: str, archs: dict) -> bool:
+    """SASS runs on the same major with minor >= its own; PTX JITs forward to any newer GPU."""
+    major, minor = (int(x) for x in cap.split("."))
+    for a in archs.get("sass", []):
+        m = re.fullmatch(r"sm_(\d+?)(\d)([af]?)", a)
+        if m and int(m.group(1)) == major and int(m.group(2)) <= minor and (not m.group(3) or int(m.group(2)) == minor):
+            return True
+    for a in archs.get("ptx", []):
+        m = re.fullmatch(r"compute_(\d+?)(\d)([af]?)", a)
+        if m and not m.group(3) and (int(m.group(1)), int(m.group(2))) <= (major, minor):
+            return True
+    return False
+
+
+def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = False) -> tuple[list[Finding], dict]:
+    findings: list[Finding] = []
+    torch, mm, tk, cxx = facts["torch"], facts["mamba_ssm"], facts["cuda_toolkit"], facts["compiler"]
+    available, lookup_note = wheel_lookup(facts, index_url, offline)
+    ctx = context_for(facts, index_url, available)
+    extra = {"wheel_available": available, "wheel_lookup": lookup_note}
+
+    # torch
+    if not torch.get("installed"):
+        findings.append(
+            Finding("torch", PROBLEM, "torch is not installed in this interpreter",
+                    "mamba-ssm is built for, and runs on top of, the torch you install first",
+                    f"{sys.executable} -m pip install torch  (then reinstall mamba-ssm)", "torch-missing")
+        )
+    elif torch.get("import_error"):
+        findings.append(Finding("torch", PROBLEM, "torch is installed but does not import", torch["import_error"],
+                                "repair torch first (reinstall it); then rerun the doctor", "torch-broken"))
+    else:
+        findings.append(Finding("torch", OK, f"torch {torch['version']} imports ({torch.get('variant', {}).get('key', '?')})"))
+
+    # the installed wheel's label against what this torch needs
+    want = (torch.get("variant") or {})
+    label = mm.get("label")
+    if label and want.get("label"):
+        if label in (want["label"], want.get("stable_label")):
+            findings.append(Finding("label", OK, f"installed wheel's variant {label} matches this torch"))
+        else:
+            findings.append(Finding(
+                "label", PROBLEM, f"installed mamba-ssm is for {label}, this torch needs {want['label']}",
+                "the wheel was built for a different torch / CUDA major / C++ ABI than the one installed",
+                install_line(ctx) if available is not False else classify_fix_source(ctx), "variant-mismatch"))
+    elif not label and mm.get("installed_version"):
+        findings.append(Finding("label", INFO, f"installed mamba-ssm {mm['installed_version']} carries no variant label",
+                                "a source build (or an upstream wheel); its extension is checked below"))
+
+    # the extension
+    exts = mm.get("extensions") or []
+    if not exts:
+        fix = install_line(ctx) if available else classify_fix_source(ctx)
+        findings.append(Finding("extension", PROBLEM, "no compiled mamba-ssm extension is installed",
+                                f"looked under {mm.get('location')}; the CPU/GPU kernels are missing", fix, "extension-missing"))
+    for ext in exts:
+        imp = ext.get("import", {})
+        if imp.get("ok"):
+            findings.append(Finding("extension", OK, f"{ext['module']} imports"))
+        else:
+            diags = classify(imp.get("traceback") or imp.get("error") or "", ctx)
+            if diags:
+                d = diags[0]
+                findings.append(Finding("extension", PROBLEM, f"{ext['module']} does not import: {d.title}",
+                                        f"{d.why}. Error: {imp.get('error')}", d.fix, d.kind))
+            else:
+                findings.append(Finding("extension", PROBLEM, f"{ext['module']} does not import",
+                                        imp.get("error") or "", install_line(ctx), "import-error"))
+        # GPU arch coverage
+        archs = ext.get("archs") or {}
+        for gpu in torch.get("gpus") or []:
+            if torch.get("hip"):
+                gfx = gpu.get("gfx")
+                if gfx and archs.get("hip") and gfx not in archs["hip"]:
+                    findings.append(Finding("gpu-arch", PROBLEM, f"GPU {gpu['index']} ({gpu['name']}, {gfx}) is not among the extension's targets {archs['hip']}",
+                                            "HIP code objects run only on the gfx target they were built for",
+                                            f"PYTORCH_ROCM_ARCH={gfx} {classify_fix_source(ctx)}", "no-kernel-image"))
+                continue
+            if archs.get("sass") or archs.get("ptx"):
+                if _gpu_runs(gpu["capability"], archs):
+                    findings.append(Finding("gpu-arch", OK, f"GPU {gpu['index']} ({gpu['name']}, sm_{gpu['capability'].replace('.', '')}) is covered"))
+                else:
+                    findings.append(Finding(
+                        "gpu-arch", PROBLEM,
+                        f"GPU {gpu['index']} ({gpu['name']}, compute capability {gpu['capability']}) has no kernel image in the extension",
+                        f"the extension carries SASS {archs.get('sass')} and PTX {archs.get('ptx')}: kernels would fail with "
+                        "'no kernel image is available for execution on the device'",
+                        f"TORCH_CUDA_ARCH_LIST='{gpu['capability']}' {classify_fix_source(ctx)}", "no-kernel-image"))
+
+    # source-build readiness: problems only when a source build is the way forward
+    need_build = any(f.verdict == PROBLEM and f.check in {"extension", "label"} for f in findings) and available is not True
+    sev = PROBLEM if need_build else WARN
+    tmaj = _major(torch.get("cuda"))
+    if torch.get("cuda"):
+        rel = tk.get("cuda_home_release") or tk.get("nvcc_release")
+        if not tk.get("nvcc_on_path") and not tk.get("cuda_home_release"):
+            findings.append(Finding("nvcc", sev, "no nvcc on PATH or in CUDA_HOME (only matters for a source build)",
+                                    f"torch is built with CUDA {torch['cuda']}", f"install a CUDA {tmaj}.x toolkit and set CUDA_HOME to it", "nvcc-missing"))
+        elif _major(rel) != tmaj:
+            findings.append(Finding("nvcc", sev, f"nvcc is CUDA {rel} but torch is built with CUDA {torch['cuda']} (only matters for a source build)",
+                                    f"nvcc on PATH: {tk.get('nvcc_on_path')} (toolkit {tk.get('nvcc_toolkit')}); CUDA_HOME: {tk.get('cuda_home')}",
+                                    f"CUDA_HOME=<a CUDA {tmaj}.x toolkit> for the build", "cuda-version-mismatch"))
+        else:
+            findings.append(Finding("nvcc", OK, f"nvcc {rel} matches torch's CUDA major {tmaj}"))
+    if cxx.get("cxx20") is False:
+        findings.append(Finding("compiler", sev, f"{cxx.get('cxx')} has no C++20, which torch >= 2.14 needs for a source build",
+                                cxx.get("version") or "", "use GCC >= 10: CC=gcc-12 CXX=g++-12 for the build", "cxx20-required"))
+    if torch.get("installed") and not torch.get("import_error"):
+        findings.append(Finding("build-isolation", INFO, "source builds need --no-build-isolation",
+                                "torch is not a build requirement: an isolated build cannot see this torch",
+                                f"{sys.executable} -m pip install --no-build-isolation mamba-ssm"))
+    return findings, extra
+
+
+def classify_fix_source(ctx: Context) -> str:
+    return f"MAMBA_FORCE_BUILD=TRUE {ctx.python} -m pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps mamba-ssm"

@@ -1,0 +1,202 @@
+"""Classify an install/import/build error message: what went wrong and the command that fixes it.
+
+One classifier serves both the live checks (the extension's import error) and ``--explain TEXT``
+(a message pasted from a machine the doctor cannot run on). ``Context`` carries what is known about
+the environment; with none, fixes are phrased for "the machine that printed this".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+from . import binary
+from .rules import RULES
+
+_UNDEFINED_RE = re.compile(r"undefined symbol:\s*(?P<symbol>[A-Za-z_][\w.@$]*)")
+
+
+@dataclass
+class Context:
+    """What the doctor knows about the environment the message came from (all optional)."""
+
+    torch_version: str | None = None
+    torch_cxx11abi: bool | None = None
+    variant_key: str | None = None  # what this torch needs: cu12-torch2.6-cxx11abiFALSE
+    variant_label: str | None = None
+    mamba_version: str | None = None  # public version, "2.3.0"
+    index_url: str | None = None
+    wheel_available: bool | None = None  # None: not looked up
+    gpus: list[dict] = field(default_factory=list)  # [{"name", "capability": "8.6"}]
+    archs: dict | None = None  # binary.Archs.as_dict() of the installed extension
+    python: str = "python"
+
+
+@dataclass
+class Diagnosis:
+    kind: str
+    title: str
+    why: str
+    fix: str
+    evidence: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------ fixes
+
+
+def install_line(ctx: Context) -> str:
+    """The exact reinstall line for this environment's variant (or its placeholder form)."""
+    from .. import _prebuilt  # noqa: PLC0415
+
+    base = _prebuilt.normalize_root(ctx.index_url or _prebuilt.DEFAULT_INDEX_URL).rstrip("/")
+    if ctx.variant_key and ctx.variant_label and ctx.mamba_version:
+        spec = f"mamba-ssm=={ctx.mamba_version}+{ctx.variant_label}"
+        key = ctx.variant_key
+    else:
+        spec, key = "mamba-ssm", "<variant>"
+    return f'{ctx.python} -m pip install --force-reinstall --no-deps "{spec}" --extra-index-url {base}/{key}/'
+
+
+def _source_build_line(ctx: Context, env: str = "") -> str:
+    return f"{env}MAMBA_FORCE_BUILD=TRUE {ctx.python} -m pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps mamba-ssm"
+
+
+def _variant_hint(ctx: Context) -> str:
+    if ctx.variant_key:
+        return ""
+    return " (run `python -m mamba_ssm.doctor` on that machine: it prints the line with <variant> filled in)"
+
+
+def _fix(kind: str, ctx: Context, groups: dict) -> str:
+    reinstall = install_line(ctx) + _variant_hint(ctx)
+    if ctx.wheel_available is False:
+        reinstall = f"no prebuilt wheel is indexed for {ctx.variant_key}; build one: " + _source_build_line(ctx)
+    if kind in {"reinstall-variant", "abi", "other-torch"}:
+        return reinstall
+    if kind == "older-glibc":
+        return f"build against this system's glibc: {_source_build_line(ctx)} (or run in a newer distro/container)"
+    if kind == "newer-libstdcxx":
+        return (
+            "put a newer libstdc++ first: in conda `conda install -c conda-forge 'libstdcxx-ng>=12'`; "
+            "elsewhere `export LD_LIBRARY_PATH=$(dirname $(g++ -print-file-name=libstdc++.so.6)):$LD_LIBRARY_PATH`; "
+            f"or build here: {_source_build_line(ctx)}"
+        )
+    if kind == "gpu-arch":
+        cc = ",".join(sorted({g["capability"] for g in ctx.gpus if g.get("capability")})) or "<major.minor of your GPU>"
+        return f"build for this GPU: {_source_build_line(ctx, env=f'TORCH_CUDA_ARCH_LIST={cc!r} ')}"
+    if kind == "no-build-isolation":
+        return f"{ctx.python} -m pip install --no-build-isolation mamba-ssm  (with torch already installed)"
+    if kind == "install-torch":
+        return f"{ctx.python} -m pip install torch  (the build you want, e.g. from https://download.pytorch.org/whl/cu126), then mamba-ssm"
+    if kind == "matching-nvcc":
+        torch_major = (groups.get("torch") or "").split(".")[0] or "<torch's CUDA major>"
+        return (
+            f"point the build at a CUDA {torch_major}.x toolkit: CUDA_HOME=/usr/local/cuda-{groups.get('torch') or 'X.Y'} "
+            f"{_source_build_line(ctx)}; or skip compiling: {install_line(ctx)}{_variant_hint(ctx)}"
+        )
+    if kind == "install-nvcc":
+        return (
+            "take the prebuilt wheel instead of compiling: "
+            f"{install_line(ctx)}{_variant_hint(ctx)}; or install the CUDA toolkit matching torch.version.cuda "
+            "and set CUDA_HOME to it"
+        )
+    if kind == "arch-list":
+        return (
+            "limit the build to archs this toolkit knows, e.g. TORCH_CUDA_ARCH_LIST='8.0;9.0' "
+            f"{_source_build_line(ctx)}; or use a newer CUDA toolkit"
+        )
+    if kind == "cxx20":
+        return (
+            "use GCC >= 10 (or clang >= 10) and a mamba-ssm whose setup.py passes -std=c++20 for torch >= 2.14: "
+            f"CC=gcc-12 CXX=g++-12 {_source_build_line(ctx)}; or take the prebuilt wheel: {install_line(ctx)}{_variant_hint(ctx)}"
+        )
+    if kind == "older-gcc":
+        mx = groups.get("max") or "N"
+        return f"use a host compiler nvcc supports: NVCC_CCBIN=g++-{mx} CC=gcc-{mx} CXX=g++-{mx} {_source_build_line(ctx)}"
+    return reinstall
+
+
+# ------------------------------------------------------------------ undefined symbols
+
+
+def _undefined_symbol(symbol: str, ctx: Context) -> Diagnosis:
+    abi = binary.string_abi(symbol)
+    if binary.is_torch_symbol(symbol) and abi:
+        # The extension wants torch's std::string in one ABI; torch exports the other one.
+        ext_abi, torch_abi = ("CXX11", "pre-CXX11") if abi == "cxx11" else ("pre-CXX11", "CXX11")
+        contradicts = ctx.torch_cxx11abi is not None and ctx.torch_cxx11abi == (abi == "cxx11")
+        if not contradicts:
+            return Diagnosis(
+                kind="cxx11-abi-mismatch",
+                title=f"C++ ABI mismatch: the extension was built with the {ext_abi} ABI, torch uses the {torch_abi} ABI",
+                why=f"the missing symbol passes a {'std::__cxx11::string' if abi == 'cxx11' else 'pre-CXX11 std::string (Ss)'}; "
+                f"torch's libraries export it only with the other string type, so the wheel's cxx11abi label is wrong "
+                f"for this torch (it needs cxx11abi{'FALSE' if abi == 'cxx11' else 'TRUE'})",
+                fix=_fix("abi", ctx, {}),
+                evidence=symbol,
+            )
+    if binary.is_torch_symbol(symbol):
+        return Diagnosis(
+            kind="built-for-other-torch",
+            title="the extension was built against a different torch version",
+            why="it needs a torch (c10/at) function that this torch does not export: torch's C++ API changes "
+            "between minor releases, so a wheel only works with the torch major.minor it was built for",
+            fix=_fix("other-torch", ctx, {}),
+            evidence=symbol,
+        )
+    if symbol.startswith(("_ZNSt", "_ZSt", "_ZNKSt", "_ZTVSt", "_ZTISt")) or "cxxabi" in symbol.lower():
+        return Diagnosis(
+            kind="libstdcxx-too-old",
+            title="the libstdc++ loaded here lacks a C++ standard-library symbol the extension needs",
+            why="the extension was compiled with a newer GCC than the libstdc++.so.6 that this process loaded",
+            fix=_fix("newer-libstdcxx", ctx, {}),
+            evidence=symbol,
+        )
+    return Diagnosis(
+        kind="undefined-symbol",
+        title="the extension needs a symbol no loaded library provides",
+        why="it was linked against a different version of one of its dependencies",
+        fix=_fix("reinstall-variant", ctx, {}),
+        evidence=symbol,
+    )
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def classify(text: str, ctx: Context | None = None) -> list[Diagnosis]:
+    """Every known problem found in ``text``, most specific first (empty: nothing recognised)."""
+    ctx = ctx or Context()
+    found: list[Diagnosis] = []
+    m = _UNDEFINED_RE.search(text)
+    if m:
+        found.append(_undefined_symbol(m.group("symbol"), ctx))
+    for rule in RULES:
+        for pattern in rule["patterns"]:
+            hit = re.search(pattern, text, flags=re.IGNORECASE)
+            if not hit:
+                continue
+            groups = {k: v for k, v in hit.groupdict().items() if v is not None}
+            found.append(
+                Diagnosis(
+                    kind=rule["kind"],
+                    title=rule["title"].format_map(_Missing(groups)),
+                    why=rule["why"].format_map(_Missing(groups)),
+                    fix=_fix(rule["fix"], ctx, groups),
+                    evidence=hit.group(0)[:300].strip(),
+                )
+            )
+            break
+    # "No module named torch" inside a build log is build isolation, not a missing torch.
+    kinds = {d.kind for d in found}
+    if "torch-not-visible" in kinds:
+        found = [d for d in found if d.kind != "torch-missing"]
+    return found
+
+
+class _Missing(dict):
+    def __missing__(self, key):
+        return f"<{key}>"

@@ -1,0 +1,262 @@
+"""Gather facts about this environment. Every probe survives failure: a missing torch, a broken
+extension, no GPU, no nvcc are facts to report, never exceptions."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from .. import _prebuilt, _variant
+from . import binary
+
+# Compiled modules of this package. Names we know; anything else compiled under mamba_ssm/ is found by scanning.
+EXTENSION_HINTS = ("selective_scan_cuda", "selective_scan_cpu", "mamba_ssm._C", "mamba_ssm._ops")
+_EXT_SUFFIXES = tuple(s for s in (sysconfig.get_config_var("EXT_SUFFIX"), ".abi3.so", ".so") if s)
+
+
+def _run(cmd: list[str], timeout: float = 20) -> tuple[int, str]:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, (p.stdout + p.stderr)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return -1, str(e)
+
+
+def python_facts() -> dict:
+    return {
+        "version": platform.python_version(),
+        "executable": sys.executable,
+        "tag": _variant.python_tag(),
+        "implementation": platform.python_implementation(),
+    }
+
+
+def platform_facts() -> dict:
+    glibc = _prebuilt.glibc_version()
+    return {
+        "system": platform.system(),
+        "machine": platform.machine(),
+        "platform": platform.platform(),
+        "glibc": f"{glibc[0]}.{glibc[1]}" if glibc else None,
+        "wheel_platform": _variant.platform_tag(),
+    }
+
+
+def torch_facts() -> dict:
+    if importlib.util.find_spec("torch") is None:
+        return {"installed": False}
+    try:
+        import torch  # noqa: PLC0415
+    except Exception as e:  # noqa: BLE001 - a broken torch is a fact
+        return {"installed": True, "import_error": f"{type(e).__name__}: {e}"}
+    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
+    out = {
+        "installed": True,
+        "version": torch.__version__,
+        "cuda": getattr(torch.version, "cuda", None),
+        "hip": getattr(torch.version, "hip", None),
+        "cxx11abi": bool(abi) if abi is not None else None,
+        "ngc": _variant.is_ngc(torch.__version__),
+        "location": str(Path(torch.__file__).parent),
+        "gpus": [],
+    }
+    try:
+        v = _variant.detect(torch)
+        out["variant"] = {"key": v.key, "label": v.label, "stable_key": v.as_stable().key, "stable_label": v.as_stable().label}
+    except Exception as e:  # noqa: BLE001
+        out["variant_error"] = str(e)
+    try:
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                props = torch.cuda.get_device_properties(i)
+                gpu = {"index": i, "name": props.name, "capability": f"{props.major}.{props.minor}"}
+                gcn = getattr(props, "gcnArchName", None)
+                if out["hip"] and gcn:
+                    gpu["gfx"] = gcn.split(":")[0]
+                out["gpus"].append(gpu)
+    except Exception as e:  # noqa: BLE001 - a driver problem is a fact too
+        out["gpu_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def _nvcc_release(nvcc: str) -> str | None:
+    rc, text = _run([nvcc, "--version"])
+    m = re.search(r"release (\d+\.\d+)", text)
+    return m.group(1) if rc == 0 and m else None
+
+
+def real_toolkit(nvcc: str) -> str | None:
+    """The CUDA toolkit folder behind an ``nvcc`` that may be a symlink or a wrapper script."""
+    path = Path(os.path.realpath(nvcc))
+    try:
+        head = path.read_bytes()[:4096]
+    except OSError:
+        return None
+    if head.startswith(b"#!"):  # a wrapper: find the real nvcc it execs
+        m = re.search(rb"(/[^\s\"']*/bin/nvcc)\b", head)
+        if not m:
+            return None
+        path = Path(os.path.realpath(m.group(1).decode()))
+    return str(path.parent.parent) if path.parent.name == "bin" else None
+
+
+def cuda_toolkit_facts() -> dict:
+    out: dict = {"nvcc_on_path": None, "nvcc_release": None, "nvcc_toolkit": None, "cuda_home": None, "cuda_home_release": None}
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        out["nvcc_on_path"] = nvcc
+        out["nvcc_release"] = _nvcc_release(nvcc)
+        out["nvcc_toolkit"] = real_toolkit(nvcc)
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        out["cuda_home"] = home
+        cand = Path(home) / "bin" / "nvcc"
+        out["cuda_home_release"] = _nvcc_release(str(cand)) if cand.exists() else None
+    return out
+
+
+def compiler_facts(need_cxx20: bool) -> dict:
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    out: dict = {"cxx": cxx, "version": None, "cxx20": None}
+    if not cxx:
+        return out
+    rc, text = _run([cxx, "--version"])
+    out["version"] = text.splitlines()[0].strip() if rc == 0 and text else None
+    if need_cxx20:
+        try:
+            p = subprocess.run(
+                [cxx, "-std=c++20", "-x", "c++", "-fsyntax-only", "-"],
+                input="#if __cplusplus < 202002L\n#error no\n#endif\n", capture_output=True, text=True, timeout=30,
+            )
+            out["cxx20"] = p.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            out["cxx20"] = None
+    return out
+
+
+def _package_dir() -> Path | None:
+    spec = importlib.util.find_spec("mamba_ssm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def find_extensions(pkg_dir: Path | None) -> list[dict]:
+    """Compiled modules of mamba-ssm: under the package, plus known top-level names."""
+    found: dict[str, dict] = {}
+    if pkg_dir and pkg_dir.is_dir():
+        for so in sorted(pkg_dir.rglob("*.so")):
+            rel = so.relative_to(pkg_dir.parent)
+            name = ".".join(rel.parts)[: -len(so.name)] + so.name.split(".")[0]
+            found[str(so)] = {"module": name, "path": str(so)}
+    for name in EXTENSION_HINTS:
+        if "." in name:
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec and spec.origin and spec.origin.endswith(_EXT_SUFFIXES):
+            found.setdefault(spec.origin, {"module": name, "path": spec.origin})
+    return list(found.values())
+
+
+_IMPORT_PROBE = r"""
+import importlib, sys
+name, path = sys.argv[1], sys.argv[2]
+try:
+    import torch  # extensions resolve torch's symbols from the already-loaded torch libraries
+except Exception:
+    pass
+try:
+    importlib.import_module(name)
+except ImportError as e:
+    if "module export function" in str(e):  # a torch.library-only .so: load it the way torch does
+        torch.ops.load_library(path)
+    else:
+        raise
+print("IMPORT-OK")
+"""
+
+
+def import_extension(module: str, path: str, timeout: float = 120) -> dict:
+    """Import in a child process: a crash or hang there cannot take the doctor down."""
+    pkg_root = str(Path(path).parents[len(module.split(".")) - 1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    try:
+        p = subprocess.run(
+            [sys.executable, "-c", _IMPORT_PROBE, module, path], capture_output=True, text=True, timeout=timeout, env=env
+        )
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"importing {module} hung for {timeout:.0f} s"}
+    if p.returncode == 0 and "IMPORT-OK" in p.stdout:
+        return {"ok": True, "error": None}
+    err = (p.stderr or p.stdout).strip()
+    last = [ln for ln in err.splitlines() if ln.strip()]
+    summary = last[-1] if last else f"exit code {p.returncode}"
+    if p.returncode < 0:
+        summary = f"the import crashed the interpreter (signal {-p.returncode})"
+    return {"ok": False, "error": summary, "traceback": err[-4000:]}
+
+
+def mamba_facts() -> dict:
+    pkg_dir = _package_dir()
+    out: dict = {"location": str(pkg_dir) if pkg_dir else None, "installed_version": None, "label": None}
+    try:
+        version = importlib.metadata.version("mamba-ssm")
+        out["installed_version"] = version
+        public, _, local = version.partition("+")
+        out["public_version"] = public
+        if local:
+            # packaging lower-cases local labels (cxx11abitrue); give them back their canonical spelling.
+            local = re.sub(r"cxx11abi(true|false)$", lambda m: "cxx11abi" + m.group(1).upper(), local, flags=re.I)
+            out["label"] = local
+            try:
+                out["label_parts"] = _variant.parse_label(local)
+            except _variant.VariantError as e:
+                out["label_error"] = str(e)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    if not out.get("public_version") and pkg_dir:
+        m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", (pkg_dir / "__init__.py").read_text(errors="replace"))
+        out["public_version"] = m.group(1).split("+")[0] if m else None
+    exts = []
+    for ext in find_extensions(pkg_dir):
+        try:
+            ext["archs"] = binary.archs_of(ext["path"]).as_dict()
+            ext["abi"] = binary.extension_abi(ext["path"])
+        except (OSError, ValueError, IndexError) as e:  # struct.error is a ValueError
+            ext["inspect_error"] = str(e)
+        ext["import"] = import_extension(ext["module"], ext["path"])
+        exts.append(ext)
+    out["extensions"] = exts
+    return out
+
+
+def gather() -> dict:
+    torch = torch_facts()
+    mm = _torch_mm(torch)
+    return {
+        "python": python_facts(),
+        "platform": platform_facts(),
+        "torch": torch,
+        "cuda_toolkit": cuda_toolkit_facts(),
+        "compiler": compiler_facts(need_cxx20=mm is not None and mm >= (2, 14)),
+        "mamba_ssm": mamba_facts(),
+    }
+
+
+def _torch_mm(torch: dict) -> tuple[int, int] | None:
+    try:
+        return tuple(int(x) for x in _variant.torch_major_minor(torch["version"]).split("."))  # type: ignore[return-value]
+    except (KeyError, TypeError, _variant.VariantError):
+        return None

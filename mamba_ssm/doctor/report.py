@@ -1,0 +1,85 @@
+"""Render facts and findings for people (text) and tools (JSON)."""
+
+from __future__ import annotations
+
+import json
+
+MARK = {"ok": "ok  ", "info": "info", "warn": "warn", "problem": "FAIL"}
+
+
+def _line(label: str, value) -> str:
+    return f"  {label:<22} {value if value not in (None, '', []) else '-'}"
+
+
+def render_text(facts: dict, findings: list, extra: dict) -> str:
+    py, plat, torch, tk, cxx, mm = (facts[k] for k in ("python", "platform", "torch", "cuda_toolkit", "compiler", "mamba_ssm"))
+    out = ["Environment"]
+    out.append(_line("python", f"{py['version']} ({py['tag']}) {py['executable']}"))
+    out.append(_line("platform", f"{plat['platform']} glibc {plat['glibc']}"))
+    if not torch.get("installed"):
+        out.append(_line("torch", "NOT INSTALLED"))
+    elif torch.get("import_error"):
+        out.append(_line("torch", f"installed but broken: {torch['import_error']}"))
+    else:
+        acc = f"CUDA {torch['cuda']}" if torch.get("cuda") else f"HIP {torch['hip']}" if torch.get("hip") else "CPU"
+        abi = {True: "CXX11 ABI", False: "pre-CXX11 ABI", None: "ABI unknown"}[torch.get("cxx11abi")]
+        out.append(_line("torch", f"{torch['version']} ({acc}, {abi}{', NGC' if torch.get('ngc') else ''})"))
+        out.append(_line("needs variant", (torch.get("variant") or {}).get("key")))
+        gpus = torch.get("gpus") or []
+        gpu_text = "; ".join(
+            f"{g['index']}: {g['name']} (cc {g['capability']}{', ' + g['gfx'] if g.get('gfx') else ''})" for g in gpus
+        )
+        out.append(_line("GPUs", gpu_text or ("none visible" + (f" ({torch['gpu_error']})" if torch.get("gpu_error") else ""))))
+    nvcc = tk.get("nvcc_on_path")
+    out.append(_line("nvcc on PATH", f"{nvcc} -> CUDA {tk.get('nvcc_release')} at {tk.get('nvcc_toolkit')}" if nvcc else None))
+    out.append(_line("CUDA_HOME", f"{tk['cuda_home']} (CUDA {tk.get('cuda_home_release')})" if tk.get("cuda_home") else None))
+    out.append(_line("C++ compiler", cxx.get("version")))
+    out.append("mamba-ssm")
+    out.append(_line("installed", mm.get("installed_version") or "not installed as a distribution"))
+    out.append(_line("location", mm.get("location")))
+    out.append(_line("variant label", mm.get("label")))
+    for ext in mm.get("extensions") or []:
+        a = ext.get("archs") or {}
+        archs = ", ".join(a.get("sass", []) + a.get("ptx", []) + a.get("hip", [])) or "none (CPU build)"
+        out.append(_line("extension", f"{ext['module']} {ext['path']}"))
+        out.append(_line("  archs", archs))
+        out.append(_line("  C++ ABI", {"cxx11": "CXX11", "pre-cxx11": "pre-CXX11"}.get(ext.get("abi"), ext.get("abi"))))
+        imp = ext.get("import") or {}
+        out.append(_line("  imports", "yes" if imp.get("ok") else f"NO: {imp.get('error')}"))
+    out.append(_line("prebuilt wheel", {True: f"indexed ({extra.get('wheel_lookup')})", False: "none indexed for this variant",
+                                        None: f"unknown ({extra.get('wheel_lookup')})"}[extra.get("wheel_available")]))
+    out.append("Checks")
+    for f in findings:
+        out.append(f"  [{MARK[f.verdict]}] {f.title}")
+        if f.verdict in ("problem", "warn") and f.detail:
+            out.append(f"         why: {f.detail}")
+        if f.verdict in ("problem", "warn") and f.fix:
+            out.append(f"         fix: {f.fix}")
+    problems = sum(f.verdict == "problem" for f in findings)
+    out.append("Verdict: " + ("healthy" if not problems else f"{problems} problem(s) found"))
+    return "\n".join(out) + "\n"
+
+
+def render_json(facts: dict, findings: list, extra: dict, exit_code: int) -> str:
+    doc = {
+        "healthy": exit_code == 0,
+        "exit_code": exit_code,
+        "facts": facts,
+        "findings": [f.as_dict() for f in findings],
+        **extra,
+    }
+    return json.dumps(doc, indent=2, default=str) + "\n"
+
+
+def render_explain(diags: list, as_json: bool) -> str:
+    if as_json:
+        return json.dumps({"recognised": bool(diags), "diagnoses": [d.as_dict() for d in diags]}, indent=2) + "\n"
+    if not diags:
+        return "Not recognised: no known install/build failure in this text. Run `python -m mamba_ssm.doctor` on the machine itself.\n"
+    out = []
+    for i, d in enumerate(diags):
+        out.append(f"{'Diagnosis' if i == 0 else 'Also'} [{d.kind}]: {d.title}")
+        out.append(f"  why: {d.why}")
+        out.append(f"  fix: {d.fix}")
+        out.append(f"  matched: {d.evidence}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,115 @@
+"""The error-message patterns the classifier knows, as data.
+
+A Python data module rather than TOML: the package supports Python 3.10, which has no tomllib,
+and the doctor must run with the standard library alone.
+
+Each rule: ``kind`` (stable id, used by --json and tests), ``patterns`` (regexes, case-insensitive,
+searched in the pasted text), ``title`` and ``why`` (``{name}`` fields filled from the regex groups),
+``fix`` (a key into classify.FIXES). Earlier rules win when several match. Undefined C++ symbols are
+not here: classify.py inspects the mangled name itself (ABI vs. another torch vs. libstdc++).
+"""
+
+RULES = [
+    {
+        "kind": "cuda-runtime-major",
+        "patterns": [r"(?P<lib>lib(?:cudart|cublas|cublasLt|cusparse|cufft|curand|nvrtc)\.so\.(?P<major>\d+))(?:\.\d+)*: cannot open shared object file"],
+        "title": "extension built for CUDA {major}, but no CUDA {major} runtime is loaded",
+        "why": "the installed mamba-ssm wheel links {lib}; the torch in this environment ships another CUDA major, "
+        "so the wheel was built for a different accelerator variant",
+        "fix": "reinstall-variant",
+    },
+    {
+        "kind": "glibc-too-old",
+        "patterns": [r"version [`'‘]?GLIBC_(?P<need>\d+\.\d+(?:\.\d+)?)['’]? not found"],
+        "title": "this system's glibc is older than the {need} the extension needs",
+        "why": "the wheel was built on a newer Linux than this one (its manylinux tag promises glibc >= {need})",
+        "fix": "older-glibc",
+    },
+    {
+        "kind": "libstdcxx-too-old",
+        "patterns": [
+            r"version [`'‘]?(?P<need>(?:GLIBCXX_3\.4\.\d+|CXXABI_1\.3\.\d+))['’]? not found",
+        ],
+        "title": "the libstdc++ loaded in this process is older than the extension needs ({need})",
+        "why": "a libstdc++.so.6 older than the compiler that built the extension comes first on the loader path "
+        "(often the system's or an old conda environment's)",
+        "fix": "newer-libstdcxx",
+    },
+    {
+        "kind": "no-kernel-image",
+        "patterns": [r"no kernel image is available for execution on the device", r"invalid device function"],
+        "title": "the extension has no code for this GPU's architecture",
+        "why": "the wheel carries SASS for other compute capabilities and no PTX the driver could JIT for this GPU",
+        "fix": "gpu-arch",
+    },
+    {
+        "kind": "torch-not-visible",
+        "patterns": [
+            r"(?s)(?:pip-build-env|Getting requirements to build wheel|build[- ]isolation|get_requires_for_build_wheel|"
+            r"Preparing metadata|pyproject_hooks).*?No module named ['\"]?torch['\"]?",
+            r"(?s)No module named ['\"]?torch['\"]?.*?(?:pip-build-env|Getting requirements to build wheel|get_requires_for_build)",
+        ],
+        "title": "torch is not visible to the build (pip's build isolation)",
+        "why": "pip builds in a fresh isolated environment without your torch; mamba-ssm must be built against "
+        "the torch you already have",
+        "fix": "no-build-isolation",
+    },
+    {
+        "kind": "torch-missing",
+        "patterns": [r"No module named ['\"]?torch['\"]?(?![._\w])"],
+        "title": "torch is not installed in this Python environment",
+        "why": "mamba-ssm needs torch installed first",
+        "fix": "install-torch",
+    },
+    {
+        "kind": "cuda-version-mismatch",
+        "patterns": [
+            r"detected CUDA version \((?P<nvcc>[\d.]+)\) mismatches the version that was used to compile\s+PyTorch \((?P<torch>[\d.]+)\)"
+        ],
+        "title": "nvcc is CUDA {nvcc} but torch was built with CUDA {torch}",
+        "why": "a source build must use a toolkit with the same CUDA major as torch",
+        "fix": "matching-nvcc",
+    },
+    {
+        "kind": "nvcc-missing",
+        "patterns": [
+            r"CUDA_HOME environment variable is not set",
+            r"nvcc was not found",
+            r"name 'bare_metal_version' is not defined",
+            r"No such file or directory: '[^']*/bin/nvcc'",
+            r"nvcc: (?:command )?not found",
+        ],
+        "title": "no CUDA compiler (nvcc) for a source build",
+        "why": "building the CUDA extension from source needs the CUDA toolkit matching torch's CUDA major",
+        "fix": "install-nvcc",
+    },
+    {
+        "kind": "nvcc-unsupported-arch",
+        "patterns": [r"nvcc fatal\s*:\s*Unsupported gpu architecture '(?P<arch>compute_\w+)'"],
+        "title": "this nvcc cannot compile for {arch}",
+        "why": "the requested GPU architecture is newer (or older) than this CUDA toolkit supports",
+        "fix": "arch-list",
+    },
+    {
+        "kind": "cxx20-required",
+        "patterns": [r"C\+\+20 or later compatible compiler is required"],
+        "title": "the compiler is not in C++20 mode, which this torch (2.14+) requires",
+        "why": "torch >= 2.14 headers refuse C++17; an old GCC (< 10) or an explicit -std=c++17 causes this",
+        "fix": "cxx20",
+    },
+    {
+        "kind": "gcc-too-new-for-nvcc",
+        "patterns": [r"unsupported GNU version! gcc versions later than (?P<max>\d+) are not supported"],
+        "title": "nvcc does not accept this GCC (it supports up to GCC {max})",
+        "why": "each CUDA toolkit supports a range of host compilers",
+        "fix": "older-gcc",
+    },
+    {
+        "kind": "extension-missing",
+        "patterns": [r"No module named ['\"]?(?P<module>(?:mamba_ssm\.)?_?\w*(?:selective_scan|_C|_ops)\w*)['\"]?"],
+        "title": "the compiled extension ({module}) is not installed",
+        "why": "mamba-ssm was installed without its extension (a skipped or failed build, or a source checkout "
+        "on sys.path shadowing the installed package)",
+        "fix": "reinstall-variant",
+    },
+]

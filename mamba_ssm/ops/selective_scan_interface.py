@@ -1,0 +1,158 @@
+"""The selective scan of Mamba-1: ``selective_scan_fn`` (the compiled ops) and
+``selective_scan_ref`` (pure PyTorch), with upstream mamba's signature and semantics.
+
+Shapes (upstream's): u, delta, z: (batch, dim, L); A: (dim, dstate), real;
+B, C: (dim, dstate), (batch, dstate, L) or (batch, groups, dstate, L);
+D, delta_bias: (dim,). Returns out (batch, dim, L) in u's dtype, and with
+``return_last_state=True`` also the last state (batch, dim, dstate), float32.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+try:
+    from mamba_ssm import _C  # noqa: F401  (registers torch.ops.mamba_ssm.*)
+
+    HAS_EXTENSION = True
+    _IMPORT_ERROR: str | None = None
+except ImportError as e:  # no compiled extension: fall back to the reference
+    HAS_EXTENSION = False
+    _IMPORT_ERROR = str(e)
+
+_warned = False
+
+
+def _warn_fallback() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            "mamba_ssm: the compiled extension (mamba_ssm._C) is not available "
+            f"({_IMPORT_ERROR}); selective_scan_fn falls back to the slow pure-PyTorch "
+            "selective_scan_ref. Run `python -m mamba_ssm.doctor` to see why and how to fix it.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _groups_to_channels(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """(batch, groups, N, L) -> (batch, dim, N, L): channel d uses group d // (dim // groups)."""
+    return t.repeat_interleave(dim // t.shape[1], dim=1)
+
+
+def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                       return_last_state=False):
+    """The definition, step by step in float32 (or float64 when u is float64)."""
+    dtype_in = u.dtype
+    work = torch.float64 if dtype_in == torch.float64 else torch.float32
+    u = u.to(work)
+    delta = delta.to(work)
+    if delta_bias is not None:
+        delta = delta + delta_bias[..., None].to(work)
+    if delta_softplus:
+        delta = F.softplus(delta)
+    batch, dim, L = u.shape
+    A = A.to(work)
+    B = B.to(work)
+    C = C.to(work)
+    deltaA = torch.exp(torch.einsum("bdl,dn->bdln", delta, A))
+    if B.dim() == 2:
+        deltaB_u = torch.einsum("bdl,dn,bdl->bdln", delta, B, u)
+    elif B.dim() == 3:
+        deltaB_u = torch.einsum("bdl,bnl,bdl->bdln", delta, B, u)
+    else:
+        deltaB_u = torch.einsum("bdl,bdnl,bdl->bdln", delta, _groups_to_channels(B, dim), u)
+    if C.dim() == 4:
+        C = _groups_to_channels(C, dim)
+    x = u.new_zeros((batch, dim, A.shape[1]))
+    ys = []
+    for i in range(L):
+        x = deltaA[:, :, i] * x + deltaB_u[:, :, i]
+        if C.dim() == 2:
+            y = torch.einsum("bdn,dn->bd", x, C)
+        elif C.dim() == 3:
+            y = torch.einsum("bdn,bn->bd", x, C[:, :, i])
+        else:
+            y = torch.einsum("bdn,bdn->bd", x, C[:, :, :, i])
+        ys.append(y)
+    y = torch.stack(ys, dim=2)
+    out = y if D is None else y + u * D.to(work)[:, None]
+    if z is not None:
+        out = out * F.silu(z.to(work))
+    out = out.to(dtype_in)
+    return (out, x) if return_last_state else out
+
+
+class SelectiveScanFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                return_last_state=False):
+        out, x, out_z = torch.ops.mamba_ssm.selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias,
+                                                              bool(delta_softplus))
+        ctx.delta_softplus = bool(delta_softplus)
+        ctx.has_z = z is not None
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, x, out if z is not None else None)
+        result = out_z if z is not None else out
+        last_state = x[:, :, -1]
+        ctx.mark_non_differentiable(last_state)
+        return (result, last_state) if return_last_state else result
+
+    @staticmethod
+    def backward(ctx, dout, *unused):
+        u, delta, A, B, C, D, z, delta_bias, x, out = ctx.saved_tensors
+        du, ddelta, dA, dB, dC, dD, ddelta_bias, dz = torch.ops.mamba_ssm.selective_scan_bwd(
+            u, delta, A, B, C, D, z, delta_bias, dout, x, out, ctx.delta_softplus
+        )
+        return (du, ddelta, dA, dB, dC, dD if D is not None else None, dz if z is not None else None,
+                ddelta_bias if delta_bias is not None else None, None, None)
+
+
+def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                      return_last_state=False):
+    """Differentiable selective scan on the compiled ops (CPU, CUDA or ROCm).
+
+    Inputs are brought to the dtypes the ops take (differentiably, so gradients come
+    back in the caller's dtypes): delta, z and variable B/C to u's dtype; A, constant
+    B/C, D and delta_bias to float32.
+    """
+    if not HAS_EXTENSION or u.dtype == torch.float64:
+        if not HAS_EXTENSION:
+            _warn_fallback()
+        return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    dt = u.dtype
+    delta = delta.to(dt)
+    A = A.float()
+    B = B.to(dt) if B.dim() >= 3 else B.float()
+    C = C.to(dt) if C.dim() >= 3 else C.float()
+    D = D.float() if D is not None else None
+    z = z.to(dt) if z is not None else None
+    delta_bias = delta_bias.float() if delta_bias is not None else None
+    return SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+
+
+def _register_fake() -> None:
+    """Shape functions so torch.compile can trace through the ops."""
+    register = getattr(torch.library, "register_fake", None)
+    if register is None or not HAS_EXTENSION:
+        return
+
+    @register("mamba_ssm::selective_scan_fwd")
+    def _fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+        n_chunks = (u.shape[2] + 2047) // 2048  # MAMBA_SCAN_CHUNK
+        x = u.new_empty((u.shape[0], u.shape[1], n_chunks, A.shape[1]), dtype=torch.float32)
+        return torch.empty_like(u), x, (torch.empty_like(u) if z is not None else u.new_empty((0,)))
+
+    @register("mamba_ssm::selective_scan_bwd")
+    def _bwd(u, delta, A, B, C, D, z, delta_bias, dout, x, out, delta_softplus):
+        f32 = dict(dtype=torch.float32)
+        return (torch.empty_like(u), torch.empty_like(u), A.new_empty(A.shape, **f32), torch.empty_like(B),
+                torch.empty_like(C), u.new_empty((u.shape[1],) if D is not None else (0,), **f32),
+                u.new_empty((u.shape[1],) if delta_bias is not None else (0,), **f32),
+                torch.empty_like(u) if z is not None else u.new_empty((0,)))
+
+
+_register_fake()

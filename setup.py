@@ -1,0 +1,209 @@
+"""Build mamba-ssm for the torch that is installed (pip install --no-build-isolation).
+
+Order: check everything that can be known before compiling (torch importable and
+supported, CUDA toolkit matching torch, C++ compiler new enough, ROCm version,
+arch list), then compile the kernel objects with a torch-independent command
+line (mamba_build/kernels.py), then the thin torch binding with torch's
+BuildExtension, and link them into mamba_ssm._C. Environment variables: see the
+README, "Installing from source".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+
+from setuptools import setup
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel
+
+ROOT = Path(__file__).resolve().parent
+CSRC = ROOT / "csrc"
+
+
+def _load(name: str, path: Path):
+    """Import a module by file path: setup.py runs before the package is installed."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+_variant = _load("_mamba_variant", ROOT / "mamba_ssm" / "_variant.py")
+toolchain = _load("_mamba_toolchain", ROOT / "mamba_build" / "toolchain.py")
+kernels = _load("_mamba_kernels", ROOT / "mamba_build" / "kernels.py")
+
+
+def _base_version() -> str:
+    text = (ROOT / "mamba_ssm" / "__init__.py").read_text()
+    return re.search(r'^__version__\s*=\s*"([^"]+)"', text, re.M).group(1)
+
+
+def _warn(message: str) -> None:
+    print(f"mamba-ssm build warning: {message}", file=sys.stderr)
+
+
+def _prebuilt_wheel_or_none(version: str, dist_dir: str) -> Path | None:
+    """The sha256-verified wheel for this variant, downloaded into ``dist_dir`` (None: compile).
+
+    mamba_ssm/_prebuilt.py reads MAMBA_WHEEL_INDEX (default: the project's index) and prints one
+    line saying what it found or why not. Skipped entirely when MAMBA_FORCE_BUILD=TRUE.
+    """
+    return _load("_mamba_prebuilt", ROOT / "mamba_ssm" / "_prebuilt.py").for_setup(version, dist_dir)
+
+
+class Plan:
+    """Everything decided before compiling, from torch and the environment."""
+
+    def __init__(self, env=os.environ) -> None:
+        self.env = env
+        data = toolchain.load_data()
+        torch = toolchain.import_torch()
+        self.torch_version = torch.__version__
+        toolchain.check_torch(self.torch_version, data)
+        self.skip_gpu = bool(toolchain.env_bool(env, "MAMBA_SKIP_CUDA_BUILD"))
+        self.force_build = bool(toolchain.env_bool(env, "MAMBA_FORCE_BUILD"))
+        forced_abi = toolchain.env_bool(env, "MAMBA_FORCE_CXX11_ABI")
+        torch_abi = bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
+        self.cxx11abi = torch_abi if forced_abi is None else forced_abi
+        if forced_abi is not None and forced_abi != torch_abi:
+            _warn(
+                f"MAMBA_FORCE_CXX11_ABI={'TRUE' if forced_abi else 'FALSE'} differs from the installed torch "
+                f"({'TRUE' if torch_abi else 'FALSE'}); the wheel will not load with this torch"
+            )
+        cuda = getattr(torch.version, "cuda", None)
+        hip = getattr(torch.version, "hip", None)
+        self.backend = "cpu" if self.skip_gpu or not (cuda or hip) else ("rocm" if hip else "cuda")
+        self.std = toolchain.cxx_standard(self.torch_version, data)
+        toolchain.check_compilers(toolchain.compilers_from_env(env), self.std, self.torch_version, data)
+        self.cuda = None
+        self.archs: list = []
+        self.hip_archs: list[str] = []
+        if self.backend == "cuda":
+            self.cuda = toolchain.resolve_cuda(cuda, env)
+            self.archs, self.arch_source = toolchain.cuda_archs(self.cuda.version, env, data)
+            self.nvcc_flags = list(data["cuda"]["nvcc_flags"])
+        elif self.backend == "rocm":
+            toolchain.check_rocm(hip, data, _warn)
+            self.hip_archs = toolchain.hip_archs(env, data)
+        self.jobs = toolchain.jobs(env, max(1, len(self.archs)))
+        self.variant = _variant.from_values(
+            self.torch_version,
+            cuda=self.cuda.version if self.backend == "cuda" else None,
+            hip=hip if self.backend == "rocm" else None,
+            cxx11abi=self.cxx11abi,
+        )
+        self.torch_mm = _variant.torch_major_minor(self.torch_version)
+
+    @property
+    def version(self) -> str:
+        local = self.env.get("MAMBA_LOCAL_VERSION")
+        label = self.variant.label if local is None else local.strip()
+        return f"{_base_version()}+{label}" if label else _base_version()
+
+    def summary(self) -> str:
+        parts = [f"torch {self.torch_version}", f"backend {self.backend}", f"-std={self.std}",
+                 f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}", f"version {self.version}",
+                 f"MAX_JOBS {self.jobs.max_jobs}"]
+        if self.cuda:
+            parts += [f"CUDA_HOME {self.cuda.home} (CUDA {self.cuda.version})",
+                      f"archs {' '.join('sm_%d%s' % (a.sm, '+PTX' if a.ptx else '') for a in self.archs)} "
+                      f"({self.arch_source})", f"nvcc --threads {self.jobs.nvcc_threads}"]
+        if self.hip_archs:
+            parts.append(f"HIP archs {' '.join(self.hip_archs)}")
+        return "mamba-ssm build: " + ", ".join(parts)
+
+
+def _cxx_argv(env) -> list[str]:
+    import shlex
+
+    return shlex.split(env["CXX"]) if env.get("CXX") else ["c++"]
+
+
+def _extension(plan: Plan):
+    # CUDA_HOME must be right before torch.utils.cpp_extension is imported: it reads it once.
+    if plan.cuda:
+        os.environ["CUDA_HOME"] = str(plan.cuda.home)
+    from torch.utils.cpp_extension import CppExtension, CUDAExtension
+
+    abi_flag = f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}"  # torch >= 2.13 no longer adds it
+    cxx = ["-O2", f"-std={plan.std}", abi_flag, "-fopenmp", "-fvisibility=hidden"]
+    depends = [str(p) for p in [*CSRC.glob("*.h"), *CSRC.glob("*.inc"), *CSRC.glob("*.cpp"), *CSRC.glob("cuda/*")]]
+    common = dict(name="mamba_ssm._C", sources=["csrc/binding.cpp"], depends=depends, extra_link_args=["-fopenmp"])
+    if plan.backend == "cpu":
+        return CppExtension(extra_compile_args={"cxx": cxx}, **common)
+    if plan.backend == "cuda":
+        return CUDAExtension(extra_compile_args={"cxx": [*cxx, "-DWITH_CUDA"], "nvcc": []}, **common)
+    # ROCm: torch hipifies the .cu sources and compiles them with hipcc (its supported HIP path).
+    common["sources"] = ["csrc/binding.cpp", *sorted(f"csrc/cuda/{p.name}" for p in (CSRC / "cuda").glob("*.cu"))]
+    hipcc = ["-O3", "-std=c++17", "-DWITH_CUDA", "-fPIC", *[f"--offload-arch={a}" for a in plan.hip_archs]]
+    return CUDAExtension(extra_compile_args={"cxx": [*cxx, "-DWITH_CUDA"], "nvcc": hipcc}, **common)
+
+
+def _build_ext_class(plan: Plan):
+    from torch.utils.cpp_extension import BuildExtension
+
+    class build_ext(BuildExtension):
+        """Compile the kernel objects first (torch-independent command lines), then the binding."""
+
+        def build_extensions(self) -> None:
+            os.environ.setdefault("MAX_JOBS", str(plan.jobs.max_jobs))
+            jobs = [kernels.cpu_job(CSRC, _cxx_argv(plan.env))]
+            if plan.backend == "cuda":  # (ROCm: torch hipifies and compiles the .cu sources itself)
+                jobs += kernels.cuda_jobs(
+                    CSRC, plan.cuda.nvcc, plan.nvcc_flags, toolchain.gencode_flags(plan.archs),
+                    plan.jobs.nvcc_threads, plan.env.get("CC"),
+                )
+            objects = kernels.build(jobs, Path(self.build_temp) / "kernels", plan.jobs.max_jobs)
+            for ext in self.extensions:
+                ext.extra_objects = [str(o) for o in objects]
+            super().build_extensions()
+
+    return build_ext
+
+
+class bdist_wheel_prebuilt(bdist_wheel):
+    """Ship a prebuilt wheel for this environment when one exists (unless MAMBA_FORCE_BUILD=TRUE)."""
+
+    plan: Plan | None = None
+
+    def run(self) -> None:
+        plan = type(self).plan
+        if plan is not None and not plan.force_build:
+            wheel = _prebuilt_wheel_or_none(plan.version, self.dist_dir)
+            if wheel is not None:
+                print(f"mamba-ssm: using prebuilt {wheel}")
+                return
+        super().run()
+
+
+def main() -> None:
+    # Metadata-only commands (egg_info for an sdist, --version) must work without torch.
+    metadata_only = len(sys.argv) > 1 and all(a in ("egg_info", "sdist", "--version", "--name") for a in sys.argv[1:2])
+    if metadata_only and importlib.util.find_spec("torch") is None:
+        setup(version=_base_version(), install_requires=["torch"])
+        return
+    plan = Plan()
+    print(plan.summary(), file=sys.stderr)
+    bdist_wheel_prebuilt.plan = plan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=UserWarning)  # torch's "no CUDA runtime found" notice
+        ext = _extension(plan)
+    setup(
+        version=plan.version,
+        install_requires=[f"torch=={plan.torch_mm}.*"],
+        ext_modules=[ext],
+        cmdclass={"build_ext": _build_ext_class(plan), "bdist_wheel": bdist_wheel_prebuilt},
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The coverage page, loaded in a real browser (Debian's headless Chromium) from 127.0.0.1."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from builder.index import build_index
+from indexkit import serve
+from wheelmaker import make_mamba_wheel
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1600,1100",
+]
+
+
+def _chromium(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess:
+    profile = tmp_path / f"profile{len(list(tmp_path.glob('profile*')))}"
+    cmd = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args, url]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/bootstrap-host.sh installs it)")
+def test_coverage_page_in_headless_chromium(tmp_path):
+    wheels = tmp_path / "wheels"
+    for py in ("cp311", "cp312"):
+        make_mamba_wheel(wheels, "cu12torch2.6cxx11abiFALSE", py)
+        make_mamba_wheel(wheels, "cu13torch2.14cxx11abiTRUE", py)
+    make_mamba_wheel(wheels, "cu12torch2.6cxx11abiTRUE", "cp311")
+    make_mamba_wheel(wheels, "hip62torch2.5cxx11abiFALSE", "cp311")
+    make_mamba_wheel(wheels, "cputorch2.13cxx11abiTRUE", "cp312")
+    make_mamba_wheel(wheels, "cu13torchstable", "cp310")
+    build_index(wheels, tmp_path / "www" / "index")
+
+    with serve(tmp_path / "www") as url:
+        page = f"{url}/index/"
+        dom = _chromium(tmp_path, page, "--dump-dom")
+        shot = tmp_path / "coverage.png"
+        shooter = _chromium(tmp_path, page, f"--screenshot={shot}")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert "mamba-ssm prebuilt wheels" in html
+    # one row per torch x accelerator, the stable row included
+    rows = re.findall(r'<tr data-torch="([^"]+)" data-accelerator="([^"]+)">', html)
+    assert sorted(rows) == sorted(
+        [("2.13", "cpu"), ("2.14", "cu13"), ("stable", "cu13"), ("2.6", "cu12"), ("2.5", "hip62")]
+    )
+    # the script filled in the absolute base: each cell carries a runnable, pinned command
+    commands = re.findall(r'data-command="([^"]+)"', html)
+    assert f"pip install mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE --extra-index-url {page}cu12-torch2.6-cxx11abiFALSE/" in commands
+    assert f"pip install mamba-ssm==2.3.0+hip62torch2.5cxx11abiFALSE --extra-index-url {page}hip62-torch2.5-cxx11abiFALSE/" in commands
+    assert f"pip install mamba-ssm==2.3.0+cu13torchstable --extra-index-url {page}cu13-torchstable-abi3/" in commands
+    assert all("==2.3.0+" in c for c in commands)
+    # each cell links its wheel
+    assert 'href="files/mamba_ssm-2.3.0+cu13torch2.14cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"' in html
+    assert shooter.returncode == 0 and shot.stat().st_size > 20_000
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

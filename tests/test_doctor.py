@@ -1,0 +1,214 @@
+"""``python -m mamba_ssm.doctor`` on real installs: healthy, built for the other C++ ABI, no extension, no torch.
+
+The "other ABI" install is made for real: a small extension that passes a std::string across the torch
+API (it constructs a c10::Error), compiled with -D_GLIBCXX_USE_CXX11_ABI=0 against torch 2.13 (a CXX11
+torch). Importing it fails with the undefined pre-CXX11 symbol users see; the doctor must say so and
+print the reinstall line for the cxx11abiTRUE wheel, found in a real index built by builder.index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from mamba_ssm import _variant  # noqa: E402
+from mamba_ssm.doctor import binary  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+WANT = _variant.detect()  # cpu-torch2.13-cxx11abiTRUE in the dev venv
+
+PROBE_CPP = r"""
+#include <Python.h>
+#include <string>
+#include <c10/util/Exception.h>
+
+// c10::Error(SourceLocation, std::string): its mangled name carries the std::string type, so the
+// object needs torch to export the constructor in the C++ ABI this file was compiled with.
+static PyObject* probe(PyObject*, PyObject*) {
+  try {
+    throw c10::Error(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, std::string("probe"));
+  } catch (const c10::Error& e) {
+    return PyUnicode_FromString(e.what_without_backtrace());
+  }
+}
+static PyMethodDef methods[] = {{"probe", probe, METH_NOARGS, nullptr}, {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&mod); }
+"""
+
+
+def _compile(out: Path, cxx11abi: bool) -> Path:
+    torch_dir = Path(torch.__file__).parent
+    src = out / "probe.cpp"
+    src.write_text(PROBE_CPP)
+    so = out / f"_C_abi{int(cxx11abi)}{EXT_SUFFIX}"
+    cmd = [
+        os.environ.get("CXX", "g++"), "-std=c++20", "-O0", "-shared", "-fPIC",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(cxx11abi)}",
+        f"-I{torch_dir / 'include'}", f"-I{sysconfig.get_paths()['include']}",
+        str(src), f"-L{torch_dir / 'lib'}", "-lc10", "-o", str(so),
+    ]  # fmt: skip
+    subprocess.run(["nice", *cmd], check=True, capture_output=True, timeout=300)
+    return so
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory) -> dict[bool, Path]:
+    out = tmp_path_factory.mktemp("probes")
+    return {abi: _compile(out, abi) for abi in (False, True)}
+
+
+def _install(site: Path, so: Path | None, label: str | None) -> Path:
+    """A site dir holding mamba_ssm (this checkout's Python files), an extension and a dist-info."""
+    shutil.copytree(REPO / "mamba_ssm", site / "mamba_ssm", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    if so is not None:
+        shutil.copyfile(so, site / "mamba_ssm" / f"_C{EXT_SUFFIX}")
+    version = "2.3.0" + (f"+{label}" if label else "")
+    info = site / f"mamba_ssm-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: {version}\n")
+    return site
+
+
+def _doctor(site: Path, *args: str, python: str = sys.executable, env: dict | None = None) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items() if k not in {"MAMBA_WHEEL_INDEX", "PYTHONPATH"}}
+    e.update(env or {})
+    e["PYTHONPATH"] = str(site)
+    return subprocess.run([python, "-m", "mamba_ssm.doctor", *args], cwd=site, env=e, capture_output=True, text=True, timeout=300)
+
+
+def test_the_probe_really_reproduces_the_abi_failure(probes):
+    """Not a mock: the pre-CXX11 build names std::string as Ss and torch 2.13 lacks that symbol."""
+    assert torch._C._GLIBCXX_USE_CXX11_ABI
+    assert binary.extension_abi(probes[False]) == "pre-cxx11"
+    assert binary.extension_abi(probes[True]) == "cxx11"
+    code = "import torch, importlib.util as u, sys; s=u.spec_from_file_location('_C', sys.argv[1]); m=u.module_from_spec(s); print(m.probe())"
+    bad = subprocess.run([sys.executable, "-c", code, str(probes[False])], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "undefined symbol: _ZN3c105ErrorC1ENS_14SourceLocationESs" in bad.stderr
+    good = subprocess.run([sys.executable, "-c", code, str(probes[True])], capture_output=True, text=True, timeout=120)
+    assert good.returncode == 0 and "probe" in good.stdout
+
+
+def test_healthy_install_exits_0(tmp_path, probes):
+    site = _install(tmp_path / "site", probes[True], WANT.label)
+    p = _doctor(site, "--offline", "--json")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert doc["healthy"] is True
+    ext = doc["facts"]["mamba_ssm"]["extensions"][0]
+    assert ext["import"]["ok"] and ext["abi"] == "cxx11" and ext["archs"] == {"sass": [], "ptx": [], "hip": [], "notes": []}
+    assert doc["facts"]["mamba_ssm"]["label"] == WANT.label
+    assert doc["facts"]["torch"]["variant"]["key"] == WANT.key
+    text = _doctor(site, "--offline").stdout
+    assert "Verdict: healthy" in text and "torch                  2.13" in text
+
+
+def test_other_abi_install_is_diagnosed_with_the_exact_fix(tmp_path, probes):
+    from builder.index import build_index
+    from wheelmaker import make_mamba_wheel
+
+    wheels = tmp_path / "wheels"
+    make_mamba_wheel(wheels, WANT.label, WANT.python, platform=WANT.platform)
+    build_index(wheels, tmp_path / "index")
+    wrong = WANT.label.replace("cxx11abiTRUE", "cxx11abiFALSE")
+    site = _install(tmp_path / "site", probes[False], wrong)
+
+    p = _doctor(site, "--json", "--index", str(tmp_path / "index"))
+    assert p.returncode == 1, p.stdout + p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["wheel_available"] is True
+    by_check = {f["check"]: f for f in doc["findings"] if f["verdict"] == "problem"}
+    ext = by_check["extension"]
+    assert ext["kind"] == "cxx11-abi-mismatch"
+    assert "_ZN3c105ErrorC1ENS_14SourceLocationESs" in ext["detail"]
+    index_url = (tmp_path / "index").absolute().as_uri()
+    fix = f'-m pip install --force-reinstall --no-deps "mamba-ssm==2.3.0+{WANT.label}" --extra-index-url {index_url}/{WANT.key}/'
+    assert ext["fix"].endswith(fix)
+    assert by_check["label"]["kind"] == "variant-mismatch" and by_check["label"]["fix"].endswith(fix)
+
+    text = _doctor(site, "--index", str(tmp_path / "index")).stdout
+    assert "C++ ABI mismatch" in text and "pre-CXX11" in text and fix in text
+
+
+def test_missing_extension_is_a_problem_not_a_traceback(tmp_path):
+    site = _install(tmp_path / "site", None, None)
+    p = _doctor(site, "--offline")
+    assert p.returncode == 1 and "no compiled mamba-ssm extension" in p.stdout and "Traceback" not in p.stderr
+
+
+def test_without_torch_the_doctor_says_so(tmp_path, probes):
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    site = _install(tmp_path / "site", probes[True], WANT.label)
+    p = _doctor(site, "--offline", "--json", python=str(env_dir / "bin" / "python"))
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["facts"]["torch"] == {"installed": False}
+    (f,) = [f for f in doc["findings"] if f["check"] == "torch"]
+    assert f["verdict"] == "problem" and f["kind"] == "torch-missing" and "pip install torch" in f["fix"]
+    assert "NOT INSTALLED" in _doctor(site, "--offline", python=str(env_dir / "bin" / "python")).stdout
+
+
+def test_nvcc_wrapper_script_resolves_to_the_real_toolkit(tmp_path):
+    from mamba_ssm.doctor.facts import real_toolkit
+
+    tk = tmp_path / "cuda-13.0" / "bin"
+    tk.mkdir(parents=True)
+    (tk / "nvcc").write_bytes(b"\x7fELF-not-a-script")
+    wrapper = tmp_path / "wrap" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {tk / "nvcc"} "$@"\n')
+    assert real_toolkit(str(wrapper)) == str(tmp_path / "cuda-13.0")
+    link = tmp_path / "link-nvcc"
+    link.symlink_to(tk / "nvcc")
+    assert real_toolkit(str(link)) == str(tmp_path / "cuda-13.0")
+
+
+@pytest.mark.cuda_build
+def test_fatbin_archs_are_read_from_a_real_nvcc_build(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("no nvcc on PATH")
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k(float* x){ x[threadIdx.x] *= 2.f; }\nextern \"C\" void go(float* x){ k<<<1,32>>>(x); }\n")
+    so = tmp_path / "k.so"
+    subprocess.run(
+        ["nice", nvcc, "--threads", "1", "-shared", "-Xcompiler", "-fPIC",
+         "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=[sm_90,compute_90]", "-o", str(so), str(src)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert binary.archs_of(so).as_dict() == {"sass": ["sm_80", "sm_90"], "ptx": ["compute_90"], "hip": [], "notes": []}
+
+
+def test_gpu_coverage_rules():
+    from mamba_ssm.doctor.checks import _gpu_runs
+
+    archs = {"sass": ["sm_80", "sm_90"], "ptx": ["compute_90"]}
+    assert _gpu_runs("8.6", archs)  # sm_80 SASS runs on 8.6
+    assert _gpu_runs("12.0", archs)  # PTX 9.0 JITs forward
+    assert not _gpu_runs("7.5", archs)  # nothing at or below 7.5
+    assert not _gpu_runs("12.0", {"sass": ["sm_80", "sm_90"], "ptx": []})
+    assert not _gpu_runs("9.0", {"sass": ["sm_80"], "ptx": []})  # SASS does not cross majors
+
+
+def test_hip_offload_bundle_targets():
+    import struct
+
+    triples = [b"host-x86_64-unknown-linux-gnu-", b"hipv4-amdgcn-amd-amdhsa--gfx90a", b"hipv4-amdgcn-amd-amdhsa--gfx942:xnack-"]
+    blob = b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<Q", len(triples))
+    for t in triples:
+        blob += struct.pack("<QQQ", 0, 0, len(t)) + t
+    archs = binary.Archs()
+    binary._hip_archs(blob, archs)
+    assert archs.hip == ["gfx90a", "gfx942"]

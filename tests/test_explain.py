@@ -1,0 +1,260 @@
+"""``python -m mamba_ssm.doctor --explain``: real error messages users reported, classified.
+
+Each row is the error as it was reported in the cited GitHub issue (user paths shortened to
+``.../``); ``kind`` is what the doctor must call it. At least one row per failure kind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mamba_ssm.doctor import Context, classify
+
+SS_SYMBOL = "_ZN3c107WarningC1ESt7variantIJNS0_11UserWarningENS0_18DeprecationWarningEEERKNS_14SourceLocationESsb"
+CXX11_SYMBOL = "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+
+CASES = [
+    # --- C++ ABI mismatch, both directions
+    (
+        "state-spaces/mamba#704",
+        f"    import selective_scan_cuda\nImportError: .../site-packages/selective_scan_cuda.cpython-310-x86_64-linux-gnu.so: "
+        f"undefined symbol: {SS_SYMBOL}",
+        "cxx11-abi-mismatch",
+        "cxx11abiTRUE",
+    ),
+    (
+        "Dao-AILab/flash-attention#1832",
+        f"import flash_attn_2_cuda as flash_attn_cuda\nImportError: /opt/lib/python3.12/site-packages/"
+        f"flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol: {CXX11_SYMBOL}",
+        "cxx11-abi-mismatch",
+        "cxx11abiFALSE",
+    ),
+    (
+        "Dao-AILab/flash-attention#1691",
+        "ImportError: .../flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: "
+        "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+        "cxx11-abi-mismatch",
+        "cxx11abiFALSE",
+    ),
+    # --- built for another torch
+    (
+        "state-spaces/mamba#317",
+        "ImportError: .../site-packages/selective_scan_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+        "built-for-other-torch",
+        None,
+    ),
+    (
+        "state-spaces/mamba#788",
+        "ImportError: .../selective_scan_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEab",
+        "built-for-other-torch",
+        None,
+    ),
+    (
+        "ali-vilab/VACE#67",
+        "ImportError: .../flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: "
+        "_ZNK3c1011StorageImpl27throw_data_ptr_access_errorEv",
+        "built-for-other-torch",
+        None,
+    ),
+    (
+        "state-spaces/mamba#149",
+        "ImportError: .../causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so: undefined symbol: "
+        "_ZN2at4_ops10zeros_like4callERKNS_6TensorEN3c108optionalINS5_10ScalarTypeEEENS6_INS5_6LayoutEEENS6_INS5_6DeviceEEENS6_IbEENS6_INS5_12MemoryFormatEEE",
+        "built-for-other-torch",
+        None,
+    ),
+    # --- wrong CUDA major
+    (
+        "state-spaces/mamba#450",
+        "    import selective_scan_cuda\nImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory",
+        "cuda-runtime-major",
+        None,
+    ),
+    (
+        "state-spaces/mamba#706",
+        "    import selective_scan_cuda\nImportError: libcudart.so.12: cannot open shared object file: No such file or directory",
+        "cuda-runtime-major",
+        None,
+    ),
+    # --- glibc / libstdc++ too old
+    (
+        "Dao-AILab/flash-attention#1708",
+        "ImportError: /lib64/libc.so.6: version `GLIBC_2.32' not found (required by .../flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so)",
+        "glibc-too-old",
+        None,
+    ),
+    (
+        "state-spaces/mamba#254",
+        "ImportError: /lib64/libstdc++.so.6: version `GLIBCXX_3.4.26' not found (required by .../selective_scan_cuda.cpython-39-x86_64-linux-gnu.so)",
+        "libstdcxx-too-old",
+        None,
+    ),
+    (
+        "sophgo/LLM-TPU#166",
+        "ImportError: /lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /usr/local/lib64/python3.11/site-packages/torch/lib/libtorch_python.so)",
+        "libstdcxx-too-old",
+        None,
+    ),
+    (
+        "LostRuins/koboldcpp#888",
+        "gdb: /tmp/_MEI1NGty2/libstdc++.so.6: version `CXXABI_1.3.15' not found (required by /usr/lib/libicui18n.so.75)",
+        "libstdcxx-too-old",
+        None,
+    ),
+    (
+        "MzeroMiko/VMamba#83",
+        "E   ImportError: .../selective_scan_cuda_oflex.cpython-38-x86_64-linux-gnu.so: undefined symbol: _ZNSt15__exception_ptr13exception_ptr9_M_addrefEv",
+        "libstdcxx-too-old",
+        None,
+    ),
+    # --- GPU arch not in the wheel
+    (
+        "state-spaces/mamba#267",
+        "CUDA error: no kernel image is available for execution on the device CUDA kernel errors might be asynchronously "
+        "reported at some other API call, so the stacktrace below might be incorrect.",
+        "no-kernel-image",
+        None,
+    ),
+    (
+        "JiarunLiu/Swin-UMamba#20",
+        "    out, x, *rest = selective_scan_cuda.fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus)\n"
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        "no-kernel-image",
+        None,
+    ),
+    # --- source builds
+    (
+        "state-spaces/mamba#481",
+        "Collecting mamba_ssm\n  Using cached mamba_ssm-2.2.2.tar.gz (85 kB)\n  Installing build dependencies ... done\n"
+        "  Getting requirements to build wheel ... error\n  error: subprocess-exited-with-error\n"
+        "  File \".../pip-build-env-buvggkdk/overlay/Lib/site-packages/setuptools/build_meta.py\", line 327, in get_requires_for_build_wheel\n"
+        "  ModuleNotFoundError: No module named 'torch'",
+        "torch-not-visible",
+        None,
+    ),
+    (
+        "state-spaces/mamba#104",
+        "pip install --no-build-isolation mamba-ssm\n...\nNameError: name 'bare_metal_version' is not defined",
+        "nvcc-missing",
+        None,
+    ),
+    (
+        "bowang-lab/U-Mamba#76",
+        "<string>:118: UserWarning: mamba_ssm was requested, but nvcc was not found.  Are you sure your environment has nvcc available?",
+        "nvcc-missing",
+        None,
+    ),
+    (
+        "OpenBMB/CPM-Live#244",
+        "    raise EnvironmentError('CUDA_HOME environment variable is not set. '\n"
+        "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.",
+        "nvcc-missing",
+        None,
+    ),
+    (
+        "hhhhpaaa/Mamba-ssm#2",
+        "RuntimeError:\n      The detected CUDA version (11.8) mismatches the version that was used to compile\n"
+        "      PyTorch (12.1). Please make sure to use the same CUDA versions.",
+        "cuda-version-mismatch",
+        None,
+    ),
+    (
+        "mit-han-lab/Block-Sparse-Attention#15",
+        "nvcc fatal   : Unsupported gpu architecture 'compute_120'",
+        "nvcc-unsupported-arch",
+        None,
+    ),
+    (
+        "Dao-AILab/flash-attention#2863",
+        "#error C++20 or later compatible compiler is required to use ATen",
+        "cxx20-required",
+        None,
+    ),
+    (
+        "vllm-project/vllm#49260",
+        ".../torch/include/ATen/ATen.h:5:2: error: #error C++20 or later compatible compiler is required to use ATen.",
+        "cxx20-required",
+        None,
+    ),
+    (
+        "Eyeline-Labs/FlashDepth#2",
+        "/usr/local/cuda/include/crt/host_config.h:143:2: error: #error -- unsupported GNU version! gcc versions later "
+        "than 12 are not supported! The nvcc flag '-allow-unsupported-compiler' can be used to override this version check",
+        "gcc-too-new-for-nvcc",
+        None,
+    ),
+    (
+        "MzeroMiko/VMamba#313",
+        "import selective_scan_cuda\n-> ModuleNotFoundError: No module named 'selective_scan_cuda'",
+        "extension-missing",
+        None,
+    ),
+]
+
+
+def test_the_table_covers_at_least_ten_kinds():
+    assert len({kind for _, _, kind, _ in CASES}) >= 10
+
+
+@pytest.mark.parametrize(("source", "message", "kind", "fix_has"), CASES, ids=[c[0] for c in CASES])
+def test_real_messages_are_classified(source, message, kind, fix_has):
+    diags = classify(message)
+    assert diags, f"{source}: not recognised"
+    assert diags[0].kind == kind, f"{source}: {[d.kind for d in diags]}"
+    assert diags[0].fix and diags[0].why
+    if fix_has:
+        assert fix_has in diags[0].why
+
+
+def test_abi_fix_names_the_exact_wheel_when_the_environment_is_known():
+    ctx = Context(
+        torch_version="2.6.0+cu124",
+        torch_cxx11abi=False,
+        variant_key="cu12-torch2.6-cxx11abiFALSE",
+        variant_label="cu12torch2.6cxx11abiFALSE",
+        mamba_version="2.3.0",
+        index_url="https://example.org/idx",
+        python="python",
+    )
+    (d, *_) = classify(f"undefined symbol: {CXX11_SYMBOL}", ctx)
+    assert d.kind == "cxx11-abi-mismatch"
+    assert d.fix == (
+        'python -m pip install --force-reinstall --no-deps "mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE" '
+        "--extra-index-url https://example.org/idx/cu12-torch2.6-cxx11abiFALSE/"
+    )
+
+
+def test_a_cxx11_symbol_against_a_cxx11_torch_is_another_torch_not_the_abi():
+    # torch itself is CXX11, so a __cxx11 symbol missing from it means a different torch release.
+    (d, *_) = classify(f"undefined symbol: {CXX11_SYMBOL}", Context(torch_cxx11abi=True))
+    assert d.kind == "built-for-other-torch"
+
+
+def test_build_isolation_beats_plain_missing_torch():
+    kinds = [d.kind for d in classify(CASES[16][1])]
+    assert kinds == ["torch-not-visible"]
+    assert [d.kind for d in classify("ModuleNotFoundError: No module named 'torch'")] == ["torch-missing"]
+    assert classify("ModuleNotFoundError: No module named 'torch._C'") == []
+
+
+def test_cli_explain_reads_stdin_and_prints_json():
+    msg = CASES[7][1]
+    p = subprocess.run(
+        [sys.executable, "-m", "mamba_ssm.doctor", "--explain", "-", "--json"], input=msg, capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["recognised"] and doc["diagnoses"][0]["kind"] == "cuda-runtime-major"
+
+
+def test_cli_explain_text_and_unrecognised():
+    p = subprocess.run([sys.executable, "-m", "mamba_ssm.doctor", "--explain", CASES[22][1]], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "cxx20-required" in p.stdout and "fix:" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "mamba_ssm.doctor", "--explain", "all good"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "Not recognised" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "mamba_ssm.doctor", "--explain", "  "], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3 and "empty" in p.stderr and "Traceback" not in p.stderr

@@ -1,0 +1,260 @@
+"""The index on disk: layout, hashes, metadata, stable wheels, incremental runs, integrity, the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from builder import cli
+from builder.errors import IndexIntegrityError, UsageError
+from builder.index import build_index
+from wheelmaker import make_mamba_wheel, make_wheel
+
+
+def run_cli(argv: list[str]) -> int:
+    """`python -m builder ...` in-process, through the real CLI (error printing, exit codes)."""
+    return cli.main(argv)
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _anchors(page: Path) -> list[dict]:
+    out = []
+    for m in re.finditer(r"<a ([^>]*)>([^<]*)</a>", page.read_text()):
+        attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', m.group(1)))
+        out.append({"text": m.group(2), **attrs})
+    return [a for a in out if a["text"].endswith(".whl")]
+
+
+@pytest.fixture
+def wheels(tmp_path) -> Path:
+    w = tmp_path / "wheels"
+    for py in ("cp311", "cp312"):
+        make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", py)
+        make_mamba_wheel(w, "cu13torch2.14cxx11abiTRUE", py)
+    make_mamba_wheel(w, "cu13torch2.12cxx11abiTRUE", "cp311", version="2.2.0")  # an older release only
+    make_mamba_wheel(w, "cu13torchstable", "cp310")
+    return w
+
+
+def test_variant_pages_carry_hashes_requires_python_and_metadata(wheels, tmp_path):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    page = out / "cu12-torch2.6-cxx11abiFALSE" / "index.html"
+    anchors = _anchors(page)
+    assert [a["text"] for a in anchors] == [
+        "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl",
+        "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl",
+    ]
+    for a in anchors:
+        target = (page.parent / a["href"].split("#")[0]).resolve()
+        assert a["href"].split("#sha256=")[1] == _sha(target)
+        assert a["data-requires-python"] == "&gt;=3.10"
+        meta = Path(str(target) + ".metadata")
+        assert a["data-core-metadata"] == a["data-dist-info-metadata"] == f"sha256={_sha(meta)}"
+        assert b"Requires-Dist: torch==2.6.*" in meta.read_bytes()
+    # the same anchors on the PEP 503 project page under the variant root
+    project = _anchors(out / "cu12-torch2.6-cxx11abiFALSE" / "mamba-ssm" / "index.html")
+    assert [a["text"] for a in project] == [a["text"] for a in anchors]
+    assert all((out / "cu12-torch2.6-cxx11abiFALSE" / "mamba-ssm" / a["href"].split("#")[0]).is_file() for a in project)
+
+
+def test_simple_and_pep691_json_list_everything_once(wheels, tmp_path):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    doc = json.loads((out / "simple" / "mamba-ssm" / "index.json").read_text())
+    assert doc["meta"]["api-version"] == "1.1" and doc["name"] == "mamba-ssm"
+    names = sorted(f["filename"] for f in doc["files"])
+    assert names == sorted(p.name for p in wheels.glob("*.whl"))
+    for f in doc["files"]:
+        assert f["hashes"]["sha256"] == _sha(out / "simple" / "mamba-ssm" / f["url"])
+        assert f["core-metadata"]["sha256"] == _sha(out / "simple" / "mamba-ssm" / (f["url"] + ".metadata"))
+    assert len(_anchors(out / "simple" / "mamba-ssm" / "index.html")) == len(names)
+    # each wheel stored once, however many pages link it
+    stored = sorted(p.name for p in (out / "files").iterdir() if p.suffix == ".whl")
+    assert stored == names
+
+
+def test_stable_wheel_is_linked_from_every_variant_it_serves(wheels, tmp_path):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    stable = "mamba_ssm-2.3.0+cu13torchstable-cp310-abi3-linux_x86_64.whl"
+    manifest = json.loads((out / "manifest.json").read_text())
+    # Requires-Dist torch>=2.10: serves cu13 2.12 and 2.14 (both present), not cu12 2.6
+    assert manifest["files"][stable]["serves"] == [
+        "cu13-torch2.12-cxx11abiTRUE",
+        "cu13-torch2.14-cxx11abiTRUE",
+        "cu13-torchstable-abi3",
+    ]
+    assert stable in [a["text"] for a in _anchors(out / "cu13-torch2.12-cxx11abiTRUE" / "index.html")]
+    assert stable in [a["text"] for a in _anchors(out / "cu13-torchstable-abi3" / "index.html")]
+    assert stable not in [a["text"] for a in _anchors(out / "cu12-torch2.6-cxx11abiFALSE" / "index.html")]
+    # 2.14 has its own 2.3.0 wheels: the stable one would win an unpinned install there (labels sort as text)
+    assert stable not in [a["text"] for a in _anchors(out / "cu13-torch2.14-cxx11abiTRUE" / "index.html")]
+
+
+def test_sidecar_names_what_a_stable_wheel_serves(tmp_path):
+    w = tmp_path / "wheels"
+    whl = make_mamba_wheel(w, "cu13torchstable", "cp310")
+    Path(str(whl) + ".spec.json").write_text(json.dumps({"serves": ["cu13-torch2.15-cxx11abiTRUE"]}))
+    build_index(w, tmp_path / "index")
+    assert (tmp_path / "index" / "cu13-torch2.15-cxx11abiTRUE" / "index.html").is_file()
+
+
+def test_indexing_again_keeps_published_wheels_and_swaps_atomically(wheels, tmp_path):
+    out = tmp_path / "index"
+    first = build_index(wheels, out)
+    assert out.is_symlink() and out.resolve() == first.generation
+    new = tmp_path / "new"
+    make_mamba_wheel(new, "cputorch2.13cxx11abiTRUE", "cp311")
+    second = build_index(new, out)  # a folder with only the new wheel
+    assert second.added == ("mamba_ssm-2.3.0+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl",)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["files"]) == {p.name for p in wheels.glob("*.whl")} | set(second.added)
+    assert (out / "cu12-torch2.6-cxx11abiFALSE" / "index.html").is_file()
+    assert out.resolve() == second.generation != first.generation
+    assert not list(out.parent.glob(".index.d/.gen-*.staging"))
+    # nothing new: no new generation
+    assert build_index(new, out).generation == second.generation
+
+
+def test_altered_published_wheel_is_reported_not_rehashed(wheels, tmp_path, capsys):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    victim = out / "files" / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
+    data = bytearray(victim.read_bytes())
+    data[-30] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    before = (out / "manifest.json").read_text()
+    assert run_cli(["index", "--wheels", str(wheels), "--out", str(out)]) == IndexIntegrityError.exit_code == 5
+    err = capsys.readouterr().err
+    assert victim.name in err and "recorded" in err and "Traceback" not in err
+    assert (out / "manifest.json").read_text() == before  # nothing published
+
+
+def test_same_name_different_bytes_is_refused(wheels, tmp_path):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    other = tmp_path / "other"
+    make_mamba_wheel(other, "cu12torch2.6cxx11abiFALSE", "cp311")
+    with (other / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl").open("ab") as f:
+        f.write(b"\0")
+    with pytest.raises(IndexIntegrityError, match="immutable|differs"):
+        build_index(other, out)
+
+
+def test_two_platform_tags_for_one_cell_are_refused(tmp_path):
+    w = tmp_path / "wheels"
+    make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", "cp311")
+    make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", "cp311", platform="manylinux_2_28_x86_64")
+    with pytest.raises(IndexIntegrityError, match="pip and uv would pick differently"):
+        build_index(w, tmp_path / "index")
+    assert not (tmp_path / "index").exists()
+
+
+@pytest.mark.parametrize(
+    "name,version,tag,message",
+    [
+        ("mamba-ssm", "2.3.0", "cp311-cp311-linux_x86_64", "no local label"),
+        ("mamba-ssm", "2.3.0+cu12torch2.6", "cp311-cp311-linux_x86_64", "not a mamba-ssm local label"),
+        ("mamba-ssm", "2.3.0+cputorch2.13cxx11abiTRUE", "cp311-cp311-linux_x86_64.manylinux_2_28_x86_64", "tags"),
+        ("torch", "2.6.0", "py3-none-any", "not mamba-ssm"),
+    ],
+)
+def test_bad_wheels_get_one_line_errors(tmp_path, capsys, name, version, tag, message):
+    w = tmp_path / "wheels"
+    make_wheel(w, name, version, tag)
+    assert run_cli(["index", "--wheels", str(w), "--out", str(tmp_path / "index")]) == UsageError.exit_code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.startswith("error: ")
+
+
+def test_missing_wheels_dir_and_foreign_out(tmp_path, capsys):
+    assert run_cli(["index", "--wheels", str(tmp_path / "nope"), "--out", str(tmp_path / "i")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "w").mkdir()
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "keep.txt").write_text("mine")
+    assert run_cli(["index", "--wheels", str(tmp_path / "w"), "--out", str(tmp_path / "taken")]) == 2
+    assert (tmp_path / "taken" / "keep.txt").read_text() == "mine"
+
+
+def test_concurrent_runs_are_serialised(tmp_path):
+    out = tmp_path / "index"
+    dirs = []
+    for i, label in enumerate(["cputorch2.13cxx11abiTRUE", "cu12torch2.6cxx11abiTRUE", "cu13torch2.14cxx11abiTRUE", "hip62torch2.5cxx11abiFALSE"]):
+        d = tmp_path / f"w{i}"
+        make_mamba_wheel(d, label, "cp311")
+        dirs.append(d)
+    errors = []
+
+    def work(d):
+        try:
+            build_index(d, out)
+        except Exception as err:  # noqa: BLE001 - surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in dirs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(json.loads((out / "manifest.json").read_text())["files"]) == 4
+
+
+def test_base_url_makes_absolute_links_and_commands(wheels, tmp_path):
+    out = tmp_path / "index"
+    build_index(wheels, out, base_url="https://example.org/mamba/")
+    a = _anchors(out / "cu12-torch2.6-cxx11abiFALSE" / "index.html")[0]
+    assert a["href"].startswith("https://example.org/mamba/files/mamba_ssm-2.3.0+cu12")
+    page = (out / "index.html").read_text()
+    assert "--extra-index-url https://example.org/mamba/cu12-torch2.6-cxx11abiFALSE/" in page.replace(
+        '<span class="base">https://example.org/mamba/</span>', "https://example.org/mamba/"
+    )
+
+
+def test_resolve_cli(wheels, tmp_path, capsys):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    argv = ["resolve", "--torch", "2.6.0+cu124", "--cuda", "12.4", "--abi", "FALSE", "--python", "3.11", "--index", str(out)]
+    assert run_cli(argv) == 0
+    text = capsys.readouterr().out
+    assert "variant: cu12-torch2.6-cxx11abiFALSE" in text
+    assert f"pip install mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE --extra-index-url {out.absolute().as_uri()}/cu12-torch2.6-cxx11abiFALSE/" in text
+    # torch 2.13 with CUDA 13: only the stable wheel fits
+    assert run_cli(["resolve", "--torch", "2.13", "--cuda", "13.0", "--python", "3.12", "--index", str(out)]) == 0
+    assert "2.3.0+cu13torchstable --extra-index-url" in capsys.readouterr().out
+    # no fit: nearest variants and why
+    assert run_cli(["resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "TRUE", "--python", "3.11", "--index", str(out)]) == 6
+    err = capsys.readouterr().err
+    assert "cu12-torch2.6-cxx11abiFALSE: cxx11abiFALSE; your torch uses cxx11abiTRUE" in err
+    assert run_cli(["resolve", "--torch", "two", "--index", str(out)]) == 2
+    assert "cannot read a torch version" in capsys.readouterr().err
+
+
+def test_no_half_written_generation_on_failure(wheels, tmp_path, monkeypatch):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    live = out.resolve()
+    import builder.index as index_mod
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(index_mod, "_write_generation", boom)
+    new = tmp_path / "new"
+    make_mamba_wheel(new, "cputorch2.13cxx11abiTRUE", "cp311")
+    with pytest.raises(OSError):
+        build_index(new, out)
+    assert out.resolve() == live
+    assert sorted(p.name for p in out.parent.joinpath(".index.d").iterdir() if p.name.startswith(".gen")) == []
+    assert os.path.isfile(out / "manifest.json")

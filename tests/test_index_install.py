@@ -1,0 +1,142 @@
+"""Real pip and real uv install from the index, served over HTTP on 127.0.0.1.
+
+The torch installed in each venv is a stand-in: a tiny real wheel named ``torch``
+with the right version (real CUDA torch wheels are gigabytes). What is under test
+is which mamba-ssm wheel the installers pick, and that they leave torch alone.
+
+A "public" index on the same server carries ``mamba-ssm 9.9.9`` and ``torch
+2.99.0``: the newer public release that an unpinned command would silently take.
+"""
+
+from __future__ import annotations
+
+import shlex
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from builder.index import build_index, install_command
+from builder.resolve import resolve
+from indexkit import find_python, installed, isolated_env, make_venv, pip, serve, uv_pip
+from mamba_ssm import _variant
+from wheelmaker import make_fake_torch, make_mamba_wheel, make_wheel
+
+LABELS = {
+    "cu12torch2.6cxx11abiFALSE": ("cp310", "cp311", "cp312", "cp313"),
+    "cu12torch2.6cxx11abiTRUE": ("cp311", "cp312"),
+    "cu13torch2.14cxx11abiTRUE": ("cp311", "cp313"),
+    "cputorch2.13cxx11abiTRUE": ("cp311", "cp312"),
+    "hip62torch2.5cxx11abiFALSE": ("cp310", "cp311"),
+}
+
+# (python, installed torch, what resolve is told, the wheel that must be installed)
+ENVIRONMENTS = [
+    ("3.11", "2.6.0", dict(cuda="12.4", cxx11abi=False), "2.3.0+cu12torch2.6cxx11abiFALSE", "cp311-cp311"),
+    ("3.12", "2.6.0", dict(cuda="12.6", cxx11abi=True), "2.3.0+cu12torch2.6cxx11abiTRUE", "cp312-cp312"),
+    ("3.13", "2.14.1", dict(cuda="13.0"), "2.3.0+cu13torch2.14cxx11abiTRUE", "cp313-cp313"),
+    ("3.10", "2.5.1", dict(hip="6.2.41133"), "2.3.0+hip62torch2.5cxx11abiFALSE", "cp310-cp310"),
+    ("3.11", "2.13.0", dict(), "2.3.0+cputorch2.13cxx11abiTRUE", "cp311-cp311"),
+    ("3.12", "2.12.0", dict(cuda="13.0"), "2.3.0+cu13torchstable", "cp310-abi3"),
+]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """wheels -> index (+ a public index with newer decoys), served; yields (url, paths)."""
+    root = tmp_path_factory.mktemp("site")
+    wheels = root / "wheels"
+    for label, pythons in LABELS.items():
+        for py in pythons:
+            make_mamba_wheel(wheels, label, py)
+            make_mamba_wheel(wheels, label, py, version="2.2.0")  # an older release on the same page
+    make_mamba_wheel(wheels, "cu13torchstable", "cp310")
+    build_index(wheels, root / "www" / "index")
+
+    public = root / "www" / "public"
+    dists = {"mamba-ssm": make_wheel(public / "files", "mamba-ssm", "9.9.9"), "torch": make_fake_torch(public / "files", "2.99.0")}
+    for name, whl in dists.items():
+        page = public / "simple" / name / "index.html"
+        page.parent.mkdir(parents=True)
+        page.write_text(f'<a href="../../files/{whl.name}">{whl.name}</a>\n')
+    torches = root / "torches"
+    for _py, torch, *_ in ENVIRONMENTS:
+        make_fake_torch(torches, torch)
+    with serve(root / "www") as url:
+        yield url, root, torches
+
+
+def _venv(tmp_path: Path, py: str, torch: str, torches: Path, env: dict) -> Path:
+    python = find_python(py)
+    if python is None:
+        pytest.skip(f"no Python {py} on this machine")
+    vpy = make_venv(tmp_path / f"venv{py}", python, env)
+    uv_pip(vpy, ["install", "--no-index", "--find-links", str(torches), f"torch=={torch}"], env)
+    return vpy
+
+
+def _want(label_kw: dict, py: str, torch: str) -> _variant.Variant:
+    return _variant.from_values(torch, python="cp" + py.replace(".", ""), **label_kw)
+
+
+# The CI set keeps three environments (CUDA old ABI, ROCm, stable ABI); --run-slow runs all six.
+_CI = {0, 3, 5}
+_PARAMS = [
+    pytest.param(*e, id=e[3].split("+")[1] + "-py" + e[0], marks=() if i in _CI else pytest.mark.slow)
+    for i, e in enumerate(ENVIRONMENTS)
+]
+
+
+@pytest.mark.parametrize("py,torch,facts,version,tag", _PARAMS)
+def test_pip_and_uv_install_exactly_the_variant_wheel(site, tmp_path, py, torch, facts, version, tag):
+    url, root, torches = site
+    env = isolated_env(tmp_path)
+    manifest = __import__("json").loads((root / "www" / "index" / "manifest.json").read_text())
+    res = resolve(manifest, _want(facts, py, torch))
+    assert res.entry is not None and res.entry["version"] == version, res
+    key = res.key
+    command = install_command(res.entry, key, f"{url}/index")
+    pin = f"mamba-ssm=={version}"
+    assert shlex.split(command) == ["pip", "install", pin, "--extra-index-url", f"{url}/index/{key}/"]
+
+    public = f"{url}/public/simple/"
+    ways = {
+        # the printed command, with the public index standing in for PyPI
+        "pip-extra-index": (pip, ["install", "--index-url", public, *shlex.split(command)[2:]]),
+        "pip-find-links": (pip, ["install", "--no-index", "--find-links", f"{url}/index/{key}/", "mamba-ssm"]),
+        "uv-extra-index": (uv_pip, ["install", "--index-url", public, "--extra-index-url", f"{url}/index/{key}/", pin]),
+        "uv-find-links": (uv_pip, ["install", "--no-index", "--find-links", f"{url}/index/{key}/", pin]),
+    }
+    for way, (tool, args) in ways.items():
+        vpy = _venv(tmp_path / way, py, torch, torches, env)
+        tool(vpy, args, env)
+        got = installed(vpy)
+        assert (way, got["mamba"], got["tags"]) == (way, version, [f"{tag}-linux_x86_64"])
+        assert got["torch"] == torch, f"{way} changed torch {torch} -> {got['torch']}"
+
+
+def test_unpinned_extra_index_takes_the_newer_public_release(site, tmp_path):
+    """Why every printed command pins the exact local version: without it the public 9.9.9 wins."""
+    url, _root, torches = site
+    env = isolated_env(tmp_path)
+    vpy = _venv(tmp_path, "3.11", "2.6.0", torches, env)
+    pip(vpy, ["install", "--index-url", f"{url}/public/simple/", "--extra-index-url", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/", "mamba-ssm"], env)
+    assert installed(vpy)["mamba"] == "9.9.9"
+
+
+def test_a_wheel_altered_after_indexing_is_refused_by_pip(tmp_path):
+    wheels = tmp_path / "wheels"
+    whl = make_mamba_wheel(wheels, "cu12torch2.6cxx11abiFALSE", "cp311")
+    out = tmp_path / "www" / "index"
+    build_index(wheels, out)
+    torches = tmp_path / "torches"
+    make_fake_torch(torches, "2.6.0")
+    published = out / "files" / whl.name
+    with zipfile.ZipFile(published, "a") as zf:  # still a valid wheel, other bytes
+        zf.writestr("mamba_ssm/evil.py", "print('hi')\n")
+    env = isolated_env(tmp_path)
+    with serve(tmp_path / "www") as url:
+        vpy = _venv(tmp_path, "3.11", "2.6.0", torches, env)
+        proc = pip(vpy, ["install", "--no-index", "--find-links", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/", "mamba-ssm"], env, check=False)
+    assert proc.returncode != 0
+    assert "DO NOT MATCH THE HASHES" in proc.stdout + proc.stderr

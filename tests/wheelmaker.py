@@ -1,0 +1,72 @@
+"""Write small, real, installable wheels (for the index tests and benchmarks).
+
+The wheels are complete (METADATA, WHEEL, RECORD with hashes, a tiny module), so
+pip and uv install them for real; only their payload is a stub.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from pathlib import Path
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_wheel(
+    out_dir: Path,
+    name: str,
+    version: str,
+    tag: str = "py3-none-any",
+    *,
+    requires: tuple[str, ...] = (),
+    requires_python: str | None = ">=3.10",
+    files: dict[str, bytes] | None = None,
+) -> Path:
+    """Write ``<dist>-<version>-<tag>.whl`` into ``out_dir`` and return its path."""
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    if requires_python:
+        meta.append(f"Requires-Python: {requires_python}")
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    pyver, _abi, _plat = tag.split("-")
+    wheel_txt = "Wheel-Version: 1.0\nGenerator: wheelmaker\nRoot-Is-Purelib: false\n"
+    for t in _expand(tag):
+        wheel_txt += f"Tag: {t}\n"
+    content = dict(files or {f"{dist}/__init__.py": f"__version__ = {version!r}\n".encode()})
+    content[f"{info}/METADATA"] = ("\n".join(meta) + "\n").encode()
+    content[f"{info}/WHEEL"] = wheel_txt.encode()
+    record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in content.items()) + f"{info}/RECORD,,\n"
+    content[f"{info}/RECORD"] = record.encode()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{dist}-{version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p, d in content.items():
+            zf.writestr(p, d)
+    return path
+
+
+def _expand(tag: str) -> list[str]:
+    py, abi, plat = tag.split("-")
+    return [f"{a}-{b}-{c}" for a in py.split(".") for b in abi.split(".") for c in plat.split(".")]
+
+
+def make_mamba_wheel(
+    out_dir: Path, label: str, python: str = "cp311", *, version: str = "2.3.0", platform: str = "linux_x86_64"
+) -> Path:
+    """A mamba-ssm wheel as the farm names it: ``2.3.0+<label>``, torch pinned to the label's minor."""
+    if label.endswith("torchstable"):
+        tag, requires = f"{python}-abi3-{platform}", ("torch>=2.10",)
+    else:
+        torch = label.split("torch")[1].split("cxx11abi")[0]
+        tag, requires = f"{python}-{python}-{platform}", (f"torch=={torch}.*",)
+    return make_wheel(out_dir, "mamba-ssm", f"{version}+{label}", tag, requires=requires)
+
+
+def make_fake_torch(out_dir: Path, version: str) -> Path:
+    """A stand-in for a torch release: real CUDA torch wheels are gigabytes."""
+    return make_wheel(out_dir, "torch", version, requires_python=">=3.9")
