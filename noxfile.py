@@ -43,3 +43,10 @@ def index(session: nox.Session) -> None:
     """Index a folder of wheels: nox -s index -- --wheels DIR --out OUT --base-url URL."""
     _farm(session)
     session.run("python", "-m", "builder", "index", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def resolve(session: nox.Session) -> None:
+    """Which wheel fits: nox -s resolve -- --torch 2.6 --cuda 12.4 --abi FALSE --python 3.11 --index URL."""
+    _farm(session)
+    session.run("python", "-m", "builder", "resolve", *session.posargs)

@@ -71,6 +71,14 @@ class Plan:
         toolchain.check_torch(self.torch_version, data)
         self.skip_gpu = bool(toolchain.env_bool(env, "MAMBA_SKIP_CUDA_BUILD"))
         self.force_build = bool(toolchain.env_bool(env, "MAMBA_FORCE_BUILD"))
+        # Stable ABI (MAMBA_STABLE_ABI=TRUE): csrc/binding_stable.cpp, one cp310-abi3 wheel for torch >= floor.
+        self.stable = bool(toolchain.env_bool(env, "MAMBA_STABLE_ABI"))
+        self.stable_floor = data["stable"]["floor"]
+        if self.stable and toolchain.version_tuple(self.torch_version)[:2] < toolchain.version_tuple(self.stable_floor)[:2]:
+            raise toolchain.BuildConfigError(
+                f"MAMBA_STABLE_ABI=TRUE needs torch >= {self.stable_floor} (its stable C API), but torch is {self.torch_version}",
+                f"install torch>={self.stable_floor} or unset MAMBA_STABLE_ABI to build a classic wheel for this torch",
+            )
         forced_abi = toolchain.env_bool(env, "MAMBA_FORCE_CXX11_ABI")
         torch_abi = bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
         self.cxx11abi = torch_abi if forced_abi is None else forced_abi
@@ -88,12 +96,17 @@ class Plan:
         self.archs: list = []
         self.hip_archs: list[str] = []
         if self.backend == "cuda":
-            self.cuda = toolchain.resolve_cuda(cuda, env)
+            self.cuda = toolchain.resolve_cuda(cuda, env, data)
             self.archs, self.arch_source = toolchain.cuda_archs(self.cuda.version, env, data)
             self.nvcc_flags = list(data["cuda"]["nvcc_flags"])
         elif self.backend == "rocm":
             toolchain.check_rocm(hip, data, _warn)
             self.hip_archs = toolchain.hip_archs(env, data)
+            if self.stable:
+                raise toolchain.BuildConfigError(
+                    "MAMBA_STABLE_ABI=TRUE covers CPU and CUDA builds only, and this torch is a ROCm build",
+                    "unset MAMBA_STABLE_ABI to build a classic wheel for this torch",
+                )
         self.jobs = toolchain.jobs(env, max(1, len(self.archs)))
         self.variant = _variant.from_values(
             self.torch_version,
@@ -101,6 +114,8 @@ class Plan:
             hip=hip if self.backend == "rocm" else None,
             cxx11abi=self.cxx11abi,
         )
+        if self.stable:
+            self.variant = self.variant.as_stable()
         self.torch_mm = _variant.torch_major_minor(self.torch_version)
 
     @property
@@ -113,6 +128,8 @@ class Plan:
         parts = [f"torch {self.torch_version}", f"backend {self.backend}", f"-std={self.std}",
                  f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}", f"version {self.version}",
                  f"MAX_JOBS {self.jobs.max_jobs}"]
+        if self.stable:
+            parts.append(f"stable ABI (torch >= {self.stable_floor}, cp310-abi3)")
         if self.cuda:
             parts += [f"CUDA_HOME {self.cuda.home} (CUDA {self.cuda.version})",
                       f"archs {' '.join('sm_%d%s' % (a.sm, '+PTX' if a.ptx else '') for a in self.archs)} "
@@ -138,6 +155,15 @@ def _extension(plan: Plan):
     cxx = ["-O2", f"-std={plan.std}", abi_flag, "-fopenmp", "-fvisibility=hidden"]
     depends = [str(p) for p in [*CSRC.glob("*.h"), *CSRC.glob("*.inc"), *CSRC.glob("*.cpp"), *CSRC.glob("cuda/*")]]
     common = dict(name="mamba_ssm._C", sources=["csrc/binding.cpp"], depends=depends, extra_link_args=["-fopenmp"])
+    if plan.stable:
+        # Only torch's stable C API: no C++ ABI macro, no OpenMP runtime, no Python symbol.
+        major, minor = toolchain.version_tuple(plan.stable_floor)[:2]
+        flags = ["-O2", "-std=c++17", "-fvisibility=hidden", "-DTORCH_STABLE_ONLY",
+                 f"-DTORCH_TARGET_VERSION=0x{(major << 56) | (minor << 48):016x}"]
+        common.update(sources=["csrc/binding_stable.cpp"], extra_link_args=[], py_limited_api=True)
+        if plan.backend == "cpu":
+            return CppExtension(extra_compile_args={"cxx": flags}, **common)
+        return CUDAExtension(extra_compile_args={"cxx": [*flags, "-DUSE_CUDA"], "nvcc": []}, **common)
     if plan.backend == "cpu":
         return CppExtension(extra_compile_args={"cxx": cxx}, **common)
     if plan.backend == "cuda":
@@ -162,7 +188,10 @@ def _build_ext_class(plan: Plan):
                     CSRC, plan.cuda.nvcc, plan.nvcc_flags, toolchain.gencode_flags(plan.archs),
                     plan.jobs.nvcc_threads, plan.env.get("CC"),
                 )
-            objects = kernels.build(jobs, Path(self.build_temp) / "kernels", plan.jobs.max_jobs)
+            # MAMBA_KERNEL_CACHE=DIR: a folder shared by every build of one toolchain (objects are keyed by
+            # command line, compiler and sources, so a hit is exact); default: this build's own folder.
+            cache = plan.env.get("MAMBA_KERNEL_CACHE", "").strip()
+            objects = kernels.build(jobs, Path(cache) if cache else Path(self.build_temp) / "kernels", plan.jobs.max_jobs)
             for ext in self.extensions:
                 ext.extra_objects = [str(o) for o in objects]
             super().build_extensions()
@@ -197,11 +226,13 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)  # torch's "no CUDA runtime found" notice
         ext = _extension(plan)
+    stable = dict(options={"bdist_wheel": {"py_limited_api": "cp310"}}) if plan.stable else {}
     setup(
         version=plan.version,
-        install_requires=[f"torch=={plan.torch_mm}.*"],
+        install_requires=[f"torch>={plan.stable_floor}" if plan.stable else f"torch=={plan.torch_mm}.*"],
         ext_modules=[ext],
         cmdclass={"build_ext": _build_ext_class(plan), "bdist_wheel": bdist_wheel_prebuilt},
+        **stable,
     )
 
 

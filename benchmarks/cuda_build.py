@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import cudakit  # noqa: E402
+import cudakit
 
 # Given in issue 2, not measured by this script.
 UPSTREAM_SM80 = {"wall_s": 339.0, "cpu_s": 633.0, "peak_rss_mb": 1600.0, "wheel_mb": 39.0}
@@ -29,6 +29,7 @@ HEADERS_ONLY = '#include "cuda/scan_common.cuh"\n__global__ void mamba_empty() {
 
 
 def tu_costs(archs: list[int], work: Path) -> dict[str, tuple[float, float, float]]:
+    work.mkdir(parents=True, exist_ok=True)
     base = work / "headers_only.cu"
     base.write_text(HEADERS_ONLY)
     costs = {"headers only (baseline)": cudakit.nvcc_object_cost(base, archs, work / "obj")}
@@ -56,8 +57,12 @@ def wheel_cost(archs: str, work: Path, max_jobs: int) -> cudakit.Build:
 def print_wheel(label: str, b: cudakit.Build, upstream: dict | None) -> None:
     size_mb = b.wheel.stat().st_size / 1e6
     print(f"\n{label}: whole wheel ({b.wheel.name})")
-    rows = [("wall s", b.wall_s, "wall_s"), ("CPU s", b.cpu_s, "cpu_s"), ("peak RSS MB", b.peak_rss_mb, "peak_rss_mb"),
-            ("wheel MB", size_mb, "wheel_mb")]
+    rows = [
+        ("wall s", b.wall_s, "wall_s"),
+        ("CPU s", b.cpu_s, "cpu_s"),
+        ("peak RSS MB", b.peak_rss_mb, "peak_rss_mb"),
+        ("wheel MB", size_mb, "wheel_mb"),
+    ]
     print(f"  {'':12} {'ours':>9} {'upstream*':>10} {'ours/upstream':>14}")
     for name, ours, key in rows:
         if upstream and key in upstream:
@@ -87,8 +92,10 @@ def main() -> None:
             if args.full:
                 b = wheel_cost(cudakit.CUDA13_ARCHS, work / "full", args.max_jobs)
                 print_wheel("CUDA 13 archs (sm_" + ",".join(map(str, full)) + ")", b, {"cpu_s": UPSTREAM_CUDA13_CPU_S})
-    print("\n* upstream figures are quoted from issue 2 (measured there, not in this run); CPU s = user+sys of the"
-          "\n  whole process tree, peak RSS = the largest single process. Wall time depends on machine load.")
+    print(
+        "\n* upstream figures are quoted from issue 2 (measured there, not in this run); CPU s = user+sys of the"
+        "\n  whole process tree, peak RSS = the largest single process. Wall time depends on machine load."
+    )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--wheels", type=int, default=5000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", help="scratch folder (default: the system temp dir); its disk speed shows in the first run")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="index-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="index-bench-", dir=args.dir) as tmp:
         tmp = Path(tmp)
         t0 = time.perf_counter()
         synthesize(tmp / "wheels", args.wheels)

@@ -5,7 +5,8 @@
 In-process figures are medians of N runs (imports warm): the plan is compared with
 merely parsing matrix.toml with tomllib (the least any plan must do), and the
 one-off source hash is shown as its share of the plan. The command line is timed
-cold, against starting the same interpreter with nothing to do.
+cold, against starting the same interpreter with nothing to do and against building
+the CLI parser (which imports every command's module).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def main() -> None:
     ci = median_s(lambda: load_plan(profile="ci"), n)
     src = median_s(lambda: source_hash(matrix), n)
     cold_base = wall_s([sys.executable, "-c", "pass"], max(3, n // 5))
+    cold_parser = wall_s([sys.executable, "-c", "from builder.cli import build_parser; build_parser()"], max(3, n // 5))
     cold_cli = wall_s([sys.executable, "-m", "builder", "plan", "--format", "json"], max(3, n // 5))
 
     print(f"full default matrix: {len(plan.builds)} builds, {len(plan.images)} images, {len(plan.dropped)} dropped")
@@ -67,6 +69,9 @@ def main() -> None:
     print(f"  load_plan(profile='ci')                  {ci * 1e3:8.2f} ms  = {ci / parse:6.1f} x parse")
     print(f"  source hash (once per plan)              {src * 1e3:8.2f} ms  = {src / full:6.1%} of the full plan")
     print(f"  baseline  python -c pass (cold)          {cold_base * 1e3:8.2f} ms")
+    print(
+        f"  baseline  import every command (cold)    {cold_parser * 1e3:8.2f} ms  = {cold_parser / cold_base:6.1f} x bare start"
+    )
     print(
         f"  python -m builder plan --format json     {cold_cli * 1e3:8.2f} ms  = {cold_cli / cold_base:6.1f} x bare start"
     )

@@ -20,11 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from builder.index import build_index  # noqa: E402
-from indexkit import serve  # noqa: E402
-from sdistkit import COMPILE_MARK, PREBUILT_MARK, build_wheel, install_sdist, make_sdist, torch_venv  # noqa: E402
+from indexkit import serve
+from sdistkit import COMPILE_MARK, PREBUILT_MARK, build_wheel, install_sdist, make_sdist, torch_venv
 
-from mamba_ssm import _variant  # noqa: E402
+from builder.index import build_index
+from mamba_ssm import _variant
 
 
 def main() -> int:

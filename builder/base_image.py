@@ -120,7 +120,7 @@ def resolve_base(client, base: str, *, fallback: str | None = None, ca_bundle: P
         client.images.pull(base)
         return base
     except docker.errors.APIError as err:
-        reason = str(err).splitlines()[0][:160]
+        reason = (err.explanation or str(err)).splitlines()[0][:120]
     suite = fallback or suite_for(base)
     log(f"base image: cannot pull {base} ({reason}); using the farm's own Debian {suite} base instead")
     return ensure(client, suite, ca_bundle=ca_bundle, log=log)

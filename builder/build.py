@@ -71,7 +71,7 @@ def run_command(args: argparse.Namespace) -> int:
     from builder.plan import load_plan
 
     _validate(args)
-    console = Console(stderr=True)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
     log = lambda msg: console.print(msg, highlight=False, markup=False)  # noqa: E731
     t0 = time.monotonic()
     plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only)
@@ -143,14 +143,18 @@ def run_command(args: argparse.Namespace) -> int:
             signal.signal(s, h)
 
     schedule.summary(outcomes, console)
-    _index(wheels_dir, dist / "index", log)
+    index_error = _index(wheels_dir, dist / "index", log)
     log(f"done in {time.monotonic() - t0:.1f}s: wheels in {wheels_dir}, logs in {logs_dir}, index in {dist / 'index'}")
     failed = [o for o in outcomes if o.state == "failed"]
     if failed:
         parts = [f"{len(failed)} of {len(outcomes)} build(s) failed:"]
         for o in failed:
             parts.append(f"\n--- {o.spec.id}: {o.reason}\n    log: {o.log}\n{_indent(schedule.tail(o.log))}")
+        if index_error:
+            parts.append(f"\nand the index failed: {index_error}")
         raise BuildFailed("".join(parts), hint="each log above ends with the failing step; fix it and rerun (finished builds are kept)")
+    if index_error:
+        raise BuildFailed(f"the wheels were built, but the index failed: {index_error}", hint=index_error.hint)
     return 0
 
 
@@ -210,11 +214,12 @@ def _minimal_check(wheel: Path, spec) -> Path:
     return wheel
 
 
-def _index(wheels_dir: Path, out: Path, log) -> None:
+def _index(wheels_dir: Path, out: Path, log) -> FarmError | None:
     from builder.index import build_index
 
     try:
         res = build_index(wheels_dir, out)
     except FarmError as err:
-        raise BuildFailed(f"the wheels were built, but the index failed: {err}", hint=err.hint) from None
+        return err
     log(f"index: {res.files} wheel(s) in {res.variants} variant(s) at {out}")
+    return None

@@ -13,27 +13,32 @@ import sys
 
 from builder.errors import FarmError
 
-# One module per command; order is the order of ``--help``.
-COMMAND_MODULES = [
-    "builder.plan",
-    "builder.render",
-    "builder.base_image",
-    "builder.build",
-    "builder.index",
-    "builder.resolve",
-]
+# command name -> the module that implements it; order is the order of ``--help``.
+COMMANDS = {
+    "plan": "builder.plan",
+    "render": "builder.render",
+    "base-image": "builder.base_image",
+    "build": "builder.build",
+    "index": "builder.index",
+    "resolve": "builder.resolve",
+    "hip-compile": "builder.hip",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; only the named command's module is imported (a cold start stays fast)."""
     parser = argparse.ArgumentParser(prog="python -m builder", description="mamba-ssm wheel farm")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
+    first = next((a for a in (argv or []) if not a.startswith("-")), None)
+    modules = [COMMANDS[first]] if first in COMMANDS else list(COMMANDS.values())
+    for name in modules:
         importlib.import_module(name).add_command(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

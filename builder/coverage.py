@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
-from packaging.version import Version
 
 from mamba_ssm import _variant
 
@@ -89,7 +88,8 @@ def model(index) -> dict:
 
 
 def _best(index, key: str, py: str, base: str, install_command, python_serves, serving: str | None = None) -> Cell | None:
-    """The wheel a user in this cell gets: an exact build before a stable one, then the newest."""
+    """The wheel a user in this cell gets: the newest release; within one, an exact build before a stable one."""
+    from builder.index import parse_version  # noqa: PLC0415
     fits = [
         fn
         for fn in index.variants[key]
@@ -97,7 +97,7 @@ def _best(index, key: str, py: str, base: str, install_command, python_serves, s
     ]
     if not fits:
         return None
-    fn = max(fits, key=lambda f: (Version(index.files[f]["version"]).public, not index.files[f]["stable"]))
+    fn = max(fits, key=lambda f: (parse_version(index.files[f]["version"]).public, not index.files[f]["stable"]))
     e = index.files[fn]
     return Cell(
         filename=fn,

@@ -35,6 +35,7 @@ import hashlib
 import html
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -60,8 +61,15 @@ _CHUNK = 1 << 20
 # --------------------------------------------------------------------------- naming
 
 
+def canonical_label(label: str) -> str:
+    """setuptools lowercases local versions in filenames and METADATA (``cxx11abitrue``); the farm's
+    names keep ``cxx11abiTRUE``. Versions compare case-insensitively, so both name the same wheel."""
+    return re.sub(r"cxx11abi(true|false)$", lambda m: "cxx11abi" + m.group(1).upper(), label, flags=re.I)
+
+
 def variant_of_label(label: str) -> _variant.Variant:
     """The Variant named by a local label; naming stays in mamba_ssm._variant."""
+    label = canonical_label(label)
     parts = _variant.parse_label(label)
     acc = parts["accelerator"]
     if acc == "cpu":
@@ -131,11 +139,12 @@ def read_wheel(path: Path) -> tuple[dict, bytes]:
     (tag,) = tags
     # packaging lowercases local labels; the farm's spelling (cxx11abiFALSE) is in the filename.
     raw_version = path.name.split("-")[1]
-    label = raw_version.partition("+")[2]
     try:
-        variant = variant_of_label(label)
+        variant = variant_of_label(raw_version.partition("+")[2])
     except _variant.VariantError as err:
         raise UsageError(f"{path}: {err}") from None
+    label = variant.label
+    raw_version = f"{raw_version.partition('+')[0]}+{label}"  # the spelling commands print
     try:
         with zipfile.ZipFile(path) as zf:
             meta_names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
@@ -397,16 +406,17 @@ def _check_published(store: Path, files: dict[str, dict], *, verify: bool) -> bo
     Returns whether a recorded stat was refreshed (a file touched, bytes unchanged).
     """
     problems, refreshed = [], False
+    root = str(store)
     for fn, e in files.items():
         for name, sha_key, stat_key in ((fn, "sha256", "stat"), (fn + ".metadata", "metadata_sha256", "metadata_stat")):
-            path = store / name
+            path = os.path.join(root, name)  # plain strings: 10,000 stats, pathlib's overhead shows
             try:
-                st = path.stat()
+                st = os.stat(path)
             except FileNotFoundError:
                 problems.append(f"{path}: missing (recorded sha256 {e[sha_key]})")
                 continue
             if verify or [st.st_size, st.st_mtime_ns] != e[stat_key]:
-                actual = _sha256(path)
+                actual = _sha256(Path(path))
                 if actual != e[sha_key]:
                     problems.append(f"{path}: sha256 is {actual}, recorded {e[sha_key]}")
                 elif e[stat_key] != [st.st_size, st.st_mtime_ns]:
@@ -436,11 +446,16 @@ def _write_tree(root: Path, pages: dict[str, str]) -> None:
         p.write_text(text, encoding="utf-8")
 
 
-def _write_units(layout: _Layout, index: Index) -> dict[str, str]:
+def _write_units(layout: _Layout, index: Index, previous: dict) -> dict[str, str]:
     """Each variant folder is an immutable unit, pages/<key>.<hash>/, shared by every generation
     whose pages for that variant are the same: adding one wheel rewrites one or two folders, not all."""
     units = {}
-    for key in index.variants:
+    same_base = previous.get("base_url") == index.base_url
+    for key, fns in index.variants.items():
+        old = previous.get("units", {}).get(key)
+        if same_base and old and previous.get("variants", {}).get(key) == fns and (layout.pages / old).is_dir():
+            units[key] = old  # same files, same links: the pages are the same
+            continue
         pages = render_variant(index, key)
         digest = hashlib.sha256("\0".join(pages[k] for k in sorted(pages)).encode()).hexdigest()[:16]
         unit = layout.pages / f"{key}.{digest}"
@@ -529,8 +544,8 @@ def _build_locked(wheels_dir: Path, layout: _Layout, base_url: str | None, verif
     gen_name = f"gen-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     staging = layout.root / f".{gen_name}.staging"
     try:
-        units = _write_units(layout, index)
-        _write_generation(staging, units, pages, manifest_doc(index))
+        units = _write_units(layout, index, doc)
+        _write_generation(staging, units, pages, {**manifest_doc(index), "units": units})
         gen = layout.root / gen_name
         os.rename(staging, gen)
     except BaseException:

@@ -24,7 +24,7 @@ from pathlib import Path
 from builder import compat as compat_mod
 from builder.compat import Accelerator, Compat, image_setting_key, parse_accelerator, vtuple
 from builder.errors import MatrixError
-from builder.matrix import Cell, Dropped, Matrix, Profile, expand, load_matrix, toolkit_source_for
+from builder.matrix import IMAGE_REF_RE, Cell, Dropped, Matrix, Profile, expand, load_matrix, toolkit_source_for
 from builder.spec import BuildSpec, ImageSpec, stable_hash
 from mamba_ssm._variant import Variant
 
@@ -152,6 +152,9 @@ def _toolchain(matrix: Matrix, compat: Compat, acc: Accelerator, platform: str, 
         toolkit_full=full or "",
         debian_suite=suite or "",
     )
+    key = image_setting_key(acc.kind, source)
+    if not IMAGE_REF_RE.fullmatch(base):  # the template was checked with sample values; check the real one
+        raise matrix.error(("images", key, "base"), f"{json.dumps(base)} is not a container image reference")
     glibc = setting.glibc or compat.debian_glibc.get(suite or "", "2.28")
     extra = {"glibc": glibc}
     if full:
@@ -192,7 +195,7 @@ def _specs(
     matrix: Matrix, compat: Compat, cells: list[Cell], prof: Profile | None, src: str
 ) -> tuple[list[BuildSpec], dict[str, ImageSpec]]:
     accs = {name: parse_accelerator(name) for name in {c.accelerator for c in cells}}
-    toolchains: dict[tuple, tuple[_Toolchain, str]] = {}
+    toolchains: dict[tuple, tuple[_Toolchain, str, str]] = {}
     archs = {name: _archs(matrix, compat, acc, prof) for name, acc in accs.items()}
     builds = []
     tc_of: dict[str, _Toolchain] = {}
@@ -200,9 +203,9 @@ def _specs(
         acc = accs[cell.accelerator]
         key = (cell.accelerator, cell.platform, cell.torch)
         if key not in toolchains:
-            toolchains[key] = _toolchain(matrix, compat, acc, cell.platform, cell.torch)
-        tc, manylinux = toolchains[key]
-        image_id = _image_id(tc)
+            tc, manylinux = _toolchain(matrix, compat, acc, cell.platform, cell.torch)
+            toolchains[key] = (tc, manylinux, _image_id(tc))
+        tc, manylinux, image_id = toolchains[key]
         tc_of[image_id] = tc
         variant = _variant(cell, acc)
         install = compat.torch_install(cell.torch, acc, cell.platform, prefer_pypi=matrix.prefer_pypi)

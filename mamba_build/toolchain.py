@@ -189,7 +189,7 @@ def _has_headers(home: Path) -> bool:
     )
 
 
-def resolve_cuda(torch_cuda: str, env) -> CudaToolkit:
+def resolve_cuda(torch_cuda: str, env, data: dict | None = None) -> CudaToolkit:
     """The CUDA toolkit to build with, checked against torch's CUDA version.
 
     torch guesses CUDA_HOME as the folder above the first `nvcc` on PATH; where that
@@ -214,8 +214,11 @@ def resolve_cuda(torch_cuda: str, env) -> CudaToolkit:
             )
     else:
         found = shutil.which("nvcc", path=env.get("PATH"))
-        if not found and Path("/usr/local/cuda/bin/nvcc").is_file():
-            found = "/usr/local/cuda/bin/nvcc"
+        fallbacks = (data or {}).get("cuda", {}).get("fallback_homes", ["/usr/local/cuda"])
+        for home in fallbacks if not found else ():
+            if (Path(home) / "bin" / "nvcc").is_file():
+                found = str(Path(home) / "bin" / "nvcc")
+                break
         if not found:
             raise BuildConfigError(
                 f"nvcc was not found on PATH and CUDA_HOME is not set, but torch was built with CUDA {torch_cuda}",

@@ -55,7 +55,7 @@ def _truthy(value: str | None) -> bool:
 def load_variant_module():
     """``_variant`` from the file next to this one (setup.py has no package to import from)."""
     if __package__:
-        from . import _variant  # noqa: PLC0415
+        from . import _variant
 
         return _variant
     path = Path(__file__).with_name("_variant.py")
@@ -207,9 +207,9 @@ def normalize_root(root: str) -> str:
     return root.rstrip("/") + "/"
 
 
-def _open(url: str):
+def _open(url: str, timeout: float | None = None):
     request = urllib.request.Request(url, headers={"User-Agent": "mamba-ssm-setup"})
-    return urllib.request.urlopen(request, timeout=TIMEOUT_S)  # noqa: S310 - scheme checked by check_url
+    return urllib.request.urlopen(request, timeout=timeout or TIMEOUT_S)
 
 
 # ---------------------------------------------------------------- the lookup
@@ -243,7 +243,7 @@ def _pick(links: list[Link], variant, version: str, machine, glibc) -> Link | No
     return best[1] if best else None
 
 
-def lookup(variant, version: str, *, index_url: str | None = None, env=None, machine=None, glibc=None) -> Outcome:
+def lookup(variant, version: str, *, index_url: str | None = None, env=None, machine=None, glibc=None, timeout=None) -> Outcome:
     """Find the index entry for ``variant`` and ``version`` without downloading it.
 
     Returns an Outcome with status "listed" and ``link`` set, or the reason there is none."""
@@ -262,7 +262,7 @@ def lookup(variant, version: str, *, index_url: str | None = None, env=None, mac
         page = urllib.parse.urljoin(root, f"{key}/index.html")
         tried.append(page)
         try:
-            with _open(page) as resp:
+            with _open(page, timeout) as resp:
                 links += parse_links(resp.read().decode("utf-8", "replace"), page)
         except urllib.error.HTTPError as e:
             if e.code != 404:

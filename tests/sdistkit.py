@@ -16,8 +16,10 @@ COMPILE_MARK = "building 'mamba_ssm._C' extension"  # setuptools prints it only 
 PREBUILT_MARK = "mamba-ssm: using prebuilt wheel"
 
 
-def run(cmd: list, env: dict | None = None, timeout: int = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, timeout=timeout)
+def run(cmd: list, env: dict | None = None, timeout: int = 1800, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    # cwd outside the checkout: `python -c` puts the cwd first on sys.path, and the checkout has its own mamba_ssm.
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, timeout=timeout,
+                          cwd=cwd or Path(sys.executable).anchor, check=False)  # fmt: skip
 
 
 def checked(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -48,11 +50,11 @@ def canonical_label(wheel: Path) -> Path:
     return wheel
 
 
-def build_wheel(sdist: Path, out: Path) -> tuple[Path, float]:
+def build_wheel(sdist: Path, out: Path, **env: str) -> tuple[Path, float]:
     """The real CPU wheel, compiled by setup.py from the sdist (the farm's way: MAMBA_FORCE_BUILD=TRUE)."""
     t0 = time.perf_counter()
     checked(run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-w", out, sdist],
-                env=base_env(MAMBA_FORCE_BUILD="TRUE")))  # fmt: skip
+                env=base_env(MAMBA_FORCE_BUILD="TRUE", **env)))  # fmt: skip
     seconds = time.perf_counter() - t0
     (wheel,) = out.glob("mamba_ssm-*.whl")
     return canonical_label(wheel), seconds

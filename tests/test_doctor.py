@@ -21,8 +21,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mamba_ssm import _variant  # noqa: E402
-from mamba_ssm.doctor import binary  # noqa: E402
+from mamba_ssm import _variant
+from mamba_ssm.doctor import binary
 
 REPO = Path(__file__).resolve().parents[1]
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
@@ -110,13 +110,12 @@ def test_healthy_install_exits_0(tmp_path, probes):
     assert ext["import"]["ok"] and ext["abi"] == "cxx11" and ext["archs"] == {"sass": [], "ptx": [], "hip": [], "notes": []}
     assert doc["facts"]["mamba_ssm"]["label"] == WANT.label
     assert doc["facts"]["torch"]["variant"]["key"] == WANT.key
-    text = _doctor(site, "--offline").stdout
-    assert "Verdict: healthy" in text and "torch                  2.13" in text
 
 
 def test_other_abi_install_is_diagnosed_with_the_exact_fix(tmp_path, probes):
-    from builder.index import build_index
     from wheelmaker import make_mamba_wheel
+
+    from builder.index import build_index
 
     wheels = tmp_path / "wheels"
     make_mamba_wheel(wheels, WANT.label, WANT.python, platform=WANT.platform)
@@ -212,3 +211,39 @@ def test_hip_offload_bundle_targets():
     archs = binary.Archs()
     binary._hip_archs(blob, archs)
     assert archs.hip == ["gfx90a", "gfx942"]
+
+
+def test_the_dev_install_is_healthy():
+    """The checkout's own editable build (nox -s tests installs it before running the suite)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mamba_ssm")
+    if not list(Path(list(spec.submodule_search_locations)[0]).glob("_C*.so")):
+        pytest.skip("mamba_ssm._C is not built in this checkout (pip install --no-build-isolation -e .)")
+    p = subprocess.run([sys.executable, "-m", "mamba_ssm.doctor", "--offline", "--json"], capture_output=True, text=True, timeout=300)
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0, [f for f in doc["findings"] if f["verdict"] == "problem"]
+    assert doc["facts"]["mamba_ssm"]["extensions"][0]["abi"] in ("cxx11", None)
+
+
+@pytest.mark.slow
+def test_a_wheel_built_by_setup_py_for_the_other_abi_is_diagnosed(tmp_path):
+    """pkg's setup.py with MAMBA_FORCE_CXX11_ABI=FALSE against torch 2.13 (CXX11): the real mislabeled wheel."""
+    import zipfile
+
+    from sdistkit import build_wheel, make_sdist
+
+    sdist = make_sdist(tmp_path / "sdist")
+    wheel, _ = build_wheel(sdist, tmp_path / "wheels", MAMBA_FORCE_CXX11_ABI="FALSE")
+    assert "cxx11abiFALSE" in wheel.name
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    p = _doctor(site, "--offline", "--json")
+    assert p.returncode == 1
+    doc = json.loads(p.stdout)
+    ext = doc["facts"]["mamba_ssm"]["extensions"][0]
+    assert ext["abi"] == "pre-cxx11" and not ext["import"]["ok"] and "Ss" in ext["import"]["error"]
+    kinds = {f["kind"] for f in doc["findings"] if f["verdict"] == "problem"}
+    assert kinds == {"cxx11-abi-mismatch", "variant-mismatch"}
+    assert all(f"mamba-ssm==2.3.0+{WANT.label}" in f["fix"] for f in doc["findings"] if f["verdict"] == "problem")

@@ -174,8 +174,19 @@ def test_outcome_lines_are_single_lines_for_json_logs():
 
 # ---------------------------------------------------------------- through pip, from the sdist
 
-from sdistkit import COMPILE_MARK, PREBUILT_MARK, base_env, build_wheel, checked, install_sdist  # noqa: E402
-from sdistkit import installed_extension, make_sdist, run, torch_venv, wheel_member  # noqa: E402
+from sdistkit import (
+    COMPILE_MARK,
+    PREBUILT_MARK,
+    base_env,
+    build_wheel,
+    checked,
+    install_sdist,
+    installed_extension,
+    make_sdist,
+    run,
+    torch_venv,
+    wheel_member,
+)
 
 
 def _public_version() -> str:

@@ -113,7 +113,8 @@ def spec_env(spec, *, max_jobs: int, torch_no_deps: bool = False) -> dict[str, s
     rocm = [a for a in spec.archs if a.startswith("gfx")]
     if rocm:
         env["PYTORCH_ROCM_ARCH"] = ";".join(rocm)
-    env["MAMBA_ARCHS"] = ";".join(spec.archs)
+    if spec.stable:
+        env["MAMBA_STABLE_ABI"] = "TRUE"
     if spec.accelerator == "cpu":
         env["MAMBA_SKIP_CUDA_BUILD"] = "TRUE"
     return env

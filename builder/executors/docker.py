@@ -65,7 +65,9 @@ def remove_leftovers(client, log=print) -> int:
     """Remove farm containers whose owning process on this host is gone (a killed earlier run)."""
     removed = 0
     host = socket.gethostname()
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
+    # Only build containers carry an owner; image-build intermediates (which inherit the
+    # image's labels) belong to whoever is building that image and are left alone.
+    for c in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
         owner = c.labels.get(OWNER_LABEL, "")
         h, _, pid = owner.rpartition(":")
         if h == host and pid.isdigit() and _pid_alive(int(pid)):
@@ -107,6 +109,7 @@ class DockerExecutor:
         self._lock = threading.Lock()
         self._closed = False
         self._tars: dict[Path, bytes] = {}
+        self._volume_locks: dict[str, threading.Lock] = {}
         self.pip = host_pip_settings(options.wheelhouses)
         remove_leftovers(client, self.log)
 
@@ -188,12 +191,41 @@ class DockerExecutor:
             vols[str(host_dir)] = {"bind": mount, "mode": "rw"}
         return vols
 
-    def build(self, spec, source: Path, out_dir: Path, log_path: Path, timeout: float) -> BuildResult:
+    def _torch_volume(self, spec, log_path: Path, timeout: float) -> tuple[str, BuildResult | None]:
+        """A volume holding torch (with all its deps) for SPEC's Python, filled once and reused.
+
+        Builds mount it read-only: the GBs of a CUDA torch are installed once per
+        (Python, torch) instead of once per build, and survive across runs.
+        """
         import docker.errors
 
-        if self._closed:
-            return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
-        env = {**self.pip.env(), **spec_env(spec, max_jobs=self.options.max_jobs, torch_no_deps=True)}
+        name = f"mamba-farm-torch-{spec.python_tag}-{spec.torch_version}-{spec.accelerator}"
+        with self._lock:
+            lock = self._volume_locks.setdefault(name, threading.Lock())
+        with lock:
+            try:
+                self.client.volumes.get(name)
+                probe = self._run(spec, ["test", "-f", "/torch/.ready"], {}, {name: {"bind": "/torch", "mode": "ro"}}, None, 120)
+                if probe == 0:
+                    return name, None
+            except docker.errors.NotFound:
+                self.client.volumes.create(name, labels={LABEL: "1"})
+            script = (
+                'rm -rf /torch/site /torch/.ready && "$FARM_PYTHON" -m pip install --no-compile --target /torch/site '
+                '$FARM_TORCH_PIP_ARGS "$FARM_TORCH_REQ" && touch /torch/.ready || exit 75'
+            )
+            env = self._env(spec)
+            with open(log_path, "ab") as f:
+                f.write(f"== installing {env['FARM_TORCH_REQ']} for {spec.python_tag} into volume {name} (once)\n".encode())
+            code = self._run(spec, ["bash", "-c", script], env, {name: {"bind": "/torch", "mode": "rw"}}, log_path, timeout)
+            if code != 0:
+                return name, BuildResult(
+                    False, None, log_path, f"could not install {env['FARM_TORCH_REQ']} (exit {code})", infrastructure=True
+                )
+            return name, None
+
+    def _env(self, spec) -> dict[str, str]:
+        env = {**self.pip.env(), **spec_env(spec, max_jobs=self.options.max_jobs)}
         env.update(
             FARM_PYTHON=self.pythons[spec.image][spec.python],
             FARM_SRC="/src",
@@ -201,57 +233,97 @@ class DockerExecutor:
             PIP_CACHE_DIR="/root/.cache/pip",
             PIP_NO_CACHE_DIR="0",
         )
-        if source not in self._tars:
-            self._tars[source] = source_tar(source)
+        return env
+
+    def _run(self, spec, command, env, extra_volumes, log_path, timeout, archive=None, out_dir=None):
+        """Run one container to completion; returns its exit code (or a BuildResult via exceptions).
+
+        The container is tracked from creation and removed in ``finally``.
+        """
         container = None
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             with self._lock:
                 if self._closed:
-                    return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
+                    raise _Interrupted
                 container = self.client.containers.create(
                     self.tags[spec.image],
-                    command=["bash", "/farm/build.sh"],
+                    command=command,
                     environment=env,
                     labels={LABEL: "1", OWNER_LABEL: _owner(), f"{LABEL}.build": spec.id},
-                    volumes=self._mounts(),
+                    volumes={**self._mounts(), **extra_volumes},
                     working_dir="/src",
                     detach=True,
                 )
                 self._containers.add(container.id)
-            container.put_archive("/", self._tars[source])
+            if archive is not None:
+                container.put_archive("/", archive)
             container.start()
-            pump = threading.Thread(target=_pump_logs, args=(container, log_path), daemon=True)
-            pump.start()
+            pump = None
+            if log_path is not None:
+                pump = threading.Thread(target=_pump_logs, args=(container, log_path), daemon=True)
+                pump.start()
             try:
-                status = container.wait(timeout=timeout)
-                code = int(status.get("StatusCode", 1))
-            except Exception:  # requests' ReadTimeout: the build ran past its limit
+                code = int(container.wait(timeout=timeout).get("StatusCode", 1))
+            except Exception as err:  # requests' ReadTimeout: past its limit (or removed by cleanup)
                 if self._closed:
-                    return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
-                container.kill()
-                pump.join(10)
-                return BuildResult(False, None, log_path, f"timed out after {timeout:.0f}s", timed_out=True)
-            pump.join(30)
+                    raise _Interrupted from None
+                if "timed out" in str(err).lower() or "timeout" in type(err).__name__.lower():
+                    container.kill()
+                    raise _TimedOut from None
+                raise
+            if pump is not None:
+                pump.join(30)
             if self._closed:
-                return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
-            if code != 0:
-                return BuildResult(
-                    False, None, log_path, f"build exited with {code}", infrastructure=code == EXIT_INFRA
+                raise _Interrupted
+            if code == 0 and out_dir is not None:
+                _copy_wheel_out(container, out_dir)
+            return code
+        finally:
+            if container is not None:
+                self._remove(container.id)
+
+    def build(self, spec, source: Path, out_dir: Path, log_path: Path, timeout: float) -> BuildResult:
+        import docker.errors
+
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        try:
+            volume, failed = self._torch_volume(spec, log_path, timeout)
+            if failed is not None:
+                return failed
+            if source not in self._tars:
+                self._tars[source] = source_tar(source)
+            env = self._env(spec)
+            # torch is already in the volume: build.sh skips its install step.
+            env.update(FARM_TORCH_REQ="", FARM_TORCH_DEPS="", PYTHONPATH="/torch/site")
+            remaining = max(60.0, timeout - (time.monotonic() - started))
+            wheel_dir = Path(tempfile.mkdtemp(prefix="out-", dir=out_dir.parent if out_dir.parent.exists() else None))
+            try:
+                code = self._run(
+                    spec, ["bash", "/farm/build.sh"], env, {volume: {"bind": "/torch", "mode": "ro"}},
+                    log_path, remaining, archive=self._tars[source], out_dir=wheel_dir,
                 )
-            wheel = _copy_wheel_out(container, out_dir)
-            if wheel is None:
-                return BuildResult(False, None, log_path, "the build produced no wheel")
-            return BuildResult(True, wheel, log_path)
-        except (docker.errors.APIError, docker.errors.DockerException, OSError) as err:
+                if code != 0:
+                    return BuildResult(False, None, log_path, f"build exited with {code}", infrastructure=code == EXIT_INFRA)
+                wheels = sorted(wheel_dir.glob("*.whl"))
+                if not wheels:
+                    return BuildResult(False, None, log_path, "the build produced no wheel")
+                out_dir.mkdir(parents=True, exist_ok=True)
+                dest = out_dir / wheels[-1].name
+                os.replace(wheels[-1], dest)
+                return BuildResult(True, dest, log_path)
+            finally:
+                shutil.rmtree(wheel_dir, ignore_errors=True)
+        except _Interrupted:
+            return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
+        except _TimedOut:
+            return BuildResult(False, None, log_path, f"timed out after {timeout:.0f}s", timed_out=True)
+        except (docker.errors.DockerException, OSError) as err:
             if self._closed:
                 return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
             with open(log_path, "a") as f:
                 f.write(f"\n== container engine error: {err}\n")
             return BuildResult(False, None, log_path, f"engine error: {str(err)[:160]}", infrastructure=True)
-        finally:
-            if container is not None:
-                self._remove(container.id)
 
     def _remove(self, cid: str) -> None:
         try:
@@ -273,6 +345,14 @@ class DockerExecutor:
                 c.remove(force=True)
         except Exception:
             pass
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class _TimedOut(Exception):
+    pass
 
 
 def _pump_logs(container, log_path: Path) -> None:

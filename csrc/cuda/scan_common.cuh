@@ -26,14 +26,19 @@
 
 // Device-side warp size. AMD is 64 (gfx9) or 32 (gfx10+ in wave32); the launcher
 // asks the runtime (cudaDevAttrWarpSize) so host and device agree.
+// (Predefined: the host emulation in tests/cuda_emu runs both 32 and 64.)
+#ifndef MAMBA_WARP_SIZE
 #if MAMBA_HIP
-#if defined(__AMDGCN_WAVEFRONT_SIZE)
+#if defined(__AMDGCN_WAVEFRONT_SIZE__)
+#define MAMBA_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE__
+#elif defined(__AMDGCN_WAVEFRONT_SIZE)
 #define MAMBA_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
 #else
 #define MAMBA_WARP_SIZE 64
 #endif
 #else
 #define MAMBA_WARP_SIZE 32
+#endif
 #endif
 
 // HIP 5.7 has neither the *_sync shuffles nor __syncwarp; its shuffles act on the whole

@@ -16,6 +16,10 @@ __global__ void __launch_bounds__(kThreads, kBwdMinBlocks) scan_bwd_kernel(const
   const mamba_ssm_fwd_params& p = bp.fwd;
   __shared__ Pair s_fwd[2][kMaxWarps], s_rev[2][kMaxWarps];  // per-warp aggregates, by state parity
   __shared__ float s_carry[2][kMaxDstate];                   // q entering a chunk from the next, by chunk parity
+  // wide mode: variable dB/dC of one state go through shared memory so that the atomics
+  // are issued in time order (a warp adds to 32 consecutive floats, not 32 strided ones)
+  constexpr int kRow = kItems + 1;  // padded: the blocked writes are free of bank conflicts
+  __shared__ float s_dBC[2][kThreads * kRow];
   const Channel ch = locate(p, narrow);
   if (!ch.valid) return;  // only in narrow mode (whole warps), which has no block barrier
   constexpr int n_warps = kThreads / MAMBA_WARP_SIZE;
@@ -146,15 +150,24 @@ __global__ void __launch_bounds__(kThreads, kBwdMinBlocks) scan_bwd_kernel(const
         ddt[i] += g[i] * (An * ah + Bv[i] * u[i]);
         du[i] += g[i] * dlt[i] * Bv[i];
         const float dBi = g[i] * dtu, dCi = dy[i] * h;
-        if (var_B) {
-          if (l0 + i < L) atomicAdd(dB_var + n * L + l0 + i, dBi);
-        } else {
-          dB_p += dBi;
-        }
-        if (var_C) {
-          if (l0 + i < L) atomicAdd(dC_var + n * L + l0 + i, dCi);
-        } else {
-          dC_p += dCi;
+        if (!var_B) dB_p += dBi;
+        else if (!narrow) s_dBC[0][ch.pos * kRow + i] = dBi;
+        else if (l0 + i < L) atomicAdd(dB_var + n * L + l0 + i, dBi);
+        if (!var_C) dC_p += dCi;
+        else if (!narrow) s_dBC[1][ch.pos * kRow + i] = dCi;
+        else if (l0 + i < L) atomicAdd(dC_var + n * L + l0 + i, dCi);
+      }
+      if (!narrow && (var_B || var_C)) {
+        // the next overwrite of s_dBC comes after the next state's scan barrier
+        __syncthreads();
+        const int64_t c0 = c * MAMBA_SCAN_CHUNK;
+#pragma unroll 4
+        for (int j = 0; j < kItems; ++j) {
+          const int e = j * kThreads + ch.pos;  // time step within the chunk
+          if (c0 + e >= L) break;
+          const int at_smem = (e / kItems) * kRow + e % kItems;
+          if (var_B) atomicAdd(dB_var + n * L + c0 + e, s_dBC[0][at_smem]);
+          if (var_C) atomicAdd(dC_var + n * L + c0 + e, s_dBC[1][at_smem]);
         }
       }
       if (!narrow && ch.pos == 0 && c > 0) s_carry[(c - 1) & 1][n] = q;  // q at the chunk's first step

@@ -10,6 +10,6 @@ __all__ = ["Context", "Diagnosis", "classify", "main"]
 
 
 def main(argv=None) -> int:
-    from .cli import main as _main  # noqa: PLC0415
+    from .cli import main as _main
 
     return _main(argv)

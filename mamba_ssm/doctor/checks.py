@@ -10,6 +10,7 @@ from .. import _prebuilt, _variant
 from .classify import Context, classify, install_line
 
 OK, INFO, WARN, PROBLEM = "ok", "info", "warn", "problem"
+LOOKUP_TIMEOUT_S = 5.0  # the doctor asks the index whether a wheel exists; it must not hang on a dead network
 
 
 @dataclass
@@ -59,12 +60,13 @@ def wheel_lookup(facts: dict, index_url: str | None, offline: bool) -> tuple[boo
         )
     except _variant.VariantError as e:
         return None, str(e)
-    outcome = _prebuilt.lookup(variant, mm["public_version"], index_url=index_url)
+    outcome = _prebuilt.lookup(variant, mm["public_version"], index_url=index_url, timeout=LOOKUP_TIMEOUT_S)
     if outcome.status == "listed":
         return True, outcome.link.filename
+    note = outcome.line.removesuffix("; building from source")
     if outcome.status == "no-match":
-        return False, outcome.line
-    return None, outcome.line
+        return False, note
+    return None, note
 
 
 def _gpu_runs(cap: str, archs: dict) -> bool:
@@ -111,7 +113,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
             findings.append(Finding(
                 "label", PROBLEM, f"installed mamba-ssm is for {label}, this torch needs {want['label']}",
                 "the wheel was built for a different torch / CUDA major / C++ ABI than the one installed",
-                install_line(ctx) if available is not False else classify_fix_source(ctx), "variant-mismatch"))
+                _reinstall_or_build(ctx, available), "variant-mismatch"))
     elif not label and mm.get("installed_version"):
         findings.append(Finding("label", INFO, f"installed mamba-ssm {mm['installed_version']} carries no variant label",
                                 "a source build (or an upstream wheel); its extension is checked below"))
@@ -119,7 +121,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     # the extension
     exts = mm.get("extensions") or []
     if not exts:
-        fix = install_line(ctx) if available else classify_fix_source(ctx)
+        fix = _reinstall_or_build(ctx, available)
         findings.append(Finding("extension", PROBLEM, "no compiled mamba-ssm extension is installed",
                                 f"looked under {mm.get('location')}; the CPU/GPU kernels are missing", fix, "extension-missing"))
     for ext in exts:
@@ -179,6 +181,14 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                                 "torch is not a build requirement: an isolated build cannot see this torch",
                                 f"{sys.executable} -m pip install --no-build-isolation mamba-ssm"))
     return findings, extra
+
+
+def _reinstall_or_build(ctx: Context, available: bool | None) -> str:
+    if available is True:
+        return install_line(ctx)
+    if available is False:
+        return f"no prebuilt wheel is indexed for {ctx.variant_key}; build it: {classify_fix_source(ctx)}"
+    return f"{install_line(ctx)}  (if the index has your variant; else build: {classify_fix_source(ctx)})"
 
 
 def classify_fix_source(ctx: Context) -> str:

@@ -49,7 +49,7 @@ class Diagnosis:
 
 def install_line(ctx: Context) -> str:
     """The exact reinstall line for this environment's variant (or its placeholder form)."""
-    from .. import _prebuilt  # noqa: PLC0415
+    from .. import _prebuilt
 
     base = _prebuilt.normalize_root(ctx.index_url or _prebuilt.DEFAULT_INDEX_URL).rstrip("/")
     if ctx.variant_key and ctx.variant_label and ctx.mamba_version:

@@ -26,10 +26,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from . import report  # noqa: PLC0415 - keep --help instant
+    from . import report
 
     if args.explain is not None:
-        from .classify import Context, classify  # noqa: PLC0415
+        from .classify import Context, classify
 
         if args.explain == "-":
             try:
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(report.render_explain(diags, args.json))
         return EXIT_PROBLEM if diags else EXIT_HEALTHY
 
-    from .checks import PROBLEM, run_checks  # noqa: PLC0415
-    from .facts import gather  # noqa: PLC0415
+    from .checks import PROBLEM, run_checks
+    from .facts import gather
 
     facts = gather()
     findings, extra = run_checks(facts, index_url=args.index, offline=args.offline)

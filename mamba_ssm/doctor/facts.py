@@ -24,7 +24,7 @@ _EXT_SUFFIXES = tuple(s for s in (sysconfig.get_config_var("EXT_SUFFIX"), ".abi3
 
 def _run(cmd: list[str], timeout: float = 20) -> tuple[int, str]:
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         return p.returncode, (p.stdout + p.stderr)
     except (OSError, subprocess.TimeoutExpired) as e:
         return -1, str(e)
@@ -54,7 +54,7 @@ def torch_facts() -> dict:
     if importlib.util.find_spec("torch") is None:
         return {"installed": False}
     try:
-        import torch  # noqa: PLC0415
+        import torch
     except Exception as e:  # noqa: BLE001 - a broken torch is a fact
         return {"installed": True, "import_error": f"{type(e).__name__}: {e}"}
     abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
@@ -134,7 +134,7 @@ def compiler_facts(need_cxx20: bool) -> dict:
         try:
             p = subprocess.run(
                 [cxx, "-std=c++20", "-x", "c++", "-fsyntax-only", "-"],
-                input="#if __cplusplus < 202002L\n#error no\n#endif\n", capture_output=True, text=True, timeout=30,
+                input="#if __cplusplus < 202002L\n#error no\n#endif\n", capture_output=True, text=True, timeout=30, check=False,
             )
             out["cxx20"] = p.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
@@ -146,7 +146,7 @@ def _package_dir() -> Path | None:
     spec = importlib.util.find_spec("mamba_ssm")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def find_extensions(pkg_dir: Path | None) -> list[dict]:
@@ -194,7 +194,8 @@ def import_extension(module: str, path: str, timeout: float = 120) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     try:
         p = subprocess.run(
-            [sys.executable, "-c", _IMPORT_PROBE, module, path], capture_output=True, text=True, timeout=timeout, env=env
+            [sys.executable, "-c", _IMPORT_PROBE, module, path], capture_output=True, text=True, timeout=timeout, env=env,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"importing {module} hung for {timeout:.0f} s"}
@@ -218,7 +219,7 @@ def mamba_facts() -> dict:
         out["public_version"] = public
         if local:
             # packaging lower-cases local labels (cxx11abitrue); give them back their canonical spelling.
-            local = re.sub(r"cxx11abi(true|false)$", lambda m: "cxx11abi" + m.group(1).upper(), local, flags=re.I)
+            local = re.sub(r"cxx11abi(true|false)$", lambda m: "cxx11abi" + m.group(1).upper(), local, flags=re.IGNORECASE)
             out["label"] = local
             try:
                 out["label_parts"] = _variant.parse_label(local)

@@ -14,8 +14,22 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+
+def _load_extension() -> None:
+    """Register torch.ops.mamba_ssm.*. A classic build is a Python module; a stable-ABI
+    build (_C.abi3.so) is a plain torch library with no PyInit, loaded by path."""
+    try:
+        from mamba_ssm import _C  # noqa: F401
+    except ImportError as e:
+        if "module export function" not in str(e):
+            raise
+        import importlib.util
+
+        torch.ops.load_library(importlib.util.find_spec("mamba_ssm._C").origin)
+
+
 try:
-    from mamba_ssm import _C  # noqa: F401  (registers torch.ops.mamba_ssm.*)
+    _load_extension()
 
     HAS_EXTENSION = True
     _IMPORT_ERROR: str | None = None

@@ -64,8 +64,12 @@ inline __half __float2half_rn(float x) {
   return h;
 }
 
+#ifndef MAMBA_WARP_SIZE
+#define MAMBA_WARP_SIZE 32  // -DMAMBA_WARP_SIZE=64 emulates AMD's wave64
+#endif
+
 namespace emu {
-constexpr int kWarp = 32;
+constexpr int kWarp = MAMBA_WARP_SIZE;
 struct Block {
   explicit Block(int threads) : block(threads) {
     for (int w = 0; w < threads / kWarp; ++w) warps.emplace_back(std::make_unique<std::barrier<>>(kWarp));
@@ -105,15 +109,15 @@ inline void launch(unsigned blocks, int threads, const std::function<void()>& bo
 }  // namespace emu
 
 inline void __syncthreads() { emu::g_block->block.arrive_and_wait(); }
-inline float __shfl_up_sync(unsigned, float v, unsigned d) {
+inline float __shfl_up_sync(uint64_t, float v, unsigned d) {
   const int lane = threadIdx.x % emu::kWarp;
   return emu::shfl(v, lane >= (int)d ? lane - (int)d : lane);
 }
-inline float __shfl_down_sync(unsigned, float v, unsigned d) {
+inline float __shfl_down_sync(uint64_t, float v, unsigned d) {
   const int lane = threadIdx.x % emu::kWarp;
   return emu::shfl(v, lane + (int)d < emu::kWarp ? lane + (int)d : lane);
 }
-inline float __shfl_xor_sync(unsigned, float v, int m) { return emu::shfl(v, (threadIdx.x % emu::kWarp) ^ m); }
+inline float __shfl_xor_sync(uint64_t, float v, int m) { return emu::shfl(v, (threadIdx.x % emu::kWarp) ^ m); }
 inline float atomicAdd(float* p, float v) {
   std::lock_guard<std::mutex> lock(emu::g_atomic);
   const float old = *p;
