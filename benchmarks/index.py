@@ -10,6 +10,7 @@ adding one wheel vs re-indexing all 5,001 from scratch, and a no-op rerun.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -20,8 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from builder.index import build_index  # noqa: E402
-from wheelmaker import make_mamba_wheel  # noqa: E402
+from wheelmaker import make_mamba_wheel
+
+from builder.index import build_index
 
 ACCS = ["cu12", "cu13", "cpu", "hip62", "cu11"]
 TORCHES = ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13"]
@@ -42,9 +44,13 @@ def synthesize(out: Path, n: int) -> None:
                         made += 1
 
 
-def timed(fn) -> float:
-    t0 = time.perf_counter()
+CPU: list[tuple[str, float]] = []
+
+
+def timed(fn, what: str = "") -> float:
+    t0, c0 = time.perf_counter(), time.process_time()
     fn()
+    CPU.append((what, time.process_time() - c0))
     return time.perf_counter() - t0
 
 
@@ -52,7 +58,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--wheels", type=int, default=5000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--dir", help="scratch folder (default: the system temp dir); its disk speed shows in the first run")
+    ap.add_argument(
+        "--dir", help="scratch folder (default: the system temp dir); its disk speed shows in the first run"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="index-bench-", dir=args.dir) as tmp:
         tmp = Path(tmp)
@@ -63,12 +71,12 @@ def main() -> int:
         full, add, noop, rebuild = [], [], [], []
         for i in range(args.repeat):
             out = tmp / f"index{i}"
-            full.append(timed(lambda: build_index(tmp / "wheels", out)))
+            full.append(timed(lambda out=out: build_index(tmp / "wheels", out), "first"))
             print(f"  run {i}: first index {full[-1]:.3f} s", flush=True)
             new = tmp / f"new{i}"
             make_mamba_wheel(new, "cu13torch2.14cxx11abiTRUE", "cp311", version=f"9.{i}.0")
-            add.append(timed(lambda: build_index(new, out)))
-            noop.append(timed(lambda: build_index(new, out)))
+            add.append(timed(lambda new=new, out=out: build_index(new, out), "add"))
+            noop.append(timed(lambda new=new, out=out: build_index(new, out), "noop"))
             # baseline: the same 5,001 wheels indexed from scratch
             both = tmp / f"both{i}"
             both.mkdir()
@@ -76,7 +84,7 @@ def main() -> int:
                 (both / p.name).symlink_to(p)
             added = next(new.iterdir())
             (both / added.name).symlink_to(added)
-            rebuild.append(timed(lambda: build_index(both, tmp / f"scratch{i}")))
+            rebuild.append(timed(lambda both=both, i=i: build_index(both, tmp / f"scratch{i}"), "scratch"))
             shutil.rmtree(both)
 
     med = statistics.median
@@ -86,7 +94,12 @@ def main() -> int:
     print(f"baseline, all {args.wheels + 1} from scratch: {med(rebuild):.3f} s")
     print(f"ratio add-one / from-scratch:    {med(add) / med(rebuild):.3f}")
     print(f"ratio no-op / from-scratch:      {med(noop) / med(rebuild):.3f}")
-    print(f"(median of {args.repeat} runs)")
+    cpu = {w: med([c for k, c in CPU if k == w]) for w in ("first", "add", "noop", "scratch")}
+    print(
+        "CPU time of this process (less sensitive to a busy machine): "
+        + ", ".join(f"{k} {v:.3f} s" for k, v in cpu.items())
+    )
+    print(f"(median of {args.repeat} runs; load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     return 0
 
 

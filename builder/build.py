@@ -92,6 +92,7 @@ def run_command(args: argparse.Namespace) -> int:
         wheelhouses=args.wheelhouse if args.wheelhouse is not None else default_wheelhouses(),
         ca_bundle=find_ca_bundle(args.ca_bundle),
         max_jobs=schedule.compiler_jobs(jobs),
+        logs_dir=logs_dir,
         log=log,
     )
     log(f"plan: {len(specs)} build(s), {len(specs) - len(todo)} up to date, {len(todo)} to build, {jobs} at once")
@@ -113,7 +114,9 @@ def run_command(args: argparse.Namespace) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         if todo:
+            t_img = time.monotonic()
             executor.prepare(plan.images, todo)
+            log(f"toolchains ready in {time.monotonic() - t_img:.1f}s")
 
             def build_one(spec, attempt):
                 raw = run_dir / spec.id / f"raw{attempt}"
@@ -123,7 +126,10 @@ def run_command(args: argparse.Namespace) -> int:
                 return executor.build(spec, args.source.absolute(), raw, log_path, args.timeout)
 
             def finish(spec, result):
-                return _verify_and_publish(spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke)
+                return _verify_and_publish(
+                    spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke,
+                    allow_newer_manylinux=executor.newer_glibc(spec),
+                )
 
             outcomes = schedule.run(
                 specs, build_one, finish, ledger=ledger, wheels_dir=wheels_dir, jobs=jobs,
@@ -149,7 +155,11 @@ def run_command(args: argparse.Namespace) -> int:
     if failed:
         parts = [f"{len(failed)} of {len(outcomes)} build(s) failed:"]
         for o in failed:
-            parts.append(f"\n--- {o.spec.id}: {o.reason}\n    log: {o.log}\n{_indent(schedule.tail(o.log))}")
+            parts.append(f"\n--- {o.spec.id}: {o.reason}\n    log: {o.log}")
+            cause = schedule.first_error(o.log)
+            if cause:
+                parts.append(f"\n    first error: {cause}")
+            parts.append(f"\n    last lines:\n{_indent(schedule.tail(o.log))}")
         if index_error:
             parts.append(f"\nand the index failed: {index_error}")
         raise BuildFailed("".join(parts), hint="each log above ends with the failing step; fix it and rerun (finished builds are kept)")
@@ -170,7 +180,9 @@ def _clear_stale(work: Path, wheels_dir: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def _verify_and_publish(spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool) -> Path:
+def _verify_and_publish(
+    spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False
+) -> Path:
     """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename."""
     try:
         from builder import wheels
@@ -181,17 +193,25 @@ def _verify_and_publish(spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, 
     if wheels is None:
         good = _minimal_check(raw_wheel, spec)
     else:
-        good = Path(wheels.verify_wheel(raw_wheel, spec, workdir=workdir / "verify"))
+        good = Path(
+            wheels.verify_wheel(raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux)
+        )
     if smoke and wheels is not None:
-        from builder.hostenv import pyenv_pythons
+        from filelock import FileLock
+
+        from builder.hostenv import CACHE_ROOT, pyenv_pythons
 
         python = pyenv_pythons().get(spec.python)
-        wheels.smoke_test(
-            good, spec,
-            python=str(python / "bin" / "python3") if python else None,
-            torch_requirement=f"torch=={spec.torch_version}",
-            workdir=workdir / "smoke",
-        )
+        if python is None:
+            raise FarmError(f"no Python {spec.python} on this host to smoke-test {good.name}", hint="pyenv install it, or pass --no-smoke")
+        # torch for the smoke test is installed once per (Python, torch) and kept across runs.
+        smoke_dir = CACHE_ROOT / "smoke" / f"{spec.python_tag}-torch{spec.torch_version}"
+        smoke_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(smoke_dir) + ".lock"):
+            wheels.smoke_test(
+                good, spec, python=str(python / "bin" / "python3"),
+                torch_requirement=f"torch=={spec.torch_version}", workdir=smoke_dir,
+            )
     # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.
     staged = workdir / (good.name + ".staged")
     shutil.copyfile(good, staged)

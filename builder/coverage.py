@@ -44,7 +44,7 @@ def _torch_sort(torch: str) -> tuple:
 
 
 def model(index) -> dict:
-    from builder.index import install_command, python_serves  # noqa: PLC0415 - avoid an import cycle
+    from builder.index import install_command, python_serves
 
     files = index.files
     # Without --base-url the page fills in its own address (a line of JavaScript); "./" until then.
@@ -87,9 +87,12 @@ def model(index) -> dict:
     }
 
 
-def _best(index, key: str, py: str, base: str, install_command, python_serves, serving: str | None = None) -> Cell | None:
+def _best(
+    index, key: str, py: str, base: str, install_command, python_serves, serving: str | None = None
+) -> Cell | None:
     """The wheel a user in this cell gets: the newest release; within one, an exact build before a stable one."""
-    from builder.index import parse_version  # noqa: PLC0415
+    from builder.index import parse_version
+
     fits = [
         fn
         for fn in index.variants[key]

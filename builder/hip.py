@@ -33,9 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from builder.errors import BuildFailed, EngineUnavailable, UsageError
 from builder.spec import stable_hash
@@ -46,7 +46,19 @@ SUITE = "trixie"  # the Debian release with hipcc (5.7.1)
 IMAGE_REPO = "mamba-farm/hip-toolchain"
 LLVM_BIN = "/usr/lib/llvm-17/bin"  # trixie's hipcc drives clang 17; the bundler tools live here
 # What trixie's clang 17 compiles (gfx950 and gfx12xx need ROCm 7's clang).
-TOOLCHAIN_ARCHS = ("gfx900", "gfx906", "gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx1030", "gfx1100", "gfx1101", "gfx1102")
+TOOLCHAIN_ARCHS = (
+    "gfx900",
+    "gfx906",
+    "gfx908",
+    "gfx90a",
+    "gfx940",
+    "gfx941",
+    "gfx942",
+    "gfx1030",
+    "gfx1100",
+    "gfx1101",
+    "gfx1102",
+)
 DEFAULT_ARCHS = ("gfx90a", "gfx942", "gfx1100")
 # The flags a ROCm build of the extension passes to hipcc: torch's cpp_extension
 # (COMMON_HIP_FLAGS + COMMON_HIPCC_FLAGS) plus setup.py's own.
@@ -72,7 +84,8 @@ class CodeObject:
 class Compiled:
     tu: str  # "hip/selective_scan_fwd.hip"
     obj: Path
-    seconds: float
+    seconds: float  # wall
+    cpu_seconds: float
     archs: tuple[str, ...]
     code_objects: tuple[CodeObject, ...] = ()
     bundler_targets: tuple[str, ...] = ()  # what clang-offload-bundler --list says
@@ -90,7 +103,7 @@ class Toolchain:
     log: object = print
     _owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
-    def __enter__(self) -> "Toolchain":
+    def __enter__(self) -> Self:
         from builder.executors.docker import OWNER_LABEL
 
         # The owner label keeps a concurrent farm run's leftover sweep off this container.
@@ -107,11 +120,13 @@ class Toolchain:
         return self
 
     def __exit__(self, *exc) -> None:
+        import docker.errors
+
         if self.container is not None:
             try:
-                self.container.kill()
-            except Exception:
-                pass  # already gone (remove=True cleans up after kill)
+                self.container.kill()  # remove=True deletes it once it stops
+            except docker.errors.NotFound:
+                self.log("hip: the toolchain container was already gone")
 
     def sh(self, script: str, *, check: bool = True) -> str:
         rc, out = self.container.exec_run(["bash", "-c", script], workdir="/w")
@@ -120,18 +135,20 @@ class Toolchain:
             raise BuildFailed(f"in the hipcc container: `{script}` failed (exit {rc}):\n{_tail(text)}")
         return text
 
-    def compile(self, tu: str, archs: tuple[str, ...], out: str) -> float:
-        """hipcc one TU for every arch in one call; returns the wall seconds."""
-        cmd = ["nice", "-n", "10", "hipcc", *HIPCC_FLAGS, *(f"--offload-arch={a}" for a in archs), "-c", tu, "-o", out]
-        started = time.monotonic()
-        rc, text = self.container.exec_run(cmd, workdir="/w/csrc")
-        seconds = time.monotonic() - started
+    def compile(self, tu: str, archs: tuple[str, ...], out: str) -> tuple[float, float]:
+        """hipcc one TU for every arch in one call; (wall seconds, CPU seconds of hipcc and its children)."""
+        hipcc = ["hipcc", *HIPCC_FLAGS, *(f"--offload-arch={a}" for a in archs), "-c", tu, "-o", out]
+        # bash's `time` reports the children's CPU time: a figure that holds on a busy machine
+        cmd = ["bash", "-c", 'TIMEFORMAT="@@time %R %U %S"; time nice -n 10 "$@"', "timed", *hipcc]
+        rc, raw = self.container.exec_run(cmd, workdir="/w/csrc")
+        text = raw.decode(errors="replace")
         if rc != 0:
             raise BuildFailed(
-                f"hipcc failed on {tu} for {','.join(archs)} (exit {rc}):\n{_tail(text.decode(errors='replace'))}",
+                f"hipcc failed on {tu} for {','.join(archs)} (exit {rc}):\n{_tail(text)}",
                 hint="a CUDA-only intrinsic needs a MAMBA_HIP branch in csrc/cuda/scan_common.cuh",
             )
-        return seconds
+        real, user, sys_ = (float(x) for x in text.rsplit("@@time ", 1)[1].split()[:3])
+        return real, user + sys_
 
     def bundler_targets(self, obj: str) -> tuple[str, ...]:
         fatbin = obj + ".fatbin"
@@ -145,10 +162,9 @@ class Toolchain:
 # ---- image -------------------------------------------------------------------------
 
 
-def toolchain_packages() -> list[str]:
-    """hipcc's Debian packages: the same list the farm's ROCm images install on trixie."""
-    with open(REPO_ROOT / "docker" / "packages.toml", "rb") as f:
-        return list(tomllib.load(f)["suite"][SUITE]["rocm"])
+# Debian's HIP toolchain (the packages the farm's ROCm images take from trixie), and patch(1)
+# for the ROCm 6.0 header-patch check.
+PACKAGES = ("hipcc", "libamdhip64-dev", "patch")
 
 
 def dockerfile(base: str) -> str:
@@ -156,7 +172,7 @@ def dockerfile(base: str) -> str:
         f"FROM {base}\n"
         'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
         "RUN apt-get update \\\n"
-        f" && apt-get install -y --no-install-recommends {' '.join(sorted(toolchain_packages()))} \\\n"
+        f" && apt-get install -y --no-install-recommends {' '.join(PACKAGES)} \\\n"
         " && rm -rf /var/lib/apt/lists/*\n"
         "RUN hipcc --version\n"
     )
@@ -180,13 +196,15 @@ def ensure_image(client, *, log=print) -> str:
             return tag
         except docker.errors.ImageNotFound:
             pass
-        log(f"hip: building {tag} (apt-get install {' '.join(toolchain_packages())}; once)")
+        log(f"hip: building {tag} (apt-get install {' '.join(PACKAGES)}; once)")
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="mamba-farm-hipctx-") as ctx:
             (Path(ctx) / "Dockerfile").write_text(text)
             lines: list[str] = []
             try:
-                for chunk in client.api.build(path=ctx, tag=tag, labels={"org.mamba-farm": "1"}, rm=True, forcerm=True, decode=True):
+                for chunk in client.api.build(
+                    path=ctx, tag=tag, labels={"org.mamba-farm": "1"}, rm=True, forcerm=True, decode=True
+                ):
                     lines.append(chunk.get("stream", ""))
                     if "error" in chunk:
                         raise EngineUnavailable(
@@ -208,7 +226,12 @@ def hipify(work: Path, *, python: str, csrc: Path = REPO_ROOT / "csrc") -> list[
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(csrc, dest, ignore=shutil.ignore_patterns("*.o", "*.so", "__pycache__", "hip"))
-    proc = subprocess.run([python, str(HIPIFY_SCRIPT), str(dest)], capture_output=True, text=True)
+    try:
+        proc = subprocess.run([python, str(HIPIFY_SCRIPT), str(dest)], check=False, capture_output=True, text=True)
+    except OSError as err:
+        raise UsageError(
+            f"--python {python}: cannot run it ({err.strerror})", hint="pass the path of a Python that has torch"
+        ) from None
     if proc.returncode == 3 or (proc.returncode != 0 and "torch" in proc.stderr):
         raise UsageError(
             f"--python {python}: cannot run torch.utils.hipify ({_tail(proc.stderr, 1)})",
@@ -280,21 +303,21 @@ def check_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
     return archs
 
 
-def compile_kernels(client, work: Path, *, archs: tuple[str, ...] = DEFAULT_ARCHS, python: str = sys.executable, log=print) -> tuple[str, list[Compiled]]:
+def compile_kernels(
+    client, work: Path, *, archs: tuple[str, ...] = DEFAULT_ARCHS, python: str = sys.executable, log=print
+) -> tuple[str, list[Compiled]]:
     """Hipify csrc/ into WORK, compile every TU for ARCHS in the hipcc image; (HIP version, results)."""
     archs = check_archs(tuple(archs))
+    tus = hipify(work, python=python)  # first: a Python without torch fails in seconds
     image = ensure_image(client, log=log)
-    tus = hipify(work, python=python)
     results = []
     with Toolchain(client, image, work, log=log) as tc:
         for tu in tus:
             obj = f"/w/{Path(tu).stem}.o"
-            seconds = tc.compile(tu, archs, obj)
+            seconds, cpu = tc.compile(tu, archs, obj)
             host_obj = work / Path(obj).name
-            results.append(
-                Compiled(tu, host_obj, seconds, archs, code_objects(host_obj), tc.bundler_targets(obj))
-            )
-            log(f"hip: {tu}: {seconds:.1f}s for {','.join(archs)}")
+            results.append(Compiled(tu, host_obj, seconds, cpu, archs, code_objects(host_obj), tc.bundler_targets(obj)))
+            log(f"hip: {tu}: {seconds:.1f}s wall, {cpu:.1f}s CPU for {','.join(archs)}")
         return tc.hip_version, results
 
 
@@ -312,8 +335,12 @@ def add_command(subparsers) -> None:
         description="Hipify csrc/cuda/*.cu and compile them with Debian trixie's hipcc in a container; "
         "list each object's code objects per gfx target.",
     )
-    p.add_argument("--archs", default=",".join(DEFAULT_ARCHS), help="comma-separated gfx targets (default: %(default)s)")
-    p.add_argument("--python", default=sys.executable, help="a Python with torch, for torch.utils.hipify (default: this one)")
+    p.add_argument(
+        "--archs", default=",".join(DEFAULT_ARCHS), help="comma-separated gfx targets (default: %(default)s)"
+    )
+    p.add_argument(
+        "--python", default=sys.executable, help="a Python with torch, for torch.utils.hipify (default: this one)"
+    )
     p.add_argument("--out", type=Path, default=None, help="keep the hipified sources and objects here")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=_run)
@@ -324,7 +351,7 @@ def _run(args: argparse.Namespace) -> int:
 
     archs = check_archs(tuple(a.strip() for a in args.archs.split(",") if a.strip()))
     client = connect()
-    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    log = lambda m: print(m, file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="mamba-farm-hip-") as tmp:
         work = Path(tmp)
         started = time.monotonic()
@@ -338,8 +365,15 @@ def _run(args: argparse.Namespace) -> int:
                 "hip_version": version,
                 "seconds": round(total, 1),
                 "tus": [
-                    {"tu": r.tu, "seconds": round(r.seconds, 1), "bundler": list(r.bundler_targets),
-                     "code_objects": [{"arch": c.arch, "size": c.size, "kernels": list(c.kernels)} for c in r.code_objects]}
+                    {
+                        "tu": r.tu,
+                        "seconds": round(r.seconds, 1),
+                        "cpu_seconds": round(r.cpu_seconds, 1),
+                        "bundler": list(r.bundler_targets),
+                        "code_objects": [
+                            {"arch": c.arch, "size": c.size, "kernels": list(c.kernels)} for c in r.code_objects
+                        ],
+                    }
                     for r in results
                 ],
             },
@@ -350,7 +384,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print(f"HIP {version}: {len(results)} TUs for {', '.join(archs)} in {total:.1f}s")
     for r in results:
-        print(f"  {r.tu}: {r.seconds:.1f}s")
+        print(f"  {r.tu}: {r.seconds:.1f}s wall, {r.cpu_seconds:.1f}s CPU")
         for c in r.code_objects:
             print(f"    {c.arch:8} {c.size:>8} bytes  {', '.join(c.kernels)}")
     return 0

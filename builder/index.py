@@ -64,7 +64,7 @@ _CHUNK = 1 << 20
 def canonical_label(label: str) -> str:
     """setuptools lowercases local versions in filenames and METADATA (``cxx11abitrue``); the farm's
     names keep ``cxx11abiTRUE``. Versions compare case-insensitively, so both name the same wheel."""
-    return re.sub(r"cxx11abi(true|false)$", lambda m: "cxx11abi" + m.group(1).upper(), label, flags=re.I)
+    return re.sub(r"cxx11abi(true|false)$", lambda m: "cxx11abi" + m.group(1).upper(), label, flags=re.IGNORECASE)
 
 
 def variant_of_label(label: str) -> _variant.Variant:
@@ -96,10 +96,14 @@ def python_serves(entry: dict, python_tag: str) -> bool:
     return entry["python"] == python_tag
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def parse_version(v: str) -> Version:
     """Version parsing dominates a large run's CPU time; versions repeat a lot."""
     return Version(v)
+
+
+def _release(entry: dict) -> str:
+    return entry["version"].partition("+")[0]
 
 
 def _py_num(tag: str) -> tuple[int, int]:
@@ -210,6 +214,7 @@ class Index:
     files: dict[str, dict]
     base_url: str | None
     variants: dict[str, list[str]] = field(default_factory=dict)
+    anchor_tails: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         own = {e["key"] for e in self.files.values()}
@@ -217,11 +222,11 @@ class Index:
         groups: dict[str, list[str]] = {k: [] for k in own}
         # A stable wheel stays off an exact page for a release that page already has: with both, pip
         # and uv would take "+cu13torchstable" over "+cu13torch2.14..." (local labels sort as text).
-        releases = {(e["key"], parse_version(e["version"]).public) for e in self.files.values() if not e["stable"]}
+        releases = {(e["key"], _release(e)) for e in self.files.values() if not e["stable"]}
         for fn, e in self.files.items():
             e["serves"] = self.serves(e, exact)
             for key in e["serves"]:
-                if key != e["key"] and (key, parse_version(e["version"]).public) in releases:
+                if key != e["key"] and (key, _release(e)) in releases:
                     continue
                 groups.setdefault(key, []).append(fn)
         self.variants = {k: sorted(v, key=self._order) for k, v in sorted(groups.items())}
@@ -273,12 +278,15 @@ class Index:
 
 def _anchor(index: Index, fn: str, depth: int) -> str:
     e = index.files[fn]
-    attrs = f' href="{html.escape(index.href(fn, depth))}#sha256={e["sha256"]}"'
-    if e["requires_python"]:
-        attrs += f' data-requires-python="{html.escape(e["requires_python"])}"'
-    md = f"sha256={e['metadata_sha256']}"
-    attrs += f' data-dist-info-metadata="{md}" data-core-metadata="{md}"'
-    return f"    <a{attrs}>{html.escape(fn)}</a><br>\n"
+    tail = index.anchor_tails.get(fn)
+    if tail is None:  # the part every page shares; a 5,000-wheel run links each file two or three times
+        tail = f'#sha256={e["sha256"]}"'
+        if e["requires_python"]:
+            tail += f' data-requires-python="{html.escape(e["requires_python"])}"'
+        md = f"sha256={e['metadata_sha256']}"
+        tail += f' data-dist-info-metadata="{md}" data-core-metadata="{md}">{html.escape(fn)}</a><br>\n'
+        index.anchor_tails[fn] = tail
+    return f'    <a href="{html.escape(index.href(fn, depth))}{tail}'
 
 
 def _page(title: str, body: str) -> str:
@@ -337,7 +345,7 @@ def render_pages(index: Index) -> dict[str, str]:
         f"Links for {PROJECT}", "".join(_anchor(index, fn, 2) for fn in every)
     )
     pages[f"simple/{PROJECT}/index.json"] = _json_project(index, every, 2)
-    from builder import coverage  # noqa: PLC0415 - jinja2 only when pages are written
+    from builder import coverage
 
     pages["index.html"] = coverage.render(index)
     return pages
@@ -430,13 +438,22 @@ def _check_published(store: Path, files: dict[str, dict], *, verify: bool) -> bo
     return refreshed
 
 
-def _publish_file(src: Path, dest: Path, data: bytes | None = None) -> None:
+def _publish_file(src: Path | None, dest: Path, data: bytes | None = None) -> str:
+    """Write ``dest`` atomically (tmp + rename); return the sha256 of the bytes written, hashed as they
+    are copied (the copy is what gets published, so that is what the hash must describe)."""
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
-    if data is None:
-        shutil.copyfile(src, tmp)
-    else:
-        tmp.write_bytes(data)
+    h = hashlib.sha256()
+    with open(tmp, "wb") as out:
+        if data is None:
+            with open(src, "rb") as f:
+                while chunk := f.read(_CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+        else:
+            h.update(data)
+            out.write(data)
     os.replace(tmp, dest)
+    return h.hexdigest()
 
 
 def _write_tree(root: Path, pages: dict[str, str]) -> None:
@@ -477,12 +494,10 @@ def _write_generation(gen: Path, units: dict[str, str], pages: dict[str, str], m
         (gen / key).symlink_to(Path("..") / "pages" / unit)
     _write_tree(gen, pages)
     # compact and C-encoded: a 5,000-wheel manifest in milliseconds, not a second
-    (gen / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, separators=(",", ":")) + "\n")
+    (gen / "manifest.json").write_text(json.dumps(manifest, separators=(",", ":")) + "\n")
 
 
-def build_index(
-    wheels_dir: Path, out: Path, *, base_url: str | None = None, verify: bool = False
-) -> IndexResult:
+def build_index(wheels_dir: Path, out: Path, *, base_url: str | None = None, verify: bool = False) -> IndexResult:
     """Add every wheel under ``wheels_dir`` to the index at ``out`` (keeping everything already there)."""
     wheels_dir, out = Path(wheels_dir), Path(out)
     if not wheels_dir.is_dir():
@@ -524,11 +539,9 @@ def _build_locked(wheels_dir: Path, layout: _Layout, base_url: str | None, verif
             continue
         entry, metadata = read_wheel(src)
         dest = layout.store / src.name
-        _publish_file(src, dest)
-        _publish_file(src, layout.store / (src.name + ".metadata"), metadata)
-        entry["sha256"] = _sha256(dest)
+        entry["sha256"] = _publish_file(src, dest)
+        entry["metadata_sha256"] = _publish_file(None, layout.store / (src.name + ".metadata"), metadata)
         entry["size"] = dest.stat().st_size
-        entry["metadata_sha256"] = hashlib.sha256(metadata).hexdigest()
         entry["stat"] = [entry["size"], dest.stat().st_mtime_ns]
         mst = (layout.store / (src.name + ".metadata")).stat()
         entry["metadata_stat"] = [mst.st_size, mst.st_mtime_ns]
@@ -581,10 +594,16 @@ def add_command(subparsers) -> None:
         help="index a folder of wheels: per-variant find-links pages, PEP 503/691 simple pages, coverage page",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--wheels", type=Path, required=True, help="folder of verified mamba-ssm wheels (searched recursively)")
-    p.add_argument("--out", type=Path, required=True, help="index to create or extend (a symlink to the live generation)")
+    p.add_argument(
+        "--wheels", type=Path, required=True, help="folder of verified mamba-ssm wheels (searched recursively)"
+    )
+    p.add_argument(
+        "--out", type=Path, required=True, help="index to create or extend (a symlink to the live generation)"
+    )
     p.add_argument("--base-url", help="absolute URL the index is served from (default: relative links)")
-    p.add_argument("--verify", action="store_true", help="re-hash every published file, not only those whose stat moved")
+    p.add_argument(
+        "--verify", action="store_true", help="re-hash every published file, not only those whose stat moved"
+    )
     p.set_defaults(func=_run)
 
 

@@ -96,29 +96,43 @@ def python_installs(versions: tuple[str, ...], host: dict[str, Path]) -> tuple[P
     return tuple(out)
 
 
+def os_table(base: str, data: dict) -> tuple[str, dict]:
+    """The [os.*] table of packages.toml that BASE matches."""
+    low = base.lower()
+    for key, table in data["os"].items():
+        if any(m in low for m in table["match"]):
+            return key, table
+    raise UsageError(
+        f"base image {base!r}: the farm does not know its operating system",
+        hint=f"add an [os.<name>] table whose `match` covers it to {PACKAGES}",
+    )
+
+
 def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> dict:
     if not pythons:
         raise UsageError(f"image {image.id} lists no Python", hint="every image needs at least one Python")
     data = _packages()
-    suite = "trixie" if "trixie" in base else fallback_suite(image) if is_local_base(base) else "bookworm"
-    suite_pk = data["suite"][suite]
+    _, osdef = os_table(base, data)
+    family = osdef["family"]
     source = effective_toolkit_source(image, base)
-    tool_python = f"{pythons[0].prefix}/bin/python3"
+    first = pythons[0].tag
+    packages = list(osdef["packages"]) + list(data["kind"].get(family, {}).get(image.kind, []))
     ctx: dict = {
         "base": base,
         "image_id": image.id,
         "kind": image.kind,
         "toolkit": image.toolkit or "none",
-        "apt_packages": sorted(set(suite_pk["common"] + suite_pk.get(image.kind, []))),
+        "os_include": f"_os_{family}.Dockerfile.j2",
+        "os_packages": sorted(set(packages)),
         "apt_sources": "",
-        "pythons": [{"tag": p.tag, "prefix": p.prefix} for p in pythons],
-        "helper_python": f"/opt/python/{pythons[0].tag}-{pythons[0].tag}",
-        "python_packages": data["python"]["packages"],
-        "tool_packages": data["python"]["tools"],
-        "tool_python": tool_python,
+        "python_include": f"_python_{osdef['python']}.Dockerfile.j2",
+        "bootstrap_python": osdef.get("bootstrap_python", "python3"),
+        "pythons": [{"tag": p.tag, "prefix": p.prefix, "version": p.version} for p in pythons],
+        "helper_python": f"/opt/python/{first}-{first}",
+        "python_packages": [f'"{p}"' for p in data["python"]["packages"]],
+        "tool_packages": [f'"{p}"' for p in data["python"]["tools"]],
+        "tool_python": f"/opt/python/{first}-{first}/bin/python3",
     }
-    ctx["python_packages"] = [f'"{p}"' for p in ctx["python_packages"]]
-    ctx["tool_packages"] = [f'"{p}"' for p in ctx["tool_packages"]]
     if image.kind == "cuda":
         major = (image.toolkit or "13").split(".")[0]
         ctx["cuda_major"] = major
@@ -133,6 +147,8 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
             ctx["cuda_packages"] = [f'"{p}"' for p in pins["packages"]]
             ctx["cuda_home"] = f"/opt/cuda-pypi/nvidia/cu{major}"
         elif source == "debian":
+            if family != "debian":
+                raise UsageError(f"image {image.id}: toolkit_source debian needs a Debian base, not {base}")
             ctx["apt_sources"] = "main contrib non-free non-free-firmware"
             ctx["cuda_home"] = "/usr"
         else:

@@ -93,7 +93,12 @@ def _nearest(manifest: dict, want: _variant.Variant, limit: int = 4) -> list[tup
             )
             score += 50
         if not any(python_serves(manifest["files"][fn], want.python) for fn in fns):
-            have = sorted({manifest["files"][fn]["python"] + ("+" if manifest["files"][fn]["abi"] == "abi3" else "") for fn in fns})
+            have = sorted(
+                {
+                    manifest["files"][fn]["python"] + ("+" if manifest["files"][fn]["abi"] == "abi3" else "")
+                    for fn in fns
+                }
+            )
             reasons.append(f"no wheel for {want.python} (has {', '.join(have)})")
             score += 20
         if reasons:
@@ -110,7 +115,7 @@ def load(index: str) -> tuple[dict, str]:
     if "://" in index:
         url = index.rstrip("/") + "/manifest.json"
         try:
-            with urllib.request.urlopen(url, timeout=30) as r:  # noqa: S310 - the user's own index URL
+            with urllib.request.urlopen(url, timeout=30) as r:
                 doc = json.load(r)
         except (urllib.error.URLError, OSError, ValueError) as err:
             raise UsageError(f"--index {index}: cannot read {url} ({err})", hint="give the index root URL") from None
@@ -138,8 +143,15 @@ def add_command(subparsers) -> None:
     acc = p.add_mutually_exclusive_group()
     acc.add_argument("--cuda", help="torch's CUDA version (torch.version.cuda), e.g. 12.4")
     acc.add_argument("--rocm", help="torch's ROCm/HIP version (torch.version.hip), e.g. 6.2")
-    p.add_argument("--abi", type=str.upper, choices=["TRUE", "FALSE"], help="torch._C._GLIBCXX_USE_CXX11_ABI (default: torch's rule for that release)")
-    p.add_argument("--python", default=f"{sys.version_info[0]}.{sys.version_info[1]}", help="e.g. 3.11 (default: this Python)")
+    p.add_argument(
+        "--abi",
+        type=str.upper,
+        choices=["TRUE", "FALSE"],
+        help="torch._C._GLIBCXX_USE_CXX11_ABI (default: torch's rule for that release)",
+    )
+    p.add_argument(
+        "--python", default=f"{sys.version_info[0]}.{sys.version_info[1]}", help="e.g. 3.11 (default: this Python)"
+    )
     p.add_argument("--index", default=DEFAULT_INDEX, help=f"index folder or URL (default: {DEFAULT_INDEX})")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=_run)

@@ -230,3 +230,15 @@ def tail(path: Path | None, lines: int = 15) -> str:
         f.seek(max(0, f.tell() - 16384))
         text = f.read().decode(errors="replace")
     return "\n".join(text.splitlines()[-lines:])
+
+
+def first_error(path: Path | None) -> str | None:
+    """The first compiler/pip error line of a log: usually the cause, often far above the last lines."""
+    if path is None or not path.exists():
+        return None
+    with open(path, errors="replace") as f:
+        for line in f:
+            low = line.lower()
+            if " error:" in low or low.startswith("error:") or "fatal error" in low or "#error" in low:
+                return line.strip()[:300]
+    return None

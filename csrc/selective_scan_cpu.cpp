@@ -156,7 +156,7 @@ static generic::bwd_tile_fn bwd_tile_for(int W, bool vb, bool vc) {
   return generic::pick_bwd(W, vb, vc);
 }
 
-static int tile_width(int64_t dstate) { return dstate <= 4 ? 4 : dstate <= 8 ? 8 : 16; }
+static int tile_width(int64_t dstate) { return dstate <= 8 ? 8 : 16; }  // 1 or 2 vectors of 8 lanes
 
 // Variable B or C of (batch b, group g), steps [t0, t0 + len), to fp32 (tile, t, lane).
 static void transpose_bc(const void* ptr, int dtype, int64_t batch_stride, int64_t group_stride,

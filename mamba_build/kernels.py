@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-CPU_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fopenmp-simd", "-fvisibility=hidden")
+CPU_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-Wno-psabi")
 
 
 @dataclass(frozen=True)

@@ -171,8 +171,8 @@ def parse_links(html: str, page_url: str) -> list[Link]:
 # ---------------------------------------------------------------- URLs and transport
 
 
-class _Refused(Exception):
-    pass
+class _Refused(OSError):
+    """A URL this module will not fetch (an OSError, so a refused redirect reads as a failed fetch)."""
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -207,9 +207,20 @@ def normalize_root(root: str) -> str:
     return root.rstrip("/") + "/"
 
 
+class _CheckedRedirect(urllib.request.HTTPRedirectHandler):
+    """An https index must not be able to redirect us to plain http."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        check_url(newurl, os.environ)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_CheckedRedirect)
+
+
 def _open(url: str, timeout: float | None = None):
     request = urllib.request.Request(url, headers={"User-Agent": "mamba-ssm-setup"})
-    return urllib.request.urlopen(request, timeout=timeout or TIMEOUT_S)
+    return _OPENER.open(request, timeout=timeout or TIMEOUT_S)  # schemes checked by check_url
 
 
 # ---------------------------------------------------------------- the lookup

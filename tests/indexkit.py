@@ -75,7 +75,7 @@ def make_venv(path: Path, python: str, env: dict) -> Path:
 
 def pip(venv_python: Path, args: list[str], env: dict, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pip", "--python", str(venv_python), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     if check and proc.returncode:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -83,7 +83,7 @@ def pip(venv_python: Path, args: list[str], env: dict, check: bool = True) -> su
 
 def uv_pip(venv_python: Path, args: list[str], env: dict, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [uv_bin(), "pip", *args[:1], "--python", str(venv_python), *args[1:]]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     if check and proc.returncode:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -97,7 +97,8 @@ def installed(venv_python: Path) -> dict:
         "tags = [l.split(': ')[1] for l in d.read_text('WHEEL').splitlines() if l.startswith('Tag: ')];"
         "print(json.dumps({'mamba': d.version, 'tags': tags, 'torch': m.version('torch')}))"
     )
-    out = subprocess.run([str(venv_python), "-c", code], capture_output=True, text=True, check=True).stdout
+    # -I: not the current directory (a checkout holds mamba_ssm.egg-info) nor PYTHON* variables
+    out = subprocess.run([str(venv_python), "-I", "-c", code], capture_output=True, text=True, check=True).stdout
     import json
 
     return json.loads(out)

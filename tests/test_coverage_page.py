@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from builder.index import build_index
 from indexkit import serve
 from wheelmaker import make_mamba_wheel
+
+from builder.index import build_index
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
@@ -30,7 +30,7 @@ FLAGS = [
 def _chromium(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess:
     profile = tmp_path / f"profile{len(list(tmp_path.glob('profile*')))}"
     cmd = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args, url]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/bootstrap-host.sh installs it)")
@@ -60,8 +60,14 @@ def test_coverage_page_in_headless_chromium(tmp_path):
     )
     # the script filled in the absolute base: each cell carries a runnable, pinned command
     commands = re.findall(r'data-command="([^"]+)"', html)
-    assert f"pip install mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE --extra-index-url {page}cu12-torch2.6-cxx11abiFALSE/" in commands
-    assert f"pip install mamba-ssm==2.3.0+hip62torch2.5cxx11abiFALSE --extra-index-url {page}hip62-torch2.5-cxx11abiFALSE/" in commands
+    assert (
+        f"pip install mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE --extra-index-url {page}cu12-torch2.6-cxx11abiFALSE/"
+        in commands
+    )
+    assert (
+        f"pip install mamba-ssm==2.3.0+hip62torch2.5cxx11abiFALSE --extra-index-url {page}hip62-torch2.5-cxx11abiFALSE/"
+        in commands
+    )
     assert f"pip install mamba-ssm==2.3.0+cu13torchstable --extra-index-url {page}cu13-torchstable-abi3/" in commands
     assert all("==2.3.0+" in c for c in commands)
     # each cell links its wheel

@@ -247,3 +247,60 @@ def test_a_wheel_built_by_setup_py_for_the_other_abi_is_diagnosed(tmp_path):
     kinds = {f["kind"] for f in doc["findings"] if f["verdict"] == "problem"}
     assert kinds == {"cxx11-abi-mismatch", "variant-mismatch"}
     assert all(f"mamba-ssm==2.3.0+{WANT.label}" in f["fix"] for f in doc["findings"] if f["verdict"] == "problem")
+
+
+def _facts(**torch_over) -> dict:
+    torch_facts = {
+        "installed": True, "version": "2.14.1", "cuda": "13.0", "hip": None, "cxx11abi": True, "ngc": False,
+        "variant": {"key": "cu13-torch2.14-cxx11abiTRUE", "label": "cu13torch2.14cxx11abiTRUE",
+                    "stable_key": "cu13-torchstable-abi3", "stable_label": "cu13torchstable"},
+        "gpus": [{"index": 0, "name": "NVIDIA GeForce RTX 5090", "capability": "12.0"}],
+    }  # fmt: skip
+    torch_facts.update(torch_over)
+    ext = {"module": "mamba_ssm._C", "path": "/x/_C.so", "abi": "cxx11", "import": {"ok": True},
+           "archs": {"sass": ["sm_80", "sm_90"], "ptx": [], "hip": [], "notes": []}}  # fmt: skip
+    return {
+        "torch": torch_facts,
+        "mamba_ssm": {"public_version": "2.3.0", "installed_version": "2.3.0+cu13torch2.14cxx11abiTRUE",
+                      "label": "cu13torch2.14cxx11abiTRUE", "location": "/x", "extensions": [ext]},  # fmt: skip
+        "cuda_toolkit": {"nvcc_on_path": "/usr/bin/nvcc", "nvcc_release": "12.4", "nvcc_toolkit": "/usr/lib/cuda",
+                         "cuda_home": None, "cuda_home_release": None},  # fmt: skip
+        "compiler": {"cxx": "/usr/bin/c++", "version": "c++ 9.4", "cxx20": False},
+    }
+
+
+def test_checks_for_a_gpu_the_wheel_does_not_cover_and_a_source_build_that_would_fail():
+    from mamba_ssm.doctor.checks import run_checks
+
+    findings, _ = run_checks(_facts(), offline=True)
+    by = {f.check: f for f in findings}
+    assert by["gpu-arch"].verdict == "problem" and by["gpu-arch"].kind == "no-kernel-image"
+    assert "TORCH_CUDA_ARCH_LIST='12.0'" in by["gpu-arch"].fix
+    # The wheel itself imports: source-build gaps are warnings, not failures.
+    assert by["nvcc"].verdict == "warn" and by["nvcc"].kind == "cuda-version-mismatch"
+    assert by["compiler"].verdict == "warn" and by["compiler"].kind == "cxx20-required"
+
+
+def test_source_build_gaps_become_problems_when_the_extension_is_broken():
+    from mamba_ssm.doctor.checks import run_checks
+
+    facts = _facts(gpus=[])
+    facts["mamba_ssm"]["extensions"][0]["import"] = {"ok": False, "error": "ImportError: libcudart.so.12: cannot open shared object file"}
+    facts["cuda_toolkit"] = {"nvcc_on_path": None, "nvcc_release": None, "nvcc_toolkit": None, "cuda_home": None, "cuda_home_release": None}
+    findings, _ = run_checks(facts, offline=True)
+    by = {f.check: f for f in findings}
+    assert by["extension"].kind == "cuda-runtime-major"
+    assert by["nvcc"].verdict == "problem" and by["nvcc"].kind == "nvcc-missing"
+    assert by["compiler"].verdict == "problem"
+
+
+def test_hip_gpu_outside_the_wheels_targets():
+    from mamba_ssm.doctor.checks import run_checks
+
+    facts = _facts(cuda=None, hip="6.2.41133", gpus=[{"index": 0, "name": "AMD Instinct MI300X", "capability": "9.4", "gfx": "gfx942"}],
+                   variant={"key": "hip62-torch2.14-cxx11abiTRUE", "label": "hip62torch2.14cxx11abiTRUE"})  # fmt: skip
+    facts["mamba_ssm"]["label"] = "hip62torch2.14cxx11abiTRUE"
+    facts["mamba_ssm"]["extensions"][0]["archs"] = {"sass": [], "ptx": [], "hip": ["gfx90a"], "notes": []}
+    findings, _ = run_checks(facts, offline=True)
+    (f,) = [f for f in findings if f.check == "gpu-arch"]
+    assert f.verdict == "problem" and "gfx942" in f.title and "PYTORCH_ROCM_ARCH=gfx942" in f.fix

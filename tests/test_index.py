@@ -10,11 +10,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from wheelmaker import make_mamba_wheel, make_wheel
 
 from builder import cli
 from builder.errors import IndexIntegrityError, UsageError
 from builder.index import build_index
-from wheelmaker import make_mamba_wheel, make_wheel
 
 
 def run_cli(argv: list[str]) -> int:
@@ -64,7 +64,10 @@ def test_variant_pages_carry_hashes_requires_python_and_metadata(wheels, tmp_pat
     # the same anchors on the PEP 503 project page under the variant root
     project = _anchors(out / "cu12-torch2.6-cxx11abiFALSE" / "mamba-ssm" / "index.html")
     assert [a["text"] for a in project] == [a["text"] for a in anchors]
-    assert all(os.path.isfile(os.path.normpath(out / "cu12-torch2.6-cxx11abiFALSE" / "mamba-ssm" / a["href"].split("#")[0])) for a in project)
+    assert all(
+        os.path.isfile(os.path.normpath(out / "cu12-torch2.6-cxx11abiFALSE" / "mamba-ssm" / a["href"].split("#")[0]))
+        for a in project
+    )
 
 
 def test_simple_and_pep691_json_list_everything_once(wheels, tmp_path):
@@ -191,7 +194,14 @@ def test_missing_wheels_dir_and_foreign_out(tmp_path, capsys):
 def test_concurrent_runs_are_serialised(tmp_path):
     out = tmp_path / "index"
     dirs = []
-    for i, label in enumerate(["cputorch2.13cxx11abiTRUE", "cu12torch2.6cxx11abiTRUE", "cu13torch2.14cxx11abiTRUE", "hip62torch2.5cxx11abiFALSE"]):
+    for i, label in enumerate(
+        [
+            "cputorch2.13cxx11abiTRUE",
+            "cu12torch2.6cxx11abiTRUE",
+            "cu13torch2.14cxx11abiTRUE",
+            "hip62torch2.5cxx11abiFALSE",
+        ]
+    ):
         d = tmp_path / f"w{i}"
         make_mamba_wheel(d, label, "cp311")
         dirs.append(d)
@@ -226,16 +236,36 @@ def test_base_url_makes_absolute_links_and_commands(wheels, tmp_path):
 def test_resolve_cli(wheels, tmp_path, capsys):
     out = tmp_path / "index"
     build_index(wheels, out)
-    argv = ["resolve", "--torch", "2.6.0+cu124", "--cuda", "12.4", "--abi", "FALSE", "--python", "3.11", "--index", str(out)]
+    argv = [
+        "resolve",
+        "--torch",
+        "2.6.0+cu124",
+        "--cuda",
+        "12.4",
+        "--abi",
+        "FALSE",
+        "--python",
+        "3.11",
+        "--index",
+        str(out),
+    ]
     assert run_cli(argv) == 0
     text = capsys.readouterr().out
     assert "variant: cu12-torch2.6-cxx11abiFALSE" in text
-    assert f"pip install mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE --extra-index-url {out.absolute().as_uri()}/cu12-torch2.6-cxx11abiFALSE/" in text
+    assert (
+        f"pip install mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE --extra-index-url {out.absolute().as_uri()}/cu12-torch2.6-cxx11abiFALSE/"
+        in text
+    )
     # torch 2.13 with CUDA 13: only the stable wheel fits
     assert run_cli(["resolve", "--torch", "2.13", "--cuda", "13.0", "--python", "3.12", "--index", str(out)]) == 0
     assert "2.3.0+cu13torchstable --extra-index-url" in capsys.readouterr().out
     # no fit: nearest variants and why
-    assert run_cli(["resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "TRUE", "--python", "3.11", "--index", str(out)]) == 6
+    assert (
+        run_cli(
+            ["resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "TRUE", "--python", "3.11", "--index", str(out)]
+        )
+        == 6
+    )
     err = capsys.readouterr().err
     assert "cu12-torch2.6-cxx11abiFALSE: cxx11abiFALSE; your torch uses cxx11abiTRUE" in err
     assert run_cli(["resolve", "--torch", "two", "--index", str(out)]) == 2
@@ -264,7 +294,9 @@ def test_no_half_written_generation_on_failure(wheels, tmp_path, monkeypatch):
 def test_setuptools_lowercased_label_is_indexed_under_the_farm_spelling(tmp_path, capsys):
     """setuptools writes +cputorch2.13cxx11abitrue; pages and commands use cxx11abiTRUE (same version to pip)."""
     w = tmp_path / "wheels"
-    make_wheel(w, "mamba-ssm", "2.3.0+cputorch2.13cxx11abitrue", "cp311-cp311-linux_x86_64", requires=("torch==2.13.*",))
+    make_wheel(
+        w, "mamba-ssm", "2.3.0+cputorch2.13cxx11abitrue", "cp311-cp311-linux_x86_64", requires=("torch==2.13.*",)
+    )
     out = tmp_path / "index"
     build_index(w, out)
     assert (out / "cpu-torch2.13-cxx11abiTRUE" / "index.html").is_file()

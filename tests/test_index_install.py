@@ -15,12 +15,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from indexkit import find_python, installed, isolated_env, make_venv, pip, serve, uv_pip
+from wheelmaker import make_fake_torch, make_mamba_wheel, make_wheel
 
 from builder.index import build_index, install_command
 from builder.resolve import resolve
-from indexkit import find_python, installed, isolated_env, make_venv, pip, serve, uv_pip
 from mamba_ssm import _variant
-from wheelmaker import make_fake_torch, make_mamba_wheel, make_wheel
 
 LABELS = {
     "cu12torch2.6cxx11abiFALSE": ("cp310", "cp311", "cp312", "cp313"),
@@ -32,12 +32,12 @@ LABELS = {
 
 # (python, installed torch, what resolve is told, the wheel that must be installed)
 ENVIRONMENTS = [
-    ("3.11", "2.6.0", dict(cuda="12.4", cxx11abi=False), "2.3.0+cu12torch2.6cxx11abiFALSE", "cp311-cp311"),
-    ("3.12", "2.6.0", dict(cuda="12.6", cxx11abi=True), "2.3.0+cu12torch2.6cxx11abiTRUE", "cp312-cp312"),
-    ("3.13", "2.14.1", dict(cuda="13.0"), "2.3.0+cu13torch2.14cxx11abiTRUE", "cp313-cp313"),
-    ("3.10", "2.5.1", dict(hip="6.2.41133"), "2.3.0+hip62torch2.5cxx11abiFALSE", "cp310-cp310"),
-    ("3.11", "2.13.0", dict(), "2.3.0+cputorch2.13cxx11abiTRUE", "cp311-cp311"),
-    ("3.12", "2.12.0", dict(cuda="13.0"), "2.3.0+cu13torchstable", "cp310-abi3"),
+    ("3.11", "2.6.0", {"cuda": "12.4", "cxx11abi": False}, "2.3.0+cu12torch2.6cxx11abiFALSE", "cp311-cp311"),
+    ("3.12", "2.6.0", {"cuda": "12.6", "cxx11abi": True}, "2.3.0+cu12torch2.6cxx11abiTRUE", "cp312-cp312"),
+    ("3.13", "2.14.1", {"cuda": "13.0"}, "2.3.0+cu13torch2.14cxx11abiTRUE", "cp313-cp313"),
+    ("3.10", "2.5.1", {"hip": "6.2.41133"}, "2.3.0+hip62torch2.5cxx11abiFALSE", "cp310-cp310"),
+    ("3.11", "2.13.0", {}, "2.3.0+cputorch2.13cxx11abiTRUE", "cp311-cp311"),
+    ("3.12", "2.12.0", {"cuda": "13.0"}, "2.3.0+cu13torchstable", "cp310-abi3"),
 ]
 
 
@@ -54,7 +54,10 @@ def site(tmp_path_factory):
     build_index(wheels, root / "www" / "index")
 
     public = root / "www" / "public"
-    dists = {"mamba-ssm": make_wheel(public / "files", "mamba-ssm", "9.9.9"), "torch": make_fake_torch(public / "files", "2.99.0")}
+    dists = {
+        "mamba-ssm": make_wheel(public / "files", "mamba-ssm", "9.9.9"),
+        "torch": make_fake_torch(public / "files", "2.99.0"),
+    }
     for name, whl in dists.items():
         page = public / "simple" / name / "index.html"
         page.parent.mkdir(parents=True)
@@ -120,7 +123,18 @@ def test_unpinned_extra_index_takes_the_newer_public_release(site, tmp_path):
     url, _root, torches = site
     env = isolated_env(tmp_path)
     vpy = _venv(tmp_path, "3.11", "2.6.0", torches, env)
-    pip(vpy, ["install", "--index-url", f"{url}/public/simple/", "--extra-index-url", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/", "mamba-ssm"], env)
+    pip(
+        vpy,
+        [
+            "install",
+            "--index-url",
+            f"{url}/public/simple/",
+            "--extra-index-url",
+            f"{url}/index/cu12-torch2.6-cxx11abiFALSE/",
+            "mamba-ssm",
+        ],
+        env,
+    )
     assert installed(vpy)["mamba"] == "9.9.9"
 
 
@@ -137,6 +151,11 @@ def test_a_wheel_altered_after_indexing_is_refused_by_pip(tmp_path):
     env = isolated_env(tmp_path)
     with serve(tmp_path / "www") as url:
         vpy = _venv(tmp_path, "3.11", "2.6.0", torches, env)
-        proc = pip(vpy, ["install", "--no-index", "--find-links", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/", "mamba-ssm"], env, check=False)
+        proc = pip(
+            vpy,
+            ["install", "--no-index", "--find-links", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/", "mamba-ssm"],
+            env,
+            check=False,
+        )
     assert proc.returncode != 0
     assert "DO NOT MATCH THE HASHES" in proc.stdout + proc.stderr

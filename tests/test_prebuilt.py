@@ -254,3 +254,26 @@ def test_sdist_end_to_end_prebuilt_vs_source_and_a_tampered_index(sdist, tmp_pat
               "speedup": round(source_s / prebuilt_s, 1), "wheel_build_s": round(wheel_build_s, 2)}  # fmt: skip
     Path("/tmp/mamba-ssm-prebuilt-e2e.json").write_text(json.dumps(record, indent=1) + "\n")
     print("prebuilt vs source install:", record)
+
+
+def test_a_redirect_to_plain_http_is_refused(tmp_path):
+    import http.server
+    import threading
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            self.send_response(302)
+            self.send_header("Location", "http://wheels.example.org/cpu-torch2.13-cxx11abiTRUE/index.html")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = P.find_prebuilt(CPU, "2.3.0", tmp_path, index_url=f"http://127.0.0.1:{server.server_address[1]}", env={}, **KW)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out.status == "unreachable" and "refusing plain-http http://wheels.example.org" in out.line

@@ -206,3 +206,38 @@ def test_cuda_stable_wheel_builds_against_214_and_loads_without_gpu(venv214, tmp
     sass, ptx = cudakit.embedded_archs(venv214, so)
     assert sass == {"sm_80"} and not ptx
     print(f"CUDA stable build: {build.wall_s:.0f} s wall, {build.cpu_s:.0f} s CPU")
+
+
+def _stable_plan():
+    import inspect
+
+    from builder.plan import load_plan
+
+    if "stable" not in inspect.signature(load_plan).parameters:
+        pytest.skip("builder.plan has no stable-ABI collapse")
+    return load_plan(stable=True), load_plan()
+
+
+def test_planner_serves_each_cell_once_and_stable_where_it_can():
+    from builder.plan import served_cells, stable_floor
+
+    stable, classic = _stable_plan()
+    assert stable.cells == classic.cells  # the same cells are asked for; fewer builds serve them
+    served = [c for b in stable.builds for c in served_cells(stable, b)]
+    assert sorted(served, key=lambda c: c.sort_key()) == sorted(stable.cells, key=lambda c: c.sort_key())
+    floor = tuple(map(int, stable_floor().split(".")))
+    by_id = {b.id: b for b in classic.builds}
+    for b in stable.builds:
+        if not b.stable:
+            assert by_id[b.id] == b  # a classic build is the same build, same inputs hash
+            assert not (b.accelerator.startswith(("cpu", "cu")) and tuple(map(int, b.torch.split("."))) >= floor
+                        and tuple(map(int, b.python.split("."))) >= (3, 10)), f"{b.id} could be served by a stable wheel"
+            continue
+        assert b.variant.endswith("-torchstable-abi3") and b.label.endswith("torchstable")
+        assert b.torch == "stable" and b.accelerator.startswith(("cpu", "cu"))
+        for c in served_cells(stable, b):
+            assert tuple(map(int, c.torch.split("."))) >= floor and c.platform == b.platform
+    cu13 = stable.build("cu13-torchstable-abi3-cp310-linux_x86_64")
+    assert {"cu13-torch2.10-cxx11abiTRUE", "cu13-torch2.14-cxx11abiTRUE"} <= set(cu13.serves)
+    assert cu13.torch_version.startswith("2.14") and len(served_cells(stable, cu13)) == 20  # 2.10-2.14 x 3.10-3.13
+    assert len(stable.cells) / len(stable.builds) > 1.5 and len(classic.cells) == len(classic.builds)

@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from wheelmaker import make_wheel
 
 from builder.errors import VerificationError
 from builder.spec import BuildSpec
@@ -25,7 +26,6 @@ from builder.wheels import (
     undefined_symbols,
     verify_wheel,
 )
-from wheelmaker import make_wheel
 
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not installed")
@@ -47,23 +47,23 @@ extern "C" int start() { pthread_t t; return pthread_create(&t, nullptr, run, nu
 
 
 def spec_for(**kw) -> BuildSpec:
-    base = dict(
-        id="cu12-torch2.6-cxx11abiFALSE-cp311-linux_x86_64",
-        torch="2.6",
-        torch_version="2.6.0",
-        python="3.11",
-        accelerator="cu12",
-        toolkit="12.4",
-        cxx11abi=False,
-        platform="linux_x86_64",
-        variant="cu12-torch2.6-cxx11abiFALSE",
-        label="cu12torch2.6cxx11abiFALSE",
-        archs=(),
-        image="test",
-        torch_index_url="",
-        cxx_std=17,
-        manylinux="manylinux_2_28_x86_64",
-    )
+    base = {
+        "id": "cu12-torch2.6-cxx11abiFALSE-cp311-linux_x86_64",
+        "torch": "2.6",
+        "torch_version": "2.6.0",
+        "python": "3.11",
+        "accelerator": "cu12",
+        "toolkit": "12.4",
+        "cxx11abi": False,
+        "platform": "linux_x86_64",
+        "variant": "cu12-torch2.6-cxx11abiFALSE",
+        "label": "cu12torch2.6cxx11abiFALSE",
+        "archs": (),
+        "image": "test",
+        "torch_index_url": "",
+        "cxx_std": 17,
+        "manylinux": "manylinux_2_28_x86_64",
+    }
     base.update(kw)
     return BuildSpec(**base)
 
@@ -103,7 +103,9 @@ def sos(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("so")
     stub = compile_so(tmp, "libc10", NO_STRING_SRC)  # stands in for torch's libc10.so (never bundled)
     return {
-        "old": compile_so(tmp, "old", TORCH_API_SRC, "-D_GLIBCXX_USE_CXX11_ABI=0", "-L", str(tmp), "-Wl,--no-as-needed", "-lc10"),
+        "old": compile_so(
+            tmp, "old", TORCH_API_SRC, "-D_GLIBCXX_USE_CXX11_ABI=0", "-L", str(tmp), "-Wl,--no-as-needed", "-lc10"
+        ),
         "new": compile_so(tmp, "new", TORCH_API_SRC, "-D_GLIBCXX_USE_CXX11_ABI=1"),
         "plain": compile_so(tmp, "plain", NO_STRING_SRC),
         "glibc234": compile_so(tmp, "glibc234", NEW_GLIBC_SRC, "-pthread"),
@@ -134,7 +136,9 @@ def test_classify_symbol(sym, kind):
 def test_abi_audit_on_compiled_libraries(sos):
     assert audit_cxx_abi(sos["old"], cxx11abi=False).kind == "old"
     assert audit_cxx_abi(sos["new"], cxx11abi=True).kind == "cxx11"
-    with pytest.raises(VerificationError, match=r"labelled cxx11abiTRUE but references pre-CXX11 .*_ZN3c106detail14torchCheckFail"):
+    with pytest.raises(
+        VerificationError, match=r"labelled cxx11abiTRUE but references pre-CXX11 .*_ZN3c106detail14torchCheckFail"
+    ):
         audit_cxx_abi(sos["old"], cxx11abi=True)
     with pytest.raises(VerificationError, match=r"labelled cxx11abiFALSE but references std::__cxx11 .*__cxx11"):
         audit_cxx_abi(sos["new"], cxx11abi=False)
@@ -161,10 +165,10 @@ def test_verify_repairs_to_the_policy_without_bundling_torch(sos, tmp_path):
 @needs_gxx
 def test_verify_names_what_disagrees(sos, tmp_path):
     cases = [
-        (dict(version="2.3.0+cputorch2.7cxx11abiFALSE"), "local label is 'cputorch2.7cxx11abiFALSE'"),
-        (dict(tag="cp312-cp312-linux_x86_64"), "filename tags cp312-cp312-linux_x86_64 are not"),
-        (dict(requires=("torch>=2.0",)), "admits other torch minors"),
-        (dict(requires=()), "no Requires-Dist: torch"),
+        ({"version": "2.3.0+cputorch2.7cxx11abiFALSE"}, "local label is 'cputorch2.7cxx11abiFALSE'"),
+        ({"tag": "cp312-cp312-linux_x86_64"}, "filename tags cp312-cp312-linux_x86_64 are not"),
+        ({"requires": ("torch>=2.0",)}, "admits other torch minors"),
+        ({"requires": ()}, "no Requires-Dist: torch"),
     ]
     for kw, message in cases:
         whl = wheel_with(tmp_path / message[:8].replace(" ", "_"), sos["old"], CPU_SPEC, **kw)
@@ -187,7 +191,10 @@ def test_newer_glibc_than_the_policy_is_reported(sos, tmp_path):
 
 def test_retag_leaves_exactly_one_platform_tag(tmp_path):
     whl = make_wheel(
-        tmp_path, "mamba-ssm", "2.3.0+cu12torch2.6cxx11abiFALSE", "cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64"
+        tmp_path,
+        "mamba-ssm",
+        "2.3.0+cu12torch2.6cxx11abiFALSE",
+        "cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64",
     )
     out = retag(whl, "manylinux_2_28_x86_64", tmp_path / "out")
     facts = read_facts(out)
@@ -210,8 +217,21 @@ def test_cuda_arch_audit_on_a_real_fatbin(tmp_path):
     src.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n")
     so = tmp_path / "libk.so"
     subprocess.run(
-        [NVCC, "--threads", "1", "-shared", "-Xcompiler", "-fPIC", "-o", str(so), str(src),
-         "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=compute_90"],
+        [
+            NVCC,
+            "--threads",
+            "1",
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-o",
+            str(so),
+            str(src),
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90,code=compute_90",
+        ],
         check=True,
     )
     assert cuda_archs(so) == ({"sm_80"}, {"compute_90"})
@@ -233,7 +253,11 @@ def _offload_bundle(triples: list[str]) -> bytes:
 @pytest.mark.skipif(shutil.which("objcopy") is None, reason="binutils not installed")
 def test_hip_arch_audit_reads_the_offload_bundle(sos, tmp_path):
     bundle = tmp_path / "fatbin"
-    bundle.write_bytes(_offload_bundle(["host-x86_64-unknown-linux--", "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-", "hipv4-amdgcn-amd-amdhsa--gfx942"]))
+    bundle.write_bytes(
+        _offload_bundle(
+            ["host-x86_64-unknown-linux--", "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-", "hipv4-amdgcn-amd-amdhsa--gfx942"]
+        )
+    )
     so = tmp_path / "hip.so"
     subprocess.run(["objcopy", "--add-section", f".hip_fatbin={bundle}", str(sos["plain"]), str(so)], check=True)
     assert hip_archs(so) == {"gfx90a", "gfx942"}
@@ -260,26 +284,54 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, MAMBA_SKIP_CUDA_BUILD="TRUE", MAX_JOBS="1")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path / "w"), str(repo)],
-        check=True, env=env, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            str(tmp_path / "w"),
+            str(repo),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
     )
     (whl,) = (tmp_path / "w").glob("mamba_ssm-*.whl")
     v = _variant.detect(torch)
     spec = spec_for(
-        id=f"{v.key}-{v.python}-linux_x86_64", torch=v.torch, torch_version=torch.__version__.split("+")[0],
-        python=f"{sys.version_info[0]}.{sys.version_info[1]}", accelerator=v.accelerator, toolkit=None,
-        cxx11abi=v.cxx11abi, variant=v.key, label=v.label,
+        id=f"{v.key}-{v.python}-linux_x86_64",
+        torch=v.torch,
+        torch_version=torch.__version__.split("+")[0],
+        python=f"{sys.version_info[0]}.{sys.version_info[1]}",
+        accelerator=v.accelerator,
+        toolkit=None,
+        cxx11abi=v.cxx11abi,
+        variant=v.key,
+        label=v.label,
     )
     # a bookworm/trixie host reaches only a newer manylinux than 2_28: allowed here, reported as a warning
     final = verify_wheel(whl, spec, workdir=tmp_path / "verify", allow_newer_manylinux=True)
     from mamba_ssm import __version__
 
     assert final.name.startswith(f"mamba_ssm-{__version__}+{v.label}-{v.python}-{v.python}-manylinux_")
-    line = smoke_test(final, spec, python=sys._base_executable, torch_requirement=f"torch=={spec.torch_version}",
-                      workdir=tmp_path / "smoke")
+    line = smoke_test(
+        final,
+        spec,
+        python=sys._base_executable,
+        torch_requirement=f"torch=={spec.torch_version}",
+        workdir=tmp_path / "smoke",
+    )
     assert line.startswith("smoke ok:")
     # a wheel whose extension is not a torch extension fails the smoke test with the reason
     broken = wheel_with(tmp_path / "broken", compile_so(tmp_path, "plain", NO_STRING_SRC), spec)
     with pytest.raises(VerificationError, match="compiled extension did not load|smoke test failed"):
-        smoke_test(broken, spec, python=sys._base_executable, torch_requirement=f"torch=={spec.torch_version}",
-                   workdir=tmp_path / "smoke")
+        smoke_test(
+            broken,
+            spec,
+            python=sys._base_executable,
+            torch_requirement=f"torch=={spec.torch_version}",
+            workdir=tmp_path / "smoke",
+        )

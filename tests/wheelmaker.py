@@ -29,11 +29,11 @@ def make_wheel(
     """Write ``<dist>-<version>-<tag>.whl`` into ``out_dir`` and return its path."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     if requires_python:
         meta.append(f"Requires-Python: {requires_python}")
     meta += [f"Requires-Dist: {r}" for r in requires]
-    pyver, _abi, _plat = tag.split("-")
+    _pyver, _abi, _plat = tag.split("-")
     wheel_txt = "Wheel-Version: 1.0\nGenerator: wheelmaker\nRoot-Is-Purelib: false\n"
     for t in _expand(tag):
         wheel_txt += f"Tag: {t}\n"

@@ -41,6 +41,7 @@ class BuildOptions:
     ca_bundle: Path | None = None
     cache_mounts: dict[Path, str] = field(default_factory=dict)
     max_jobs: int = 1  # compiler parallelism inside one build (MAX_JOBS / nvcc --threads)
+    logs_dir: Path | None = None  # where image builds log (image-<id>.log)
     log: Callable[[str], None] = print
 
 
@@ -52,6 +53,8 @@ class Executor(Protocol):
     def build(self, spec, source: Path, out_dir: Path, log_path: Path, timeout: float) -> BuildResult: ...
 
     def cleanup(self) -> None: ...
+
+    def newer_glibc(self, spec) -> bool: ...
 
 
 EXECUTORS = ("auto", "docker", "host")
@@ -82,12 +85,9 @@ def select(name: str, options: BuildOptions) -> Executor:
 
 
 BUILD_SCRIPT = Path(__file__).with_name("build.sh")
-# What a CUDA torch needs to import, without its GBs of nvidia-* runtime wheels
-# (a build only needs torch's headers and libraries, not cuBLAS/cuDNN).
-TORCH_IMPORT_DEPS = "typing-extensions sympy networkx jinja2 fsspec filelock setuptools>=70 numpy"
 
 
-def spec_env(spec, *, max_jobs: int, torch_no_deps: bool = False) -> dict[str, str]:
+def spec_env(spec, *, max_jobs: int) -> dict[str, str]:
     """Environment for builder/executors/build.sh (and the package's setup.py) for SPEC."""
     from builder.hostenv import url_reachable
 
@@ -103,9 +103,6 @@ def spec_env(spec, *, max_jobs: int, torch_no_deps: bool = False) -> dict[str, s
         "NVCC_THREADS": "1",
         "MAMBA_FORCE_BUILD": "TRUE",
     }
-    if torch_no_deps and spec.accelerator != "cpu":
-        pip_args.append("--no-deps")
-        env["FARM_TORCH_DEPS"] = TORCH_IMPORT_DEPS
     env["FARM_TORCH_PIP_ARGS"] = " ".join(pip_args)
     gpu = [a for a in spec.archs if a.startswith("sm_")]
     if gpu:

@@ -11,10 +11,6 @@ if [ -n "${FARM_TORCH_REQ:-}" ] && ! "$FARM_PYTHON" -m pip install "${torch_args
   echo "== could not install ${FARM_TORCH_REQ} (infrastructure)"
   exit 75
 fi
-if [ -n "${FARM_TORCH_DEPS:-}" ]; then
-  read -r -a deps <<< "$FARM_TORCH_DEPS"
-  "$FARM_PYTHON" -m pip install "${deps[@]}" || { echo "== could not install torch's deps (infrastructure)"; exit 75; }
-fi
 "$FARM_PYTHON" -c "import time, torch; print(time.strftime('== %T'), 'torch', torch.__version__, 'cuda', torch.version.cuda, 'hip', torch.version.hip, 'cxx11abi', torch.compiled_with_cxx11_abi())" || exit 1
 mkdir -p "$FARM_OUT"
 echo "== $(date +%T) pip wheel (MAX_JOBS=${MAX_JOBS:-}, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-})"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import platform
 import shutil
 import socket
 import tarfile
@@ -104,14 +105,22 @@ class DockerExecutor:
         self.options = options
         self.log = options.log
         self.tags: dict[str, str] = {}  # ImageSpec.id -> image tag
+        self.bases: dict[str, str] = {}  # ImageSpec.id -> the base it was built FROM
         self.pythons: dict[str, dict[str, str]] = {}  # ImageSpec.id -> {"3.11": "/opt/python/cp311-cp311/bin/python"}
         self._containers: set[str] = set()
         self._lock = threading.Lock()
         self._closed = False
         self._tars: dict[Path, bytes] = {}
         self._volume_locks: dict[str, threading.Lock] = {}
+        self.failed_images: dict[str, str] = {}
         self.pip = host_pip_settings(options.wheelhouses)
         remove_leftovers(client, self.log)
+
+    def newer_glibc(self, spec) -> bool:
+        """Built on the farm's own Debian base: the wheel may need a newer manylinux than planned."""
+        from builder.render import is_local_base
+
+        return is_local_base(self.bases.get(spec.image, ""))
 
     # -- images ---------------------------------------------------------------------------
     def prepare(self, images: dict, specs: list) -> None:
@@ -120,22 +129,39 @@ class DockerExecutor:
 
         needed = sorted({s.image for s in specs})
         bases: dict[tuple[str, str], str] = {}
+        host_arch = platform.machine()
         for image_id in needed:
             image = images[image_id]
+            arch = image.platform.split("_", 1)[-1]
+            if arch != host_arch:
+                ids = ", ".join(s.id for s in specs if s.image == image_id)
+                raise EngineUnavailable(
+                    f"image {image_id} is for {arch}, but this host is {host_arch} (builds: {ids})",
+                    hint=f"run those builds on a {arch} host (e.g. --only on one), or leave {image.platform} out of the profile",
+                )
             key = (image.base, fallback_suite(image))
             if key not in bases:  # one pull attempt per configured base per run
                 bases[key] = resolve_base(
                     self.client, image.base, fallback=key[1], ca_bundle=self.options.ca_bundle, log=self.log
                 )
+            _check_substitute(image, bases[key])
             r = render(image, base=bases[key])
             self.tags[image_id] = r.tag
+            self.bases[image_id] = bases[key]
             if self._exists(r.tag):
                 self.log(f"image {image_id}: reusing {r.tag}")
             else:
-                self._build_image(r)
+                try:
+                    self._build_image(r)
+                except InfrastructureError as err:  # only the builds of this image fail
+                    self.log(f"image {image_id}: FAILED; its builds are skipped (log: {self._image_log(image_id)})")
+                    self.failed_images[image_id] = str(err).splitlines()[0]
             self.pythons[image_id] = {
                 v: f"/opt/python/cp{v.replace('.', '')}-cp{v.replace('.', '')}/bin/python" for v in image.pythons
             }
+
+    def _image_log(self, image_id: str) -> Path | None:
+        return self.options.logs_dir / f"image-{image_id}.log" if self.options.logs_dir else None
 
     def _exists(self, tag: str) -> bool:
         import docker.errors
@@ -170,12 +196,23 @@ class DockerExecutor:
                     decode=True,
                 )
                 lines = []
-                for chunk in stream:
-                    if "stream" in chunk:
-                        lines.append(chunk["stream"])
-                    if "error" in chunk:
-                        tail = "".join(lines[-20:])
-                        raise InfrastructureError(f"image {r.image.id} failed to build: {chunk['error']}\n{tail}")
+                log_path = self._image_log(r.image.id)
+                log = open(log_path, "w") if log_path else None
+                try:
+                    for chunk in stream:
+                        if "stream" in chunk:
+                            lines.append(chunk["stream"])
+                            if log:
+                                log.write(chunk["stream"])
+                                log.flush()
+                        if "error" in chunk:
+                            tail = "".join(lines[-20:])
+                            raise InfrastructureError(
+                                f"image {r.image.id} failed to build: {chunk['error']}\n{tail}\nlog: {log_path}"
+                            )
+                finally:
+                    if log:
+                        log.close()
             except docker.errors.APIError as err:
                 raise InfrastructureError(f"image {r.image.id} failed to build: {err}") from None
         self.log(f"image {r.image.id}: built {r.tag} in {time.monotonic() - started:.0f}s")
@@ -286,6 +323,10 @@ class DockerExecutor:
         import docker.errors
 
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        if spec.image in self.failed_images:
+            image_log = self._image_log(spec.image)
+            log_path.write_text(f"== the toolchain image failed to build: {self.failed_images[spec.image]}\n== see {image_log}\n")
+            return BuildResult(False, None, log_path, f"image {spec.image} failed to build")
         started = time.monotonic()
         try:
             volume, failed = self._torch_volume(spec, log_path, timeout)
@@ -295,7 +336,7 @@ class DockerExecutor:
                 self._tars[source] = source_tar(source)
             env = self._env(spec)
             # torch is already in the volume: build.sh skips its install step.
-            env.update(FARM_TORCH_REQ="", FARM_TORCH_DEPS="", PYTHONPATH="/torch/site")
+            env.update(FARM_TORCH_REQ="", PYTHONPATH="/torch/site")
             remaining = max(60.0, timeout - (time.monotonic() - started))
             wheel_dir = Path(tempfile.mkdtemp(prefix="out-", dir=out_dir.parent if out_dir.parent.exists() else None))
             try:
@@ -345,6 +386,24 @@ class DockerExecutor:
                 c.remove(force=True)
         except Exception:
             pass
+
+
+def _check_substitute(image, base: str) -> None:
+    """The farm's Debian base can stand in for a vendor image only where Debian has that toolkit."""
+    from builder.render import effective_toolkit_source, is_local_base
+
+    if not is_local_base(base) or image.toolkit_source != "base":
+        return
+    have = {"rocm": ("5.7",), "cuda": ("11.8", "12.4", "13.0")}.get(image.kind, ())
+    ok = image.kind == "cuda" and effective_toolkit_source(image, base) == "pypi" or any(
+        (image.toolkit or "").startswith(v.split(".")[0] if image.kind == "cuda" else v) for v in have
+    )
+    if not ok:
+        raise EngineUnavailable(
+            f"image {image.id} needs {image.kind} {image.toolkit} from {image.base}, which cannot be pulled, "
+            f"and Debian does not ship that toolkit",
+            hint=f"make {image.base} available locally (docker load), or leave {image.kind} {image.toolkit} out of this run",
+        )
 
 
 class _Interrupted(Exception):

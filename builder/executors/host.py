@@ -68,6 +68,9 @@ class HostExecutor:
         self._closed = False
         self.cuda_homes: dict[str, str] = {}
 
+    def newer_glibc(self, spec) -> bool:
+        return True  # the host's glibc, not a manylinux base: the wheel takes the policy it reaches
+
     def prepare(self, images: dict, specs: list) -> None:
         for spec in specs:
             if spec.python not in self.pythons:

@@ -1,0 +1,76 @@
+"""Helpers for the farm's end-to-end tests: run `python -m builder build` for real."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+OWNER_LABEL = "org.mamba-farm.owner"
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    seconds: float
+
+
+def build_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "builder", "build", *args]
+
+
+def run_build(*args: str, env: dict | None = None, timeout: float = 3600) -> Run:
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        build_cmd(*args), cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+    return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0)
+
+
+def docker_client():
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as err:  # no engine here: the docker tests cannot run
+        pytest.skip(f"no Docker engine: {err}")
+    return client
+
+
+def farm_containers(client) -> list:
+    return client.containers.list(all=True, filters={"label": OWNER_LABEL})
+
+
+def ci_spec(accelerator: str = "cpu", python: str = "3.11"):
+    from builder.plan import load_plan
+
+    return next(b for b in load_plan(profile="ci").builds if b.accelerator == accelerator and b.python == python)
+
+
+def partial_files(dist: Path) -> list[Path]:
+    wheels = dist / "wheels"
+    return [p for p in wheels.iterdir() if not (p.name.endswith(".whl") or p.name.endswith(".spec.json"))] if wheels.exists() else []
+
+
+def import_check(wheel: Path, target: Path) -> subprocess.CompletedProcess:
+    """Install the wheel alone into an empty target dir and import its extension with the test torch."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True
+    )
+    code = (
+        "import torch, mamba_ssm; from mamba_ssm.ops import selective_scan_interface as s; "
+        "assert s.HAS_EXTENSION, s._IMPORT_ERROR; assert mamba_ssm.__file__.startswith(%r); "
+        "print('import ok', mamba_ssm.__version__)" % str(target)
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=target.parent, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(target)},
+    )

@@ -1,0 +1,90 @@
+"""Dockerfiles render for every toolchain image of the default matrix and pass hadolint."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from builder.base_image import local_name
+from builder.errors import UsageError
+from builder.plan import load_plan
+from builder.render import DOCKER_DIR, environment, fallback_suite, render
+from builder.spec import ImageSpec
+
+REPO = Path(__file__).resolve().parent.parent
+HADOLINT = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+PLAN = load_plan()
+IMAGES = sorted(PLAN.images.values(), key=lambda i: i.id)
+
+
+def _hadolint(path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [HADOLINT, "--no-color", "--config", str(DOCKER_DIR / "hadolint.yaml"), *extra, str(path)],
+        capture_output=True, text=True,
+    )
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["farm-base", "configured-base"])
+@pytest.mark.parametrize("image", IMAGES, ids=[i.id for i in IMAGES])
+def test_every_image_renders_and_passes_hadolint(image: ImageSpec, local: bool, tmp_path: Path) -> None:
+    base = local_name(fallback_suite(image)) if local else None
+    r = render(image, base=base)
+    text = r.dockerfile
+    assert text.splitlines()[0].startswith(f"FROM {base or image.base}")
+    # every Python the image's builds need, manylinux-style, plus cibuildwheel's helper
+    for v in image.pythons:
+        tag = "cp" + v.replace(".", "")
+        assert f"/opt/python/{tag}-{tag}" in text
+    if "manylinux" not in r.base:  # manylinux images have their own cp39
+        assert "/opt/python/cp39-cp39" in text
+    assert "COPY ca-bundle.crt" in text and "PIP_CERT=" in text
+    if image.kind == "cuda":
+        assert "CUDA_HOME=" in text
+    if local and image.kind == "cuda" and image.toolkit == "13.0":
+        assert '"nvidia-cuda-nvcc==13.0.*"' in text and "libcudart.so.13" in text
+    if local and image.kind == "rocm":
+        assert "hipcc" in text and "trixie" in r.base
+    path = tmp_path / "Dockerfile"
+    path.write_text(text)
+    # matrix.toml names some release bases without a tag (its data, not the template's)
+    lint = _hadolint(path, *([] if local else ["--ignore", "DL3006"]))
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_tags_are_content_hashes() -> None:
+    image = IMAGES[0]
+    a = render(image, base=local_name("bookworm"))
+    b = render(image, base=local_name("bookworm"))
+    c = render(image, base=local_name("trixie"))
+    assert a.tag == b.tag and a.tag != c.tag
+
+
+def test_templates_are_strict() -> None:
+    with pytest.raises(jinja2.UndefinedError):
+        environment().from_string("FROM {{ base }}").render()
+
+
+def test_unknown_base_os_is_a_clear_error() -> None:
+    image = ImageSpec(
+        id="cpu-x", kind="cpu", base="example.com/some/alpine:3", platform="linux_x86_64",
+        toolkit=None, toolkit_source="none", pythons=("3.11",), template="cpu",
+    )
+    with pytest.raises(UsageError, match="alpine.*does not know its operating system"):
+        render(image)
+
+
+def test_render_command_writes_every_dockerfile(tmp_path: Path) -> None:
+    out = tmp_path / "docker"
+    proc = subprocess.run(
+        [sys.executable, "-m", "builder", "render", "--out", str(out), "--profile", "ci"],
+        cwd=REPO, capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    ci = load_plan(profile="ci")
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{i}.Dockerfile" for i in ci.images)
+    assert all(_hadolint(p).returncode == 0 for p in out.iterdir())
