@@ -22,7 +22,14 @@ from setuptools import setup
 try:
     from setuptools.command.bdist_wheel import bdist_wheel
 except ImportError:  # setuptools < 70.1
-    from wheel.bdist_wheel import bdist_wheel
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+    except ImportError:
+        raise SystemExit(
+            "mamba-ssm build error: setuptools is older than 70.1 and the wheel package is missing, so this "
+            "build cannot make a wheel. How to fix: pip install -U 'setuptools>=70.1' wheel, then retry "
+            "with --no-build-isolation."
+        ) from None
 
 ROOT = Path(__file__).resolve().parent
 CSRC = ROOT / "csrc"

@@ -182,13 +182,26 @@ def cmd_stable(args, work: Path) -> dict:
 
 
 def cmd_plan(args, work: Path) -> dict:
+    """Cells / builds for the plan without and with the stable-ABI collapse, and kernel compiles."""
+    import inspect
+
     from builder.plan import load_plan
 
-    plan = load_plan(args.matrix, args.profile)
+    classic = load_plan(args.matrix, args.profile)
+    res = {"cells": len(classic.cells), "classic": {"builds": len(classic.builds),
+                                                     "compression": round(len(classic.cells) / len(classic.builds), 2)}}
+    if "stable" not in inspect.signature(load_plan).parameters:
+        res["stable"] = "builder.plan has no stable-ABI collapse"
+        return res
+    plan = load_plan(args.matrix, args.profile, stable=True)
     stable = [b for b in plan.builds if b.stable]
-    return {"cells": len(plan.cells), "builds": len(plan.builds), "stable_builds": len(stable),
-            "cells_served_by_stable": len(plan.cells) - sum(1 for b in plan.builds if not b.stable),
-            "compression": round(len(plan.cells) / len(plan.builds), 2)}
+    # with MAMBA_KERNEL_CACHE per image, the kernels compile once per (image, arch list)
+    toolchains = {(b.image, b.archs) for b in plan.builds}
+    res["stable"] = {"builds": len(plan.builds), "stable_builds": len(stable),
+                     "cells_served_by_stable": len(plan.cells) - (len(plan.builds) - len(stable)),
+                     "compression": round(len(plan.cells) / len(plan.builds), 2),
+                     "kernel_compiles": len(toolchains)}
+    return res
 
 
 def main() -> None:

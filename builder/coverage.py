@@ -5,6 +5,7 @@ Pure: takes the index model, returns HTML. The layout lives in templates/coverag
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def model(index) -> dict:
     base = index.base_url.rstrip("/") + "/" if index.base_url else "./"
     pythons = sorted({e["python"] for e in files.values()}, key=lambda t: (int(t[2]), int(t[3:])))
     abis = sorted({e["cxx11abi"] for e in files.values() if e["cxx11abi"] is not None}) or [True]
+    found: dict = {}  # (variant, serving) -> {python tag: file}, filled as cells ask
     rows: dict[tuple[str, str], dict] = {}
     for key in index.variants:
         parts = _variant.parse_key(key)
@@ -62,11 +64,13 @@ def model(index) -> dict:
         for py in pythons:
             for abi in abis:
                 key = row["keys"].get(abi) or row["keys"].get(None)  # a stable row serves both ABIs
-                cell = _best(index, key, py, base, install_command, python_serves) if key else None
+                cell = _best(index, key, py, base, install_command, python_serves, found, pythons) if key else None
                 stable_key = f"{acc}-torchstable-abi3"
                 if cell is None and key and key != stable_key and stable_key in index.variants:
                     # e.g. no exact cp312 wheel of this release: the stable wheel's own page serves it
-                    cell = _best(index, stable_key, py, base, install_command, python_serves, serving=key)
+                    cell = _best(
+                        index, stable_key, py, base, install_command, python_serves, found, pythons, serving=key
+                    )
                 cells.append(cell)
         floor = ""
         if torch == "stable":
@@ -88,19 +92,23 @@ def model(index) -> dict:
 
 
 def _best(
-    index, key: str, py: str, base: str, install_command, python_serves, serving: str | None = None
+    index,
+    key: str,
+    py: str,
+    base: str,
+    install_command,
+    python_serves,
+    found: dict,
+    pythons: list[str],
+    serving: str | None = None,
 ) -> Cell | None:
     """The wheel a user in this cell gets: the newest release; within one, an exact build before a stable one."""
-    from builder.index import parse_version
-
-    fits = [
-        fn
-        for fn in index.variants[key]
-        if python_serves(index.files[fn], py) and (serving is None or serving in index.files[fn]["serves"])
-    ]
-    if not fits:
+    by_python = found.get((key, serving))
+    if by_python is None:
+        by_python = found[(key, serving)] = _best_by_python(index, key, pythons, python_serves, serving)
+    fn = by_python.get(py)
+    if fn is None:
         return None
-    fn = max(fits, key=lambda f: (parse_version(index.files[f]["version"]).public, not index.files[f]["stable"]))
     e = index.files[fn]
     return Cell(
         filename=fn,
@@ -112,6 +120,30 @@ def _best(
     )
 
 
+def _best_by_python(index, key: str, pythons: list[str], python_serves, serving: str | None) -> dict[str, str]:
+    """For each Python tag, the first file of ``key`` with the highest (release, exact before stable):
+    one pass over the variant's files, not one per cell."""
+    files = index.files
+    best: dict[str, tuple] = {}
+    for fn in index.variants[key]:
+        e = files[fn]
+        if serving is not None and serving not in e["serves"]:
+            continue
+        rank = (_public(e["version"]), not e["stable"])
+        for py in pythons if e["abi"] == "abi3" else (e["python"],):
+            if python_serves(e, py) and (py not in best or rank > best[py][0]):
+                best[py] = (rank, fn)
+    return {py: fn for py, (_rank, fn) in best.items()}
+
+
+@functools.cache
+def _public(version: str):
+    """The release part as a Version (cached: every cell compares the same few versions)."""
+    from builder.index import parse_version
+
+    return parse_version(version.partition("+")[0])
+
+
 def _acc_name(acc: str) -> str:
     if acc == "cpu":
         return "CPU only"
@@ -120,12 +152,16 @@ def _acc_name(acc: str) -> str:
     return f"ROCm {acc[3]}.{acc[4:]}"
 
 
-def render(index) -> str:
-    env = jinja2.Environment(
+@functools.cache
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
         loader=jinja2.FileSystemLoader(_TEMPLATES),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    return env.get_template("coverage.html.j2").render(**model(index))
+
+
+def render(index) -> str:
+    return _environment().get_template("coverage.html.j2").render(**model(index))

@@ -14,6 +14,7 @@ import concurrent.futures as cf
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -237,8 +238,10 @@ def first_error(path: Path | None) -> str | None:
     if path is None or not path.exists():
         return None
     with open(path, errors="replace") as f:
-        for line in f:
-            low = line.lower()
-            if " error:" in low or low.startswith("error:") or "fatal error" in low or "#error" in low:
+        lines = f.readlines()
+    compiler = re.compile(r":\d+(:\d+)?: (fatal )?error\b|\(\d+\): error\b")  # gcc/clang, nvcc
+    for pattern in (compiler, re.compile(r"(^|\s)error:", re.I)):
+        for line in lines:
+            if pattern.search(line):
                 return line.strip()[:300]
     return None

@@ -18,6 +18,14 @@
 
 namespace mamba_cpu {
 
+// The row passes of one ISA build (selective_scan_cpu_impl.inc defines one of these per namespace).
+struct RowOps {
+  void (*softplus)(int64_t, float*);
+  void (*mul_sigmoid)(int64_t, float*, const float*);
+  void (*silu_gate)(int64_t, float*, const float*);
+  void (*silu_grad)(int64_t, float*, const float*, float*);
+};
+
 namespace generic {
 #include "selective_scan_cpu_impl.inc"
 }  // namespace generic
@@ -156,6 +164,13 @@ static generic::bwd_tile_fn bwd_tile_for(int W, bool vb, bool vc) {
   return generic::pick_bwd(W, vb, vc);
 }
 
+static const RowOps& row_ops_for() {
+#ifdef MAMBA_CPU_DISPATCH
+  if (use_avx2()) return avx2::row_ops;
+#endif
+  return generic::row_ops;
+}
+
 static int tile_width(int64_t dstate) { return dstate <= 8 ? 8 : 16; }  // 1 or 2 vectors of 8 lanes
 
 // Variable B or C of (batch b, group g), steps [t0, t0 + len), to fp32 (tile, t, lane).
@@ -178,8 +193,8 @@ static void load_row(const void* ptr, int64_t d_stride, int64_t dstate_stride, i
   for (int64_t n = 0; n < padded; ++n) out[n] = n < dstate ? p[n * dstate_stride] : 0.f;
 }
 
-static inline float softplus(float x) { return x <= 20.f ? log1pf(expf(x)) : x; }
-static inline float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+// Per-step rows are padded to a multiple of 8 floats: the row passes work in whole vectors.
+static inline int64_t pad8(int64_t n) { return (n + 7) / 8 * 8; }
 
 static bool valid(const mamba_ssm_fwd_params* p, int64_t d0, int64_t d1) {
   return p->batch >= 0 && p->dim > 0 && p->seqlen >= 0 && p->dstate > 0 && p->n_groups > 0 &&
@@ -211,15 +226,16 @@ extern "C" int mamba_ssm_fwd_cpu(const mamba_ssm_fwd_params* p, int64_t d0, int6
   const int64_t L = p->seqlen, N = p->dstate, dpg = p->dim / p->n_groups;
   const int W = tile_width(N);
   const int64_t ntile = (N + W - 1) / W, Np = ntile * W;
-  const int64_t CH = L < MAMBA_SCAN_CHUNK ? L : MAMBA_SCAN_CHUNK;
+  const int64_t CH = L < MAMBA_SCAN_CHUNK ? L : MAMBA_SCAN_CHUNK, CHp = pad8(CH);
   const generic::fwd_tile_fn tile = fwd_tile_for(W);
+  const RowOps& ops = row_ops_for();
 
-  // workspace: Bt, Ct (Np*CH each), A/B/C rows + state (4*Np), dt, dtu, y, u, row (5*CH)
-  const size_t nfloat = (size_t)(2 * Np * CH + 4 * Np + 5 * CH);
-  float* ws = (float*)malloc(nfloat * sizeof(float));
+  // workspace: Bt, Ct (Np*CH each), A/B/C rows + state (4*Np), dt, dtu, y, u, row (5*CHp)
+  const size_t nfloat = (size_t)(2 * Np * CH + 4 * Np + 5 * CHp);
+  float* ws = (float*)calloc(nfloat, sizeof(float));
   if (!ws) return MAMBA_ERR_LAUNCH;
   float *Bt = ws, *Ct = Bt + Np * CH, *Ar = Ct + Np * CH, *Br = Ar + Np, *Cr = Br + Np, *st = Cr + Np;
-  float *dtb = st + Np, *dtu = dtb + CH, *y = dtu + CH, *ub = y + CH, *row = ub + CH;
+  float *dtb = st + Np, *dtu = dtb + CHp, *y = dtu + CHp, *ub = y + CHp, *row = ub + CHp;
 
   for (int64_t b = 0; b < p->batch; ++b) {
     for (int64_t c = 0; c < p->n_chunks; ++c) {
@@ -239,11 +255,10 @@ extern "C" int mamba_ssm_fwd_cpu(const mamba_ssm_fwd_params* p, int64_t d0, int6
           const float bias = p->delta_bias_ptr ? ((const float*)p->delta_bias_ptr)[d] : 0.f;
           to_float(at(p->u_ptr, dt, b * p->u_batch_stride + d * p->u_d_stride + t0), dt, len, ub);
           to_float(at(p->delta_ptr, dt, b * p->delta_batch_stride + d * p->delta_d_stride + t0), dt, len, dtb);
+          for (int64_t t = 0; t < len; ++t) dtb[t] += bias;
+          if (p->delta_softplus) ops.softplus(len, dtb);
           for (int64_t t = 0; t < len; ++t) {
-            float v = dtb[t] + bias;
-            if (p->delta_softplus) v = softplus(v);
-            dtb[t] = v;
-            dtu[t] = v * ub[t];
+            dtu[t] = dtb[t] * ub[t];
             y[t] = 0.f;
           }
           float* xck = (float*)p->x_ptr + ((b * p->dim + d) * p->n_chunks) * N;
@@ -262,7 +277,7 @@ extern "C" int mamba_ssm_fwd_cpu(const mamba_ssm_fwd_params* p, int64_t d0, int6
           from_float(y, dt, len, at_mut(p->out_ptr, dt, b * p->out_batch_stride + d * p->out_d_stride + t0));
           if (p->z_ptr) {
             to_float(at(p->z_ptr, dt, b * p->z_batch_stride + d * p->z_d_stride + t0), dt, len, row);
-            for (int64_t t = 0; t < len; ++t) y[t] = y[t] * row[t] * sigmoid(row[t]);
+            ops.silu_gate(len, y, row);
             from_float(y, dt, len,
                        at_mut(p->out_z_ptr, dt, b * p->out_z_batch_stride + d * p->out_z_d_stride + t0));
           }
@@ -284,21 +299,22 @@ extern "C" int mamba_ssm_bwd_cpu(const mamba_ssm_bwd_params* q, int64_t d0, int6
   const int64_t L = p->seqlen, N = p->dstate, dpg = p->dim / p->n_groups, G = p->n_groups;
   const int W = tile_width(N);
   const int64_t ntile = (N + W - 1) / W, Np = ntile * W;
-  const int64_t CH = L < MAMBA_SCAN_CHUNK ? L : MAMBA_SCAN_CHUNK;
+  const int64_t CH = L < MAMBA_SCAN_CHUNK ? L : MAMBA_SCAN_CHUNK, CHp = pad8(CH);
   const int64_t nch = d1 - d0;
   const generic::bwd_tile_fn tile = bwd_tile_for(W, vb, vc);
+  const RowOps& ops = row_ops_for();
 
   // workspace: Bt, Ct, dBt, dCt (Np*CH each), xs (W*CH), rows A/B/C/x0/dA/dB/dC (7*Np),
-  // per-step dtr, dtb, ub, dy, ddt, du, row (7*CH), carried h per channel (nch*Np)
-  const size_t nfloat = (size_t)(4 * Np * CH + W * CH + 7 * Np + 7 * CH + nch * Np);
-  float* ws = (float*)malloc(nfloat * sizeof(float));
+  // per-step dtr, dtb, ub, dy, ddt, du, row (7*CHp), carried h per channel (nch*Np)
+  const size_t nfloat = (size_t)(4 * Np * CH + W * CH + 7 * Np + 7 * CHp + nch * Np);
+  float* ws = (float*)calloc(nfloat, sizeof(float));
   if (!ws) return MAMBA_ERR_LAUNCH;
   float *Bt = ws, *Ct = Bt + Np * CH, *dBt = Ct + Np * CH, *dCt = dBt + Np * CH, *xs = dCt + Np * CH;
   float *Ar = xs + W * CH, *Br = Ar + Np, *Cr = Br + Np, *x0 = Cr + Np, *gA = x0 + Np, *gB = gA + Np,
         *gC = gB + Np;
-  float *dtr = gC + Np, *dtb = dtr + CH, *ub = dtb + CH, *dy = ub + CH, *ddt = dy + CH, *du = ddt + CH,
-        *row = du + CH;
-  float* hcar = row + CH;
+  float *dtr = gC + Np, *dtb = dtr + CHp, *ub = dtb + CHp, *dy = ub + CHp, *ddt = dy + CHp, *du = ddt + CHp,
+        *row = du + CHp;
+  float* hcar = row + CHp;
 
   float* dA = (float*)q->dA_ptr;  // (dim, dstate), contiguous
   for (int64_t b = 0; b < p->batch; ++b) {
@@ -329,22 +345,18 @@ extern "C" int mamba_ssm_bwd_cpu(const mamba_ssm_bwd_params* q, int64_t d0, int6
           to_float(at(q->dout_ptr, dt, b * q->dout_batch_stride + d * q->dout_d_stride + t0), dt, len, dy);
           for (int64_t t = 0; t < len; ++t) {
             dtr[t] += bias;
-            dtb[t] = p->delta_softplus ? softplus(dtr[t]) : dtr[t];
-            ddt[t] = 0.f;
+            dtb[t] = dtr[t];
             du[t] = 0.f;
           }
+          if (p->delta_softplus) ops.softplus(len, dtb);
           if (p->z_ptr) {
             // out = y * silu(z): dz = dout * y * silu'(z), dy = dout * silu(z); y is the saved pre-gating output
             to_float(at(p->z_ptr, dt, b * p->z_batch_stride + d * p->z_d_stride + t0), dt, len, row);
             to_float(at(p->out_ptr, dt, b * p->out_batch_stride + d * p->out_d_stride + t0), dt, len, ddt);
-            for (int64_t t = 0; t < len; ++t) {
-              const float z = row[t], s = sigmoid(z);
-              row[t] = dy[t] * ddt[t] * s * (1.f + z * (1.f - s));
-              dy[t] *= z * s;
-              ddt[t] = 0.f;
-            }
+            ops.silu_grad(len, dy, ddt, row);
             from_float(row, dt, len, at_mut(q->dz_ptr, dt, b * q->dz_batch_stride + d * q->dz_d_stride + t0));
           }
+          for (int64_t t = 0; t < len; ++t) ddt[t] = 0.f;
           const float* xck = (const float*)p->x_ptr + ((b * p->dim + d) * p->n_chunks) * N;
           for (int64_t n = 0; n < Np; ++n) x0[n] = (c > 0 && n < N) ? xck[(c - 1) * N + n] : 0.f;
           float* h = hcar + (d - d0) * Np;
@@ -355,11 +367,11 @@ extern "C" int mamba_ssm_bwd_cpu(const mamba_ssm_bwd_params* q, int64_t d0, int6
             float* dCs = vc ? dCt + k * CH * W : gC + k * W;
             tile(len, dtb, ub, dy, Ar + k * W, Bs, Cs, x0 + k * W, h + k * W, xs, ddt, du, gA + k * W, dBs, dCs);
           }
+          if (p->delta_softplus) ops.mul_sigmoid(len, ddt, dtr);
           float dD = 0.f, dbias = 0.f;
           for (int64_t t = 0; t < len; ++t) {
             du[t] += dy[t] * Dv;
             dD += dy[t] * ub[t];
-            if (p->delta_softplus) ddt[t] *= sigmoid(dtr[t]);
             dbias += ddt[t];
           }
           from_float(du, dt, len, at_mut(q->du_ptr, dt, b * q->du_batch_stride + d * q->du_d_stride + t0));

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Make a ROCm installation fit for the HIP kernels; the ROCm images run it while they are built.
-#   apply.sh ROCM_HOME [VERSION]     VERSION defaults to what `hipconfig --version` reports
+#   apply.sh ROCM_HOME [VERSION]     VERSION defaults to what hipconfig (or ROCM_HOME/.info/version) reports
 # ROCm < 6.0: refused (exit 3). ROCm 6.0: rocm6_0.patch applied to amd_hip_bf16.h (once).
 # Anything newer: nothing to do.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=${1:?usage: apply.sh ROCM_HOME [VERSION]}
-version=${2:-$(hipconfig --version 2>/dev/null || true)}
+version=${2:-}
+if [[ -z $version ]]; then  # hipconfig on PATH, else the installation's own, else its version file
+  version=$(hipconfig --version 2>/dev/null || "$root/bin/hipconfig" --version 2>/dev/null || cat "$root/.info/version" 2>/dev/null || true)
+fi
 if [[ ! $version =~ ^([0-9]+)\.([0-9]+) ]]; then
-  echo "error: cannot tell the ROCm version (hipconfig --version said '${version}'); pass it: apply.sh ${root} 6.2" >&2
+  echo "error: cannot tell the ROCm version of ${root} (no hipconfig, no .info/version; got '${version}'); pass it: apply.sh ${root} 6.2" >&2
   exit 2
 fi
 major=${BASH_REMATCH[1]} minor=${BASH_REMATCH[2]}

@@ -4,7 +4,6 @@ make a venv with torch, install the sdist with real pip, and look at what got in
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -40,16 +39,6 @@ def make_sdist(out: Path) -> Path:
     return sdist
 
 
-def canonical_label(wheel: Path) -> Path:
-    """Stopgap (see /work/notes/doctor-label-case.md): setuptools lower-cases the local label
-    (cxx11abitrue), builder.index wants the canonical spelling. pip compares canonical versions,
-    so the renamed file installs the same."""
-    fixed = re.sub(r"cxx11abi(true|false)", lambda m: "cxx11abi" + m.group(1).upper(), wheel.name)
-    if fixed != wheel.name:
-        wheel = wheel.rename(wheel.with_name(fixed))
-    return wheel
-
-
 def build_wheel(sdist: Path, out: Path, **env: str) -> tuple[Path, float]:
     """The real CPU wheel, compiled by setup.py from the sdist (the farm's way: MAMBA_FORCE_BUILD=TRUE)."""
     t0 = time.perf_counter()
@@ -57,7 +46,7 @@ def build_wheel(sdist: Path, out: Path, **env: str) -> tuple[Path, float]:
                 env=base_env(MAMBA_FORCE_BUILD="TRUE", **env)))  # fmt: skip
     seconds = time.perf_counter() - t0
     (wheel,) = out.glob("mamba_ssm-*.whl")
-    return canonical_label(wheel), seconds
+    return wheel, seconds
 
 
 def torch_venv(path: Path) -> Path:

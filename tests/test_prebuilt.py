@@ -277,3 +277,11 @@ def test_a_redirect_to_plain_http_is_refused(tmp_path):
         server.shutdown()
         server.server_close()
     assert out.status == "unreachable" and "refusing plain-http http://wheels.example.org" in out.line
+
+
+def test_a_lower_case_label_from_setuptools_is_found(tmp_path):
+    """setuptools writes ...cxx11abitrue...; the index keeps it, the lookup must still match it."""
+    make_mamba_wheel(tmp_path / "wheels", "cputorch2.13cxx11abitrue", PY)
+    build_index(tmp_path / "wheels", tmp_path / "index")
+    out = P.find_prebuilt(CPU, "2.3.0", tmp_path / "dl", index_url=str(tmp_path / "index"), env={}, **KW)
+    assert out.status == "found", out.line
