@@ -51,7 +51,7 @@ kernels = _load("_mamba_kernels", ROOT / "mamba_build" / "kernels.py")
 
 def _base_version() -> str:
     text = (ROOT / "mamba_ssm" / "__init__.py").read_text()
-    return re.search(r'^__version__\s*=\s*"([^"]+)"', text, re.M).group(1)
+    return re.search(r'^__version__\s*=\s*"([^"]+)"', text, re.MULTILINE).group(1)
 
 
 def _warn(message: str) -> None:
@@ -138,9 +138,9 @@ class Plan:
         if self.stable:
             parts.append(f"stable ABI (torch >= {self.stable_floor}, cp310-abi3)")
         if self.cuda:
+            archs = " ".join(f"sm_{a.sm}{'+PTX' if a.ptx else ''}" for a in self.archs)
             parts += [f"CUDA_HOME {self.cuda.home} (CUDA {self.cuda.version})",
-                      f"archs {' '.join('sm_%d%s' % (a.sm, '+PTX' if a.ptx else '') for a in self.archs)} "
-                      f"({self.arch_source})", f"nvcc --threads {self.jobs.nvcc_threads}"]
+                      f"archs {archs} ({self.arch_source})", f"nvcc --threads {self.jobs.nvcc_threads}"]
         if self.hip_archs:
             parts.append(f"HIP archs {' '.join(self.hip_archs)}")
         return "mamba-ssm build: " + ", ".join(parts)
@@ -161,13 +161,15 @@ def _extension(plan: Plan):
     abi_flag = f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}"  # torch >= 2.13 no longer adds it
     cxx = ["-O2", f"-std={plan.std}", abi_flag, "-fopenmp", "-fvisibility=hidden"]
     depends = [str(p) for p in [*CSRC.glob("*.h"), *CSRC.glob("*.inc"), *CSRC.glob("*.cpp"), *CSRC.glob("cuda/*")]]
-    common = dict(name="mamba_ssm._C", sources=["csrc/binding.cpp"], depends=depends, extra_link_args=["-fopenmp"])
+    # -fopenmp: at::parallel_for is OpenMP code inlined from ATen headers (torch ships libgomp.so.1);
+    # --strip-debug: Python's CFLAGS carry -g, which would be most of the binding's size.
+    common = {"name": "mamba_ssm._C", "sources": ["csrc/binding.cpp"], "depends": depends, "extra_link_args": ["-fopenmp", "-Wl,--strip-debug"]}
     if plan.stable:
         # Only torch's stable C API: no C++ ABI macro, no OpenMP runtime, no Python symbol.
         major, minor = toolchain.version_tuple(plan.stable_floor)[:2]
         flags = ["-O2", "-std=c++17", "-fvisibility=hidden", "-DTORCH_STABLE_ONLY",
                  f"-DTORCH_TARGET_VERSION=0x{(major << 56) | (minor << 48):016x}"]
-        common.update(sources=["csrc/binding_stable.cpp"], extra_link_args=[], py_limited_api=True)
+        common.update(sources=["csrc/binding_stable.cpp"], extra_link_args=["-Wl,--strip-debug"], py_limited_api=True)
         if plan.backend == "cpu":
             return CppExtension(extra_compile_args={"cxx": flags}, **common)
         return CUDAExtension(extra_compile_args={"cxx": [*flags, "-DUSE_CUDA"], "nvcc": []}, **common)
@@ -233,7 +235,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)  # torch's "no CUDA runtime found" notice
         ext = _extension(plan)
-    stable = dict(options={"bdist_wheel": {"py_limited_api": "cp310"}}) if plan.stable else {}
+    stable = {"options": {"bdist_wheel": {"py_limited_api": "cp310"}}} if plan.stable else {}
     setup(
         version=plan.version,
         install_requires=[f"torch>={plan.stable_floor}" if plan.stable else f"torch=={plan.torch_mm}.*"],

@@ -128,7 +128,11 @@ class Sccache:
             time.sleep(0.2)
 
     def build_env(self) -> dict[str, str]:
-        return {**self.env, "CXX": f"{self.exe} c++"}
+        # torch's ninja file quotes CXX as one word, so "sccache c++" cannot be CXX: use a wrapper
+        wrapper = Path(self.env["SCCACHE_DIR"]).parent / "sccache-c++"
+        wrapper.write_text(f'#!/bin/sh\nexec "{self.exe}" c++ "$@"\n')
+        wrapper.chmod(0o755)
+        return {**self.env, "CXX": str(wrapper)}
 
     def stop(self) -> tuple[float, str]:
         stats = subprocess.run([self.exe, "--show-stats"], env={**os.environ, **self.env}, capture_output=True, text=True).stdout
@@ -145,10 +149,11 @@ def cmd_share(args, work: Path) -> dict:
         if args.backend != "cpu":
             sys.exit("collapse: --cache sccache is measured for --backend cpu only (nvcc has no launcher hook here)")
         scc = Sccache(args.sccache, work / "sccache")
-        # one source path for every build, as in a container: sccache's keys include absolute paths
-        shared = {py: build(venvs[py], work / f"shared-{py}", {**env, **scc.build_env()}, work / "src")
-                  for py in pythons}
-        server_cpu, stats = scc.stop()
+        try:  # one source path for every build, as in a container: sccache's keys include absolute paths
+            shared = {py: build(venvs[py], work / f"shared-{py}", {**env, **scc.build_env()}, work / "src")
+                      for py in pythons}
+        finally:
+            server_cpu, stats = scc.stop()
         shared["sccache-server"] = {"cpu_s": round(server_cpu, 1)}
         hits = [ln.strip() for ln in stats.splitlines() if ln.strip().startswith(("Cache hits", "Cache misses"))][:2]
     else:
@@ -225,6 +230,7 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="mamba-collapse-"))
+    work.mkdir(parents=True, exist_ok=True)
     res = {"share": cmd_share, "stable": cmd_stable, "plan": cmd_plan}[args.cmd](args, work)
     text = json.dumps(res, indent=1)
     print(text)

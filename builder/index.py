@@ -5,7 +5,7 @@
 On disk (OUT = ``dist/index``)::
 
     dist/index -> .index.d/gen-<id>          a symlink, swapped atomically (os.replace)
-    dist/.index.d/store/                     every wheel once, plus <wheel>.metadata (PEP 658)
+    dist/.index.d/store/                     every wheel once (a hard link to it), plus <wheel>.metadata (PEP 658)
     dist/.index.d/gen-<id>/files -> ../store
     dist/.index.d/gen-<id>/<variant> -> ../pages/<variant>.<hash>   (immutable, shared by generations)
     dist/.index.d/pages/<variant>.<hash>/index.html              find-links page
@@ -14,11 +14,15 @@ On disk (OUT = ``dist/index``)::
     dist/.index.d/gen-<id>/index.html, manifest.json         coverage page, machine-readable view
     dist/.index.d/lock                                       serialises concurrent runs
 
-Wheels are immutable once published: a run adds new files to the store, checks
-the recorded ones (size and mtime, and their sha256 whenever either moved, or
+Wheels are immutable once published: a run adds new files to the store (a hard
+link to the wheel it was given, a copy where linking is refused), checks the
+recorded ones (size, mtime and inode, and their sha256 whenever any moved, or
 always with ``verify=True``), writes a complete new generation of pages in a
 staging folder, then swaps the OUT symlink. Readers see the old index or the new
-one, never a mix. Publish the tree with symlinks followed (``rsync -aL``, ``cp -rL``).
+one, never a mix; a killed run leaves the old one live. (No fsync: the swap is
+atomic for readers and for killed runs, not across a power cut.) Because of the
+hard link, rewriting a wheel in place in ``--wheels`` alters the published file:
+the next run reports it. Publish the tree with symlinks followed (``rsync -aL``).
 
 Which variants a stable-ABI wheel (``+cu13torchstable``, ``cp310-abi3``) serves:
 a sidecar ``<wheel>.spec.json`` (the farm's ``BuildSpec.to_json()``) names them

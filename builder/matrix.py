@@ -464,7 +464,14 @@ class _Checker:
         elif axis == "accelerator":
             if not ACCELERATOR_RE.fullmatch(value):
                 self.fail(path, f'{_show(value)} is not an accelerator (valid: "cpu", "cuda-X.Y", "rocm-X.Y")')
-            if not c.known_accelerator(parse_accelerator(value)):
+            acc = parse_accelerator(value)
+            if acc.kind == "rocm" and _version_tuple(acc.toolkit) < _version_tuple(c.rocm_minimum):
+                self.fail(
+                    path,
+                    f"{_show(value)}: ROCm < {c.rocm_minimum} is not supported (the HIP kernels need ROCm >= "
+                    f"{c.rocm_minimum}); use rocm-{c.rocm_minimum} or newer",
+                )
+            if not c.known_accelerator(acc):
                 close = difflib.get_close_matches(value, c.accelerators(), n=1)
                 mean = f'; did you mean "{close[0]}"?' if close else ""
                 self.fail(path, f"unknown accelerator {_show(value)}{mean} (known: {', '.join(c.accelerators())})")
@@ -851,3 +858,7 @@ def expand(matrix: Matrix, compat: Compat, profile: Profile | None = None) -> tu
 def toolkit_source_for(matrix: Matrix, compat: Compat, acc: Accelerator) -> str:
     """The toolkit source for ACC: matrix.toml's [toolkit_source], else the data's default."""
     return matrix.toolkit_source.get(acc.name) or compat.toolkit_sources(acc)[0]
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(".") if x.isdigit())

@@ -6,8 +6,9 @@ combination and the rule that dropped it.
 
 Cells and builds are distinct: a cell is a torch x Python x accelerator x ABI x
 platform combination a user can be in; a build makes one wheel and serves one or
-more cells. Today each build serves exactly one cell (``_group``); stable-ABI
-builds will serve many.
+more cells. A classic build serves exactly one cell (``_group``); with
+``stable=True`` (``plan --stable``) one stable-ABI build per accelerator and platform
+serves every cell a cp310-abi3 wheel for torch >= the floor can (``_group_stable``).
 """
 
 from __future__ import annotations
@@ -55,20 +56,25 @@ class Plan:
         raise KeyError(build_id)
 
 
-def load_plan(matrix_file: Path | None = None, profile: str | None = None, only: list[str] | None = None) -> Plan:
-    """Load, validate and expand matrix.toml into the plan. Raises MatrixError."""
+def load_plan(
+    matrix_file: Path | None = None, profile: str | None = None, only: list[str] | None = None, stable: bool = False
+) -> Plan:
+    """Load, validate and expand matrix.toml into the plan. Raises MatrixError.
+
+    stable: serve every cell a stable-ABI wheel can serve from one such build per
+    accelerator and platform (see ``_group_stable``); the other cells stay classic.
+    """
     compat = compat_mod.load()
     matrix = load_matrix(Path(matrix_file) if matrix_file else DEFAULT_MATRIX, compat)
     prof = matrix.profile(profile)
     cells, dropped = expand(matrix, compat, prof)
     src = source_hash(matrix)
-    builds, images = _specs(matrix, compat, cells, prof, src)
+    builds, images = _specs(matrix, compat, cells, prof, src, stable=stable)
     if only:
         builds = _select(matrix, builds, only)
         needed = {b.image for b in builds}
         images = _images_for(builds, {k: v for k, v in images.items() if k in needed})
-        wanted = {b.variant for b in builds}
-        cells = [c for c in cells if _cell_variant(c, compat) in wanted]
+        cells = [c for c in cells if any(_serves(b, c, compat) for b in builds)]
     if not builds:
         scope = f"profile {prof.name!r} selects" if prof else "the matrix leaves"
         path = ("profiles", prof.name) if prof else ("axes",)
@@ -128,6 +134,56 @@ def _cell_variant(cell: Cell, compat: Compat) -> str:
 def _group(cells: list[Cell]) -> list[tuple[Cell, tuple[Cell, ...]]]:
     """Builds and the cells each serves. One build per cell until stable-ABI builds exist."""
     return [(c, (c,)) for c in cells]
+
+
+# --- stable-ABI collapse (issue 8) ------------------------------------------------
+# A stable-ABI wheel (setup.py with MAMBA_STABLE_ABI=TRUE) is cp310-abi3, requires
+# torch >= the floor in mamba_build/build.toml and serves both C++ ABIs, so one build
+# per accelerator and platform serves every such cell. ROCm stays classic (setup.py
+# refuses a stable ROCm build).
+STABLE_KINDS = ("cpu", "cuda")
+STABLE_PYTHON = "3.10"  # the wheel's cp310-abi3 tag
+
+
+def stable_floor() -> str:
+    import tomllib
+
+    with open(REPO_ROOT / "mamba_build" / "build.toml", "rb") as f:
+        return tomllib.load(f)["stable"]["floor"]
+
+
+def _stable_eligible(cell: Cell, acc: Accelerator, floor: str) -> bool:
+    return acc.kind in STABLE_KINDS and vtuple(cell.torch) >= vtuple(floor) and vtuple(cell.python) >= vtuple(STABLE_PYTHON)
+
+
+def _group_stable(cells: list[Cell], accs: dict[str, Accelerator]) -> list[tuple[Cell, tuple[Cell, ...], bool]]:
+    """(build cell, cells served, stable?): a stable build per (accelerator, platform) for the
+    cells it can serve, built in one of them (newest torch, oldest Python, its native ABI);
+    a classic build per remaining cell."""
+    floor = stable_floor()
+    pools: dict[tuple[str, str], list[Cell]] = {}
+    groups: list[tuple[Cell, tuple[Cell, ...], bool]] = []
+    for c in cells:
+        if _stable_eligible(c, accs[c.accelerator], floor):
+            pools.setdefault((c.accelerator, c.platform), []).append(c)
+        else:
+            groups.append((c, (c,), False))
+    for served in pools.values():
+        build = min(served, key=lambda c: (tuple(-x for x in vtuple(c.torch)), vtuple(c.python), not c.cxx11abi))
+        groups.append((build, tuple(served), True))
+    return groups
+
+
+def _serves(b: BuildSpec, cell: Cell, compat: Compat) -> bool:
+    """Whether build B serves CELL (a stable build: any Python of its variants; classic: its own)."""
+    if cell.platform != b.platform or _cell_variant(cell, compat) not in (b.serves or (b.variant,)):
+        return False
+    return b.stable or cell.python == b.python
+
+
+def served_cells(plan: "Plan", b: BuildSpec) -> list[Cell]:
+    compat = compat_mod.load()
+    return [c for c in plan.cells if _serves(b, c, compat)]
 
 
 @dataclass(frozen=True)
@@ -192,14 +248,15 @@ def _archs(matrix: Matrix, compat: Compat, acc: Accelerator, prof: Profile | Non
 
 
 def _specs(
-    matrix: Matrix, compat: Compat, cells: list[Cell], prof: Profile | None, src: str
+    matrix: Matrix, compat: Compat, cells: list[Cell], prof: Profile | None, src: str, stable: bool = False
 ) -> tuple[list[BuildSpec], dict[str, ImageSpec]]:
     accs = {name: parse_accelerator(name) for name in {c.accelerator for c in cells}}
     toolchains: dict[tuple, tuple[_Toolchain, str, str]] = {}
     archs = {name: _archs(matrix, compat, acc, prof) for name, acc in accs.items()}
     builds = []
     tc_of: dict[str, _Toolchain] = {}
-    for cell, serves in _group(cells):
+    groups = _group_stable(cells, accs) if stable else [(c, cs, False) for c, cs in _group(cells)]
+    for cell, serves, is_stable in groups:
         acc = accs[cell.accelerator]
         key = (cell.accelerator, cell.platform, cell.torch)
         if key not in toolchains:
@@ -207,7 +264,7 @@ def _specs(
             toolchains[key] = (tc, manylinux, _image_id(tc))
         tc, manylinux, image_id = toolchains[key]
         tc_of[image_id] = tc
-        variant = _variant(cell, acc)
+        variant = _variant(cell, acc).as_stable() if is_stable else _variant(cell, acc)
         install = compat.torch_install(cell.torch, acc, cell.platform, prefer_pypi=matrix.prefer_pypi)
         row = compat.torch[cell.torch]
         index_url = matrix.torch_index_url.format(variant=install.index_variant) if install.index_variant else ""
@@ -229,7 +286,11 @@ def _specs(
             "manylinux": manylinux,
             "abi_native": cell.cxx11abi in row.cxx11abi,
         }
-        hashed = {k: v for k, v in fields.items() if k != "id"}
+        if is_stable:  # built against the newest torch it serves; serves every variant key of its cells
+            fields.update(torch="stable", stable=True, serves=tuple(sorted({_variant(c, acc).key for c in serves})))
+        hashed = {k: v for k, v in fields.items() if k not in ("id", "stable", "serves")}
+        if is_stable:
+            hashed["stable"] = True
         hashed.update(
             archs=list(fields["archs"]),
             package=matrix.package.name,
@@ -311,11 +372,13 @@ def add_command(subparsers) -> None:
     p.add_argument("--only", nargs="+", action="extend", default=None, metavar="ID", help="just these build ids")
     p.add_argument("--format", choices=("table", "json", "github"), default="table")
     p.add_argument("--explain", action="store_true", help="also list every dropped combination and why")
+    p.add_argument("--stable", action="store_true",
+                   help="serve every cell a stable-ABI (abi3) wheel can serve from one build per accelerator and platform")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    plan = load_plan(args.matrix, args.profile, args.only)
+    plan = load_plan(args.matrix, args.profile, args.only, stable=getattr(args, "stable", False))
     if args.format == "json":
         json.dump([b.to_json() for b in plan.builds], sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -353,7 +416,8 @@ def github_job(b: BuildSpec) -> dict:
 
 def summary(plan: Plan) -> str:
     scope = f" (profile {plan.profile.name})" if plan.profile else ""
-    return f"{len(plan.builds)} builds, {len(plan.images)} images, dropped {len(plan.dropped)}{scope}"
+    served = f" serving {len(plan.cells)} cells" if any(b.stable for b in plan.builds) else ""
+    return f"{len(plan.builds)} builds{served}, {len(plan.images)} images, dropped {len(plan.dropped)}{scope}"
 
 
 def _archs_short(archs: tuple[str, ...]) -> str:
@@ -369,13 +433,24 @@ def _table(plan: Plan) -> None:
     width = None if sys.stdout.isatty() else 200
     console = Console(width=width, soft_wrap=False, highlight=False)
     table = Table(title=f"build plan: {plan.matrix.path.name}", show_lines=False, pad_edge=False)
-    for col in ("id", "torch", "toolkit", "archs", "torch from", "manylinux", "image"):
+    stable = any(b.stable for b in plan.builds)
+    for col in ("id", "torch", "toolkit", "archs", "torch from", "manylinux", "image", *(("serves",) if stable else ())):
         table.add_column(col, no_wrap=True)
     for b in plan.builds:
         source = b.torch_index_url.rstrip("/").rsplit("/", 1)[-1] if b.torch_index_url else "PyPI"
-        table.add_row(b.id, b.torch_version, b.toolkit or "-", _archs_short(b.archs), source, b.manylinux, b.image)
+        row = [b.id, b.torch_version, b.toolkit or "-", _archs_short(b.archs), source, b.manylinux, b.image]
+        table.add_row(*row, *((_serves_short(plan, b),) if stable else ()))
     console.print(table)
     console.print(summary(plan))
+
+
+def _serves_short(plan: Plan, b: BuildSpec) -> str:
+    if not b.stable:
+        return "1 cell"
+    cells = served_cells(plan, b)
+    torches = sorted({c.torch for c in cells}, key=vtuple)
+    pythons = sorted({c.python for c in cells}, key=vtuple)
+    return f"{len(cells)} cells: torch {torches[0]}..{torches[-1]} x py{pythons[0]}..{pythons[-1]} x {len(b.serves)} variants"
 
 
 def _explain(plan: Plan, out) -> None:

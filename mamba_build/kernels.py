@@ -41,7 +41,7 @@ def _digest(paths: list[Path]) -> str:
 
 def _compiler_id(argv0: str) -> str:
     try:
-        return subprocess.run([argv0, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+        return subprocess.run([argv0, "--version"], check=False, capture_output=True, text=True, timeout=60).stdout.strip()
     except OSError:
         return argv0
 
@@ -89,7 +89,7 @@ def build(jobs: list[KernelJob], out_dir: Path, max_jobs: int, log=print) -> lis
         tmp = obj.with_suffix(f".tmp{os.getpid()}.o")
         cmd = job.command(tmp)
         log("mamba-ssm: " + " ".join(cmd))
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             raise SystemExit(

@@ -70,7 +70,7 @@ def env_bool(env, name: str) -> bool | None:
 def import_torch():
     """torch, or an error that explains build isolation (the usual reason it is missing)."""
     try:
-        import torch  # noqa: PLC0415
+        import torch
     except ImportError as e:
         raise BuildConfigError(
             f"torch is not importable from the Python running this build ({sys.executable}): {e}. "
@@ -114,7 +114,7 @@ def probe_compiler(argv: list[str], origin: str) -> Compiler:
             "install one (apt-get install g++) or point CXX and CC at an existing compiler",
         )
     try:
-        banner = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60).stdout
+        banner = subprocess.run([*argv, "--version"], check=False, capture_output=True, text=True, timeout=60).stdout
     except OSError as e:
         raise BuildConfigError(f"cannot run the C++ compiler {argv[0]} ({origin}): {e}", "point CXX/CC at a working compiler") from None
     first = banner.strip().splitlines()[0] if banner.strip() else ""
@@ -122,7 +122,7 @@ def probe_compiler(argv: list[str], origin: str) -> Compiler:
         m = re.search(r"version\s+(\d+(?:\.\d+)*)", first)
         return Compiler(tuple(argv), "clang", version_tuple(m.group(1)) if m else (), origin)
     if re.search(r"\b(gcc|g\+\+|GCC)\b", banner) or "Free Software Foundation" in banner:
-        full = subprocess.run([*argv, "-dumpfullversion", "-dumpversion"], capture_output=True, text=True, timeout=60)
+        full = subprocess.run([*argv, "-dumpfullversion", "-dumpversion"], check=False, capture_output=True, text=True, timeout=60)
         text = full.stdout.strip() or first
         return Compiler(tuple(argv), "gcc", version_tuple(text), origin)
     return Compiler(tuple(argv), "unknown", (), origin)
@@ -147,8 +147,8 @@ def check_compilers(compilers: list[Compiler], std: str, torch_version: str, dat
             raise BuildConfigError(
                 f"the C++ compiler {' '.join(c.argv)} (from {c.origin}) is {c.kind.upper()} {have}, but building "
                 f"against torch {torch_version} needs -std={std}, which takes {c.kind.upper()} >= {need}",
-                f"install a newer compiler (e.g. apt-get install g++-12) and set CC/CXX to it "
-                f"(CC=gcc-12 CXX=g++-12 pip install --no-build-isolation ...)",
+                "install a newer compiler (e.g. apt-get install g++-12) and set CC/CXX to it "
+                "(CC=gcc-12 CXX=g++-12 pip install --no-build-isolation ...)",
             )
 
 
@@ -164,7 +164,7 @@ class CudaToolkit:
 
 def _nvcc_release(nvcc: str | Path) -> str | None:
     try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
+        out = subprocess.run([str(nvcc), "--version"], check=False, capture_output=True, text=True, timeout=60).stdout
     except OSError:
         return None
     m = re.search(r"release (\d+\.\d+)", out)
@@ -175,11 +175,11 @@ def _nvcc_top(nvcc: str) -> Path | None:
     """The toolkit root nvcc itself uses: `nvcc -dryrun` prints `TOP=<root>` (works through wrapper scripts)."""
     try:
         out = subprocess.run(
-            [nvcc, "-dryrun", "-E", "-x", "cu", os.devnull], capture_output=True, text=True, timeout=60
+            [nvcc, "-dryrun", "-E", "-x", "cu", os.devnull], check=False, capture_output=True, text=True, timeout=60
         )
     except OSError:
         return None
-    m = re.search(r"^#\$ TOP=(.+)$", out.stdout + out.stderr, re.M)
+    m = re.search(r"^#\$ TOP=(.+)$", out.stdout + out.stderr, re.MULTILINE)
     return Path(m.group(1).strip()).resolve() if m else None
 
 
@@ -258,7 +258,7 @@ def parse_arch_list(text: str, source: str) -> list[Arch]:
     for item in re.split(r"[;,\s]+", text.strip()):
         if not item:
             continue
-        m = re.fullmatch(r"(?:sm_|compute_)?(\d+)(?:\.(\d))?([a-z]?)(\+PTX)?", item, re.I)
+        m = re.fullmatch(r"(?:sm_|compute_)?(\d+)(?:\.(\d))?([a-z]?)(\+PTX)?", item, re.IGNORECASE)
         if not m or m.group(3):
             raise BuildConfigError(
                 f"{source} has an entry {item!r} that is not a GPU architecture",
@@ -329,7 +329,8 @@ def check_rocm(hip_version: str, data: dict, warn) -> str:
     if mm in data["rocm"]["needs_patch"]:
         warn(
             f"ROCm {mm}: its amd_hip_bf16.h needs the patch in rocm_patch/ before the kernels compile. Apply it once, "
-            f"as root: patch -p1 -d $ROCM_HOME < rocm_patch/rocm{mm.replace('.', '_')}.patch (ROCm >= 6.1 needs nothing)"
+            "as root: bash rocm_patch/apply.sh $ROCM_HOME (it applies "
+            f"rocm_patch/rocm{mm.replace('.', '_')}.patch; ROCm >= 6.1 needs nothing)"
         )
     return mm
 

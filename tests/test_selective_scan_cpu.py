@@ -58,7 +58,7 @@ def run_both(inputs, dtype, layout, softplus, last_state):
     for k in names:
         keep_f32 = k in ("A", "D", "delta_bias") or (k in ("B", "C") and layout == "constant")
         op_leaves[k] = inputs[k].to(torch.float32 if keep_f32 else dtype).requires_grad_()
-    args = dict(delta_softplus=softplus, return_last_state=last_state)
+    args = {"delta_softplus": softplus, "return_last_state": last_state}
     ref = selective_scan_ref(**{k: ref_leaves.get(k) for k in inputs}, **args)
     op = selective_scan_fn(**{k: op_leaves.get(k) for k in inputs}, **args)
     return names, ref_leaves, op_leaves, ref, op
@@ -133,7 +133,7 @@ def test_sequence_longer_than_one_chunk():
     assert_close(op, ref, 1e-4, 1e-4, "output")
     assert_close(op_last, ref_last, 1e-4, 1e-4, "last state")
     w = torch.randn(ref.shape, generator=g, dtype=torch.float64)
-    for k, got, want in zip("u delta A B C".split(), torch.autograd.grad((op * w.float()).sum(), leaves32),
+    for k, got, want in zip(["u", "delta", "A", "B", "C"], torch.autograd.grad((op * w.float()).sum(), leaves32),
                             torch.autograd.grad((ref * w).sum(), leaves64)):
         assert_close(got, want, 3e-4, 3e-4, f"d{k}")
 
@@ -152,7 +152,7 @@ def test_non_contiguous_inputs_and_many_threads():
     out = selective_scan_fn(*leaves, delta_softplus=True)
     ref = selective_scan_ref(*ref_leaves, delta_softplus=True)
     assert_close(out, ref, 1e-4, 1e-4, "output")
-    for k, got, want in zip("u delta A B C".split(), torch.autograd.grad(out.sum(), leaves),
+    for k, got, want in zip(["u", "delta", "A", "B", "C"], torch.autograd.grad(out.sum(), leaves),
                             torch.autograd.grad(ref.sum(), ref_leaves)):
         assert_close(got, want, 3e-4, 3e-4, f"d{k}")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
 

@@ -162,7 +162,7 @@ def _register_fake() -> None:
 
     @register("mamba_ssm::selective_scan_bwd")
     def _bwd(u, delta, A, B, C, D, z, delta_bias, dout, x, out, delta_softplus):
-        f32 = dict(dtype=torch.float32)
+        f32 = {"dtype": torch.float32}
         return (torch.empty_like(u), torch.empty_like(u), A.new_empty(A.shape, **f32), torch.empty_like(B),
                 torch.empty_like(C), u.new_empty((u.shape[1],) if D is not None else (0,), **f32),
                 u.new_empty((u.shape[1],) if delta_bias is not None else (0,), **f32),
