@@ -82,6 +82,7 @@ def main() -> int:
         tmp = Path(tmp)
         t0 = time.perf_counter()
         synthesize(tmp / "wheels", args.wheels)
+        os.sync()  # a farm's wheels are on disk long before indexing: don't time their writeback
         print(f"synthesized {args.wheels} wheels in {time.perf_counter() - t0:.1f} s")
 
         full, add, noop, rebuild, cli_add = [], [], [], [], []
@@ -110,7 +111,11 @@ def main() -> int:
                 f"CLI add {cli_add[-1][0]:.3f} s, from scratch {rebuild[-1]:.3f} s (wall)",
                 flush=True,
             )
+        report(args, full, add, noop, rebuild, cli_add)  # before the (slow) cleanup of the scratch folder
+    return 0
 
+
+def report(args, full, add, noop, rebuild, cli_add) -> None:
     med = statistics.median
     cpu = {w: med([c for k, c in CPU if k == w]) for w in ("first", "add", "noop", "scratch")}
     cli_wall, cli_cpu = med([w for w, _ in cli_add]), med([c for _, c in cli_add])
@@ -128,9 +133,9 @@ def main() -> int:
     print(f"{'ratio no-op / from-scratch':38} {med(noop) / med(rebuild):8.3f} {cpu['noop'] / cpu['scratch']:8.3f}")
     print(
         f"(median of {args.repeat} runs; CPU is this process's user + system time, less sensitive to a busy "
-        f"machine; load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+        f"machine; load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)",
+        flush=True,
     )
-    return 0
 
 
 if __name__ == "__main__":

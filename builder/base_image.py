@@ -134,8 +134,8 @@ def add_command(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from builder.hostenv import find_ca_bundle
     from builder.executors.docker import connect
+    from builder.hostenv import find_ca_bundle
 
     client = connect()
     ca = find_ca_bundle(args.ca_bundle)

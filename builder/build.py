@@ -72,7 +72,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     _validate(args)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
-    log = lambda msg: console.print(msg, highlight=False, markup=False)  # noqa: E731
+    log = lambda msg: console.print(msg, highlight=False, markup=False)
     t0 = time.monotonic()
     plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only)
     specs = list(plan.builds)
@@ -103,6 +103,12 @@ def run_command(args: argparse.Namespace) -> int:
     if todo:
         executor = select(args.executor, options)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
+    # Snapshot the source now, next to the plan's inputs hash: edits made while the run
+    # goes on must not slip into wheels recorded under the old hash.
+    from builder.executors.host import copy_source
+
+    source = run_dir / "src"
+    copy_source(args.source.absolute(), source)
 
     def on_signal(signum, frame):
         # Stop launching, remove containers / kill build processes now, then unwind.
@@ -123,7 +129,7 @@ def run_command(args: argparse.Namespace) -> int:
                 log_path = logs_dir / f"{spec.id}.log"
                 if attempt == 1 and log_path.exists():
                     log_path.unlink()
-                return executor.build(spec, args.source.absolute(), raw, log_path, args.timeout)
+                return executor.build(spec, source, raw, log_path, args.timeout)
 
             def finish(spec, result):
                 return _verify_and_publish(
@@ -184,19 +190,13 @@ def _verify_and_publish(
     spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False
 ) -> Path:
     """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename."""
-    try:
-        from builder import wheels
-    except ImportError:  # the verification module is not in this checkout yet
-        wheels = None
+    from builder import wheels
 
     workdir.mkdir(parents=True, exist_ok=True)
-    if wheels is None:
-        good = _minimal_check(raw_wheel, spec)
-    else:
-        good = Path(
-            wheels.verify_wheel(raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux)
-        )
-    if smoke and wheels is not None:
+    good = Path(
+        wheels.verify_wheel(raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux)
+    )
+    if smoke:
         from filelock import FileLock
 
         from builder.hostenv import CACHE_ROOT, pyenv_pythons
@@ -221,17 +221,6 @@ def _verify_and_publish(
     dest = wheels_dir / good.name
     os.replace(staged, dest)
     return dest
-
-
-def _minimal_check(wheel: Path, spec) -> Path:
-    from packaging.utils import parse_wheel_filename
-
-    from builder.errors import VerificationError
-
-    name, version, _, tags = parse_wheel_filename(wheel.name)
-    if version.local != spec.label.lower() or not any(t.interpreter == spec.python_tag for t in tags):
-        raise VerificationError(f"{wheel.name} does not match {spec.id} (label {spec.label}, {spec.python_tag})")
-    return wheel
 
 
 def _index(wheels_dir: Path, out: Path, log) -> FarmError | None:

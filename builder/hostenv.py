@@ -152,7 +152,7 @@ def pyenv_pythons() -> dict[str, Path]:
     return {k: v[1] for k, v in sorted(found.items())}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def url_reachable(url: str, timeout: float = 8.0) -> bool:
     """Whether an index URL answers at all (an unreachable extra index costs pip minutes of retries)."""
     import ssl

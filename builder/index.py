@@ -436,17 +436,23 @@ class Index:
 # --------------------------------------------------------------------------- pages
 
 
-def _anchor(index: Index, fn: str, depth: int) -> str:
-    tail = index.anchor_tails.get(fn)
-    if tail is None:  # the part every page shares; a 5,000-wheel run links each file two or three times
-        e = index.files[fn]
-        tail = f'{html.escape(fn)}#sha256={e["sha256"]}"'
-        if e["requires_python"]:
-            tail += f' data-requires-python="{html.escape(e["requires_python"])}"'
-        md = f"sha256={e['metadata_sha256']}"
-        tail += f' data-dist-info-metadata="{md}" data-core-metadata="{md}">{html.escape(fn)}</a><br>\n'
-        index.anchor_tails[fn] = tail
-    return f'    <a href="{html.escape(index.href("", depth))}{tail}'  # escaping is per character
+def _anchors(index: Index, fns: list[str], depth: int) -> str:
+    """The wheel links of one page. Escaping works per character, so the href's prefix is escaped once
+    per page and each file's part once per run (a 5,000-wheel run links each file two or three times)."""
+    head = f'    <a href="{html.escape(index.href("", depth))}'
+    tails = index.anchor_tails
+    return "".join(head + (tails.get(fn) or _anchor_tail(index, fn)) for fn in fns)
+
+
+def _anchor_tail(index: Index, fn: str) -> str:
+    e = index.files[fn]
+    tail = f'{html.escape(fn)}#sha256={e["sha256"]}"'
+    if e["requires_python"]:
+        tail += f' data-requires-python="{html.escape(e["requires_python"])}"'
+    md = f"sha256={e['metadata_sha256']}"
+    tail += f' data-dist-info-metadata="{md}" data-core-metadata="{md}">{html.escape(fn)}</a><br>\n'
+    index.anchor_tails[fn] = tail
+    return tail
 
 
 def _page(title: str, body: str) -> str:
@@ -459,13 +465,14 @@ def _page(title: str, body: str) -> str:
 
 def _json_project(index: Index, fns: list[str], depth: int) -> str:
     files = []
+    prefix = index.href("", depth)
     for fn in fns:
         e = index.files[fn]
         md = {"sha256": e["metadata_sha256"]}
         files.append(
             {
                 "filename": fn,
-                "url": index.href(fn, depth),
+                "url": prefix + fn,
                 "hashes": {"sha256": e["sha256"]},
                 "requires-python": e["requires_python"] or None,
                 "core-metadata": md,
@@ -489,8 +496,8 @@ def render_variant(index: Index, key: str) -> dict[str, str]:
     """One variant folder: <key>/ is a find-links page (wheel anchors) and a PEP 503 root at once."""
     fns = index.variants[key]
     return {
-        "index.html": _page(f"{PROJECT}: {key}", "".join(_anchor(index, fn, 1) for fn in fns) + _PROJECT_LINK),
-        f"{PROJECT}/index.html": _page(f"Links for {PROJECT} ({key})", "".join(_anchor(index, fn, 2) for fn in fns)),
+        "index.html": _page(f"{PROJECT}: {key}", _anchors(index, fns, 1) + _PROJECT_LINK),
+        f"{PROJECT}/index.html": _page(f"Links for {PROJECT} ({key})", _anchors(index, fns, 2)),
     }
 
 
@@ -501,9 +508,7 @@ def render_pages(index: Index) -> dict[str, str]:
     every = sorted(index.files, key=index.order.__getitem__)
     pages["simple/index.html"] = _page("Simple index", project_link)
     pages["simple/index.json"] = _root_json()
-    pages[f"simple/{PROJECT}/index.html"] = _page(
-        f"Links for {PROJECT}", "".join(_anchor(index, fn, 2) for fn in every)
-    )
+    pages[f"simple/{PROJECT}/index.html"] = _page(f"Links for {PROJECT}", _anchors(index, every, 2))
     pages[f"simple/{PROJECT}/index.json"] = _json_project(index, every, 2)
     from builder import coverage
 

@@ -2,8 +2,8 @@
 
 A *cell* is one torch x Python x accelerator x C++ ABI x platform combination a
 user can be in. Expansion turns the axes into cells and says why each impossible
-one is dropped; ``builder.plan`` turns the cells into builds (today one build per
-cell; a stable-ABI build will serve many).
+one is dropped; ``builder.plan`` turns the cells into builds (a classic build per
+cell; with [plan] stable_abi, one stable-ABI build serves many).
 
 Every invalid input raises :class:`~builder.errors.MatrixError` naming the file, the
 line, the key, the value and what would be valid. Values that later reach a
@@ -319,6 +319,7 @@ class Profile:
     narrow: dict = field(hash=False)  # axis -> values, applies to every cell
     selects: tuple = field(default=(), hash=False)  # dicts axis -> values; a cell must match one (if any)
     archs: tuple[str, ...] = ()  # arch override: sm_* for CUDA builds, gfx* for ROCm builds
+    stable_abi: bool | None = None  # None: the matrix's [plan] stable_abi
 
     def matches(self, cell: Cell, native_abi: bool) -> bool:
         if not all(_axis_match(a, v, cell, native_abi) for a, v in self.narrow.items()):
@@ -340,6 +341,7 @@ class Matrix:
     excludes: tuple[Rule, ...] = ()
     includes: tuple[Rule, ...] = ()
     profiles: dict = field(default_factory=dict, hash=False)  # name -> Profile
+    stable_abi: bool = True  # [plan] stable_abi: stable-ABI builds serve every cell they can
     lines: _Lines | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
@@ -543,11 +545,12 @@ def load_matrix(path: Path, compat: Compat) -> Matrix:
             f"{where}: TOML syntax error: {msg}{col}", hint="see https://toml.io for the syntax"
         ) from None
     ck = _Checker(path, _Lines(text), compat)
-    top = ("package", "axes", "torch_index", "images", "toolkit_source", "exclude", "include", "profiles")
+    top = ("package", "axes", "plan", "torch_index", "images", "toolkit_source", "exclude", "include", "profiles")
     ck.keys(data, (), top, required=("package", "axes"))
 
     package = _package(ck, data["package"], path.parent)
     axes = _axes(ck, data["axes"])
+    stable_abi = _plan_settings(ck, data.get("plan", {}))
     url, prefer_pypi = _torch_index(ck, data.get("torch_index", {}))
     images = _images(ck, data.get("images", {}))
     excludes = _rules(ck, data.get("exclude", []), "exclude", axes)
@@ -567,6 +570,7 @@ def load_matrix(path: Path, compat: Compat) -> Matrix:
         excludes=excludes,
         includes=includes,
         profiles=profiles,
+        stable_abi=stable_abi,
         lines=ck.lines,
     )
     _no_duplicate_includes(ck, matrix, compat)
@@ -608,6 +612,15 @@ def _axes(ck: _Checker, value: Any) -> Axes:
         vals = ck.values(t.get(axis, default), p + (axis,), scalar_ok=False)
         out[axis] = tuple(ck.axis_value(axis, v, p + (axis, i)) for i, v in enumerate(vals))
     return Axes(**out)
+
+
+def _plan_settings(ck: _Checker, value: Any) -> bool:
+    """[plan]: how builds cover cells. stable_abi (default true): one stable-ABI build per
+    accelerator and platform serves every cell such a wheel can; false: one build per cell."""
+    p = ("plan",)
+    t = ck.table(value, p)
+    ck.keys(t, p, ("stable_abi",))
+    return ck.boolean(t.get("stable_abi", True), p + ("stable_abi",))
 
 
 def _torch_index(ck: _Checker, value: Any) -> tuple[str, bool]:
@@ -722,7 +735,8 @@ def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) 
         if not NAME_RE.fullmatch(name):
             ck.fail(pp, f"profile name {_show(name)} must be lowercase letters, digits, - or _")
         b = ck.table(body, pp)
-        ck.keys(b, pp, AXES + ("description", "select", "archs"))
+        ck.keys(b, pp, AXES + ("description", "select", "archs", "stable_abi"))
+        stable_abi = ck.boolean(b["stable_abi"], pp + ("stable_abi",)) if "stable_abi" in b else None
         desc = b.get("description", "")
         if not isinstance(desc, str) or not SAFE_TEXT_RE.fullmatch(desc):
             ck.fail(pp + ("description",), f"must be one line of text, got {_show(desc)}")
@@ -748,7 +762,7 @@ def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) 
                 close = difflib.get_close_matches(a, known, n=1)
                 mean = f'; did you mean "{close[0]}"?' if close else ""
                 ck.fail(pp + ("archs", i), f"no toolkit in the data compiles for {a}{mean} (known: {', '.join(known)})")
-        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs))
+        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs), stable_abi)
     return out
 
 

@@ -6,8 +6,9 @@ combination and the rule that dropped it.
 
 Cells and builds are distinct: a cell is a torch x Python x accelerator x ABI x
 platform combination a user can be in; a build makes one wheel and serves one or
-more cells. A classic build serves exactly one cell (``_group``); with
-``stable=True`` (``plan --stable``) one stable-ABI build per accelerator and platform
+more cells. A classic build serves exactly one cell (``_group``); with the stable-ABI
+collapse (matrix.toml's [plan] stable_abi, on by default; a profile's stable_abi;
+``plan --stable/--no-stable``) one stable-ABI build per accelerator and platform
 serves every cell a cp310-abi3 wheel for torch >= the floor can (``_group_stable``).
 """
 
@@ -48,6 +49,7 @@ class Plan:
     cells: list[Cell] = field(default_factory=list)  # every cell the builds serve
     profile: Profile | None = None
     source_hash: str = ""
+    stable: bool = False  # whether the stable-ABI collapse was on
 
     def build(self, build_id: str) -> BuildSpec:
         for b in self.builds:
@@ -57,16 +59,24 @@ class Plan:
 
 
 def load_plan(
-    matrix_file: Path | None = None, profile: str | None = None, only: list[str] | None = None, stable: bool = False
+    matrix_file: Path | None = None,
+    profile: str | None = None,
+    only: list[str] | None = None,
+    stable: bool | None = None,
 ) -> Plan:
     """Load, validate and expand matrix.toml into the plan. Raises MatrixError.
 
     stable: serve every cell a stable-ABI wheel can serve from one such build per
     accelerator and platform (see ``_group_stable``); the other cells stay classic.
+    None: as the profile's stable_abi says, else the matrix's [plan] stable_abi.
+    Every stage that takes build ids (build, render, --only) must load the plan with
+    the same profile and setting, or the ids differ.
     """
     compat = compat_mod.load()
     matrix = load_matrix(Path(matrix_file) if matrix_file else DEFAULT_MATRIX, compat)
     prof = matrix.profile(profile)
+    if stable is None:
+        stable = prof.stable_abi if prof is not None and prof.stable_abi is not None else matrix.stable_abi
     cells, dropped = expand(matrix, compat, prof)
     src = source_hash(matrix)
     builds, images = _specs(matrix, compat, cells, prof, src, stable=stable)
@@ -83,7 +93,7 @@ def load_plan(
             f"nothing to build: {scope} no buildable combination ({len(dropped)} dropped)",
             hint="run `python -m builder plan --explain` to see what was dropped and why",
         )
-    return Plan(matrix, builds, images, dropped, cells, prof, src)
+    return Plan(matrix, builds, images, dropped, cells, prof, src, stable)
 
 
 # ---------------------------------------------------------------------------
@@ -153,7 +163,11 @@ def stable_floor() -> str:
 
 
 def _stable_eligible(cell: Cell, acc: Accelerator, floor: str) -> bool:
-    return acc.kind in STABLE_KINDS and vtuple(cell.torch) >= vtuple(floor) and vtuple(cell.python) >= vtuple(STABLE_PYTHON)
+    return (
+        acc.kind in STABLE_KINDS
+        and vtuple(cell.torch) >= vtuple(floor)
+        and vtuple(cell.python) >= vtuple(STABLE_PYTHON)
+    )
 
 
 def _group_stable(cells: list[Cell], accs: dict[str, Accelerator]) -> list[tuple[Cell, tuple[Cell, ...], bool]]:
@@ -171,7 +185,8 @@ def _group_stable(cells: list[Cell], accs: dict[str, Accelerator]) -> list[tuple
     for served in pools.values():
         build = min(served, key=lambda c: (tuple(-x for x in vtuple(c.torch)), vtuple(c.python), not c.cxx11abi))
         groups.append((build, tuple(served), True))
-    return groups
+    # Each accelerator's classic builds, then its stable build (per platform).
+    return sorted(groups, key=lambda g: (g[0].sort_key()[:2], g[2], g[0].sort_key()))
 
 
 def _serves(b: BuildSpec, cell: Cell, compat: Compat) -> bool:
@@ -181,7 +196,7 @@ def _serves(b: BuildSpec, cell: Cell, compat: Compat) -> bool:
     return b.stable or cell.python == b.python
 
 
-def served_cells(plan: "Plan", b: BuildSpec) -> list[Cell]:
+def served_cells(plan: Plan, b: BuildSpec) -> list[Cell]:
     compat = compat_mod.load()
     return [c for c in plan.cells if _serves(b, c, compat)]
 
@@ -372,13 +387,18 @@ def add_command(subparsers) -> None:
     p.add_argument("--only", nargs="+", action="extend", default=None, metavar="ID", help="just these build ids")
     p.add_argument("--format", choices=("table", "json", "github"), default="table")
     p.add_argument("--explain", action="store_true", help="also list every dropped combination and why")
-    p.add_argument("--stable", action="store_true",
-                   help="serve every cell a stable-ABI (abi3) wheel can serve from one build per accelerator and platform")
+    p.add_argument(
+        "--stable",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve every cell a stable-ABI (abi3) wheel can from one build per accelerator and platform "
+        "(default: matrix.toml's [plan] stable_abi, or the profile's)",
+    )
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    plan = load_plan(args.matrix, args.profile, args.only, stable=getattr(args, "stable", False))
+    plan = load_plan(args.matrix, args.profile, args.only, stable=getattr(args, "stable", None))
     if args.format == "json":
         json.dump([b.to_json() for b in plan.builds], sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -416,8 +436,12 @@ def github_job(b: BuildSpec) -> dict:
 
 def summary(plan: Plan) -> str:
     scope = f" (profile {plan.profile.name})" if plan.profile else ""
-    served = f" serving {len(plan.cells)} cells" if any(b.stable for b in plan.builds) else ""
-    return f"{len(plan.builds)} builds{served}, {len(plan.images)} images, dropped {len(plan.dropped)}{scope}"
+    stable = sum(b.stable for b in plan.builds)
+    kinds = f" ({stable} stable-ABI)" if stable else ""
+    return (
+        f"{len(plan.builds)} builds{kinds} serving {len(plan.cells)} cells, {len(plan.images)} images, "
+        f"dropped {len(plan.dropped)}{scope}"
+    )
 
 
 def _archs_short(archs: tuple[str, ...]) -> str:
@@ -430,16 +454,15 @@ def _table(plan: Plan) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    width = None if sys.stdout.isatty() else 200
+    width = None if sys.stdout.isatty() else 240
     console = Console(width=width, soft_wrap=False, highlight=False)
     table = Table(title=f"build plan: {plan.matrix.path.name}", show_lines=False, pad_edge=False)
-    stable = any(b.stable for b in plan.builds)
-    for col in ("id", "torch", "toolkit", "archs", "torch from", "manylinux", "image", *(("serves",) if stable else ())):
+    for col in ("id", "torch", "toolkit", "archs", "torch from", "manylinux", "image", "serves"):
         table.add_column(col, no_wrap=True)
     for b in plan.builds:
         source = b.torch_index_url.rstrip("/").rsplit("/", 1)[-1] if b.torch_index_url else "PyPI"
         row = [b.id, b.torch_version, b.toolkit or "-", _archs_short(b.archs), source, b.manylinux, b.image]
-        table.add_row(*row, *((_serves_short(plan, b),) if stable else ()))
+        table.add_row(*row, _serves_short(plan, b))
     console.print(table)
     console.print(summary(plan))
 
@@ -450,10 +473,21 @@ def _serves_short(plan: Plan, b: BuildSpec) -> str:
     cells = served_cells(plan, b)
     torches = sorted({c.torch for c in cells}, key=vtuple)
     pythons = sorted({c.python for c in cells}, key=vtuple)
-    return f"{len(cells)} cells: torch {torches[0]}..{torches[-1]} x py{pythons[0]}..{pythons[-1]} x {len(b.serves)} variants"
+
+    def span(v: list) -> str:
+        return v[0] if len(v) == 1 else f"{v[0]}..{v[-1]}"
+
+    n, v = len(cells), len(b.serves)
+    return f"{n} cell{'s' * (n != 1)}: torch {span(torches)} x py{span(pythons)} ({v} variant{'s' * (v != 1)})"
 
 
 def _explain(plan: Plan, out) -> None:
+    for b in plan.builds:
+        if b.stable:
+            cells = served_cells(plan, b)
+            print(f"{b.id} serves {len(cells)} cell(s):", file=out)
+            for c in cells:
+                print(f"  {c.describe()}", file=out)
     print(f"dropped {len(plan.dropped)} combination(s):", file=out)
     for cell, reason in plan.dropped:
         print(f"  {cell.describe()}: {reason}", file=out)

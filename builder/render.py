@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+import tomllib
 
 from builder.base_image import LOCAL_PREFIX, local_name
 from builder.errors import UsageError

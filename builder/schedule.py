@@ -17,9 +17,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from filelock import FileLock
 from rich.console import Console
@@ -240,7 +240,7 @@ def first_error(path: Path | None) -> str | None:
     with open(path, errors="replace") as f:
         lines = f.readlines()
     compiler = re.compile(r":\d+(:\d+)?: (fatal )?error\b|\(\d+\): error\b")  # gcc/clang, nvcc
-    for pattern in (compiler, re.compile(r"(^|\s)error:", re.I)):
+    for pattern in (compiler, re.compile(r"(^|\s)error:", re.IGNORECASE)):
         for line in lines:
             if pattern.search(line):
                 return line.strip()[:300]

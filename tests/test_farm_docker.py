@@ -17,7 +17,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from farmkit import REPO, build_cmd, ci_spec, docker_client, farm_containers, import_check, partial_files, run_build
 
 pytestmark = pytest.mark.docker
@@ -83,7 +82,7 @@ def test_rerun_builds_the_cpu_wheel_in_a_container(cpu_runs) -> None:
     assert partial_files(dist) == []
     assert not list((dist / ".work").glob("run-*"))
     assert farm_containers(docker_client()) == [] or all(
-        not c.labels.get("org.mamba-farm.build") == spec.id for c in farm_containers(docker_client())
+        c.labels.get("org.mamba-farm.build") != spec.id for c in farm_containers(docker_client())
     )
 
 

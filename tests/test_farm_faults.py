@@ -10,11 +10,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from farmkit import REPO, ci_spec, docker_client, farm_containers, partial_files, run_build
 
 from builder import schedule
 from builder.executors import BuildResult
 from builder.executors.host import copy_source
-from farmkit import REPO, ci_spec, docker_client, farm_containers, partial_files, run_build
 
 
 def test_engine_unreachable_is_a_clear_error_with_a_hint(tmp_path: Path) -> None:

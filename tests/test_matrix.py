@@ -59,6 +59,8 @@ def line_of(text: str, marker: str) -> int:
 
 NGC_INCLUDE = 'reason = "NGC-style torch (CXX11 ABI) for torch <= 2.6"'
 CI_CPU = '{ accelerator = "cpu", torch = "2.13", python = "3.11" }'
+PLAN_STABLE = "[plan]\nstable_abi = true"
+CI_STABLE = "stable_abi = false  # the farm"
 
 # (case id, old, new, marker of the line the message must name, fragments the message must contain)
 CASES = [
@@ -271,6 +273,50 @@ CASES = [
         'reason = """multi\nline"""',
         'reason = """multi',
         ["include#1.reason", "one line"],
+    ),
+    # [plan] stable_abi and a profile's stable_abi: booleans only, keys spelled right
+    (
+        "stable-abi-string",
+        PLAN_STABLE,
+        '[plan]\nstable_abi = "yes"',
+        'stable_abi = "yes"',
+        ["plan.stable_abi", "true or false", '"yes"'],
+    ),
+    (
+        "stable-abi-int",
+        PLAN_STABLE,
+        "[plan]\nstable_abi = 1",
+        "stable_abi = 1",
+        ["plan.stable_abi", "true or false", "integer 1"],
+    ),
+    (
+        "stable-abi-typo",
+        PLAN_STABLE,
+        "[plan]\nstable_abl = true",
+        "stable_abl",
+        ["plan.stable_abl", 'did you mean "stable_abi"'],
+    ),
+    ("plan-table-typo", "[plan]", "[plann]", "[plann]", ['"plann"', 'did you mean "plan"']),
+    (
+        "profile-stable-abi-string",
+        CI_STABLE,
+        'stable_abi = "no"  # the farm',
+        'stable_abi = "no"',
+        ["profiles.ci.stable_abi", "true or false", '"no"'],
+    ),
+    (
+        "profile-stable-abi-int",
+        CI_STABLE,
+        "stable_abi = 0  # the farm",
+        "stable_abi = 0",
+        ["profiles.ci.stable_abi", "integer 0"],
+    ),
+    (
+        "profile-stable-abi-typo",
+        CI_STABLE,
+        "stable_ab = false  # the farm",
+        "stable_ab =",
+        ['did you mean "stable_abi"'],
     ),
 ]
 

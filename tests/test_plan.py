@@ -12,7 +12,8 @@ from test_matrix import DEFAULT, REPO, make_dir, mutate, run_cli
 
 from builder.compat import vtuple
 from builder.errors import MatrixError
-from builder.plan import load_plan
+from builder.matrix import Cell
+from builder.plan import load_plan, served_cells, stable_floor
 from mamba_ssm._variant import Variant
 
 CI_IDS = [
@@ -43,8 +44,22 @@ def full():
 
 
 @pytest.fixture(scope="module")
+def classic():
+    return load_plan(stable=False)
+
+
+@pytest.fixture(scope="module")
 def ci():
     return load_plan(profile="ci")
+
+
+def served_by(plan) -> dict:
+    """cell -> ids of the builds that serve it."""
+    out: dict = {}
+    for b in plan.builds:
+        for c in served_cells(plan, b):
+            out.setdefault(c, []).append(b.id)
+    return out
 
 
 def test_ci_profile_is_cpu_213_and_cuda13_214(ci) -> None:
@@ -72,14 +87,20 @@ def test_ci_profile_is_cpu_213_and_cuda13_214(ci) -> None:
 def test_variant_and_label_come_from_mamba_ssm_variant(full) -> None:
     for b in full.builds:
         backend = {"cp": "cpu", "cu": "cuda", "hi": "rocm"}[b.accelerator[:2]]
-        v = Variant(b.torch, backend, b.toolkit, b.cxx11abi, python=b.python_tag, platform=b.platform)
+        torch = b.torch_version.rsplit(".", 1)[0] if b.stable else b.torch
+        v = Variant(torch, backend, b.toolkit, b.cxx11abi, python=b.python_tag, platform=b.platform)
+        if b.stable:
+            v = v.as_stable()
         assert (b.variant, b.label, b.accelerator) == (v.key, v.label, v.accelerator)
         assert b.id == f"{v.key}-{b.python_tag}-{b.platform}"
 
 
-def test_full_plan_covers_upstream_release(full) -> None:
-    """Every combination upstream mamba releases that a torch build exists for is in the plan."""
-    ids = {b.id for b in full.builds}
+def test_full_plan_covers_upstream_release(full, classic) -> None:
+    """Every combination upstream mamba releases that a torch build exists for is in the plan,
+    as a classic build without the collapse and served by some build with it."""
+    ids = {b.id for b in classic.builds}
+    served = served_by(full)
+    acc = {"11": "cuda-11.8", "12": "cuda-12.9", "13": "cuda-13.0"}
     for torch in ("2.6", "2.7", "2.8", "2.9", "2.10"):
         for python in ("3.10", "3.11", "3.12", "3.13"):
             for cuda in ("11.8", "12.9", "13.0"):
@@ -93,24 +114,26 @@ def test_full_plan_covers_upstream_release(full) -> None:
                 for abi in abis:
                     want = f"cu{major}-torch{torch}-cxx11abi{abi}-cp{python.replace('.', '')}-linux_x86_64"
                     assert want in ids, want
+                    assert Cell(torch, python, acc[major], abi == "TRUE", "linux_x86_64") in served, want
     # aarch64 where PyTorch publishes aarch64 CUDA wheels
     assert "cu12-torch2.6-cxx11abiFALSE-cp312-linux_aarch64" in ids
     assert "cu13-torch2.10-cxx11abiTRUE-cp313-linux_aarch64" in ids
     # and the rest of the default release: CPU, ROCm, newer torch
+    assert full.cells == classic.cells
     assert "cpu-torch2.4-cxx11abiFALSE-cp310-linux_x86_64" in ids
     assert "hip62-torch2.6-cxx11abiFALSE-cp311-linux_x86_64" in ids
     assert "hip72-torch2.14-cxx11abiTRUE-cp312-linux_x86_64" in ids
     assert "cu13-torch2.14-cxx11abiTRUE-cp313-linux_aarch64" in ids
 
 
-def test_impossible_cells_are_dropped_with_a_reason(full) -> None:
+def test_impossible_cells_are_dropped_with_a_reason(full, classic) -> None:
     reasons = {c.describe(): r for c, r in full.dropped}
     assert "Python 3.8-3.12 only" in reasons["torch 2.4 x py3.13 x cpu x cxx11abi=FALSE x linux_x86_64"]
     assert "no CUDA 11.x build" in reasons["torch 2.8 x py3.11 x cuda-11.8 x cxx11abi=TRUE x linux_x86_64"]
     assert "linux_x86_64 only" in reasons["torch 2.9 x py3.11 x rocm-6.4 x cxx11abi=TRUE x linux_aarch64"]
     assert "no ROCm 6.2 build" in reasons["torch 2.9 x py3.11 x rocm-6.2 x cxx11abi=TRUE x linux_x86_64"]
     assert not set(full.cells) & {c for c, _ in full.dropped}
-    assert len(full.cells) == len(full.builds)  # one build per cell until stable-ABI builds
+    assert len(classic.cells) == len(classic.builds)  # without the collapse: one build per cell
 
 
 def test_images_one_per_toolchain_with_every_python_needed(full) -> None:
@@ -161,18 +184,28 @@ def test_table_and_explain() -> None:
     rc, out, _ = run_cli(["plan", "--profile", "upstream", "--explain"])
     assert rc == 0
     assert "cu11-torch2.7-cxx11abiTRUE-cp313-linux_x86_64" in out
-    assert "builds," in out and "images, dropped" in out and "(profile upstream)" in out
+    # upstream's 68 wheels are 68 cells; torch 2.10's 16 take 4 stable builds
+    assert "56 builds (4 stable-ABI) serving 68 cells, " in out and "images, dropped" in out
+    assert "(profile upstream)" in out
+    # which build serves which cells: the serves column, and each stable build's cells
+    assert "4 cells: torch 2.10 x py3.10..3.13 (1 variant)" in out and "│ 1 cell" in out
+    assert "cu13-torchstable-abi3-cp310-linux_aarch64 serves 4 cell(s):" in out
+    assert "  torch 2.10 x py3.13 x cuda-13.0 x cxx11abi=TRUE x linux_aarch64" in out
     assert "torch 2.8 x py3.10 x cuda-11.8 x cxx11abi=TRUE x linux_x86_64: torch 2.8 has no CUDA 11.x build" in out
 
 
-def test_ids_and_hashes_are_stable_across_runs_and_profiles(full, ci) -> None:
+def test_ids_and_hashes_are_stable_across_runs_and_profiles(full, classic, ci) -> None:
     again = load_plan()
     assert [(b.id, b.inputs_hash) for b in again.builds] == [(b.id, b.inputs_hash) for b in full.builds]
-    # the CPU build is the same wheel in both plans: same image, same hash
-    cpu_ci, cpu_full = ci.builds[0], full.build(ci.builds[0].id)
+    # the CPU build is the same wheel in both classic plans: same image, same hash
+    cpu_ci, cpu_full = ci.builds[0], classic.build(ci.builds[0].id)
     assert (cpu_ci.image, cpu_ci.inputs_hash) == (cpu_full.image, cpu_full.inputs_hash)
     # narrowing the archs makes a different wheel
-    assert ci.builds[1].inputs_hash != full.build(ci.builds[1].id).inputs_hash
+    assert ci.builds[1].inputs_hash != classic.build(ci.builds[1].id).inputs_hash
+    # a classic build the collapse keeps is the same build either way
+    for b in full.builds:
+        if not b.stable:
+            assert classic.build(b.id) == b
     assert len({b.inputs_hash for b in full.builds}) == len(full.builds)
     # another process computes the same ids and hashes
     code = "import json; from builder.plan import load_plan; print(json.dumps([(b.id, b.inputs_hash) for b in load_plan().builds]))"
@@ -226,7 +259,7 @@ def test_settings_reach_specs(tmp_path: Path) -> None:
     assert (image.base, image.toolkit_source, image.extra["debian_suite"]) == ("debian:bookworm", "debian", "bookworm")
     assert b.manylinux == "manylinux_2_36_x86_64"  # bookworm's glibc
     assert b.torch_index_url == "https://mirror.example/torch/cu118/"
-    assert plan.build("cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_64").torch_index_url.endswith("/cu130/")
+    assert plan.build("cu13-torch2.9-cxx11abiTRUE-cp311-linux_x86_64").torch_index_url.endswith("/cu130/")
 
 
 def test_abi_both_ways_and_excludes(tmp_path: Path) -> None:
@@ -247,20 +280,28 @@ def test_abi_both_ways_and_excludes(tmp_path: Path) -> None:
 
 
 def test_only_selects_builds_and_narrows_images(full) -> None:
-    want = ["cu12-torch2.6-cxx11abiFALSE-cp310-linux_x86_64", "cpu-torch2.14-cxx11abiTRUE-cp313-linux_aarch64"]
+    want = ["cu12-torch2.6-cxx11abiFALSE-cp313-linux_x86_64", "cpu-torchstable-abi3-cp310-linux_aarch64"]
     plan = load_plan(only=want)
     assert sorted(b.id for b in plan.builds) == sorted(want)
     assert {i.pythons for i in plan.images.values()} == {("3.10",), ("3.13",)}
+    assert len(plan.cells) == 1 + 20  # the classic cell and the stable build's 20
     assert {b.id: b.inputs_hash for b in plan.builds} == {i: full.build(i).inputs_hash for i in want}
     with pytest.raises(MatrixError, match="near matches: cu12-torch2.6-cxx11abiFALSE-cp310-linux_x86_64"):
         load_plan(only=["cu12-torch2.6-cxx11abiFALSE-cp310-linux_x86"])
+    # a classic id the collapse replaced: only --no-stable plans it
+    with pytest.raises(MatrixError, match="no such build"):
+        load_plan(only=["cpu-torch2.14-cxx11abiTRUE-cp313-linux_aarch64"])
+    assert [b.id for b in load_plan(only=["cpu-torch2.14-cxx11abiTRUE-cp313-linux_aarch64"], stable=False).builds] == [
+        "cpu-torch2.14-cxx11abiTRUE-cp313-linux_aarch64"
+    ]
 
 
 def test_builds_are_sorted_and_unique(full) -> None:
     ids = [b.id for b in full.builds]
     assert len(ids) == len(set(ids))
-    keys = [
-        ({"cp": 0, "cu": 1, "hi": 2}[b.accelerator[:2]], vtuple(b.toolkit or "0"), vtuple(b.torch)) for b in full.builds
+    keys = [  # per accelerator: classic builds by torch, then its stable builds
+        ({"cp": 0, "cu": 1, "hi": 2}[b.accelerator[:2]], vtuple(b.toolkit or "0"), b.stable, vtuple(b.torch_version))
+        for b in full.builds
     ]
     assert keys == sorted(keys)
 
@@ -288,3 +329,113 @@ def test_torch_build_choice_for_a_cuda_toolkit() -> None:
     assert pick("2.6", parse_accelerator("cuda-12.9"), "linux_aarch64", prefer_pypi=True).index_variant == "cu126"
     assert pick("2.14", parse_accelerator("cpu"), "linux_aarch64", prefer_pypi=True).index_variant == "cpu"
     assert pick("2.10", parse_accelerator("cpu"), "linux_aarch64", prefer_pypi=True).index_variant == ""
+
+
+# --------------------------------------------------------------------------- the stable-ABI collapse
+
+
+def test_default_matrix_serves_every_cell_exactly_once(full, classic) -> None:
+    """[plan] stable_abi is on in matrix.toml: each cell has one build, stable where it can be."""
+    assert full.stable and not classic.stable
+    served = served_by(full)
+    assert set(served) == set(full.cells) == set(classic.cells)
+    twice = {c.describe(): ids for c, ids in served.items() if len(ids) != 1}
+    assert not twice, twice
+    floor = vtuple(stable_floor())
+    for b in full.builds:
+        cells = served_cells(full, b)
+        if not b.stable:
+            assert len(cells) == 1 and classic.build(b.id) == b
+            continue
+        assert b.python == "3.10" and b.id.endswith(f"-cp310-{b.platform}")  # built on the abi3 floor
+        assert b.accelerator.startswith(("cpu", "cu")) and b.torch == "stable"
+        for c in cells:
+            assert vtuple(c.torch) >= floor and vtuple(c.python) >= (3, 10) and c.platform == b.platform
+        assert set(b.serves) == {
+            Variant(c.torch, "cuda" if b.toolkit else "cpu", b.toolkit, c.cxx11abi).key for c in cells
+        }
+    # a cell a stable wheel could serve never gets a classic build
+    for b in full.builds:
+        if not b.stable and b.accelerator.startswith(("cpu", "cu")):
+            assert vtuple(b.torch) < floor or vtuple(b.python) < (3, 10), b.id
+
+
+def test_default_matrix_compresses(full, classic) -> None:
+    ratio = len(full.cells) / len(full.builds)
+    stable = [b for b in full.builds if b.stable]
+    print(
+        f"default matrix: {len(full.cells)} cells, {len(full.builds)} builds ({len(stable)} stable-ABI), "
+        f"cells/builds = {ratio:.2f} (classic: {len(classic.builds)} builds, 1.00)"
+    )
+    assert ratio > 1.5
+    assert len(classic.builds) == len(classic.cells) > len(full.builds)
+    # every CPU/CUDA accelerator gets one stable build per platform it has cells >= the floor on
+    assert sorted(b.id for b in stable) == [
+        f"{acc}-torchstable-abi3-cp310-linux_{arch}"
+        for acc in ("cpu", "cu12", "cu13")
+        for arch in ("aarch64", "x86_64")
+    ]
+
+
+def test_ci_profile_keeps_its_three_classic_builds(ci) -> None:
+    """profiles.ci sets stable_abi = false: the farm's docker tests build exactly these ids."""
+    assert not ci.stable and ci.profile.stable_abi is False
+    assert [b.id for b in ci.builds] == CI_IDS and not any(b.stable for b in ci.builds)
+    assert [b.id for b in load_plan(profile="ci", stable=True).builds] == [
+        "cpu-torchstable-abi3-cp311-linux_x86_64",
+        "cu13-torchstable-abi3-cp311-linux_x86_64",
+    ]
+
+
+def test_ci_stable_profile_serves_the_ci_cells_with_two_stable_builds(ci) -> None:
+    plan = load_plan(profile="ci-stable")
+    assert plan.stable and plan.cells == ci.cells
+    cpu, cu13 = plan.builds
+    assert (cpu.id, cu13.id) == ("cpu-torchstable-abi3-cp311-linux_x86_64", "cu13-torchstable-abi3-cp311-linux_x86_64")
+    assert cpu.stable and cu13.stable
+    assert cpu.serves == ("cpu-torch2.13-cxx11abiTRUE",) and cu13.serves == ("cu13-torch2.14-cxx11abiTRUE",)
+    assert [c.python for c in served_cells(plan, cu13)] == ["3.11", "3.12"]
+    assert (cu13.archs, cu13.torch_version, cpu.torch_version) == (("sm_80",), "2.14.1", "2.13.0")
+    assert cu13.to_json()["serves"] == ["cu13-torch2.14-cxx11abiTRUE"]  # the sidecar the index reads
+    # --no-stable takes the profile back to classic builds: the ci profile's own
+    assert [b.id for b in load_plan(profile="ci-stable", stable=False).builds] == CI_IDS
+
+
+def test_cli_stable_flags_and_only_agree_with_the_matrix_setting() -> None:
+    rc, out, err = run_cli(["plan", "--format", "json"])
+    default = [r["id"] for r in json.loads(out)]
+    rc2, out2, _ = run_cli(["plan", "--format", "json", "--stable"])
+    assert rc == rc2 == 0 and [r["id"] for r in json.loads(out2)] == default
+    rc, out, _ = run_cli(["plan", "--format", "json", "--no-stable"])
+    assert rc == 0 and len(json.loads(out)) > len(default)
+    # what the release's build job does with an id of the plan job's matrix (same profile)
+    for profile, spec_id in (
+        ([], "cu13-torchstable-abi3-cp310-linux_x86_64"),
+        (["--profile", "ci"], CI_IDS[0]),
+        (["--profile", "ci-stable"], "cpu-torchstable-abi3-cp311-linux_x86_64"),
+    ):
+        rc, out, err = run_cli(["plan", *profile, "--only", spec_id, "--format", "github"])
+        assert rc == 0, err
+        assert [j["id"] for j in json.loads(out)["include"]] == [spec_id]
+    rc, out, err = run_cli(["plan", "--only", CI_IDS[0], "--format", "json"])
+    assert rc == 2 and "no such build" in err and "Traceback" not in err
+
+
+def test_build_command_loads_the_same_plan_as_plan(monkeypatch) -> None:
+    """`builder build --only ID` (the farm) must accept every id `plan` lists, with the same profile."""
+    import builder.plan as plan_mod
+
+    seen = []
+    real = plan_mod.load_plan
+
+    def spy(*a, **kw):
+        plan = real(*a, **kw)
+        seen.append([b.id for b in plan.builds])
+        raise SystemExit(0)  # stop before any building
+
+    monkeypatch.setattr(plan_mod, "load_plan", spy)
+    for profile, spec_id in ((None, "cpu-torchstable-abi3-cp310-linux_x86_64"), ("ci", CI_IDS[1])):
+        args = ["build", "--only", spec_id, "--dist", "/nonexistent-dist"] + (["--profile", profile] if profile else [])
+        rc, _, err = run_cli(args)
+        assert rc == 0, err
+        assert seen[-1] == [spec_id]

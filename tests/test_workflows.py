@@ -351,6 +351,38 @@ def test_plan_step_fails_early_on_a_bad_selection(tmp_path, inputs):
     assert "Traceback" not in proc.stderr
 
 
+@needs_plan
+@pytest.mark.parametrize("profile", ["", "ci", "ci-stable"])
+def test_build_step_asks_the_farm_for_the_plan_jobs_ids(tmp_path, profile, capsys):
+    """The build job passes the plan job's profile on: the profile decides which ids exist
+    (its stable_abi) and each one's archs, so `--only ID` must see the same plan."""
+    from builder.cli import main
+    from builder.plan import load_plan
+
+    step = next(s for s in load(RELEASE)["jobs"]["build-x86_64"]["steps"] if "nox -s build_matrix" in s.get("run", ""))
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "nox"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$NOX_ARGS"\n')
+    fake.chmod(0o755)
+    cwd = tmp_path / "ws"
+    cwd.mkdir()
+    planned = load_plan(profile=profile or None).builds
+    for spec in [b for b in planned if b.platform == "linux_x86_64"][:3]:
+        ctx = {"matrix.id": spec.id, "inputs.profile": profile}
+        env = base_env(tmp_path, {k: render(v, ctx) for k, v in step["env"].items()})
+        env["NOX_ARGS"] = str(tmp_path / "args")
+        proc = run_step(step, env, cwd)
+        assert proc.returncode == 0, proc.stderr
+        args = (tmp_path / "args").read_text().splitlines()
+        assert args[:3] == ["-s", "build_matrix", "--"]
+        farm = args[3:]
+        assert ("--profile" in farm) == bool(profile) and farm[farm.index("--dist") + 1] == "dist"
+        del farm[farm.index("--dist") : farm.index("--dist") + 2]
+        capsys.readouterr()
+        assert main(["plan", *farm, "--format", "json"]) == 0, spec.id
+        assert json.loads(capsys.readouterr().out) == [spec.to_json()]
+
+
 # ------------------------------------------------------------------ the publish job
 
 BUILT = {  # id -> local label of the wheel it made
@@ -553,10 +585,10 @@ def test_publish_fails_when_no_build_made_a_wheel(tmp_path):
 
 
 def _nox_sessions() -> set[str]:
-    proc = subprocess.run(
-        [tool("nox"), "--list", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
-    )
-    return {s["session"] for s in json.loads(proc.stdout)}
+    # `nox --list --json` lists only the default-selected sessions; the text listing has all,
+    # one per line as "* name -> doc" (selected) or "- name -> doc".
+    proc = subprocess.run([tool("nox"), "--list"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    return set(re.findall(r"^[*-] ([\w-]+)", proc.stdout, flags=re.M))
 
 
 @pytest.mark.skipif(

@@ -14,9 +14,10 @@ one module:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from builder.errors import FarmError, UsageError
 

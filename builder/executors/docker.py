@@ -460,8 +460,7 @@ def stage_python(prefix: Path, dest: Path, version: str) -> None:
         if rel == libdir:
             skip |= {n for n in names if n in _SKIP_DIRS}
         if rel == "bin":
-            skip |= {n for n in names if not (n.startswith("python") or n.startswith("pip"))}
-            skip |= {n for n in names if n.startswith("pip")}
+            skip |= {n for n in names if not n.startswith("python")}  # ensurepip writes pip anew
         if rel.startswith(f"{libdir}/config-"):
             skip |= {n for n in names if n.endswith(".a")}
         skip |= {n for n in names if n == "__pycache__"}
