@@ -86,6 +86,7 @@ def run_command(args: argparse.Namespace) -> int:
     _clear_stale(work, wheels_dir)
     ledger = schedule.Ledger(dist / ".ledger.json")
     todo = [s for s in specs if ledger.done(s, wheels_dir) is None]
+    previous = previous_entries(ledger, todo)  # before this run's record() overwrites them
 
     jobs = args.jobs or schedule.auto_jobs(todo or specs)
     options = BuildOptions(
@@ -155,7 +156,7 @@ def run_command(args: argparse.Namespace) -> int:
             signal.signal(s, h)
 
     schedule.summary(outcomes, console)
-    index_error = _index(wheels_dir, dist / "index", log)
+    index_error = _index(wheels_dir, dist / "index", log, replacements(outcomes, previous))
     log(f"done in {time.monotonic() - t0:.1f}s: wheels in {wheels_dir}, logs in {logs_dir}, index in {dist / 'index'}")
     failed = [o for o in outcomes if o.state == "failed"]
     if failed:
@@ -223,12 +224,34 @@ def _verify_and_publish(
     return dest
 
 
-def _index(wheels_dir: Path, out: Path, log) -> FarmError | None:
+def previous_entries(ledger: schedule.Ledger, todo: list) -> dict[str, dict]:
+    """What the ledger said about each build about to run: its last inputs_hash and wheel name."""
+    return {s.id: dict(ledger.entries[s.id]) for s in todo if s.id in ledger.entries}
+
+
+def replacements(outcomes: list[schedule.Outcome], previous: dict[str, dict]) -> dict[str, str]:
+    """Wheel name -> why, for wheels this run rebuilt under the name it published before because the
+    spec's inputs_hash changed (sources, torch, toolkit...): the only ones the index may let supersede
+    published bytes. Anything else under a published name with other bytes stays refused."""
+    out = {}
+    for o in outcomes:
+        before = previous.get(o.spec.id)
+        if o.state != "built" or o.wheel is None or not before or before.get("wheel") != o.wheel.name:
+            continue
+        if before.get("inputs_hash") and before["inputs_hash"] != o.spec.inputs_hash:
+            out[o.wheel.name] = f"inputs changed (inputs_hash {before['inputs_hash']} -> {o.spec.inputs_hash})"
+    return out
+
+
+def _index(wheels_dir: Path, out: Path, log, replace: dict[str, str] | None = None) -> FarmError | None:
     from builder.index import build_index
 
+    replace = replace or {}
     try:
-        res = build_index(wheels_dir, out)
+        res = build_index(wheels_dir, out, replace=set(replace))
     except FarmError as err:
         return err
+    for name in res.replaced:
+        log(f"replaced {name}: {replace[name]}")
     log(f"index: {res.files} wheel(s) in {res.variants} variant(s) at {out}")
     return None

@@ -24,6 +24,13 @@ atomic for readers and for killed runs, not across a power cut.) Because of the
 hard link, rewriting a wheel in place in ``--wheels`` alters the published file:
 the next run reports it. Publish the tree with symlinks followed (``rsync -aL``).
 
+A wheel given under a published name with other bytes is refused, unless the run
+names it in ``replace`` (``--replace NAME``): then the new bytes supersede the old
+ones in the store (renamed over them just before the swap), the manifest entry
+records what it replaced, and the result lists it. ``builder build`` passes only
+the wheels it just rebuilt because their inputs changed; never use it on an index
+that others have installed from (pip caches by filename, hash pins break).
+
 Which variants a stable-ABI wheel (``+cu13torchstable``, ``cp310-abi3``) serves:
 a sidecar ``<wheel>.spec.json`` (the farm's ``BuildSpec.to_json()``) names them
 in ``serves``; without one, every indexed variant of the same accelerator whose
@@ -46,6 +53,7 @@ import shutil
 import time
 import uuid
 import zipfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -273,13 +281,15 @@ def read_wheel(path: Path) -> tuple[dict, bytes]:
         return _entry(str(path), f, named)
 
 
-def _ingest(src: str, name: str, store_fd: int) -> dict:
+def _ingest(src: str, name: str, store_fd: int, store_name: str | None = None) -> dict:
     """Read a new wheel once (hash, METADATA), publish it into the store, return its manifest entry.
 
     The store gets a hard link (no copy; a copy where linking is refused, e.g. across filesystems), so
     the published bytes are the ones hashed here as long as the file's stat did not move meanwhile;
-    later runs re-hash it whenever its stat moves, and report it if its bytes changed."""
+    later runs re-hash it whenever its stat moves, and report it if its bytes changed.
+    ``store_name`` (default ``name``) is where it goes: a replacement is staged under another name."""
     named = _check_name(src)
+    name = store_name or name
     with open(src, "rb") as f:
         st = os.fstat(f.fileno())
         if st.st_size <= _WHOLE:
@@ -536,6 +546,7 @@ class IndexResult:
     added: tuple[str, ...]
     files: int
     variants: int
+    replaced: tuple[str, ...] = ()  # published names whose bytes this run superseded (``replace``)
 
 
 class _Layout:
@@ -573,34 +584,46 @@ def load_manifest(gen: Path | None) -> dict:
     return doc
 
 
-def _check_published(store_fd: int, store: Path, files: dict[str, dict], *, verify: bool) -> bool:
+def _check_published(
+    store_fd: int, store: Path, files: dict[str, dict], *, verify: bool, waive: frozenset = frozenset()
+) -> tuple[bool, dict[str, list[str]]]:
     """Every recorded file is there with its recorded bytes. Stat first; hash when stat moved (or always).
 
-    Returns whether a recorded stat was refreshed (a file touched, bytes unchanged).
+    Returns whether a recorded stat was refreshed (a file touched, bytes unchanged), and the problems of
+    the wheels in ``waive`` (named for replacement): the caller lets them pass only if they do get replaced.
     """
-    problems, refreshed = [], False
+    problems, refreshed, waived = [], False, {}
     stat = os.stat
     for fn, e in files.items():
         for name, sha_key, stat_key in ((fn, "sha256", "stat"), (fn + ".metadata", "metadata_sha256", "metadata_stat")):
             try:
                 st = stat(name, dir_fd=store_fd)  # relative to the open store: no path walk per file
             except FileNotFoundError:
-                problems.append(f"{store / name}: missing (recorded sha256 {e[sha_key]})")
+                (waived.setdefault(fn, []) if fn in waive else problems).append(
+                    f"{store / name}: missing (recorded sha256 {e[sha_key]})"
+                )
                 continue
             now = [st.st_size, st.st_mtime_ns, st.st_ino]
             if verify or now != e[stat_key]:
                 actual = _sha256(store / name)
                 if actual != e[sha_key]:
-                    problems.append(f"{store / name}: sha256 is {actual}, recorded {e[sha_key]}")
+                    (waived.setdefault(fn, []) if fn in waive else problems).append(
+                        f"{store / name}: sha256 is {actual}, recorded {e[sha_key]}"
+                    )
                 elif e[stat_key] != now:
                     e[stat_key] = now  # touched (or an older manifest's stat form), same bytes
                     refreshed = True
     if problems:
-        raise IndexIntegrityError(
-            "published files no longer match the index: " + "; ".join(problems),
-            hint="restore the original files (they are never re-hashed into the index); nothing was changed",
-        )
-    return refreshed
+        _integrity_failure(problems)
+    return refreshed, waived
+
+
+def _integrity_failure(problems: list[str]):
+    raise IndexIntegrityError(
+        "published files no longer match the index: " + "; ".join(problems),
+        hint="restore the original files (they are never re-hashed into the index); nothing was changed. "
+        "To supersede a wheel on purpose, rerun with --replace NAME and its new build in --wheels",
+    )
 
 
 def _wheel_sources(root: Path) -> list[tuple[str, str]]:
@@ -624,14 +647,15 @@ def _write_tree(root: Path, pages: dict[str, str]) -> None:
         p.write_text(text, encoding="utf-8")
 
 
-def _write_units(layout: _Layout, index: Index, previous: dict) -> dict[str, str]:
+def _write_units(layout: _Layout, index: Index, previous: dict, replaced: frozenset = frozenset()) -> dict[str, str]:
     """Each variant folder is an immutable unit, pages/<key>.<hash>/, shared by every generation
     whose pages for that variant are the same: adding one wheel rewrites one or two folders, not all."""
     units = {}
     same_base = previous.get("base_url") == index.base_url
     for key, fns in index.variants.items():
         old = previous.get("units", {}).get(key)
-        if same_base and old and previous.get("variants", {}).get(key) == fns and (layout.pages / old).is_dir():
+        reuse = same_base and old and previous.get("variants", {}).get(key) == fns
+        if reuse and not (replaced and replaced.intersection(fns)) and (layout.pages / old).is_dir():
             units[key] = old  # same files, same links: the pages are the same
             continue
         pages = render_variant(index, key)
@@ -658,8 +682,18 @@ def _write_generation(gen: Path, units: dict[str, str], pages: dict[str, str], m
     (gen / "manifest.json").write_bytes(orjson.dumps(manifest) + b"\n")
 
 
-def build_index(wheels_dir: Path, out: Path, *, base_url: str | None = None, verify: bool = False) -> IndexResult:
-    """Add every wheel under ``wheels_dir`` to the index at ``out`` (keeping everything already there)."""
+def build_index(
+    wheels_dir: Path,
+    out: Path,
+    *,
+    base_url: str | None = None,
+    verify: bool = False,
+    replace: Collection[str] | None = None,
+) -> IndexResult:
+    """Add every wheel under ``wheels_dir`` to the index at ``out`` (keeping everything already there).
+
+    ``replace``: wheel filenames whose published bytes a different file of the same name in
+    ``wheels_dir`` may supersede; any other such file is refused (published wheels are immutable)."""
     wheels_dir, out = Path(wheels_dir), Path(out)
     if not wheels_dir.is_dir():
         raise UsageError(f"--wheels {wheels_dir}: no such directory", hint="point --wheels at a folder of .whl files")
@@ -668,7 +702,7 @@ def build_index(wheels_dir: Path, out: Path, *, base_url: str | None = None, ver
     layout.pages.mkdir(exist_ok=True)
     try:
         with FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S), _no_cyclic_gc():
-            return _build_locked(wheels_dir, layout, base_url, verify)
+            return _build_locked(wheels_dir, layout, base_url, verify, frozenset(replace or ()))
     except Timeout:
         raise IndexIntegrityError(
             f"another `builder index` has held {layout.lock} for {LOCK_TIMEOUT_S} s", hint="wait for it, then rerun"
@@ -688,7 +722,9 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-def _build_locked(wheels_dir: Path, layout: _Layout, base_url: str | None, verify: bool) -> IndexResult:
+def _build_locked(
+    wheels_dir: Path, layout: _Layout, base_url: str | None, verify: bool, replace: frozenset
+) -> IndexResult:
     current = layout.current()
     doc = load_manifest(current)
     files: dict[str, dict] = doc["files"]
@@ -696,9 +732,17 @@ def _build_locked(wheels_dir: Path, layout: _Layout, base_url: str | None, verif
         base_url = doc.get("base_url")
     store_fd = os.open(layout.store, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        dirty = _check_published(store_fd, layout.store, files, verify=verify)
-        added = []
-        for name, src in _wheel_sources(wheels_dir):
+        dirty, waived = _check_published(store_fd, layout.store, files, verify=verify, waive=replace)
+        added, staged = [], {}  # staged: published name -> the store name its new bytes wait under
+        sources = _wheel_sources(wheels_dir)
+        if replace:
+            missing = replace - {name for name, _ in sources}
+            if missing:
+                raise UsageError(
+                    f"--replace {' '.join(sorted(missing))}: no such wheel under {wheels_dir}",
+                    hint="name the new build's filename exactly, with the file in --wheels",
+                )
+        for name, src in sources:
             known = files.get(name)
             if known is None:
                 files[name] = _ingest(src, name, store_fd)
@@ -709,16 +753,46 @@ def _build_locked(wheels_dir: Path, layout: _Layout, base_url: str | None, verif
             if now == known.get("source_stat"):
                 continue
             if st.st_size != known["size"] or _sha256(src) != known["sha256"]:
+                if name in replace:
+                    staged[name] = f".{name}.{uuid.uuid4().hex[:8]}.replacement"
+                    files[name] = _replacement(known, _ingest(src, name, store_fd, staged[name]))
+                    continue
                 raise IndexIntegrityError(
                     f"{src} differs from the published {name} (sha256 {known['sha256']})",
-                    hint="published wheels are immutable: give the new build a new version, or remove it from --wheels",
+                    hint="published wheels are immutable: give the new build a new version, remove it from "
+                    "--wheels, or supersede the published file on purpose with --replace NAME",
                 )
             known["source_stat"] = now
             dirty = True
+        unresolved = [p for fn, ps in waived.items() if fn not in staged for p in ps]
+        if unresolved:  # named for replacement, but the same bytes were given: still an altered file
+            _unstage(store_fd, staged)
+            _integrity_failure(unresolved)
+        try:
+            return _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd)
+        except BaseException:
+            _unstage(store_fd, staged)
+            raise
     finally:
         os.close(store_fd)
 
-    if current is not None and not added and not dirty and base_url == doc.get("base_url"):
+
+def _replacement(old: dict, new: dict) -> dict:
+    """The new entry, remembering every set of bytes it superseded (newest last)."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    new["replaced"] = [*old.get("replaced", []), {"sha256": old["sha256"], "size": old["size"], "at": when}]
+    return new
+
+
+def _unstage(store_fd: int, staged: dict[str, str]) -> None:
+    for tmp in staged.values():
+        for n in (tmp, tmp + ".metadata"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(n, dir_fd=store_fd)
+
+
+def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd) -> IndexResult:
+    if current is not None and not added and not staged and not dirty and base_url == doc.get("base_url"):
         return IndexResult(layout.out, current, (), len(files), len(doc.get("variants", {})))
 
     index = Index(dict(sorted(files.items())), base_url)
@@ -726,7 +800,7 @@ def _build_locked(wheels_dir: Path, layout: _Layout, base_url: str | None, verif
     gen_name = f"gen-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     staging = layout.root / f".{gen_name}.staging"
     try:
-        units = _write_units(layout, index, doc)
+        units = _write_units(layout, index, doc, frozenset(staged))
         _write_generation(staging, units, pages, {**manifest_doc(index), "units": units})
         gen = layout.root / gen_name
         os.rename(staging, gen)
@@ -735,9 +809,14 @@ def _build_locked(wheels_dir: Path, layout: _Layout, base_url: str | None, verif
         raise
     link_tmp = layout.out.with_name(f".{layout.out.name}.{uuid.uuid4().hex}.link")
     link_tmp.symlink_to(os.path.relpath(gen, layout.out.parent))
+    # The old bytes leave the store right before the swap: the window in which the live manifest and
+    # a replaced file disagree is two renames long (a run killed in it is reported; --replace mends it).
+    for name, tmp in staged.items():
+        os.replace(tmp + ".metadata", name + ".metadata", src_dir_fd=store_fd, dst_dir_fd=store_fd)
+        os.replace(tmp, name, src_dir_fd=store_fd, dst_dir_fd=store_fd)
     os.replace(link_tmp, layout.out)  # the atomic swap
     _collect_garbage(layout, keep={gen, current})
-    return IndexResult(layout.out, gen, tuple(added), len(files), len(index.variants))
+    return IndexResult(layout.out, gen, tuple(added), len(files), len(index.variants), tuple(sorted(staged)))
 
 
 def _collect_garbage(layout: _Layout, keep: set[Path | None]) -> None:
@@ -780,16 +859,28 @@ def add_command(subparsers) -> None:
     p.add_argument(
         "--verify", action="store_true", help="re-hash every published file, not only those whose stat moved"
     )
+    p.add_argument(
+        "--replace",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="WHEEL",
+        help="supersede these published wheel filenames with the different files of the same name in --wheels "
+        "(a local rebuild; never on an index others install from). Default: such files are refused",
+    )
     p.set_defaults(func=_run)
 
 
 def _run(args) -> int:
     t0 = time.perf_counter()
-    res = build_index(args.wheels, args.out, base_url=args.base_url, verify=args.verify)
+    replace = {os.path.basename(n) for n in args.replace or ()}
+    res = build_index(args.wheels, args.out, base_url=args.base_url, verify=args.verify, replace=replace)
     print(
         f"index: {res.out} -> {res.generation.name}: {res.files} wheels in {res.variants} variants, "
-        f"{len(res.added)} added ({time.perf_counter() - t0:.2f} s)"
+        f"{len(res.added)} added, {len(res.replaced)} replaced ({time.perf_counter() - t0:.2f} s)"
     )
     for fn in res.added:
         print(f"  + {fn}")
+    for fn in res.replaced:
+        print(f"  ~ {fn} (replaced: the old bytes left the store)")
     return 0

@@ -8,9 +8,10 @@ writes them so people can read them.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
@@ -20,7 +21,8 @@ from builder.base_image import LOCAL_PREFIX, local_name
 from builder.errors import UsageError
 from builder.spec import ImageSpec, stable_hash
 
-DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
+REPO = Path(__file__).resolve().parent.parent
+DOCKER_DIR = REPO / "docker"
 PACKAGES = DOCKER_DIR / "packages.toml"
 
 
@@ -38,6 +40,7 @@ class Rendered:
     base: str  # what FROM names
     pythons: tuple[PythonInstall, ...]
     tag: str  # mamba-farm/<kind>:<content hash>
+    files: dict[str, Path] = field(default_factory=dict)  # extra build-context entries: context path -> host path
 
 
 def environment() -> jinja2.Environment:
@@ -116,7 +119,10 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
     family = osdef["family"]
     source = effective_toolkit_source(image, base)
     first = pythons[0].tag
-    packages = list(osdef["packages"]) + list(data["kind"].get(family, {}).get(image.kind, []))
+    packages = list(osdef["packages"])
+    # Debian's hipcc/libamdhip64-dev are the toolkit only where Debian provides it, never on AMD's image.
+    if image.kind != "rocm" or source == "debian":
+        packages += list(data["kind"].get(family, {}).get(image.kind, []))
     ctx: dict = {
         "base": base,
         "image_id": image.id,
@@ -155,7 +161,25 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
             ctx["cuda_home"] = image.extra.get("cuda_home", "/usr/local/cuda")
     if image.kind == "rocm":
         ctx["rocm_home"] = "/usr" if source in ("debian", "none") else image.extra.get("rocm_home", "/opt/rocm")
+        if source == "base":  # AMD's toolkit: rocm_patch/apply.sh refuses < 6.0 and fixes 6.0's header
+            ctx["rocm_patch"] = True
     return ctx
+
+
+def context_files(ctx: dict) -> dict[str, Path]:
+    """Files the rendered Dockerfile COPYs from the build context besides the farm's own."""
+    return {"rocm_patch": REPO / "rocm_patch"} if ctx.get("rocm_patch") else {}
+
+
+def files_digest(files: dict[str, Path]) -> str:
+    """sha256 over the names and bytes of FILES (directories walked in sorted order)."""
+    h = hashlib.sha256()
+    for name, host in sorted(files.items()):
+        paths = sorted(p for p in host.rglob("*") if p.is_file()) if host.is_dir() else [host]
+        for p in paths:
+            rel = name if p == host else f"{name}/{p.relative_to(host).as_posix()}"
+            h.update(rel.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def render(image: ImageSpec, *, base: str | None = None, host_pythons: dict[str, Path] | None = None) -> Rendered:
@@ -171,8 +195,12 @@ def render(image: ImageSpec, *, base: str | None = None, host_pythons: dict[str,
             f"image {image.id}: template {err.name} not found in {DOCKER_DIR}",
             hint="ImageSpec.template must be one of cpu, cuda, rocm",
         ) from None
-    tag = f"mamba-farm/{image.kind}:{stable_hash({'dockerfile': text, 'pythons': [p.prefix for p in pythons]}, 16)}"
-    return Rendered(image, text, base, pythons, tag)
+    files = context_files(ctx)
+    material = {"dockerfile": text, "pythons": [p.prefix for p in pythons]}
+    if files:  # only then: the tags of images without extra files stay as they were
+        material["files"] = files_digest(files)
+    tag = f"mamba-farm/{image.kind}:{stable_hash(material, 16)}"
+    return Rendered(image, text, base, pythons, tag, files)
 
 
 def write_all(images: dict[str, ImageSpec], out: Path, *, local_base: bool) -> list[Path]:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +87,10 @@ def build(jobs: list[KernelJob], out_dir: Path, max_jobs: int, log=print) -> lis
         if obj.is_file():
             log(f"mamba-ssm: reusing {obj.name}")
             return obj
-        tmp = obj.with_suffix(f".tmp{os.getpid()}.o")
+        # A unique name: builds in other containers share this folder and may have our pid.
+        fd, name = tempfile.mkstemp(prefix=obj.stem + ".", suffix=".tmp.o", dir=out_dir)
+        os.close(fd)
+        tmp = Path(name)
         cmd = job.command(tmp)
         log("mamba-ssm: " + " ".join(cmd))
         proc = subprocess.run(cmd, check=False, capture_output=True, text=True)

@@ -15,7 +15,14 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     assert "executor: host" in run.out
     (wheel,) = sorted((dist / "wheels").glob("*.whl"))
     assert f"+{spec.label}-{spec.python_tag}-" in wheel.name
-    assert (dist / "logs" / f"{spec.id}.log").read_text().strip().endswith("done")
+    log = (dist / "logs" / f"{spec.id}.log").read_text()
+    assert log.strip().endswith("done")
+    # the CPU kernel object lives in the image's shared cache: compiled there once, reused by later builds
+    from builder.executors.host import KERNEL_CACHES
+
+    cache = KERNEL_CACHES / spec.image
+    used = [o for o in cache.glob("selective_scan_cpu-*.o") if f"reusing {o.name}" in log or f"-o {cache}/{o.stem}.tmp" in log]
+    assert len(used) == 1, log[-3000:]
     assert partial_files(dist) == []
     proc = import_check(wheel, tmp_path / "site")
     assert proc.returncode == 0, proc.stderr

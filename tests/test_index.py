@@ -302,3 +302,99 @@ def test_setuptools_lowercased_label_is_indexed_under_the_farm_spelling(tmp_path
     assert (out / "cpu-torch2.13-cxx11abiTRUE" / "index.html").is_file()
     assert run_cli(["resolve", "--torch", "2.13", "--python", "3.11", "--index", str(out)]) == 0
     assert "pip install mamba-ssm==2.3.0+cputorch2.13cxx11abiTRUE " in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- superseding a wheel (--replace)
+
+CU12_311 = "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
+
+
+def _rebuild(wheels: Path, tmp_path: Path, label: str = "cu12torch2.6cxx11abiFALSE", py: str = "cp311") -> Path:
+    """A new build under the same name, moved in with one rename (as the farm does): other bytes."""
+    torch = label.split("torch")[1].split("cxx11abi")[0]
+    fresh = make_wheel(
+        tmp_path / "fresh",
+        "mamba-ssm",
+        f"2.3.0+{label}",
+        f"{py}-{py}-linux_x86_64",
+        requires=(f"torch=={torch}.*",),
+        files={"mamba_ssm/__init__.py": b"REBUILT = True\n"},
+    )
+    dest = wheels / fresh.name
+    os.replace(fresh, dest)
+    return dest
+
+
+def test_replace_supersedes_only_the_named_wheel(wheels, tmp_path, capsys):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    old_sha = _sha(out / "files" / CU12_311)
+    new = _rebuild(wheels, tmp_path)
+    with pytest.raises(IndexIntegrityError, match="differs from the published") as refused:  # strict by default
+        build_index(wheels, out)
+    assert "--replace" in refused.value.hint
+    assert _sha(out / "files" / CU12_311) == old_sha
+
+    assert run_cli(["index", "--wheels", str(wheels), "--out", str(out), "--replace", CU12_311]) == 0
+    said = capsys.readouterr().out
+    assert "1 replaced" in said and f"~ {CU12_311}" in said
+    assert _sha(out / "files" / CU12_311) == _sha(new) != old_sha  # the old bytes left the store
+    store = out.parent / ".index.d" / "store"
+    assert not [p for p in store.iterdir() if p.name.startswith(".")]  # no staged leftovers
+    anchors = {a["text"]: a for a in _anchors(out / "cu12-torch2.6-cxx11abiFALSE" / "index.html")}
+    assert anchors[CU12_311]["href"].endswith(f"#sha256={_sha(new)}")  # the variant page was re-rendered
+    entry = json.loads((out / "manifest.json").read_text())["files"][CU12_311]
+    assert entry["sha256"] == _sha(new) and entry["replaced"][0]["sha256"] == old_sha
+    meta = (store / (CU12_311 + ".metadata")).read_bytes()
+    assert entry["metadata_sha256"] == hashlib.sha256(meta).hexdigest()
+
+    # unchanged afterwards: a no-op run, and --replace with the same bytes replaces nothing
+    live = out.resolve()
+    res = build_index(wheels, out, replace={CU12_311})
+    assert res.replaced == () and res.generation == live
+
+
+def test_replace_does_not_excuse_an_altered_published_file(wheels, tmp_path):
+    """Naming a wheel for replacement while giving the published bytes again: the altered store copy is
+    still reported, never re-hashed."""
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    src = wheels / CU12_311
+    saved = src.read_bytes()
+    src.unlink()  # break the hard link, then alter the store copy only
+    src.write_bytes(saved)
+    victim = out / "files" / CU12_311
+    data = bytearray(victim.read_bytes())
+    data[-30] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(IndexIntegrityError, match="recorded"):
+        build_index(wheels, out, replace={CU12_311})
+
+
+def test_replace_names_must_be_in_wheels(wheels, tmp_path, capsys):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    assert (
+        run_cli(["index", "--wheels", str(wheels), "--out", str(out), "--replace", "nope.whl"]) == UsageError.exit_code
+    )
+    err = capsys.readouterr().err
+    assert "--replace nope.whl: no such wheel" in err and "Traceback" not in err
+
+
+def test_failed_replacement_leaves_the_old_bytes_published(wheels, tmp_path, monkeypatch):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    old_sha, live = _sha(out / "files" / CU12_311), out.resolve()
+    _rebuild(wheels, tmp_path)
+    import builder.index as index_mod
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(index_mod, "_write_generation", boom)
+    with pytest.raises(OSError):
+        build_index(wheels, out, replace={CU12_311})
+    assert out.resolve() == live and _sha(out / "files" / CU12_311) == old_sha
+    assert not [p for p in (out.parent / ".index.d" / "store").iterdir() if p.name.startswith(".")]
+    monkeypatch.undo()
+    assert build_index(wheels, out, replace={CU12_311}).replaced == (CU12_311,)  # the rerun completes

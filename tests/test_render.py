@@ -88,3 +88,25 @@ def test_render_command_writes_every_dockerfile(tmp_path: Path) -> None:
     ci = load_plan(profile="ci")
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{i}.Dockerfile" for i in ci.images)
     assert all(_hadolint(p).returncode == 0 for p in out.iterdir())
+
+
+def test_amd_rocm_image_stages_the_header_patch_and_its_bytes_make_the_tag(tmp_path: Path, monkeypatch) -> None:
+    import builder.render as render_mod
+
+    amd = ImageSpec(
+        id="rocm6.0-x86_64-test", kind="rocm", base="rocm/dev-ubuntu-22.04:6.0.2-complete", platform="linux_x86_64",
+        toolkit="6.0", toolkit_source="base", pythons=("3.11",), template="docker/rocm.Dockerfile.j2",
+    )  # fmt: skip
+    r = render(amd, host_pythons={})
+    assert r.files == {"rocm_patch": REPO / "rocm_patch"} and (REPO / "rocm_patch" / "apply.sh").is_file()
+    assert "COPY rocm_patch/" in r.dockerfile and "libamdhip64-dev" not in r.dockerfile
+    # the farm's Debian stand-in (HIP 5.7 from apt) gets neither the patch step nor extra files
+    local = render(amd, base=local_name("trixie"), host_pythons={})
+    assert local.files == {} and "apply.sh" not in local.dockerfile and "libamdhip64-dev" in local.dockerfile
+    # a changed patch byte is a new image
+    copy = tmp_path / "repo"
+    shutil.copytree(REPO / "rocm_patch", copy / "rocm_patch")
+    monkeypatch.setattr(render_mod, "REPO", copy)
+    assert render(amd, host_pythons={}).tag == r.tag
+    (copy / "rocm_patch" / "rocm6_0.patch").write_text((copy / "rocm_patch" / "rocm6_0.patch").read_text() + "\n")
+    assert render(amd, host_pythons={}).tag != r.tag

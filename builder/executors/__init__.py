@@ -87,6 +87,17 @@ def select(name: str, options: BuildOptions) -> Executor:
 
 BUILD_SCRIPT = Path(__file__).with_name("build.sh")
 
+# Kernel objects depend only on the toolchain (mamba_build/kernels.py keys them by command line,
+# compiler and sources), so every build of one image shares one cache: MAMBA_KERNEL_CACHE.
+KERNEL_CACHE_MOUNT = "/root/.cache/mamba-kernels"
+
+
+def kernel_cache_name(image_id: str) -> str:
+    """mamba-farm-kcache-<image id>: the docker volume (and host folder suffix) of IMAGE_ID's kernel cache."""
+    import re
+
+    return "mamba-farm-kcache-" + re.sub(r"[^A-Za-z0-9_.-]", "_", image_id)
+
 
 def spec_env(spec, *, max_jobs: int) -> dict[str, str]:
     """Environment for builder/executors/build.sh (and the package's setup.py) for SPEC."""

@@ -22,7 +22,15 @@ import time
 from pathlib import Path
 
 from builder.errors import EngineUnavailable, FarmError
-from builder.executors import BUILD_SCRIPT, BuildOptions, BuildResult, InfrastructureError, spec_env
+from builder.executors import (
+    BUILD_SCRIPT,
+    KERNEL_CACHE_MOUNT,
+    BuildOptions,
+    BuildResult,
+    InfrastructureError,
+    kernel_cache_name,
+    spec_env,
+)
 
 LABEL = "org.mamba-farm"
 OWNER_LABEL = "org.mamba-farm.owner"
@@ -186,6 +194,11 @@ class DockerExecutor:
             shutil.copyfile(self.options.ca_bundle, ctx / "ca-bundle.crt")
             for py in r.pythons:
                 stage_python(Path(py.prefix), ctx / "pythons" / py.tag, py.version)
+            for name, host in r.files.items():  # what the Dockerfile COPYs besides the above (rocm_patch/)
+                if host.is_dir():
+                    shutil.copytree(host, ctx / name)
+                else:
+                    shutil.copyfile(host, ctx / name)
             try:
                 stream = self.client.api.build(
                     path=str(ctx),
@@ -272,6 +285,28 @@ class DockerExecutor:
         )
         return env
 
+    def _build_config(self, spec, torch_volume: str) -> tuple[dict[str, str], dict]:
+        """Environment and extra volumes of SPEC's build container (besides ``_mounts()``)."""
+        env = self._env(spec)
+        # torch is already in the volume: build.sh skips its install step.
+        env.update(FARM_TORCH_REQ="", PYTHONPATH="/torch/site", MAMBA_KERNEL_CACHE=KERNEL_CACHE_MOUNT)
+        volumes = {
+            torch_volume: {"bind": "/torch", "mode": "ro"},
+            # shared by every build of this image: kernels compile once, only the binding per variant
+            kernel_cache_name(spec.image): {"bind": KERNEL_CACHE_MOUNT, "mode": "rw"},
+        }
+        return env, volumes
+
+    def _ensure_volume(self, name: str) -> None:
+        """Create volume NAME with the farm's label unless it exists (docker would make it unlabelled)."""
+        import docker.errors
+
+        with self._lock:
+            try:
+                self.client.volumes.get(name)
+            except docker.errors.NotFound:
+                self.client.volumes.create(name, labels={LABEL: "1"})
+
     def _run(self, spec, command, env, extra_volumes, log_path, timeout, archive=None, out_dir=None):
         """Run one container to completion; returns its exit code (or a BuildResult via exceptions).
 
@@ -334,14 +369,13 @@ class DockerExecutor:
                 return failed
             if source not in self._tars:
                 self._tars[source] = source_tar(source)
-            env = self._env(spec)
-            # torch is already in the volume: build.sh skips its install step.
-            env.update(FARM_TORCH_REQ="", PYTHONPATH="/torch/site")
+            self._ensure_volume(kernel_cache_name(spec.image))
+            env, volumes = self._build_config(spec, volume)
             remaining = max(60.0, timeout - (time.monotonic() - started))
             wheel_dir = Path(tempfile.mkdtemp(prefix="out-", dir=out_dir.parent if out_dir.parent.exists() else None))
             try:
                 code = self._run(
-                    spec, ["bash", "/farm/build.sh"], env, {volume: {"bind": "/torch", "mode": "ro"}},
+                    spec, ["bash", "/farm/build.sh"], env, volumes,
                     log_path, remaining, archive=self._tars[source], out_dir=wheel_dir,
                 )
                 if code != 0:

@@ -26,6 +26,7 @@ from builder.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
 
 VENVS = CACHE_ROOT / "venvs"
 TOOLKITS = CACHE_ROOT / "toolkits"
+KERNEL_CACHES = CACHE_ROOT / "kcache"  # one folder per image id, shared by that image's builds
 EXIT_INFRA = 75
 _SKIP = re.compile(r"^(\.git|\.venv|\.nox|dist|build|\.cache|\.pytest_cache|\.hypothesis|\.benchmarks)(/|$)|(^|/)__pycache__(/|$)|\.egg-info(/|$)|\.so$")
 
@@ -158,15 +159,8 @@ class HostExecutor:
             src = Path(tmp) / "src"
             copy_source(source, src)
             raw = Path(tmp) / "out"
-            env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-            env.update(self.pip.env())
-            if self.options.ca_bundle:
-                env.update(PIP_CERT=str(self.options.ca_bundle), SSL_CERT_FILE=str(self.options.ca_bundle))
-            env.update(spec_env(spec, max_jobs=self.options.max_jobs))
-            env.update(FARM_PYTHON=str(py), FARM_SRC=str(src), FARM_OUT=str(raw))
-            if spec.toolkit and spec.toolkit in self.cuda_homes:
-                home = self.cuda_homes[spec.toolkit]
-                env.update(CUDA_HOME=home, PATH=f"{home}/bin:{env.get('PATH', '')}")
+            env = self.build_env(spec, py, src, raw)
+            Path(env["MAMBA_KERNEL_CACHE"]).mkdir(parents=True, exist_ok=True)
             with open(log_path, "wb") as log:
                 with self._lock:
                     if self._closed:
@@ -196,6 +190,21 @@ class HostExecutor:
             shutil.copyfile(wheels[-1], dest.with_suffix(".whl.part"))
             os.replace(dest.with_suffix(".whl.part"), dest)
             return BuildResult(True, dest, log_path)
+
+    def build_env(self, spec, py: Path, src: Path, out: Path) -> dict[str, str]:
+        """The environment build.sh runs SPEC's build with."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env.update(self.pip.env())
+        if self.options.ca_bundle:
+            env.update(PIP_CERT=str(self.options.ca_bundle), SSL_CERT_FILE=str(self.options.ca_bundle))
+        env.update(spec_env(spec, max_jobs=self.options.max_jobs))
+        env.update(FARM_PYTHON=str(py), FARM_SRC=str(src), FARM_OUT=str(out))
+        # shared by every build of this toolchain: kernels compile once, only the binding per variant
+        env["MAMBA_KERNEL_CACHE"] = str(KERNEL_CACHES / spec.image)
+        if spec.toolkit and spec.toolkit in self.cuda_homes:
+            home = self.cuda_homes[spec.toolkit]
+            env.update(CUDA_HOME=home, PATH=f"{home}/bin:{env.get('PATH', '')}")
+        return env
 
     def cleanup(self) -> None:
         with self._lock:
