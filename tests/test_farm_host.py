@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from farmkit import ci_spec, import_check, partial_files, run_build
@@ -21,7 +22,9 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     from builder.executors.host import KERNEL_CACHES
 
     cache = KERNEL_CACHES / spec.image
-    used = [o for o in cache.glob("selective_scan_cpu-*.o") if f"reusing {o.name}" in log or f"-o {cache}/{o.stem}.tmp" in log]
+    compiled_into = re.compile(rf"-o {re.escape(str(cache))}/(\S+)\.\w+\.tmp\.o\b")  # kernels.py's mkstemp names
+    compiled = {m.group(1) for m in compiled_into.finditer(log)}
+    used = [o for o in cache.glob("selective_scan_cpu-*.o") if f"reusing {o.name}" in log or o.stem in compiled]
     assert len(used) == 1, log[-3000:]
     assert partial_files(dist) == []
     proc = import_check(wheel, tmp_path / "site")

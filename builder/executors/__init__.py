@@ -14,6 +14,8 @@ one module:
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,26 @@ class BuildResult:
     reason: str = ""  # one line for the summary when not ok
     infrastructure: bool = False  # failed for reasons other than the code: retry is allowed
     timed_out: bool = False
+
+
+# build.sh exits with this when the build could not run (network, disk): the one retried failure.
+EXIT_INFRA = 75
+
+
+def collect_wheel(code: int, raw_dir: Path, out_dir: Path, log_path: Path) -> BuildResult:
+    """Turn a finished build into its result: the exit code, and the wheel it left in raw_dir
+    moved into out_dir under its final name only once complete (never a partial file there)."""
+    if code != 0:
+        return BuildResult(False, None, log_path, f"build exited with {code}", infrastructure=code == EXIT_INFRA)
+    wheels = sorted(raw_dir.glob("*.whl"))
+    if not wheels:
+        return BuildResult(False, None, log_path, "the build produced no wheel")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dest = out_dir / wheels[-1].name
+    part = dest.with_suffix(".whl.part")
+    shutil.copyfile(wheels[-1], part)  # raw_dir may be on another filesystem
+    os.replace(part, dest)
+    return BuildResult(True, dest, log_path)
 
 
 @dataclass

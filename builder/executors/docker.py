@@ -28,6 +28,7 @@ from builder.executors import (
     BuildOptions,
     BuildResult,
     InfrastructureError,
+    collect_wheel,
     kernel_cache_name,
     spec_env,
 )
@@ -35,7 +36,6 @@ from builder.executors import (
 LABEL = "org.mamba-farm"
 OWNER_LABEL = "org.mamba-farm.owner"
 PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
-EXIT_INFRA = 75
 
 
 def connect():
@@ -378,15 +378,7 @@ class DockerExecutor:
                     spec, ["bash", "/farm/build.sh"], env, volumes,
                     log_path, remaining, archive=self._tars[source], out_dir=wheel_dir,
                 )
-                if code != 0:
-                    return BuildResult(False, None, log_path, f"build exited with {code}", infrastructure=code == EXIT_INFRA)
-                wheels = sorted(wheel_dir.glob("*.whl"))
-                if not wheels:
-                    return BuildResult(False, None, log_path, "the build produced no wheel")
-                out_dir.mkdir(parents=True, exist_ok=True)
-                dest = out_dir / wheels[-1].name
-                os.replace(wheels[-1], dest)
-                return BuildResult(True, dest, log_path)
+                return collect_wheel(code, wheel_dir, out_dir, log_path)
             finally:
                 shutil.rmtree(wheel_dir, ignore_errors=True)
         except _Interrupted:

@@ -21,13 +21,12 @@ from pathlib import Path
 from filelock import FileLock
 
 from builder.errors import EngineUnavailable
-from builder.executors import BUILD_SCRIPT, BuildOptions, BuildResult, spec_env
+from builder.executors import BUILD_SCRIPT, BuildOptions, BuildResult, collect_wheel, spec_env
 from builder.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
 
 VENVS = CACHE_ROOT / "venvs"
 TOOLKITS = CACHE_ROOT / "toolkits"
 KERNEL_CACHES = CACHE_ROOT / "kcache"  # one folder per image id, shared by that image's builds
-EXIT_INFRA = 75
 _SKIP = re.compile(r"^(\.git|\.venv|\.nox|dist|build|\.cache|\.pytest_cache|\.hypothesis|\.benchmarks)(/|$)|(^|/)__pycache__(/|$)|\.egg-info(/|$)|\.so$")
 
 
@@ -180,16 +179,7 @@ class HostExecutor:
                         self._procs.discard(proc)
             if self._closed:
                 return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
-            if code != 0:
-                return BuildResult(False, None, log_path, f"build exited with {code}", infrastructure=code == EXIT_INFRA)
-            wheels = sorted(raw.glob("*.whl"))
-            if not wheels:
-                return BuildResult(False, None, log_path, "the build produced no wheel")
-            out_dir.mkdir(parents=True, exist_ok=True)
-            dest = out_dir / wheels[-1].name
-            shutil.copyfile(wheels[-1], dest.with_suffix(".whl.part"))
-            os.replace(dest.with_suffix(".whl.part"), dest)
-            return BuildResult(True, dest, log_path)
+            return collect_wheel(code, raw, out_dir, log_path)
 
     def build_env(self, spec, py: Path, src: Path, out: Path) -> dict[str, str]:
         """The environment build.sh runs SPEC's build with."""
