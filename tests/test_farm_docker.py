@@ -108,7 +108,6 @@ def test_second_run_rebuilds_nothing(cpu_runs) -> None:
     assert second.seconds < first.seconds / 10, (first.seconds, second.seconds)
 
 
-@pytest.mark.slow
 @pytest.mark.cuda_build
 def test_ci_profile_end_to_end(tmp_path: Path) -> None:
     """Every ci spec (cpu torch 2.13 py3.11; cu13 torch 2.14 py3.11, py3.12) in containers."""

@@ -193,7 +193,7 @@ def test_stable_wheel_built_on_214_runs_on_test_torch(wheel_214, tmp_path):
     _assert_correct(res, torch.__version__, tmp_path / "site")
 
 
-@pytest.mark.slow
+@pytest.mark.cuda_build
 @pytest.mark.skipif(not cudakit.NVCC.is_file(), reason="needs the CUDA 13.0 toolkit")
 def test_cuda_stable_wheel_builds_against_214_and_loads_without_gpu(venv214, tmp_path):
     build = _build(str(venv214 / "bin" / "python"), tmp_path / "dist", {"MAMBA_CUDA_ARCHS": "8.0"}, tmp_path,
