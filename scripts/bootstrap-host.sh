@@ -17,6 +17,8 @@ fi
 # Start the Docker engine unless one already answers.
 if ! docker info >/dev/null 2>&1; then
   echo "bootstrap: starting dockerd"
+  # A dockerd killed with its session leaves pid files that would stop a new one.
+  pgrep -x dockerd >/dev/null || rm -f /var/run/docker.pid /var/run/docker/containerd/containerd.pid
   mkdir -p /var/log
   nohup dockerd >/var/log/dockerd.log 2>&1 &
   for _ in $(seq 1 60); do
