@@ -233,8 +233,13 @@ def run_step(step: dict, env: dict, cwd: Path) -> subprocess.CompletedProcess:
     """A ``run:`` step as a runner runs it: bash --noprofile --norc -eo pipefail FILE."""
     script = cwd.parent / "step.sh"
     script.write_text(step["run"])
+    return run_bash([str(script)], cwd, env)
+
+
+def run_bash(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    """bash with the shell options a GitHub runner uses for ``run:`` steps."""
     return subprocess.run(
-        ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -279,16 +284,7 @@ def run_plan(tmp: Path, profile: str = "", only: str = "") -> tuple[subprocess.C
     ctx = {"inputs.profile": profile, "inputs.only-ids": only, "startsWith(github.ref, 'refs/tags/v')": "false"}
     tmp.joinpath("bin").mkdir(parents=True, exist_ok=True)
     env = base_env(tmp, {k: render(v, ctx) for k, v in step["env"].items()})
-    proc = subprocess.run(
-        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    return proc, outputs(tmp)
+    return run_bash(["-c", step["run"]], ROOT, env), outputs(tmp)
 
 
 def matrix_keys_used(job: dict) -> set[str]:
