@@ -1,11 +1,14 @@
 """Build mamba-ssm for the torch that is installed (pip install --no-build-isolation).
 
-Order: check everything that can be known before compiling (torch importable and
-supported, CUDA toolkit matching torch, C++ compiler new enough, ROCm version,
-arch list), then compile the kernel objects with a torch-independent command
-line (mamba_build/kernels.py), then the thin torch binding with torch's
-BuildExtension, and link them into mamba_ssm._C. Environment variables: see the
-README, "Installing from source".
+Order: the Target (torch's version, CUDA/ROCm and C++ ABI read from its files, no
+import, plus the MAMBA_* settings) gives the version and the metadata; bdist_wheel
+then ships the published wheel for that variant when one exists. Only when
+something will be compiled does the Plan check everything else (C++ compiler new
+enough, CUDA toolkit matching torch, ROCm version, arch list); then the kernel
+objects are compiled with a torch-independent command line
+(mamba_build/kernels.py), then the thin torch binding with torch's BuildExtension,
+and they are linked into mamba_ssm._C. Environment variables: see the README,
+"Installing from source".
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 try:
     from setuptools.command.bdist_wheel import bdist_wheel
@@ -58,23 +61,42 @@ def _warn(message: str) -> None:
     print(f"mamba-ssm build warning: {message}", file=sys.stderr)
 
 
-def _prebuilt_wheel_or_none(version: str, dist_dir: str) -> Path | None:
+def _prebuilt_wheel_or_none(target: Target, dist_dir: str) -> Path | None:
     """The sha256-verified wheel for this variant, downloaded into ``dist_dir`` (None: compile).
 
     mamba_ssm/_prebuilt.py reads MAMBA_WHEEL_INDEX (default: the project's index) and prints one
-    line saying what it found or why not. Skipped entirely when MAMBA_FORCE_BUILD=TRUE.
+    line saying what it found or why not.
     """
-    return _load("_mamba_prebuilt", ROOT / "mamba_ssm" / "_prebuilt.py").for_setup(version, dist_dir)
+    prebuilt = _load("_mamba_prebuilt", ROOT / "mamba_ssm" / "_prebuilt.py")
+    return prebuilt.for_setup(target.version, dist_dir, variant=target.needed)
 
 
-class Plan:
-    """Everything decided before compiling, from torch and the environment."""
+def _torch_facts():
+    """torch's version, CUDA/HIP release and C++ ABI, read from its files (importing torch costs seconds)."""
+    facts = _variant.installed_torch()
+    if facts is not None and facts.cxx11abi is not None:
+        return facts
+    torch = toolchain.import_torch()  # not found (the build-isolation error), or files it could not read
+    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
+    return _variant.TorchFacts(
+        torch.__version__, torch.version.cuda, getattr(torch.version, "hip", None),
+        None if abi is None else bool(abi), str(Path(torch.__file__).parent),
+    )  # fmt: skip
+
+
+class Target:
+    """What this build is for, from torch's files and the environment: no torch import, no toolchain.
+
+    That is all the metadata and the prebuilt-wheel lookup need, so a user whose variant is
+    published needs neither nvcc nor a C++ compiler; the toolchain is checked (Plan) only when
+    something is about to be compiled.
+    """
 
     def __init__(self, env=os.environ) -> None:
         self.env = env
-        data = toolchain.load_data()
-        torch = toolchain.import_torch()
-        self.torch_version = torch.__version__
+        self.data = data = toolchain.load_data()
+        facts = _torch_facts()
+        self.torch_version, self.torch_cuda, self.torch_hip = facts.version, facts.cuda, facts.hip
         toolchain.check_torch(self.torch_version, data)
         self.skip_gpu = bool(toolchain.env_bool(env, "MAMBA_SKIP_CUDA_BUILD"))
         self.force_build = bool(toolchain.env_bool(env, "MAMBA_FORCE_BUILD"))
@@ -86,39 +108,26 @@ class Plan:
                 f"MAMBA_STABLE_ABI=TRUE needs torch >= {self.stable_floor} (its stable C API), but torch is {self.torch_version}",
                 f"install torch>={self.stable_floor} or unset MAMBA_STABLE_ABI to build a classic wheel for this torch",
             )
+        # What this torch needs, before the environment asks for anything else.
+        self.needed = _variant.from_values(self.torch_version, cuda=facts.cuda, hip=facts.hip, cxx11abi=facts.cxx11abi)
         forced_abi = toolchain.env_bool(env, "MAMBA_FORCE_CXX11_ABI")
-        torch_abi = bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
+        torch_abi = self.needed.cxx11abi
         self.cxx11abi = torch_abi if forced_abi is None else forced_abi
         if forced_abi is not None and forced_abi != torch_abi:
             _warn(
                 f"MAMBA_FORCE_CXX11_ABI={'TRUE' if forced_abi else 'FALSE'} differs from the installed torch "
                 f"({'TRUE' if torch_abi else 'FALSE'}); the wheel will not load with this torch"
             )
-        cuda = getattr(torch.version, "cuda", None)
-        hip = getattr(torch.version, "hip", None)
-        self.backend = "cpu" if self.skip_gpu or not (cuda or hip) else ("rocm" if hip else "cuda")
-        self.std = toolchain.cxx_standard(self.torch_version, data)
-        toolchain.check_compilers(toolchain.compilers_from_env(env), self.std, self.torch_version, data)
-        self.cuda = None
-        self.archs: list = []
-        self.hip_archs: list[str] = []
-        if self.backend == "cuda":
-            self.cuda = toolchain.resolve_cuda(cuda, env, data)
-            self.archs, self.arch_source = toolchain.cuda_archs(self.cuda.version, env, data)
-            self.nvcc_flags = list(data["cuda"]["nvcc_flags"])
-        elif self.backend == "rocm":
-            toolchain.check_rocm(hip, data, _warn)
-            self.hip_archs = toolchain.hip_archs(env, data)
-            if self.stable:
-                raise toolchain.BuildConfigError(
-                    "MAMBA_STABLE_ABI=TRUE covers CPU and CUDA builds only, and this torch is a ROCm build",
-                    "unset MAMBA_STABLE_ABI to build a classic wheel for this torch",
-                )
-        self.jobs = toolchain.jobs(env, max(1, len(self.archs)))
+        self.backend = "cpu" if self.skip_gpu or not (facts.cuda or facts.hip) else ("rocm" if facts.hip else "cuda")
+        if self.backend == "rocm" and self.stable:
+            raise toolchain.BuildConfigError(
+                "MAMBA_STABLE_ABI=TRUE covers CPU and CUDA builds only, and this torch is a ROCm build",
+                "unset MAMBA_STABLE_ABI to build a classic wheel for this torch",
+            )
         self.variant = _variant.from_values(
             self.torch_version,
-            cuda=self.cuda.version if self.backend == "cuda" else None,
-            hip=hip if self.backend == "rocm" else None,
+            cuda=facts.cuda if self.backend == "cuda" else None,  # the label carries the CUDA major only
+            hip=facts.hip if self.backend == "rocm" else None,
             cxx11abi=self.cxx11abi,
         )
         if self.stable:
@@ -131,19 +140,48 @@ class Plan:
         label = self.variant.label if local is None else local.strip()
         return f"{_base_version()}+{label}" if label else _base_version()
 
+    @property
+    def install_requires(self) -> list[str]:
+        return [f"torch>={self.stable_floor}" if self.stable else f"torch=={self.torch_mm}.*"]
+
     def summary(self) -> str:
-        parts = [f"torch {self.torch_version}", f"backend {self.backend}", f"-std={self.std}",
-                 f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}", f"version {self.version}",
-                 f"MAX_JOBS {self.jobs.max_jobs}"]
+        parts = [f"torch {self.torch_version}", f"backend {self.backend}",
+                 f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}", f"version {self.version}"]  # fmt: skip
         if self.stable:
             parts.append(f"stable ABI (torch >= {self.stable_floor}, cp310-abi3)")
+        return "mamba-ssm build: " + ", ".join(parts)
+
+
+class Plan:
+    """How to compile the Target: every toolchain check, before anything is compiled."""
+
+    def __init__(self, target: Target) -> None:
+        vars(self).update(vars(target))  # the Target's facts, then what compiling adds to them
+        self.target = target
+        env, data = self.env, self.data
+        self.std = toolchain.cxx_standard(self.torch_version, data)
+        toolchain.check_compilers(toolchain.compilers_from_env(env), self.std, self.torch_version, data)
+        self.cuda = None
+        self.archs: list = []
+        self.hip_archs: list[str] = []
+        if self.backend == "cuda":
+            self.cuda = toolchain.resolve_cuda(self.torch_cuda, env, data)
+            self.archs, self.arch_source = toolchain.cuda_archs(self.cuda.version, env, data)
+            self.nvcc_flags = list(data["cuda"]["nvcc_flags"])
+        elif self.backend == "rocm":
+            toolchain.check_rocm(self.torch_hip, data, _warn)
+            self.hip_archs = toolchain.hip_archs(env, data)
+        self.jobs = toolchain.jobs(env, max(1, len(self.archs)))
+
+    def summary(self) -> str:
+        parts = [self.target.summary(), f"-std={self.std}", f"MAX_JOBS {self.jobs.max_jobs}"]
         if self.cuda:
             archs = " ".join(f"sm_{a.sm}{'+PTX' if a.ptx else ''}" for a in self.archs)
             parts += [f"CUDA_HOME {self.cuda.home} (CUDA {self.cuda.version})",
-                      f"archs {archs} ({self.arch_source})", f"nvcc --threads {self.jobs.nvcc_threads}"]
+                      f"archs {archs} ({self.arch_source})", f"nvcc --threads {self.jobs.nvcc_threads}"]  # fmt: skip
         if self.hip_archs:
             parts.append(f"HIP archs {' '.join(self.hip_archs)}")
-        return "mamba-ssm build: " + ", ".join(parts)
+        return ", ".join(parts)
 
 
 def _cxx_argv(env) -> list[str]:
@@ -208,41 +246,60 @@ def _build_ext_class(plan: Plan):
     return build_ext
 
 
-class bdist_wheel_prebuilt(bdist_wheel):
-    """Ship a prebuilt wheel for this environment when one exists (unless MAMBA_FORCE_BUILD=TRUE)."""
+def _torch_extension(plan: Plan):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=UserWarning)  # torch's "no CUDA runtime found" notice
+        return _extension(plan)
 
-    plan: Plan | None = None
+
+class bdist_wheel_prebuilt(bdist_wheel):
+    """Ship the published wheel for this variant when one exists; otherwise check the toolchain and compile.
+
+    setup() was given a placeholder extension (it makes the wheel platform-specific); the real one
+    and torch's build_ext are put in place here, before `build` asks for them.
+    """
+
+    target: Target | None = None
 
     def run(self) -> None:
-        plan = type(self).plan
-        if plan is not None and not plan.force_build:
-            wheel = _prebuilt_wheel_or_none(plan.version, self.dist_dir)
+        target = type(self).target
+        if not target.force_build:  # MAMBA_FORCE_BUILD=TRUE: the farm's own builds
+            wheel = _prebuilt_wheel_or_none(target, self.dist_dir)
             if wheel is not None:
                 print(f"mamba-ssm: using prebuilt {wheel}")
                 return
+        plan = Plan(target)
+        print(plan.summary(), file=sys.stderr)
+        self.distribution.ext_modules = [_torch_extension(plan)]
+        self.distribution.cmdclass["build_ext"] = _build_ext_class(plan)
         super().run()
 
 
+# Commands that need only the Target: metadata, and a wheel that may be the published one.
+# pip runs exactly these (egg_info, dist_info, bdist_wheel); anything else compiles in place.
+DEFERRED = {"egg_info", "dist_info", "sdist", "bdist_wheel"}
+COMPILING = {"build", "build_ext", "install", "develop", "editable_wheel", "bdist_egg"}
+
+
 def main() -> None:
-    # Metadata-only commands (egg_info for an sdist, --version) must work without torch.
+    commands = [a for a in sys.argv[1:] if not a.startswith("-")]  # option values count too: only set membership matters
     metadata_only = len(sys.argv) > 1 and all(a in ("egg_info", "sdist", "--version", "--name") for a in sys.argv[1:2])
-    if metadata_only and importlib.util.find_spec("torch") is None:
+    if metadata_only and importlib.util.find_spec("torch") is None:  # an sdist is made without torch
         setup(version=_base_version(), install_requires=["torch"])
         return
-    plan = Plan()
+    target = Target()
+    stable = {"options": {"bdist_wheel": {"py_limited_api": "cp310"}}} if target.stable else {}
+    common = {"version": target.version, "install_requires": target.install_requires, **stable}
+    if commands and commands[0] in DEFERRED and not COMPILING.intersection(commands):
+        print(target.summary(), file=sys.stderr)
+        bdist_wheel_prebuilt.target = target
+        source = "csrc/binding_stable.cpp" if target.stable else "csrc/binding.cpp"
+        placeholder = Extension("mamba_ssm._C", sources=[source], py_limited_api=target.stable)
+        setup(ext_modules=[placeholder], cmdclass={"bdist_wheel": bdist_wheel_prebuilt}, **common)
+        return
+    plan = Plan(target)
     print(plan.summary(), file=sys.stderr)
-    bdist_wheel_prebuilt.plan = plan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=UserWarning)  # torch's "no CUDA runtime found" notice
-        ext = _extension(plan)
-    stable = {"options": {"bdist_wheel": {"py_limited_api": "cp310"}}} if plan.stable else {}
-    setup(
-        version=plan.version,
-        install_requires=[f"torch>={plan.stable_floor}" if plan.stable else f"torch=={plan.torch_mm}.*"],
-        ext_modules=[ext],
-        cmdclass={"build_ext": _build_ext_class(plan), "bdist_wheel": bdist_wheel_prebuilt},
-        **stable,
-    )
+    setup(ext_modules=[_torch_extension(plan)], cmdclass={"build_ext": _build_ext_class(plan)}, **common)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ Both installs run in the same fresh venv (torch as in the dev venv), from the sa
 same variant, in this run: the source build (MAMBA_FORCE_BUILD=TRUE) is the baseline, and the
 figure is the ratio source / prebuilt. The wheel in the index is the real one setup.py builds
 from that sdist, indexed by builder.index.
+
+Also timed, in the same venv: telling the variant from torch's files (what setup.py does, three
+times per install) against importing torch to ask it.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +55,7 @@ def main() -> int:
                 proc, s = install_sdist(py, sdist, MAMBA_WHEEL_INDEX=url, MAMBA_FORCE_BUILD="TRUE")
                 assert COMPILE_MARK in proc.stdout + proc.stderr, "the baseline did not compile"
                 source.append(s)
+            files_s, import_s = _variant_probe_times(py, args.repeat * 3)
     p, s = statistics.median(prebuilt), statistics.median(source)
     doc = {
         "variant": _variant.detect().key,
@@ -57,12 +63,32 @@ def main() -> int:
         "prebuilt_install_s": round(p, 2),
         "source_install_s": round(s, 2),
         "source_over_prebuilt": round(s / p, 1),
+        "variant_from_files_s": round(files_s, 3),
+        "variant_by_import_s": round(import_s, 3),
+        "import_over_files": round(import_s / files_s, 1),
         "repeat": args.repeat,
     }
     args.json.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"variant {doc['variant']}: prebuilt install {p:.1f} s, source build install {s:.1f} s "
           f"-> prebuilt is {s / p:.1f}x faster (median of {args.repeat}; {args.json})")  # fmt: skip
+    print(f"variant from torch's files {files_s * 1000:.0f} ms vs importing torch {import_s * 1000:.0f} ms "
+          f"-> {import_s / files_s:.0f}x (each a fresh interpreter, median of {args.repeat * 3})")  # fmt: skip
     return 0
+
+
+def _variant_probe_times(py: Path, n: int) -> tuple[float, float]:
+    """Median wall time of a fresh interpreter that tells the variant from files, and one that imports torch."""
+    probes = {
+        "files": "from mamba_ssm import _variant as V; V.detect_installed()",
+        "import": "from mamba_ssm import _variant as V; V.detect()",
+    }
+    times = {k: [] for k in probes}
+    for _ in range(n):
+        for name, code in probes.items():  # interleaved, so load changes hit both alike
+            t0 = time.perf_counter()
+            subprocess.run([str(py), "-c", code], cwd=ROOT, check=True, capture_output=True)
+            times[name].append(time.perf_counter() - t0)
+    return statistics.median(times["files"]), statistics.median(times["import"])
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import ipaddress
 import os
 import platform as _platform
 import re
-import shutil
 import sys
 import tempfile
 import urllib.error
@@ -348,21 +347,24 @@ def find_prebuilt(
     return Outcome("found", f"{PREFIX} using prebuilt wheel {link.filename} (sha256 verified) from {root}", wheel=final, link=link, tried=tried)
 
 
-def for_setup(version: str, dest_dir=None, *, stream=None):
-    """The setup.py entry point: detect the variant, look up the wheel, print one line, return its path or None.
+def for_setup(version: str, dest_dir=None, *, variant=None, stream=None):
+    """The setup.py entry point: look up the wheel, print one line, return its path or None.
 
-    ``version`` is what setup.py is about to build (``2.3.0+<label>``). When its label is not the one this
-    torch needs (MAMBA_FORCE_CXX11_ABI, MAMBA_SKIP_CUDA_BUILD, MAMBA_LOCAL_VERSION asked for something
-    else), the user wants that build, not the published wheel.
+    ``variant`` is what the installed torch needs (default: read from torch's files, else by importing
+    it). ``version`` is what setup.py is about to build (``2.3.0+<label>``). When its label is not the
+    one this torch needs (MAMBA_FORCE_CXX11_ABI, MAMBA_SKIP_CUDA_BUILD, MAMBA_LOCAL_VERSION asked for
+    something else), the user wants that build, not the published wheel.
     """
     stream = stream or sys.stderr
     if _truthy(os.environ.get(ENV_FORCE_BUILD)):
         return None  # setup.py already knows; nothing to say
-    try:
-        variant = load_variant_module().detect()
-    except Exception as e:  # noqa: BLE001 - torch missing or odd: say so and let the source build report it
-        print(f"{PREFIX} cannot tell which prebuilt wheel fits ({type(e).__name__}: {e}); building from source", file=stream)
-        return None
+    if variant is None:
+        try:
+            module = load_variant_module()
+            variant = module.detect_installed() or module.detect()
+        except Exception as e:  # noqa: BLE001 - torch missing or odd: say so and let the source build report it
+            print(f"{PREFIX} cannot tell which prebuilt wheel fits ({type(e).__name__}: {e}); building from source", file=stream)
+            return None
     local = version.partition("+")[2]
     if local and local.lower() not in (variant.label.lower(), variant.as_stable().label.lower()):
         print(f"{PREFIX} this build asks for {local}, not the {variant.label} that torch needs: building it from source", file=stream)
@@ -370,13 +372,3 @@ def for_setup(version: str, dest_dir=None, *, stream=None):
     outcome = find_prebuilt(variant, version, dest_dir)
     print(outcome.line, file=stream, flush=True)
     return outcome.wheel
-
-
-def copy_into(wheel: Path, dist_dir: str | os.PathLike) -> Path:
-    """Place the verified wheel, byte for byte, where bdist_wheel would have written its own."""
-    dist = Path(dist_dir)
-    dist.mkdir(parents=True, exist_ok=True)
-    target = dist / wheel.name
-    if wheel.resolve() != target.resolve():
-        shutil.copyfile(wheel, target)
-    return target

@@ -3,7 +3,8 @@
 Imported by setup.py (by file path, before the package exists), by
 ``mamba_ssm.doctor`` and by ``builder``. It must therefore import with the
 standard library alone: no torch at import time (torch is queried lazily in
-:func:`detect`), no compiled extension, no ``builder``, no ``packaging``.
+:func:`detect`, or read from its files by :func:`installed_torch`), no compiled
+extension, no ``builder``, no ``packaging``.
 
 Naming (DESIGN.md):
   variant key   ``cu12-torch2.6-cxx11abiFALSE``   (directory names, ids)
@@ -14,6 +15,9 @@ Naming (DESIGN.md):
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import mmap
 import os
 import re
 import sys
@@ -197,7 +201,7 @@ def is_ngc(torch_version: str) -> bool:
 def detect(torch_module=None) -> Variant:
     """The variant the current interpreter's torch needs. Imports torch (lazily)."""
     if torch_module is None:
-        import torch as torch_module  # noqa: PLC0415 - lazy on purpose
+        import torch as torch_module
 
     abi = getattr(getattr(torch_module, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
     return from_values(
@@ -206,6 +210,64 @@ def detect(torch_module=None) -> Variant:
         hip=getattr(torch_module.version, "hip", None),
         cxx11abi=bool(abi) if abi is not None else None,
     )
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    """What an installed torch is, as :func:`installed_torch` read it from its files."""
+
+    version: str
+    cuda: str | None
+    hip: str | None
+    cxx11abi: bool | None  # None: its libc10 could not be read
+    location: str
+
+
+def installed_torch() -> TorchFacts | None:
+    """The facts of the torch this interpreter would import, without importing it (None: no torch).
+
+    Importing torch takes seconds and pip runs setup.py three times per install; the prebuilt-wheel
+    path needs only these four facts. ``torch/version.py`` holds the version and the CUDA/HIP
+    release as literals; the C++ ABI is read from libc10.so: with the CXX11 ABI its exported
+    functions take ``std::__cxx11::basic_string``, with the old one that name never appears.
+    """
+    spec = importlib.util.find_spec("torch")  # locates the package without running its __init__
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = spec.submodule_search_locations[0]
+    try:
+        with open(os.path.join(root, "version.py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    values = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) and node.value is not None:
+            try:
+                values[target.id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue  # computed values (not among the ones read here)
+    version = values.get("__version__")
+    if not isinstance(version, str):
+        return None
+    return TorchFacts(version, values.get("cuda") or None, values.get("hip") or None, _library_abi(os.path.join(root, "lib", "libc10.so")), root)
+
+
+def _library_abi(path: str) -> bool | None:
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(b"NSt7__cxx1112basic_string") != -1
+    except (OSError, ValueError):
+        return None
+
+
+def detect_installed() -> Variant | None:
+    """:func:`detect` from torch's files alone (None: no torch installed)."""
+    facts = installed_torch()
+    if facts is None:
+        return None
+    return from_values(facts.version, cuda=facts.cuda, hip=facts.hip, cxx11abi=facts.cxx11abi)
 
 
 if __name__ == "__main__":  # pragma: no cover - a quick look for humans

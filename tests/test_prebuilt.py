@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -285,3 +286,40 @@ def test_a_lower_case_label_from_setuptools_is_found(tmp_path):
     build_index(tmp_path / "wheels", tmp_path / "index")
     out = P.find_prebuilt(CPU, "2.3.0", tmp_path / "dl", index_url=str(tmp_path / "index"), env={}, **KW)
     assert out.status == "found", out.line
+
+
+def test_a_cuda_torch_without_nvcc_or_a_compiler_gets_its_prebuilt_wheel(sdist, tmp_path):
+    """The user the prebuilt path exists for: torch 2.14.1 (CUDA 13), no CUDA toolkit, no C++ compiler.
+
+    Real pip, real setup.py, real index on 127.0.0.1; the wheel's payload is a marker. setup.py reads
+    torch's files and never imports it (PYTHONPROFILEIMPORTTIME lists every import of pip's setup.py runs).
+    """
+    import sysconfig
+
+    import cudakit
+    from wheelmaker import make_wheel
+
+    venv = cudakit.torch_cuda_venv()
+    want = V.from_values("2.14.1", cuda="13.0", cxx11abi=True, python="cp311", platform=V.platform_tag())
+    ext = f"mamba_ssm/_C{sysconfig.get_config_var('EXT_SUFFIX')}"
+    payload = os.urandom(1 << 16)
+    make_wheel(tmp_path / "wheels", "mamba-ssm", f"{_public_version()}+{want.label}", f"cp311-cp311-{want.platform}",
+               files={ext: payload, "mamba_ssm/__init__.py": b"__version__ = '2.3.0'\n"})  # fmt: skip
+    build_index(tmp_path / "wheels", tmp_path / "index")
+    no_toolchain = {"CUDA_HOME": str(tmp_path / "no-cuda"), "CXX": str(tmp_path / "no-cxx" / "g++"), "PATH": "/usr/bin:/bin"}
+    pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-v", "--no-build-isolation",
+           "--no-deps", "--no-cache-dir", "--target", tmp_path / "site", sdist]  # fmt: skip
+    with serve(tmp_path / "index") as url:
+        proc = checked(run(pip, env=base_env(MAMBA_WHEEL_INDEX=url, PYTHONPROFILEIMPORTTIME="1", **no_toolchain)))
+        out = proc.stdout + proc.stderr
+        assert PREBUILT_MARK in out and f"+{want.label.lower()}-" in out.lower() and COMPILE_MARK not in out
+        assert (tmp_path / "site" / ext).read_bytes() == payload
+        imports = re.findall(r"^\s*import time:.*\|\s*(\S+)$", out, flags=re.MULTILINE)
+        assert any(m.startswith("setuptools.") for m in imports)  # the backend's imports are in the log...
+        assert not [m for m in imports if m.split(".")[0] == "torch"]  # ...and torch is not among them
+
+        # the same machine asked to compile: one clear error naming the missing toolchain, nothing installed
+        proc = run([*pip[:-2], tmp_path / "site2", sdist], env=base_env(MAMBA_WHEEL_INDEX=url, MAMBA_FORCE_BUILD="TRUE", **no_toolchain))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "mamba-ssm build error:" in out and "How to fix:" in out, out[-3000:]
+    assert not (tmp_path / "site2" / "mamba_ssm").exists()

@@ -74,3 +74,61 @@ def test_imports_without_torch_or_the_package():
 def test_labels_survive_pep440_normalisation():
     # setuptools writes 2.3.0+cu12torch2.6cxx11abifalse into filenames and METADATA
     assert V.parse_label("cu12torch2.6cxx11abifalse") == V.parse_label("cu12torch2.6cxx11abiFALSE")
+
+
+# ---- reading torch's files instead of importing it (setup.py runs three times per pip install) ----
+
+_PROBE = (
+    "import sys; from mamba_ssm import _variant as V; "
+    "print(V.detect_installed().key, 'torch' in sys.modules, V.detect().key)"
+)
+
+
+def _torch_pythons() -> list[str]:
+    """This suite's torch (2.13.0+cpu in CI), and torch 2.14.1 CUDA 13 where its venv exists."""
+    import cudakit
+
+    pythons = [sys.executable]
+    if (cudakit.VENV / ".mamba-ready").is_file():
+        pythons.append(str(cudakit.VENV / "bin" / "python"))
+    return pythons
+
+
+@pytest.mark.parametrize("python", _torch_pythons(), ids=lambda p: Path(p).parts[-3])
+def test_the_files_of_a_real_torch_give_the_variant_importing_it_gives(python):
+    pytest.importorskip("torch")
+    p = subprocess.run([python, "-c", _PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    from_files, imported_first, from_import = p.stdout.split()
+    assert p.returncode == 0, p.stderr
+    assert imported_first == "False"  # reading the files did not import torch
+    assert from_files == from_import
+
+
+@pytest.mark.parametrize("abi", [0, 1])
+def test_the_cxx_abi_is_read_from_libc10_without_importing_torch(tmp_path, abi):
+    """A libc10.so compiled for real with each libstdc++ string ABI, in a torch that must not be imported."""
+    torch_dir = tmp_path / "site" / "torch"
+    (torch_dir / "lib").mkdir(parents=True)
+    (torch_dir / "__init__.py").write_text("raise ImportError('torch must not be imported')\n")
+    (torch_dir / "version.py").write_text(
+        "from typing import Optional\n\n__version__ = '2.5.1+cu124'\ndebug = False\n"
+        "cuda: Optional[str] = '12.4'\nhip: Optional[str] = None\n"
+    )
+    src = tmp_path / "c10.cpp"
+    src.write_text('#include <string>\nnamespace c10 { std::string describe(const std::string& w) { return "c10: " + w; } }\n')
+    subprocess.run(
+        ["c++", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", str(src), "-o", str(torch_dir / "lib" / "libc10.so")],
+        check=True,
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}"}
+    code = "from mamba_ssm import _variant as V; print(V.detect_installed().key)"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"cu12-torch2.5-cxx11abi{'TRUE' if abi else 'FALSE'}"
+
+
+def test_no_torch_installed_is_none(tmp_path):
+    code = "from mamba_ssm import _variant as V; print(V.installed_torch(), V.detect_installed())"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.split() == ["None", "None"], p.stderr

@@ -45,8 +45,10 @@ RULES = [
     {
         "kind": "torch-not-visible",
         "patterns": [
-            r"(?s)(?:pip-build-env|Getting requirements to build wheel|build[- ]isolation|get_requires_for_build_wheel|"
-            r"Preparing metadata|pyproject_hooks).*?No module named ['\"]?torch['\"]?",
+            (
+                r"(?s)(?:pip-build-env|Getting requirements to build wheel|build[- ]isolation|get_requires_for_build_wheel|"
+                r"Preparing metadata|pyproject_hooks).*?No module named ['\"]?torch['\"]?"
+            ),
             r"(?s)No module named ['\"]?torch['\"]?.*?(?:pip-build-env|Getting requirements to build wheel|get_requires_for_build)",
         ],
         "title": "torch is not visible to the build (pip's build isolation)",
