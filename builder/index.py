@@ -1,6 +1,6 @@
 """The resolver index: per-variant find-links pages, PEP 503/691 simple pages, the coverage page.
 
-``python -m builder index --wheels DIR --out OUT [--base-url URL]``
+``python -m builder index --wheels DIR --out OUT [--base-url URL] [--files-url URL]``
 
 On disk (OUT = ``dist/index``)::
 
@@ -36,6 +36,15 @@ a sidecar ``<wheel>.spec.json`` (the farm's ``BuildSpec.to_json()``) names them
 in ``serves``; without one, every indexed variant of the same accelerator whose
 torch minor satisfies the wheel's ``Requires-Dist: torch`` specifier, plus the
 wheel's own ``<acc>-torchstable-abi3`` page.
+
+Where a wheel is downloaded from: ``files/<name>`` next to the pages, unless the run
+that added it was given ``--files-url URL`` (a GitHub release's download URL: GitHub
+Pages sites stop at 1 GB, release assets do not). Such a wheel is linked as
+``URL/<name>`` (sha256 fragment kept, no PEP 658 attribute: its ``.metadata`` is not
+hosted there), the manifest records that URL, and a later run that gives the same
+file with another ``--files-url`` moves the link. ``files/`` still holds every wheel
+(integrity checks, the release upload); a site whose wheels are all hosted elsewhere
+is published without it.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ import os
 import re
 import shutil
 import time
+import urllib.parse
 import uuid
 import zipfile
 from collections.abc import Collection
@@ -438,6 +448,8 @@ class Index:
                 seen[cell] = fn
 
     def href(self, fn: str, depth: int) -> str:
+        if fn and self.files[fn].get("url"):
+            return self.files[fn]["url"]
         if self.base_url:
             return f"{self.base_url.rstrip('/')}/files/{fn}"
         return "../" * depth + "files/" + fn
@@ -451,16 +463,23 @@ def _anchors(index: Index, fns: list[str], depth: int) -> str:
     per page and each file's part once per run (a 5,000-wheel run links each file two or three times)."""
     head = f'    <a href="{html.escape(index.href("", depth))}'
     tails = index.anchor_tails
-    return "".join(head + (tails.get(fn) or _anchor_tail(index, fn)) for fn in fns)
+    return "".join(
+        (head if "url" not in index.files[fn] else '    <a href="') + (tails.get(fn) or _anchor_tail(index, fn))
+        for fn in fns
+    )
 
 
 def _anchor_tail(index: Index, fn: str) -> str:
+    """The anchor after the page's common href prefix (after `href="` for a wheel hosted elsewhere)."""
     e = index.files[fn]
-    tail = f'{html.escape(fn)}#sha256={e["sha256"]}"'
+    external = e.get("url")
+    tail = f'{html.escape(external or fn)}#sha256={e["sha256"]}"'
     if e["requires_python"]:
         tail += f' data-requires-python="{html.escape(e["requires_python"])}"'
-    md = f"sha256={e['metadata_sha256']}"
-    tail += f' data-dist-info-metadata="{md}" data-core-metadata="{md}">{html.escape(fn)}</a><br>\n'
+    if not external:  # PEP 658: the .metadata file is served next to the wheel, so only from files/
+        md = f"sha256={e['metadata_sha256']}"
+        tail += f' data-dist-info-metadata="{md}" data-core-metadata="{md}"'
+    tail += f">{html.escape(fn)}</a><br>\n"
     index.anchor_tails[fn] = tail
     return tail
 
@@ -478,11 +497,11 @@ def _json_project(index: Index, fns: list[str], depth: int) -> str:
     prefix = index.href("", depth)
     for fn in fns:
         e = index.files[fn]
-        md = {"sha256": e["metadata_sha256"]}
+        md = {"sha256": e["metadata_sha256"]} if "url" not in e else False
         files.append(
             {
                 "filename": fn,
-                "url": prefix + fn,
+                "url": e.get("url") or prefix + fn,
                 "hashes": {"sha256": e["sha256"]},
                 "requires-python": e["requires_python"] or None,
                 "core-metadata": md,
@@ -649,7 +668,8 @@ def _write_tree(root: Path, pages: dict[str, str]) -> None:
 
 def _write_units(layout: _Layout, index: Index, previous: dict, replaced: frozenset = frozenset()) -> dict[str, str]:
     """Each variant folder is an immutable unit, pages/<key>.<hash>/, shared by every generation
-    whose pages for that variant are the same: adding one wheel rewrites one or two folders, not all."""
+    whose pages for that variant are the same: adding one wheel rewrites one or two folders, not all.
+    ``replaced``: files whose pages must be rendered again (new bytes, or a download URL that moved)."""
     units = {}
     same_base = previous.get("base_url") == index.base_url
     for key, fns in index.variants.items():
@@ -689,12 +709,15 @@ def build_index(
     base_url: str | None = None,
     verify: bool = False,
     replace: Collection[str] | None = None,
+    files_url: str | None = None,
 ) -> IndexResult:
     """Add every wheel under ``wheels_dir`` to the index at ``out`` (keeping everything already there).
 
     ``replace``: wheel filenames whose published bytes a different file of the same name in
-    ``wheels_dir`` may supersede; any other such file is refused (published wheels are immutable)."""
+    ``wheels_dir`` may supersede; any other such file is refused (published wheels are immutable).
+    ``files_url``: the wheels under ``wheels_dir`` are downloaded from ``files_url/<name>``."""
     wheels_dir, out = Path(wheels_dir), Path(out)
+    files_url = _check_files_url(files_url)
     if not wheels_dir.is_dir():
         raise UsageError(f"--wheels {wheels_dir}: no such directory", hint="point --wheels at a folder of .whl files")
     layout = _Layout(out.absolute())
@@ -702,11 +725,28 @@ def build_index(
     layout.pages.mkdir(exist_ok=True)
     try:
         with FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S), _no_cyclic_gc():
-            return _build_locked(wheels_dir, layout, base_url, verify, frozenset(replace or ()))
+            return _build_locked(wheels_dir, layout, base_url, verify, frozenset(replace or ()), files_url)
     except Timeout:
         raise IndexIntegrityError(
             f"another `builder index` has held {layout.lock} for {LOCK_TIMEOUT_S} s", hint="wait for it, then rerun"
         ) from None
+
+
+def _check_files_url(url: str | None) -> str | None:
+    if url is None:
+        return None
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("https", "http") or not parts.netloc or parts.query or parts.fragment:
+        raise UsageError(
+            f"--files-url {url!r} is not an http(s) folder URL",
+            hint="give the folder the wheels are downloaded from, e.g. "
+            "https://github.com/OWNER/REPO/releases/download/TAG (no query, no #fragment)",
+        )
+    return urllib.parse.urlunsplit(parts).rstrip("/")
+
+
+def _wheel_url(files_url: str, name: str) -> str:
+    return f"{files_url}/{urllib.parse.quote(name)}"  # the local label's "+" as %2B, as GitHub's own links
 
 
 @contextlib.contextmanager
@@ -723,7 +763,7 @@ def _no_cyclic_gc():
 
 
 def _build_locked(
-    wheels_dir: Path, layout: _Layout, base_url: str | None, verify: bool, replace: frozenset
+    wheels_dir: Path, layout: _Layout, base_url: str | None, verify: bool, replace: frozenset, files_url: str | None
 ) -> IndexResult:
     current = layout.current()
     doc = load_manifest(current)
@@ -742,12 +782,19 @@ def _build_locked(
                     f"--replace {' '.join(sorted(missing))}: no such wheel under {wheels_dir}",
                     hint="name the new build's filename exactly, with the file in --wheels",
                 )
+        moved = set()  # published files whose download URL this run changes
         for name, src in sources:
             known = files.get(name)
             if known is None:
                 files[name] = _ingest(src, name, store_fd)
+                if files_url:
+                    files[name]["url"] = _wheel_url(files_url, name)
                 added.append(name)
                 continue
+            if files_url and known.get("url") != _wheel_url(files_url, name):
+                known["url"] = _wheel_url(files_url, name)  # the same bytes, hosted elsewhere now
+                moved.add(name)
+                dirty = True
             st = os.stat(src)
             now = [st.st_size, st.st_mtime_ns, st.st_ino]
             if now == known.get("source_stat"):
@@ -756,6 +803,8 @@ def _build_locked(
                 if name in replace:
                     staged[name] = f".{name}.{uuid.uuid4().hex[:8]}.replacement"
                     files[name] = _replacement(known, _ingest(src, name, store_fd, staged[name]))
+                    if known.get("url"):  # (already moved to this run's --files-url above)
+                        files[name]["url"] = known["url"]
                     continue
                 raise IndexIntegrityError(
                     f"{src} differs from the published {name} (sha256 {known['sha256']})",
@@ -769,7 +818,7 @@ def _build_locked(
             _unstage(store_fd, staged)
             _integrity_failure(unresolved)
         try:
-            return _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd)
+            return _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved)
         except BaseException:
             _unstage(store_fd, staged)
             raise
@@ -791,7 +840,7 @@ def _unstage(store_fd: int, staged: dict[str, str]) -> None:
                 os.unlink(n, dir_fd=store_fd)
 
 
-def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd) -> IndexResult:
+def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved) -> IndexResult:
     if current is not None and not added and not staged and not dirty and base_url == doc.get("base_url"):
         return IndexResult(layout.out, current, (), len(files), len(doc.get("variants", {})))
 
@@ -800,7 +849,7 @@ def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_
     gen_name = f"gen-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     staging = layout.root / f".{gen_name}.staging"
     try:
-        units = _write_units(layout, index, doc, frozenset(staged))
+        units = _write_units(layout, index, doc, frozenset(staged) | frozenset(moved))
         _write_generation(staging, units, pages, {**manifest_doc(index), "units": units})
         gen = layout.root / gen_name
         os.rename(staging, gen)
@@ -857,6 +906,13 @@ def add_command(subparsers) -> None:
     )
     p.add_argument("--base-url", help="absolute URL the index is served from (default: relative links)")
     p.add_argument(
+        "--files-url",
+        metavar="URL",
+        help="the wheels under --wheels are downloaded from URL/<name> (e.g. a GitHub release's "
+        "https://github.com/OWNER/REPO/releases/download/TAG), not from the index's files/: "
+        "GitHub Pages sites stop at 1 GB. Default: files/ next to the pages",
+    )
+    p.add_argument(
         "--verify", action="store_true", help="re-hash every published file, not only those whose stat moved"
     )
     p.add_argument(
@@ -874,7 +930,9 @@ def add_command(subparsers) -> None:
 def _run(args) -> int:
     t0 = time.perf_counter()
     replace = {os.path.basename(n) for n in args.replace or ()}
-    res = build_index(args.wheels, args.out, base_url=args.base_url, verify=args.verify, replace=replace)
+    res = build_index(
+        args.wheels, args.out, base_url=args.base_url, verify=args.verify, replace=replace, files_url=args.files_url
+    )
     print(
         f"index: {res.out} -> {res.generation.name}: {res.files} wheels in {res.variants} variants, "
         f"{len(res.added)} added, {len(res.replaced)} replaced ({time.perf_counter() - t0:.2f} s)"

@@ -398,3 +398,67 @@ def test_failed_replacement_leaves_the_old_bytes_published(wheels, tmp_path, mon
     assert not [p for p in (out.parent / ".index.d" / "store").iterdir() if p.name.startswith(".")]
     monkeypatch.undo()
     assert build_index(wheels, out, replace={CU12_311}).replaced == (CU12_311,)  # the rerun completes
+
+
+# ---- wheels hosted elsewhere (--files-url: GitHub release assets, since Pages sites stop at 1 GB) ----
+
+RELEASE = "https://github.com/mamba-ssm/wheels/releases/download"
+
+
+def _link_targets(out: Path) -> dict[str, str]:
+    """filename -> href (without the hash fragment), from every variant page and the PEP 691 JSON."""
+    links = {}
+    for page in out.glob("*/index.html"):
+        for a in _anchors(page):
+            links.setdefault(a["text"], set()).add(a["href"].split("#")[0])
+    doc = json.loads((out / "simple" / "mamba-ssm" / "index.json").read_text())
+    for f in doc["files"]:
+        links.setdefault(f["filename"], set()).add(f["url"])
+    return links
+
+
+def test_files_url_links_the_runs_wheels_to_their_release(wheels, tmp_path):
+    out = tmp_path / "index"
+    build_index(wheels, out, files_url=f"{RELEASE}/v2.3.0/")
+    later = tmp_path / "later"
+    make_mamba_wheel(later, "cu12torch2.6cxx11abiFALSE", "cp313", version="2.4.0")
+    build_index(later, out)  # no --files-url: served from files/ as before
+
+    links = _link_targets(out)
+    new = "mamba_ssm-2.4.0+cu12torch2.6cxx11abiFALSE-cp313-cp313-linux_x86_64.whl"
+    assert links.pop(new) == {f"../files/{new}", f"../../files/{new}"}
+    for fn, hrefs in links.items():
+        assert hrefs == {f"{RELEASE}/v2.3.0/{fn.replace('+', '%2B')}"}, fn
+    # the hash still pins the bytes; no PEP 658 attribute where the .metadata file is not hosted
+    page = out / "cu12-torch2.6-cxx11abiFALSE" / "index.html"
+    for a in _anchors(page):
+        assert a["href"].split("#sha256=")[1] == _sha(out / "files" / a["text"])
+        assert ("data-core-metadata" in a) == (a["text"] == new)
+    doc = json.loads((out / "simple" / "mamba-ssm" / "index.json").read_text())
+    assert {f["filename"]: f["core-metadata"] is False for f in doc["files"]}[new] is False
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["files"][new].get("url") is None
+    assert all(e["url"].startswith(f"{RELEASE}/v2.3.0/") for fn, e in manifest["files"].items() if fn != new)
+    # the coverage page's download links follow
+    assert f'{RELEASE}/v2.3.0/mamba_ssm-2.3.0%2Bcu13torchstable' in (out / "index.html").read_text()
+
+
+def test_a_wheel_given_again_with_another_files_url_moves_its_links(wheels, tmp_path):
+    out = tmp_path / "index"
+    build_index(wheels, out, files_url=f"{RELEASE}/v2.3.0")
+    before = _link_targets(out)
+    res = build_index(wheels, out, files_url=f"{RELEASE}/v2.3.0-respin")
+    assert res.added == ()
+    after = _link_targets(out)
+    assert after.keys() == before.keys()
+    assert all(h == {f"{RELEASE}/v2.3.0-respin/{fn.replace('+', '%2B')}"} for fn, h in after.items())
+    # unchanged input and URL: nothing to publish, the live generation stays
+    assert build_index(wheels, out, files_url=f"{RELEASE}/v2.3.0-respin").generation == res.generation
+
+
+@pytest.mark.parametrize("url", ["ftp://example.org/w", "releases/download/v1", "https://example.org/w?x=1", "https://"])
+def test_a_files_url_that_is_not_an_http_folder_is_refused(wheels, tmp_path, capsys, url):
+    rc = run_cli(["index", "--wheels", str(wheels), "--out", str(tmp_path / "index"), "--files-url", url])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--files-url" in err and "Traceback" not in err, err
+    assert not (tmp_path / "index").exists()

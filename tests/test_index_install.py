@@ -159,3 +159,47 @@ def test_a_wheel_altered_after_indexing_is_refused_by_pip(tmp_path):
         )
     assert proc.returncode != 0
     assert "DO NOT MATCH THE HASHES" in proc.stdout + proc.stderr
+
+
+def test_pages_without_files_and_wheels_on_a_release_host_install_with_pip_uv_and_setup_py(tmp_path):
+    """The Pages layout: pages on one host with no files/ at all, wheels on another (GitHub release
+    assets; a second server on 127.0.0.1 here). pip, uv and setup.py's lookup follow the links and
+    check the hash; a tampered asset is refused."""
+    import shutil
+
+    from mamba_ssm import _prebuilt
+
+    label = "cu12torch2.6cxx11abiFALSE"
+    wheels = tmp_path / "wheels"
+    whl = make_mamba_wheel(wheels, label, "cp311")
+    assets = tmp_path / "release"  # what `gh release upload` puts online
+    assets.mkdir()
+    shutil.copy(whl, assets / whl.name)
+    torches = tmp_path / "torches"
+    make_fake_torch(torches, "2.6.0")
+    env = isolated_env(tmp_path)
+    key = "cu12-torch2.6-cxx11abiFALSE"
+    with serve(assets) as release_url:
+        out = tmp_path / "index"
+        build_index(wheels, out, files_url=release_url)
+        pages = tmp_path / "pages"  # the Pages copy: symlinks followed, files/ left out
+        shutil.copytree(out, pages, ignore=lambda d, names: ["files"] if Path(d) == out else [])
+        assert not list(pages.rglob("*.whl"))
+        with serve(pages) as pages_url:
+            for tool in (pip, uv_pip):
+                vpy = _venv(tmp_path / tool.__name__, "3.11", "2.6.0", torches, env)
+                tool(vpy, ["install", "--no-index", "--find-links", f"{pages_url}/{key}/", "mamba-ssm"], env)
+                assert installed(vpy)["mamba"] == f"2.3.0+{label}", tool.__name__
+            want = _variant.from_values("2.6.0", cuda="12.4", cxx11abi=False, python="cp311", platform="linux_x86_64")
+            found = _prebuilt.find_prebuilt(want, "2.3.0", tmp_path / "dl", index_url=pages_url, env={},
+                                            machine="x86_64", glibc=(2, 36))  # fmt: skip
+            assert found.status == "found" and found.wheel.read_bytes() == whl.read_bytes(), found.line
+
+            with zipfile.ZipFile(assets / whl.name, "a") as zf:  # the asset swapped for other bytes
+                zf.writestr("mamba_ssm/evil.py", "print('hi')\n")
+            vpy = _venv(tmp_path / "tampered", "3.11", "2.6.0", torches, env)
+            proc = pip(vpy, ["install", "--no-index", "--find-links", f"{pages_url}/{key}/", "mamba-ssm"], env, check=False)
+            assert proc.returncode != 0 and "DO NOT MATCH THE HASHES" in proc.stdout + proc.stderr
+            found = _prebuilt.find_prebuilt(want, "2.3.0", tmp_path / "dl2", index_url=pages_url, env={},
+                                            machine="x86_64", glibc=(2, 36))  # fmt: skip
+            assert found.status == "hash-mismatch", found.line

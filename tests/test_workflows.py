@@ -456,6 +456,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
     ctx = {
         "needs.plan.outputs.matrix": json.dumps(matrix, separators=(",", ":")),
         "github.ref_name": "v2.3.0",
+        "needs.plan.outputs.publish": "true" if publish else "false",
         "github.repository": "example/mamba-farm",
         "github.token": "not-a-token",
         "vars.INDEX_URL || format('https://{0}.github.io/{1}', github.repository_owner, "
@@ -471,6 +472,8 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
             **{k: render(v, ctx) for k, v in wf["env"].items()},
             **{k: render(v, ctx) for k, v in job["env"].items()},
             "GITHUB_REF_NAME": "v2.3.0",
+            "GITHUB_SERVER_URL": "https://github.com",
+            "GITHUB_REPOSITORY": "example/mamba-farm",
             "FAKE_GH_LOG": tmp / "gh.log",
             "FAKE_GH_RELEASES": tmp / "releases",
         },
@@ -516,20 +519,26 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def check_index(site: Path, wheels: list[Path]) -> None:
-    """Every wheel is listed under its variant and in simple/, at INDEX_URL/files/, with its real sha256."""
+ASSETS = "https://github.com/example/mamba-farm/releases/download"
+
+
+def check_index(site: Path, wheels: dict[Path, str | None]) -> None:
+    """Every wheel is listed under its variant and in simple/ with its real sha256: at its release's
+    asset URL (wheel -> tag), or at INDEX_URL/files/ (wheel -> None) where the site then serves it."""
     assert (site / "index.html").is_file()
     simple = anchors(site / "simple" / "mamba-ssm" / "index.html")
-    for whl in wheels:
+    for whl, tag in wheels.items():
         label = whl.name.split("+")[1].split("-")[0]
         key = re.sub(r"(torch)([\d.]+)(cxx11abi)", r"-\1\2-\3", label)
         page = anchors(site / key / "index.html")
         for listing in (page, simple):
             href, digest = listing[whl.name]
-            assert href.replace("%2B", "+") == f"{INDEX_URL}/files/{whl.name}"
+            where = f"{ASSETS}/{tag}" if tag else f"{INDEX_URL}/files"
+            assert href.replace("%2B", "+") == f"{where}/{whl.name}"
             assert digest == sha256(whl)
-        served = site / "files" / whl.name
-        assert served.is_file() and sha256(served) == sha256(whl)
+        if tag is None:
+            served = site / "files" / whl.name
+            assert served.is_file() and sha256(served) == sha256(whl)
     assert not (site / "cu13-torch2.14-cxx11abiTRUE").exists(), "the failed build has no page"
 
 
@@ -545,7 +554,7 @@ def test_publish_dry_run_indexes_what_was_built_and_lists_what_failed(tmp_path):
     assert f"`{FAILED}`" in summary and f"`log-{FAILED}`" in summary
     wheels = sorted((ws / "dist" / "wheels").glob("*.whl"))
     assert len(wheels) == 2
-    check_index(ws / "dist" / "index", wheels)
+    check_index(ws / "dist" / "index", dict.fromkeys(wheels))
     assert (ws / "dist" / "logs" / f"log-{FAILED}" / f"{FAILED}.log").is_file()
     assert calls == [], "a dry run touches no release"
     assert [d[0] for d in done if not isinstance(d[1], subprocess.CompletedProcess)] == ["actions/upload-artifact"]
@@ -559,7 +568,9 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels(tmp_path):
             assert proc.returncode == 0, f"{name}:\n{proc.stdout}\n{proc.stderr}"
     new = sorted((ws / "dist" / "wheels").glob("*.whl"))
     site = dict(done)["actions/upload-pages-artifact"]
-    check_index(site, [*new, old_whl])  # v2.2.0's wheel is still there
+    # every wheel is linked to its release's asset, v2.2.0's still there; the site holds no wheel
+    check_index(site, {**dict.fromkeys(new, "v2.3.0"), old_whl: "v2.2.0"})
+    assert not (site / "files").exists() and not list(site.rglob("*.whl"))
     assert dict(done)["attest"] == [p.name for p in new]
     upload = next(c for c in calls if c[:2] == ["release", "upload"])
     assets = {Path(a).name for a in upload[3:] if not a.startswith("-")}
