@@ -304,3 +304,28 @@ def test_hip_gpu_outside_the_wheels_targets():
     findings, _ = run_checks(facts, offline=True)
     (f,) = [f for f in findings if f.check == "gpu-arch"]
     assert f.verdict == "problem" and "gfx942" in f.title and "PYTORCH_ROCM_ARCH=gfx942" in f.fix
+
+
+def test_a_torch_that_does_not_import_is_still_read_from_its_files(tmp_path):
+    """torch 2.14.1 (CUDA 13) whose import dies on libcudart: the doctor still names the variant it
+    needs, from torch/version.py and a real CXX11-ABI libc10.so, and how to repair torch."""
+    site = _install(tmp_path / "site", None, "cu12torch2.6cxx11abiFALSE")
+    fake = site / "torch"
+    (fake / "lib").mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "raise ImportError('libcudart.so.13: cannot open shared object file: No such file or directory')\n"
+    )
+    (fake / "version.py").write_text("__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n")
+    src = tmp_path / "c10.cpp"
+    src.write_text('#include <string>\nnamespace c10 { std::string name(const std::string& s) { return s; } }\n')
+    subprocess.run(["c++", "-shared", "-fPIC", str(src), "-o", str(fake / "lib" / "libc10.so")], check=True)
+
+    p = _doctor(site, "--offline", "--json")
+    doc = json.loads(p.stdout)
+    t = doc["facts"]["torch"]
+    assert "libcudart.so.13" in t["import_error"] and t["read_from"] == "files"
+    assert t["variant"]["key"] == "cu13-torch2.14-cxx11abiTRUE" and t["cxx11abi"] is True
+    broken = next(f for f in doc["findings"] if f["kind"] == "torch-broken")
+    assert "--force-reinstall 'torch==2.14.1+cu130'" in broken["fix"]
+    text = _doctor(site, "--offline").stdout
+    assert "needs variant cu13-torch2.14-cxx11abiTRUE" in text and "Traceback" not in text

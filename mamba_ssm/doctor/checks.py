@@ -98,8 +98,10 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                     f"{sys.executable} -m pip install torch  (then reinstall mamba-ssm)", "torch-missing")
         )
     elif torch.get("import_error"):
+        again = f"{sys.executable} -m pip install --force-reinstall 'torch=={torch['version']}'" if torch.get("version") else "reinstall it"
         findings.append(Finding("torch", PROBLEM, "torch is installed but does not import", torch["import_error"],
-                                "repair torch first (reinstall it); then rerun the doctor", "torch-broken"))
+                                f"repair torch first ({again}, from the index it came from); then rerun the doctor",
+                                "torch-broken"))
     else:
         findings.append(Finding("torch", OK, f"torch {torch['version']} imports ({torch.get('variant', {}).get('key', '?')})"))
 

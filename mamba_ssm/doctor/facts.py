@@ -56,7 +56,7 @@ def torch_facts() -> dict:
     try:
         import torch
     except Exception as e:  # noqa: BLE001 - a broken torch is a fact
-        return {"installed": True, "import_error": f"{type(e).__name__}: {e}"}
+        return {"installed": True, "import_error": f"{type(e).__name__}: {e}", **_torch_file_facts()}
     abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
     out = {
         "installed": True,
@@ -84,6 +84,21 @@ def torch_facts() -> dict:
                 out["gpus"].append(gpu)
     except Exception as e:  # noqa: BLE001 - a driver problem is a fact too
         out["gpu_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def _torch_file_facts() -> dict:
+    """What torch's own files say when it does not import: which variant it needs is still known."""
+    facts = _variant.installed_torch()
+    if facts is None:
+        return {}
+    out = {"version": facts.version, "cuda": facts.cuda, "hip": facts.hip, "cxx11abi": facts.cxx11abi,
+           "ngc": _variant.is_ngc(facts.version), "location": facts.location, "read_from": "files"}  # fmt: skip
+    try:
+        v = _variant.from_values(facts.version, cuda=facts.cuda, hip=facts.hip, cxx11abi=facts.cxx11abi)
+        out["variant"] = {"key": v.key, "label": v.label, "stable_key": v.as_stable().key, "stable_label": v.as_stable().label}
+    except _variant.VariantError as e:
+        out["variant_error"] = str(e)
     return out
 
 

@@ -20,6 +20,9 @@ def render_text(facts: dict, findings: list, extra: dict) -> str:
         out.append(_line("torch", "NOT INSTALLED"))
     elif torch.get("import_error"):
         out.append(_line("torch", f"installed but broken: {torch['import_error']}"))
+        if torch.get("version"):  # read from its files
+            acc = f"CUDA {torch['cuda']}" if torch.get("cuda") else f"HIP {torch['hip']}" if torch.get("hip") else "CPU"
+            out.append(_line("torch files say", f"{torch['version']} ({acc}); needs variant {(torch.get('variant') or {}).get('key')}"))
     else:
         acc = f"CUDA {torch['cuda']}" if torch.get("cuda") else f"HIP {torch['hip']}" if torch.get("hip") else "CPU"
         abi = {True: "CXX11 ABI", False: "pre-CXX11 ABI", None: "ABI unknown"}[torch.get("cxx11abi")]
