@@ -97,6 +97,7 @@ class Target:
         self.data = data = toolchain.load_data()
         facts = _torch_facts()
         self.torch_version, self.torch_cuda, self.torch_hip = facts.version, facts.cuda, facts.hip
+        self.torch_location = facts.location
         toolchain.check_torch(self.torch_version, data)
         self.skip_gpu = bool(toolchain.env_bool(env, "MAMBA_SKIP_CUDA_BUILD"))
         self.force_build = bool(toolchain.env_bool(env, "MAMBA_FORCE_BUILD"))
@@ -172,9 +173,14 @@ class Plan:
             toolchain.check_rocm(self.torch_hip, data, _warn)
             self.hip_archs = toolchain.hip_archs(env, data)
         self.jobs = toolchain.jobs(env, max(1, len(self.archs)))
+        # at::parallel_for is OpenMP code inlined into the binding: link the libgomp torch ships, so the
+        # process keeps one OpenMP runtime (one thread pool, torch.set_num_threads applies to both).
+        self.libgomp = None if self.stable else toolchain.torch_libgomp(self.torch_location)
 
     def summary(self) -> str:
         parts = [self.target.summary(), f"-std={self.std}", f"MAX_JOBS {self.jobs.max_jobs}"]
+        if not self.stable:
+            parts.append(f"OpenMP {self.libgomp.name + ' (torch)' if self.libgomp else 'libgomp (compiler)'}")
         if self.cuda:
             archs = " ".join(f"sm_{a.sm}{'+PTX' if a.ptx else ''}" for a in self.archs)
             parts += [f"CUDA_HOME {self.cuda.home} (CUDA {self.cuda.version})",
@@ -198,10 +204,11 @@ def _extension(plan: Plan):
 
     abi_flag = f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}"  # torch >= 2.13 no longer adds it
     cxx = ["-O2", f"-std={plan.std}", abi_flag, "-fopenmp", "-fvisibility=hidden"]
+    gomp = [f"-L{plan.libgomp.parent}", f"-l:{plan.libgomp.name}"] if plan.libgomp else ["-fopenmp"]
     depends = [str(p) for p in [*CSRC.glob("*.h"), *CSRC.glob("*.inc"), *CSRC.glob("*.cpp"), *CSRC.glob("cuda/*")]]
-    # -fopenmp: at::parallel_for is OpenMP code inlined from ATen headers (torch ships libgomp.so.1);
-    # --strip-debug: Python's CFLAGS carry -g, which would be most of the binding's size.
-    common = {"name": "mamba_ssm._C", "sources": ["csrc/binding.cpp"], "depends": depends, "extra_link_args": ["-fopenmp", "-Wl,--strip-debug"]}
+    # -fopenmp: at::parallel_for is OpenMP code inlined from ATen headers; it links torch's own libgomp
+    # (gomp) where torch ships one. --strip-debug: Python's CFLAGS carry -g, most of the binding's size.
+    common = {"name": "mamba_ssm._C", "sources": ["csrc/binding.cpp"], "depends": depends, "extra_link_args": [*gomp, "-Wl,--strip-debug"]}
     if plan.stable:
         # Only torch's stable C API: no C++ ABI macro, no OpenMP runtime, no Python symbol.
         major, minor = toolchain.version_tuple(plan.stable_floor)[:2]

@@ -44,10 +44,13 @@ STABLE_PYTHON_TAG = "cp310"  # stable-ABI wheels: Python limited API from 3.10 (
 
 # Shared libraries that torch (or the CUDA/ROCm runtime it ships) provides at run time. A wheel
 # that bundled its own copy would load a second, mismatched libtorch/libcudart next to torch's.
+# libgomp too: setup.py links the one torch ships, and a second OpenMP runtime would ignore
+# torch.set_num_threads and keep a second pool of spinning threads.
 TORCH_PROVIDED = (
     "libtorch*.so*",
     "libc10*.so*",
     "libshm.so*",
+    "libgomp*.so*",
     "libcudart.so*",
     "libcuda.so*",
     "libcublas*.so*",
@@ -524,6 +527,10 @@ out = ssi.selective_scan_fn(u, delta, A, B, C, D, z, None, True)
 ref = ssi.selective_scan_ref(u, delta, A, B, C, D, z, None, True)
 err = (out - ref).abs().max().item()
 assert torch.allclose(out, ref, rtol=1e-4, atol=1e-4), f"CPU scan differs from the reference: max abs error {err:.3g}"
+# one OpenMP runtime in the process: the extension uses the libgomp torch loaded
+with open("/proc/self/maps") as maps:
+    gomp = sorted({line.split()[-1] for line in maps if "/libgomp" in line})
+assert len(gomp) <= 1, f"two OpenMP runtimes loaded: {gomp}"
 print(f"smoke ok: torch {torch.__version__}, mamba_ssm {mamba_ssm.__version__}, max abs error {err:.2e}")
 """
 

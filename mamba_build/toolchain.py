@@ -91,6 +91,17 @@ def check_torch(torch_version: str, data: dict) -> None:
         )
 
 
+def torch_libgomp(torch_dir: str) -> Path | None:
+    """The OpenMP runtime torch's wheel ships: ``torch/lib/libgomp.so.1`` (recent wheels), a renamed
+    ``libgomp-<hash>.so.1`` (older ones), or one in ``torch.libs/`` (aarch64). None: it ships none."""
+    root = Path(torch_dir)
+    for folder in (root / "lib", root.parent / "torch.libs"):
+        found = sorted(folder.glob("libgomp*.so*"))
+        if found:
+            return found[0]
+    return None
+
+
 def cxx_standard(torch_version: str, data: dict) -> str:
     return "c++20" if version_tuple(torch_version)[:2] >= version_tuple(data["torch"]["cxx20_from"])[:2] else "c++17"
 

@@ -244,6 +244,9 @@ def test_cpu_build_against_torch_2_13_builds_installs_and_runs(src, tmp_path):
     assert kernel_cmds, log[-3000:]
     assert all("torch" not in c and "_GLIBCXX_USE_CXX11_ABI" not in c for c in kernel_cmds), kernel_cmds
     assert "-D_GLIBCXX_USE_CXX11_ABI=1" in log  # the binding gets torch's ABI, passed by us
+    # at::parallel_for's OpenMP is linked to the libgomp torch ships: one runtime in the process
+    torch_lib = Path(importlib.util.find_spec("torch").submodule_search_locations[0]) / "lib"
+    assert "OpenMP libgomp.so.1 (torch)" in log and f"-L{torch_lib} -l:libgomp.so.1" in log, log[-3000:]
 
     subprocess.run([PY, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True)
     probe = (
@@ -253,10 +256,29 @@ def test_cpu_build_against_torch_2_13_builds_installs_and_runs(src, tmp_path):
         "u = torch.randn(2, 4, 50); d = torch.rand(2, 4, 50); A = -torch.rand(4, 8)\n"
         "B = torch.randn(2, 8, 50); C = torch.randn(2, 8, 50)\n"
         "err = (selective_scan_fn(u, d, A, B, C) - selective_scan_ref(u, d, A, B, C)).abs().max().item()\n"
-        "print(json.dumps({'ext': HAS_EXTENSION, 'err': err, 'file': mamba_ssm.__file__}))\n"
+        "gomp = sorted({l.split()[-1] for l in open('/proc/self/maps') if '/libgomp' in l})\n"
+        "print(json.dumps({'ext': HAS_EXTENSION, 'err': err, 'file': mamba_ssm.__file__, 'gomp': gomp}))\n"
     )
     run = subprocess.run([PY, "-c", probe], env=clean_env(PYTHONPATH=str(target)), cwd=tmp_path,
                          check=False, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["ext"] and result["err"] < 1e-4 and result["file"].startswith(str(target)), result
+    assert result["gomp"] == [str(torch_lib / "libgomp.so.1")], result
+
+
+@pytest.mark.parametrize(
+    ("files", "want"),
+    [
+        (["torch/lib/libgomp.so.1"], "torch/lib/libgomp.so.1"),  # torch >= 2.13 (seen)
+        (["torch/lib/libgomp-a34b3233.so.1"], "torch/lib/libgomp-a34b3233.so.1"),  # renamed by auditwheel
+        (["torch/lib/libc10.so", "torch.libs/libgomp-947d5fa1.so.1.0.0"], "torch.libs/libgomp-947d5fa1.so.1.0.0"),
+        (["torch/lib/libc10.so"], None),  # a torch without its own OpenMP runtime: the compiler's
+    ],
+)
+def test_the_openmp_runtime_torch_ships_is_found(tmp_path, files, want):
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_bytes(b"")
+    got = toolchain.torch_libgomp(str(tmp_path / "torch"))
+    assert got == (tmp_path / want if want else None)

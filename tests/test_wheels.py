@@ -162,6 +162,38 @@ def test_verify_repairs_to_the_policy_without_bundling_torch(sos, tmp_path):
         assert not [n for n in zf.namelist() if ".libs/" in n]
 
 
+OPENMP_SRC = r"""
+#include <omp.h>
+extern "C" int threads() { int n = 0;
+#pragma omp parallel
+  {
+#pragma omp atomic
+    n += 1;
+  }
+  return n; }
+"""
+
+
+@needs_gxx
+def test_verify_leaves_openmp_to_torchs_libgomp(sos, tmp_path):
+    """A real -fopenmp library (DT_NEEDED libgomp.so.1): repair must not bundle a second libgomp,
+    which would ignore torch.set_num_threads and run its own thread pool next to torch's."""
+    so = compile_so(tmp_path, "omp", OPENMP_SRC, "-fopenmp", "-D_GLIBCXX_USE_CXX11_ABI=0")
+    assert b"libgomp.so.1" in so.read_bytes()
+    final = verify_wheel(wheel_with(tmp_path, so, CPU_SPEC), CPU_SPEC, workdir=tmp_path / "work")
+    with zipfile.ZipFile(final) as zf:
+        assert not [n for n in zf.namelist() if ".libs/" in n], zf.namelist()
+        ext = next(n for n in zf.namelist() if n.endswith(".so"))
+        assert b"libgomp.so.1" in zf.read(ext)  # still needed, resolved to the copy torch loads
+    # and one that did bundle it is refused
+    from builder.wheels import _check_not_bundled
+
+    bundled = make_wheel(tmp_path / "bad", "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-manylinux_2_28_x86_64",
+                         files={"mamba_ssm.libs/libgomp-a34b3233.so.1.0.0": b"\x7fELF"})  # fmt: skip
+    with pytest.raises(VerificationError, match="libgomp-a34b3233"):
+        _check_not_bundled(bundled)
+
+
 @needs_gxx
 def test_verify_names_what_disagrees(sos, tmp_path):
     cases = [
