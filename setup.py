@@ -282,8 +282,9 @@ class bdist_wheel_prebuilt(bdist_wheel):
         super().run()
 
 
-# Commands that need only the Target: metadata, and a wheel that may be the published one.
-# pip runs exactly these (egg_info, dist_info, bdist_wheel); anything else compiles in place.
+# Commands that need only the Target: metadata (also --version, --name: no command at all), and a
+# wheel that may be the published one. pip runs exactly these (egg_info, dist_info, bdist_wheel);
+# anything else compiles in place, so it is planned up front.
 DEFERRED = {"egg_info", "dist_info", "sdist", "bdist_wheel"}
 COMPILING = {"build", "build_ext", "install", "develop", "editable_wheel", "bdist_egg"}
 
@@ -297,7 +298,7 @@ def main() -> None:
     target = Target()
     stable = {"options": {"bdist_wheel": {"py_limited_api": "cp310"}}} if target.stable else {}
     common = {"version": target.version, "install_requires": target.install_requires, **stable}
-    if commands and commands[0] in DEFERRED and not COMPILING.intersection(commands):
+    if (not commands or commands[0] in DEFERRED) and not COMPILING.intersection(commands):
         print(target.summary(), file=sys.stderr)
         bdist_wheel_prebuilt.target = target
         source = "csrc/binding_stable.cpp" if target.stable else "csrc/binding.cpp"

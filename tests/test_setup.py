@@ -222,6 +222,19 @@ def test_version_label_and_override(src):
     assert out.stdout.strip().splitlines()[-1].endswith("+mine1"), out.stdout
 
 
+def test_metadata_needs_no_toolchain_and_compiling_checks_it(src, tmp_path):
+    """--version and egg_info (what pip runs before a prebuilt lookup) read torch's files and check no
+    compiler; a command that compiles does, up front, in one line."""
+    env = clean_env(CXX=str(tmp_path / "no-such-g++"), CC=str(tmp_path / "no-such-gcc"))
+    out = run_setup(PY, src, env, "--version")
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1].endswith("+cputorch2.13cxx11abitrue"), out.stderr
+    out = run_setup(PY, src, env, "egg_info", "--egg-base", str(tmp_path))
+    assert out.returncode == 0, out.stderr[-2000:]
+    out = run_setup(PY, src, env, "build_ext")
+    assert out.returncode != 0 and "mamba-ssm build error: the C++ compiler" in out.stderr and "How to fix:" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 # ---- the real CPU build ----
 
 
