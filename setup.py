@@ -97,7 +97,7 @@ class Target:
         self.data = data = toolchain.load_data()
         facts = _torch_facts()
         self.torch_version, self.torch_cuda, self.torch_hip = facts.version, facts.cuda, facts.hip
-        self.torch_location = facts.location
+        self.torch_location, self.torch_git = facts.location, facts.git_version
         toolchain.check_torch(self.torch_version, data)
         self.skip_gpu = bool(toolchain.env_bool(env, "MAMBA_SKIP_CUDA_BUILD"))
         self.force_build = bool(toolchain.env_bool(env, "MAMBA_FORCE_BUILD"))
@@ -208,7 +208,8 @@ def _extension(plan: Plan):
     depends = [str(p) for p in [*CSRC.glob("*.h"), *CSRC.glob("*.inc"), *CSRC.glob("*.cpp"), *CSRC.glob("cuda/*")]]
     # -fopenmp: at::parallel_for is OpenMP code inlined from ATen headers; it links torch's own libgomp
     # (gomp) where torch ships one. --strip-debug: Python's CFLAGS carry -g, most of the binding's size.
-    common = {"name": "mamba_ssm._C", "sources": ["csrc/binding.cpp"], "depends": depends, "extra_link_args": [*gomp, "-Wl,--strip-debug"]}
+    # CPU and CUDA: torch compiles module.cpp (PyInit) only; binding.cpp is a cached object (build_ext).
+    common = {"name": "mamba_ssm._C", "sources": ["csrc/module.cpp"], "depends": depends, "extra_link_args": [*gomp, "-Wl,--strip-debug"]}
     if plan.stable:
         # Only torch's stable C API: no C++ ABI macro, no OpenMP runtime, no Python symbol.
         major, minor = toolchain.version_tuple(plan.stable_floor)[:2]
@@ -223,16 +224,32 @@ def _extension(plan: Plan):
     if plan.backend == "cuda":
         return CUDAExtension(extra_compile_args={"cxx": [*cxx, "-DWITH_CUDA"], "nvcc": []}, **common)
     # ROCm: torch hipifies the .cu sources and compiles them with hipcc (its supported HIP path).
-    common["sources"] = ["csrc/binding.cpp", *sorted(f"csrc/cuda/{p.name}" for p in (CSRC / "cuda").glob("*.cu"))]
+    common["sources"] = ["csrc/module.cpp", "csrc/binding.cpp", *sorted(f"csrc/cuda/{p.name}" for p in (CSRC / "cuda").glob("*.cu"))]
     hipcc = ["-O3", "-std=c++17", "-DWITH_CUDA", "-fPIC", *[f"--offload-arch={a}" for a in plan.hip_archs]]
     return CUDAExtension(extra_compile_args={"cxx": [*cxx, "-DWITH_CUDA"], "nvcc": hipcc}, **common)
+
+
+def _binding_job(plan: Plan):
+    """binding.cpp as a cached object (classic CPU and CUDA builds): one compile per torch build and
+    toolkit, shared by every Python. Its flags are the ones torch's BuildExtension would give it."""
+    abi_flag = f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}"
+    flags = ["-O2", f"-std={plan.std}", abi_flag, "-fopenmp", "-fvisibility=hidden"]
+    torch_headers = f"torch {plan.torch_version} {plan.torch_git or ''}".strip()
+    include_dirs = {str(Path(plan.torch_location) / "include"): torch_headers}
+    if plan.backend == "cuda":
+        flags.append("-DWITH_CUDA")
+        cuda = kernels._compiler_id(str(plan.cuda.nvcc)).splitlines()[-1]  # "Build cuda_13.0.r13.0/..."
+        for sub in ("include", "include/cccl"):
+            if (plan.cuda.home / sub).is_dir():
+                include_dirs[str(plan.cuda.home / sub)] = f"cuda {cuda} {sub}"
+    return kernels.binding_job(CSRC, _cxx_argv(plan.env), flags, include_dirs)
 
 
 def _build_ext_class(plan: Plan):
     from torch.utils.cpp_extension import BuildExtension
 
     class build_ext(BuildExtension):
-        """Compile the kernel objects first (torch-independent command lines), then the binding."""
+        """Compile the kernel objects and the binding first (cached by key), then link the module."""
 
         def build_extensions(self) -> None:
             os.environ.setdefault("MAX_JOBS", str(plan.jobs.max_jobs))
@@ -242,6 +259,8 @@ def _build_ext_class(plan: Plan):
                     CSRC, plan.cuda.nvcc, plan.nvcc_flags, toolchain.gencode_flags(plan.archs),
                     plan.jobs.nvcc_threads, plan.env.get("CC"),
                 )
+            if plan.backend != "rocm" and not plan.stable:
+                jobs.append(_binding_job(plan))
             # MAMBA_KERNEL_CACHE=DIR: a folder shared by every build of one toolchain (objects are keyed by
             # command line, compiler and sources, so a hit is exact); default: this build's own folder.
             cache = plan.env.get("MAMBA_KERNEL_CACHE", "").strip()

@@ -5,10 +5,9 @@
 // keeps the CUDA dispatch key for ROCm builds). The checks, parameter filling
 // and kernel calls are shared with binding_stable.cpp (binding_common.h).
 //
-// Only light ATen headers on purpose (no torch/extension.h, no pybind11): this
-// is the one TU compiled per torch version, so its compile time is paid per wheel.
-#include <Python.h>
-
+// Only light ATen headers on purpose (no torch/extension.h, no pybind11, no Python.h:
+// the module init is module.cpp): this is the one TU compiled per torch version, so its
+// compile time is paid per torch, once for all Pythons.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -99,10 +98,3 @@ TORCH_LIBRARY_IMPL(mamba_ssm, CUDA, m) {
   m.impl("selective_scan_bwd", &selective_scan_bwd);
 }
 #endif
-
-// A plain CPython module so `import mamba_ssm._C` loads the library (and runs the
-// registrations above); the ops themselves live in torch.ops.mamba_ssm.
-static struct PyModuleDef mamba_ssm_c_module = {PyModuleDef_HEAD_INIT, "_C", "mamba_ssm selective-scan ops", -1,
-                                                nullptr};
-
-PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&mamba_ssm_c_module); }

@@ -1,12 +1,15 @@
-"""Compile the kernel translation units into objects, outside torch's build.
+"""Compile the kernel translation units and the torch binding into objects, outside torch's build.
 
 The kernel TUs (csrc/selective_scan_cpu.cpp, csrc/cuda/*.cu) include no torch
 header and get no torch-, Python- or ABI-dependent flag, so one object serves
-every torch/Python/ABI variant of a toolkit. Each object is named by a key that
-hashes its command line (paths relative to the source tree), the compiler's
-identity and the bytes of the sources it can include: equal key, equal object.
-(The farm can share objects across builds by that key; setup.py only reuses
-them inside its own build folder.)
+every torch/Python/ABI variant of a toolkit. The binding (csrc/binding.cpp)
+includes torch's headers but not Python's, so one object serves every Python of
+one torch build. Each object is named by a key that hashes its command line
+(paths relative to the source tree; torch's and the toolkit's include folders
+as their version, since every venv has its own copy), the compiler's identity
+and the bytes of the sources it can include: equal key, equal object. (The farm
+shares objects across builds by that key, MAMBA_KERNEL_CACHE; setup.py alone
+reuses them inside its own build folder.)
 """
 
 from __future__ import annotations
@@ -47,8 +50,15 @@ def _compiler_id(argv0: str) -> str:
         return argv0
 
 
-def _make_job(csrc: Path, source: Path, argv: list[str], deps: list[Path]) -> KernelJob:
-    rel = [os.path.relpath(a, csrc) if os.path.isabs(a) and Path(a).is_relative_to(csrc) else a for a in argv]
+def _key_arg(arg: str, csrc: Path, aliases: dict[str, str]) -> str:
+    for folder, name in aliases.items():
+        if arg == folder or arg.startswith(folder.rstrip("/") + "/"):
+            return name + arg[len(folder.rstrip("/")) :]
+    return os.path.relpath(arg, csrc) if os.path.isabs(arg) and Path(arg).is_relative_to(csrc) else arg
+
+
+def _make_job(csrc: Path, source: Path, argv: list[str], deps: list[Path], aliases: dict[str, str] | None = None) -> KernelJob:
+    rel = [_key_arg(a, csrc, aliases or {}) for a in argv]
     material = {"argv": rel, "compiler": _compiler_id(argv[0]), "sources": _digest(deps)}
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:20]
     return KernelJob(source=source, argv=tuple(argv), key=key)
@@ -59,6 +69,16 @@ def cpu_job(csrc: Path, cxx: list[str]) -> KernelJob:
     argv = [*cxx, *CPU_FLAGS, "-I", str(csrc), "-c", str(src), "-o", "{obj}"]
     deps = [src, csrc / "selective_scan.h", *csrc.glob("*.inc")]
     return _make_job(csrc, src, argv, deps)
+
+
+def binding_job(csrc: Path, cxx: list[str], flags: list[str], include_dirs: dict[str, str]) -> KernelJob:
+    """binding.cpp against one torch build. ``include_dirs``: folder -> what identifies its headers
+    (``torch 2.14.1+cu130 <git sha>``, the nvcc release): the key names those, not the venv's path."""
+    src = csrc / "binding.cpp"
+    includes = [a for d in include_dirs for a in ("-isystem", d)]
+    argv = [*cxx, *flags, "-fPIC", "-DNDEBUG", *includes, "-I", str(csrc), "-c", str(src), "-o", "{obj}"]
+    deps = [src, csrc / "binding_common.h", csrc / "selective_scan.h"]
+    return _make_job(csrc, src, argv, deps, {d: f"<{name}>" for d, name in include_dirs.items()})
 
 
 def cuda_jobs(csrc: Path, nvcc: Path, nvcc_flags: list[str], gencode: list[str], threads: int, ccbin: str | None) -> list[KernelJob]:

@@ -221,6 +221,7 @@ class TorchFacts:
     hip: str | None
     cxx11abi: bool | None  # None: its libc10 could not be read
     location: str
+    git_version: str | None = None  # the commit torch was built from: with the version, names its headers
 
 
 def installed_torch() -> TorchFacts | None:
@@ -251,7 +252,8 @@ def installed_torch() -> TorchFacts | None:
     version = values.get("__version__")
     if not isinstance(version, str):
         return None
-    return TorchFacts(version, values.get("cuda") or None, values.get("hip") or None, _library_abi(os.path.join(root, "lib", "libc10.so")), root)
+    abi = _library_abi(os.path.join(root, "lib", "libc10.so"))
+    return TorchFacts(version, values.get("cuda") or None, values.get("hip") or None, abi, root, values.get("git_version"))
 
 
 def _library_abi(path: str) -> bool | None:

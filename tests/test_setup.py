@@ -31,6 +31,7 @@ def _load(name: str, path: Path):
 
 
 toolchain = _load("_test_mamba_toolchain", ROOT / "mamba_build" / "toolchain.py")
+kernels = _load("_test_mamba_kernels", ROOT / "mamba_build" / "kernels.py")
 DATA = toolchain.load_data()
 
 
@@ -257,6 +258,12 @@ def test_cpu_build_against_torch_2_13_builds_installs_and_runs(src, tmp_path):
     assert kernel_cmds, log[-3000:]
     assert all("torch" not in c and "_GLIBCXX_USE_CXX11_ABI" not in c for c in kernel_cmds), kernel_cmds
     assert "-D_GLIBCXX_USE_CXX11_ABI=1" in log  # the binding gets torch's ABI, passed by us
+    # the binding: torch's headers, not Python's, so its object serves every Python of this torch
+    import sysconfig
+
+    (binding_cmd,) = [ln for ln in log.splitlines() if "mamba-ssm: " in ln and "binding.cpp" in ln and " -c " in ln]
+    assert "-isystem" in binding_cmd and "torch/include" in binding_cmd, binding_cmd
+    assert sysconfig.get_paths()["include"] not in binding_cmd, binding_cmd
     # at::parallel_for's OpenMP is linked to the libgomp torch ships: one runtime in the process
     torch_lib = Path(importlib.util.find_spec("torch").submodule_search_locations[0]) / "lib"
     assert "OpenMP libgomp.so.1 (torch)" in log and f"-L{torch_lib} -l:libgomp.so.1" in log, log[-3000:]
@@ -278,6 +285,23 @@ def test_cpu_build_against_torch_2_13_builds_installs_and_runs(src, tmp_path):
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["ext"] and result["err"] < 1e-4 and result["file"].startswith(str(target)), result
     assert result["gomp"] == [str(torch_lib / "libgomp.so.1")], result
+
+
+def test_the_binding_object_is_keyed_by_the_torch_build_not_by_the_venv(tmp_path):
+    """Each Python's venv has its own copy of torch's headers; the key names the torch build instead."""
+    csrc = ROOT / "csrc"
+    flags = ["-O2", "-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=1", "-fopenmp"]
+
+    def key(venv: str, torch: str) -> str:
+        include = tmp_path / venv / "lib" / "site-packages" / "torch" / "include"
+        include.mkdir(parents=True, exist_ok=True)
+        return kernels.binding_job(csrc, ["c++"], flags, {str(include): torch}).key
+
+    same = "torch 2.14.1+cu130 f00dfeed"
+    assert key("py310", same) == key("py313", same)  # one compile for every Python
+    assert key("py310", same) != key("py310", "torch 2.14.0+cu130 0ddba11")  # another torch build: compiled again
+    assert kernels.binding_job(csrc, ["c++"], [*flags[:2], "-D_GLIBCXX_USE_CXX11_ABI=0", flags[3]],
+                               {str(tmp_path / "py310/lib/site-packages/torch/include"): same}).key != key("py310", same)  # fmt: skip
 
 
 @pytest.mark.parametrize(
