@@ -238,7 +238,7 @@ def _binding_job(plan: Plan):
     include_dirs = {str(Path(plan.torch_location) / "include"): torch_headers}
     if plan.backend == "cuda":
         flags.append("-DWITH_CUDA")
-        cuda = kernels._compiler_id(str(plan.cuda.nvcc)).splitlines()[-1]  # "Build cuda_13.0.r13.0/..."
+        cuda = kernels.compiler_id(str(plan.cuda.nvcc))  # nvcc --version: the release and its build
         for sub in ("include", "include/cccl"):
             if (plan.cuda.home / sub).is_dir():
                 include_dirs[str(plan.cuda.home / sub)] = f"cuda {cuda} {sub}"

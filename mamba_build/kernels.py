@@ -43,7 +43,7 @@ def _digest(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
-def _compiler_id(argv0: str) -> str:
+def compiler_id(argv0: str) -> str:
     try:
         return subprocess.run([argv0, "--version"], check=False, capture_output=True, text=True, timeout=60).stdout.strip()
     except OSError:
@@ -59,7 +59,7 @@ def _key_arg(arg: str, csrc: Path, aliases: dict[str, str]) -> str:
 
 def _make_job(csrc: Path, source: Path, argv: list[str], deps: list[Path], aliases: dict[str, str] | None = None) -> KernelJob:
     rel = [_key_arg(a, csrc, aliases or {}) for a in argv]
-    material = {"argv": rel, "compiler": _compiler_id(argv[0]), "sources": _digest(deps)}
+    material = {"argv": rel, "compiler": compiler_id(argv[0]), "sources": _digest(deps)}
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:20]
     return KernelJob(source=source, argv=tuple(argv), key=key)
 
