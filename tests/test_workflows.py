@@ -397,7 +397,9 @@ args = sys.argv[1:]
 with open(os.environ["FAKE_GH_LOG"], "a") as f:
     f.write(json.dumps(args) + "\n")
 if args[:2] == ["release", "list"]:
-    print("v2.2.0"); print(os.environ["TAG"])
+    if not os.environ.get("FAKE_GH_FIRST_RELEASE"):
+        print("v2.2.0")
+    print(os.environ["TAG"])
 elif args[:2] == ["release", "download"]:
     src = Path(os.environ["FAKE_GH_RELEASES"]) / args[2]
     dest = Path(args[args.index("--dir") + 1]); dest.mkdir(parents=True, exist_ok=True)
@@ -441,7 +443,7 @@ def build_artifacts(tmp: Path) -> dict[str, dict[str, bytes]]:
     return arts
 
 
-def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, bytes]]):
+def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, bytes]], first_release: bool = False):
     """Run the publish job's steps in order: shell steps for real, action steps checked or simulated."""
     wf = load(RELEASE)
     job = wf["jobs"]["publish"]
@@ -476,6 +478,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
             "GITHUB_REPOSITORY": "example/mamba-farm",
             "FAKE_GH_LOG": tmp / "gh.log",
             "FAKE_GH_RELEASES": tmp / "releases",
+            "FAKE_GH_FIRST_RELEASE": "1" if first_release else "",
         },
     )
     (tmp / "gh.log").write_text("")
@@ -580,6 +583,17 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels(tmp_path):
     assert any(c[:2] == ["release", "create"] and "--verify-tag" in c for c in calls)
     downloads = [c[2] for c in calls if c[:2] == ["release", "download"]]
     assert downloads == ["v2.2.0"], "the release being made is not restored from itself"
+
+
+@needs_index
+def test_the_first_release_publishes_with_no_earlier_wheels(tmp_path):
+    ws, done, _, calls, _ = run_publish(tmp_path, publish=True, artifacts=build_artifacts(tmp_path), first_release=True)
+    for name, proc in done:
+        if isinstance(proc, subprocess.CompletedProcess):
+            assert proc.returncode == 0, f"{name}:\n{proc.stdout}\n{proc.stderr}"
+    new = sorted((ws / "dist" / "wheels").glob("*.whl"))
+    check_index(dict(done)["actions/upload-pages-artifact"], dict.fromkeys(new, "v2.3.0"))
+    assert not [c for c in calls if c[:2] == ["release", "download"]]
 
 
 def test_publish_fails_when_no_build_made_a_wheel(tmp_path):
