@@ -81,6 +81,7 @@ def _torch_facts():
     return _variant.TorchFacts(
         torch.__version__, torch.version.cuda, getattr(torch.version, "hip", None),
         None if abi is None else bool(abi), str(Path(torch.__file__).parent),
+        getattr(torch.version, "git_version", None),
     )  # fmt: skip
 
 
