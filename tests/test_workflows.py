@@ -545,12 +545,16 @@ def check_index(site: Path, wheels: dict[Path, str | None]) -> None:
     assert not (site / "cu13-torch2.14-cxx11abiTRUE").exists(), "the failed build has no page"
 
 
-@needs_index
-def test_publish_dry_run_indexes_what_was_built_and_lists_what_failed(tmp_path):
-    ws, done, out, calls, _ = run_publish(tmp_path, publish=False, artifacts=build_artifacts(tmp_path))
+def assert_steps_succeeded(done: list) -> None:
     for name, proc in done:
         if isinstance(proc, subprocess.CompletedProcess):
             assert proc.returncode == 0, f"{name}:\n{proc.stdout}\n{proc.stderr}"
+
+
+@needs_index
+def test_publish_dry_run_indexes_what_was_built_and_lists_what_failed(tmp_path):
+    ws, done, out, calls, _ = run_publish(tmp_path, publish=False, artifacts=build_artifacts(tmp_path))
+    assert_steps_succeeded(done)
     assert out["built"] == "2" and out["failed"] == "1"
     summary = (tmp_path / "summary").read_text()
     assert "2 wheels from 2 of 3 planned builds" in summary
@@ -566,9 +570,7 @@ def test_publish_dry_run_indexes_what_was_built_and_lists_what_failed(tmp_path):
 @needs_index
 def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels(tmp_path):
     ws, done, _, calls, old_whl = run_publish(tmp_path, publish=True, artifacts=build_artifacts(tmp_path))
-    for name, proc in done:
-        if isinstance(proc, subprocess.CompletedProcess):
-            assert proc.returncode == 0, f"{name}:\n{proc.stdout}\n{proc.stderr}"
+    assert_steps_succeeded(done)
     new = sorted((ws / "dist" / "wheels").glob("*.whl"))
     site = dict(done)["actions/upload-pages-artifact"]
     # every wheel is linked to its release's asset, v2.2.0's still there; the site holds no wheel
@@ -588,9 +590,7 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels(tmp_path):
 @needs_index
 def test_the_first_release_publishes_with_no_earlier_wheels(tmp_path):
     ws, done, _, calls, _ = run_publish(tmp_path, publish=True, artifacts=build_artifacts(tmp_path), first_release=True)
-    for name, proc in done:
-        if isinstance(proc, subprocess.CompletedProcess):
-            assert proc.returncode == 0, f"{name}:\n{proc.stdout}\n{proc.stderr}"
+    assert_steps_succeeded(done)
     new = sorted((ws / "dist" / "wheels").glob("*.whl"))
     check_index(dict(done)["actions/upload-pages-artifact"], dict.fromkeys(new, "v2.3.0"))
     assert not [c for c in calls if c[:2] == ["release", "download"]]
