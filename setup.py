@@ -197,14 +197,19 @@ def _cxx_argv(env) -> list[str]:
     return shlex.split(env["CXX"]) if env.get("CXX") else ["c++"]
 
 
+def _classic_cxx_flags(plan: Plan) -> list[str]:
+    """The C++ flags of the classic binding (and module.cpp): torch's ABI, passed by us since torch
+    >= 2.13 no longer adds it; -fopenmp for the at::parallel_for that ATen inlines."""
+    return ["-O2", f"-std={plan.std}", f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}", "-fopenmp", "-fvisibility=hidden"]
+
+
 def _extension(plan: Plan):
     # CUDA_HOME must be right before torch.utils.cpp_extension is imported: it reads it once.
     if plan.cuda:
         os.environ["CUDA_HOME"] = str(plan.cuda.home)
     from torch.utils.cpp_extension import CppExtension, CUDAExtension
 
-    abi_flag = f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}"  # torch >= 2.13 no longer adds it
-    cxx = ["-O2", f"-std={plan.std}", abi_flag, "-fopenmp", "-fvisibility=hidden"]
+    cxx = _classic_cxx_flags(plan)
     gomp = [f"-L{plan.libgomp.parent}", f"-l:{plan.libgomp.name}"] if plan.libgomp else ["-fopenmp"]
     depends = [str(p) for p in [*CSRC.glob("*.h"), *CSRC.glob("*.inc"), *CSRC.glob("*.cpp"), *CSRC.glob("cuda/*")]]
     # -fopenmp: at::parallel_for is OpenMP code inlined from ATen headers; it links torch's own libgomp
@@ -233,8 +238,7 @@ def _extension(plan: Plan):
 def _binding_job(plan: Plan):
     """binding.cpp as a cached object (classic CPU and CUDA builds): one compile per torch build and
     toolkit, shared by every Python. Its flags are the ones torch's BuildExtension would give it."""
-    abi_flag = f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}"
-    flags = ["-O2", f"-std={plan.std}", abi_flag, "-fopenmp", "-fvisibility=hidden"]
+    flags = _classic_cxx_flags(plan)
     torch_headers = f"torch {plan.torch_version} {plan.torch_git or ''}".strip()
     include_dirs = {str(Path(plan.torch_location) / "include"): torch_headers}
     if plan.backend == "cuda":

@@ -56,23 +56,16 @@ def torch_facts() -> dict:
     try:
         import torch
     except Exception as e:  # noqa: BLE001 - a broken torch is a fact
-        return {"installed": True, "import_error": f"{type(e).__name__}: {e}", **_torch_file_facts()}
+        # its own files still say which variant it needs
+        files = _variant.installed_torch()
+        return {"installed": True, "import_error": f"{type(e).__name__}: {e}",
+                **(_described(files) | {"read_from": "files"} if files else {})}  # fmt: skip
     abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
-    out = {
-        "installed": True,
-        "version": torch.__version__,
-        "cuda": getattr(torch.version, "cuda", None),
-        "hip": getattr(torch.version, "hip", None),
-        "cxx11abi": bool(abi) if abi is not None else None,
-        "ngc": _variant.is_ngc(torch.__version__),
-        "location": str(Path(torch.__file__).parent),
-        "gpus": [],
-    }
-    try:
-        v = _variant.detect(torch)
-        out["variant"] = {"key": v.key, "label": v.label, "stable_key": v.as_stable().key, "stable_label": v.as_stable().label}
-    except Exception as e:  # noqa: BLE001
-        out["variant_error"] = str(e)
+    imported = _variant.TorchFacts(
+        torch.__version__, getattr(torch.version, "cuda", None), getattr(torch.version, "hip", None),
+        bool(abi) if abi is not None else None, str(Path(torch.__file__).parent),
+    )  # fmt: skip
+    out = {"installed": True, **_described(imported), "gpus": []}
     try:
         if torch.cuda.is_available():
             for i in range(torch.cuda.device_count()):
@@ -87,15 +80,12 @@ def torch_facts() -> dict:
     return out
 
 
-def _torch_file_facts() -> dict:
-    """What torch's own files say when it does not import: which variant it needs is still known."""
-    facts = _variant.installed_torch()
-    if facts is None:
-        return {}
-    out = {"version": facts.version, "cuda": facts.cuda, "hip": facts.hip, "cxx11abi": facts.cxx11abi,
-           "ngc": _variant.is_ngc(facts.version), "location": facts.location, "read_from": "files"}  # fmt: skip
+def _described(t: _variant.TorchFacts) -> dict:
+    """A torch's facts and the variant they need, however they were read."""
+    out = {"version": t.version, "cuda": t.cuda, "hip": t.hip, "cxx11abi": t.cxx11abi,
+           "ngc": _variant.is_ngc(t.version), "location": t.location}  # fmt: skip
     try:
-        v = _variant.from_values(facts.version, cuda=facts.cuda, hip=facts.hip, cxx11abi=facts.cxx11abi)
+        v = _variant.from_values(t.version, cuda=t.cuda, hip=t.hip, cxx11abi=t.cxx11abi)
         out["variant"] = {"key": v.key, "label": v.label, "stable_key": v.as_stable().key, "stable_label": v.as_stable().label}
     except _variant.VariantError as e:
         out["variant_error"] = str(e)
