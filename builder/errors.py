@@ -47,3 +47,9 @@ class IndexIntegrityError(FarmError):
     """A published file no longer matches its recorded hash, or the index is inconsistent."""
 
     exit_code = 5
+
+
+class NoMatchingWheel(FarmError):
+    """The index has no wheel for this environment (the nearest ones are listed)."""
+
+    exit_code = 6
