@@ -521,3 +521,15 @@ def test_coverage_and_resolve_import_the_model_only_and_the_verifier_no_index():
     root = Path(__file__).parents[1]
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert p.stdout.split() == ["[]", "['builder.index',", "'builder.index.model']"]
+
+
+def test_a_manifest_entry_off_the_schema_is_an_integrity_error_naming_it(wheels, tmp_path):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    mf = out / "manifest.json"
+    doc = json.loads(mf.read_text())
+    del doc["files"][CU12_311]["sha256"]
+    mf.unlink()  # (the generation's own file: a hand edit of the live index)
+    mf.write_text(json.dumps(doc))
+    with pytest.raises(IndexIntegrityError, match=rf"entry '{re.escape(CU12_311)}' .*missing sha256"):
+        build_index(wheels, out)

@@ -49,7 +49,8 @@ is published without it.
 The package, one module per concern (importing it imports none of them: each loads on first use, so
 ``builder.coverage`` and ``builder.resolve`` read the model without the rest)::
 
-    model        the typed manifest entry, the Index (variant pages), which wheel a cell gets, naming
+    model        the typed manifest entry, the Index (variant pages), stable-wheel admission, which wheel a
+                 cell gets, the install command
     reader       what a wheel's filename, METADATA (builder.wheelmeta) and sidecar say
     pages        the find-links, PEP 503/691 and coverage pages of a generation
     store        the fd-based store: ingest, integrity checks

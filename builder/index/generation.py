@@ -24,7 +24,7 @@ from filelock import FileLock, Timeout
 
 from builder.errors import IndexIntegrityError, UsageError
 from builder.index import store
-from builder.index.model import SCHEMA, Entry, Index
+from builder.index.model import SCHEMA, Entry, Index, entries_from_json
 from builder.index.pages import Pages
 
 LOCK_TIMEOUT_S = 600
@@ -76,7 +76,7 @@ def load_manifest(gen: Path | None) -> dict:
         raise IndexIntegrityError(f"{path} is not valid JSON ({err})") from None
     if doc.get("schema") != SCHEMA:
         raise IndexIntegrityError(f"{path}: schema {doc.get('schema')}, this builder reads {SCHEMA}")
-    doc["files"] = {fn: Entry.from_json(d, str(path)) for fn, d in doc.get("files", {}).items()}
+    doc["files"] = entries_from_json(doc.get("files", {}), str(path))
     return doc
 
 

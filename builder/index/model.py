@@ -104,23 +104,6 @@ class Entry(Wheel):
     url: str | None = None  # where it is downloaded from when not files/ (``--files-url``)
     replaced: Sequence[dict] = ()  # the bytes it superseded (``--replace``), oldest first: sha256, size, at
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any], where: str = "manifest.json") -> Entry:
-        """An entry as manifest.json holds it. Takes ownership of ``d``: a run reads 5,000 of them, so
-        the object gets ``d`` as its attributes (no __init__, unset optional fields fall back to their
-        defaults) once its keys are checked against the fields."""
-        d.pop("serves", None)  # recomputed by Index
-        keys = d.keys()
-        if not _REQUIRED <= keys or not keys <= _FIELDS:
-            missing, unknown = sorted(_REQUIRED - keys), sorted(keys - _FIELDS)
-            raise IndexIntegrityError(
-                f"{where}: entry {d.get('filename')!r} does not match this builder's schema "
-                f"(missing {', '.join(missing) or '-'}; unknown {', '.join(unknown) or '-'})"
-            )
-        entry = object.__new__(cls)
-        object.__setattr__(entry, "__dict__", d)
-        return entry
-
     def to_json(self, serves: list[str]) -> dict[str, Any]:
         d = dict(self.__dict__)
         # unset optional fields stay off the disk, as they always have (an empty sidecar list is set)
@@ -136,6 +119,29 @@ class Entry(Wheel):
 
 _FIELDS = frozenset(f.name for f in fields(Entry))
 _REQUIRED = _FIELDS - {"serves_declared", "url", "replaced"}
+_VALID_KEYS: set[tuple[str, ...]] = set()  # key sequences already checked: a manifest repeats a few
+
+
+def entries_from_json(files: dict[str, dict], where: str = "manifest.json") -> dict[str, Entry]:
+    """The entries of manifest.json's ``files``. Takes ownership of the dicts: a run reads 5,000 of them,
+    so each Entry gets its dict as its attributes (no __init__; an unset optional field falls back to
+    its default) once the dict's keys are checked against the fields."""
+    out = {}
+    new, set_attr, valid = object.__new__, object.__setattr__, _VALID_KEYS
+    for fn, d in files.items():
+        d.pop("serves", None)  # recomputed by Index
+        keys = tuple(d)
+        if keys not in valid:
+            missing, unknown = sorted(_REQUIRED - d.keys()), sorted(d.keys() - _FIELDS)
+            if missing or unknown:
+                raise IndexIntegrityError(
+                    f"{where}: entry {fn!r} does not match this builder's schema "
+                    f"(missing {', '.join(missing) or '-'}; unknown {', '.join(unknown) or '-'})"
+                )
+            valid.add(keys)
+        entry = out[fn] = new(Entry)
+        set_attr(entry, "__dict__", d)
+    return out
 
 
 def install_command(entry: Wheel, key: str, base: str) -> str:
@@ -162,7 +168,7 @@ class Manifest:
 
     @classmethod
     def from_json(cls, doc: dict, where: str = "manifest.json") -> Manifest:
-        files = {fn: Entry.from_json(dict(d), where) for fn, d in doc.get("files", {}).items()}  # (the caller's stays)
+        files = entries_from_json({fn: dict(d) for fn, d in doc.get("files", {}).items()}, where)  # (caller's stays)
         return cls(files, doc.get("variants", {}), doc.get("base_url"))
 
     def wheel_for(self, key: str, python: str) -> tuple[str, str] | None:

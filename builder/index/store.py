@@ -116,7 +116,10 @@ def check_published(
     problems, refreshed, waived = [], False, {}
     stat = os.stat
     for fn, e in files.items():
-        for name, sha, stat_field in ((fn, e.sha256, "stat"), (fn + ".metadata", e.metadata_sha256, "metadata_stat")):
+        for name, sha, recorded, stat_field in (
+            (fn, e.sha256, e.stat, "stat"),
+            (fn + ".metadata", e.metadata_sha256, e.metadata_stat, "metadata_stat"),
+        ):
             try:
                 st = stat(name, dir_fd=store_fd)  # relative to the open store: no path walk per file
             except FileNotFoundError:
@@ -125,7 +128,6 @@ def check_published(
                 )
                 continue
             now = [st.st_size, st.st_mtime_ns, st.st_ino]
-            recorded = getattr(e, stat_field)
             if verify or now != recorded:
                 actual = sha256_of(store / name)
                 if actual != sha:
