@@ -16,7 +16,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -180,11 +180,11 @@ def _build_locked(
             url = _wheel_url(files_url, name) if files_url else None
             if known is None:
                 new = store.ingest(src, name, store_fd)
-                files[name] = replace(new, url=url) if url else new
+                files[name] = new.replace(url=url) if url else new
                 added.append(name)
                 continue
             if url and known.url != url:
-                known = files[name] = replace(known, url=url)  # the same bytes, hosted elsewhere now
+                known = files[name] = known.replace(url=url)  # the same bytes, hosted elsewhere now
                 moved.add(name)
                 dirty = True
             st = os.stat(src)
@@ -202,7 +202,7 @@ def _build_locked(
                     hint="published wheels are immutable: give the new build a new version, remove it from "
                     "--wheels, or supersede the published file on purpose with --replace NAME",
                 )
-            files[name] = replace(known, source_stat=now)
+            files[name] = known.replace(source_stat=now)
             dirty = True
         unresolved = [p for fn, ps in waived.items() if fn not in staged for p in ps]
         if unresolved:  # named for replacement, but the same bytes were given: still an altered file
@@ -221,7 +221,7 @@ def _replacement(old: Entry, new: Entry) -> Entry:
     """The new entry, at the old one's download URL, remembering every set of bytes it superseded."""
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     superseded = [*old.replaced, {"sha256": old.sha256, "size": old.size, "at": when}]
-    return replace(new, replaced=superseded, url=old.url)
+    return new.replace(replaced=superseded, url=old.url)
 
 
 def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved) -> IndexResult:

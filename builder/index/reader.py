@@ -51,6 +51,19 @@ def _variant_of_label(raw: str) -> _variant.Variant:
     return _variant.Variant.from_label(raw)
 
 
+@functools.cache
+def _variant_fields(v: _variant.Variant) -> dict:
+    """(Cached: a variant's names are computed once per run, not once per wheel.)"""
+    return {
+        "label": v.label,
+        "key": v.key,
+        "accelerator": v.accelerator,
+        "torch": v.torch,
+        "cxx11abi": v.cxx11abi,
+        "stable": v.stable,
+    }
+
+
 def check_name(path: str) -> Named:
     """What the filename says, or a UsageError naming the file (before anything is read)."""
     filename = os.path.basename(path)
@@ -77,7 +90,7 @@ def check_name(path: str) -> Named:
         variant = _variant_of_label(label)
     except _variant.VariantError as err:
         raise UsageError(f"{path}: {err}") from None
-    return Named(version, tag, variant, f"{release}+{variant.label}")
+    return Named(version, tag, variant, f"{release}+{_variant_fields(variant)['label']}")
 
 
 def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
@@ -96,15 +109,10 @@ def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
     declared = None
     if v.stable and os.path.isfile(path + ".spec.json"):
         declared = _read_serves(path + ".spec.json", v)
-    wheel = Wheel(
+    wheel = Wheel.make(
         filename=os.path.basename(path),
         version=named.shown,
-        label=v.label,
-        key=v.key,
-        accelerator=v.accelerator,
-        torch=v.torch,
-        cxx11abi=v.cxx11abi,
-        stable=v.stable,
+        **_variant_fields(v),
         python=tag.interpreter,
         abi=tag.abi,
         platform=tag.platform,

@@ -8,7 +8,6 @@ reader sees it before a manifest names it; a replacement waits under a staging n
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import io
 import os
@@ -68,8 +67,8 @@ def ingest(src: str, name: str, store_fd: int, store_name: str | None = None) ->
             f"{src} changed while it was being indexed", hint="let whatever writes it finish, then rerun"
         )
     metadata_sha = _write_file(store_fd, name + ".metadata", metadata)
-    return Entry(
-        **{f.name: getattr(wheel, f.name) for f in dataclasses.fields(wheel)},
+    return Entry.make(
+        **wheel.__dict__,
         sha256=sha,
         size=dst.st_size,
         stat=stat_key(dst),
@@ -136,7 +135,7 @@ def check_published(
                     )
                 elif recorded != now:
                     # touched (or an older manifest's stat form), same bytes
-                    e = files[fn] = dataclasses.replace(e, **{stat_field: now})
+                    e = files[fn] = e.replace(**{stat_field: now})
                     refreshed = True
     if problems:
         integrity_failure(problems)
