@@ -185,6 +185,7 @@ class Manifest:
         self.base_url = base_url
         self.pythons = sorted({e.python for e in files.values()}, key=_py_num)
         self._picks: dict[tuple, dict[str, str]] = {}
+        self._ranks: dict[str, tuple[int, bool]] | None = None
 
     @classmethod
     def from_json(cls, doc: dict, where: str = "manifest.json") -> Manifest:
@@ -217,13 +218,17 @@ class Manifest:
         return by_python.get(python)
 
     def _best_by_python(self, page: str, serving: str | None, pythons) -> dict[str, str]:
-        files = self.files
+        files, ranks = self.files, self._ranks
+        if ranks is None:  # (release, exact before stable) of every file, the releases ranked as ints once
+            release = {fn: e.release for fn, e in files.items()}
+            order = {r: i for i, r in enumerate(sorted(set(release.values()), key=parse_version))}
+            ranks = self._ranks = {fn: (order[release[fn]], not files[fn].stable) for fn in files}
         best: dict[str, tuple] = {}
         for fn in self.variants[page]:
             e = files[fn]
             if serving is not None and not e.admits(serving):
                 continue
-            rank = (parse_version(e.release), not e.stable)
+            rank = ranks[fn]
             for py in pythons if e.abi == "abi3" else (e.python,):
                 if e.installs_on(py) and (py not in best or rank > best[py][0]):
                     best[py] = (rank, fn)
@@ -239,12 +244,13 @@ class Index(Manifest):
         groups: dict[str, list[str]] = {k: [] for k in own}
         # A stable wheel stays off an exact page for a release that page already has: with both, pip
         # and uv would take "+cu13torchstable" over "+cu13torch2.14..." (local labels sort as text).
-        releases = {(e.key, e.release) for e in files.values() if not e.stable}
+        release = {fn: e.release for fn, e in files.items()}
+        releases = {(e.key, release[fn]) for fn, e in files.items() if not e.stable}
         self.serves: dict[str, list[str]] = {}
         for fn, e in files.items():
             self.serves[fn] = serves = self._serves(e, exact)
             for key in serves:
-                if key != e.key and (key, e.release) in releases:
+                if key != e.key and (key, release[fn]) in releases:
                     continue
                 groups.setdefault(key, []).append(fn)
         # Rank the few distinct versions once; sorting 5,000 files then compares ints, not Versions.
