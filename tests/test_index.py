@@ -531,5 +531,5 @@ def test_a_manifest_entry_off_the_schema_is_an_integrity_error_naming_it(wheels,
     del doc["files"][CU12_311]["sha256"]
     mf.unlink()  # (the generation's own file: a hand edit of the live index)
     mf.write_text(json.dumps(doc))
-    with pytest.raises(IndexIntegrityError, match=rf"entry '{re.escape(CU12_311)}' .*missing sha256"):
+    with pytest.raises(IndexIntegrityError, match=rf"entry '{re.escape(CU12_311)}' has no 'sha256'"):
         build_index(wheels, out)

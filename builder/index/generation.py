@@ -76,7 +76,7 @@ def load_manifest(gen: Path | None) -> dict:
         raise IndexIntegrityError(f"{path} is not valid JSON ({err})") from None
     if doc.get("schema") != SCHEMA:
         raise IndexIntegrityError(f"{path}: schema {doc.get('schema')}, this builder reads {SCHEMA}")
-    doc["files"] = entries_from_json(doc.get("files", {}), str(path))
+    doc["files"] = entries_from_json(doc.get("files", {}))
     return doc
 
 

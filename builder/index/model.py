@@ -115,6 +115,15 @@ class Entry(Wheel):
     url: str | None = None  # where it is downloaded from when not files/ (``--files-url``)
     replaced: Sequence[dict] = ()  # the bytes it superseded (``--replace``), oldest first: sha256, size, at
 
+    def __getattr__(self, name: str):
+        """Reached only for a field its manifest.json entry lacks (an old or hand-edited manifest)."""
+        if name in _FIELD_NAMES:
+            raise IndexIntegrityError(
+                f"manifest.json: entry {self.__dict__.get('filename')!r} has no {name!r}: "
+                "it does not match this builder's schema"
+            )
+        raise AttributeError(name)
+
     def to_json(self, serves: list[str]) -> dict[str, Any]:
         d = dict(self.__dict__)
         # unset optional fields stay off the disk, as they always have (an empty sidecar list is set)
@@ -129,6 +138,7 @@ class Entry(Wheel):
 
 
 _OPTIONAL = frozenset({"serves_declared", "url", "replaced"})
+_FIELD_NAMES = frozenset(f.name for f in fields(Entry))
 _VALID_KEYS: set[tuple] = set()  # (class, key sequence) already checked: a run repeats a few
 
 
@@ -151,16 +161,16 @@ def _adopt(cls, d: dict):
     return obj
 
 
-def entries_from_json(files: dict[str, dict], where: str = "manifest.json") -> dict[str, Entry]:
-    """The entries of manifest.json's ``files``. Takes ownership of the dicts (each becomes its entry's
-    attributes: a run reads 5,000 of them)."""
+def entries_from_json(files: dict[str, dict]) -> dict[str, Entry]:
+    """The entries of manifest.json's ``files``. Takes ownership of the dicts: each becomes its entry's
+    attributes (a run reads 5,000 of them; an unset optional field falls back to its default, a missing
+    required one is an IndexIntegrityError where it is first read)."""
     out = {}
+    new, set_attr = object.__new__, object.__setattr__
     for fn, d in files.items():
         d.pop("serves", None)  # recomputed by Index
-        try:
-            out[fn] = _adopt(Entry, d)
-        except SchemaMismatch as err:
-            raise IndexIntegrityError(f"{where}: entry {fn!r} does not match this builder's schema ({err})") from None
+        entry = out[fn] = new(Entry)
+        set_attr(entry, "__dict__", d)
     return out
 
 
@@ -188,8 +198,8 @@ class Manifest:
         self._ranks: dict[str, tuple[int, bool]] | None = None
 
     @classmethod
-    def from_json(cls, doc: dict, where: str = "manifest.json") -> Manifest:
-        files = entries_from_json({fn: dict(d) for fn, d in doc.get("files", {}).items()}, where)  # (caller's stays)
+    def from_json(cls, doc: dict) -> Manifest:
+        files = entries_from_json({fn: dict(d) for fn, d in doc.get("files", {}).items()})  # (the caller's stays)
         return cls(files, doc.get("variants", {}), doc.get("base_url"))
 
     def wheel_for(self, key: str, python: str) -> tuple[str, str] | None:
