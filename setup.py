@@ -121,10 +121,13 @@ def _torch_facts(isolation: str | None = None):
             "installed in that environment)",
         )
     if isolation == "pip":
+        import site
         import sysconfig
 
         paths = sysconfig.get_paths()
-        facts = _variant.installed_torch(list(dict.fromkeys([paths["purelib"], paths["platlib"]])))
+        # Where that interpreter imports from: its user site first (outside a venv), then site-packages.
+        user = [site.getusersitepackages()] if sys.prefix == sys.base_prefix else []
+        facts = _variant.installed_torch(list(dict.fromkeys([*user, paths["purelib"], paths["platlib"]])))
         if facts is None:
             raise toolchain.BuildConfigError(
                 f"no torch is installed in {sys.prefix}, the environment this install goes into "

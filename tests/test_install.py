@@ -53,7 +53,7 @@ def wheelhouse(tmp_path_factory) -> Path:
     """What an isolated build and the floor test install, so the installs below need no index but ours
     (mamba-ssm by name must come from our folder, not a registry)."""
     out = tmp_path_factory.mktemp("wheelhouse")
-    for req in ("setuptools==70.1.0", "setuptools>=77.0.3"):
+    for req in ("setuptools==70.1.0", "setuptools>=77.0.3", "wheel"):  # wheel: for an sdist whose build-system.requires names it
         checked(run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", out, req], env=base_env()))
     # tomli: build-system.requires on 3.10 (the pure-Python wheel serves it)
     checked(run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", out, "--only-binary=:all:",
@@ -71,19 +71,21 @@ def standin(tmp_path_factory) -> Path:
 
 
 def fresh_venv(path: Path, python: str, torch_wheel: Path | None) -> Path:
-    """``python -m venv`` (pip 23.x and setuptools 65.5 on 3.10/3.11, no setuptools on 3.12+), plus torch
-    without its dependencies (they would bring setuptools>=77.0.3 along)."""
+    """``python -m venv`` (pip 23.x and setuptools 65.5 on 3.10/3.11, no setuptools on 3.12+), plus torch:
+    the real one with its dependencies (among them setuptools>=77.0.3), the stand-in alone."""
     interpreter = find_python(python)
     if interpreter is None:
         pytest.skip(f"no Python {python} here")
     checked(run([interpreter, "-m", "venv", path]))
     py = path / "bin" / "python"
     if torch_wheel is not None:
-        checked(run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", torch_wheel], env=base_env()))
+        alone = [] if torch_wheel == LOCAL_TORCH else ["--no-deps", "--no-index"]
+        checked(run([py, "-m", "pip", "install", "-q", *alone, torch_wheel], env=base_env(), timeout=900))
     return py
 
 
-def torch_for(python: str, standin: Path) -> Path:
+def real_torch_or(python: str, standin: Path) -> Path:
+    """torch 2.13.0+cpu where a wheel of it is local (cp311), else the stand-in."""
     return LOCAL_TORCH if python == "3.11" and LOCAL_TORCH.is_file() else standin
 
 
@@ -169,8 +171,9 @@ def test_classic_and_stable_builds_in_one_tree_each_ship_only_their_own_module(t
 @pytest.mark.parametrize("python", PYTHONS)
 def test_no_build_isolation_with_the_seeded_setuptools_then_the_floor(python, sdist, wheelhouse, standin, tmp_path):
     """A fresh venv's setuptools (65.5, or none on 3.12+) is below the floor: one line naming the fix.
-    setuptools 70.1.0 (the floor pyproject.toml declares) and a current one (>= 77: PEP 639) both install."""
-    py = fresh_venv(tmp_path / "venv", python, torch_for(python, standin))
+    setuptools 70.1.0 (the floor pyproject.toml declares) and a current one (>= 77: PEP 639) both install.
+    The stand-in torch everywhere: the real one would bring setuptools>=77.0.3 along as a dependency."""
+    py = fresh_venv(tmp_path / "venv", python, standin)
     index = prebuilt_index(tmp_path, py)
     with serve(index) as url:
         proc = install_by_name("pip", py, sdist, wheelhouse, "--no-build-isolation", index_url=url)
@@ -196,7 +199,7 @@ def test_no_build_isolation_with_the_seeded_setuptools_then_the_floor(python, sd
 def test_plain_pip_install_takes_the_prebuilt_wheel_for_the_users_torch(python, sdist, wheelhouse, standin, tmp_path):
     """Default build isolation, seeded pip (23.x on 3.10-3.12, 24.2 on 3.13) and current pip: pip runs the
     target venv's interpreter, setup.py reads that venv's torch from its files, the wheel is hash-checked."""
-    py = fresh_venv(tmp_path / "venv", python, torch_for(python, standin))
+    py = fresh_venv(tmp_path / "venv", python, real_torch_or(python, standin))
     index = prebuilt_index(tmp_path, py)
     with serve(index) as url:
         for front in ("pip", "pip-current"):
