@@ -1,4 +1,6 @@
-"""Build mamba-ssm for the torch that is installed (pip install --no-build-isolation).
+"""Build mamba-ssm for the torch that is installed: `pip install mamba-ssm` takes the prebuilt wheel
+for it (under pip's build isolation too: torch is read from the target environment's files), and
+`pip install --no-build-isolation mamba-ssm` also compiles when no wheel fits.
 
 Order: the Target (torch's version, CUDA/ROCm and C++ ABI read from its files, no
 import, plus the MAMBA_* settings) gives the version and the metadata; bdist_wheel
@@ -98,13 +100,13 @@ def _isolation(env=os.environ) -> str | None:
     norm = lambda p: os.path.normcase(os.path.realpath(p))
     if not {norm(paths["purelib"]), norm(paths["platlib"])} & {norm(p) for p in sys.path if p}:
         return "pip"
-    if Path(sys.prefix).parent.name.startswith("builds-v"):  # uv --no-build-isolation: the target venv's own
+    if Path(sys.prefix).parent.name.startswith("builds-v"):  # uv's build venv (--no-build-isolation: the target)
         return "uv"
     return None
 
 
 # Added to every command the isolation errors name: what it takes to compile against the user's torch.
-NO_ISOLATION = "add --no-build-isolation to the install command (with torch and setuptools>=70.1 installed in that environment)"
+NO_ISOLATION = "add --no-build-isolation to the install command (that environment then needs setuptools>=70.1 too)"
 
 
 def _torch_facts(isolation: str | None = None):
