@@ -52,7 +52,8 @@ def wheelhouse(tmp_path_factory) -> Path:
     """What an isolated build and the floor test install, so the installs below need no index but ours
     (mamba-ssm by name must come from our folder, not a registry)."""
     out = tmp_path_factory.mktemp("wheelhouse")
-    for req in ("setuptools==70.1.0", "setuptools>=77.0.3", "wheel"):  # wheel: for an sdist whose build-system.requires names it
+    # wheel (and its packaging): for an sdist whose build-system.requires names it
+    for req in ("setuptools==70.1.0", "setuptools>=77.0.3", "wheel", "packaging"):
         checked(run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", out, req], env=base_env()))
     # tomli: build-system.requires on 3.10 (the pure-Python wheel serves it)
     checked(run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", out, "--only-binary=:all:",
