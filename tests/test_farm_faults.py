@@ -13,6 +13,7 @@ import pytest
 from farmkit import REPO, ci_spec, docker_client, farm_containers, partial_files, run_build
 
 from builder import schedule
+from builder.errors import BuildFailed
 from builder.executors import BuildResult
 from builder.executors.host import copy_source
 
@@ -50,7 +51,7 @@ def test_a_build_that_does_not_compile_fails_with_its_log(tmp_path: Path) -> Non
     spec = ci_spec("cpu")
     dist = tmp_path / "dist"
     run = run_build("--profile", "ci", "--only", spec.id, "--executor", "docker", "--dist", str(dist), "--source", str(src))
-    assert run.rc == 1, run.out[-3000:]
+    assert run.rc == BuildFailed.exit_code, run.out[-3000:]  # its own exit code (7), not the generic 1
     log = dist / "logs" / f"{spec.id}.log"
     assert f"log: {log}" in run.out
     assert "deliberately broken" in log.read_text()

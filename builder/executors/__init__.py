@@ -21,11 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from builder.errors import FarmError, UsageError
-
-
-class InfrastructureError(FarmError):
-    """The build could not run (engine hiccup, network, disk): worth a retry, unlike a compile error."""
+from builder.errors import FarmError, InfrastructureError, UsageError
 
 
 @dataclass
@@ -39,7 +35,7 @@ class BuildResult:
 
 
 # build.sh exits with this when the build could not run (network, disk): the one retried failure.
-EXIT_INFRA = 75
+EXIT_INFRA = InfrastructureError.exit_code  # 75
 
 
 def collect_wheel(code: int, raw_dir: Path, out_dir: Path, log_path: Path) -> BuildResult:

@@ -21,13 +21,12 @@ import threading
 import time
 from pathlib import Path
 
-from builder.errors import EngineUnavailable, FarmError
+from builder.errors import EngineUnavailable, FarmError, InfrastructureError
 from builder.executors import (
     BUILD_SCRIPT,
     KERNEL_CACHE_MOUNT,
     BuildOptions,
     BuildResult,
-    InfrastructureError,
     collect_wheel,
     kernel_cache_name,
     spec_env,
