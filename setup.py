@@ -105,6 +105,7 @@ class Target:
         # Stable ABI (MAMBA_STABLE_ABI=TRUE): csrc/binding_stable.cpp, one cp310-abi3 wheel for torch >= floor.
         self.stable = bool(toolchain.env_bool(env, "MAMBA_STABLE_ABI"))
         self.stable_floor = data["stable"]["floor"]
+        self.stable_tag = "cp" + data["stable"]["python"].replace(".", "")  # its Python tag: cp310(-abi3)
         if self.stable and toolchain.version_tuple(self.torch_version)[:2] < toolchain.version_tuple(self.stable_floor)[:2]:
             raise toolchain.BuildConfigError(
                 f"MAMBA_STABLE_ABI=TRUE needs torch >= {self.stable_floor} (its stable C API), but torch is {self.torch_version}",
@@ -121,9 +122,11 @@ class Target:
                 f"({'TRUE' if torch_abi else 'FALSE'}); the wheel will not load with this torch"
             )
         self.backend = "cpu" if self.skip_gpu or not (facts.cuda or facts.hip) else ("rocm" if facts.hip else "cuda")
-        if self.backend == "rocm" and self.stable:
+        if self.stable and self.backend not in data["stable"]["backends"]:
+            names = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm"}
+            covered = " and ".join(names[b] for b in data["stable"]["backends"])
             raise toolchain.BuildConfigError(
-                "MAMBA_STABLE_ABI=TRUE covers CPU and CUDA builds only, and this torch is a ROCm build",
+                f"MAMBA_STABLE_ABI=TRUE covers {covered} builds only, and this torch is a {names[self.backend]} build",
                 "unset MAMBA_STABLE_ABI to build a classic wheel for this torch",
             )
         self.variant = _variant.from_values(
@@ -150,7 +153,7 @@ class Target:
         parts = [f"torch {self.torch_version}", f"backend {self.backend}",
                  f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}", f"version {self.version}"]  # fmt: skip
         if self.stable:
-            parts.append(f"stable ABI (torch >= {self.stable_floor}, cp310-abi3)")
+            parts.append(f"stable ABI (torch >= {self.stable_floor}, {self.stable_tag}-abi3)")
         return "mamba-ssm build: " + ", ".join(parts)
 
 
@@ -320,7 +323,7 @@ def main() -> None:
         setup(version=_base_version(), install_requires=["torch"])
         return
     target = Target()
-    stable = {"options": {"bdist_wheel": {"py_limited_api": "cp310"}}} if target.stable else {}
+    stable = {"options": {"bdist_wheel": {"py_limited_api": target.stable_tag}}} if target.stable else {}
     common = {"version": target.version, "install_requires": target.install_requires, **stable}
     if (not commands or commands[0] in DEFERRED) and not COMPILING.intersection(commands):
         print(target.summary(), file=sys.stderr)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from builder import compat as compat_mod
 from builder.errors import BuildFailed, EngineUnavailable, UsageError
 from builder.spec import stable_hash
 
@@ -59,7 +60,7 @@ TOOLCHAIN_ARCHS = (
     "gfx1101",
     "gfx1102",
 )
-DEFAULT_ARCHS = ("gfx90a", "gfx942", "gfx1100")
+DEFAULT_ARCHS = compat_mod.load().rocm_default_archs  # setup.py's default too: mamba_build/build.toml [rocm]
 # The flags a ROCm build of the extension passes to hipcc: torch's cpp_extension
 # (COMMON_HIP_FLAGS + COMMON_HIPCC_FLAGS) plus setup.py's own.
 HIPCC_FLAGS = (

@@ -148,37 +148,33 @@ def _group(cells: list[Cell]) -> list[tuple[Cell, tuple[Cell, ...]]]:
 
 # --- stable-ABI collapse (issue 8) ------------------------------------------------
 # A stable-ABI wheel (setup.py with MAMBA_STABLE_ABI=TRUE) is cp310-abi3, requires
-# torch >= the floor in mamba_build/build.toml and serves both C++ ABIs, so one build
-# per accelerator and platform serves every such cell. ROCm stays classic (setup.py
-# refuses a stable ROCm build).
-STABLE_KINDS = ("cpu", "cuda")
-STABLE_PYTHON = "3.10"  # the wheel's cp310-abi3 tag
+# torch >= the floor and serves both C++ ABIs, so one build per accelerator and
+# platform serves every such cell. Its floors and backends (CPU and CUDA: setup.py
+# refuses a stable ROCm build) are mamba_build/build.toml's [stable], read by compat.
 
 
 def stable_floor() -> str:
-    import tomllib
-
-    with open(REPO_ROOT / "mamba_build" / "build.toml", "rb") as f:
-        return tomllib.load(f)["stable"]["floor"]
+    return compat_mod.load().stable_floor
 
 
-def _stable_eligible(cell: Cell, acc: Accelerator, floor: str) -> bool:
+def _stable_eligible(cell: Cell, acc: Accelerator, compat: Compat) -> bool:
     return (
-        acc.kind in STABLE_KINDS
-        and vtuple(cell.torch) >= vtuple(floor)
-        and vtuple(cell.python) >= vtuple(STABLE_PYTHON)
+        acc.kind in compat.stable_kinds
+        and vtuple(cell.torch) >= vtuple(compat.stable_floor)
+        and vtuple(cell.python) >= vtuple(compat.stable_python)
     )
 
 
-def _group_stable(cells: list[Cell], accs: dict[str, Accelerator]) -> list[tuple[Cell, tuple[Cell, ...], bool]]:
+def _group_stable(
+    cells: list[Cell], accs: dict[str, Accelerator], compat: Compat
+) -> list[tuple[Cell, tuple[Cell, ...], bool]]:
     """(build cell, cells served, stable?): a stable build per (accelerator, platform) for the
     cells it can serve, built in one of them (newest torch, oldest Python, its native ABI);
     a classic build per remaining cell."""
-    floor = stable_floor()
     pools: dict[tuple[str, str], list[Cell]] = {}
     groups: list[tuple[Cell, tuple[Cell, ...], bool]] = []
     for c in cells:
-        if _stable_eligible(c, accs[c.accelerator], floor):
+        if _stable_eligible(c, accs[c.accelerator], compat):
             pools.setdefault((c.accelerator, c.platform), []).append(c)
         else:
             groups.append((c, (c,), False))
@@ -270,7 +266,7 @@ def _specs(
     archs = {name: _archs(matrix, compat, acc, prof) for name, acc in accs.items()}
     builds = []
     tc_of: dict[str, _Toolchain] = {}
-    groups = _group_stable(cells, accs) if stable else [(c, cs, False) for c, cs in _group(cells)]
+    groups = _group_stable(cells, accs, compat) if stable else [(c, cs, False) for c, cs in _group(cells)]
     for cell, serves, is_stable in groups:
         acc = accs[cell.accelerator]
         key = (cell.accelerator, cell.platform, cell.torch)

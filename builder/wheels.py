@@ -36,11 +36,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from builder import compat as compat_mod
 from builder.errors import VerificationError
 from builder.spec import BuildSpec
 
 PROJECT = "mamba-ssm"
-STABLE_PYTHON_TAG = "cp310"  # stable-ABI wheels: Python limited API from 3.10 (abi3)
 
 # Shared libraries that torch (or the CUDA/ROCm runtime it ships) provides at run time. A wheel
 # that bundled its own copy would load a second, mismatched libtorch/libcudart next to torch's.
@@ -125,7 +125,7 @@ def read_facts(wheel: Path) -> WheelFacts:
 
 def expected_tag(spec: BuildSpec, platform: str) -> str:
     if spec.stable:
-        return f"{STABLE_PYTHON_TAG}-abi3-{platform}"
+        return f"{compat_mod.load().stable_python_tag}-abi3-{platform}"  # mamba_build/build.toml [stable]
     return f"{spec.python_tag}-{spec.python_tag}-{platform}"
 
 
