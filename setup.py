@@ -3,12 +3,12 @@
 Order: the Target (torch's version, CUDA/ROCm and C++ ABI read from its files, no
 import, plus the MAMBA_* settings) gives the version and the metadata; bdist_wheel
 then ships the published wheel for that variant when one exists. Only when
-something will be compiled does the Plan check everything else (C++ compiler new
-enough, CUDA toolkit matching torch, ROCm version, arch list); then the kernel
+something will be compiled does the CompilePlan check everything else (C++ compiler
+new enough, CUDA toolkit matching torch, ROCm version, arch list); then the kernel
 objects are compiled with a torch-independent command line
 (mamba_build/kernels.py), then the thin torch binding with torch's BuildExtension,
 and they are linked into mamba_ssm._C. Environment variables: see the README,
-"Installing from source".
+"Installing from source". (Not the farm's builder.plan.Plan, which plans many wheels.)
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class Target:
     """What this build is for, from torch's files and the environment: no torch import, no toolchain.
 
     That is all the metadata and the prebuilt-wheel lookup need, so a user whose variant is
-    published needs neither nvcc nor a C++ compiler; the toolchain is checked (Plan) only when
+    published needs neither nvcc nor a C++ compiler; the toolchain is checked (CompilePlan) only when
     something is about to be compiled.
     """
 
@@ -157,7 +157,7 @@ class Target:
         return "mamba-ssm build: " + ", ".join(parts)
 
 
-class Plan:
+class CompilePlan:
     """How to compile the Target: every toolchain check, before anything is compiled."""
 
     def __init__(self, target: Target) -> None:
@@ -200,13 +200,13 @@ def _cxx_argv(env) -> list[str]:
     return shlex.split(env["CXX"]) if env.get("CXX") else ["c++"]
 
 
-def _classic_cxx_flags(plan: Plan) -> list[str]:
+def _classic_cxx_flags(plan: CompilePlan) -> list[str]:
     """The C++ flags of the classic binding (and module.cpp): torch's ABI, passed by us since torch
     >= 2.13 no longer adds it; -fopenmp for the at::parallel_for that ATen inlines."""
     return ["-O2", f"-std={plan.std}", f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}", "-fopenmp", "-fvisibility=hidden"]
 
 
-def _extension(plan: Plan):
+def _extension(plan: CompilePlan):
     # CUDA_HOME must be right before torch.utils.cpp_extension is imported: it reads it once.
     if plan.cuda:
         os.environ["CUDA_HOME"] = str(plan.cuda.home)
@@ -238,7 +238,7 @@ def _extension(plan: Plan):
     return CUDAExtension(extra_compile_args={"cxx": [*cxx, "-DWITH_CUDA"], "nvcc": hipcc}, **common)
 
 
-def _binding_job(plan: Plan):
+def _binding_job(plan: CompilePlan):
     """binding.cpp as a cached object (classic CPU and CUDA builds): one compile per torch build and
     toolkit, shared by every Python. Its flags are the ones torch's BuildExtension would give it."""
     flags = _classic_cxx_flags(plan)
@@ -253,7 +253,7 @@ def _binding_job(plan: Plan):
     return kernels.binding_job(CSRC, _cxx_argv(plan.env), flags, include_dirs)
 
 
-def _build_ext_class(plan: Plan):
+def _build_ext_class(plan: CompilePlan):
     from torch.utils.cpp_extension import BuildExtension
 
     class build_ext(BuildExtension):
@@ -280,7 +280,7 @@ def _build_ext_class(plan: Plan):
     return build_ext
 
 
-def _torch_extension(plan: Plan):
+def _torch_extension(plan: CompilePlan):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)  # torch's "no CUDA runtime found" notice
         return _extension(plan)
@@ -302,7 +302,7 @@ class bdist_wheel_prebuilt(bdist_wheel):
             if wheel is not None:
                 print(f"mamba-ssm: using prebuilt {wheel}")
                 return
-        plan = Plan(target)
+        plan = CompilePlan(target)
         print(plan.summary(), file=sys.stderr)
         self.distribution.ext_modules = [_torch_extension(plan)]
         self.distribution.cmdclass["build_ext"] = _build_ext_class(plan)
@@ -332,7 +332,7 @@ def main() -> None:
         placeholder = Extension("mamba_ssm._C", sources=[source], py_limited_api=target.stable)
         setup(ext_modules=[placeholder], cmdclass={"bdist_wheel": bdist_wheel_prebuilt}, **common)
         return
-    plan = Plan(target)
+    plan = CompilePlan(target)
     print(plan.summary(), file=sys.stderr)
     setup(ext_modules=[_torch_extension(plan)], cmdclass={"build_ext": _build_ext_class(plan)}, **common)
 
