@@ -137,7 +137,7 @@ def test_the_cxx_standard_is_the_one_setup_py_compiles_with(compat) -> None:
     assert compat.torch["2.13"].cxx_std == 17 and compat.torch["2.14"].cxx_std == 20
 
 
-def test_the_rocm_floor_and_patch_are_setup_pys(compat) -> None:
+def test_the_rocm_floor_and_patch_are_setup_pys(tmp_path: Path, compat) -> None:
     for version in ["5.6", "5.7", *compat.rocm]:
         acc = parse_accelerator(f"rocm-{version}")
         reason = compat.drop_reason("2.14", "3.11", acc, True, "linux_x86_64") or ""
@@ -150,6 +150,14 @@ def test_the_rocm_floor_and_patch_are_setup_pys(compat) -> None:
             setup_refuses = True
         assert farm_refuses == setup_refuses, version
         assert compat.hip_bf16_patch(acc) == bool(warned) or setup_refuses, version
+        # rocm_patch/apply.sh (run while a ROCm image is built) holds the same two rules in bash
+        script = subprocess.run(
+            ["bash", str(ROOT / "rocm_patch" / "apply.sh"), str(tmp_path / "no-rocm"), f"{version}.1"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert (script.returncode == 3) == setup_refuses, (version, script.stderr)
+        if not setup_refuses:
+            assert ("no header patch needed" in script.stdout) != compat.hip_bf16_patch(acc), (version, script.stdout)
 
 
 def fake_torch(tmp_path: Path, version: str, *, cuda: str | None = None, hip_: str | None = None) -> Path:
