@@ -220,9 +220,8 @@ def test_nothing_to_build_says_why_when_few_were_dropped(tmp_path: Path) -> None
     assert rc == 2 and out == "" and "Traceback" not in err
     lines = err.splitlines()
     assert lines[0].endswith("axes: nothing to build: the matrix leaves no buildable combination (1 dropped):")
-    assert lines[1:] == [
-        "  torch 2.0 x py3.13 x cuda-13.0 x cxx11abi=FALSE x linux_x86_64: torch 2.0 has wheels for Python 3.8-3.11 only"
-    ]
+    cell = "torch 2.0 x py3.13 x cuda-13.0 x cxx11abi=FALSE x linux_x86_64"
+    assert lines[1:] == [f"  {cell}: torch 2.0 has wheels for Python 3.8-3.11 only"]
     with pytest.raises(MatrixError) as caught:
         load_plan(path)
     assert "torch 2.0 has wheels for Python 3.8-3.11 only" in str(caught.value)

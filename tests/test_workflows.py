@@ -115,14 +115,16 @@ def zizmor(*paths: Path) -> list[dict]:
 
 
 def describe(findings: list[dict]) -> str:
+    """One line per finding: the audit, its severity, and where (file:line and the YAML there)."""
+
+    def where(loc: dict) -> str:
+        path = loc["symbolic"]["key"]["Local"]["verbatim_path"]
+        line = loc["concrete"]["location"]["start_point"]["row"] + 1
+        return f"{path}:{line} ({loc['concrete']['feature']})"
+
     return "\n".join(
         f"{f['ident']} ({f['determinations']['severity']}): {f['desc']} at "
-        + ", ".join(
-            f"{loc['symbolic']['key']['Local']['verbatim_path']}:{loc['concrete']['location']['start_point']['row'] + 1}"
-            f" ({loc['concrete']['feature']})"
-            for loc in f["locations"]
-            if loc["symbolic"]["kind"] == "Primary"
-        )
+        + ", ".join(where(loc) for loc in f["locations"] if loc["symbolic"]["kind"] == "Primary")
         for f in findings
     )
 
