@@ -27,7 +27,6 @@ import io
 import json
 import os
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -38,13 +37,18 @@ from pathlib import Path
 from typing import Self
 
 from builder import compat as compat_mod
-from builder.errors import BuildFailed, EngineUnavailable, UsageError
+from builder.base_image import ensure
+from builder.engine import build_image, connect, image_exists
+from builder.errors import BuildFailed, UsageError
+from builder.hostenv import find_ca_bundle
+from builder.images import NEWER_SUITE, OWNER_LABEL, image_repo, owner
+from builder.render import hip_toolchain
 from builder.spec import stable_hash
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HIPIFY_SCRIPT = Path(__file__).resolve().parent / "hipify_tus.py"
-SUITE = "trixie"  # the Debian release with hipcc (5.7.1)
-IMAGE_REPO = "mamba-farm/hip-toolchain"
+SUITE = NEWER_SUITE  # the Debian release with hipcc (5.7.1)
+IMAGE_REPO = image_repo("hip-toolchain")
 LLVM_BIN = "/usr/lib/llvm-17/bin"  # trixie's hipcc drives clang 17; the bundler tools live here
 # What trixie's clang 17 compiles (gfx950 and gfx12xx need ROCm 7's clang).
 TOOLCHAIN_ARCHS = (
@@ -102,11 +106,9 @@ class Toolchain:
     container: object = None
     hip_version: str = ""
     log: object = print
-    _owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    _owner: str = field(default_factory=owner)
 
     def __enter__(self) -> Self:
-        from builder.executors.docker import OWNER_LABEL
-
         # The owner label keeps a concurrent farm run's leftover sweep off this container.
         self.container = self.client.containers.run(
             self.image,
@@ -169,52 +171,26 @@ PACKAGES = ("hipcc", "libamdhip64-dev", "patch")
 
 
 def dockerfile(base: str) -> str:
-    return (
-        f"FROM {base}\n"
-        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
-        "RUN apt-get update \\\n"
-        f" && apt-get install -y --no-install-recommends {' '.join(PACKAGES)} \\\n"
-        " && rm -rf /var/lib/apt/lists/*\n"
-        "RUN hipcc --version\n"
-    )
+    return hip_toolchain(base, PACKAGES)
 
 
 def ensure_image(client, *, log=print) -> str:
     """The hipcc image's tag, building it (once, under a lock) when it does not exist yet."""
-    import docker.errors
-    from filelock import FileLock
-
-    from builder.base_image import ensure
-    from builder.hostenv import find_ca_bundle
+    from filelock import FileLock  # here, not above: `hip-compile --help` starts without it
 
     base = ensure(client, SUITE, ca_bundle=find_ca_bundle(), log=log)
     text = dockerfile(base)
     tag = f"{IMAGE_REPO}:{stable_hash({'dockerfile': text, 'base': client.images.get(base).id}, 16)}"
     lock = Path(tempfile.gettempdir()) / f"mamba-farm-{IMAGE_REPO.replace('/', '-')}.lock"
     with FileLock(str(lock)):
-        try:
-            client.images.get(tag)
+        if image_exists(client, tag):
             return tag
-        except docker.errors.ImageNotFound:
-            pass
         log(f"hip: building {tag} (apt-get install {' '.join(PACKAGES)}; once)")
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="mamba-farm-hipctx-") as ctx:
-            (Path(ctx) / "Dockerfile").write_text(text)
-            lines: list[str] = []
-            try:
-                for chunk in client.api.build(
-                    path=ctx, tag=tag, labels={"org.mamba-farm": "1"}, rm=True, forcerm=True, decode=True
-                ):
-                    lines.append(chunk.get("stream", ""))
-                    if "error" in chunk:
-                        raise EngineUnavailable(
-                            f"the hipcc image failed to build: {chunk['error'].strip()}\n{_tail(''.join(lines))}",
-                            hint="check that the Debian mirror is reachable (apt-get update in the trixie base)",
-                        )
-            except docker.errors.APIError as err:
-                raise EngineUnavailable(f"the hipcc image failed to build: {err}") from None
-        log(f"hip: built {tag} in {time.monotonic() - started:.0f}s")
+        seconds = build_image(
+            client, tag, text, what="the hipcc image",
+            hint="check that the Debian mirror is reachable (apt-get update in the trixie base)",
+        )  # fmt: skip
+        log(f"hip: built {tag} in {seconds:.0f}s")
     return tag
 
 
@@ -348,8 +324,6 @@ def add_command(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from builder.executors.docker import connect
-
     archs = check_archs(tuple(a.strip() for a in args.archs.split(",") if a.strip()))
     client = connect()
     log = lambda m: print(m, file=sys.stderr)

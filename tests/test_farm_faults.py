@@ -32,7 +32,8 @@ def test_engine_unreachable_is_a_clear_error_with_a_hint(tmp_path: Path) -> None
 
 
 def test_auto_picks_host_when_no_engine_answers(tmp_path: Path, monkeypatch) -> None:
-    from builder.executors import BuildOptions, select
+    from builder.executors import BuildOptions
+    from builder.executors.choose import select
 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     said: list[str] = []

@@ -42,7 +42,7 @@ needs_torch = pytest.mark.skipif(not _has_torch(), reason="torch.utils.hipify ne
 
 @pytest.fixture(scope="module")
 def client():
-    from builder.executors.docker import connect
+    from builder.engine import connect
 
     return connect()
 
