@@ -366,3 +366,46 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
             torch_requirement=f"torch=={spec.torch_version}",
             workdir=tmp_path / "smoke",
         )
+
+
+# ---------------------------------------------------------------- extension modules the label calls for
+
+STABLE_SPEC = spec_for(
+    id="cpu-torchstable-abi3-cp310-linux_x86_64",
+    torch="stable",
+    python="3.10",
+    accelerator="cpu",
+    toolkit=None,
+    variant="cpu-torchstable-abi3",
+    label="cputorchstable",
+    torch_version="2.13.0",
+    stable=True,
+)
+
+
+@needs_gxx
+def test_verify_refuses_a_stale_extension_module(sos, tmp_path):
+    """The bar's contaminated stable wheel: _C.abi3.so plus a stale classic _C.cpython-311 build, which
+    CPython 3.11 imports first."""
+    so = sos["plain"].read_bytes()
+    stale = "mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so"
+    whl = make_wheel(tmp_path / "stable", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
+                     requires=("torch>=2.10",), files={"mamba_ssm/_C.abi3.so": so, stale: so})  # fmt: skip
+    with pytest.raises(VerificationError) as exc:
+        verify_wheel(whl, STABLE_SPEC, workdir=tmp_path / "work")
+    msg = str(exc.value)
+    assert f"holds 2 builds of mamba_ssm._C: {stale}, mamba_ssm/_C.abi3.so (CPython imports {stale}" in msg
+    assert f"{stale} is a version-specific (cp311) build in a stable-ABI wheel" in msg
+    # a classic wheel with an abi3 module
+    whl = make_wheel(tmp_path / "classic", "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
+                     requires=("torch==2.6.*",), files={"mamba_ssm/_C.abi3.so": so})  # fmt: skip
+    with pytest.raises(
+        VerificationError, match=r"mamba_ssm/_C\.abi3\.so is a stable-ABI \(abi3\) build in a cp311 wheel"
+    ):
+        verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work")
+    # the clean stable wheel passes the name checks
+    whl = make_wheel(tmp_path / "ok", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
+                     requires=("torch>=2.10",), files={"mamba_ssm/_C.abi3.so": so})  # fmt: skip
+    from builder.wheels import check_names
+
+    assert check_names(read_facts(whl), STABLE_SPEC, ("linux_x86_64",)) == []
