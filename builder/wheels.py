@@ -236,7 +236,7 @@ def audit_archs(libs: list[Path], spec: BuildSpec) -> str:
     want = set(spec.archs)
     if spec.accelerator == "cpu":
         return "cpu build: no device code expected"
-    read = [_read_elf(so) and _elf.archs_of(so) for so in libs]  # _read_elf: a clear error for a non-ELF
+    read = [_elf.archs_in(_read_elf(so)) for so in libs]
     if spec.accelerator.startswith("hip"):
         found = {a for r in read for a in r.hip}
         if found != want:

@@ -292,7 +292,10 @@ def hip_code_objects(elf: Elf) -> tuple[list[OffloadEntry], list[str]]:
 
 def archs_of(path: str | Path) -> Archs:
     """GPU code compiled into an ELF shared object (empty lists for a CPU-only build)."""
-    elf = Elf.read(path)
+    return archs_in(Elf.read(path))
+
+
+def archs_in(elf: Elf) -> Archs:
     archs = Archs()
     for name in (".nv_fatbin", "__nv_relfatbin"):
         blob = elf.section(name)

@@ -218,3 +218,15 @@ def test_two_builds_of_one_module_in_cpythons_import_order():
     names = [_elf.extension_name(p) for p in ("m/_C.abi3.so", "m/_C.cpython-311-x86_64-linux-gnu.so", "m/_D.abi3.so")]
     (dup,) = _elf.duplicate_modules(names).values()
     assert [n.path for n in dup] == ["m/_C.cpython-311-x86_64-linux-gnu.so", "m/_C.abi3.so"]
+
+
+def test_the_reader_is_stdlib_only(tmp_path):
+    """The doctor runs in broken environments: _elf imports neither torch, builder nor pyelftools."""
+    root = Path(__file__).resolve().parents[1]
+    code = (
+        "import sys; import mamba_ssm._elf\n"
+        "print(sorted(m for m in ('torch', 'builder', 'elftools', 'packaging') if m in sys.modules))\n"
+    )
+    p = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(root)}, cwd=tmp_path,
+                       capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    assert p.stdout.strip() == "[]"

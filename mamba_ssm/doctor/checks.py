@@ -205,8 +205,9 @@ def _extension_builds(mm: dict, fix: str) -> list[Finding]:
         out.append(Finding(
             "extension-build", PROBLEM, f"{len(builds)} builds of {module} are installed: {', '.join(files)}",
             f"CPython imports {files[0]} and never {', '.join(files[1:])}: one of them is left over from another "
-            "build (a wheel that carried a stale module, or an earlier install); the import check above tried only "
-            f"{files[0]}", fix, "stale-extension"))  # fmt: skip
+            f"build (a wheel that carried a stale module, or an earlier install); the import check tries only {files[0]}",
+            f"{fix}; then check that one build of {module} is left (pip removes only the files its RECORD lists)",
+            "stale-extension"))  # fmt: skip
     label, parts = mm.get("label"), mm.get("label_parts")
     if not label or not parts:
         return out
