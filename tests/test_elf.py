@@ -161,15 +161,23 @@ def test_the_pre_cxx11_build_really_fails_in_a_cxx11_torch(torch_built):
     import torch
 
     assert torch._C._GLIBCXX_USE_CXX11_ABI
-    code = "import torch, ctypes, sys; ctypes.CDLL(sys.argv[1])"
+    code = (
+        "import ctypes, json, sys, torch\n"
+        "def load(p):\n"
+        "    try:\n"
+        "        ctypes.CDLL(p)\n"
+        "    except OSError as e:\n"
+        "        return str(e)\n"
+        "print(json.dumps({p: load(p) for p in sys.argv[1:]}))\n"
+    )
+    paths = [str(so) for so in torch_built.values()]
+    p = subprocess.run([sys.executable, "-c", code, *paths], check=True, capture_output=True, text=True, timeout=120)
+    errors = json.loads(p.stdout)
     for name, so in torch_built.items():
-        p = subprocess.run(
-            [sys.executable, "-c", code, str(so)], check=False, capture_output=True, text=True, timeout=120
-        )
         if name == "pre-cxx11":
-            assert p.returncode != 0 and "undefined symbol: _ZN" in p.stderr, p.stderr
+            assert "undefined symbol: _ZN" in errors[str(so)]
         else:
-            assert p.returncode == 0, p.stderr
+            assert errors[str(so)] is None, errors[str(so)]
 
 
 # ---------------------------------------------------------------- GPU code
