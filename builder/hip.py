@@ -23,11 +23,9 @@ target, runnable on a CPU-only CI machine.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -44,6 +42,7 @@ from builder.hostenv import find_ca_bundle
 from builder.images import NEWER_SUITE, OWNER_LABEL, image_repo, owner
 from builder.render import hip_toolchain
 from builder.spec import stable_hash
+from mamba_ssm import _elf
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HIPIFY_SCRIPT = Path(__file__).resolve().parent / "hipify_tus.py"
@@ -73,8 +72,6 @@ HIPCC_FLAGS = (
     "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1",
     "-DHIP_ENABLE_WARP_SYNC_BUILTINS=1",
 )  # fmt: skip
-_BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
-_EM_AMDGPU = 224
 
 
 @dataclass(frozen=True)
@@ -227,42 +224,24 @@ def hipify(work: Path, *, python: str, csrc: Path = REPO_ROOT / "csrc") -> list[
 
 
 def code_objects(obj: Path) -> tuple[CodeObject, ...]:
-    """The device code objects in OBJ's .hip_fatbin offload bundle (host entry left out)."""
-    from elftools.elf.elffile import ELFFile
-
-    with open(obj, "rb") as f:
-        section = ELFFile(f).get_section_by_name(".hip_fatbin")
-        if section is None:
-            raise BuildFailed(f"{obj.name}: no .hip_fatbin section: hipcc compiled no device code")
-        blob = section.data()
-    if blob[: len(_BUNDLE_MAGIC)] != _BUNDLE_MAGIC:
+    """The device code objects in OBJ's .hip_fatbin offload bundle (host entry left out), read by
+    mamba_ssm._elf: the reader the farm's verifier and the doctor use."""
+    elf = _elf.Elf.read(obj)
+    blob = elf.section(".hip_fatbin")
+    if blob is None:
+        raise BuildFailed(f"{obj.name}: no .hip_fatbin section: hipcc compiled no device code")
+    entries = _elf.offload_bundles(blob)
+    if not entries:
         raise BuildFailed(f"{obj.name}: .hip_fatbin is not an uncompressed clang offload bundle")
-    (count,) = struct.unpack_from("<Q", blob, len(_BUNDLE_MAGIC))
-    pos = len(_BUNDLE_MAGIC) + 8
-    out = []
-    for _ in range(count):
-        offset, size, triple_len = struct.unpack_from("<QQQ", blob, pos)
-        pos += 24
-        target = blob[pos : pos + triple_len].decode()
-        pos += triple_len
-        if not target.startswith("hip"):
-            continue  # the (empty) host entry
-        out.append(CodeObject(target, target.rsplit("-", 1)[-1], size, _kernels(blob[offset : offset + size], target)))
+    out = [CodeObject(e.target, e.arch, len(e.data), _kernels(e.data, e.target)) for e in entries]
     return tuple(sorted(out, key=lambda c: c.arch))
 
 
-def _kernels(elf: bytes, target: str) -> tuple[str, ...]:
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
-
-    f = ELFFile(io.BytesIO(elf))
-    if f["e_machine"] not in ("EM_AMDGPU", _EM_AMDGPU):
-        raise BuildFailed(f"{target}: the code object is {f['e_machine']}, not an AMDGPU ELF")
-    names = set()
-    for sec in f.iter_sections():
-        if isinstance(sec, SymbolTableSection):
-            names.update(s.name[: -len(".kd")] for s in sec.iter_symbols() if s.name.endswith(".kd"))
-    return tuple(sorted(names))
+def _kernels(code: bytes, target: str) -> tuple[str, ...]:
+    f = _elf.Elf(code, target)
+    if f.machine != _elf.EM_AMDGPU:
+        raise BuildFailed(f"{target}: the code object is ELF machine {f.machine}, not an AMDGPU ELF")
+    return tuple(sorted({n[: -len(".kd")] for n, _ in f.symbols(_elf.SYMBOL_TABLES) if n.endswith(".kd")}))
 
 
 # ---- the whole check ----------------------------------------------------------------
