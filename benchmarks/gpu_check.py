@@ -296,6 +296,21 @@ def check_case(case: Case, device: str) -> dict:
     }
 
 
+def check_case_safely(case: Case, device: str) -> dict:
+    """check_case; an exception (a CUDA error, say) fails the case instead of ending the run."""
+    try:
+        return check_case(case, device)
+    except Exception as e:  # noqa: BLE001 - reported as the case's failure
+        return {
+            "name": case.name,
+            **asdict(case),
+            "tensors": {},
+            "pass": False,
+            "problems": [f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"],
+            "worst": {"tensor": "-", "side": device, "ratio": float("inf")},
+        }
+
+
 def summarise(results: list[dict]) -> dict[str, dict]:
     """Per class and dtype: cases, failures, max abs/rel of forward (out, last state) and gradients on the
     device side, and the largest share of the tolerance used on either side."""
@@ -397,11 +412,8 @@ def speed_inputs(shape: dict, device: str) -> tuple[list, torch.Tensor]:
     def randn(*s, dtype=dt):
         return torch.randn(*s, generator=g, device=device, dtype=dtype)
 
-    dt0 = torch.exp(
-        torch.rand(d, generator=g, device=device)
-        * (torch.log(torch.tensor(0.1)) - torch.log(torch.tensor(1e-3))).to(device)
-        + torch.log(torch.tensor(1e-3)).to(device)
-    )
+    lo, hi = math.log(1e-3), math.log(0.1)
+    dt0 = torch.exp(torch.rand(d, generator=g, device=device) * (hi - lo) + lo)
     inputs = [
         randn(b, d, L),
         randn(b, d, L) * 0.5,
@@ -458,13 +470,20 @@ def speed(args, device: str, upstream) -> list[dict]:
 
     rows = []
     for shape in speed_shapes(args.quick):
-        inputs, dout = speed_inputs(shape, device)
-        row = {**shape, "ours": measure(ours, inputs, dout, args.reps, device)}
-        if upstream is not None:
-            row["upstream"] = measure(theirs, inputs, dout, args.reps, device)
-            row["ratio_fwd"] = row["upstream"]["fwd_ms"] / row["ours"]["fwd_ms"]
-            row["ratio_fwd_bwd"] = row["upstream"]["fwd_bwd_ms"] / row["ours"]["fwd_bwd_ms"]
-            row["vs_upstream"] = agreement(ours, theirs, inputs, dout, shape["dtype"])
+        row = dict(shape)
+        try:
+            inputs, dout = speed_inputs(shape, device)
+            row["ours"] = measure(ours, inputs, dout, args.reps, device)
+            if upstream is not None:
+                row["upstream"] = measure(theirs, inputs, dout, args.reps, device)
+                row["ratio_fwd"] = row["upstream"]["fwd_ms"] / row["ours"]["fwd_ms"]
+                row["ratio_fwd_bwd"] = row["upstream"]["fwd_bwd_ms"] / row["ours"]["fwd_bwd_ms"]
+                row["vs_upstream"] = agreement(ours, theirs, inputs, dout, shape["dtype"])
+        except Exception as e:  # noqa: BLE001 - the row says so and the check fails
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            print(f"speed {shape}: error: {row['error']}", flush=True)
+            rows.append(row)
+            continue
         rows.append(row)
         line = (
             f"speed {shape['dtype']} B{shape['batch']} D{shape['dim']} L{shape['seqlen']}: ours fwd "
@@ -576,6 +595,22 @@ def fmt(v: float) -> str:
     return f"{v:.2e}" if v < float("inf") else "inf"
 
 
+def speed_row(r: dict) -> str:
+    def cell(v, spec=".3f"):
+        return format(v, spec) if v is not None else "-"
+
+    head = f"| {r['dtype']} | {r['batch']} | {r['dim']} | {r['dstate']} | {r['seqlen']} |"
+    if "error" in r:
+        return head + f" error: {r['error']} |" + " |" * 6
+    ours, up, vs = r["ours"], r.get("upstream"), r.get("vs_upstream")
+    agree = f"{'ok' if vs['pass'] else 'DIFFER'} ({max(t['ratio'] for t in vs['tensors'].values()):.3f})" if vs else "-"
+    return (
+        f"{head} {cell(ours['fwd_ms'])} | {cell(up and up['fwd_ms'])} | {cell(r.get('ratio_fwd'), '.2f')} | "
+        f"{cell(ours['fwd_bwd_ms'])} | {cell(up and up['fwd_bwd_ms'])} | {cell(r.get('ratio_fwd_bwd'), '.2f')} | "
+        f"{agree} |"
+    )
+
+
 def markdown(res: dict) -> str:
     env = res["environment"]
     head = (
@@ -630,25 +665,7 @@ def markdown(res: dict) -> str:
         )
         lines += ["", "## Speed", "", intro, "", header, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sp["rows"]:
-            up = r.get("upstream")
-
-            def cell(v, spec=".3f"):
-                return format(v, spec) if v is not None else "-"
-
-            agree = (
-                (
-                    f"{'ok' if r['vs_upstream']['pass'] else 'DIFFER'} "
-                    f"({max(t['ratio'] for t in r['vs_upstream']['tensors'].values()):.3f})"
-                )
-                if up
-                else "-"
-            )
-            lines.append(
-                f"| {r['dtype']} | {r['batch']} | {r['dim']} | {r['dstate']} | {r['seqlen']} | "
-                f"{cell(r['ours']['fwd_ms'])} | {cell(up and up['fwd_ms'])} | {cell(r.get('ratio_fwd'), '.2f')} | "
-                f"{cell(r['ours']['fwd_bwd_ms'])} | {cell(up and up['fwd_bwd_ms'])} | "
-                f"{cell(r.get('ratio_fwd_bwd'), '.2f')} | {agree} |"
-            )
+            lines.append(speed_row(r))
     lines += ["", f"Wall time {res['wall_s']:.0f} s."]
     return "\n".join(lines) + "\n"
 
@@ -729,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for cls in dict.fromkeys(c.cls for c in cases):
         tc = time.monotonic()
-        rs = [check_case(c, device) for c in cases if c.cls == cls]
+        rs = [check_case_safely(c, device) for c in cases if c.cls == cls]
         results += rs
         for r in rs:
             if not r["pass"]:
@@ -743,49 +760,51 @@ def main(argv: list[str] | None = None) -> int:
             f"{max((r['worst']['ratio'] for r in rs), default=0):.3f} ({time.monotonic() - tc:.1f} s)",
             flush=True,
         )
-    classes = summarise(results)
     failures = [r["name"] for r in results if not r["pass"]]
-
-    upstream, upstream_line = load_upstream(args, device)
-    print(f"upstream: {upstream_line}", flush=True)
     res = {
         "device": device,
         "args": {k: str(v) for k, v in vars(args).items()},
         "environment": env,
         "tolerances": TOLERANCES,
-        "upstream": upstream_line,
-        "numerics": {"classes": classes, "cases": results, "failed": failures},
+        "upstream": "pending",
+        "numerics": {"classes": summarise(results), "cases": results, "failed": failures},
     }
+    write_report(res, failures, t0, args.out, final=False)  # the numerics survive a later crash or kill
+
+    upstream, res["upstream"] = load_upstream(args, device)
+    print(f"upstream: {res['upstream']}", flush=True)
     if not args.no_speed:
         rows = speed(args, device, upstream)
-        res["speed"] = {
-            "reps": args.reps,
-            "warmup": WARMUP,
-            "timer": "CUDA events" if device == "cuda" else "perf_counter",
-            "rows": rows,
-        }
-        failures += [
-            f"vs-upstream/{r['dtype']}/B{r['batch']}/D{r['dim']}/L{r['seqlen']}"
-            for r in rows
-            if "vs_upstream" in r and not r["vs_upstream"]["pass"]
-        ]
+        timer = "CUDA events" if device == "cuda" else "perf_counter"
+        res["speed"] = {"reps": args.reps, "warmup": WARMUP, "timer": timer, "rows": rows}
+        for r in rows:
+            where = f"{r['dtype']}/B{r['batch']}/D{r['dim']}/L{r['seqlen']}"
+            if "error" in r:
+                failures.append(f"speed/{where}: {r['error']}")
+            elif "vs_upstream" in r and not r["vs_upstream"]["pass"]:
+                failures.append(f"vs-upstream/{where}")
         if device == "cuda":
             env["nvidia_smi_after"] = nvidia_smi(args.out / "nvidia-smi.txt", append=True)
-    res["pass"] = not failures
-    res["verdict"] = (
-        f"{len(results)} numerics cases within tolerance"
-        if not failures
-        else f"{len(failures)} failed: {', '.join(failures[:20])}" + (" ..." if len(failures) > 20 else "")
-    )
-    res["wall_s"] = time.monotonic() - t0
-    (args.out / "results.json").write_text(json.dumps(res, indent=1))
-    (args.out / "results.md").write_text(markdown(res))
+    write_report(res, failures, t0, args.out, final=True)
     print(
         f"gpu_check: {'PASS' if res['pass'] else 'FAIL'}: {res['verdict']} ({res['wall_s']:.0f} s; "
         f"{args.out / 'results.md'})",
         flush=True,
     )
     return 0 if res["pass"] else 1
+
+
+def write_report(res: dict, failures: list[str], t0: float, out: Path, final: bool) -> None:
+    res["pass"] = not failures
+    n = len(res["numerics"]["cases"])
+    res["verdict"] = (
+        f"{n} numerics cases within tolerance" + ("" if final else " (speed not measured yet)")
+        if not failures
+        else f"{len(failures)} failed: {', '.join(failures[:20])}" + (" ..." if len(failures) > 20 else "")
+    )
+    res["wall_s"] = time.monotonic() - t0
+    (out / "results.json").write_text(json.dumps(res, indent=1))
+    (out / "results.md").write_text(markdown(res))
 
 
 if __name__ == "__main__":

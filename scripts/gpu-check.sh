@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
+rm -f "$OUT/results.json" "$OUT/results.md"  # a stale report must not pass for this run's
 PY=${PYTHON:-python3}
 SITE=/tmp/site
 UP=/tmp/upstream
@@ -47,8 +48,12 @@ run() {
     (
       src=$("$PY" benchmarks/upstream_sdist.py unpack .gpu "$UP/src" --archs "$ARCH") || exit 1
       echo "gpu-check: building upstream's selective_scan_cuda in $src (sm_$ARCH, MAX_JOBS=${GPU_CHECK_JOBS:-16})"
-      cd "$src" && MAMBA_FORCE_BUILD=TRUE MAX_JOBS=${GPU_CHECK_JOBS:-16} TORCH_CUDA_ARCH_LIST="${ARCH:0:1}.${ARCH:1}" \
-        timeout 420 "$PY" setup.py build_ext --inplace || exit 1
+      cd "$src" || exit 1
+      # timeout runs in a process group of its own: its pid lets the kill below reach nvcc too
+      MAMBA_FORCE_BUILD=TRUE MAX_JOBS=${GPU_CHECK_JOBS:-16} TORCH_CUDA_ARCH_LIST="${ARCH:0:1}.${ARCH:1}" \
+        timeout 360 "$PY" setup.py build_ext --inplace &
+      echo $! >"$UP/timeout.pid"
+      wait $! || exit 1
       cp selective_scan_cuda*.so "$UP/ext/"
     ) >"$OUT/upstream-build.log" 2>&1 </dev/null
     echo $? >"$UP/build.rc"
@@ -57,11 +62,11 @@ run() {
   set +m
 
   PYTHONPATH=$PYTHONPATH:$UP/ext "$PY" benchmarks/gpu_check.py --device cuda --upstream \
-    --upstream-wait "$UP/build.rc" --upstream-wait-s 480 --out "$OUT" "$@"
+    --upstream-wait "$UP/build.rc" --upstream-wait-s 400 --out "$OUT" "$@"
   local rc=$?
   if [ ! -f "$OUT/results.json" ]; then
     echo "gpu-check: the check did not run (exit $rc); stopping upstream's build"
-    kill -TERM -- "-$build" 2>/dev/null
+    kill -TERM "$(cat "$UP/timeout.pid" 2>/dev/null)" -- "-$build" 2>/dev/null
   fi
   wait "$build"
   local build_rc

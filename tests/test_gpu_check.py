@@ -25,7 +25,7 @@ from mamba_ssm.ops import selective_scan_interface as ssi
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import upstream_sdist  # noqa: E402
+import upstream_sdist
 
 CLASSES = {"seqlen", "chunk-edge", "bc-layout", "options", "last-state", "strides", "dstate"}
 DTYPES = {"fp32", "fp16", "bf16"}
@@ -42,7 +42,12 @@ def test_cpu_dry_run_passes_every_case_class_and_writes_the_report(tmp_path):
     env.pop("OUT", None)
     proc = subprocess.run(
         [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--quick", "--upstream", "--out", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "upstream: skipped: upstream's selective_scan_cuda is not importable" in proc.stdout
@@ -59,7 +64,13 @@ def test_cpu_dry_run_passes_every_case_class_and_writes_the_report(tmp_path):
     assert full["seqlen"] > 2048
     assert set(full["tensors"]) == {"out", "last_state", "du", "ddelta", "dA", "dB", "dC", "dD", "dz", "ddelta_bias"}
     assert {c["strides"] for c in res["numerics"]["cases"]} == {"contiguous", "transposed", "strided", "offset"}
-    assert {c["layout_B"] for c in res["numerics"]["cases"]} >= {"constant", "variable", "groups1", "groups2", "groups4"}
+    assert {c["layout_B"] for c in res["numerics"]["cases"]} >= {
+        "constant",
+        "variable",
+        "groups1",
+        "groups2",
+        "groups4",
+    }
     rows = res["speed"]["rows"]
     assert {r["dtype"] for r in rows} == {"fp16", "bf16"} and all(r["ours"]["fwd_bwd_ms"] > 0 for r in rows)
     assert res["speed"]["reps"] == 3 and all(len(r["ours"]["fwd_all"]) == 3 for r in rows)
@@ -113,13 +124,71 @@ def test_a_broken_gradient_fails_naming_the_gradient(tmp_path, monkeypatch, caps
         return ssi.selective_scan_fn(u, delta, A, _ScaleGrad.apply(B), *args, **kw)
 
     monkeypatch.setattr(gc, "scan_op", broken)
-    rc = gc.main(["--device", "cpu", "--quick", "--no-speed", "--only", "bc-layout/fp32/L37/variable/",
-                  "--out", str(tmp_path)])
+    rc = gc.main(
+        ["--device", "cpu", "--quick", "--no-speed", "--only", "bc-layout/fp32/L37/variable/", "--out", str(tmp_path)]
+    )
     assert rc == 1
     (case,) = json.loads((tmp_path / "results.json").read_text())["numerics"]["cases"]
     assert not case["pass"] and case["worst"]["tensor"] == "dB" and case["worst"]["ratio"] > 1
     assert case["tensors"]["out"]["dev"]["ratio"] <= 1 and case["tensors"]["du"]["dev"]["ratio"] <= 1
     assert "FAIL numerics bc-layout/fp32/L37/variable/z+D+bias+softplus/last: dB" in capsys.readouterr().out
+
+
+@needs_ext
+def test_an_op_that_raises_fails_its_case_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    gc = _gpu_check()
+
+    def raising(u, *args, **kw):
+        if u.shape[-1] == 1:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return ssi.selective_scan_fn(u, *args, **kw)
+
+    monkeypatch.setattr(gc, "scan_op", raising)
+    assert gc.main(["--device", "cpu", "--quick", "--no-speed", "--only", "seqlen/fp32/", "--out", str(tmp_path)]) == 1
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["numerics"]["failed"] == ["seqlen/fp32/L1/variable/z+D+bias+softplus/last"]
+    (bad,) = [c for c in res["numerics"]["cases"] if not c["pass"]]
+    assert bad["problems"] == ["RuntimeError: CUDA error: an illegal memory access was encountered"]
+    assert len(res["numerics"]["cases"]) == 5 and "illegal memory access" in capsys.readouterr().out
+
+
+class FakeUpstream:
+    """selective_scan_cuda's convention (fwd/bwd as upstream's selective_scan_interface calls them), over our
+    CPU ops: drives gpu_check's upstream path (its autograd wrapper, timing, agreement) on this machine."""
+
+    __file__ = "fake selective_scan_cuda"
+
+    @staticmethod
+    def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+        assert B.dim() == 4 and C.dim() == 4  # upstream takes (batch, groups, dstate, seqlen) only
+        out, x, out_z = torch.ops.mamba_ssm.selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+        return [out, x] + ([out_z] if z is not None else [])
+
+    @staticmethod
+    def bwd(u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z):
+        assert dz is None and recompute_out_z is False and (out is not None) == (z is not None)
+        du, ddelta, dA, dB, dC, dD, ddb, dz = torch.ops.mamba_ssm.selective_scan_bwd(
+            u, delta, A, B, C, D, z, delta_bias, dout, x, out, delta_softplus
+        )
+        return [du, ddelta, dA, dB.to(B.dtype), dC.to(C.dtype), dD, ddb] + ([dz] if z is not None else [])
+
+
+@needs_ext
+def test_the_upstream_path_times_both_and_compares_outputs(tmp_path, monkeypatch):
+    gc = _gpu_check()
+    monkeypatch.setattr(gc, "load_upstream", lambda args, device: (FakeUpstream, "fake upstream"))
+    assert (
+        gc.main(["--device", "cpu", "--quick", "--reps", "2", "--only", "dstate/fp32/.*/N1$", "--out", str(tmp_path)])
+        == 0
+    )
+    res = json.loads((tmp_path / "results.json").read_text())
+    rows = res["speed"]["rows"]
+    assert len(rows) == 8 and res["upstream"] == "fake upstream"
+    for r in rows:
+        assert r["upstream"]["fwd_ms"] > 0 and r["ratio_fwd"] > 0 and r["ratio_fwd_bwd"] > 0
+        assert r["vs_upstream"]["pass"] and len(r["vs_upstream"]["tensors"]) == 9  # out and 8 gradients
+        assert max(t["abs"] for t in r["vs_upstream"]["tensors"].values()) == 0  # the same kernels underneath
+    assert "| ok (0.000) |" in (tmp_path / "results.md").read_text()
 
 
 def test_no_extension_is_a_clear_error(tmp_path, monkeypatch, capsys):
@@ -132,8 +201,8 @@ def test_no_extension_is_a_clear_error(tmp_path, monkeypatch, capsys):
 
 def test_the_shell_scripts_parse():
     for script in ("gpu-check.sh", "gpu-check-prepare.sh"):
-        proc = subprocess.run(["bash", "-n", str(ROOT / "scripts" / script)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
+        proc = subprocess.run(["bash", "-n", str(ROOT / "scripts" / script)], check=False, capture_output=True)
+        assert proc.returncode == 0, proc.stderr.decode()
 
 
 # ---- upstream's sdist and its patch ------------------------------------------------------
@@ -168,9 +237,25 @@ def test_the_patch_applies_to_the_pinned_sdist(tmp_path):
     folder = _cached_sdist()
     if folder is None:
         folder = upstream_sdist_cache()
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                        "--no-build-isolation", upstream_sdist.PIN, "-d", str(folder)],
-                       check=True, env={**os.environ, "MAMBA_SKIP_CUDA_BUILD": "TRUE"}, timeout=300)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--no-build-isolation",
+                upstream_sdist.PIN,
+                "-d",
+                str(folder),
+            ],
+            check=True,
+            env={**os.environ, "MAMBA_SKIP_CUDA_BUILD": "TRUE"},
+            timeout=300,
+        )
     sdist = upstream_sdist.sdist_path(folder)
     upstream_sdist.verify(sdist)
     root = upstream_sdist.unpack(sdist, tmp_path)
@@ -181,7 +266,12 @@ def test_the_patch_applies_to_the_pinned_sdist(tmp_path):
     assert upstream_sdist.gencode_archs(root / "setup.py") == [90]
     compile(after, "setup.py", "exec")  # still Python
     # only the arch list changed: the compile flags and the extension's sources are as upstream wrote them
-    for kept in ('"--use_fast_math"', '"-std=c++17"', "selective_scan_bwd_bf16_complex.cu", 'name="selective_scan_cuda"'):
+    for kept in (
+        '"--use_fast_math"',
+        '"-std=c++17"',
+        "selective_scan_bwd_bf16_complex.cu",
+        'name="selective_scan_cuda"',
+    ):
         assert kept in after
     assert len(before.splitlines()) - len(after.splitlines()) == 19
     with pytest.raises(upstream_sdist.SdistError, match="no longer applies"):
