@@ -78,7 +78,7 @@ run() {
     for so in "$SITE"/mamba_ssm/_C*.so "$UP"/ext/selective_scan_cuda*.so; do
       [ -f "$so" ] || continue
       echo "## $so"
-      cuobjdump --dump-resource-usage "$so" 2>&1 | grep -E "Function|REG" | sed 's/^[[:space:]]*//' |
+      cuobjdump --dump-resource-usage "$so" 2>&1 | grep -E "arch =|Function|REG" | sed 's/^[[:space:]]*//' |
         if command -v c++filt >/dev/null; then c++filt; else cat; fi
     done
   } >"$OUT/resource-usage.txt" 2>&1
