@@ -170,14 +170,16 @@ def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
         C = _groups_to_channels(C, dim)
     x = u.new_zeros((batch, dim, A.shape[1]))
     ys = []
-    for i in range(L):
-        x = deltaA[:, :, i] * x + deltaB_u[:, :, i]
+    # unbind, not indexing: the backward of L index ops would write L full-size gradients (O(L^2))
+    steps = zip(deltaA.unbind(2), deltaB_u.unbind(2), C.unbind(-1) if C.dim() >= 3 else [C] * L)
+    for dA_i, dBu_i, C_i in steps:
+        x = dA_i * x + dBu_i
         if C.dim() == 2:
-            y = torch.einsum("bdn,dn->bd", x, C)
+            y = torch.einsum("bdn,dn->bd", x, C_i)
         elif C.dim() == 3:
-            y = torch.einsum("bdn,bn->bd", x, C[:, :, i])
+            y = torch.einsum("bdn,bn->bd", x, C_i)
         else:
-            y = torch.einsum("bdn,bdn->bd", x, C[:, :, :, i])
+            y = torch.einsum("bdn,bdn->bd", x, C_i)
         ys.append(y)
     y = torch.stack(ys, dim=2)
     out = y if D is None else y + u * D.to(work)[:, None]
