@@ -77,9 +77,6 @@ void check_vec(const typename T::OptTensor& t, const char* name, const typename 
   MAMBA_CHECK(t->dim() == 1 && t->size(0) == dim, kFwd, ": ", name, " must have shape (dim,) = (", dim, "), got ",
               T::shape(*t));
   MAMBA_CHECK(t->scalar_type() == T::kFloat, kFwd, ": ", name, " must be float32, got ", t->scalar_type());
-  // the kernels read it as a plain array of dim floats
-  MAMBA_CHECK(t->stride(0) == 1 || dim == 1, kFwd, ": ", name, " must be contiguous, got stride ", t->stride(0),
-              "; pass ", name, ".contiguous()");
 }
 
 template <class T>
