@@ -5,12 +5,12 @@ for it (under pip's build isolation too: torch is read from the target environme
 Order: the Target (torch's version, CUDA/ROCm and C++ ABI read from its files, no
 import, plus the MAMBA_* settings) gives the version and the metadata; bdist_wheel
 then ships the published wheel for that variant when one exists. Only when
-something will be compiled does the Plan check everything else (C++ compiler new
-enough, CUDA toolkit matching torch, ROCm version, arch list); then the kernel
+something will be compiled does the CompilePlan check everything else (C++ compiler
+new enough, CUDA toolkit matching torch, ROCm version, arch list); then the kernel
 objects are compiled with a torch-independent command line
 (mamba_build/kernels.py), then the thin torch binding with torch's BuildExtension,
 and they are linked into mamba_ssm._C. Environment variables: see the README,
-"Installing from source".
+"Installing from source". (Not the farm's builder.plan.Plan, which plans many wheels.)
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ class Target:
     """What this build is for, from torch's files and the environment: no torch import, no toolchain.
 
     That is all the metadata and the prebuilt-wheel lookup need, so a user whose variant is
-    published needs neither nvcc nor a C++ compiler; the toolchain is checked (Plan) only when
+    published needs neither nvcc nor a C++ compiler; the toolchain is checked (CompilePlan) only when
     something is about to be compiled.
     """
 
@@ -171,6 +171,7 @@ class Target:
         # Stable ABI (MAMBA_STABLE_ABI=TRUE): csrc/binding_stable.cpp, one cp310-abi3 wheel for torch >= floor.
         self.stable = bool(toolchain.env_bool(env, "MAMBA_STABLE_ABI"))
         self.stable_floor = data["stable"]["floor"]
+        self.stable_tag = "cp" + data["stable"]["python"].replace(".", "")  # its Python tag: cp310(-abi3)
         if self.stable and toolchain.version_tuple(self.torch_version)[:2] < toolchain.version_tuple(self.stable_floor)[:2]:
             raise toolchain.BuildConfigError(
                 f"MAMBA_STABLE_ABI=TRUE needs torch >= {self.stable_floor} (its stable C API), but torch is {self.torch_version}",
@@ -187,9 +188,11 @@ class Target:
                 f"({'TRUE' if torch_abi else 'FALSE'}); the wheel will not load with this torch"
             )
         self.backend = "cpu" if self.skip_gpu or not (facts.cuda or facts.hip) else ("rocm" if facts.hip else "cuda")
-        if self.backend == "rocm" and self.stable:
+        if self.stable and self.backend not in data["stable"]["backends"]:
+            names = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm"}
+            covered = " and ".join(names[b] for b in data["stable"]["backends"])
             raise toolchain.BuildConfigError(
-                "MAMBA_STABLE_ABI=TRUE covers CPU and CUDA builds only, and this torch is a ROCm build",
+                f"MAMBA_STABLE_ABI=TRUE covers {covered} builds only, and this torch is a {names[self.backend]} build",
                 "unset MAMBA_STABLE_ABI to build a classic wheel for this torch",
             )
         self.variant = _variant.from_values(
@@ -228,11 +231,11 @@ class Target:
         parts = [f"torch {self.torch_version}", f"backend {self.backend}",
                  f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}", f"version {self.version}"]  # fmt: skip
         if self.stable:
-            parts.append(f"stable ABI (torch >= {self.stable_floor}, cp310-abi3)")
+            parts.append(f"stable ABI (torch >= {self.stable_floor}, {self.stable_tag}-abi3)")
         return "mamba-ssm build: " + ", ".join(parts)
 
 
-class Plan:
+class CompilePlan:
     """How to compile the Target: every toolchain check, before anything is compiled."""
 
     def __init__(self, target: Target) -> None:
@@ -275,13 +278,13 @@ def _cxx_argv(env) -> list[str]:
     return shlex.split(env["CXX"]) if env.get("CXX") else ["c++"]
 
 
-def _classic_cxx_flags(plan: Plan) -> list[str]:
+def _classic_cxx_flags(plan: CompilePlan) -> list[str]:
     """The C++ flags of the classic binding (and module.cpp): torch's ABI, passed by us since torch
     >= 2.13 no longer adds it; -fopenmp for the at::parallel_for that ATen inlines."""
     return ["-O2", f"-std={plan.std}", f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}", "-fopenmp", "-fvisibility=hidden"]
 
 
-def _extension(plan: Plan):
+def _extension(plan: CompilePlan):
     # CUDA_HOME must be right before torch.utils.cpp_extension is imported: it reads it once.
     if plan.cuda:
         os.environ["CUDA_HOME"] = str(plan.cuda.home)
@@ -313,7 +316,7 @@ def _extension(plan: Plan):
     return CUDAExtension(extra_compile_args={"cxx": [*cxx, "-DWITH_CUDA"], "nvcc": hipcc}, **common)
 
 
-def _binding_job(plan: Plan):
+def _binding_job(plan: CompilePlan):
     """binding.cpp as a cached object (classic CPU and CUDA builds): one compile per torch build and
     toolkit, shared by every Python. Its flags are the ones torch's BuildExtension would give it."""
     flags = _classic_cxx_flags(plan)
@@ -350,7 +353,7 @@ def _remove_stale_modules(cmd) -> None:
                 print(f"mamba-ssm build: removed {other} (left by an earlier build of another kind)", file=sys.stderr)
 
 
-def _build_ext_class(plan: Plan):
+def _build_ext_class(plan: CompilePlan):
     from torch.utils.cpp_extension import BuildExtension
 
     class build_ext(BuildExtension):
@@ -378,7 +381,7 @@ def _build_ext_class(plan: Plan):
     return build_ext
 
 
-def _torch_extension(plan: Plan):
+def _torch_extension(plan: CompilePlan):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)  # torch's "no CUDA runtime found" notice
         return _extension(plan)
@@ -401,7 +404,7 @@ class bdist_wheel_prebuilt(bdist_wheel):
                 print(f"mamba-ssm: using prebuilt {wheel}")
                 return
         _no_compiling_in_isolation(target, target.miss or "MAMBA_FORCE_BUILD=TRUE asks for a source build")
-        plan = Plan(target)
+        plan = CompilePlan(target)
         print(plan.summary(), file=sys.stderr)
         self.distribution.ext_modules = [_torch_extension(plan)]
         self.distribution.cmdclass["build_ext"] = _build_ext_class(plan)
@@ -423,7 +426,7 @@ def main() -> None:
         setup(version=_base_version(), install_requires=["torch"], **_license())
         return
     target = Target()
-    stable = {"options": {"bdist_wheel": {"py_limited_api": "cp310"}}} if target.stable else {}
+    stable = {"options": {"bdist_wheel": {"py_limited_api": target.stable_tag}}} if target.stable else {}
     common = {"version": target.version, "install_requires": target.install_requires, **stable}
     if (not commands or commands[0] in DEFERRED) and not COMPILING.intersection(commands):
         print(target.summary(), file=sys.stderr)
@@ -433,7 +436,7 @@ def main() -> None:
         setup(ext_modules=[placeholder], cmdclass={"bdist_wheel": bdist_wheel_prebuilt}, **common, **_license())
         return
     _no_compiling_in_isolation(target, f"`{' '.join(commands[:1]) or 'setup.py'}` compiles mamba-ssm")
-    plan = Plan(target)
+    plan = CompilePlan(target)
     print(plan.summary(), file=sys.stderr)
     setup(ext_modules=[_torch_extension(plan)], cmdclass={"build_ext": _build_ext_class(plan)}, **common, **_license())
 

@@ -34,7 +34,17 @@ class EngineUnavailable(FarmError):
 class BuildFailed(FarmError):
     """One or more builds failed; the others finished."""
 
-    exit_code = 1
+    exit_code = 7
+
+
+class InfrastructureError(FarmError):
+    """The build could not run (engine hiccup, network, disk): worth a retry, unlike a compile error.
+
+    The executor catches it and fails only the builds it concerns (the run then ends in BuildFailed).
+    75 is EX_TEMPFAIL, what builder/executors/build.sh exits with for the same cause.
+    """
+
+    exit_code = 75
 
 
 class VerificationError(FarmError):
