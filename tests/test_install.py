@@ -33,6 +33,9 @@ PUBLIC = re.search(r'__version__\s*=\s*"([^"]+)"', (REPO / "mamba_ssm" / "__init
 TORCH = "2.13.0+cpu"
 LOCAL_TORCH = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+# CI runs the seeded-setuptools case (3.11: 65.5) and the no-setuptools case (3.12); --run-slow every Python.
+CI_PYTHONS = {"3.11", "3.12"}
+PYTHON_PARAMS = [pytest.param(v, marks=() if v in CI_PYTHONS else pytest.mark.slow) for v in PYTHONS]
 UV = Path(sys.executable).with_name("uv")
 ONE_LINE = re.compile(r"^\s*mamba-ssm build error: .*How to fix: .*$", re.MULTILINE)
 
@@ -170,7 +173,7 @@ def test_classic_and_stable_builds_in_one_tree_each_ship_only_their_own_module(t
 # ---------------------------------------------------------------- 2. --no-build-isolation with the setuptools a venv has
 
 
-@pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parametrize("python", PYTHON_PARAMS)
 def test_no_build_isolation_with_the_seeded_setuptools_then_the_floor(python, sdist, wheelhouse, standin, tmp_path):
     """A fresh venv's setuptools (65.5, or none on 3.12+) is below the floor: one line naming the fix.
     setuptools 70.1.0 (the floor pyproject.toml declares) and a current one (>= 77: PEP 639) both install.
@@ -197,7 +200,7 @@ def test_no_build_isolation_with_the_seeded_setuptools_then_the_floor(python, sd
 # ---------------------------------------------------------------- 3. plain `pip install mamba-ssm` (build isolation)
 
 
-@pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parametrize("python", [pytest.param(v, marks=() if v == "3.11" else pytest.mark.slow) for v in PYTHONS])
 def test_plain_pip_install_takes_the_prebuilt_wheel_for_the_users_torch(python, sdist, wheelhouse, standin, tmp_path):
     """Default build isolation, seeded pip (23.x on 3.10-3.12, 24.2 on 3.13) and current pip: pip runs the
     target venv's interpreter, setup.py reads that venv's torch from its files, the wheel is hash-checked."""
