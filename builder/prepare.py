@@ -182,7 +182,10 @@ def prepare(recipe: Recipe, facts: CellFacts, workdir: Path, cache: SourceCache 
         raise RecipeError(f"{recipe.path}: {facts.describe()}: {why}")
     values = placeholder_values(facts)
     cache = cache or SourceCache()
-    tree = cache.unpack(recipe.source, Path(workdir) / "src")
+    dest = Path(workdir) / "src"
+    if dest.exists():
+        raise UsageError(f"{dest}: already exists; every build prepares its source into a new folder")
+    tree = cache.unpack(recipe.source, dest)
     applied, skipped = [], []
     for d in decide(recipe, facts):
         if d.applies:

@@ -173,3 +173,16 @@ def test_every_unpack_is_a_fresh_tree(fetched, tmp_path):
     with pytest.raises(FileExistsError):
         cache.unpack(CAUSAL, tmp_path / "a")
     assert hashlib.sha256(cache.path(CAUSAL).read_bytes()).hexdigest() == CAUSAL.sha256
+
+
+def test_a_hash_mismatch_has_an_exit_code_of_its_own():
+    import inspect
+
+    from builder import errors
+
+    others = {
+        cls.__name__: cls.exit_code
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.FarmError) and cls is not SourceIntegrityError
+    }
+    assert SourceIntegrityError.exit_code not in others.values(), others
