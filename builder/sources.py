@@ -38,7 +38,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,44 +202,45 @@ class Fetcher:
         )
         return self._opener().open(req, timeout=self.timeout)
 
-    def candidates(self, pin: SdistPin) -> Iterator[tuple[str, Candidate]]:
-        """(where, candidate) for every file named like the pin's sdist, find-links first, then the indexes."""
+    def candidates(self, pin: SdistPin) -> tuple[list[tuple[str, Candidate]], list[str]]:
+        """([(where, candidate)] for every file named like the pin's sdist, find-links first; [unreachable indexes])."""
+        found: list[tuple[str, Candidate]] = []
+        errors: list[str] = []
         for link in self.find_links:
-            folder = Path(urllib.parse.urlparse(link).path if link.startswith("file://") else link)
             if "://" in link and not link.startswith("file://"):
                 continue  # remote find-links pages: not used for sdists
+            folder = Path(urllib.parse.urlparse(link).path if link.startswith("file://") else link)
             if folder.is_dir():
-                for f in sorted(folder.iterdir()):
-                    if f.is_file() and pin.matches_filename(f.name):
-                        yield str(folder), Candidate(f.resolve().as_uri(), f.name, None)
+                found += [
+                    (str(folder), Candidate(f.resolve().as_uri(), f.name, None))
+                    for f in sorted(folder.iterdir())
+                    if f.is_file() and pin.matches_filename(f.name)
+                ]
         for index in self.indexes:
             base = index.rstrip("/") + f"/{pin.project}/"
             try:
                 if base.startswith("file://"):
-                    page = Path(urllib.parse.urlparse(base).path) / "index.html"
+                    page = Path(urllib.parse.unquote(urllib.parse.urlparse(base).path)) / "index.html"
                     if not page.is_file():
                         continue
-                    found = _from_html(page.read_text(encoding="utf-8", errors="replace"), page.as_uri())
+                    listed = _from_html(page.read_text(encoding="utf-8", errors="replace"), page.as_uri())
                 else:
                     with self.open(base) as resp:
                         body = resp.read()
                         ctype = resp.headers.get("Content-Type", "")
                     if "json" in ctype:
-                        found = _from_json(json.loads(body), base)
+                        listed = _from_json(json.loads(body), base)
                     else:
-                        found = _from_html(body.decode("utf-8", errors="replace"), base)
+                        listed = _from_html(body.decode("utf-8", errors="replace"), base)
             except urllib.error.HTTPError as err:
-                if err.code == 404:
-                    continue
-                raise SourceFetchError(f"{base}: HTTP {err.code} {err.reason}") from None
-            except (urllib.error.URLError, OSError, ValueError) as err:
-                raise SourceFetchError(
-                    f"{base}: cannot read the index: {getattr(err, 'reason', err)}",
-                    hint="check the host's pip settings (index-url, cert, proxy): `pip config list`",
-                ) from None
-            for cand in found:
-                if pin.matches_filename(cand.filename):
-                    yield index, cand
+                if err.code != 404:
+                    errors.append(f"{base}: HTTP {err.code} {err.reason}")
+                continue
+            except (urllib.error.URLError, OSError, ValueError) as err:  # one dead mirror does not hide the others
+                errors.append(f"{base}: {getattr(err, 'reason', err)}")
+                continue
+            found += [(index, c) for c in listed if pin.matches_filename(c.filename)]
+        return found, errors
 
 
 # ---------------------------------------------------------------------------
@@ -304,15 +304,13 @@ class SourceCache:
         return final
 
     def _download(self, pin: SdistPin, final: Path) -> None:
-        tried: list[str] = []
         mismatches: list[str] = []
-        listed = list(self.fetcher.candidates(pin))
+        listed, unreachable = self.fetcher.candidates(pin)
         # a candidate whose listed hash is the pin's first; ones listing another hash are not downloaded
-        for where, cand in sorted(listed, key=lambda wc: wc[1].sha256 != pin.sha256):
+        for _where, cand in sorted(listed, key=lambda wc: wc[1].sha256 != pin.sha256):
             if cand.sha256 is not None and cand.sha256 != pin.sha256:
                 mismatches.append(f"{cand.url} (the index lists sha256 {cand.sha256})")
                 continue
-            tried.append(cand.url)
             fd, tmp_name = tempfile.mkstemp(prefix=".partial-", dir=final.parent)
             tmp = Path(tmp_name)
             try:
@@ -321,7 +319,8 @@ class SourceCache:
                         with self._open(cand.url) as src:
                             digest = _sha256_copy(src, out)
                     except (urllib.error.URLError, OSError) as err:
-                        raise SourceFetchError(f"{cand.url}: download failed: {getattr(err, 'reason', err)}") from None
+                        unreachable.append(f"{cand.url}: download failed: {getattr(err, 'reason', err)}")
+                        continue
                     out.flush()
                     os.fsync(out.fileno())
                 if digest != pin.sha256:
@@ -338,9 +337,10 @@ class SourceCache:
                 hint="nothing was cached or built; if upstream re-published the file, review it and update the pin",
             )
         where = ", ".join([*self.fetcher.find_links, *self.fetcher.indexes]) or "no index configured"
+        failed = f"; unreachable: {'; '.join(unreachable)}" if unreachable else ""
         raise SourceFetchError(
-            f"{pin.describe()}: {pin.filename} is on none of the host's indexes ({where})",
-            hint="check the name and version, and the host's pip settings (`pip config list`)",
+            f"{pin.describe()}: {pin.filename} was fetched from none of the host's indexes ({where}){failed}",
+            hint="check the name and version, and the host's pip settings (index-url, cert, proxy: `pip config list`)",
         )
 
     def _open(self, url: str):

@@ -129,7 +129,17 @@ def test_missing_everywhere_is_a_fetch_error(tmp_path):
     cache = SourceCache(tmp_path / "c", Fetcher(indexes=((tmp_path / "empty").as_uri(),), find_links=()))
     with pytest.raises(SourceFetchError) as err:
         cache.fetch(CAUSAL)
-    assert "causal_conv1d-1.7.0.tar.gz is on none of the host's indexes" in str(err.value)
+    assert "causal_conv1d-1.7.0.tar.gz was fetched from none of the host's indexes" in str(err.value)
+
+
+def test_an_unreachable_index_does_not_hide_the_others(fetched, tmp_path):
+    links = tmp_path / "links"
+    links.mkdir()
+    shutil.copy2(fetched.path(CAUSAL), links / CAUSAL.filename)
+    dead = Fetcher(indexes=("https://127.0.0.1:9/simple",), find_links=(str(links),), timeout=5)
+    assert SourceCache(tmp_path / "c", dead).fetch(CAUSAL).is_file()
+    with pytest.raises(SourceFetchError, match=r"unreachable: https://127\.0\.0\.1:9/simple/causal-conv1d/"):
+        SourceCache(tmp_path / "d", Fetcher(indexes=("https://127.0.0.1:9/simple",), timeout=5)).fetch(CAUSAL)
 
 
 @pytest.mark.parametrize(
