@@ -194,14 +194,18 @@ def prepare(recipe: Recipe, facts: CellFacts, workdir: Path, cache: SourceCache 
         else:
             skipped.append(d.patch.name)
     env = {k: render(v, values) for k, v in recipe.env.items()}
-    inputs = {
+    return Prepared(tree, env, recipe.unset, tuple(applied), tuple(skipped), inputs(recipe, facts))
+
+
+def inputs(recipe: Recipe, facts: CellFacts) -> dict:
+    """What a build's inputs hash must cover, known without fetching: the plan can hash it."""
+    return {
         "source": recipe.source.identity,
         "recipe_sha256": recipe.digest,
-        "patches": applied,
-        "env": env,
+        "patches": [d.patch.name for d in decide(recipe, facts) if d.applies],
+        "env": build_env_vars(recipe, facts),
         "unset": list(recipe.unset),
     }
-    return Prepared(tree, env, recipe.unset, tuple(applied), tuple(skipped), inputs)
 
 
 # ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 from recipekit import CAUSAL, MAMBA, UPSTREAM_SMS, gencode_targets, setup_py_flags
 
 from builder.errors import PatchError, RecipeError
-from builder.prepare import explain, prepare
+from builder.prepare import explain, inputs, prepare
 from builder.recipes import RECIPES_DIR, CellFacts, load_recipe, load_recipes, recipe_for
 from builder.sources import Fetcher, SdistPin, SourceCache
 
@@ -135,6 +135,7 @@ def test_patches_go_onto_a_fresh_copy_never_the_cache(cache, tmp_path):
     assert hashlib.sha256(cache.path(CAUSAL).read_bytes()).hexdigest() == CAUSAL.sha256
     assert [p.name for p in cache.path(CAUSAL).parent.iterdir() if not p.name.startswith(".")] == [CAUSAL.filename]
     assert a.inputs["source"] == CAUSAL.identity and a.inputs["patches"] == ["cxx20", "cuda-archs"]
+    assert a.inputs == inputs(recipe, CELL_2_14) != inputs(recipe, CELL_2_11)  # the plan hashes it without fetching
 
 
 def test_env_names_the_abi_and_label_and_unsets_what_steers_setup_py(cache, tmp_path):
