@@ -57,3 +57,30 @@ class IndexIntegrityError(FarmError):
     """A published file no longer matches its recorded hash, or the index is inconsistent."""
 
     exit_code = 5
+
+
+# --- Third-party sources and recipes (builder/sources.py, builder/recipes.py, builder/prepare.py) ---
+
+
+class SourceIntegrityError(FarmError):
+    """A pinned sdist's bytes do not match its sha256 (or it is unsafe to unpack): nothing is built from it."""
+
+    exit_code = 6
+
+
+class SourceFetchError(FarmError):
+    """A pinned sdist could not be fetched from any index the host's pip settings name."""
+
+    exit_code = 3
+
+
+class RecipeError(FarmError):
+    """A recipe (recipes/*.toml) is invalid, or cannot serve the cell it was asked for."""
+
+    exit_code = 2
+
+
+class PatchError(FarmError):
+    """A recipe patch no longer applies to its file: that one build fails, the others go on."""
+
+    exit_code = 1
