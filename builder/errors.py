@@ -65,13 +65,13 @@ class IndexIntegrityError(FarmError):
 class SourceIntegrityError(FarmError):
     """A pinned sdist's bytes do not match its sha256 (or it is unsafe to unpack): nothing is built from it."""
 
-    exit_code = 6
+    exit_code = 8
 
 
 class SourceFetchError(FarmError):
     """A pinned sdist could not be fetched from any index the host's pip settings name."""
 
-    exit_code = 3
+    exit_code = 9
 
 
 class RecipeError(FarmError):
@@ -83,4 +83,4 @@ class RecipeError(FarmError):
 class PatchError(FarmError):
     """A recipe patch no longer applies to its file: that one build fails, the others go on."""
 
-    exit_code = 1
+    exit_code = 10

@@ -42,9 +42,10 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import RecipeError
 
-# The position scanner lives in matrix.py for now; it is moving to a module of its own.
-from builder.matrix import DIST_RE, RELPATH_RE, _dotted, _Lines, _show, _type_name
+# matrix.py's validation vocabulary (dotted key paths, value display, type names) is shared, not copied.
+from builder.matrix import DIST_RE, RELPATH_RE, _dotted, _show, _type_name
 from builder.sources import SHA256_RE, SdistPin
+from builder.tomllines import TomlLines
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO / "recipes"
@@ -189,13 +190,13 @@ class Recipe:
 
 
 class _Checker:
-    def __init__(self, path: Path, lines: _Lines, data: dict) -> None:
+    def __init__(self, path: Path, lines: TomlLines, data: dict) -> None:
         self.path = path
         self.lines = lines
         self.data = data
 
     def line(self, path: tuple) -> int | None:
-        # _Lines numbers [[patch.edit]] tables across the whole file: ("patch", "edit", k).
+        # TomlLines numbers [[patch.edit]] tables across the whole file: ("patch", "edit", k).
         if len(path) >= 4 and path[0] == "patch" and path[2] == "edit" and isinstance(path[3], int):
             patches = self.data.get("patch", [])
             before = sum(len(p.get("edit", [])) for p in patches[: path[1]] if isinstance(p, dict))
@@ -370,7 +371,7 @@ def load_recipe(path: Path) -> Recipe:
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(err)) or "invalid TOML"
         where = f"{path}:{m.group(1)}" if m else str(path)
         raise RecipeError(f"{where}: TOML syntax error: {msg}", hint="see https://toml.io for the syntax") from None
-    ck = _Checker(path, _Lines(text), data)
+    ck = _Checker(path, TomlLines(text), data)
     ck.keys(data, (), ("project", "source", "requires", "build", "patch", "test", "verify"),
             required=("project", "source", "build", "test", "verify"))  # fmt: skip
 

@@ -224,8 +224,8 @@ def test_every_error_has_its_own_exit_code(monkeypatch, capsys) -> None:
     codes: dict[int, set[str]] = {}
     for cls in {errors.FarmError, *every(errors.FarmError)}:
         codes.setdefault(cls.exit_code, set()).add(cls.__name__)
-    # MatrixError and UsageError are both "what you asked for is invalid"
-    assert {c: n for c, n in codes.items() if len(n) > 1} == {2: {"MatrixError", "UsageError"}}, codes
+    # MatrixError, UsageError and RecipeError are all "what you asked for is invalid"
+    assert {c: n for c, n in codes.items() if len(n) > 1} == {2: {"MatrixError", "UsageError", "RecipeError"}}, codes
     assert errors.BuildFailed.exit_code not in (1, 2, 3, 4, 5, 6, 75, 130)
     assert EXIT_INFRA == errors.InfrastructureError.exit_code == 75
     # the CLI returns it (a command whose builds failed)

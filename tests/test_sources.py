@@ -80,7 +80,7 @@ def test_tampered_cached_file_is_refused_and_moved_out(fetched, tmp_path):
     bad = hashlib.sha256(cached.read_bytes()).hexdigest()
     with pytest.raises(SourceIntegrityError) as err:
         cache.unpack(CAUSAL, tmp_path / "tree")
-    assert err.value.exit_code == 6
+    assert err.value.exit_code == 8
     assert f"sha256 {bad} does not match the pin {CAUSAL.sha256}" in str(err.value)
     assert "nothing is built from it" in str(err.value)
     assert not cached.exists(), "the bad file stayed in the cache as if good"
@@ -99,7 +99,7 @@ def test_tampered_cache_refused_by_the_cli_with_its_exit_code(fetched, tmp_path)
         [sys.executable, "-m", "builder", "recipe", "fetch", "causal-conv1d"],
         check=False, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "MAMBA_FARM_CACHE": str(farm_cache)},
     )  # fmt: skip
-    assert proc.returncode == 6, proc.stderr
+    assert proc.returncode == 8, proc.stderr
     assert "does not match the pin 3202758494eaa7b5" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "hint: the file was moved to" in proc.stderr
@@ -112,7 +112,7 @@ def test_download_with_other_bytes_is_refused_and_not_cached(tmp_path):
     cache = SourceCache(tmp_path / "c", Fetcher(indexes=(), find_links=(str(links),)))
     with pytest.raises(SourceIntegrityError) as err:
         cache.fetch(CAUSAL)
-    assert err.value.exit_code == 6 and "no file on the host's indexes has the pinned sha256" in str(err.value)
+    assert err.value.exit_code == 8 and "no file on the host's indexes has the pinned sha256" in str(err.value)
     assert not cache.path(CAUSAL).exists()
     assert not list(cache.root.rglob(".partial-*"))
 
