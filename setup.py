@@ -1,14 +1,16 @@
-"""Build mamba-ssm for the torch that is installed (pip install --no-build-isolation).
+"""Build mamba-ssm for the torch that is installed: `pip install mamba-ssm` takes the prebuilt wheel
+for it (under pip's build isolation too: torch is read from the target environment's files), and
+`pip install --no-build-isolation mamba-ssm` also compiles when no wheel fits.
 
 Order: the Target (torch's version, CUDA/ROCm and C++ ABI read from its files, no
 import, plus the MAMBA_* settings) gives the version and the metadata; bdist_wheel
 then ships the published wheel for that variant when one exists. Only when
-something will be compiled does the Plan check everything else (C++ compiler new
-enough, CUDA toolkit matching torch, ROCm version, arch list); then the kernel
+something will be compiled does the CompilePlan check everything else (C++ compiler
+new enough, CUDA toolkit matching torch, ROCm version, arch list); then the kernel
 objects are compiled with a torch-independent command line
 (mamba_build/kernels.py), then the thin torch binding with torch's BuildExtension,
 and they are linked into mamba_ssm._C. Environment variables: see the README,
-"Installing from source".
+"Installing from source". (Not the farm's builder.plan.Plan, which plans many wheels.)
 """
 
 from __future__ import annotations
@@ -20,19 +22,8 @@ import sys
 import warnings
 from pathlib import Path
 
+import setuptools
 from setuptools import Extension, setup
-
-try:
-    from setuptools.command.bdist_wheel import bdist_wheel
-except ImportError:  # setuptools < 70.1
-    try:
-        from wheel.bdist_wheel import bdist_wheel
-    except ImportError:
-        raise SystemExit(
-            "mamba-ssm build error: setuptools is older than 70.1 and the wheel package is missing, so this "
-            "build cannot make a wheel. How to fix: pip install -U 'setuptools>=70.1' wheel, then retry "
-            "with --no-build-isolation."
-        ) from None
 
 ROOT = Path(__file__).resolve().parent
 CSRC = ROOT / "csrc"
@@ -46,6 +37,10 @@ def _load(name: str, path: Path):
     spec.loader.exec_module(module)
     return module
 
+
+# setuptools >= 70.1 (its bdist_wheel), or one line naming the fix: the backend's check, here for `python setup.py`.
+_load("_mamba_backend", ROOT / "mamba_build" / "mamba_backend.py")
+from setuptools.command.bdist_wheel import bdist_wheel
 
 _variant = _load("_mamba_variant", ROOT / "mamba_ssm" / "_variant.py")
 toolchain = _load("_mamba_toolchain", ROOT / "mamba_build" / "toolchain.py")
@@ -61,18 +56,87 @@ def _warn(message: str) -> None:
     print(f"mamba-ssm build warning: {message}", file=sys.stderr)
 
 
+def _license() -> dict:
+    """Apache-2.0 in the form this setuptools reads: a PEP 639 expression from 77 on (the License
+    field before; pyproject.toml's string form fails before 77, its table form is deprecated from 77)."""
+    old = toolchain.version_tuple(setuptools.__version__)[:2] < (77, 0)
+    return {"license": "Apache-2.0"} if old else {"license_expression": "Apache-2.0"}
+
+
 def _prebuilt_wheel_or_none(target: Target, dist_dir: str) -> Path | None:
     """The sha256-verified wheel for this variant, downloaded into ``dist_dir`` (None: compile).
 
     mamba_ssm/_prebuilt.py reads MAMBA_WHEEL_INDEX (default: the project's index) and prints one
-    line saying what it found or why not.
+    line saying what it found or why not. Under build isolation nothing can be compiled, so a miss
+    is kept for the one-line error instead (_no_compiling_in_isolation).
     """
+    import io
+
     prebuilt = _load("_mamba_prebuilt", ROOT / "mamba_ssm" / "_prebuilt.py")
-    return prebuilt.for_setup(target.version, dist_dir, variant=target.needed)
+    said = io.StringIO() if target.isolation else sys.stderr
+    wheel = prebuilt.for_setup(target.labelled_version, dist_dir, variant=target.needed, stream=said)
+    if target.isolation:
+        line = said.getvalue().strip()
+        if wheel is not None:
+            print(line, file=sys.stderr, flush=True)
+        target.miss = re.sub(r"(;|:|,)?( refusing it and| and)? building (it )?from source$", "", line.removeprefix("mamba-ssm: "))
+    return wheel
 
 
-def _torch_facts():
-    """torch's version, CUDA/HIP release and C++ ABI, read from its files (importing torch costs seconds)."""
+def _isolation(env=os.environ) -> str | None:
+    """Whose build isolation this setup.py runs under: None (it sees the environment it installs into),
+    "pip" or "uv".
+
+    pip (23.0 to 26.3, measured) runs the target environment's own interpreter and only takes that
+    environment's site-packages off sys.path: sys.prefix and sysconfig's purelib still name it, so
+    its torch can be read from its files (never imported: that needs its whole site-packages). uv
+    (0.13) builds in a venv of its own (sys.prefix and VIRTUAL_ENV <cache>/builds-v0/.tmpXXXX) and
+    names the target environment nowhere (UV_INTERNAL__BUILD_DIR is the source tree, with or without
+    isolation).
+    """
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    norm = lambda p: os.path.normcase(os.path.realpath(p))
+    if not {norm(paths["purelib"]), norm(paths["platlib"])} & {norm(p) for p in sys.path if p}:
+        return "pip"
+    if Path(sys.prefix).parent.name.startswith("builds-v"):  # uv's build venv (--no-build-isolation: the target)
+        return "uv"
+    return None
+
+
+# Added to every command the isolation errors name: what it takes to compile against the user's torch.
+NO_ISOLATION = "add --no-build-isolation to the install command (that environment then needs setuptools>=70.1 too)"
+
+
+def _torch_facts(isolation: str | None = None):
+    """torch's version, CUDA/HIP release and C++ ABI, read from its files (importing torch costs seconds).
+
+    Under build isolation only the target environment's torch counts: one the front-end put into the
+    build environment is never looked at, so nothing is labelled for, or compiled against, it.
+    """
+    if isolation == "uv":
+        raise toolchain.BuildConfigError(
+            "uv builds mamba-ssm in an environment of its own that neither holds your torch nor says where "
+            "it is installing, so this build cannot tell which torch the wheel is for",
+            "install torch first, then uv pip install --no-build-isolation mamba-ssm (with setuptools>=70.1 "
+            "installed in that environment)",
+        )
+    if isolation == "pip":
+        import site
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        # Where that interpreter imports from: its user site first (outside a venv), then site-packages.
+        user = [site.getusersitepackages()] if sys.prefix == sys.base_prefix else []
+        facts = _variant.installed_torch(list(dict.fromkeys([*user, paths["purelib"], paths["platlib"]])))
+        if facts is None:
+            raise toolchain.BuildConfigError(
+                f"no torch is installed in {sys.prefix}, the environment this install goes into "
+                "(mamba-ssm is built for the torch you already have, read from its files)",
+                "install torch first (pip install torch), then pip install mamba-ssm",
+            )
+        return facts
     facts = _variant.installed_torch()
     if facts is not None and facts.cxx11abi is not None:
         return facts
@@ -89,14 +153,16 @@ class Target:
     """What this build is for, from torch's files and the environment: no torch import, no toolchain.
 
     That is all the metadata and the prebuilt-wheel lookup need, so a user whose variant is
-    published needs neither nvcc nor a C++ compiler; the toolchain is checked (Plan) only when
+    published needs neither nvcc nor a C++ compiler; the toolchain is checked (CompilePlan) only when
     something is about to be compiled.
     """
 
     def __init__(self, env=os.environ) -> None:
         self.env = env
         self.data = data = toolchain.load_data()
-        facts = _torch_facts()
+        self.isolation = _isolation(env)  # pip: the target environment's torch, read from its files
+        self.miss = ""  # under isolation: why no prebuilt wheel was taken
+        facts = _torch_facts(self.isolation)
         self.torch_version, self.torch_cuda, self.torch_hip = facts.version, facts.cuda, facts.hip
         self.torch_location, self.torch_git = facts.location, facts.git_version
         toolchain.check_torch(self.torch_version, data)
@@ -105,6 +171,7 @@ class Target:
         # Stable ABI (MAMBA_STABLE_ABI=TRUE): csrc/binding_stable.cpp, one cp310-abi3 wheel for torch >= floor.
         self.stable = bool(toolchain.env_bool(env, "MAMBA_STABLE_ABI"))
         self.stable_floor = data["stable"]["floor"]
+        self.stable_tag = "cp" + data["stable"]["python"].replace(".", "")  # its Python tag: cp310(-abi3)
         if self.stable and toolchain.version_tuple(self.torch_version)[:2] < toolchain.version_tuple(self.stable_floor)[:2]:
             raise toolchain.BuildConfigError(
                 f"MAMBA_STABLE_ABI=TRUE needs torch >= {self.stable_floor} (its stable C API), but torch is {self.torch_version}",
@@ -121,9 +188,11 @@ class Target:
                 f"({'TRUE' if torch_abi else 'FALSE'}); the wheel will not load with this torch"
             )
         self.backend = "cpu" if self.skip_gpu or not (facts.cuda or facts.hip) else ("rocm" if facts.hip else "cuda")
-        if self.backend == "rocm" and self.stable:
+        if self.stable and self.backend not in data["stable"]["backends"]:
+            names = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm"}
+            covered = " and ".join(names[b] for b in data["stable"]["backends"])
             raise toolchain.BuildConfigError(
-                "MAMBA_STABLE_ABI=TRUE covers CPU and CUDA builds only, and this torch is a ROCm build",
+                f"MAMBA_STABLE_ABI=TRUE covers {covered} builds only, and this torch is a {names[self.backend]} build",
                 "unset MAMBA_STABLE_ABI to build a classic wheel for this torch",
             )
         self.variant = _variant.from_values(
@@ -138,6 +207,18 @@ class Target:
 
     @property
     def version(self) -> str:
+        """What the metadata says. Built from an sdist (a user's install), the sdist's own version: pip
+        discards a candidate whose metadata disagrees with the version its index named ("inconsistent
+        version: expected '2.3.0', but metadata has '2.3.0+cputorch2.13cxx11abitrue'"). The prebuilt
+        wheel it then installs keeps its label; MAMBA_FORCE_BUILD=TRUE (the farm) and
+        MAMBA_LOCAL_VERSION label a wheel compiled from an sdist too."""
+        if (ROOT / "PKG-INFO").is_file() and not self.force_build and "MAMBA_LOCAL_VERSION" not in self.env:
+            return _base_version()
+        return self.labelled_version
+
+    @property
+    def labelled_version(self) -> str:
+        """The version with this build's label: the name of what it compiles, the prebuilt wheel it may take."""
         local = self.env.get("MAMBA_LOCAL_VERSION")
         label = self.variant.label if local is None else local.strip()
         return f"{_base_version()}+{label}" if label else _base_version()
@@ -150,11 +231,11 @@ class Target:
         parts = [f"torch {self.torch_version}", f"backend {self.backend}",
                  f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}", f"version {self.version}"]  # fmt: skip
         if self.stable:
-            parts.append(f"stable ABI (torch >= {self.stable_floor}, cp310-abi3)")
+            parts.append(f"stable ABI (torch >= {self.stable_floor}, {self.stable_tag}-abi3)")
         return "mamba-ssm build: " + ", ".join(parts)
 
 
-class Plan:
+class CompilePlan:
     """How to compile the Target: every toolchain check, before anything is compiled."""
 
     def __init__(self, target: Target) -> None:
@@ -197,13 +278,13 @@ def _cxx_argv(env) -> list[str]:
     return shlex.split(env["CXX"]) if env.get("CXX") else ["c++"]
 
 
-def _classic_cxx_flags(plan: Plan) -> list[str]:
+def _classic_cxx_flags(plan: CompilePlan) -> list[str]:
     """The C++ flags of the classic binding (and module.cpp): torch's ABI, passed by us since torch
     >= 2.13 no longer adds it; -fopenmp for the at::parallel_for that ATen inlines."""
     return ["-O2", f"-std={plan.std}", f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}", "-fopenmp", "-fvisibility=hidden"]
 
 
-def _extension(plan: Plan):
+def _extension(plan: CompilePlan):
     # CUDA_HOME must be right before torch.utils.cpp_extension is imported: it reads it once.
     if plan.cuda:
         os.environ["CUDA_HOME"] = str(plan.cuda.home)
@@ -235,7 +316,7 @@ def _extension(plan: Plan):
     return CUDAExtension(extra_compile_args={"cxx": [*cxx, "-DWITH_CUDA"], "nvcc": hipcc}, **common)
 
 
-def _binding_job(plan: Plan):
+def _binding_job(plan: CompilePlan):
     """binding.cpp as a cached object (classic CPU and CUDA builds): one compile per torch build and
     toolkit, shared by every Python. Its flags are the ones torch's BuildExtension would give it."""
     flags = _classic_cxx_flags(plan)
@@ -250,7 +331,29 @@ def _binding_job(plan: Plan):
     return kernels.binding_job(CSRC, _cxx_argv(plan.env), flags, include_dirs)
 
 
-def _build_ext_class(plan: Plan):
+def _no_compiling_in_isolation(target: Target, why: str) -> None:
+    """Compiling needs the user's torch imported; build isolation hides it (and a torch the front-end
+    put into the build environment is not the user's): say what to add, in one line."""
+    if target.isolation:
+        raise toolchain.BuildConfigError(
+            f"{why}, and compiling needs your torch, which {target.isolation}'s build isolation hides from this build",
+            NO_ISOLATION,
+        )
+
+
+def _remove_stale_modules(cmd) -> None:
+    """This build's mamba_ssm._C only: a module of the other kind (classic _C.cpython-311-x86_64-linux-gnu.so,
+    stable _C.abi3.so) that an earlier build left in build_lib (or in place) would ride into this wheel
+    next to it, and CPython prefers the version-specific one."""
+    for ext in cmd.extensions:
+        keep = Path(cmd.get_ext_fullpath(ext.name))
+        for other in sorted(keep.parent.glob(ext.name.rpartition(".")[2] + ".*")):
+            if other != keep and other.suffix in (".so", ".pyd"):
+                other.unlink()
+                print(f"mamba-ssm build: removed {other} (left by an earlier build of another kind)", file=sys.stderr)
+
+
+def _build_ext_class(plan: CompilePlan):
     from torch.utils.cpp_extension import BuildExtension
 
     class build_ext(BuildExtension):
@@ -272,12 +375,13 @@ def _build_ext_class(plan: Plan):
             objects = kernels.build(jobs, Path(cache) if cache else Path(self.build_temp) / "kernels", plan.jobs.max_jobs)
             for ext in self.extensions:
                 ext.extra_objects = [str(o) for o in objects]
+            _remove_stale_modules(self)
             super().build_extensions()
 
     return build_ext
 
 
-def _torch_extension(plan: Plan):
+def _torch_extension(plan: CompilePlan):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)  # torch's "no CUDA runtime found" notice
         return _extension(plan)
@@ -299,7 +403,8 @@ class bdist_wheel_prebuilt(bdist_wheel):
             if wheel is not None:
                 print(f"mamba-ssm: using prebuilt {wheel}")
                 return
-        plan = Plan(target)
+        _no_compiling_in_isolation(target, target.miss or "MAMBA_FORCE_BUILD=TRUE asks for a source build")
+        plan = CompilePlan(target)
         print(plan.summary(), file=sys.stderr)
         self.distribution.ext_modules = [_torch_extension(plan)]
         self.distribution.cmdclass["build_ext"] = _build_ext_class(plan)
@@ -316,22 +421,24 @@ COMPILING = {"build", "build_ext", "install", "develop", "editable_wheel", "bdis
 def main() -> None:
     commands = [a for a in sys.argv[1:] if not a.startswith("-")]  # option values count too: only set membership matters
     metadata_only = len(sys.argv) > 1 and all(a in ("egg_info", "sdist", "--version", "--name") for a in sys.argv[1:2])
-    if metadata_only and importlib.util.find_spec("torch") is None:  # an sdist is made without torch
-        setup(version=_base_version(), install_requires=["torch"])
+    # An sdist is never labelled: it is the source of every variant, whatever torch the machine making it has.
+    if commands[:1] == ["sdist"] or (metadata_only and importlib.util.find_spec("torch") is None):
+        setup(version=_base_version(), install_requires=["torch"], **_license())
         return
     target = Target()
-    stable = {"options": {"bdist_wheel": {"py_limited_api": "cp310"}}} if target.stable else {}
+    stable = {"options": {"bdist_wheel": {"py_limited_api": target.stable_tag}}} if target.stable else {}
     common = {"version": target.version, "install_requires": target.install_requires, **stable}
     if (not commands or commands[0] in DEFERRED) and not COMPILING.intersection(commands):
         print(target.summary(), file=sys.stderr)
         bdist_wheel_prebuilt.target = target
         source = "csrc/binding_stable.cpp" if target.stable else "csrc/binding.cpp"
         placeholder = Extension("mamba_ssm._C", sources=[source], py_limited_api=target.stable)
-        setup(ext_modules=[placeholder], cmdclass={"bdist_wheel": bdist_wheel_prebuilt}, **common)
+        setup(ext_modules=[placeholder], cmdclass={"bdist_wheel": bdist_wheel_prebuilt}, **common, **_license())
         return
-    plan = Plan(target)
+    _no_compiling_in_isolation(target, f"`{' '.join(commands[:1]) or 'setup.py'}` compiles mamba-ssm")
+    plan = CompilePlan(target)
     print(plan.summary(), file=sys.stderr)
-    setup(ext_modules=[_torch_extension(plan)], cmdclass={"build_ext": _build_ext_class(plan)}, **common)
+    setup(ext_modules=[_torch_extension(plan)], cmdclass={"build_ext": _build_ext_class(plan)}, **common, **_license())
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from builder import hip
-from builder.executors.docker import connect
+from builder.engine import connect
 
 BASELINE = "gfx90a"
 

@@ -17,38 +17,19 @@ import sys
 import tempfile
 from pathlib import Path
 
+from builder.engine import connect, image_exists
 from builder.errors import EngineUnavailable, UsageError
+from builder.hostenv import find_ca_bundle
+from builder.images import DEFAULT_SUITE, LABEL, SUITES, is_local_base, local_name, local_suite, suite_for
 
 MIRROR = "http://deb.debian.org/debian"
-SUITES = ("bookworm", "trixie")
-# Where the farm's own bases live; the rendered Dockerfiles name these.
-LOCAL_PREFIX = "mamba-farm/debian"
-LABEL = "org.mamba-farm"
-
-
-def local_name(suite: str) -> str:
-    return f"{LOCAL_PREFIX}:{suite}"
-
-
-def suite_for(base: str) -> str:
-    """The Debian suite a configured base reference stands for (debian:trixie, ...:bookworm...)."""
-    low = base.lower()
-    for suite in SUITES:
-        if suite in low:
-            return suite
-    return "bookworm"
 
 
 def ensure(client, suite: str, *, ca_bundle: Path | None, log=print, mirror: str = MIRROR) -> str:
     """Return the local base image for SUITE, building it only if it does not exist yet."""
-    import docker.errors
-
     name = local_name(suite)
-    try:
-        client.images.get(name)
+    if image_exists(client, name):
         return name
-    except docker.errors.ImageNotFound:
-        pass
     if suite not in SUITES:
         raise UsageError(f"unknown Debian suite {suite!r}", hint=f"use one of: {', '.join(SUITES)}")
     if shutil.which("debootstrap") is None:
@@ -109,13 +90,10 @@ def resolve_base(client, base: str, *, fallback: str | None = None, ca_bundle: P
     """The image to build FROM: BASE if present or pullable, else the farm's own Debian base."""
     import docker.errors
 
-    if base.startswith(LOCAL_PREFIX + ":"):
-        return ensure(client, base.split(":", 1)[1], ca_bundle=ca_bundle, log=log)
-    try:
-        client.images.get(base)
+    if is_local_base(base):
+        return ensure(client, local_suite(base), ca_bundle=ca_bundle, log=log)
+    if image_exists(client, base):
         return base
-    except docker.errors.ImageNotFound:
-        pass
     try:
         client.images.pull(base)
         return base
@@ -128,15 +106,12 @@ def resolve_base(client, base: str, *, fallback: str | None = None, ca_bundle: P
 
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("base-image", help="make a local Debian base image (debootstrap + docker import)")
-    p.add_argument("--suite", default="bookworm", choices=SUITES)
+    p.add_argument("--suite", default=DEFAULT_SUITE, choices=SUITES)
     p.add_argument("--ca-bundle", type=Path, default=None, help="CA bundle to bake in (default: the host's)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from builder.executors.docker import connect
-    from builder.hostenv import find_ca_bundle
-
     client = connect()
     ca = find_ca_bundle(args.ca_bundle)
     name = ensure(client, args.suite, ca_bundle=ca, log=lambda m: print(m, file=sys.stderr))

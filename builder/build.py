@@ -27,7 +27,8 @@ from rich.console import Console
 
 from builder import schedule
 from builder.errors import BuildFailed, FarmError, UsageError
-from builder.executors import EXECUTORS, BuildOptions, select
+from builder.executors import BuildOptions
+from builder.executors.choose import EXECUTORS, select
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -22,6 +22,7 @@ COMMANDS = {
     "index": "builder.index",
     "resolve": "builder.resolve",
     "hip-compile": "builder.hip",
+    "recipe": "builder.prepare",
 }
 
 

@@ -1,9 +1,13 @@
-"""Compatibility facts (builder/data/*.toml) and the rules that read them.
+"""Compatibility facts (builder/data/*.toml, mamba_build/build.toml) and the rules that read them.
 
 The data says what exists (torch releases, their CUDA/ROCm/Python/ABI, toolkits,
 GPU architectures, base images); this module answers the plan's questions about
 one cell: can it be built, with which torch build from which index, for which
 architectures, in which toolchain. No I/O beyond reading the bundled data once.
+
+Facts setup.py needs as well (default arch lists, the ROCm floor, patch and default
+targets, the C++20 switch, the stable ABI's floors) have their one home in
+mamba_build/build.toml, which ships in the sdist; builder/data/ holds the farm's own.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 import tomllib
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
+BUILD_DATA = Path(__file__).resolve().parent.parent / "mamba_build" / "build.toml"  # shared with setup.py
 PLATFORMS = ("linux_x86_64", "linux_aarch64")
 # Ways a toolkit can reach an image; "none" is the CPU image's.
 TOOLKIT_SOURCES = ("base", "pypi", "debian")
@@ -35,7 +40,7 @@ class TorchRow:
     rocm: tuple[str, ...]  # "6.2.4", ...
     pypi: dict  # platform -> "cu124" | "cpu"
     cxx11abi: tuple[bool, ...]
-    cxx_std: int
+    cxx_std: int  # from build.toml's [torch] cxx20_from
     glibc: dict  # platform -> "2.28"
 
     def supports_python(self, python: str) -> bool:
@@ -76,7 +81,19 @@ class TorchInstall:
 class Compat:
     """The loaded data. Build one with :func:`load`."""
 
-    def __init__(self, torch: dict, toolkits: dict, images: dict) -> None:
+    def __init__(self, torch: dict, toolkits: dict, images: dict, build: dict) -> None:
+        # Shared with setup.py (mamba_build/build.toml).
+        self.cxx20_from: str = build["torch"]["cxx20_from"]
+        self.stable_floor: str = build["stable"]["floor"]
+        self.stable_python: str = build["stable"]["python"]  # the abi3 wheel's oldest CPython
+        self.stable_kinds: tuple[str, ...] = tuple(build["stable"]["backends"])
+        self.rocm_minimum: str = build["rocm"]["minimum"]
+        self.rocm_needs_patch: tuple[str, ...] = tuple(build["rocm"]["needs_patch"])
+        self.rocm_default_archs: tuple[str, ...] = tuple(build["rocm"]["default_archs"])
+        # Default CUDA archs as per-arch rules, in the shape of the farm's extra ones.
+        self.cuda_arch: list[dict] = [
+            {"arch": f"sm_{sm}", "since": row["from"]} for row in build["cuda"]["archs"] for sm in row["sm"]
+        ]
         self.torch: dict[str, TorchRow] = {}
         for minor, row in torch["torch"].items():
             self.torch[minor] = TorchRow(
@@ -88,19 +105,22 @@ class Compat:
                 rocm=tuple(row["rocm"]),
                 pypi=dict(row["pypi"]),
                 cxx11abi=tuple(row["cxx11abi"]),
-                cxx_std=int(row["cxx_std"]),
+                cxx_std=20 if vtuple(minor) >= vtuple(self.cxx20_from) else 17,
                 glibc=dict(row["glibc"]),
             )
         self.cuda: dict[str, dict] = toolkits["cuda"]
         self.rocm: dict[str, dict] = toolkits["rocm"]
-        self.cuda_arch: list[dict] = toolkits["cuda_arch"]
         self.cuda_extra_arch: dict[str, dict] = toolkits.get("cuda_extra_arch", {})
-        self.rocm_minimum: str = toolkits["rocm_policy"]["minimum"]
         self.images: dict[str, dict] = {k: v for k, v in images.items() if k != "debian_glibc"}
         self.debian_glibc: dict[str, str] = images["debian_glibc"]
         lo = min((vtuple(r.python[0]) for r in self.torch.values()), default=(3, 8))
         hi = max((vtuple(r.python[1]) for r in self.torch.values()), default=(3, 14))
         self.pythons = tuple(f"3.{m}" for m in range(lo[1], hi[1] + 1))
+
+    @property
+    def stable_python_tag(self) -> str:
+        """The stable-ABI wheel's Python tag: cp310 (it is cp310-abi3)."""
+        return "cp" + self.stable_python.replace(".", "")
 
     # -- what exists ---------------------------------------------------------
 
@@ -219,7 +239,7 @@ class Compat:
         return self.cuda.get(acc.toolkit or "", {}).get("debian_suite") if acc.kind == "cuda" else None
 
     def hip_bf16_patch(self, acc: Accelerator) -> bool:
-        return acc.kind == "rocm" and bool(self.rocm[acc.toolkit].get("hip_bf16_patch"))
+        return acc.kind == "rocm" and acc.toolkit in self.rocm_needs_patch
 
     def manylinux(self, torch: str, platform: str, image_glibc: str) -> str:
         """The repair target: the newer of torch's own glibc floor and the build image's glibc."""
@@ -242,4 +262,6 @@ def load() -> Compat:
         with open(DATA_DIR / name, "rb") as f:
             return tomllib.load(f)
 
-    return Compat(read("torch.toml"), read("toolkits.toml"), read("images.toml"))
+    with open(BUILD_DATA, "rb") as f:
+        build = tomllib.load(f)
+    return Compat(read("torch.toml"), read("toolkits.toml"), read("images.toml"), build)

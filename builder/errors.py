@@ -34,7 +34,17 @@ class EngineUnavailable(FarmError):
 class BuildFailed(FarmError):
     """One or more builds failed; the others finished."""
 
-    exit_code = 1
+    exit_code = 7
+
+
+class InfrastructureError(FarmError):
+    """The build could not run (engine hiccup, network, disk): worth a retry, unlike a compile error.
+
+    The executor catches it and fails only the builds it concerns (the run then ends in BuildFailed).
+    75 is EX_TEMPFAIL, what builder/executors/build.sh exits with for the same cause.
+    """
+
+    exit_code = 75
 
 
 class VerificationError(FarmError):
@@ -47,6 +57,33 @@ class IndexIntegrityError(FarmError):
     """A published file no longer matches its recorded hash, or the index is inconsistent."""
 
     exit_code = 5
+
+
+# --- Third-party sources and recipes (builder/sources.py, builder/recipes.py, builder/prepare.py) ---
+
+
+class SourceIntegrityError(FarmError):
+    """A pinned sdist's bytes do not match its sha256 (or it is unsafe to unpack): nothing is built from it."""
+
+    exit_code = 8
+
+
+class SourceFetchError(FarmError):
+    """A pinned sdist could not be fetched from any index the host's pip settings name."""
+
+    exit_code = 9
+
+
+class RecipeError(FarmError):
+    """A recipe (recipes/*.toml) is invalid, or cannot serve the cell it was asked for."""
+
+    exit_code = 2
+
+
+class PatchError(FarmError):
+    """A recipe patch no longer applies to its file: that one build fails, the others go on."""
+
+    exit_code = 10
 
 
 class NoMatchingWheel(FarmError):

@@ -23,12 +23,9 @@ target, runnable on a CPU-only CI machine.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shutil
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -37,13 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from builder.errors import BuildFailed, EngineUnavailable, UsageError
+from builder import compat as compat_mod
+from builder.base_image import ensure
+from builder.engine import build_image, connect, image_exists
+from builder.errors import BuildFailed, UsageError
+from builder.hostenv import find_ca_bundle
+from builder.images import NEWER_SUITE, OWNER_LABEL, image_repo, owner
+from builder.render import hip_toolchain
 from builder.spec import stable_hash
+from mamba_ssm import _elf
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HIPIFY_SCRIPT = Path(__file__).resolve().parent / "hipify_tus.py"
-SUITE = "trixie"  # the Debian release with hipcc (5.7.1)
-IMAGE_REPO = "mamba-farm/hip-toolchain"
+SUITE = NEWER_SUITE  # the Debian release with hipcc (5.7.1)
+IMAGE_REPO = image_repo("hip-toolchain")
 LLVM_BIN = "/usr/lib/llvm-17/bin"  # trixie's hipcc drives clang 17; the bundler tools live here
 # What trixie's clang 17 compiles (gfx950 and gfx12xx need ROCm 7's clang).
 TOOLCHAIN_ARCHS = (
@@ -59,7 +63,7 @@ TOOLCHAIN_ARCHS = (
     "gfx1101",
     "gfx1102",
 )
-DEFAULT_ARCHS = ("gfx90a", "gfx942", "gfx1100")
+DEFAULT_ARCHS = compat_mod.load().rocm_default_archs  # setup.py's default too: mamba_build/build.toml [rocm]
 # The flags a ROCm build of the extension passes to hipcc: torch's cpp_extension
 # (COMMON_HIP_FLAGS + COMMON_HIPCC_FLAGS) plus setup.py's own.
 HIPCC_FLAGS = (
@@ -68,8 +72,6 @@ HIPCC_FLAGS = (
     "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1",
     "-DHIP_ENABLE_WARP_SYNC_BUILTINS=1",
 )  # fmt: skip
-_BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
-_EM_AMDGPU = 224
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,9 @@ class Toolchain:
     container: object = None
     hip_version: str = ""
     log: object = print
-    _owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    _owner: str = field(default_factory=owner)
 
     def __enter__(self) -> Self:
-        from builder.executors.docker import OWNER_LABEL
-
         # The owner label keeps a concurrent farm run's leftover sweep off this container.
         self.container = self.client.containers.run(
             self.image,
@@ -168,52 +168,26 @@ PACKAGES = ("hipcc", "libamdhip64-dev", "patch")
 
 
 def dockerfile(base: str) -> str:
-    return (
-        f"FROM {base}\n"
-        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
-        "RUN apt-get update \\\n"
-        f" && apt-get install -y --no-install-recommends {' '.join(PACKAGES)} \\\n"
-        " && rm -rf /var/lib/apt/lists/*\n"
-        "RUN hipcc --version\n"
-    )
+    return hip_toolchain(base, PACKAGES)
 
 
 def ensure_image(client, *, log=print) -> str:
     """The hipcc image's tag, building it (once, under a lock) when it does not exist yet."""
-    import docker.errors
-    from filelock import FileLock
-
-    from builder.base_image import ensure
-    from builder.hostenv import find_ca_bundle
+    from filelock import FileLock  # here, not above: `hip-compile --help` starts without it
 
     base = ensure(client, SUITE, ca_bundle=find_ca_bundle(), log=log)
     text = dockerfile(base)
     tag = f"{IMAGE_REPO}:{stable_hash({'dockerfile': text, 'base': client.images.get(base).id}, 16)}"
     lock = Path(tempfile.gettempdir()) / f"mamba-farm-{IMAGE_REPO.replace('/', '-')}.lock"
     with FileLock(str(lock)):
-        try:
-            client.images.get(tag)
+        if image_exists(client, tag):
             return tag
-        except docker.errors.ImageNotFound:
-            pass
         log(f"hip: building {tag} (apt-get install {' '.join(PACKAGES)}; once)")
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="mamba-farm-hipctx-") as ctx:
-            (Path(ctx) / "Dockerfile").write_text(text)
-            lines: list[str] = []
-            try:
-                for chunk in client.api.build(
-                    path=ctx, tag=tag, labels={"org.mamba-farm": "1"}, rm=True, forcerm=True, decode=True
-                ):
-                    lines.append(chunk.get("stream", ""))
-                    if "error" in chunk:
-                        raise EngineUnavailable(
-                            f"the hipcc image failed to build: {chunk['error'].strip()}\n{_tail(''.join(lines))}",
-                            hint="check that the Debian mirror is reachable (apt-get update in the trixie base)",
-                        )
-            except docker.errors.APIError as err:
-                raise EngineUnavailable(f"the hipcc image failed to build: {err}") from None
-        log(f"hip: built {tag} in {time.monotonic() - started:.0f}s")
+        seconds = build_image(
+            client, tag, text, what="the hipcc image",
+            hint="check that the Debian mirror is reachable (apt-get update in the trixie base)",
+        )  # fmt: skip
+        log(f"hip: built {tag} in {seconds:.0f}s")
     return tag
 
 
@@ -250,42 +224,24 @@ def hipify(work: Path, *, python: str, csrc: Path = REPO_ROOT / "csrc") -> list[
 
 
 def code_objects(obj: Path) -> tuple[CodeObject, ...]:
-    """The device code objects in OBJ's .hip_fatbin offload bundle (host entry left out)."""
-    from elftools.elf.elffile import ELFFile
-
-    with open(obj, "rb") as f:
-        section = ELFFile(f).get_section_by_name(".hip_fatbin")
-        if section is None:
-            raise BuildFailed(f"{obj.name}: no .hip_fatbin section: hipcc compiled no device code")
-        blob = section.data()
-    if blob[: len(_BUNDLE_MAGIC)] != _BUNDLE_MAGIC:
+    """The device code objects in OBJ's .hip_fatbin offload bundle (host entry left out), read by
+    mamba_ssm._elf: the reader the farm's verifier and the doctor use."""
+    elf = _elf.Elf.read(obj)
+    blob = elf.section(".hip_fatbin")
+    if blob is None:
+        raise BuildFailed(f"{obj.name}: no .hip_fatbin section: hipcc compiled no device code")
+    entries = _elf.offload_bundles(blob)
+    if not entries:
         raise BuildFailed(f"{obj.name}: .hip_fatbin is not an uncompressed clang offload bundle")
-    (count,) = struct.unpack_from("<Q", blob, len(_BUNDLE_MAGIC))
-    pos = len(_BUNDLE_MAGIC) + 8
-    out = []
-    for _ in range(count):
-        offset, size, triple_len = struct.unpack_from("<QQQ", blob, pos)
-        pos += 24
-        target = blob[pos : pos + triple_len].decode()
-        pos += triple_len
-        if not target.startswith("hip"):
-            continue  # the (empty) host entry
-        out.append(CodeObject(target, target.rsplit("-", 1)[-1], size, _kernels(blob[offset : offset + size], target)))
+    out = [CodeObject(e.target, e.arch, len(e.data), _kernels(e.data, e.target)) for e in entries]
     return tuple(sorted(out, key=lambda c: c.arch))
 
 
-def _kernels(elf: bytes, target: str) -> tuple[str, ...]:
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
-
-    f = ELFFile(io.BytesIO(elf))
-    if f["e_machine"] not in ("EM_AMDGPU", _EM_AMDGPU):
-        raise BuildFailed(f"{target}: the code object is {f['e_machine']}, not an AMDGPU ELF")
-    names = set()
-    for sec in f.iter_sections():
-        if isinstance(sec, SymbolTableSection):
-            names.update(s.name[: -len(".kd")] for s in sec.iter_symbols() if s.name.endswith(".kd"))
-    return tuple(sorted(names))
+def _kernels(code: bytes, target: str) -> tuple[str, ...]:
+    f = _elf.Elf(code, target)
+    if f.machine != _elf.EM_AMDGPU:
+        raise BuildFailed(f"{target}: the code object is ELF machine {f.machine}, not an AMDGPU ELF")
+    return tuple(sorted({n[: -len(".kd")] for n, _ in f.symbols(_elf.SYMBOL_TABLES) if n.endswith(".kd")}))
 
 
 # ---- the whole check ----------------------------------------------------------------
@@ -347,8 +303,6 @@ def add_command(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from builder.executors.docker import connect
-
     archs = check_archs(tuple(a.strip() for a in args.archs.split(",") if a.strip()))
     client = connect()
     log = lambda m: print(m, file=sys.stderr)

@@ -86,14 +86,34 @@ def load_plan(
         images = _images_for(builds, {k: v for k, v in images.items() if k in needed})
         cells = [c for c in cells if any(_serves(b, c, compat) for b in builds)]
     if not builds:
-        scope = f"profile {prof.name!r} selects" if prof else "the matrix leaves"
-        path = ("profiles", prof.name) if prof else ("axes",)
-        raise matrix.error(
-            path,
-            f"nothing to build: {scope} no buildable combination ({len(dropped)} dropped)",
-            hint="run `python -m builder plan --explain` to see what was dropped and why",
-        )
+        raise _nothing_to_build(matrix, prof, dropped)
     return Plan(matrix, builds, images, dropped, cells, prof, src, stable)
+
+
+# A plan that leaves nothing lists this many dropped combinations, with their reasons, in its error.
+EXPLAIN_INLINE = 10
+
+
+def _nothing_to_build(matrix: Matrix, prof: Profile | None, dropped: list[Dropped]) -> MatrixError:
+    """The error for a plan with no build: why each combination was dropped, when they are few;
+    else where to see them (``plan --explain`` lists them even then: the error carries them)."""
+    scope = f"profile {prof.name!r} selects" if prof else "the matrix leaves"
+    path = ("profiles", prof.name) if prof else ("axes",)
+    message = f"nothing to build: {scope} no buildable combination ({len(dropped)} dropped)"
+    if not dropped:
+        hint = "no combination was dropped: the axes (and the profile's keys) select none; widen them"
+    elif len(dropped) <= EXPLAIN_INLINE:
+        message += ":\n" + _dropped_lines(dropped)
+        hint = None
+    else:
+        hint = "rerun the plan with --explain to see what was dropped and why"
+    err = matrix.error(path, message, hint=hint)
+    err.dropped = dropped  # for --explain (_run)
+    return err
+
+
+def _dropped_lines(dropped: list[Dropped]) -> str:
+    return "\n".join(f"  {cell.describe()}: {reason}" for cell, reason in dropped)
 
 
 # ---------------------------------------------------------------------------
@@ -148,37 +168,33 @@ def _group(cells: list[Cell]) -> list[tuple[Cell, tuple[Cell, ...]]]:
 
 # --- stable-ABI collapse (issue 8) ------------------------------------------------
 # A stable-ABI wheel (setup.py with MAMBA_STABLE_ABI=TRUE) is cp310-abi3, requires
-# torch >= the floor in mamba_build/build.toml and serves both C++ ABIs, so one build
-# per accelerator and platform serves every such cell. ROCm stays classic (setup.py
-# refuses a stable ROCm build).
-STABLE_KINDS = ("cpu", "cuda")
-STABLE_PYTHON = "3.10"  # the wheel's cp310-abi3 tag
+# torch >= the floor and serves both C++ ABIs, so one build per accelerator and
+# platform serves every such cell. Its floors and backends (CPU and CUDA: setup.py
+# refuses a stable ROCm build) are mamba_build/build.toml's [stable], read by compat.
 
 
 def stable_floor() -> str:
-    import tomllib
-
-    with open(REPO_ROOT / "mamba_build" / "build.toml", "rb") as f:
-        return tomllib.load(f)["stable"]["floor"]
+    return compat_mod.load().stable_floor
 
 
-def _stable_eligible(cell: Cell, acc: Accelerator, floor: str) -> bool:
+def _stable_eligible(cell: Cell, acc: Accelerator, compat: Compat) -> bool:
     return (
-        acc.kind in STABLE_KINDS
-        and vtuple(cell.torch) >= vtuple(floor)
-        and vtuple(cell.python) >= vtuple(STABLE_PYTHON)
+        acc.kind in compat.stable_kinds
+        and vtuple(cell.torch) >= vtuple(compat.stable_floor)
+        and vtuple(cell.python) >= vtuple(compat.stable_python)
     )
 
 
-def _group_stable(cells: list[Cell], accs: dict[str, Accelerator]) -> list[tuple[Cell, tuple[Cell, ...], bool]]:
+def _group_stable(
+    cells: list[Cell], accs: dict[str, Accelerator], compat: Compat
+) -> list[tuple[Cell, tuple[Cell, ...], bool]]:
     """(build cell, cells served, stable?): a stable build per (accelerator, platform) for the
     cells it can serve, built in one of them (newest torch, oldest Python, its native ABI);
     a classic build per remaining cell."""
-    floor = stable_floor()
     pools: dict[tuple[str, str], list[Cell]] = {}
     groups: list[tuple[Cell, tuple[Cell, ...], bool]] = []
     for c in cells:
-        if _stable_eligible(c, accs[c.accelerator], floor):
+        if _stable_eligible(c, accs[c.accelerator], compat):
             pools.setdefault((c.accelerator, c.platform), []).append(c)
         else:
             groups.append((c, (c,), False))
@@ -270,7 +286,7 @@ def _specs(
     archs = {name: _archs(matrix, compat, acc, prof) for name, acc in accs.items()}
     builds = []
     tc_of: dict[str, _Toolchain] = {}
-    groups = _group_stable(cells, accs) if stable else [(c, cs, False) for c, cs in _group(cells)]
+    groups = _group_stable(cells, accs, compat) if stable else [(c, cs, False) for c, cs in _group(cells)]
     for cell, serves, is_stable in groups:
         acc = accs[cell.accelerator]
         key = (cell.accelerator, cell.platform, cell.torch)
@@ -398,7 +414,14 @@ def add_command(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    plan = load_plan(args.matrix, args.profile, args.only, stable=getattr(args, "stable", None))
+    try:
+        plan = load_plan(args.matrix, args.profile, args.only, stable=getattr(args, "stable", None))
+    except MatrixError as err:
+        dropped = getattr(err, "dropped", None)
+        if args.explain and dropped and len(dropped) > EXPLAIN_INLINE:  # a few are in the error itself
+            out = sys.stdout if args.format == "table" else sys.stderr
+            print(f"dropped {len(dropped)} combination(s):\n{_dropped_lines(dropped)}", file=out)
+        raise
     if args.format == "json":
         json.dump([b.to_json() for b in plan.builds], sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -489,5 +512,5 @@ def _explain(plan: Plan, out) -> None:
             for c in cells:
                 print(f"  {c.describe()}", file=out)
     print(f"dropped {len(plan.dropped)} combination(s):", file=out)
-    for cell, reason in plan.dropped:
-        print(f"  {cell.describe()}: {reason}", file=out)
+    if plan.dropped:
+        print(_dropped_lines(plan.dropped), file=out)

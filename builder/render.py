@@ -17,8 +17,9 @@ from pathlib import Path
 import jinja2
 import tomllib
 
-from builder.base_image import LOCAL_PREFIX, local_name
 from builder.errors import UsageError
+from builder.hostenv import pyenv_pythons
+from builder.images import LABEL, effective_toolkit_source, fallback_suite, image_tag, local_name
 from builder.spec import ImageSpec, stable_hash
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,7 +55,8 @@ def environment() -> jinja2.Environment:
     )
 
 
-def _packages() -> dict:
+def load_packages() -> dict:
+    """docker/packages.toml: what goes into the images (and the host executor's CUDA from PyPI)."""
     with open(PACKAGES, "rb") as f:
         return tomllib.load(f)
 
@@ -64,29 +66,6 @@ def template_name(image: ImageSpec) -> str:
     if name.endswith(".j2"):
         return name
     return f"{name}.Dockerfile.j2"
-
-
-def fallback_suite(image: ImageSpec) -> str:
-    """The Debian release the farm's own base uses for IMAGE (trixie has hipcc and CUDA 12.4)."""
-    if image.kind == "rocm" or (image.kind == "cuda" and (image.toolkit or "").startswith("12")):
-        return "trixie"
-    if "trixie" in image.base:
-        return "trixie"
-    return "bookworm"
-
-
-def is_local_base(base: str) -> bool:
-    return base.startswith(LOCAL_PREFIX + ":")
-
-
-def effective_toolkit_source(image: ImageSpec, base: str) -> str:
-    """A vendor image's toolkit is gone when the farm substitutes its own base: provision one."""
-    source = image.toolkit_source
-    if source == "base" and is_local_base(base) and image.kind == "cuda":
-        return "pypi" if int((image.toolkit or "13").split(".")[0]) >= 13 else "debian"
-    if source == "base" and is_local_base(base) and image.kind == "rocm":
-        return "debian"
-    return source
 
 
 def python_installs(versions: tuple[str, ...], host: dict[str, Path]) -> tuple[PythonInstall, ...]:
@@ -114,7 +93,7 @@ def os_table(base: str, data: dict) -> tuple[str, dict]:
 def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> dict:
     if not pythons:
         raise UsageError(f"image {image.id} lists no Python", hint="every image needs at least one Python")
-    data = _packages()
+    data = load_packages()
     _, osdef = os_table(base, data)
     family = osdef["family"]
     source = effective_toolkit_source(image, base)
@@ -125,6 +104,7 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
         packages += list(data["kind"].get(family, {}).get(image.kind, []))
     ctx: dict = {
         "base": base,
+        "label": LABEL,
         "image_id": image.id,
         "kind": image.kind,
         "toolkit": image.toolkit or "none",
@@ -182,14 +162,22 @@ def files_digest(files: dict[str, Path]) -> str:
     return h.hexdigest()
 
 
-def render(image: ImageSpec, *, base: str | None = None, host_pythons: dict[str, Path] | None = None) -> Rendered:
-    from builder.hostenv import pyenv_pythons
+def render_template(name: str, **ctx) -> str:
+    """docker/NAME rendered with CTX (strictly: a name the template uses and CTX lacks is an error)."""
+    return environment().get_template(name).render(**ctx)
 
+
+def hip_toolchain(base: str, packages: tuple[str, ...]) -> str:
+    """The Dockerfile of builder/hip.py's hipcc image: BASE plus Debian's PACKAGES."""
+    return render_template("hip-toolchain.Dockerfile.j2", base=base, packages=list(packages))
+
+
+def render(image: ImageSpec, *, base: str | None = None, host_pythons: dict[str, Path] | None = None) -> Rendered:
     base = base or image.base
     pythons = python_installs(image.pythons, pyenv_pythons() if host_pythons is None else host_pythons)
     ctx = context(image, base, pythons)
     try:
-        text = environment().get_template(template_name(image)).render(**ctx)
+        text = render_template(template_name(image), **ctx)
     except jinja2.TemplateNotFound as err:
         raise UsageError(
             f"image {image.id}: template {err.name} not found in {DOCKER_DIR}",
@@ -199,7 +187,7 @@ def render(image: ImageSpec, *, base: str | None = None, host_pythons: dict[str,
     material = {"dockerfile": text, "pythons": [p.prefix for p in pythons]}
     if files:  # only then: the tags of images without extra files stay as they were
         material["files"] = files_digest(files)
-    tag = f"mamba-farm/{image.kind}:{stable_hash(material, 16)}"
+    tag = image_tag(image.kind, stable_hash(material, 16))
     return Rendered(image, text, base, pythons, tag, files)
 
 
@@ -232,7 +220,7 @@ def add_command(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from builder.plan import load_plan
+    from builder.plan import load_plan  # here, not above: importing render (hip-compile does) stays cheap
 
     plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only)
     for path in write_all(plan.images, args.out, local_base=not args.configured_base):

@@ -4,10 +4,12 @@
 
 1. names: filename, ``WHEEL`` tags and ``METADATA`` (version, local label, ``Requires-Dist: torch``)
    agree with the BuildSpec; stable-ABI wheels are ``cp310-abi3``;
-2. C++ ABI audit (pyelftools): the extension's undefined C++ symbols use ``std::__cxx11``
-   strings exactly when the label says ``cxx11abiTRUE`` (old-ABI ``std::string`` mangles as ``Ss``);
-3. GPU arch audit: embedded SASS/PTX (``cuobjdump``, from the ``nvidia-cuda-cuobjdump`` wheel)
-   or HIP code objects (the clang offload bundle in ``.hip_fatbin``) equal the spec's archs;
+   the extension modules are the ones the label calls for (one build of each; abi3 or cpXY);
+2. C++ ABI audit: the extension's undefined C++ symbols use ``std::__cxx11`` strings exactly when
+   the label says ``cxx11abiTRUE`` (old-ABI ``std::string`` mangles as ``Ss``);
+3. GPU arch audit: embedded SASS/PTX (the CUDA fatbin's entry headers) or HIP code objects (the
+   clang offload bundle in ``.hip_fatbin``) equal the spec's archs.
+   2 and 3 read the ELF with ``mamba_ssm._elf``, the module the doctor uses;
 4. repair with auditwheel to the spec's manylinux policy, never grafting torch's own libraries
    or the CUDA/ROCm runtimes torch ships;
 5. retag to exactly one platform tag (pip and uv disagree on which of several they prefer).
@@ -25,7 +27,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -35,12 +36,14 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from builder import compat as compat_mod
 from builder import wheelmeta
 from builder.errors import VerificationError
 from builder.spec import BuildSpec
+from mamba_ssm import _elf
+from mamba_ssm._elf import AbiReport, abi_report
 
 PROJECT = "mamba-ssm"
-STABLE_PYTHON_TAG = "cp310"  # stable-ABI wheels: Python limited API from 3.10 (abi3)
 
 # Shared libraries that torch (or the CUDA/ROCm runtime it ships) provides at run time. A wheel
 # that bundled its own copy would load a second, mismatched libtorch/libcudart next to torch's.
@@ -112,7 +115,7 @@ def read_facts(wheel: Path) -> WheelFacts:
 
 def expected_tag(spec: BuildSpec, platform: str) -> str:
     if spec.stable:
-        return f"{STABLE_PYTHON_TAG}-abi3-{platform}"
+        return f"{compat_mod.load().stable_python_tag}-abi3-{platform}"  # mamba_build/build.toml [stable]
     return f"{spec.python_tag}-{spec.python_tag}-{platform}"
 
 
@@ -133,6 +136,30 @@ def check_names(facts: WheelFacts, spec: BuildSpec, platforms: tuple[str, ...]) 
     problems += _check_torch_pin(facts.requires_torch, spec)
     if not facts.extensions:
         problems.append("no compiled extension (*.so) inside: a prebuilt wheel without its kernels")
+    problems += check_extension_modules(facts.extensions, spec)
+    return problems
+
+
+def check_extension_modules(members: tuple[str, ...], spec: BuildSpec) -> list[str]:
+    """The wheel holds only the extension builds its label calls for: one build of each module, ``*.abi3.so``
+    in a stable-ABI wheel, this Python's ``*.cpython-3XY-*.so`` in a classic one. A stale module from an
+    earlier build in the same checkout (setuptools keeps build/lib) would otherwise ride along, and CPython
+    imports the version-specific one first."""
+    names = [n for m in members if (n := _elf.extension_name(m))]
+    problems = [
+        f"holds {len(builds)} builds of {module}: {', '.join(b.path for b in builds)} "
+        f"(CPython imports {builds[0].path}; the others are stale)"
+        for module, builds in _elf.duplicate_modules(names).items()
+    ]
+    for n in names:
+        if spec.stable and n.kind == "classic":
+            problems.append(
+                f"{n.path} is a version-specific ({n.python}) build in a stable-ABI wheel: only *.abi3.so belongs"
+            )
+        elif not spec.stable and n.kind == "abi3":
+            problems.append(f"{n.path} is a stable-ABI (abi3) build in a {spec.python_tag} wheel")
+        elif not spec.stable and n.kind == "classic" and n.python != spec.python_tag:
+            problems.append(f"{n.path} is built for {n.python}, the wheel is {spec.python_tag}")
     return problems
 
 
@@ -156,80 +183,28 @@ def _check_torch_pin(spec_str: str | None, spec: BuildSpec) -> list[str]:
 # --------------------------------------------------------------------------- C++ ABI audit
 
 
-@dataclass(frozen=True)
-class AbiReport:
-    kind: str  # "cxx11" | "old" | "both" | "none"
-    cxx11: tuple[str, ...] = ()  # example symbols
-    old: tuple[str, ...] = ()
-    note: str = ""
-
-
-_IDENT = re.compile(r"(\d+)")
-
-
-def _strip_identifiers(mangled: str) -> str:
-    """Remove the <length><name> source identifiers, so that ``Ss`` is only ever the substitution."""
-    out, i = [], 0
-    while i < len(mangled):
-        m = _IDENT.match(mangled, i)
-        if m and (i == 0 or mangled[i - 1] not in "S_T"):  # S12_ / T_ seq-ids are not lengths
-            n = int(m.group(1))
-            i = m.end() + n
-            out.append("#")
-            continue
-        out.append(mangled[i])
-        i += 1
-    return "".join(out)
-
-
-def classify_symbol(sym: str) -> str | None:
-    """``cxx11`` for new-ABI string/list symbols, ``old`` for the pre-CXX11 ``std::string``, else None."""
-    if not sym.startswith("_Z"):
-        return None
-    if "cxx11" in sym:  # std::__cxx11::basic_string (7__cxx11) or the B5cxx11 ABI tag
-        return "cxx11"
-    if "Ss" in _strip_identifiers(sym[2:]):
-        return "old"
-    return None
-
-
-def undefined_symbols(so: Path) -> set[str]:
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
+def _read_elf(so: Path) -> _elf.Elf:
     try:
-        with open(so, "rb") as f:
-            elf = ELFFile(f)
-            dynsym = elf.get_section_by_name(".dynsym")
-            if dynsym is None:
-                return set()
-            return {s.name for s in dynsym.iter_symbols() if s.name and s["st_shndx"] == "SHN_UNDEF"}
-    except ELFError as err:
+        return _elf.Elf.read(so)
+    except _elf.NotAnElf as err:
         raise VerificationError(f"{so.name}: not a readable ELF file ({err})") from None
 
 
-def abi_report(symbols: set[str]) -> AbiReport:
-    cxx11 = sorted(s for s in symbols if classify_symbol(s) == "cxx11")
-    old = sorted(s for s in symbols if classify_symbol(s) == "old")
-    kind = "both" if cxx11 and old else "cxx11" if cxx11 else "old" if old else "none"
-    note = "no std::string symbols cross the library boundary: either ABI label fits" if kind == "none" else ""
-    return AbiReport(kind, tuple(cxx11[:3]), tuple(old[:3]), note)
-
-
 def audit_cxx_abi(so: Path, cxx11abi: bool) -> AbiReport:
-    rep = abi_report(undefined_symbols(so))
+    """The label's C++ ABI against the one the library was compiled with (mamba_ssm._elf's rule, the doctor's too)."""
+    rep = abi_report(_read_elf(so).undefined_symbols())
     label = f"cxx11abi{'TRUE' if cxx11abi else 'FALSE'}"
-    if rep.kind == "both":
+    if rep.kind == _elf.MIXED:
         raise VerificationError(
-            f"{so.name}: mixes both C++ ABIs (new: {rep.cxx11[0]}; old: {rep.old[0]}): "
+            f"{so.name}: mixes both C++ ABIs (new: {rep.cxx11[0]}; old: {rep.pre_cxx11[0]}): "
             "objects were compiled with different _GLIBCXX_USE_CXX11_ABI"
         )
-    if cxx11abi and rep.kind == "old":
+    if cxx11abi and rep.kind == _elf.PRE_CXX11:
         raise VerificationError(
-            f"{so.name}: labelled {label} but references pre-CXX11 std::string symbols, e.g. {rep.old[0]}: "
+            f"{so.name}: labelled {label} but references pre-CXX11 std::string symbols, e.g. {rep.pre_cxx11[0]}: "
             "it was compiled with _GLIBCXX_USE_CXX11_ABI=0 and would fail to load in a CXX11-ABI torch"
         )
-    if not cxx11abi and rep.kind == "cxx11":
+    if not cxx11abi and rep.kind == _elf.CXX11:
         raise VerificationError(
             f"{so.name}: labelled {label} but references std::__cxx11 symbols, e.g. {rep.cxx11[0]}: "
             "it was compiled with _GLIBCXX_USE_CXX11_ABI=1 and would fail to load in a pre-CXX11 torch"
@@ -238,64 +213,9 @@ def audit_cxx_abi(so: Path, cxx11abi: bool) -> AbiReport:
 
 
 # --------------------------------------------------------------------------- GPU arch audit
-
-
-def find_cuobjdump() -> str | None:
-    """cuobjdump from PATH, CUDA_HOME, or the nvidia-cuda-cuobjdump wheel in this environment."""
-    cands = [shutil.which("cuobjdump")]
-    if os.environ.get("CUDA_HOME"):
-        cands.append(os.path.join(os.environ["CUDA_HOME"], "bin", "cuobjdump"))
-    purelib = Path(sysconfig.get_paths()["purelib"])
-    cands += [str(p) for p in sorted(purelib.glob("nvidia/*/bin/cuobjdump"))]
-    cands += [str(p) for p in sorted(purelib.glob("nvidia/cuda_cuobjdump/bin/cuobjdump"))]
-    return next((c for c in cands if c and os.access(c, os.X_OK)), None)
-
-
-def cuda_archs(so: Path) -> tuple[set[str], set[str]]:
-    """(SASS archs, PTX archs) embedded in ``so``, e.g. ({"sm_80", "sm_90"}, {"compute_90"})."""
-    exe = find_cuobjdump()
-    if exe is None:
-        raise VerificationError(
-            "cuobjdump not found: cannot audit GPU archs",
-            hint="pip install nvidia-cuda-cuobjdump (it is in the farm dependency group)",
-        )
-    proc = subprocess.run([exe, "--list-elf", "--list-ptx", str(so)], check=False, capture_output=True, text=True)
-    text = proc.stdout + proc.stderr
-    if proc.returncode and "does not contain device code" not in text:
-        raise VerificationError(f"{so.name}: cuobjdump failed: {text.strip()[-300:]}")
-    sass = {f"sm_{m}" for m in re.findall(r"^ELF file\s+\d+:.*\.sm_(\w+)\.cubin$", proc.stdout, re.MULTILINE)}
-    ptx = {f"compute_{m}" for m in re.findall(r"^PTX file\s+\d+:.*\.sm_(\w+)\.ptx$", proc.stdout, re.MULTILINE)}
-    return sass, ptx
-
-
-_BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
-
-
-def hip_archs(so: Path) -> set[str]:
-    """gfx targets of the clang offload bundles in ``.hip_fatbin`` (HIP's fat binary section)."""
-    from elftools.elf.elffile import ELFFile
-
-    with open(so, "rb") as f:
-        sec = ELFFile(f).get_section_by_name(".hip_fatbin")
-        data = sec.data() if sec is not None else b""
-    archs, pos = set(), data.find(_BUNDLE_MAGIC)
-    while pos >= 0:
-        p = pos + len(_BUNDLE_MAGIC)
-        (count,) = _u64(data, p)
-        p += 8
-        for _ in range(count):
-            _off, _size, tlen = _u64(data, p), _u64(data, p + 8), _u64(data, p + 16)[0]
-            triple = data[p + 24 : p + 24 + tlen].decode(errors="replace")
-            p += 24 + tlen
-            m = re.search(r"(gfx\w+)", triple)
-            if m:
-                archs.add(m.group(1).split(":")[0])
-        pos = data.find(_BUNDLE_MAGIC, p)
-    return archs
-
-
-def _u64(data: bytes, p: int) -> tuple[int]:
-    return (int.from_bytes(data[p : p + 8], "little"),)
+# mamba_ssm._elf reads the fatbin's entry headers, as cuobjdump does, and gives the same list (sm_90a,
+# compute_100f included; tests/test_wheels.py checks it against cuobjdump on real nvcc output): the farm
+# reads what the doctor reads, and needs no CUDA tool.
 
 
 def audit_archs(libs: list[Path], spec: BuildSpec) -> str:
@@ -303,16 +223,15 @@ def audit_archs(libs: list[Path], spec: BuildSpec) -> str:
     want = set(spec.archs)
     if spec.accelerator == "cpu":
         return "cpu build: no device code expected"
+    read = [_elf.archs_in(_read_elf(so)) for so in libs]
     if spec.accelerator.startswith("hip"):
-        found = set().union(*(hip_archs(so) for so in libs)) if libs else set()
+        found = {a for r in read for a in r.hip}
         if found != want:
-            raise VerificationError(_arch_msg("HIP code objects", found, want))
+            notes = sorted({n for r in read for n in r.notes})
+            raise VerificationError(_arch_msg("HIP code objects", found, want) + "".join(f" ({n})" for n in notes))
         return f"HIP archs {', '.join(sorted(found))}"
-    sass, ptx = set(), set()
-    for so in libs:
-        s, p = cuda_archs(so)
-        sass |= s
-        ptx |= p
+    sass = {a for r in read for a in r.sass}
+    ptx = {a for r in read for a in r.ptx}
     want_sass = {a for a in want if a.startswith("sm_")}
     want_ptx = {a for a in want if a.startswith("compute_")}
     if sass != want_sass:
@@ -481,7 +400,7 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
         report = VerifyReport(wheel=wheel, platform="")
         for so in libs:
             report.abi[so.name] = (
-                audit_cxx_abi(so, spec.cxx11abi) if not spec.stable else abi_report(undefined_symbols(so))
+                audit_cxx_abi(so, spec.cxx11abi) if not spec.stable else abi_report(_read_elf(so).undefined_symbols())
             )
         report.archs = audit_archs(libs, spec)
     finally:

@@ -117,8 +117,9 @@ Checked<T> check_inputs(const typename T::Tensor& u_, const typename T::Tensor& 
   c.C = check_bc<T>(C_, "C", u_, c.dim, c.dstate);
   check_vec<T>(D, "D", u_, c.dim);
   check_vec<T>(delta_bias, "delta_bias", u_, c.dim);
-  c.D = D;
-  c.delta_bias = delta_bias;
+  // The kernels read D and delta_bias as plain arrays: a strided view (D[::2]) is copied once.
+  if (D.has_value()) c.D = last_contig<T>(*D);
+  if (delta_bias.has_value()) c.delta_bias = last_contig<T>(*delta_bias);
   if (z_.has_value()) {
     MAMBA_CHECK(z_->sizes() == u_.sizes() && z_->scalar_type() == u_.scalar_type() && z_->device() == u_.device(), kFwd,
                 ": z must match u in shape, dtype and device (", T::shape(u_), ", ", u_.scalar_type(), "), got ",

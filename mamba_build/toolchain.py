@@ -19,11 +19,14 @@ from pathlib import Path
 
 try:
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    try:
+except ModuleNotFoundError:  # Python 3.10: tomli, or the copy setuptools carries (a --no-build-isolation build
+    try:  # in a venv that has setuptools but not tomli); setuptools >= 71 puts its _vendor on sys.path
         import tomli as tomllib  # type: ignore[no-redef]
     except ModuleNotFoundError:
-        tomllib = None  # type: ignore[assignment]
+        try:
+            from setuptools.extern import tomli as tomllib  # type: ignore[no-redef]  # setuptools 70.x
+        except ImportError:
+            tomllib = None  # type: ignore[assignment]
 
 HERE = Path(__file__).resolve().parent
 DATA_FILE = HERE / "build.toml"

@@ -16,6 +16,7 @@ Naming (DESIGN.md):
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 import importlib.util
 import mmap
 import os
@@ -262,15 +263,19 @@ class TorchFacts:
     git_version: str | None = None  # the commit torch was built from: with the version, names its headers
 
 
-def installed_torch() -> TorchFacts | None:
+def installed_torch(path: list[str] | None = None) -> TorchFacts | None:
     """The facts of the torch this interpreter would import, without importing it (None: no torch).
+
+    ``path``: look for torch in these folders instead of ``sys.path`` (setup.py under pip's build
+    isolation: the target environment's site-packages, which pip takes off ``sys.path``).
 
     Importing torch takes seconds and pip runs setup.py three times per install; the prebuilt-wheel
     path needs only these four facts. ``torch/version.py`` holds the version and the CUDA/HIP
     release as literals; the C++ ABI is read from libc10.so: with the CXX11 ABI its exported
     functions take ``std::__cxx11::basic_string``, with the old one that name never appears.
     """
-    spec = importlib.util.find_spec("torch")  # locates the package without running its __init__
+    # Both locate the package without running its __init__.
+    spec = importlib.util.find_spec("torch") if path is None else importlib.machinery.PathFinder.find_spec("torch", path)
     if spec is None or not spec.submodule_search_locations:
         return None
     root = spec.submodule_search_locations[0]

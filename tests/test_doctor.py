@@ -21,8 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mamba_ssm import _variant
-from mamba_ssm.doctor import binary
+from mamba_ssm import _elf, _variant
 
 REPO = Path(__file__).resolve().parents[1]
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
@@ -91,8 +90,8 @@ def _doctor(site: Path, *args: str, python: str = sys.executable, env: dict | No
 def test_the_probe_really_reproduces_the_abi_failure(probes):
     """Not a mock: the pre-CXX11 build names std::string as Ss and torch 2.13 lacks that symbol."""
     assert torch._C._GLIBCXX_USE_CXX11_ABI
-    assert binary.extension_abi(probes[False]) == "pre-cxx11"
-    assert binary.extension_abi(probes[True]) == "cxx11"
+    assert _elf.extension_abi(probes[False]) == "pre-cxx11"
+    assert _elf.extension_abi(probes[True]) == "cxx11"
     code = "import torch, importlib.util as u, sys; s=u.spec_from_file_location('_C', sys.argv[1]); m=u.module_from_spec(s); print(m.probe())"
     bad = subprocess.run([sys.executable, "-c", code, str(probes[False])], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "undefined symbol: _ZN3c105ErrorC1ENS_14SourceLocationESs" in bad.stderr
@@ -138,6 +137,45 @@ def test_other_abi_install_is_diagnosed_with_the_exact_fix(tmp_path, probes):
 
     text = _doctor(site, "--index", str(tmp_path / "index")).stdout
     assert "C++ ABI mismatch" in text and "pre-CXX11" in text and fix in text
+
+
+def test_a_stale_module_next_to_the_stable_one_is_a_failure(tmp_path, probes):
+    """The bar's contaminated stable wheel, installed: _C.abi3.so and a stale classic _C.cpython-3XY...so."""
+    from wheelmaker import make_mamba_wheel
+
+    from builder.index import build_index
+
+    make_mamba_wheel(tmp_path / "wheels", WANT.as_stable().label, "cp310", platform=WANT.platform)
+    make_mamba_wheel(tmp_path / "wheels", WANT.label, WANT.python, platform=WANT.platform)
+    build_index(tmp_path / "wheels", tmp_path / "index")
+    site = _install(tmp_path / "site", probes[True], WANT.as_stable().label)  # the stale classic build
+    shutil.copyfile(probes[True], site / "mamba_ssm" / "_C.abi3.so")
+
+    p = _doctor(site, "--json", "--index", str(tmp_path / "index"))
+    assert p.returncode == 1, p.stdout + p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["healthy"] is False
+    found = {f["kind"]: f for f in doc["findings"] if f["check"] == "extension-build"}
+    stale = f"_C{EXT_SUFFIX}"
+    assert found["stale-extension"]["title"] == f"2 builds of mamba_ssm._C are installed: {stale}, _C.abi3.so"
+    assert f"CPython imports {stale}" in found["stale-extension"]["detail"]
+    contra = found["extension-contradicts-label"]
+    assert contra["title"] == f"{stale} contradicts the installed label {WANT.as_stable().label}"
+    assert f"version-specific ({WANT.python}) build" in contra["detail"]
+    fix = f'--force-reinstall --no-deps "mamba-ssm==2.3.0+{WANT.label}" --extra-index-url'  # the doctor's reinstall line
+    assert fix in found["stale-extension"]["fix"] and fix in contra["fix"]
+    text = _doctor(site, "--index", str(tmp_path / "index")).stdout
+    assert "[FAIL] 2 builds of mamba_ssm._C are installed" in text and "Verdict: healthy" not in text
+
+
+def test_a_module_whose_accelerator_contradicts_the_label_is_a_failure(tmp_path, probes):
+    """A CPU build in a wheel labelled for CUDA (the doctor reads the fatbin: there is none)."""
+    label = WANT.label.replace("cpu", "cu13")
+    site = _install(tmp_path / "site", probes[True], label)
+    doc = json.loads(_doctor(site, "--offline", "--json").stdout)
+    (f,) = [f for f in doc["findings"] if f["kind"] == "extension-contradicts-label"]
+    assert f["verdict"] == "problem" and f["detail"] == "it carries a CPU build, the label is CUDA code"
+    assert f"mamba-ssm==2.3.0+{WANT.label}" in f["fix"]  # what this torch needs
 
 
 def test_missing_extension_is_a_problem_not_a_traceback(tmp_path):
@@ -187,7 +225,7 @@ def test_fatbin_archs_are_read_from_a_real_nvcc_build(tmp_path):
          "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=[sm_90,compute_90]", "-o", str(so), str(src)],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
-    assert binary.archs_of(so).as_dict() == {"sass": ["sm_80", "sm_90"], "ptx": ["compute_90"], "hip": [], "notes": []}
+    assert _elf.archs_of(so).as_dict() == {"sass": ["sm_80", "sm_90"], "ptx": ["compute_90"], "hip": [], "notes": []}
 
 
 def test_gpu_coverage_rules():
@@ -199,18 +237,6 @@ def test_gpu_coverage_rules():
     assert not _gpu_runs("7.5", archs)  # nothing at or below 7.5
     assert not _gpu_runs("12.0", {"sass": ["sm_80", "sm_90"], "ptx": []})
     assert not _gpu_runs("9.0", {"sass": ["sm_80"], "ptx": []})  # SASS does not cross majors
-
-
-def test_hip_offload_bundle_targets():
-    import struct
-
-    triples = [b"host-x86_64-unknown-linux-gnu-", b"hipv4-amdgcn-amd-amdhsa--gfx90a", b"hipv4-amdgcn-amd-amdhsa--gfx942:xnack-"]
-    blob = b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<Q", len(triples))
-    for t in triples:
-        blob += struct.pack("<QQQ", 0, 0, len(t)) + t
-    archs = binary.Archs()
-    binary._hip_archs(blob, archs)
-    assert archs.hip == ["gfx90a", "gfx942"]
 
 
 def test_the_dev_install_is_healthy():

@@ -13,6 +13,7 @@ import pytest
 from farmkit import REPO, ci_spec, docker_client, farm_containers, partial_files, run_build
 
 from builder import schedule
+from builder.errors import BuildFailed
 from builder.executors import BuildResult
 from builder.executors.host import copy_source
 
@@ -31,7 +32,8 @@ def test_engine_unreachable_is_a_clear_error_with_a_hint(tmp_path: Path) -> None
 
 
 def test_auto_picks_host_when_no_engine_answers(tmp_path: Path, monkeypatch) -> None:
-    from builder.executors import BuildOptions, select
+    from builder.executors import BuildOptions
+    from builder.executors.choose import select
 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     said: list[str] = []
@@ -50,7 +52,7 @@ def test_a_build_that_does_not_compile_fails_with_its_log(tmp_path: Path) -> Non
     spec = ci_spec("cpu")
     dist = tmp_path / "dist"
     run = run_build("--profile", "ci", "--only", spec.id, "--executor", "docker", "--dist", str(dist), "--source", str(src))
-    assert run.rc == 1, run.out[-3000:]
+    assert run.rc == BuildFailed.exit_code, run.out[-3000:]  # its own exit code (7), not the generic 1
     log = dist / "logs" / f"{spec.id}.log"
     assert f"log: {log}" in run.out
     assert "deliberately broken" in log.read_text()

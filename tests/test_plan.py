@@ -194,6 +194,55 @@ def test_table_and_explain() -> None:
     assert "torch 2.8 x py3.10 x cuda-11.8 x cxx11abi=TRUE x linux_x86_64: torch 2.8 has no CUDA 11.x build" in out
 
 
+def narrow_matrix(root: Path, torch: str, python: str, accelerator: str, platform: str) -> Path:
+    """matrix.toml with just these axes (TOML arrays), no [[include]] and no profiles."""
+    text = mutate(
+        DEFAULT,
+        'torch = ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14"]',
+        f"torch = {torch}",
+    )
+    text = mutate(text, 'python = ["3.10", "3.11", "3.12", "3.13"]', f"python = {python}")
+    text = mutate(
+        text,
+        'accelerator = ["cpu", "cuda-11.8", "cuda-12.9", "cuda-13.0", "rocm-6.2", "rocm-6.4", "rocm-7.2"]',
+        f"accelerator = {accelerator}",
+    )
+    text = mutate(text, 'platform = ["linux_x86_64", "linux_aarch64"]', f"platform = {platform}")
+    assert "\n[[include]]" in text, "test case is stale: matrix.toml has no [[include]]"
+    path = make_dir(root) / "matrix.toml"
+    path.write_text(text[: text.index("\n[[include]]") + 1])
+    return path
+
+
+def test_nothing_to_build_says_why_when_few_were_dropped(tmp_path: Path) -> None:
+    path = narrow_matrix(tmp_path, '["2.0"]', '["3.13"]', '["cuda-13.0"]', '["linux_x86_64"]')
+    rc, out, err = run_cli(["plan", "--matrix", str(path)])
+    assert rc == 2 and out == "" and "Traceback" not in err
+    lines = err.splitlines()
+    assert lines[0].endswith("axes: nothing to build: the matrix leaves no buildable combination (1 dropped):")
+    cell = "torch 2.0 x py3.13 x cuda-13.0 x cxx11abi=FALSE x linux_x86_64"
+    assert lines[1:] == [f"  {cell}: torch 2.0 has wheels for Python 3.8-3.11 only"]
+    with pytest.raises(MatrixError) as caught:
+        load_plan(path)
+    assert "torch 2.0 has wheels for Python 3.8-3.11 only" in str(caught.value)
+
+
+def test_nothing_to_build_points_at_explain_when_many_were_dropped(tmp_path: Path) -> None:
+    accelerators = '["cpu", "cuda-11.8", "cuda-12.9", "cuda-13.0", "rocm-6.2", "rocm-6.4", "rocm-7.2"]'
+    path = narrow_matrix(tmp_path, '["2.0"]', '["3.12", "3.13"]', accelerators, '["linux_x86_64", "linux_aarch64"]')
+    rc, out, err = run_cli(["plan", "--matrix", str(path)])
+    assert rc == 2 and out == ""
+    first, *rest = err.splitlines()
+    assert first.endswith("nothing to build: the matrix leaves no buildable combination (28 dropped)")
+    assert rest == ["hint: rerun the plan with --explain to see what was dropped and why"]
+    # and --explain lists them, though there is no plan to show
+    rc, out, err = run_cli(["plan", "--matrix", str(path), "--explain"])
+    assert rc == 2 and "(28 dropped)" in err
+    listed = out.splitlines()
+    assert listed[0] == "dropped 28 combination(s):" and len(listed) == 29
+    assert all(": torch 2.0 " in line for line in listed[1:]), listed
+
+
 def test_ids_and_hashes_are_stable_across_runs_and_profiles(full, classic, ci) -> None:
     again = load_plan()
     assert [(b.id, b.inputs_hash) for b in again.builds] == [(b.id, b.inputs_hash) for b in full.builds]

@@ -64,6 +64,20 @@ def test_tags_are_content_hashes() -> None:
     assert a.tag == b.tag and a.tag != c.tag
 
 
+def test_hip_toolchain_image_renders_and_passes_hadolint(tmp_path: Path) -> None:
+    from builder import hip
+
+    text = hip.dockerfile(local_name("trixie"))
+    assert text.splitlines()[0] == "FROM mamba-farm/debian:trixie"
+    assert f"apt-get install -y --no-install-recommends {' '.join(hip.PACKAGES)} " in text
+    path = tmp_path / "Dockerfile"
+    path.write_text(text)
+    lint = _hadolint(path)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    with pytest.raises(jinja2.UndefinedError):  # rendered strictly, like the toolchain images
+        environment().get_template("hip-toolchain.Dockerfile.j2").render(base="x")
+
+
 def test_templates_are_strict() -> None:
     with pytest.raises(jinja2.UndefinedError):
         environment().from_string("FROM {{ base }}").render()

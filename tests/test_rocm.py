@@ -42,7 +42,7 @@ needs_torch = pytest.mark.skipif(not _has_torch(), reason="torch.utils.hipify ne
 
 @pytest.fixture(scope="module")
 def client():
-    from builder.executors.docker import connect
+    from builder.engine import connect
 
     return connect()
 
@@ -68,7 +68,7 @@ def test_kernels_hipify_and_compile_for_three_gfx_targets(client, image, tmp_pat
 
     assert version.startswith("5.7."), version
     assert sorted(Path(r.tu).stem for r in results) == sorted(KERNELS)
-    from mamba_ssm.doctor.binary import archs_of
+    from mamba_ssm._elf import archs_of
 
     for r in results:
         assert r.tu.endswith(".hip") and (tmp_path / "csrc" / r.tu).is_file()

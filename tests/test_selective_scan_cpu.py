@@ -157,6 +157,23 @@ def test_non_contiguous_inputs_and_many_threads():
         assert_close(got, want, 3e-4, 3e-4, f"d{k}")
 
 
+def test_strided_D_and_delta_bias_are_read_by_their_strides():
+    """D[::2] and delta_bias[::2] (views of a longer vector) give the same result as contiguous copies."""
+    g = torch.Generator().manual_seed(5)
+    b, d, L, n = 2, 6, 40, 4
+    u, z = torch.randn(b, d, L, generator=g), torch.randn(b, d, L, generator=g)
+    delta = torch.rand(b, d, L, generator=g) * 0.5
+    A, B, C = -torch.rand(d, n, generator=g), torch.randn(b, n, L, generator=g), torch.randn(b, n, L, generator=g)
+    D2, bias2 = torch.randn(2 * d, generator=g), torch.rand(2 * d, generator=g)
+    strided = [D2[::2].requires_grad_(), bias2[::2].requires_grad_()]
+    dense = [D2[::2].contiguous().requires_grad_(), bias2[::2].contiguous().requires_grad_()]
+    outs = [selective_scan_fn(u, delta, A, B, C, D, z, bias, delta_softplus=True) for D, bias in (strided, dense)]
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    grads = [torch.autograd.grad(o.sum(), leaves) for o, leaves in zip(outs, (strided, dense))]
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_ops_are_registered_with_schemas():
     fwd = torch.ops.mamba_ssm.selective_scan_fwd.default._schema
     bwd = torch.ops.mamba_ssm.selective_scan_bwd.default._schema

@@ -132,13 +132,16 @@ def test_wrapper_nvcc_resolves_to_the_real_toolkit(tmp_path):
 
 
 def test_torch_hidden_by_build_isolation(src, tmp_path):
-    """The everyday mistake: plain `pip install .` builds in an isolated env without torch."""
+    """Plain `pip wheel .` (build isolation) with no prebuilt wheel for this torch: setup.py still finds the
+    user's torch (read from its files), but cannot compile against it there; one line says what to add."""
+    index = tmp_path / "empty-index"
+    index.mkdir()
     proc = subprocess.run([PY, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(src)],
-                          env=clean_env(), check=False, capture_output=True, text=True, timeout=600)
+                          env=clean_env(MAMBA_WHEEL_INDEX=str(index)), check=False, capture_output=True, text=True, timeout=600)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and not list(tmp_path.glob("*.whl")), text
-    assert "torch is not importable" in text and "build isolation" in text, text
-    assert "pip install --no-build-isolation" in text, text
+    assert "mamba-ssm build error: no prebuilt wheel for" in text and "pip's build isolation hides" in text, text
+    assert "add --no-build-isolation" in text and "building 'mamba_ssm._C'" not in text, text
     assert "Traceback" not in text, text
 
 

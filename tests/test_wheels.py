@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import subprocess
 import zipfile
@@ -13,19 +14,8 @@ from wheelmaker import make_wheel
 
 from builder.errors import VerificationError
 from builder.spec import BuildSpec
-from builder.wheels import (
-    abi_report,
-    audit_archs,
-    audit_cxx_abi,
-    classify_symbol,
-    cuda_archs,
-    find_cuobjdump,
-    hip_archs,
-    read_facts,
-    retag,
-    undefined_symbols,
-    verify_wheel,
-)
+from builder.wheels import audit_archs, audit_cxx_abi, read_facts, retag, verify_wheel
+from mamba_ssm import _elf
 
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not installed")
@@ -116,25 +106,9 @@ def sos(tmp_path_factory):
 # ---------------------------------------------------------------- C++ ABI audit
 
 
-@pytest.mark.parametrize(
-    "sym,kind",
-    [
-        ("_ZN3c106detail14torchCheckFailEPKcS2_jRKSs", "old"),
-        ("_ZN3c105ErrorC2ENS_14SourceLocationESs", "old"),
-        ("_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE", "cxx11"),
-        ("_ZNK3c1010TensorImpl4nameB5cxx11Ev", "cxx11"),
-        ("_ZN5Ssafe3runEv", None),  # "Ss" inside a source name is not a string
-        ("_ZN2at6TensorD1Ev", None),
-        ("memcpy", None),
-    ],
-)
-def test_classify_symbol(sym, kind):
-    assert classify_symbol(sym) == kind
-
-
 @needs_gxx
 def test_abi_audit_on_compiled_libraries(sos):
-    assert audit_cxx_abi(sos["old"], cxx11abi=False).kind == "old"
+    assert audit_cxx_abi(sos["old"], cxx11abi=False).kind == "pre-cxx11"
     assert audit_cxx_abi(sos["new"], cxx11abi=True).kind == "cxx11"
     with pytest.raises(
         VerificationError, match=r"labelled cxx11abiTRUE but references pre-CXX11 .*_ZN3c106detail14torchCheckFail"
@@ -143,8 +117,8 @@ def test_abi_audit_on_compiled_libraries(sos):
     with pytest.raises(VerificationError, match=r"labelled cxx11abiFALSE but references std::__cxx11 .*__cxx11"):
         audit_cxx_abi(sos["new"], cxx11abi=False)
     rep = audit_cxx_abi(sos["plain"], cxx11abi=True)
-    assert rep.kind == "none" and "either ABI label fits" in rep.note
-    assert abi_report(undefined_symbols(sos["plain"])).kind == "none"
+    assert rep.kind is None and "either ABI label fits" in rep.note
+    assert _elf.abi_report(_elf.undefined_symbols(sos["plain"])).kind is None
 
 
 # ---------------------------------------------------------------- names, repair, retag
@@ -242,31 +216,56 @@ def test_retag_leaves_exactly_one_platform_tag(tmp_path):
 NVCC = shutil.which("nvcc")
 
 
-@pytest.mark.cuda_build
-@pytest.mark.skipif(NVCC is None or find_cuobjdump() is None, reason="needs nvcc and cuobjdump (nvidia-cuda-cuobjdump)")
-def test_cuda_arch_audit_on_a_real_fatbin(tmp_path):
-    src = tmp_path / "k.cu"
+def _cuobjdump() -> str | None:
+    """NVIDIA's own fatbin reader: the cross-check of mamba_ssm._elf (the nvidia-cuda-cuobjdump wheel or PATH)."""
+    import sysconfig
+
+    import cudakit
+
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    cands = [
+        *purelib.glob("nvidia/*/bin/cuobjdump"),
+        *cudakit.VENV.glob("lib/python3*/site-packages/nvidia/*/bin/cuobjdump"),
+    ]
+    return next((str(c) for c in cands if c.is_file()), shutil.which("cuobjdump"))
+
+
+def _nvcc(tmp: Path, name: str, *gencodes: str) -> Path:
+    src = tmp / "k.cu"
     src.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n")
-    so = tmp_path / "libk.so"
-    subprocess.run(
-        [
-            NVCC,
-            "--threads",
-            "1",
-            "-shared",
-            "-Xcompiler",
-            "-fPIC",
-            "-o",
-            str(so),
-            str(src),
-            "-gencode",
-            "arch=compute_80,code=sm_80",
-            "-gencode",
-            "arch=compute_90,code=compute_90",
-        ],
-        check=True,
+    so = tmp / f"{name}.so"
+    cmd = [NVCC, "--threads", "1", "-shared", "-Xcompiler", "-fPIC", "-o", str(so), str(src)]
+    subprocess.run(["nice", *cmd, *(a for g in gencodes for a in ("-gencode", g))], check=True)
+    return so
+
+
+@pytest.mark.cuda_build
+@pytest.mark.skipif(NVCC is None or _cuobjdump() is None, reason="needs nvcc and cuobjdump (nvidia-cuda-cuobjdump)")
+def test_the_fatbin_reader_lists_what_cuobjdump_lists(tmp_path):
+    """The farm reads the fatbin with mamba_ssm._elf (as the doctor does): the same list as cuobjdump,
+    arch-specific (sm_90a) and family (sm_100f) targets included."""
+    so = _nvcc(tmp_path, "many", "arch=compute_80,code=sm_80", "arch=compute_90a,code=[sm_90a,compute_90a]",
+               "arch=compute_100f,code=[sm_100f,compute_100f]", "arch=compute_120,code=compute_120")  # fmt: skip
+    out = subprocess.run(
+        [_cuobjdump(), "--list-elf", "--list-ptx", str(so)], capture_output=True, text=True, check=True
     )
-    assert cuda_archs(so) == ({"sm_80"}, {"compute_90"})
+    sass = {f"sm_{m}" for m in re.findall(r"^ELF file\s+\d+:.*\.sm_(\w+)\.cubin$", out.stdout, re.MULTILINE)}
+    ptx = {f"compute_{m}" for m in re.findall(r"^PTX file\s+\d+:.*\.sm_(\w+)\.ptx$", out.stdout, re.MULTILINE)}
+    archs = _elf.archs_of(so)
+    assert (
+        (set(archs.sass), set(archs.ptx))
+        == (sass, ptx)
+        == (
+            {"sm_80", "sm_90a", "sm_100"},
+            {"compute_90a", "compute_100f", "compute_120"},
+        )
+    )
+
+
+@pytest.mark.cuda_build
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_cuda_arch_audit_on_a_real_fatbin(tmp_path):
+    so = _nvcc(tmp_path, "libk", "arch=compute_80,code=sm_80", "arch=compute_90,code=compute_90")
     assert "SASS sm_80; PTX compute_90" == audit_archs([so], spec_for(archs=("sm_80", "compute_90")))
     with pytest.raises(VerificationError, match="missing sm_90"):
         audit_archs([so], spec_for(archs=("sm_80", "sm_90")))
@@ -292,7 +291,7 @@ def test_hip_arch_audit_reads_the_offload_bundle(sos, tmp_path):
     )
     so = tmp_path / "hip.so"
     subprocess.run(["objcopy", "--add-section", f".hip_fatbin={bundle}", str(sos["plain"]), str(so)], check=True)
-    assert hip_archs(so) == {"gfx90a", "gfx942"}
+    assert _elf.archs_of(so).hip == ["gfx90a", "gfx942"]
     hip = spec_for(accelerator="hip62", archs=("gfx90a", "gfx942"))
     assert audit_archs([so], hip) == "HIP archs gfx90a, gfx942"
     with pytest.raises(VerificationError, match="missing gfx1100"):
@@ -367,3 +366,46 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
             torch_requirement=f"torch=={spec.torch_version}",
             workdir=tmp_path / "smoke",
         )
+
+
+# ---------------------------------------------------------------- extension modules the label calls for
+
+STABLE_SPEC = spec_for(
+    id="cpu-torchstable-abi3-cp310-linux_x86_64",
+    torch="stable",
+    python="3.10",
+    accelerator="cpu",
+    toolkit=None,
+    variant="cpu-torchstable-abi3",
+    label="cputorchstable",
+    torch_version="2.13.0",
+    stable=True,
+)
+
+
+@needs_gxx
+def test_verify_refuses_a_stale_extension_module(sos, tmp_path):
+    """The bar's contaminated stable wheel: _C.abi3.so plus a stale classic _C.cpython-311 build, which
+    CPython 3.11 imports first."""
+    so = sos["plain"].read_bytes()
+    stale = "mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so"
+    whl = make_wheel(tmp_path / "stable", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
+                     requires=("torch>=2.10",), files={"mamba_ssm/_C.abi3.so": so, stale: so})  # fmt: skip
+    with pytest.raises(VerificationError) as exc:
+        verify_wheel(whl, STABLE_SPEC, workdir=tmp_path / "work")
+    msg = str(exc.value)
+    assert f"holds 2 builds of mamba_ssm._C: {stale}, mamba_ssm/_C.abi3.so (CPython imports {stale}" in msg
+    assert f"{stale} is a version-specific (cp311) build in a stable-ABI wheel" in msg
+    # a classic wheel with an abi3 module
+    whl = make_wheel(tmp_path / "classic", "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
+                     requires=("torch==2.6.*",), files={"mamba_ssm/_C.abi3.so": so})  # fmt: skip
+    with pytest.raises(
+        VerificationError, match=r"mamba_ssm/_C\.abi3\.so is a stable-ABI \(abi3\) build in a cp311 wheel"
+    ):
+        verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work")
+    # the clean stable wheel passes the name checks
+    whl = make_wheel(tmp_path / "ok", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
+                     requires=("torch>=2.10",), files={"mamba_ssm/_C.abi3.so": so})  # fmt: skip
+    from builder.wheels import check_names
+
+    assert check_names(read_facts(whl), STABLE_SPEC, ("linux_x86_64",)) == []

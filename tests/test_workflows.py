@@ -105,6 +105,67 @@ def test_actionlint_really_lints(tmp_path):
     assert "timeout-minutes" in out
 
 
+def zizmor(*paths: Path) -> list[dict]:
+    """zizmor's findings (JSON) at its default persona, offline (no GitHub API calls)."""
+    cmd = [tool("zizmor"), "--offline", "--no-progress", "--format", "json", *map(str, paths)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    # Exit codes: 0 clean, 10-14 findings by highest severity; anything else is zizmor failing.
+    assert proc.returncode in (0, 10, 11, 12, 13, 14), proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def describe(findings: list[dict]) -> str:
+    """One line per finding: the audit, its severity, and where (file:line and the YAML there)."""
+
+    def where(loc: dict) -> str:
+        path = loc["symbolic"]["key"]["Local"]["verbatim_path"]
+        line = loc["concrete"]["location"]["start_point"]["row"] + 1
+        return f"{path}:{line} ({loc['concrete']['feature']})"
+
+    return "\n".join(
+        f"{f['ident']} ({f['determinations']['severity']}): {f['desc']} at "
+        + ", ".join(where(loc) for loc in f["locations"] if loc["symbolic"]["kind"] == "Primary")
+        for f in findings
+    )
+
+
+def test_zizmor_finds_nothing_in_the_workflows():
+    """No security finding at zizmor's default persona: above all no cache that another workflow
+    can write is restored into the wheels the release publishes (cache-poisoning)."""
+    findings = zizmor(*all_workflows())
+    assert findings == [], describe(findings)
+
+
+def test_no_release_job_restores_a_cache():
+    """A GitHub Actions cache is shared by every workflow of the repository: nothing restored
+    from one may reach what the release publishes."""
+    for name, job in load(RELEASE)["jobs"].items():
+        for step in job.get("steps", []):
+            uses = step.get("uses", "").split("@")[0]
+            assert uses not in ("actions/cache", "actions/cache/restore", "mozilla-actions/sccache-action"), name
+            assert "cache" not in step.get("with", {}), f"{name}: {uses} restores a cache"
+        assert not any("CACHE" in k for k in job.get("env", {})), name
+
+
+SCCACHE_STEP = "      - uses: mozilla-actions/sccache-action@7d986dd989559c6ecdb630a3fd2557667be217ad # v0.0.9\n"
+
+
+def test_zizmor_flags_a_cache_restored_into_the_release(tmp_path):
+    """The check is real: the release with its old sccache step put back is a high cache-poisoning finding."""
+    text = RELEASE.read_text()
+    # right after the build jobs' setup-python step, where it was
+    at = text.index("uses: actions/setup-python@", text.index("  build-x86_64:"))
+    at = text.index("\n", text.index("python-version:", at)) + 1
+    poisoned = text[:at] + SCCACHE_STEP + text[at:]
+    wf = tmp_path / ".github" / "workflows"
+    wf.mkdir(parents=True)
+    (wf / "release.yml").write_text(poisoned)
+    assert actionlint(tmp_path, wf / "release.yml").returncode == 0, "the copy must be a valid workflow"
+    high = [f for f in zizmor(wf / "release.yml") if f["determinations"]["severity"] == "High"]
+    assert {f["ident"] for f in high} == {"cache-poisoning"}, describe(high)
+    assert all("mozilla-actions/sccache-action@" in describe([f]) for f in high), describe(high)
+
+
 # --------------------------------------------------------------------------- rules
 
 
@@ -199,8 +260,7 @@ def test_build_jobs_are_the_plan_matrix():
         assert build["strategy"]["fail-fast"] is False
         assert build["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.matrix_{arch}) }}}}"
         assert build["runs-on"] == "${{ matrix.runs_on }}"  # the plan names the runner for each spec
-        assert build["env"]["SCCACHE_GHA_ENABLED"] == "true"
-        assert any("sccache-action@" in s.get("uses", "") for s in build["steps"])
+        assert not any(k.startswith("SCCACHE") for k in build.get("env", {})), "no shared compiler cache"
         step = next(s for s in build["steps"] if "nox -s build_matrix" in s.get("run", ""))
         assert step["run"].startswith('nox -s build_matrix -- --only "$SPEC_ID"')
         assert step["env"]["SPEC_ID"] == "${{ matrix.id }}"

@@ -15,17 +15,16 @@ one module:
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from builder.errors import FarmError, UsageError
-
-
-class InfrastructureError(FarmError):
-    """The build could not run (engine hiccup, network, disk): worth a retry, unlike a compile error."""
+from builder.errors import InfrastructureError
+from builder.hostenv import url_reachable
 
 
 @dataclass
@@ -39,7 +38,7 @@ class BuildResult:
 
 
 # build.sh exits with this when the build could not run (network, disk): the one retried failure.
-EXIT_INFRA = 75
+EXIT_INFRA = InfrastructureError.exit_code  # 75
 
 
 def collect_wheel(code: int, raw_dir: Path, out_dir: Path, log_path: Path) -> BuildResult:
@@ -80,31 +79,26 @@ class Executor(Protocol):
     def newer_glibc(self, spec) -> bool: ...
 
 
-EXECUTORS = ("auto", "docker", "host")
+# What a build never needs from a source tree that is not a git checkout.
+_SKIP = re.compile(r"^(\.git|\.venv|\.nox|dist|build|\.cache|\.pytest_cache|\.hypothesis|\.benchmarks)(/|$)|(^|/)__pycache__(/|$)|\.egg-info(/|$)|\.so$")
 
 
-def select(name: str, options: BuildOptions) -> Executor:
-    """The executor NAME; ``auto`` is docker when an engine answers, else host (and says which)."""
-    if name not in EXECUTORS:
-        raise UsageError(f"--executor {name}: unknown executor", hint=f"use one of: {', '.join(EXECUTORS)}")
-    if name in ("auto", "docker"):
-        from builder.executors import docker as docker_exec
-
-        try:
-            client = docker_exec.connect()
-        except FarmError as err:
-            if name == "docker":
-                raise
-            options.log(f"executor: host (no container engine answers: {err})")
-            from builder.executors.host import HostExecutor
-
-            return HostExecutor(options)
-        options.log(f"executor: docker (engine {client.version().get('Version', '?')})")
-        return docker_exec.DockerExecutor(client, options)
-    from builder.executors.host import HostExecutor
-
-    options.log("executor: host")
-    return HostExecutor(options)
+def source_files(source: Path) -> list[str]:
+    """The files of the source tree a build needs: git's view when it is a checkout, else a filtered walk."""
+    files: list[str] = []
+    if (source / ".git").exists() and shutil.which("git"):
+        proc = subprocess.run(
+            ["git", "-C", str(source), "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True
+        )
+        if proc.returncode == 0:
+            files = [f for f in proc.stdout.decode().split("\0") if f]
+    if not files:
+        for root, dirs, names in os.walk(source):
+            rel_root = os.path.relpath(root, source)
+            rel_root = "" if rel_root == "." else rel_root + "/"
+            dirs[:] = [d for d in dirs if not _SKIP.search(rel_root + d)]
+            files += [rel_root + n for n in names]
+    return sorted(f for f in files if not _SKIP.search(f) and (source / f).is_file())
 
 
 BUILD_SCRIPT = Path(__file__).with_name("build.sh")
@@ -116,15 +110,11 @@ KERNEL_CACHE_MOUNT = "/root/.cache/mamba-kernels"
 
 def kernel_cache_name(image_id: str) -> str:
     """mamba-farm-kcache-<image id>: the docker volume (and host folder suffix) of IMAGE_ID's kernel cache."""
-    import re
-
     return "mamba-farm-kcache-" + re.sub(r"[^A-Za-z0-9_.-]", "_", image_id)
 
 
 def spec_env(spec, *, max_jobs: int) -> dict[str, str]:
     """Environment for builder/executors/build.sh (and the package's setup.py) for SPEC."""
-    from builder.hostenv import url_reachable
-
     pip_args = []
     # torch's own index when it answers; else torch comes from the host's indexes and
     # wheelhouses (an unreachable index would cost minutes of pip retries per build).

@@ -21,43 +21,33 @@ import threading
 import time
 from pathlib import Path
 
-from builder.errors import EngineUnavailable, FarmError
+from builder.base_image import resolve_base
+from builder.engine import build_image, image_exists
+from builder.errors import EngineUnavailable, FarmError, InfrastructureError
 from builder.executors import (
     BUILD_SCRIPT,
     KERNEL_CACHE_MOUNT,
     BuildOptions,
     BuildResult,
-    InfrastructureError,
     collect_wheel,
     kernel_cache_name,
+    source_files,
     spec_env,
 )
+from builder.hostenv import host_pip_settings
+from builder.images import (
+    BUILD_LABEL,
+    IMAGE_LABEL,
+    LABEL,
+    OWNER_LABEL,
+    check_substitute,
+    fallback_suite,
+    is_local_base,
+    owner,
+)
+from builder.render import render
 
-LABEL = "org.mamba-farm"
-OWNER_LABEL = "org.mamba-farm.owner"
 PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
-
-
-def connect():
-    """A docker client that answered a ping, or EngineUnavailable naming where it looked."""
-    import docker
-
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except Exception as err:  # the SDK raises DockerException, requests and OS errors alike
-        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
-        raise EngineUnavailable(
-            f"no container engine answers at {where} ({reason})",
-            hint="start one (scripts/bootstrap-host.sh starts dockerd), point DOCKER_HOST at it, "
-            "or build on the host with --executor host",
-        ) from None
-    return client
-
-
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -77,8 +67,7 @@ def remove_leftovers(client, log=print) -> int:
     # Only build containers carry an owner; image-build intermediates (which inherit the
     # image's labels) belong to whoever is building that image and are left alone.
     for c in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
-        owner = c.labels.get(OWNER_LABEL, "")
-        h, _, pid = owner.rpartition(":")
+        h, _, pid = c.labels.get(OWNER_LABEL, "").rpartition(":")
         if h == host and pid.isdigit() and _pid_alive(int(pid)):
             continue  # a concurrent run's container: not ours to touch
         try:
@@ -93,8 +82,6 @@ def remove_leftovers(client, log=print) -> int:
 
 def source_tar(source: Path) -> bytes:
     """The source tree as a tar rooted at src/, plus the build script at farm/build.sh."""
-    from builder.executors.host import source_files
-
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for rel in source_files(source):
@@ -107,8 +94,6 @@ class DockerExecutor:
     name = "docker"
 
     def __init__(self, client, options: BuildOptions) -> None:
-        from builder.hostenv import host_pip_settings
-
         self.client = client
         self.options = options
         self.log = options.log
@@ -126,15 +111,10 @@ class DockerExecutor:
 
     def newer_glibc(self, spec) -> bool:
         """Built on the farm's own Debian base: the wheel may need a newer manylinux than planned."""
-        from builder.render import is_local_base
-
         return is_local_base(self.bases.get(spec.image, ""))
 
     # -- images ---------------------------------------------------------------------------
     def prepare(self, images: dict, specs: list) -> None:
-        from builder.base_image import resolve_base
-        from builder.render import fallback_suite, render
-
         needed = sorted({s.image for s in specs})
         bases: dict[tuple[str, str], str] = {}
         host_arch = platform.machine()
@@ -152,11 +132,11 @@ class DockerExecutor:
                 bases[key] = resolve_base(
                     self.client, image.base, fallback=key[1], ca_bundle=self.options.ca_bundle, log=self.log
                 )
-            _check_substitute(image, bases[key])
+            check_substitute(image, bases[key])
             r = render(image, base=bases[key])
             self.tags[image_id] = r.tag
             self.bases[image_id] = bases[key]
-            if self._exists(r.tag):
+            if image_exists(self.client, r.tag):
                 self.log(f"image {image_id}: reusing {r.tag}")
             else:
                 try:
@@ -171,64 +151,23 @@ class DockerExecutor:
     def _image_log(self, image_id: str) -> Path | None:
         return self.options.logs_dir / f"image-{image_id}.log" if self.options.logs_dir else None
 
-    def _exists(self, tag: str) -> bool:
-        import docker.errors
-
-        try:
-            self.client.images.get(tag)
-            return True
-        except docker.errors.ImageNotFound:
-            return False
-
     def _build_image(self, r) -> None:
-        """Stage a build context (Dockerfile, CA bundle, trimmed Pythons) and build it."""
-        import docker.errors
-
+        """Build R's image from a context of its Dockerfile, the CA bundle, the trimmed Pythons and R.files."""
+        if self.options.ca_bundle is None:
+            raise FarmError("no CA bundle found for the image", hint="pass --ca-bundle FILE")
         self.log(f"image {r.image.id}: building {r.tag} from {r.base}")
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="mamba-farm-ctx-") as tmp:
-            ctx = Path(tmp)
-            (ctx / "Dockerfile").write_text(r.dockerfile)
-            if self.options.ca_bundle is None:
-                raise FarmError("no CA bundle found for the image", hint="pass --ca-bundle FILE")
-            shutil.copyfile(self.options.ca_bundle, ctx / "ca-bundle.crt")
+
+        def stage(ctx: Path) -> None:
             for py in r.pythons:
                 stage_python(Path(py.prefix), ctx / "pythons" / py.tag, py.version)
-            for name, host in r.files.items():  # what the Dockerfile COPYs besides the above (rocm_patch/)
-                if host.is_dir():
-                    shutil.copytree(host, ctx / name)
-                else:
-                    shutil.copyfile(host, ctx / name)
-            try:
-                stream = self.client.api.build(
-                    path=str(ctx),
-                    tag=r.tag,
-                    labels={LABEL: "1", f"{LABEL}.image": r.image.id},
-                    rm=True,
-                    forcerm=True,
-                    decode=True,
-                )
-                lines = []
-                log_path = self._image_log(r.image.id)
-                log = open(log_path, "w") if log_path else None
-                try:
-                    for chunk in stream:
-                        if "stream" in chunk:
-                            lines.append(chunk["stream"])
-                            if log:
-                                log.write(chunk["stream"])
-                                log.flush()
-                        if "error" in chunk:
-                            tail = "".join(lines[-20:])
-                            raise InfrastructureError(
-                                f"image {r.image.id} failed to build: {chunk['error']}\n{tail}\nlog: {log_path}"
-                            )
-                finally:
-                    if log:
-                        log.close()
-            except docker.errors.APIError as err:
-                raise InfrastructureError(f"image {r.image.id} failed to build: {err}") from None
-        self.log(f"image {r.image.id}: built {r.tag} in {time.monotonic() - started:.0f}s")
+
+        seconds = build_image(
+            self.client, r.tag, r.dockerfile, what=f"image {r.image.id}",
+            labels={IMAGE_LABEL: r.image.id},
+            files={"ca-bundle.crt": self.options.ca_bundle, **r.files},  # r.files: what else it COPYs (rocm_patch/)
+            stage=stage, log_path=self._image_log(r.image.id), error=InfrastructureError,
+        )  # fmt: skip
+        self.log(f"image {r.image.id}: built {r.tag} in {seconds:.0f}s")
 
     # -- builds ---------------------------------------------------------------------------
     def _mounts(self) -> dict:
@@ -321,7 +260,7 @@ class DockerExecutor:
                     self.tags[spec.image],
                     command=command,
                     environment=env,
-                    labels={LABEL: "1", OWNER_LABEL: _owner(), f"{LABEL}.build": spec.id},
+                    labels={LABEL: "1", OWNER_LABEL: owner(), BUILD_LABEL: spec.id},
                     volumes={**self._mounts(), **extra_volumes},
                     working_dir="/src",
                     detach=True,
@@ -408,28 +347,10 @@ class DockerExecutor:
         for cid in ids:
             self._remove(cid)
         try:  # anything labelled with our owner that slipped through (created, not yet tracked)
-            for c in self.client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={_owner()}"}):
+            for c in self.client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner()}"}):
                 c.remove(force=True)
         except Exception:
             pass
-
-
-def _check_substitute(image, base: str) -> None:
-    """The farm's Debian base can stand in for a vendor image only where Debian has that toolkit."""
-    from builder.render import effective_toolkit_source, is_local_base
-
-    if not is_local_base(base) or image.toolkit_source != "base":
-        return
-    have = {"rocm": ("5.7",), "cuda": ("11.8", "12.4", "13.0")}.get(image.kind, ())
-    ok = image.kind == "cuda" and effective_toolkit_source(image, base) == "pypi" or any(
-        (image.toolkit or "").startswith(v.split(".")[0] if image.kind == "cuda" else v) for v in have
-    )
-    if not ok:
-        raise EngineUnavailable(
-            f"image {image.id} needs {image.kind} {image.toolkit} from {image.base}, which cannot be pulled, "
-            f"and Debian does not ship that toolkit",
-            hint=f"make {image.base} available locally (docker load), or leave {image.kind} {image.toolkit} out of this run",
-        )
 
 
 class _Interrupted(Exception):

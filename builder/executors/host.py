@@ -21,31 +21,13 @@ from pathlib import Path
 from filelock import FileLock
 
 from builder.errors import EngineUnavailable
-from builder.executors import BUILD_SCRIPT, BuildOptions, BuildResult, collect_wheel, spec_env
+from builder.executors import BUILD_SCRIPT, BuildOptions, BuildResult, collect_wheel, source_files, spec_env
 from builder.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
+from builder.render import load_packages
 
 VENVS = CACHE_ROOT / "venvs"
 TOOLKITS = CACHE_ROOT / "toolkits"
 KERNEL_CACHES = CACHE_ROOT / "kcache"  # one folder per image id, shared by that image's builds
-_SKIP = re.compile(r"^(\.git|\.venv|\.nox|dist|build|\.cache|\.pytest_cache|\.hypothesis|\.benchmarks)(/|$)|(^|/)__pycache__(/|$)|\.egg-info(/|$)|\.so$")
-
-
-def source_files(source: Path) -> list[str]:
-    """The files of the source tree a build needs: git's view when it is a checkout, else a filtered walk."""
-    files: list[str] = []
-    if (source / ".git").exists() and shutil.which("git"):
-        proc = subprocess.run(
-            ["git", "-C", str(source), "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True
-        )
-        if proc.returncode == 0:
-            files = [f for f in proc.stdout.decode().split("\0") if f]
-    if not files:
-        for root, dirs, names in os.walk(source):
-            rel_root = os.path.relpath(root, source)
-            rel_root = "" if rel_root == "." else rel_root + "/"
-            dirs[:] = [d for d in dirs if not _SKIP.search(rel_root + d)]
-            files += [rel_root + n for n in names]
-    return sorted(f for f in files if not _SKIP.search(f) and (source / f).is_file())
 
 
 def copy_source(source: Path, dest: Path) -> None:
@@ -95,9 +77,7 @@ class HostExecutor:
             if m and m.group(1) == toolkit:
                 self.log(f"host: CUDA {toolkit} from this machine ({real.parent.parent})")
                 return str(real.parent.parent)
-        from builder.render import _packages
-
-        pins = _packages()["cuda"]["pypi"].get(toolkit)
+        pins = load_packages()["cuda"]["pypi"].get(toolkit)
         if pins is None:
             raise EngineUnavailable(
                 f"CUDA {toolkit} is neither on this machine nor installable from PyPI",

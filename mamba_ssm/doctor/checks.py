@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from .. import _prebuilt, _variant
+from .. import _elf, _prebuilt, _variant
 from .classify import Context, classify, install_line
 
 OK, INFO, WARN, PROBLEM = "ok", "info", "warn", "problem"
@@ -122,6 +123,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
 
     # the extension
     exts = mm.get("extensions") or []
+    findings += _extension_builds(mm, _reinstall_or_build(ctx, available))
     if not exts:
         fix = _reinstall_or_build(ctx, available)
         findings.append(Finding("extension", PROBLEM, "no compiled mamba-ssm extension is installed",
@@ -183,6 +185,56 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                                 "torch is not a build requirement: an isolated build cannot see this torch",
                                 f"{sys.executable} -m pip install --no-build-isolation mamba-ssm"))
     return findings, extra
+
+
+_ACCELERATOR = {"cpu": "a CPU build", "cuda": "CUDA code", "hip": "HIP code"}
+
+
+def _extension_builds(mm: dict, fix: str) -> list[Finding]:
+    """The extension files against the installed wheel's label: one build of each module, of the kind
+    (abi3 or classic), accelerator and C++ ABI the label names (the farm's verifier refuses such a wheel)."""
+    out = []
+    names = {}
+    for ext in mm.get("extensions") or []:
+        rel = "/".join([*ext["module"].split(".")[:-1], Path(ext["path"]).name])
+        n = _elf.extension_name(rel)
+        if n is not None:
+            names[ext["path"]] = n
+    for module, builds in _elf.duplicate_modules(names.values()).items():
+        files = [Path(b.path).name for b in builds]
+        out.append(Finding(
+            "extension-build", PROBLEM, f"{len(builds)} builds of {module} are installed: {', '.join(files)}",
+            f"CPython imports {files[0]} and never {', '.join(files[1:])}: one of them is left over from another "
+            f"build (a wheel that carried a stale module, or an earlier install); the import check tries only {files[0]}",
+            f"{fix}; then check that one build of {module} is left (pip removes only the files its RECORD lists)",
+            "stale-extension"))  # fmt: skip
+    label, parts = mm.get("label"), mm.get("label_parts")
+    if not label or not parts:
+        return out
+    for ext in mm.get("extensions") or []:
+        n = names.get(ext["path"])
+        if n is None:
+            continue
+        why = []
+        if parts["torch"] == "stable" and n.kind == "classic":
+            why.append(f"it is a version-specific ({n.python}) build, the label is a stable-ABI (abi3) one")
+        elif parts["torch"] != "stable" and n.kind == "abi3":
+            why.append("it is a stable-ABI (abi3) build, the label is a version-specific one")
+        archs = ext.get("archs")
+        if archs is not None and not archs.get("notes"):
+            has = _elf.accelerator_of(archs)
+            want = "cpu" if parts["accelerator"] == "cpu" else "hip" if parts["accelerator"].startswith("hip") else "cuda"
+            if has != want:
+                shown = ", ".join(archs.get("sass", []) + archs.get("ptx", []) + archs.get("hip", []))
+                why.append(f"it carries {_ACCELERATOR[has]}{f' ({shown})' if shown else ''}, the label is {_ACCELERATOR[want]}")
+        abi, want_abi = ext.get("abi"), parts.get("cxx11abi")
+        if want_abi is not None and (abi == _elf.MIXED or abi == (_elf.PRE_CXX11 if want_abi else _elf.CXX11)):
+            why.append(f"it was compiled with the {abi} C++ ABI, the label says cxx11abi{'TRUE' if want_abi else 'FALSE'}")
+        if why:
+            out.append(Finding(
+                "extension-build", PROBLEM, f"{Path(ext['path']).name} contradicts the installed label {label}",
+                "; ".join(why), fix, "extension-contradicts-label"))  # fmt: skip
+    return out
 
 
 def _reinstall_or_build(ctx: Context, available: bool | None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from . import binary
+from .. import _elf
 from .rules import RULES
 
 _UNDEFINED_RE = re.compile(r"undefined symbol:\s*(?P<symbol>[A-Za-z_][\w.@$]*)")
@@ -28,7 +28,7 @@ class Context:
     index_url: str | None = None
     wheel_available: bool | None = None  # None: not looked up
     gpus: list[dict] = field(default_factory=list)  # [{"name", "capability": "8.6"}]
-    archs: dict | None = None  # binary.Archs.as_dict() of the installed extension
+    archs: dict | None = None  # _elf.Archs.as_dict() of the installed extension
     python: str = "python"
 
 
@@ -123,8 +123,8 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
 
 
 def _undefined_symbol(symbol: str, ctx: Context) -> Diagnosis:
-    abi = binary.string_abi(symbol)
-    if binary.is_torch_symbol(symbol) and abi:
+    abi = _elf.string_abi(symbol)
+    if _elf.is_torch_symbol(symbol) and abi:
         # The extension wants torch's std::string in one ABI; torch exports the other one.
         ext_abi, torch_abi = ("CXX11", "pre-CXX11") if abi == "cxx11" else ("pre-CXX11", "CXX11")
         contradicts = ctx.torch_cxx11abi is not None and ctx.torch_cxx11abi == (abi == "cxx11")
@@ -138,7 +138,7 @@ def _undefined_symbol(symbol: str, ctx: Context) -> Diagnosis:
                 fix=_fix("abi", ctx, {}),
                 evidence=symbol,
             )
-    if binary.is_torch_symbol(symbol):
+    if _elf.is_torch_symbol(symbol):
         return Diagnosis(
             kind="built-for-other-torch",
             title="the extension was built against a different torch version",

@@ -14,8 +14,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from .. import _prebuilt, _variant
-from . import binary
+from .. import _elf, _prebuilt, _variant
 
 # Compiled modules of this package. Names we know; anything else compiled under mamba_ssm/ is found by scanning.
 EXTENSION_HINTS = ("selective_scan_cuda", "selective_scan_cpu", "mamba_ssm._C", "mamba_ssm._ops")
@@ -238,8 +237,8 @@ def mamba_facts() -> dict:
     exts = []
     for ext in find_extensions(pkg_dir):
         try:
-            ext["archs"] = binary.archs_of(ext["path"]).as_dict()
-            ext["abi"] = binary.extension_abi(ext["path"])
+            ext["archs"] = _elf.archs_of(ext["path"]).as_dict()
+            ext["abi"] = _elf.extension_abi(ext["path"])
         except (OSError, ValueError, IndexError) as e:  # struct.error is a ValueError
             ext["inspect_error"] = str(e)
         ext["import"] = import_extension(ext["module"], ext["path"])

@@ -5,6 +5,10 @@ Shapes (upstream's): u, delta, z: (batch, dim, L); A: (dim, dstate), real;
 B, C: (dim, dstate), (batch, dstate, L) or (batch, groups, dstate, L);
 D, delta_bias: (dim,). Returns out (batch, dim, L) in u's dtype, and with
 ``return_last_state=True`` also the last state (batch, dim, dstate), float32.
+
+Every input is a real floating-point tensor (float16, bfloat16, float32 or float64)
+on u's device. Complex weights (upstream's ``wtype=torch.complex64``) are not supported
+yet: a complex input is refused (ScanInputError, a ValueError, naming it), never cast to real.
 """
 
 from __future__ import annotations
@@ -53,6 +57,87 @@ def _warn_fallback() -> None:
         )
 
 
+class ScanInputError(ValueError, RuntimeError):
+    """An input selective_scan_fn / selective_scan_ref refuse (the message names it). A ValueError,
+    and a RuntimeError as the ops' own checks raise, so code that caught those still does."""
+
+
+_REAL = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.float64))
+_NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+
+
+def _check_inputs(fn: str, *args) -> None:
+    """Refuse, naming the argument, what neither the ops nor the reference compute correctly:
+    a non-tensor, a complex or non-floating dtype (a cast would change it silently), another
+    device than u's, a wrong shape. ``args``: u, delta, A, B, C, D, z, delta_bias. This runs on
+    every forward: each tensor's dtype, device and shape are read once, messages built on failure."""
+    u = args[0]
+    if not isinstance(u, torch.Tensor):
+        raise TypeError(f"{fn}: u must be a torch.Tensor, got {type(u).__name__}")
+    device = u.device
+    shapes = []
+    for i, t in enumerate(args):
+        if t is None:
+            if i < 5:
+                raise TypeError(f"{fn}: {_NAMES[i]} is required, got None")
+            shapes.append(None)
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {_NAMES[i]} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in _REAL:
+            _bad_dtype(fn, _NAMES[i], t)
+        if t.device != device:
+            raise ScanInputError(f"{fn}: {_NAMES[i]} is on {t.device} but u is on {device}; put all inputs on one")
+        shapes.append(t.shape)
+    su, sdelta, sA, sB, sC, sD, sz, sbias = shapes
+    if len(su) != 3:
+        raise ScanInputError(f"{fn}: u must be (batch, dim, seqlen), got shape {tuple(su)}")
+    batch, dim, L = su
+    if L < 1:
+        raise ScanInputError(f"{fn}: u has seqlen 0; the scan needs at least one step")
+    if sdelta != su:
+        raise ScanInputError(f"{fn}: delta must have u's shape {tuple(su)}, got {tuple(sdelta)}")
+    if sz is not None and sz != su:
+        raise ScanInputError(f"{fn}: z must have u's shape {tuple(su)}, got {tuple(sz)}")
+    if len(sA) != 2 or sA[0] != dim or sA[1] < 1:
+        raise ScanInputError(f"{fn}: A must be (dim, dstate) with dim = {dim} and dstate >= 1, got {tuple(sA)}")
+    dstate = sA[1]
+    groups = []
+    for name, s in (("B", sB), ("C", sC)):
+        n = len(s)
+        if n == 2:
+            if s != (dim, dstate):
+                raise ScanInputError(f"{fn}: constant {name} must be (dim, dstate) = {(dim, dstate)}, got {tuple(s)}")
+        elif n == 3 or n == 4:
+            g = s[1] if n == 4 else 1
+            if s[0] != batch or s[-2] != dstate or s[-1] != L or g < 1 or dim % g:
+                want = (f"({batch}, {dstate}, {L})" if n == 3
+                        else f"({batch}, groups, {dstate}, {L}) with groups dividing dim = {dim}")
+                raise ScanInputError(f"{fn}: variable {name} must be {want}, got {tuple(s)}")
+            groups.append(g)
+        else:
+            raise ScanInputError(
+                f"{fn}: {name} must be (dim, dstate), (batch, dstate, seqlen) or (batch, groups, dstate, seqlen), "
+                f"got {tuple(s)}"
+            )
+    if len(groups) == 2 and groups[0] != groups[1]:
+        raise ScanInputError(f"{fn}: B and C must have the same number of groups, got {groups[0]} and {groups[1]}")
+    for name, s in (("D", sD), ("delta_bias", sbias)):
+        if s is not None and s != (dim,):
+            raise ScanInputError(f"{fn}: {name} must be (dim,) = ({dim},), got {tuple(s)}")
+
+
+def _bad_dtype(fn: str, name: str, t: torch.Tensor):
+    if t.is_complex():
+        raise ScanInputError(
+            f"{fn}: {name} is {t.dtype}: complex {name} is not supported yet (and is not cast to real); "
+            f"pass a real {name}: float32, float16, bfloat16 or float64"
+        )
+    raise ScanInputError(
+        f"{fn}: {name} must be a real floating-point tensor (float32, float16, bfloat16 or float64), got {t.dtype}"
+    )
+
+
 def _groups_to_channels(t: torch.Tensor, dim: int) -> torch.Tensor:
     """(batch, groups, N, L) -> (batch, dim, N, L): channel d uses group d // (dim // groups)."""
     return t.repeat_interleave(dim // t.shape[1], dim=1)
@@ -61,6 +146,7 @@ def _groups_to_channels(t: torch.Tensor, dim: int) -> torch.Tensor:
 def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
                        return_last_state=False):
     """The definition, step by step in float32 (or float64 when u is float64)."""
+    _check_inputs("selective_scan_ref", u, delta, A, B, C, D, z, delta_bias)
     dtype_in = u.dtype
     work = torch.float64 if dtype_in == torch.float64 else torch.float32
     u = u.to(work)
@@ -84,14 +170,16 @@ def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
         C = _groups_to_channels(C, dim)
     x = u.new_zeros((batch, dim, A.shape[1]))
     ys = []
-    for i in range(L):
-        x = deltaA[:, :, i] * x + deltaB_u[:, :, i]
+    # unbind, not indexing: the backward of L index ops would write L full-size gradients (O(L^2))
+    steps = zip(deltaA.unbind(2), deltaB_u.unbind(2), C.unbind(-1) if C.dim() >= 3 else [C] * L)
+    for dA_i, dBu_i, C_i in steps:
+        x = dA_i * x + dBu_i
         if C.dim() == 2:
-            y = torch.einsum("bdn,dn->bd", x, C)
+            y = torch.einsum("bdn,dn->bd", x, C_i)
         elif C.dim() == 3:
-            y = torch.einsum("bdn,bn->bd", x, C[:, :, i])
+            y = torch.einsum("bdn,bn->bd", x, C_i)
         else:
-            y = torch.einsum("bdn,bdn->bd", x, C[:, :, :, i])
+            y = torch.einsum("bdn,bdn->bd", x, C_i)
         ys.append(y)
     y = torch.stack(ys, dim=2)
     out = y if D is None else y + u * D.to(work)[:, None]
@@ -129,10 +217,13 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
                       return_last_state=False):
     """Differentiable selective scan on the compiled ops (CPU, CUDA or ROCm).
 
-    Inputs are brought to the dtypes the ops take (differentiably, so gradients come
-    back in the caller's dtypes): delta, z and variable B/C to u's dtype; A, constant
-    B/C, D and delta_bias to float32.
+    Real floating-point inputs are brought to the dtypes the ops take (differentiably, so
+    gradients come back in the caller's dtypes): delta, z and variable B/C to u's dtype; A,
+    constant B/C, D and delta_bias to float32 (and D, delta_bias contiguous). float64 u runs
+    selective_scan_ref. Anything else (a complex or integer input, another device than u's, a
+    wrong shape) is refused with a ScanInputError (a ValueError) naming the argument; nothing is cast to real.
     """
+    _check_inputs("selective_scan_fn", u, delta, A, B, C, D, z, delta_bias)
     if not HAS_EXTENSION or u.dtype == torch.float64:
         if not HAS_EXTENSION:
             _warn_fallback()
@@ -142,9 +233,10 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     A = A.float()
     B = B.to(dt) if B.dim() >= 3 else B.float()
     C = C.to(dt) if C.dim() >= 3 else C.float()
-    D = D.float() if D is not None else None
+    # the kernels read D and delta_bias as plain (dim,) arrays: a strided view is copied
+    D = D.float().contiguous() if D is not None else None
     z = z.to(dt) if z is not None else None
-    delta_bias = delta_bias.float() if delta_bias is not None else None
+    delta_bias = delta_bias.float().contiguous() if delta_bias is not None else None
     return SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
 

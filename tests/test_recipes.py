@@ -1,0 +1,335 @@
+"""recipes/*.toml, builder/recipes.py and builder/prepare.py: validation, --explain, and every patch on the real sdists.
+
+The sdists are the real ones (fetched through the host's pip settings into a temporary cache).
+What the patched setup.py would build is read by running it (tests/recipekit.py): with the
+machine's torch 2.14.1 venv and nvcc 13.0 where they exist, else with stand-ins that answer only
+the version questions setup.py asks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from recipekit import CAUSAL, MAMBA, UPSTREAM_SMS, gencode_targets, setup_py_flags
+
+from builder.errors import PatchError, RecipeError
+from builder.prepare import explain, inputs, prepare
+from builder.recipes import RECIPES_DIR, CellFacts, load_recipe, load_recipes, recipe_for
+from builder.sources import Fetcher, SdistPin, SourceCache
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH_VENV = Path.home() / ".cache" / "mamba-farm" / "venv-torch2.14.1-cp311"
+CUDA13 = Path("/usr/local/cuda-13.0")
+EXTENSION = {"mamba-ssm": "selective_scan_cuda", "causal-conv1d": "causal_conv1d_cuda"}
+
+CELL_2_14 = CellFacts("2.14.1", "cuda", "13.0", True, ("sm_80",), "cu13torch2.14cxx11abiTRUE")
+CELL_2_11 = CellFacts(
+    "2.11.0", "cuda", "12.8", True, ("sm_80", "sm_90", "sm_100", "sm_120"), "cu12torch2.11cxx11abiTRUE"
+)
+CELL_ROCM = CellFacts("2.14.1", "rocm", "6.4", True, ("gfx90a", "gfx942"), "hip64torch2.14cxx11abiTRUE")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> SourceCache:
+    c = SourceCache(tmp_path_factory.mktemp("sdists"), Fetcher.from_host())
+    for pin in (MAMBA, CAUSAL):
+        c.fetch(pin)
+    return c
+
+
+def test_the_recipes_load_and_pin_the_published_sdists():
+    recipes = load_recipes()
+    assert sorted(recipes) == ["causal-conv1d", "mamba-ssm"]
+    assert recipes["mamba-ssm"].source == MAMBA and recipes["causal-conv1d"].source == CAUSAL
+    assert recipes["mamba-ssm"].extensions == ("selective_scan_cuda*.so",)
+    assert recipes["causal-conv1d"].extensions == ("causal_conv1d_cuda*.so",)
+    assert "selective_scan_cuda" in recipes["mamba-ssm"].imports
+    assert "causal_conv1d_cuda" in recipes["causal-conv1d"].imports
+    assert recipe_for("Mamba_SSM").name == "mamba-ssm"
+
+
+# ---------------------------------------------------------------------------
+# Every patch on the real sdists, for the cells it applies to.
+
+
+@pytest.mark.parametrize("project", ["mamba-ssm", "causal-conv1d"])
+def test_torch_2_14_cuda_13_sm80_gets_cxx20_and_exactly_its_arch(cache, tmp_path, project):
+    recipe = recipe_for(project)
+    prep = prepare(recipe, CELL_2_14, tmp_path / "w", cache)
+    assert prep.applied == ("cxx20", "cuda-archs") and prep.skipped == ("rocm-archs",)
+    text = (prep.tree / "setup.py").read_text()
+    assert '"-std=c++17"' not in text
+    assert not re.findall(r"compute_(?:75|87|90|100|103|110|120|121)\b", text), "a target of the old list is left"
+    real = TORCH_VENV / ".mamba-ready"
+    if real.is_file() and (CUDA13 / "bin" / "nvcc").is_file():  # torch 2.14.1's own cpp_extension and nvcc 13.0
+        got = setup_py_flags(
+            prep.tree, prep.env, tmp_path, torch_python=TORCH_VENV / "bin" / "python", cuda_home=CUDA13
+        )
+    else:
+        got = setup_py_flags(prep.tree, prep.env, tmp_path, torch="2.14.1", cuda="13.0")
+    (ext,) = got["ext_modules"]
+    assert ext["name"] == EXTENSION[project]
+    assert "-std=c++20" in ext["extra_compile_args"]["cxx"] and "-std=c++20" in ext["extra_compile_args"]["nvcc"]
+    assert not [f for f in ext["extra_compile_args"]["nvcc"] + ext["extra_compile_args"]["cxx"] if "c++17" in f]
+    assert gencode_targets(ext["extra_compile_args"]["nvcc"]) == ["sm_80"]
+    assert got["version"].endswith("+cu13torch2.14cxx11abiTRUE")
+
+
+@pytest.mark.parametrize("project", ["mamba-ssm", "causal-conv1d"])
+def test_torch_2_11_cuda_12_8_several_archs(cache, tmp_path, project):
+    recipe = recipe_for(project)
+    prep = prepare(recipe, CELL_2_11, tmp_path / "w", cache)
+    assert prep.applied == ("cuda-archs",) and prep.skipped == ("cxx20", "rocm-archs")
+    got = setup_py_flags(prep.tree, prep.env, tmp_path, torch="2.11.0", cuda="12.8")
+    (ext,) = got["ext_modules"]
+    assert gencode_targets(ext["extra_compile_args"]["nvcc"]) == ["sm_80", "sm_90", "sm_100", "sm_120"]
+    assert "-std=c++20" not in ext["extra_compile_args"]["nvcc"]  # torch 2.11 keeps upstream's standard
+    assert got["version"] == f"{recipe.source.version}+cu12torch2.11cxx11abiTRUE"
+    if project == "mamba-ssm":  # nvcc 12 vs torch cu12: setup.py leaves TORCH_CUDA_ARCH_LIST alone
+        assert got["TORCH_CUDA_ARCH_LIST"] is None
+
+
+def test_unpatched_upstream_builds_every_target_it_lists(cache, tmp_path):
+    """The baseline the patches change: upstream's own flags for CUDA 13 (what the tests above must not see)."""
+    tree = cache.unpack(CAUSAL, tmp_path / "plain")
+    got = setup_py_flags(tree, {"CAUSAL_CONV1D_FORCE_BUILD": "TRUE"}, tmp_path, torch="2.14.1", cuda="13.0")
+    (ext,) = got["ext_modules"]
+    assert gencode_targets(ext["extra_compile_args"]["nvcc"]) == [f"sm_{sm}" for sm in UPSTREAM_SMS]
+
+
+def test_mamba_arch_list_is_the_specs_when_nvcc_and_torch_majors_differ(cache, tmp_path):
+    prep = prepare(recipe_for("mamba-ssm"), CELL_2_11, tmp_path / "w", cache)
+    got = setup_py_flags(prep.tree, prep.env, tmp_path, torch="2.11.0", cuda="12.8")
+    assert got["TORCH_CUDA_ARCH_LIST"] is None
+    # the branch upstream uses to clear it now sets the spec's list
+    text = (prep.tree / "setup.py").read_text()
+    assert 'os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0;10.0;12.0"' in text
+    assert 'os.environ["TORCH_CUDA_ARCH_LIST"] = ""' not in text
+
+
+@pytest.mark.parametrize("project", ["mamba-ssm", "causal-conv1d"])
+def test_rocm_cells_offload_to_exactly_the_specs_archs(cache, tmp_path, project):
+    prep = prepare(recipe_for(project), CELL_ROCM, tmp_path / "w", cache)
+    assert prep.applied == ("cxx20", "rocm-archs")
+    got = setup_py_flags(prep.tree, prep.env, tmp_path, torch="2.14.1", rocm="6.4")
+    (ext,) = got["ext_modules"]
+    nvcc = ext["extra_compile_args"]["nvcc"]
+    assert [f for f in nvcc if f.startswith("--offload-arch")] == ["--offload-arch=gfx90a", "--offload-arch=gfx942"]
+    assert "-std=c++20" in nvcc and "-std=c++20" in ext["extra_compile_args"]["cxx"]
+    assert got["version"].endswith("+hip64torch2.14cxx11abiTRUE")
+
+
+def test_patches_go_onto_a_fresh_copy_never_the_cache(cache, tmp_path):
+    recipe = recipe_for("causal-conv1d")
+    a = prepare(recipe, CELL_2_14, tmp_path / "a", cache)
+    b = prepare(recipe, CELL_2_11, tmp_path / "b", cache)
+    assert a.tree != b.tree
+    assert "-std=c++20" in (a.tree / "setup.py").read_text() and "-std=c++20" not in (b.tree / "setup.py").read_text()
+    assert hashlib.sha256(cache.path(CAUSAL).read_bytes()).hexdigest() == CAUSAL.sha256
+    assert [p.name for p in cache.path(CAUSAL).parent.iterdir() if not p.name.startswith(".")] == [CAUSAL.filename]
+    assert a.inputs["source"] == CAUSAL.identity and a.inputs["patches"] == ["cxx20", "cuda-archs"]
+    assert a.inputs == inputs(recipe, CELL_2_14) != inputs(recipe, CELL_2_11)  # the plan hashes it without fetching
+
+
+def test_env_names_the_abi_and_label_and_unsets_what_steers_setup_py(cache, tmp_path):
+    cell = CellFacts("2.5.1", "cuda", "12.4", False, ("sm_80",), "cu12torch2.5cxx11abiFALSE")
+    prep = prepare(recipe_for("mamba-ssm"), cell, tmp_path / "w", cache)
+    assert prep.env["MAMBA_FORCE_BUILD"] == "TRUE"
+    assert prep.env["MAMBA_FORCE_CXX11_ABI"] == "FALSE"
+    assert prep.env["MAMBA_LOCAL_VERSION"] == "cu12torch2.5cxx11abiFALSE"
+    env = prep.build_env({"NVIDIA_PRODUCT_NAME": "PyTorch", "TORCH_CUDA_ARCH_LIST": "7.0", "HOME": "/root"})
+    assert "NVIDIA_PRODUCT_NAME" not in env and "TORCH_CUDA_ARCH_LIST" not in env and env["HOME"] == "/root"
+
+
+# ---------------------------------------------------------------------------
+# A patch that no longer applies fails that build, naming the patch and the file.
+
+
+def _modified_sdist(cache: SourceCache, pin: SdistPin, tmp_path: Path, edit) -> SdistPin:
+    """A copy of the real sdist with setup.py edited, placed in the cache under its own hash."""
+    with tarfile.open(cache.path(pin)) as src:
+        members = [(m, src.extractfile(m).read() if m.isfile() else None) for m in src.getmembers()]
+    out = tmp_path / pin.filename
+    with tarfile.open(out, "w:gz") as dst:
+        for m, data in members:
+            if m.name.endswith("/setup.py") and m.name.count("/") == 1:
+                data = edit(data.decode()).encode()
+                m.size = len(data)
+            dst.addfile(m, io.BytesIO(data) if data is not None else None)
+    new = SdistPin(pin.name, pin.version, hashlib.sha256(out.read_bytes()).hexdigest())
+    cache.path(new).parent.mkdir(parents=True)
+    out.rename(cache.path(new))
+    return new
+
+
+def test_a_patch_that_no_longer_applies_fails_naming_patch_and_file(cache, tmp_path):
+    recipe = recipe_for("causal-conv1d")
+    # upstream swaps one arch: the hard-coded block the cuda-archs patch replaces is not there any more
+    changed = _modified_sdist(cache, CAUSAL, tmp_path, lambda t: t.replace(
+        'cc_flag.append("arch=compute_87,code=sm_87")', 'cc_flag.append("arch=compute_89,code=sm_89")'))  # fmt: skip
+    from dataclasses import replace
+
+    moved = replace(recipe, source=changed)
+    with pytest.raises(PatchError) as err:
+        prepare(moved, CELL_2_14, tmp_path / "w", cache)
+    msg = str(err.value)
+    line = recipe.patches[1].line
+    assert msg.startswith(f"{recipe.path}:{line}: patch 'cuda-archs' no longer applies to setup.py: edit #1")
+    assert "occurs 0 times in causal_conv1d-1.7.0/setup.py, the patch expects 1" in msg
+    assert err.value.exit_code == 10 and "only this build fails" in err.value.hint
+    # the same sdist for a cell that patch does not concern still prepares
+    assert prepare(moved, CELL_ROCM, tmp_path / "rocm", cache).applied == ("cxx20", "rocm-archs")
+
+
+def test_a_search_text_found_more_often_than_expected_fails_too(cache, tmp_path):
+    from dataclasses import replace
+
+    recipe = recipe_for("mamba-ssm")
+    changed = _modified_sdist(cache, MAMBA, tmp_path, lambda t: t + '\n# "-std=c++17"\n')
+    with pytest.raises(PatchError, match=r"patch 'cxx20' no longer applies to setup.py: edit #1's search text .* "
+                                         r"occurs 5 times .*, the patch expects 4"):  # fmt: skip
+        prepare(replace(recipe, source=changed), CELL_2_14, tmp_path / "w", cache)
+
+
+# ---------------------------------------------------------------------------
+# --explain
+
+
+def test_explain_lists_each_patch_with_its_reason():
+    lines = explain(recipe_for("mamba-ssm"), CELL_2_11)
+    text = "\n".join(lines)
+    assert "patch cxx20 (setup.py, 1 edit): skipped: torch 2.11.0 does not match >=2.14" in text
+    assert "patch cuda-archs (setup.py, 2 edits): applies: accelerator cuda is cuda" in text
+    assert "patch rocm-archs (setup.py, 1 edit): skipped: accelerator cuda is not rocm" in text
+    assert "MAMBA_LOCAL_VERSION=cu12torch2.11cxx11abiTRUE" in text
+    cpu = "\n".join(explain(recipe_for("mamba-ssm"), CellFacts("2.14.1", "cpu", None, True)))
+    assert "refused: mamba-ssm 2.3.2.post1 cannot be built for it: accelerator cpu is not cuda/rocm" in cpu
+    old = "\n".join(explain(recipe_for("causal-conv1d"), CellFacts("2.1.0", "cuda", "11.4", False, ("sm_80",))))
+    assert "cuda 11.4 does not match >=11.6" in old
+
+
+def test_explain_cli():
+    proc = subprocess.run(
+        [sys.executable, "-m", "builder", "recipe", "explain", "causal-conv1d", "--torch", "2.14.1",
+         "--accelerator", "cuda-13.0", "--archs", "sm_80"], check=False, cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "patch cxx20 (setup.py, 3 edits): applies: torch 2.14.1 matches >=2.14" in proc.stdout
+    assert "CAUSAL_CONV1D_LOCAL_VERSION=cu13torch2.14cxx11abiTRUE" in proc.stdout
+
+
+# ---------------------------------------------------------------------------
+# Validation: file:line: key: message.
+
+
+def _bad(tmp_path: Path, project: str, old: str, new: str, count: int = 1) -> Path:
+    text = (RECIPES_DIR / f"{project}.toml").read_text()
+    assert text.count(old) >= count, old
+    path = tmp_path / f"{project}.toml"
+    path.write_text(text.replace(old, new, count))
+    return path
+
+
+def _line_of(path: Path, needle: str, nth: int = 1) -> int:
+    hits = [i for i, ln in enumerate(path.read_text().splitlines(), 1) if needle in ln]
+    return hits[nth - 1]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "needle", "nth", "key", "message"),
+    [
+        ('sha256 = "3202', 'sha256 = "XY02', 'sha256 = "XY02', 1, "source.sha256", "is not a sha256"),
+        ('version = "1.7.0"', 'version = "1.7.0 beta"', "version =", 1, "source.version", "is not a version"),
+        (
+            'when = { torch = ">=2.14" }',
+            'when = { torch = ">=2.x" }',
+            "when = {",
+            1,
+            "patch#1.when.torch",
+            "is not a version specifier",
+        ),
+        (
+            'when = { torch = ">=2.14" }',
+            'whenn = { torch = ">=2.14" }',
+            "whenn",
+            1,
+            "patch#1.whenn",
+            'unknown key "whenn"; did you mean "when"?',
+        ),
+        (
+            "cc_flag += ${gencode}",
+            "cc_flag += ${gencodes}",
+            "replace =",
+            4,
+            "patch#2.edit#1.replace",
+            'unknown placeholder ${gencodes}; did you mean "${gencode}"?',
+        ),
+        (
+            'when = { accelerator = ["cuda"] }',
+            "when = {}",
+            "replace =",
+            4,
+            "patch#2.edit#1.replace",
+            "${gencode} only has a value for cuda cells, but this can apply to cuda/rocm cells",
+        ),
+        ("count = 2  #", "count = 0  #", "count = 0", 1, "patch#1.edit#1.count", "must be a positive integer"),
+        ('name = "cuda-archs"', 'name = "cxx20"', 'name = "cxx20"', 2, "patch#2.name", 'patch "cxx20" is named twice'),
+        (
+            'CAUSAL_CONV1D_LOCAL_VERSION = "${label}"',
+            'CAUSAL_CONV1D_LOCAL_VERSION = "${labl}"',
+            "${labl}",
+            1,
+            "build.env.CAUSAL_CONV1D_LOCAL_VERSION",
+            "unknown placeholder ${labl}",
+        ),
+        ('imports = ["torch"', 'imports = ["torch-x"', "imports =", 1, "test.imports#1", "is not a module name"),
+        (
+            'extensions = ["causal_conv1d_cuda*.so"]',
+            'extensions = ["../x.so"]',
+            "extensions =",
+            1,
+            "verify.extensions#1",
+            "is not a glob inside the wheel",
+        ),
+        ('rocm = ">=6.0"', 'rocm = ">=6.0"\ncpu = true', "cpu = true", 1, "requires.cpu", 'unknown key "cpu"'),
+    ],
+)
+def test_validation_errors_name_file_line_and_key(tmp_path, old, new, needle, nth, key, message):
+    path = _bad(tmp_path, "causal-conv1d", old, new)
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    assert str(err.value).startswith(f"{path}:{_line_of(path, needle, nth)}: {key}: "), str(err.value)
+    assert message in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_second_edit_of_a_patch_is_located_exactly(tmp_path):
+    # [[patch.edit]] tables are numbered per patch in the message, and found on their own line
+    path = _bad(tmp_path, "mamba-ssm", "cc_flag += ${gencode}", "cc_flag += ${gencodez}")
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    assert str(err.value).startswith(f"{path}:{_line_of(path, 'replace =', 3)}: patch#2.edit#2.replace: ")
+
+
+def test_name_must_match_the_file_and_toml_errors_have_a_line(tmp_path):
+    path = tmp_path / "causal_conv1d.toml"
+    path.write_text((RECIPES_DIR / "causal-conv1d.toml").read_text())
+    with pytest.raises(RecipeError, match=r"causal_conv1d\.toml:\d+: project\.name: \"causal-conv1d\" must match"):
+        load_recipe(path)
+    broken = _bad(tmp_path, "causal-conv1d", "[source]", "[source")
+    with pytest.raises(
+        RecipeError, match=rf"{re.escape(str(broken))}:{_line_of(broken, '[source')}: TOML syntax error"
+    ):
+        load_recipe(broken)
+
+
+def test_a_recipe_for_an_unknown_project_says_which_exist():
+    with pytest.raises(RecipeError, match=r'no recipe for "mamba_sm"; did you mean "mamba-ssm"\?'):
+        recipe_for("mamba_sm")

@@ -1,0 +1,198 @@
+"""builder/sources.py: pinned sdists fetched once through the host's pip settings, hash-checked before every use.
+
+The fetch tests reach the real package index through the host's settings (its proxy CA):
+the two sdists the recipes pin, about 250 kB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from recipekit import CAUSAL, MAMBA
+
+from builder.errors import SourceFetchError, SourceIntegrityError
+from builder.sources import Fetcher, SdistPin, SourceCache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def fetched(tmp_path_factory) -> SourceCache:
+    """A fresh cache holding both real sdists, fetched through the host's pip settings."""
+    cache = SourceCache(tmp_path_factory.mktemp("sdists"), Fetcher.from_host())
+    for pin in (MAMBA, CAUSAL):
+        cache.fetch(pin)
+    return cache
+
+
+def _copy_cache(fetched: SourceCache, dst: Path, pin: SdistPin) -> SourceCache:
+    """A private cache holding one real archive, and a fetcher that cannot reach anything."""
+    cache = SourceCache(dst, Fetcher(indexes=(), find_links=()))
+    cache.path(pin).parent.mkdir(parents=True)
+    shutil.copy2(fetched.path(pin), cache.path(pin))
+    return cache
+
+
+def _tarball(path: Path, members: dict[str, bytes], top: str) -> SdistPin:
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name if name.startswith("/") else f"{top}/{name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    name, version = top.rsplit("-", 1)
+    return SdistPin(name, version, hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def test_fetch_real_sdists_through_host_pip_settings(fetched):
+    for pin in (MAMBA, CAUSAL):
+        path = fetched.path(pin)
+        assert path == fetched.root / pin.sha256 / pin.filename
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == pin.sha256
+    assert not list(fetched.root.rglob(".partial-*")), "a partial download was left in the cache"
+    # PyPI's file names, for the record: the index lists them this way
+    assert sorted(p.name for p in fetched.root.glob("*/*.tar.gz")) == [
+        "causal_conv1d-1.7.0.tar.gz",
+        "mamba_ssm-2.3.2.post1.tar.gz",
+    ]
+
+
+def test_fetched_once_then_served_from_the_cache(fetched, tmp_path):
+    cache = _copy_cache(fetched, tmp_path / "c", CAUSAL)  # its fetcher has no index at all
+    assert cache.fetch(CAUSAL) == cache.path(CAUSAL)
+    tree = cache.unpack(CAUSAL, tmp_path / "tree")
+    assert tree.name == "causal_conv1d-1.7.0" and (tree / "setup.py").is_file()
+    assert not list((tmp_path / "tree").glob(".*.tar.gz")), "the private copy was left beside the tree"
+
+
+def test_tampered_cached_file_is_refused_and_moved_out(fetched, tmp_path):
+    cache = _copy_cache(fetched, tmp_path / "c", CAUSAL)
+    cached = cache.path(CAUSAL)
+    with open(cached, "ab") as f:
+        f.write(b"\0")
+    bad = hashlib.sha256(cached.read_bytes()).hexdigest()
+    with pytest.raises(SourceIntegrityError) as err:
+        cache.unpack(CAUSAL, tmp_path / "tree")
+    assert err.value.exit_code == 8
+    assert f"sha256 {bad} does not match the pin {CAUSAL.sha256}" in str(err.value)
+    assert "nothing is built from it" in str(err.value)
+    assert not cached.exists(), "the bad file stayed in the cache as if good"
+    assert [p.name.endswith(CAUSAL.filename) for p in cache.quarantine.iterdir()] == [True]
+    assert not (tmp_path / "tree").exists(), "something was unpacked from a refused file"
+    # the next use fetches afresh: with no index reachable that is a fetch error, never the bad bytes
+    with pytest.raises(SourceFetchError):
+        cache.fetch(CAUSAL)
+
+
+def test_tampered_cache_refused_by_the_cli_with_its_exit_code(fetched, tmp_path):
+    farm_cache = tmp_path / "farm"
+    cache = _copy_cache(fetched, farm_cache / "sdists", CAUSAL)
+    cache.path(CAUSAL).write_bytes(b"not the sdist")
+    proc = subprocess.run(
+        [sys.executable, "-m", "builder", "recipe", "fetch", "causal-conv1d"],
+        check=False, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "MAMBA_FARM_CACHE": str(farm_cache)},
+    )  # fmt: skip
+    assert proc.returncode == 8, proc.stderr
+    assert "does not match the pin 3202758494eaa7b5" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "hint: the file was moved to" in proc.stderr
+
+
+def test_download_with_other_bytes_is_refused_and_not_cached(tmp_path):
+    links = tmp_path / "links"
+    links.mkdir()
+    _tarball(links / CAUSAL.filename, {"setup.py": b"print('not upstream')\n"}, "causal_conv1d-1.7.0")
+    cache = SourceCache(tmp_path / "c", Fetcher(indexes=(), find_links=(str(links),)))
+    with pytest.raises(SourceIntegrityError) as err:
+        cache.fetch(CAUSAL)
+    assert err.value.exit_code == 8 and "no file on the host's indexes has the pinned sha256" in str(err.value)
+    assert not cache.path(CAUSAL).exists()
+    assert not list(cache.root.rglob(".partial-*"))
+
+
+def test_a_local_find_links_copy_with_the_right_bytes_is_used(fetched, tmp_path):
+    links = tmp_path / "links"
+    links.mkdir()
+    shutil.copy2(fetched.path(MAMBA), links / MAMBA.filename)
+    cache = SourceCache(tmp_path / "c", Fetcher(indexes=(), find_links=(str(links),)))
+    assert cache.fetch(MAMBA).read_bytes() == fetched.path(MAMBA).read_bytes()
+
+
+def test_missing_everywhere_is_a_fetch_error(tmp_path):
+    cache = SourceCache(tmp_path / "c", Fetcher(indexes=((tmp_path / "empty").as_uri(),), find_links=()))
+    with pytest.raises(SourceFetchError) as err:
+        cache.fetch(CAUSAL)
+    assert "causal_conv1d-1.7.0.tar.gz was fetched from none of the host's indexes" in str(err.value)
+
+
+def test_an_unreachable_index_does_not_hide_the_others(fetched, tmp_path):
+    links = tmp_path / "links"
+    links.mkdir()
+    shutil.copy2(fetched.path(CAUSAL), links / CAUSAL.filename)
+    dead = Fetcher(indexes=("https://127.0.0.1:9/simple",), find_links=(str(links),), timeout=5)
+    assert SourceCache(tmp_path / "c", dead).fetch(CAUSAL).is_file()
+    with pytest.raises(SourceFetchError, match=r"unreachable: https://127\.0\.0\.1:9/simple/causal-conv1d/"):
+        SourceCache(tmp_path / "d", Fetcher(indexes=("https://127.0.0.1:9/simple",), timeout=5)).fetch(CAUSAL)
+
+
+@pytest.mark.parametrize(
+    "member",
+    ["../../../escaped.txt", "/tmp/absolute-escape.txt"],
+)
+def test_path_traversal_is_refused(tmp_path, member):
+    archive = tmp_path / "evil-1.0.tar.gz"
+    pin = _tarball(archive, {"setup.py": b"", member: b"owned"}, "evil-1.0")
+    cache = SourceCache(tmp_path / "c", Fetcher(indexes=(), find_links=(str(tmp_path),)))
+    with pytest.raises(SourceIntegrityError) as err:
+        cache.unpack(pin, tmp_path / "out" / "tree")
+    assert "evil-1.0.tar.gz" in str(err.value)
+    assert not (tmp_path / "escaped.txt").exists()
+    assert not (tmp_path / "out" / "tree").exists(), "a refused archive left a partial tree"
+    assert not Path("/tmp/absolute-escape.txt").exists()
+
+
+def test_symlink_out_of_the_tree_is_refused(tmp_path):
+    archive = tmp_path / "evil-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        link = tarfile.TarInfo("evil-1.0/etc")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc"
+        tf.addfile(link)
+        f = tarfile.TarInfo("evil-1.0/etc/owned")
+        f.size = 2
+        tf.addfile(f, io.BytesIO(b"hi"))
+    pin = SdistPin("evil", "1.0", hashlib.sha256(archive.read_bytes()).hexdigest())
+    cache = SourceCache(tmp_path / "c", Fetcher(indexes=(), find_links=(str(tmp_path),)))
+    with pytest.raises(SourceIntegrityError, match="refused to unpack"):
+        cache.unpack(pin, tmp_path / "out")
+    assert not Path("/etc/owned").exists()
+
+
+def test_every_unpack_is_a_fresh_tree(fetched, tmp_path):
+    cache = _copy_cache(fetched, tmp_path / "c", CAUSAL)
+    a = cache.unpack(CAUSAL, tmp_path / "a")
+    (a / "setup.py").write_text("changed")
+    b = cache.unpack(CAUSAL, tmp_path / "b")
+    assert (b / "setup.py").read_text() != "changed"
+    with pytest.raises(FileExistsError):
+        cache.unpack(CAUSAL, tmp_path / "a")
+    assert hashlib.sha256(cache.path(CAUSAL).read_bytes()).hexdigest() == CAUSAL.sha256
+
+
+def test_a_hash_mismatch_has_an_exit_code_of_its_own():
+    import inspect
+
+    from builder import errors
+
+    others = {
+        cls.__name__: cls.exit_code
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.FarmError) and cls is not SourceIntegrityError
+    }
+    assert SourceIntegrityError.exit_code not in others.values(), others
