@@ -208,6 +208,11 @@ def describe_source(identity: str) -> str:
     return f"source {identity!r}"
 
 
+def project_order(files: dict[str, Wheel]) -> list[str]:
+    """The projects of ``files`` as every page lists them: this repository's first, then the others by name."""
+    return sorted({e.project for e in files.values()} or {PROJECT}, key=lambda p: (p != PROJECT, p))
+
+
 @functools.cache
 def stable_key(key: str) -> str:
     """The stable variant of ``key``'s accelerator (``cu13-torch2.12-cxx11abiTRUE`` -> ``cu13-torchstable-abi3``)."""
@@ -223,8 +228,7 @@ class Manifest:
         self.variants = variants
         self.base_url = base_url
         self.pythons = sorted({e.python for e in files.values()}, key=_py_num)
-        # this repository's project first, then the others by name
-        self.projects = sorted({e.project for e in files.values()} or {PROJECT}, key=lambda p: (p != PROJECT, p))
+        self.projects = project_order(files)
         self._picks: dict[tuple, dict[str, str]] = {}
         self._ranks: dict[str, tuple[int, bool]] | None = None
 
@@ -298,7 +302,8 @@ class Index(Manifest):
                 groups.setdefault(key, []).append(fn)
         # Rank the few distinct versions once; sorting 5,000 files then compares ints, not Versions.
         rank = {v: i for i, v in enumerate(sorted({e.version for e in files.values()}, key=parse_version))}
-        self.order = {fn: (e.project, rank[e.version], e.python, fn) for fn, e in files.items()}
+        project = {p: i for i, p in enumerate(project_order(files))}
+        self.order = {fn: (project[e.project], rank[e.version], e.python, fn) for fn, e in files.items()}
         variants = {k: sorted(v, key=self.order.__getitem__) for k, v in sorted(groups.items())}
         super().__init__(files, variants, base_url)
         self._check_one_source_per_project()
