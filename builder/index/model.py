@@ -7,7 +7,8 @@ out when unset) plus ``serves``, the variant pages it is listed on (written for 
 
 An index holds several projects (distribution names, canonical): each wheel's ``project``, and its ``source``,
 the identity of what it was built from (``checkout``: this repository; ``sdist:<name>==<version>@sha256:<hex>``:
-a recipe's pinned sdist). Entries of older manifests have neither: they are this checkout's mamba-ssm.
+a recipe's pinned sdist). Both are left out where they are the defaults, this checkout's mamba-ssm, as in
+every manifest written before there were several projects (so those read back as the checkout).
 """
 
 from __future__ import annotations
@@ -143,7 +144,10 @@ class Entry(Wheel):
             del d["url"]
         if "replaced" in d and not d["replaced"]:
             del d["replaced"]
-        d["project"], d["source"] = self.project, self.source  # (an older entry's defaults, written out)
+        if d.get("project") == PROJECT:
+            del d["project"]
+        if d.get("source") == CHECKOUT:
+            del d["source"]
         d["serves"] = serves
         return d
 
@@ -322,6 +326,9 @@ class Index(Manifest):
         """One distribution name, one product line: pip and uv pick among a name's wheels by version alone, so
         this checkout's mamba-ssm and upstream's in one index would replace each other on users' machines.
         Within a line, one release comes from one sdist (the same version from two archives is two sources)."""
+        pairs = {(e.project, e.source) for e in self.files.values()}
+        if len(pairs) == len({p for p, _s in pairs}):
+            return  # one source per project (the common case: one pass, no per-file work)
         first: dict[str, tuple[str, str]] = {}  # project -> (identity, file) of its first wheel
         releases: dict[tuple[str, str], tuple[str, str]] = {}  # (project, release) -> (identity, file)
         for fn, e in self.files.items():
