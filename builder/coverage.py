@@ -46,7 +46,8 @@ def _torch_sort(torch: str) -> tuple:
 
 def model(index: Index, project: str = PROJECT) -> dict:
     """One project's table."""
-    files = {fn: e for fn, e in index.files.items() if e.project == project}
+    only = index.projects == [project]  # (then every file is the project's: no filtering)
+    files = index.files if only else {fn: e for fn, e in index.files.items() if e.project == project}
     # Without --base-url the page fills in its own address (a line of JavaScript); "./" until then.
     base = index.base_url.rstrip("/") + "/" if index.base_url else "./"
     pythons = sorted({e.python for e in files.values()}, key=lambda py: (int(py[2]), int(py[3:] or 0)))
@@ -54,7 +55,7 @@ def model(index: Index, project: str = PROJECT) -> dict:
     rows: dict[tuple[str, str], _variant.Variant] = {}  # one per torch x accelerator
     pages = {}  # the variant pages that list this project: its rows
     for key, fns in index.variants.items():
-        own = [fn for fn in fns if fn in files]
+        own = fns if only else [fn for fn in fns if fn in files]
         if own:
             pages[key] = own
             v = _variant.Variant.from_key(key)
@@ -70,7 +71,7 @@ def model(index: Index, project: str = PROJECT) -> dict:
             floor = ", ".join(sorted(f for f in floors if f))
         out_rows.append({"torch": torch, "accelerator": acc, "floor": floor, "cells": cells})
     columns = [{"python": f"{py[2]}.{py[3:]}", "abi": abi} for py in pythons for abi in abis]
-    sources = sorted({e.source for e in files.values()})
+    sources = sorted(s for p, s in index.sources if p == project)
     return {
         "project": project,
         "rows": out_rows,

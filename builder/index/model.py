@@ -212,9 +212,9 @@ def describe_source(identity: str) -> str:
     return f"source {identity!r}"
 
 
-def project_order(files: dict[str, Wheel]) -> list[str]:
-    """The projects of ``files`` as every page lists them: this repository's first, then the others by name."""
-    return sorted({e.project for e in files.values()} or {PROJECT}, key=lambda p: (p != PROJECT, p))
+def project_order(projects) -> list[str]:
+    """``projects`` as every page lists them: this repository's first, then the others by name."""
+    return sorted(set(projects) or {PROJECT}, key=lambda p: (p != PROJECT, p))
 
 
 @functools.cache
@@ -227,12 +227,14 @@ class Manifest:
     """A published index as its readers see it: the entries by filename and the files each variant page
     lists (in page order: oldest release first)."""
 
-    def __init__(self, files: dict[str, Entry], variants: dict[str, list[str]], base_url: str | None) -> None:
+    def __init__(
+        self, files: dict[str, Entry], variants: dict[str, list[str]], base_url: str | None, projects=None
+    ) -> None:
         self.files = files
         self.variants = variants
         self.base_url = base_url
         self.pythons = sorted({e.python for e in files.values()}, key=_py_num)
-        self.projects = project_order(files)
+        self.projects = projects or project_order(e.project for e in files.values())
         self._picks: dict[tuple, dict[str, str]] = {}
         self._ranks: dict[str, tuple[int, bool]] | None = None
 
@@ -306,10 +308,12 @@ class Index(Manifest):
                 groups.setdefault(key, []).append(fn)
         # Rank the few distinct versions once; sorting 5,000 files then compares ints, not Versions.
         rank = {v: i for i, v in enumerate(sorted({e.version for e in files.values()}, key=parse_version))}
-        project = {p: i for i, p in enumerate(project_order(files))}
+        self.sources = {(e.project, e.source) for e in files.values()}  # (project, identity) pairs
+        projects = project_order(p for p, _s in self.sources)
+        project = {p: i for i, p in enumerate(projects)}
         self.order = {fn: (project[e.project], rank[e.version], e.python, fn) for fn, e in files.items()}
         variants = {k: sorted(v, key=self.order.__getitem__) for k, v in sorted(groups.items())}
-        super().__init__(files, variants, base_url)
+        super().__init__(files, variants, base_url, projects)
         self._check_one_source_per_project()
         self._check_one_file_per_cell()
 
@@ -326,8 +330,7 @@ class Index(Manifest):
         """One distribution name, one product line: pip and uv pick among a name's wheels by version alone, so
         this checkout's mamba-ssm and upstream's in one index would replace each other on users' machines.
         Within a line, one release comes from one sdist (the same version from two archives is two sources)."""
-        pairs = {(e.project, e.source) for e in self.files.values()}
-        if len(pairs) == len({p for p, _s in pairs}):
+        if len(self.sources) == len(self.projects):
             return  # one source per project (the common case: one pass, no per-file work)
         first: dict[str, tuple[str, str]] = {}  # project -> (identity, file) of its first wheel
         releases: dict[tuple[str, str], tuple[str, str]] = {}  # (project, release) -> (identity, file)

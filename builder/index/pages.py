@@ -39,6 +39,7 @@ class Pages:
         """The pages outside the variant folders."""
         index = self.index
         by_project = self._by_project(sorted(index.files, key=index.order.__getitem__))
+        by_project = by_project or {p: [] for p in index.projects}  # (an empty index still has its root pages)
         out = {
             "simple/index.html": _page("Simple index", _project_links(by_project)),
             "simple/index.json": _root_json(by_project),
@@ -51,6 +52,8 @@ class Pages:
 
     def _by_project(self, fns: list[str]) -> dict[str, list[str]]:
         """``fns`` by project (in the index's project order), each in the order given."""
+        if len(self.index.projects) == 1:
+            return {self.index.projects[0]: fns} if fns else {}
         files = self.index.files
         groups: dict[str, list[str]] = {p: [] for p in self.index.projects}
         for fn in fns:
