@@ -1,4 +1,4 @@
-"""The coverage page (OUT/index.html): which torch x accelerator x Python x ABI cells have a wheel.
+"""The coverage page (OUT/index.html): per project, which torch x accelerator x Python x ABI cells have a wheel.
 
 Pure: takes the index model, returns HTML. The layout lives in templates/coverage.html.j2.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jinja2
 
-from builder.index.model import Index, install_command
+from builder.index.model import PROJECT, Index, describe_source, install_command
 from mamba_ssm import _variant
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -44,28 +44,36 @@ def _torch_sort(torch: str) -> tuple:
     return (0, 0) if torch == "stable" else tuple(-int(x) for x in torch.split("."))
 
 
-def model(index: Index) -> dict:
-    files = index.files
+def model(index: Index, project: str = PROJECT) -> dict:
+    """One project's table."""
+    only = index.projects == [project]  # (then every file is the project's: no filtering)
+    files = index.files if only else {fn: e for fn, e in index.files.items() if e.project == project}
     # Without --base-url the page fills in its own address (a line of JavaScript); "./" until then.
     base = index.base_url.rstrip("/") + "/" if index.base_url else "./"
-    pythons = index.pythons
+    pythons = sorted({e.python for e in files.values()}, key=lambda py: (int(py[2]), int(py[3:] or 0)))
     abis = sorted({e.cxx11abi for e in files.values() if e.cxx11abi is not None}) or [True]
     rows: dict[tuple[str, str], _variant.Variant] = {}  # one per torch x accelerator
-    for key in index.variants:
-        v = _variant.Variant.from_key(key)
-        rows.setdefault((v.torch, v.accelerator), v)
+    pages = {}  # the variant pages that list this project: its rows
+    for key, fns in index.variants.items():
+        own = fns if only else [fn for fn in fns if fn in files]
+        if own:
+            pages[key] = own
+            v = _variant.Variant.from_key(key)
+            rows.setdefault((v.torch, v.accelerator), v)
     out_rows = []
     for (torch, acc), v in sorted(rows.items(), key=lambda kv: (_acc_sort(kv[1]), _torch_sort(kv[0][0]))):
         # a cell is a user's environment: the row's variant with the column's ABI (a stable row serves both)
         keys = {abi: v.key if v.stable else replace(v, cxx11abi=abi).key for abi in abis}
-        cells = [_cell(index, keys[abi], py, base) for py in pythons for abi in abis]
+        cells = [_cell(index, keys[abi], py, base, project) for py in pythons for abi in abis]
         floor = ""
         if v.stable:
-            floors = {files[fn].requires_torch for fn in index.variants[v.key]}
+            floors = {files[fn].requires_torch for fn in pages[v.key]}
             floor = ", ".join(sorted(f for f in floors if f))
         out_rows.append({"torch": torch, "accelerator": acc, "floor": floor, "cells": cells})
     columns = [{"python": f"{py[2]}.{py[3:]}", "abi": abi} for py in pythons for abi in abis]
+    sources = sorted(s for p, s in index.sources if p == project)
     return {
+        "project": project,
         "rows": out_rows,
         "columns": columns,
         "pythons": [f"{py[2]}.{py[3:]}" for py in pythons],
@@ -74,14 +82,15 @@ def model(index: Index) -> dict:
         "base": base,
         "accelerator_names": {acc: v.backend_name for (_torch, acc), v in rows.items()},
         "n_files": len(files),
-        "n_variants": len(index.variants),
+        "n_variants": len(pages),
+        "sources": [describe_source(s) for s in sources],
     }
 
 
-def _cell(index: Index, key: str, py: str, base: str) -> Cell | None:
+def _cell(index: Index, key: str, py: str, base: str, project: str) -> Cell | None:
     """The wheel a user in this cell gets (the model answers; e.g. no exact cp312 wheel of this release:
     the stable wheel's own page serves it)."""
-    picked = index.wheel_for(key, py)
+    picked = index.wheel_for(key, py, project)
     if picked is None:
         return None
     page, fn = picked
@@ -108,4 +117,15 @@ def _environment() -> jinja2.Environment:
 
 
 def render(index: Index) -> str:
-    return _environment().get_template("coverage.html.j2").render(**model(index))
+    base = index.base_url.rstrip("/") + "/" if index.base_url else "./"
+    return (
+        _environment()
+        .get_template("coverage.html.j2")
+        .render(
+            projects=[model(index, p) for p in index.projects],
+            base_url=index.base_url,
+            base=base,
+            n_files=len(index.files),
+            n_variants=len(index.variants),
+        )
+    )

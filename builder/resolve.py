@@ -1,6 +1,7 @@
 """``python -m builder resolve``: which wheel of an index fits an environment, and the command that installs it.
 
     python -m builder resolve --torch 2.6 --cuda 12.4 --abi FALSE --python 3.11 --index https://host/index/
+    python -m builder resolve --project causal-conv1d --torch 2.14 --cuda 13.0 --python 3.11
 
 With no exact fit it lists the nearest variants and why each does not fit.
 The core (:func:`resolve`) is pure: a manifest and a Variant in, a Resolution out.
@@ -16,8 +17,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from builder.errors import NoMatchingWheel, UsageError
-from builder.index.model import Entry, Manifest, install_command
+from builder.index.model import PROJECT, Entry, Manifest, install_command
 from mamba_ssm import _variant
 
 DEFAULT_INDEX = "dist/index"
@@ -26,31 +29,35 @@ DEFAULT_INDEX = "dist/index"
 @dataclass
 class Resolution:
     variant: _variant.Variant
+    project: str = PROJECT
     key: str | None = None  # the variant page that serves it (the exact one, or a stable one)
     filename: str | None = None
     entry: Entry | None = None
     near: list[tuple[str, list[str]]] = field(default_factory=list)  # (variant key, reasons it does not fit)
 
 
-def resolve(manifest: dict | Manifest, variant: _variant.Variant) -> Resolution:
-    """The wheel of ``manifest`` (manifest.json's document, or read) that a user of ``variant`` gets."""
+def resolve(manifest: dict | Manifest, variant: _variant.Variant, project: str = PROJECT) -> Resolution:
+    """The ``project`` wheel of ``manifest`` (manifest.json's document, or read) that a user of ``variant`` gets."""
     if not isinstance(manifest, Manifest):
         manifest = Manifest.from_json(manifest)
-    res = Resolution(variant)
-    picked = manifest.wheel_for(variant.key, variant.python)
+    project = canonicalize_name(project)
+    res = Resolution(variant, project)
+    picked = manifest.wheel_for(variant.key, variant.python, project)
     if picked is not None:
         res.key, res.filename = picked
         res.entry = manifest.files[res.filename]
         return res
-    res.near = _nearest(manifest, variant)
+    res.near = _nearest(manifest, variant, project)
     return res
 
 
-def _nearest(manifest: Manifest, want: _variant.Variant, limit: int = 4) -> list[tuple[str, list[str]]]:
+def _nearest(manifest: Manifest, want: _variant.Variant, project: str, limit: int = 4) -> list[tuple[str, list[str]]]:
     scored = []
     for key, fns in manifest.variants.items():
         page = _variant.Variant.from_key(key)
-        entries = [manifest.files[fn] for fn in fns]
+        entries = [e for e in (manifest.files[fn] for fn in fns) if e.project == project]
+        if not entries:
+            continue
         reasons, score = [], 0
         if page.accelerator != want.accelerator:
             reasons.append(f"built for {page.accelerator}; your torch is a {want.accelerator} build")
@@ -112,6 +119,9 @@ def add_command(subparsers) -> None:
         help="print the variant, wheel and pip command for an environment",
         description="Which wheel of an index fits torch/CUDA/ROCm/ABI/Python, and how to install exactly it.",
     )
+    p.add_argument(
+        "--project", default=PROJECT, help=f"the distribution to install (default: {PROJECT}), e.g. causal-conv1d"
+    )
     p.add_argument("--torch", required=True, help="torch version: 2.6 or 2.6.0+cu124")
     acc = p.add_mutually_exclusive_group()
     acc.add_argument("--cuda", help="torch's CUDA version (torch.version.cuda), e.g. 12.4")
@@ -148,13 +158,21 @@ def _run(args) -> int:
         )
     except _variant.VariantError as err:
         raise UsageError(f"{err}", hint="e.g. --torch 2.6 --cuda 12.4 --abi FALSE --python 3.11") from None
-    manifest, base = load(args.index)
-    res = resolve(manifest, variant)
+    doc, base = load(args.index)
+    manifest = Manifest.from_json(doc)
+    project = canonicalize_name(args.project)
+    if manifest.files and project not in manifest.projects:
+        raise UsageError(
+            f"--project {args.project}: {args.index} has no {project} wheels (it serves {', '.join(manifest.projects)})",
+            hint="name one of its projects, or point --index at the index that publishes it",
+        )
+    res = resolve(manifest, variant, project)
     command = install_command(res.entry, res.key, base) if res.entry else None
     if args.format == "json":
         print(
             json.dumps(
                 {
+                    "project": project,
                     "variant": variant.key,
                     "python": variant.python,
                     "page": res.key,
@@ -168,12 +186,13 @@ def _run(args) -> int:
         )
         return 0 if res.entry else NoMatchingWheel.exit_code
     if res.entry is None:
-        lines = [f"no wheel in {args.index} fits {variant.key} on {variant.python}; nearest:"]
+        lines = [f"no {project} wheel in {args.index} fits {variant.key} on {variant.python}; nearest:"]
         lines += [f"  {k}: {'; '.join(r)}" for k, r in res.near] or ["  (the index is empty)"]
         raise NoMatchingWheel(
             "\n".join(lines),
-            hint="build from source for your torch: pip install mamba-ssm --no-build-isolation",
+            hint=f"build from source for your torch: pip install {project} --no-build-isolation",
         )
+    print(f"project: {project}")
     print(f"variant: {variant.key} ({variant.python})")
     if res.key != variant.key:
         print(f"served by: {res.key} (one stable-ABI wheel for many torch releases)")

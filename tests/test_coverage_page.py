@@ -74,3 +74,46 @@ def test_coverage_page_in_headless_chromium(tmp_path):
     assert 'href="files/mamba_ssm-2.3.0+cu13torch2.14cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"' in html
     assert shooter.returncode == 0 and shot.stat().st_size > 20_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/bootstrap-host.sh installs it)")
+def test_coverage_page_shows_each_project_with_its_own_commands(tmp_path):
+    from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_recipe_wheel
+
+    wheels = tmp_path / "wheels"
+    for py in ("cp311", "cp312"):
+        make_recipe_wheel(wheels, "mamba-ssm", "2.3.2.post1", "cu13torch2.14cxx11abitrue", py, source=UPSTREAM_MAMBA)
+        make_recipe_wheel(wheels, "causal-conv1d", "1.7.0", "cu13torch2.14cxx11abitrue", py, source=CAUSAL_CONV1D)
+    make_recipe_wheel(wheels, "causal-conv1d", "1.7.0", "cu12torch2.6cxx11abifalse", "cp310", source=CAUSAL_CONV1D)
+    build_index(wheels, tmp_path / "www" / "index")
+
+    with serve(tmp_path / "www") as url:
+        page = f"{url}/index/"
+        dom = _chromium(tmp_path, page, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert "mamba-ssm, causal-conv1d prebuilt wheels" in html
+    sections = re.findall(r'<section class="project" id="([^"]+)" data-project="\1">(.*?)</section>', html, re.DOTALL)
+    assert [name for name, _ in sections] == ["mamba-ssm", "causal-conv1d"]
+    body = dict(sections)
+    # each project's own rows, Pythons and pinned commands (the script filled in the absolute base)
+    rows = {n: re.findall(r'<tr data-torch="([^"]+)" data-accelerator="([^"]+)">', b) for n, b in body.items()}
+    assert rows == {"mamba-ssm": [("2.14", "cu13")], "causal-conv1d": [("2.14", "cu13"), ("2.6", "cu12")]}
+    commands = {n: re.findall(r'data-command="([^"]+)"', b) for n, b in body.items()}
+    key = "cu13-torch2.14-cxx11abiTRUE"
+    assert (
+        commands["mamba-ssm"]
+        == [f"pip install mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE --extra-index-url {page}{key}/"] * 2
+    )
+    assert (
+        f"pip install causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE --extra-index-url {page}{key}/"
+        in commands["causal-conv1d"]
+    )
+    assert (
+        f"pip install causal-conv1d==1.7.0+cu12torch2.6cxx11abiFALSE --extra-index-url {page}cu12-torch2.6-cxx11abiFALSE/"
+        in commands["causal-conv1d"]
+    )
+    assert "Python 3.10" in body["causal-conv1d"] and "Python 3.10" not in body["mamba-ssm"]
+    assert "upstream's published sdist" in body["causal-conv1d"] and CAUSAL_CONV1D in body["causal-conv1d"]
+    assert 'href="files/causal_conv1d-1.7.0+cu13torch2.14cxx11abitrue-cp312-cp312-linux_x86_64.whl"' in html
+    assert re.search(r'<nav class="projects">.*href="#causal-conv1d"', html)

@@ -198,8 +198,63 @@ def test_pages_without_files_and_wheels_on_a_release_host_install_with_pip_uv_an
             with zipfile.ZipFile(assets / whl.name, "a") as zf:  # the asset swapped for other bytes
                 zf.writestr("mamba_ssm/evil.py", "print('hi')\n")
             vpy = _venv(tmp_path / "tampered", "3.11", "2.6.0", torches, env)
-            proc = pip(vpy, ["install", "--no-index", "--find-links", f"{pages_url}/{key}/", "mamba-ssm"], env, check=False)
+            proc = pip(
+                vpy, ["install", "--no-index", "--find-links", f"{pages_url}/{key}/", "mamba-ssm"], env, check=False
+            )
             assert proc.returncode != 0 and "DO NOT MATCH THE HASHES" in proc.stdout + proc.stderr
             found = _prebuilt.find_prebuilt(want, "2.3.0", tmp_path / "dl2", index_url=pages_url, env={},
                                             machine="x86_64", glibc=(2, 36))  # fmt: skip
             assert found.status == "hash-mismatch", found.line
+
+
+def test_pip_and_uv_install_causal_conv1d_and_mamba_ssm_of_one_variant_from_one_index(tmp_path):
+    """Upstream's line in one index: both projects' wheels for one variant, installed together by pip and uv
+    through the variant's find-links page and its PEP 503 root; `resolve --project` names the same wheel."""
+    import json
+
+    from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_recipe_wheel
+
+    wheels = tmp_path / "wheels"
+    for label in ("cu13torch2.14cxx11abitrue", "cu12torch2.6cxx11abifalse"):  # a second variant, not taken
+        make_recipe_wheel(wheels, "causal-conv1d", "1.7.0", label, source=CAUSAL_CONV1D)
+        make_recipe_wheel(wheels, "mamba-ssm", "2.3.2.post1", label, source=UPSTREAM_MAMBA)
+    out = tmp_path / "www" / "index"
+    build_index(wheels, out)
+    torches = tmp_path / "torches"
+    make_fake_torch(torches, "2.14.1")
+    key = "cu13-torch2.14-cxx11abiTRUE"
+    res = resolve(json.loads((out / "manifest.json").read_text()), _want({"cuda": "13.0"}, "3.11", "2.14.1"),
+                  "causal-conv1d")  # fmt: skip
+    assert (res.key, res.filename) == (
+        key,
+        "causal_conv1d-1.7.0+cu13torch2.14cxx11abitrue-cp311-cp311-linux_x86_64.whl",
+    )
+    pins = ["causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE", "mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE"]
+    code = (
+        "import importlib.metadata as m, json;"
+        "print(json.dumps({d: m.version(d) for d in ('causal-conv1d', 'mamba-ssm', 'torch')}))"
+    )
+    env = isolated_env(tmp_path)
+    (tmp_path / "www" / "empty").mkdir()  # stands in for PyPI (404 for every project)
+    with serve(tmp_path / "www") as url:
+        page = f"{url}/index/{key}/"
+        extra = ["--index-url", f"{url}/empty/", "--extra-index-url", page]
+        ways = {
+            "pip-find-links": (pip, ["install", "--no-index", "--find-links", page, *pins]),
+            "pip-extra-index": (pip, ["install", *extra, *pins]),
+            "uv-find-links": (uv_pip, ["install", "--no-index", "--find-links", page, *pins]),
+            "uv-extra-index": (uv_pip, ["install", *extra, *pins]),
+        }
+        for way, (tool, args) in ways.items():
+            vpy = _venv(tmp_path / way, "3.11", "2.14.1", torches, env)
+            tool(vpy, args, env)
+            import subprocess
+
+            got = json.loads(
+                subprocess.run([str(vpy), "-I", "-c", code], capture_output=True, text=True, check=True).stdout
+            )
+            assert got == {
+                "causal-conv1d": "1.7.0+cu13torch2.14cxx11abitrue",
+                "mamba-ssm": "2.3.2.post1+cu13torch2.14cxx11abitrue",
+                "torch": "2.14.1",
+            }, way

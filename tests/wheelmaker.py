@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import zipfile
 from pathlib import Path
 
@@ -65,6 +66,26 @@ def make_mamba_wheel(
         torch = label.split("torch")[1].split("cxx11abi")[0]
         tag, requires = f"{python}-{python}-{platform}", (f"torch=={torch}.*",)
     return make_wheel(out_dir, "mamba-ssm", f"{version}+{label}", tag, requires=requires)
+
+
+# The source identities of the two sdists the recipes pin (builder.sources.SdistPin.identity).
+UPSTREAM_MAMBA = "sdist:mamba-ssm==2.3.2.post1@sha256:104cc47e9101e5401a675fa2b784f2952b9b037f3b1dd83b5ac544394e95d028"
+CAUSAL_CONV1D = "sdist:causal-conv1d==1.7.0@sha256:3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"
+
+
+def make_recipe_wheel(
+    out_dir: Path, name: str, version: str, label: str, python: str = "cp311", *, source: str | None = None
+) -> Path:
+    """A wheel built from a recipe's sdist, named as upstream's setup.py names it (the label as given: upstream
+    lowercases it, ``cxx11abitrue``), torch pinned to the label's minor, with the farm's sidecar
+    ``<wheel>.spec.json`` carrying ``source`` (the pin's identity)."""
+    torch = label.split("torch")[1].split("cxx11abi")[0]
+    whl = make_wheel(
+        out_dir, name, f"{version}+{label}", f"{python}-{python}-linux_x86_64", requires=(f"torch=={torch}.*",)
+    )
+    if source is not None:
+        Path(str(whl) + ".spec.json").write_text(json.dumps({"project": name, "source": source}))
+    return whl
 
 
 def make_fake_torch(out_dir: Path, version: str) -> Path:

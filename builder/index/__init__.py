@@ -8,9 +8,9 @@ On disk (OUT = ``dist/index``)::
     dist/.index.d/store/                     every wheel once (a hard link to it), plus <wheel>.metadata (PEP 658)
     dist/.index.d/gen-<id>/files -> ../store
     dist/.index.d/gen-<id>/<variant> -> ../pages/<variant>.<hash>   (immutable, shared by generations)
-    dist/.index.d/pages/<variant>.<hash>/index.html              find-links page
-    dist/.index.d/pages/<variant>.<hash>/mamba-ssm/index.html    PEP 503 project page
-    dist/.index.d/gen-<id>/simple/...                        everything (HTML + PEP 691 JSON)
+    dist/.index.d/pages/<variant>.<hash>/index.html              find-links page (every project's wheels)
+    dist/.index.d/pages/<variant>.<hash>/<project>/index.html    PEP 503 project page, one per project
+    dist/.index.d/gen-<id>/simple/...                        every project (HTML + PEP 691 JSON)
     dist/.index.d/gen-<id>/index.html, manifest.json         coverage page, machine-readable view
     dist/.index.d/lock                                       serialises concurrent runs
 
@@ -30,6 +30,12 @@ ones in the store (renamed over them just before the swap), the manifest entry
 records what it replaced, and the result lists it. ``builder build`` passes only
 the wheels it just rebuilt because their inputs changed; never use it on an index
 that others have installed from (pip caches by filename, hash pins break).
+
+Several projects share an index (this repository's mamba-ssm, or upstream's mamba-ssm and causal-conv1d built
+from their recipes), each wheel under its canonical name, its source (the sidecar's ``source``: ``checkout``
+when absent) recorded in the manifest. One distribution name comes from one source line: this checkout's
+mamba-ssm and upstream's sdist mamba-ssm in one index are refused (IndexIntegrityError), before anything is
+published. The two product lines are two indexes.
 
 Which variants a stable-ABI wheel (``+cu13torchstable``, ``cp310-abi3``) serves:
 a sidecar ``<wheel>.spec.json`` (the farm's ``BuildSpec.to_json()``) names them

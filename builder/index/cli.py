@@ -17,7 +17,10 @@ def add_command(subparsers) -> None:
         description=importlib.import_module(__package__).__doc__.split("\n\n")[0],
     )
     p.add_argument(
-        "--wheels", type=Path, required=True, help="folder of verified mamba-ssm wheels (searched recursively)"
+        "--wheels",
+        type=Path,
+        required=True,
+        help="folder of verified wheels of the farm's projects, with their .spec.json sidecars (searched recursively)",
     )
     p.add_argument(
         "--out", type=Path, required=True, help="index to create or extend (a symlink to the live generation)"

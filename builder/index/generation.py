@@ -166,52 +166,57 @@ def _build_locked(
     try:
         dirty, waived = store.check_published(store_fd, layout.store, files, verify=verify, waive=replace_)
         added, staged = [], {}  # staged: published name -> the store name its new bytes wait under
-        sources = _wheel_sources(wheels_dir)
-        if replace_:
-            missing = replace_ - {name for name, _ in sources}
-            if missing:
-                raise UsageError(
-                    f"--replace {' '.join(sorted(missing))}: no such wheel under {wheels_dir}",
-                    hint="name the new build's filename exactly, with the file in --wheels",
-                )
-        moved = set()  # published files whose download URL this run changes
-        for name, src in sources:
-            known = files.get(name)
-            url = _wheel_url(files_url, name) if files_url else None
-            if known is None:
-                new = store.ingest(src, name, store_fd)
-                files[name] = new.replace(url=url) if url else new
-                added.append(name)
-                continue
-            if url and known.url != url:
-                known = files[name] = known.replace(url=url)  # the same bytes, hosted elsewhere now
-                moved.add(name)
-                dirty = True
-            st = os.stat(src)
-            now = [st.st_size, st.st_mtime_ns, st.st_ino]
-            if now == known.source_stat:
-                continue
-            if st.st_size != known.size or store.sha256_of(src) != known.sha256:
-                if name in replace_:
-                    staged[name] = f".{name}.{uuid.uuid4().hex[:8]}.replacement"
-                    new = store.ingest(src, name, store_fd, staged[name])
-                    files[name] = _replacement(known, new)  # (its URL already moved to this run's --files-url)
-                    continue
-                raise IndexIntegrityError(
-                    f"{src} differs from the published {name} (sha256 {known.sha256})",
-                    hint="published wheels are immutable: give the new build a new version, remove it from "
-                    "--wheels, or supersede the published file on purpose with --replace NAME",
-                )
-            files[name] = known.replace(source_stat=now)
-            dirty = True
-        unresolved = [p for fn, ps in waived.items() if fn not in staged for p in ps]
-        if unresolved:  # named for replacement, but the same bytes were given: still an altered file
-            store.unstage(store_fd, staged)
-            store.integrity_failure(unresolved)
         try:
-            return _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved)
-        except BaseException:
-            store.unstage(store_fd, staged)
+            sources = _wheel_sources(wheels_dir)
+            if replace_:
+                missing = replace_ - {name for name, _ in sources}
+                if missing:
+                    raise UsageError(
+                        f"--replace {' '.join(sorted(missing))}: no such wheel under {wheels_dir}",
+                        hint="name the new build's filename exactly, with the file in --wheels",
+                    )
+            moved = set()  # published files whose download URL this run changes
+            for name, src in sources:
+                known = files.get(name)
+                url = _wheel_url(files_url, name) if files_url else None
+                if known is None:
+                    new = store.ingest(src, name, store_fd)
+                    files[name] = new.replace(url=url) if url else new
+                    added.append(name)
+                    continue
+                if url and known.url != url:
+                    known = files[name] = known.replace(url=url)  # the same bytes, hosted elsewhere now
+                    moved.add(name)
+                    dirty = True
+                st = os.stat(src)
+                now = [st.st_size, st.st_mtime_ns, st.st_ino]
+                if now == known.source_stat:
+                    continue
+                if st.st_size != known.size or store.sha256_of(src) != known.sha256:
+                    if name in replace_:
+                        staged[name] = f".{name}.{uuid.uuid4().hex[:8]}.replacement"
+                        new = store.ingest(src, name, store_fd, staged[name])
+                        files[name] = _replacement(known, new)  # (its URL already moved to this run's --files-url)
+                        continue
+                    raise IndexIntegrityError(
+                        f"{src} differs from the published {name} (sha256 {known.sha256})",
+                        hint="published wheels are immutable: give the new build a new version, remove it from "
+                        "--wheels, or supersede the published file on purpose with --replace NAME",
+                    )
+                files[name] = known.replace(source_stat=now)
+                dirty = True
+            unresolved = [p for fn, ps in waived.items() if fn not in staged for p in ps]
+            if unresolved:  # named for replacement, but the same bytes were given: still an altered file
+                store.unstage(store_fd, staged)
+                store.integrity_failure(unresolved)
+            try:
+                return _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved)
+            except BaseException:
+                store.unstage(store_fd, staged)
+                raise
+        except BaseException:  # files/ is the store: a run that fails or is refused leaves no new file there
+            if layout.current() == current:  # (not swapped: no manifest lists them)
+                store.unstage(store_fd, {n: n for n in added})
             raise
     finally:
         os.close(store_fd)

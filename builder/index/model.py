@@ -4,6 +4,11 @@ that installs it. The pages, the coverage page and ``builder resolve`` all ask h
 
 manifest.json (``SCHEMA``) holds one object per wheel: the fields of :class:`Entry` (an optional one is left
 out when unset) plus ``serves``, the variant pages it is listed on (written for readers, recomputed on load).
+
+An index holds several projects (distribution names, canonical): each wheel's ``project``, and its ``source``,
+the identity of what it was built from (``checkout``: this repository; ``sdist:<name>==<version>@sha256:<hex>``:
+a recipe's pinned sdist). Both are left out where they are the defaults, this checkout's mamba-ssm, as in
+every manifest written before there were several projects (so those read back as the checkout).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from packaging.version import Version
 from builder.errors import IndexIntegrityError
 from mamba_ssm import _variant
 
-PROJECT = "mamba-ssm"
+PROJECT = "mamba-ssm"  # this repository's own distribution: the default project
+CHECKOUT = "checkout"  # the source identity of a wheel built from this checkout (builder.sources.CheckoutSource)
 SCHEMA = 1
 
 
@@ -62,6 +68,8 @@ class Wheel:
     requires_python: str  # "" if none
     requires_torch: str  # the torch pin (builder.wheelmeta); "" if none
     serves_declared: Sequence[str] | None = None  # a stable wheel's sidecar ``serves`` (None: no sidecar)
+    project: str = PROJECT  # the canonical distribution name
+    source: str = CHECKOUT  # what it was built from (its sidecar's ``source``): see source_line
 
     @classmethod
     def make(cls, **fields_):
@@ -84,10 +92,13 @@ class Wheel:
             return _py_num(python_tag) >= _py_num(self.python)
         return self.python == python_tag
 
-    def admits(self, key: str) -> bool:
-        """Whether a user of variant ``key`` may take this wheel: its own variant; a stable wheel also every
-        variant its sidecar declares, or without one each variant of its accelerator whose torch minor
-        satisfies its torch pin. The one stable-wheel admission rule (pages, coverage and resolve)."""
+    def admits(self, key: str, project: str | None = None) -> bool:
+        """Whether a user of variant ``key`` (who asks for ``project``; None: this wheel's own) may take this
+        wheel: its own variant; a stable wheel also every variant its sidecar declares, or without one each
+        variant of its accelerator whose torch minor satisfies its torch pin. The one stable-wheel admission
+        rule (pages, coverage and resolve)."""
+        if project is not None and project != self.project:
+            return False
         if key == self.key:
             return True
         if not self.stable:
@@ -133,11 +144,15 @@ class Entry(Wheel):
             del d["url"]
         if "replaced" in d and not d["replaced"]:
             del d["replaced"]
+        if d.get("project") == PROJECT:
+            del d["project"]
+        if d.get("source") == CHECKOUT:
+            del d["source"]
         d["serves"] = serves
         return d
 
 
-_OPTIONAL = frozenset({"serves_declared", "url", "replaced"})
+_OPTIONAL = frozenset({"serves_declared", "url", "replaced", "project", "source"})
 _FIELD_NAMES = frozenset(f.name for f in fields(Entry))
 _VALID_KEYS: set[tuple] = set()  # (class, key sequence) already checked: a run repeats a few
 
@@ -176,7 +191,30 @@ def entries_from_json(files: dict[str, dict]) -> dict[str, Entry]:
 
 def install_command(entry: Wheel, key: str, base: str) -> str:
     """The one-line install that holds up in the real world: exact local version, this variant's index."""
-    return f"pip install {PROJECT}=={entry.version} --extra-index-url {base.rstrip('/')}/{key}/"
+    return f"pip install {entry.project}=={entry.version} --extra-index-url {base.rstrip('/')}/{key}/"
+
+
+@functools.cache
+def source_line(identity: str) -> str:
+    """The product line a source identity belongs to: ``checkout`` (this repository, whatever its version), or
+    ``sdist:<project>`` (one upstream project's published sdists, every release). One index serves one line
+    per project: a new upstream release joins its line; this checkout's mamba-ssm and upstream's do not mix."""
+    if identity.startswith("sdist:"):
+        return identity.partition("==")[0]
+    return identity
+
+
+def describe_source(identity: str) -> str:
+    if identity == CHECKOUT:
+        return "this repository's checkout (source 'checkout')"
+    if identity.startswith("sdist:"):
+        return f"upstream's published sdist (source {identity!r})"
+    return f"source {identity!r}"
+
+
+def project_order(projects) -> list[str]:
+    """``projects`` as every page lists them: this repository's first, then the others by name."""
+    return sorted(set(projects) or {PROJECT}, key=lambda p: (p != PROJECT, p))
 
 
 @functools.cache
@@ -189,11 +227,14 @@ class Manifest:
     """A published index as its readers see it: the entries by filename and the files each variant page
     lists (in page order: oldest release first)."""
 
-    def __init__(self, files: dict[str, Entry], variants: dict[str, list[str]], base_url: str | None) -> None:
+    def __init__(
+        self, files: dict[str, Entry], variants: dict[str, list[str]], base_url: str | None, projects=None
+    ) -> None:
         self.files = files
         self.variants = variants
         self.base_url = base_url
         self.pythons = sorted({e.python for e in files.values()}, key=_py_num)
+        self.projects = projects or project_order(e.project for e in files.values())
         self._picks: dict[tuple, dict[str, str]] = {}
         self._ranks: dict[str, tuple[int, bool]] | None = None
 
@@ -202,32 +243,34 @@ class Manifest:
         files = entries_from_json({fn: dict(d) for fn, d in doc.get("files", {}).items()})  # (the caller's stays)
         return cls(files, doc.get("variants", {}), doc.get("base_url"))
 
-    def wheel_for(self, key: str, python: str) -> tuple[str, str] | None:
-        """(page, filename) of the wheel a user of variant ``key`` on CPython ``python`` gets, None if none:
+    def wheel_for(self, key: str, python: str, project: str = PROJECT) -> tuple[str, str] | None:
+        """(page, filename) of the ``project`` wheel a user of variant ``key`` on CPython ``python`` gets, None
+        if none:
         from ``key``'s page the newest release (within one, an exact build before a stable one; on a tie
         the first listed); failing that, from the accelerator's stable page, the newest wheel that admits
         ``key``. The one answer: the coverage page's cells and ``builder resolve`` both ask here."""
-        fn = self._pick(key, None, python)
+        fn = self._pick(key, None, python, project)
         if fn is not None:
             return key, fn
         stable = stable_key(key)
         if stable != key and stable in self.variants:
-            fn = self._pick(stable, key, python)
+            fn = self._pick(stable, key, python, project)
             if fn is not None:
                 return stable, fn
         return None
 
-    def _pick(self, page: str, serving: str | None, python: str) -> str | None:
+    def _pick(self, page: str, serving: str | None, python: str, project: str) -> str | None:
         if page not in self.variants:
             return None
         if python not in self.pythons:  # an abi3 wheel may serve a Python no wheel is tagged with
-            return self._best_by_python(page, serving, (python,)).get(python)
-        by_python = self._picks.get((page, serving))
+            return self._best_by_python(page, serving, (python,), project).get(python)
+        by_python = self._picks.get((page, serving, project))
         if by_python is None:  # one pass over the page for every Python, not one per cell
-            by_python = self._picks[(page, serving)] = self._best_by_python(page, serving, self.pythons)
+            by_python = self._best_by_python(page, serving, self.pythons, project)
+            self._picks[(page, serving, project)] = by_python
         return by_python.get(python)
 
-    def _best_by_python(self, page: str, serving: str | None, pythons) -> dict[str, str]:
+    def _best_by_python(self, page: str, serving: str | None, pythons, project: str) -> dict[str, str]:
         files, ranks = self.files, self._ranks
         if ranks is None:  # (release, exact before stable) of every file, the releases ranked as ints once
             release = {fn: e.release for fn, e in files.items()}
@@ -236,7 +279,7 @@ class Manifest:
         best: dict[str, tuple] = {}
         for fn in self.variants[page]:
             e = files[fn]
-            if serving is not None and not e.admits(serving):
+            if e.project != project or (serving is not None and not e.admits(serving)):
                 continue
             rank = ranks[fn]
             for py in pythons if e.abi == "abi3" else (e.python,):
@@ -255,19 +298,23 @@ class Index(Manifest):
         # A stable wheel stays off an exact page for a release that page already has: with both, pip
         # and uv would take "+cu13torchstable" over "+cu13torch2.14..." (local labels sort as text).
         release = {fn: e.release for fn, e in files.items()}
-        releases = {(e.key, release[fn]) for fn, e in files.items() if not e.stable}
+        releases = {(e.project, e.key, release[fn]) for fn, e in files.items() if not e.stable}
         self.serves: dict[str, list[str]] = {}
         for fn, e in files.items():
             self.serves[fn] = serves = self._serves(e, exact)
             for key in serves:
-                if key != e.key and (key, release[fn]) in releases:
+                if key != e.key and (e.project, key, release[fn]) in releases:
                     continue
                 groups.setdefault(key, []).append(fn)
         # Rank the few distinct versions once; sorting 5,000 files then compares ints, not Versions.
         rank = {v: i for i, v in enumerate(sorted({e.version for e in files.values()}, key=parse_version))}
-        self.order = {fn: (rank[e.version], e.python, fn) for fn, e in files.items()}
+        self.sources = {(e.project, e.source) for e in files.values()}  # (project, identity) pairs
+        projects = project_order(p for p, _s in self.sources)
+        project = {p: i for i, p in enumerate(projects)}
+        self.order = {fn: (project[e.project], rank[e.version], e.python, fn) for fn, e in files.items()}
         variants = {k: sorted(v, key=self.order.__getitem__) for k, v in sorted(groups.items())}
-        super().__init__(files, variants, base_url)
+        super().__init__(files, variants, base_url, projects)
+        self._check_one_source_per_project()
         self._check_one_file_per_cell()
 
     @staticmethod
@@ -279,13 +326,38 @@ class Index(Manifest):
         keys = {entry.key, *(entry.serves_declared or ()), *(k for k in exact_keys if entry.admits(k))}
         return sorted(keys)
 
+    def _check_one_source_per_project(self) -> None:
+        """One distribution name, one product line: pip and uv pick among a name's wheels by version alone, so
+        this checkout's mamba-ssm and upstream's in one index would replace each other on users' machines.
+        Within a line, one release comes from one sdist (the same version from two archives is two sources)."""
+        if len(self.sources) == len(self.projects):
+            return  # one source per project (the common case: one pass, no per-file work)
+        first: dict[str, tuple[str, str]] = {}  # project -> (identity, file) of its first wheel
+        releases: dict[tuple[str, str], tuple[str, str]] = {}  # (project, release) -> (identity, file)
+        for fn, e in self.files.items():
+            seen = first.setdefault(e.project, (e.source, fn))
+            if seen[0] != e.source and source_line(seen[0]) != source_line(e.source):
+                self._two_sources(e.project, seen, (e.source, fn))
+            seen = releases.setdefault((e.project, e.release), (e.source, fn))
+            if seen[0] != e.source:
+                self._two_sources(e.project, seen, (e.source, fn))
+
+    @staticmethod
+    def _two_sources(project: str, a: tuple[str, str], b: tuple[str, str]):
+        raise IndexIntegrityError(
+            f"one index would serve {project} from two different sources: {describe_source(a[0])}, e.g. {a[1]}, "
+            f"and {describe_source(b[0])}, e.g. {b[1]}; pip and uv tell them apart by version only",
+            hint="publish the two product lines as two indexes (e.g. --out dist/index for this checkout's wheels "
+            "and --out dist/index-upstream for the recipes' builds); nothing published was changed",
+        )
+
     def _check_one_file_per_cell(self) -> None:
-        # Two files for one (variant, version, Python) is a choice pip and uv would make differently.
+        # Two files for one (variant, project, version, Python) is a choice pip and uv would make differently.
         for key, fns in self.variants.items():
             seen: dict[tuple, str] = {}
             for fn in fns:
                 e = self.files[fn]
-                cell = (e.version, e.python, e.abi)
+                cell = (e.project, e.version, e.python, e.abi)
                 if cell in seen:
                     raise IndexIntegrityError(
                         f"variant {key} has two wheels for {e.version} {e.python}-{e.abi}: "
@@ -305,7 +377,7 @@ class Index(Manifest):
         """manifest.json (``extra``: more top-level keys, e.g. the generation's ``units``)."""
         return {
             "schema": SCHEMA,
-            "project": PROJECT,
+            "projects": self.projects,
             "base_url": self.base_url,
             "files": {fn: e.to_json(self.serves[fn]) for fn, e in self.files.items()},
             "variants": self.variants,

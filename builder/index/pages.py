@@ -1,7 +1,8 @@
 """The pages of a generation (pure: the model in, text by relative path out).
 
-Per variant a find-links page that is a PEP 503 root at once; ``simple/`` with every wheel (PEP 503 HTML and
-PEP 691 JSON); the coverage page (builder.coverage).
+Per variant a find-links page that is a PEP 503 root at once (every project's wheels for that variant, and a
+project page each); ``simple/`` with every project and wheel (PEP 503 HTML and PEP 691 JSON); the coverage page
+(builder.coverage).
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ import json
 import orjson
 
 from builder import coverage
-from builder.index.model import PROJECT, Index, parse_version
-
-_PROJECT_LINK = f'    <a href="{PROJECT}/">{PROJECT}</a><br>\n'
+from builder.index.model import Index, parse_version
 
 
 class Pages:
@@ -28,22 +27,38 @@ class Pages:
     def variant(self, key: str) -> dict[str, str]:
         """One variant folder: <key>/ is a find-links page (wheel anchors) and a PEP 503 root at once."""
         fns = self.index.variants[key]
-        return {
-            "index.html": _page(f"{PROJECT}: {key}", self._anchors(fns, 1) + _PROJECT_LINK),
-            f"{PROJECT}/index.html": _page(f"Links for {PROJECT} ({key})", self._anchors(fns, 2)),
+        by_project = self._by_project(fns)
+        out = {
+            "index.html": _page(f"{', '.join(by_project)}: {key}", self._anchors(fns, 1) + _project_links(by_project))
         }
+        for project, own in by_project.items():
+            out[f"{project}/index.html"] = _page(f"Links for {project} ({key})", self._anchors(own, 2))
+        return out
 
     def generation(self) -> dict[str, str]:
         """The pages outside the variant folders."""
         index = self.index
-        every = sorted(index.files, key=index.order.__getitem__)
-        return {
-            "simple/index.html": _page("Simple index", _PROJECT_LINK),
-            "simple/index.json": _root_json(),
-            f"simple/{PROJECT}/index.html": _page(f"Links for {PROJECT}", self._anchors(every, 2)),
-            f"simple/{PROJECT}/index.json": self._json_project(every, 2),
-            "index.html": coverage.render(index),
+        by_project = self._by_project(sorted(index.files, key=index.order.__getitem__))
+        by_project = by_project or {p: [] for p in index.projects}  # (an empty index still has its root pages)
+        out = {
+            "simple/index.html": _page("Simple index", _project_links(by_project)),
+            "simple/index.json": _root_json(by_project),
         }
+        for project, fns in by_project.items():
+            out[f"simple/{project}/index.html"] = _page(f"Links for {project}", self._anchors(fns, 2))
+            out[f"simple/{project}/index.json"] = self._json_project(project, fns, 2)
+        out["index.html"] = coverage.render(index)
+        return out
+
+    def _by_project(self, fns: list[str]) -> dict[str, list[str]]:
+        """``fns`` by project (in the index's project order), each in the order given."""
+        if len(self.index.projects) == 1:
+            return {self.index.projects[0]: fns} if fns else {}
+        files = self.index.files
+        groups: dict[str, list[str]] = {p: [] for p in self.index.projects}
+        for fn in fns:
+            groups[files[fn].project].append(fn)
+        return {p: g for p, g in groups.items() if g}
 
     def _anchors(self, fns: list[str], depth: int) -> str:
         """The wheel links of one page."""
@@ -69,7 +84,7 @@ class Pages:
         self._tails[fn] = tail
         return tail
 
-    def _json_project(self, fns: list[str], depth: int) -> str:
+    def _json_project(self, project: str, fns: list[str], depth: int) -> str:
         index = self.index
         files = []
         prefix = index.href("", depth)
@@ -88,7 +103,7 @@ class Pages:
                 }
             )
         versions = sorted({index.files[fn].version for fn in fns}, key=parse_version)
-        doc = {"meta": {"api-version": "1.1"}, "name": PROJECT, "versions": versions, "files": files}
+        doc = {"meta": {"api-version": "1.1"}, "name": project, "versions": versions, "files": files}
         return orjson.dumps(doc).decode() + "\n"  # compact; orjson: 5,000 files in milliseconds
 
 
@@ -100,5 +115,9 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _root_json() -> str:
-    return json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": PROJECT}]}, indent=1) + "\n"
+def _project_links(projects) -> str:
+    return "".join(f'    <a href="{p}/">{p}</a><br>\n' for p in projects)  # (canonical names: nothing to escape)
+
+
+def _root_json(projects) -> str:
+    return json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": p} for p in projects]}, indent=1) + "\n"

@@ -1,5 +1,8 @@
 """Reading a wheel for the index: what its filename says, then its METADATA (builder.wheelmeta) and sidecar.
 
+The sidecar ``<wheel>.spec.json`` is the build's BuildSpec.to_json(); the index reads two keys: ``serves`` (a
+stable wheel's variants) and ``source`` (what the wheel was built from; absent: this checkout).
+
 Paths are plain strings here: pathlib's overhead shows at 5,000 wheels.
 """
 
@@ -8,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from typing import NamedTuple
 
 from packaging.tags import Tag, parse_tag
@@ -16,17 +20,22 @@ from packaging.version import InvalidVersion, Version
 
 from builder import wheelmeta
 from builder.errors import UsageError
-from builder.index.model import PROJECT, Wheel, parse_version
+from builder.index.model import CHECKOUT, PROJECT, Wheel, parse_version
 from mamba_ssm import _variant
 
 
 class Named(NamedTuple):
     """What a wheel's filename says."""
 
+    project: str  # canonical
     version: Version
     tag: Tag
     variant: _variant.Variant
     shown: str  # the version as commands print it (the farm's spelling of the label)
+
+
+_SOURCE_RE = re.compile(r"checkout|sdist:(?P<name>[A-Za-z0-9._-]+)==[^@\s]+@sha256:[0-9a-f]{64}")
+_DIST_RE = re.compile(r"[A-Za-z0-9]+(?:[._][A-Za-z0-9]+)*")
 
 
 @functools.cache
@@ -34,16 +43,30 @@ def _parse_tag(tag: str) -> frozenset:
     return parse_tag(tag)
 
 
+@functools.cache
+def _dist_name(part: str) -> str | None:
+    """The canonical project of a filename's first part, None where packaging should judge it."""
+    return canonicalize_name(part) if _DIST_RE.fullmatch(part) else None
+
+
 def _parse_filename(name: str):
     """parse_wheel_filename, with the common case (no build tag) served from caches: a 5,000-wheel run
-    repeats versions and tags a lot. Anything unusual goes to packaging for its checks and messages."""
+    repeats names, versions and tags a lot. Anything unusual goes to packaging for its checks and messages."""
     parts = name[:-4].split("-")
-    if len(parts) == 5 and name.endswith(".whl") and parts[0] == "mamba_ssm":
+    if len(parts) == 5 and name.endswith(".whl") and (project := _dist_name(parts[0])):
         try:
-            return PROJECT, parse_version(parts[1]), (), _parse_tag("-".join(parts[2:]))
+            return project, parse_version(parts[1]), (), _parse_tag("-".join(parts[2:]))
         except InvalidVersion:
             pass
     return parse_wheel_filename(name)
+
+
+@functools.cache
+def projects() -> tuple[str, ...]:
+    """The projects the farm builds, so the ones an index takes: this repository's, then one per recipe."""
+    from builder.recipes import RECIPES_DIR  # (only for a wheel that is not mamba-ssm)
+
+    return (PROJECT, *sorted({canonicalize_name(p.stem) for p in RECIPES_DIR.glob("*.toml")} - {PROJECT}))
 
 
 @functools.cache
@@ -71,8 +94,11 @@ def check_name(path: str) -> Named:
         name, version, _build, tags = _parse_filename(filename)
     except InvalidWheelFilename as err:
         raise UsageError(f"{path}: not a valid wheel filename ({err})") from None
-    if name != canonicalize_name(PROJECT):
-        raise UsageError(f"{path}: a {name} wheel, not {PROJECT}; only {PROJECT} wheels belong in this index")
+    if name != PROJECT and name not in projects():
+        raise UsageError(
+            f"{path}: a {name} wheel, not {' or '.join(projects())}; only the farm's projects belong in this index",
+            hint="a project is this repository's mamba-ssm or one with a recipe (recipes/<name>.toml)",
+        )
     if not version.local:
         raise UsageError(
             f"{path}: version {version} has no local label (e.g. +cu12torch2.6cxx11abiFALSE); "
@@ -90,7 +116,7 @@ def check_name(path: str) -> Named:
         variant = _variant_of_label(label)
     except _variant.VariantError as err:
         raise UsageError(f"{path}: {err}") from None
-    return Named(version, tag, variant, f"{release}+{_variant_fields(variant)['label']}")
+    return Named(name, version, tag, variant, f"{release}+{_variant_fields(variant)['label']}")
 
 
 def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
@@ -106,9 +132,9 @@ def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
     if not same:
         raise UsageError(f"{path}: METADATA says version {meta.version or '0'}, the filename says {named.version}")
     v, tag = named.variant, named.tag
-    declared = None
-    if v.stable and os.path.isfile(path + ".spec.json"):
-        declared = _read_serves(path + ".spec.json", v)
+    sidecar = path + ".spec.json"
+    spec = _read_sidecar(sidecar)
+    declared = _read_serves(sidecar, spec, v) if v.stable and spec is not None else None
     wheel = Wheel.make(
         filename=os.path.basename(path),
         version=named.shown,
@@ -119,16 +145,47 @@ def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
         requires_python=meta.requires_python,
         requires_torch=meta.requires_torch or "",
         serves_declared=declared,
+        project=named.project,
+        source=_read_source(sidecar, spec, named.project),
     )
     return wheel, meta.raw
 
 
-def _read_serves(sidecar: str, variant: _variant.Variant) -> list[str]:
-    """The variant keys a stable wheel's sidecar (the farm's BuildSpec.to_json()) says it serves."""
+def _read_sidecar(sidecar: str) -> dict | None:
+    """The build's sidecar (the farm's BuildSpec.to_json()), None if the wheel has none."""
     try:
         with open(sidecar, encoding="utf-8") as f:
-            serves = json.load(f)["serves"]
-    except (ValueError, KeyError, TypeError) as err:
+            spec = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError) as err:
+        raise UsageError(f"{sidecar}: not readable JSON ({err})", hint="rebuild the wheel, or remove it") from None
+    if not isinstance(spec, dict):
+        raise UsageError(f"{sidecar}: expected a JSON object (the build's spec)", hint="rebuild the wheel")
+    return spec
+
+
+def _read_source(sidecar: str, spec: dict | None, project: str) -> str:
+    """What the wheel was built from: its sidecar's ``source``; this checkout where there is none."""
+    source = CHECKOUT if spec is None else spec.get("source", CHECKOUT)
+    m = _SOURCE_RE.fullmatch(source) if isinstance(source, str) else None
+    if m is None:
+        raise UsageError(
+            f"{sidecar}: 'source' is {source!r}, not a source identity",
+            hint="expected 'checkout' or a pinned sdist's 'sdist:<name>==<version>@sha256:<hex>' (builder.sources)",
+        )
+    if m["name"] and canonicalize_name(m["name"]) != project:
+        raise UsageError(f"{sidecar}: 'source' is {source!r}, but the wheel is a {project} wheel")
+    return source
+
+
+def _read_serves(sidecar: str, spec: dict, variant: _variant.Variant) -> list[str]:
+    """The variant keys a stable wheel's sidecar says it serves."""
+    try:
+        serves = spec["serves"]
+        if isinstance(serves, str) or not all(isinstance(k, str) for k in serves):
+            raise TypeError("not a list of strings")
+    except (KeyError, TypeError) as err:
         raise UsageError(f"{sidecar}: expected JSON with a 'serves' list of variant keys ({err})") from None
     for key in serves:
         try:
