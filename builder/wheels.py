@@ -497,8 +497,9 @@ def smoke_test(
 
 
 def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands) -> str:
-    """The recipe's [test]: each import, then each command, in the smoke venv from / (not the source tree)."""
-    steps = [[vpy, "-c", f"import {name}"] for name in imports]
+    """The recipe's [test]: its imports in order in one interpreter (an extension needs torch's libraries
+    loaded first), then each command, in the smoke venv from / (not the source tree)."""
+    steps = [[vpy, "-c", "; ".join(f"import {name}" for name in imports)]] if imports else []
     steps += [[vpy if c[0] == "python" else c[0], *c[1:]] for c in commands]
     for argv in steps:
         proc = subprocess.run(argv, check=False, capture_output=True, text=True, cwd="/", env=_clean_env())
