@@ -537,6 +537,7 @@ def github_job(b: BuildSpec) -> dict:
     return {
         "id": b.id,
         "project": b.project,
+        "farm_project": b.project if b.from_recipe else CHECKOUT,  # what --projects calls it
         "variant": b.variant,
         "torch": b.torch,
         "torch_version": b.torch_version,
