@@ -189,3 +189,108 @@ def test_a_patch_that_no_longer_applies_fails_that_build_and_the_other_publishes
     log = (dist / "logs" / f"{CAUSAL_ID}.log").read_text()
     assert "PatchError" in log and "setup.py" in log
     shutil.rmtree(dist, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- plan, env, relabel (no build)
+
+
+def test_plan_explain_names_the_project_and_shows_each_cells_patches(capsys):
+    from builder.cli import main
+
+    assert main(["plan", "--profile", "ci-upstream", "--explain"]) == 0
+    out = capsys.readouterr().out
+    for project in VERSIONS:
+        assert f"{project}-cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_64:" in out
+    assert out.count("patch cxx20 (setup.py") == 2 and out.count("patch cuda-archs (setup.py") == 2
+    assert out.count("patch rocm-archs (setup.py") == 2 and "skipped: accelerator cuda is not rocm" in out
+    assert "MAMBA_FORCE_CXX11_ABI=TRUE" in out and f"CAUSAL_CONV1D_LOCAL_VERSION={LABEL}" in out
+
+
+def test_recipe_specs_are_classic_and_carry_their_source_and_env():
+    builds = load_plan(profile="ci-upstream").builds
+    assert [b.project for b in builds] == ["causal-conv1d", "mamba-ssm"]
+    for b in builds:
+        assert not b.stable and b.from_recipe and b.archs == ("sm_80",) and b.cxx_std == 20
+        assert b.source.startswith(f"sdist:{b.project}=={VERSIONS[b.project]}@sha256:")
+        assert b.extensions == (f"{EXTENSIONS[b.project]}*.so",)
+        assert "TORCH_CUDA_ARCH_LIST" in b.unset
+    # the checkout's ids and hashes stay what they were
+    ci = load_plan(profile="ci").builds
+    assert [b.id for b in ci][0] == CPU_ID and all(not b.from_recipe and b.project == "mamba-ssm" for b in ci)
+
+
+def test_a_profile_naming_an_unknown_project_is_refused_with_its_line(tmp_path):
+    from builder.errors import MatrixError
+
+    text = (REPO / "matrix.toml").read_text().replace(
+        'projects = ["causal-conv1d", "mamba-ssm"]', 'projects = ["causal-conv1", "mamba-ssm"]', 1
+    )
+    (tmp_path / "matrix.toml").write_text(text)
+    shutil.copytree(REPO / "recipes", tmp_path / "recipes")
+    for name in ("csrc", "setup.py", "mamba_ssm"):
+        (tmp_path / name).symlink_to(REPO / name)
+    with pytest.raises(MatrixError) as err:
+        load_plan(tmp_path / "matrix.toml", profile="ci-upstream")
+    assert "profiles.ci-upstream.projects" in str(err.value) and 'did you mean "causal-conv1d"' in str(err.value)
+    with pytest.raises(MatrixError, match="--projects \"nope\""):
+        load_plan(profile="ci-upstream", projects=["nope"])
+    assert [b.project for b in load_plan(profile="ci-upstream", projects=["mamba-ssm"]).builds] == ["mamba-ssm"]
+
+
+def test_the_build_env_is_the_recipes_set_and_unset():
+    from builder.executors import spec_env
+
+    spec = load_plan(profile="ci-upstream").builds[1]
+    env = spec_env(spec, max_jobs=2)
+    assert env["MAMBA_FORCE_CXX11_ABI"] == "TRUE" and env["MAMBA_LOCAL_VERSION"] == LABEL
+    assert "TORCH_CUDA_ARCH_LIST" not in env and env["MAX_JOBS"] == "2"
+    assert set(env["FARM_UNSET"].split()) == set(spec.unset)
+    # build.sh removes them even where the image (or the host) sets them
+    lines = (REPO / "builder" / "executors" / "build.sh").read_text().splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("read -r -a unset_names"))
+    snippet = "\n".join(lines[first : first + 2])
+    probe = subprocess.run(
+        ["bash", "-c", f"set -u\n{snippet}\nenv"], capture_output=True, text=True, check=False,
+        env={"FARM_UNSET": env["FARM_UNSET"], "TORCH_CUDA_ARCH_LIST": "9.0", "NVIDIA_PRODUCT_NAME": "PyTorch", "KEEP": "1"},
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    seen = dict(line.split("=", 1) for line in probe.stdout.splitlines() if "=" in line)
+    assert seen["KEEP"] == "1" and "TORCH_CUDA_ARCH_LIST" not in seen and "NVIDIA_PRODUCT_NAME" not in seen
+
+
+def test_pin_torch_replaces_upstreams_unpinned_torch(tmp_path):
+    from wheelmaker import make_wheel
+
+    from builder.relabel import pin_torch
+    from builder.wheels import read_facts
+
+    raw = make_wheel(
+        tmp_path / "raw", "mamba-ssm", f"2.3.2.post1+{LABEL.lower()}", "cp311-cp311-linux_x86_64",
+        requires=("torch", "einops", 'torch; extra == "dev"', "triton>=3.5.0"),
+    )  # fmt: skip
+    assert read_facts(raw).requires_torch == ""
+    out = pin_torch(raw, "2.14.1", tmp_path / "out")
+    facts = read_facts(out)
+    assert facts.requires_torch == "==2.14.*" and facts.label == LABEL.lower()
+    meta = _metadata(out).splitlines()
+    assert meta.count("Requires-Dist: torch==2.14.*") == 1 and "Requires-Dist: einops" in meta
+    assert 'Requires-Dist: torch; extra == "dev"' in meta
+    with zipfile.ZipFile(out) as zf:  # RECORD hashes the rewritten METADATA
+        record = zf.read(next(n for n in zf.namelist() if n.endswith("RECORD"))).decode()
+        assert zf.testzip() is None
+    from builder.relabel import _record_hash
+
+    with zipfile.ZipFile(out) as zf:
+        name = next(n for n in zf.namelist() if n.endswith("METADATA"))
+        assert f"{name},{_record_hash(zf.read(name))}," in record
+
+
+def test_the_audits_read_the_specs_extension_modules_and_refuse_a_wheel_without_them():
+    from builder.errors import VerificationError
+    from builder.wheels import audited_extensions
+
+    spec = load_plan(profile="ci-upstream").builds[0]
+    so = "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"
+    assert audited_extensions((so, "other/helper.so"), spec) == [so]
+    with pytest.raises(VerificationError, match=r"no extension module matching causal_conv1d_cuda\*\.so"):
+        audited_extensions(("selective_scan_cuda.cpython-311-x86_64-linux-gnu.so",), spec)
