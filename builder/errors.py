@@ -84,3 +84,9 @@ class PatchError(FarmError):
     """A recipe patch no longer applies to its file: that one build fails, the others go on."""
 
     exit_code = 10
+
+
+class NoMatchingWheel(FarmError):
+    """The index has no wheel for this environment (the nearest ones are listed)."""
+
+    exit_code = 6

@@ -28,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 from builder.compat import PLATFORMS, TOOLKIT_SOURCES, Accelerator, Compat, parse_accelerator, vtuple
 from builder.errors import MatrixError
 from builder.tomllines import TomlLines
+from mamba_ssm import _variant
 
 AXES = ("torch", "python", "accelerator", "cxx11abi", "platform")
 CHECKOUT = "checkout"  # a profile's project name for this repository's own package
@@ -322,7 +323,7 @@ class _Checker:
             if not ACCELERATOR_RE.fullmatch(value):
                 self.fail(path, f'{_show(value)} is not an accelerator (valid: "cpu", "cuda-X.Y", "rocm-X.Y")')
             acc = parse_accelerator(value)
-            if acc.kind == "rocm" and _version_tuple(acc.toolkit) < _version_tuple(c.rocm_minimum):
+            if acc.kind == "rocm" and vtuple(acc.toolkit) < vtuple(c.rocm_minimum):
                 self.fail(
                     path,
                     f"{_show(value)}: ROCm < {c.rocm_minimum} is not supported (the HIP kernels need ROCm >= "
@@ -644,13 +645,7 @@ def _no_label_clash(ck: _Checker, axes: Axes, includes: tuple[Rule, ...]) -> Non
     seen: dict[str, str] = {}
     for i, name in enumerate(names):
         acc = parse_accelerator(name)
-        tag = (
-            "cpu"
-            if acc.kind == "cpu"
-            else f"cu{acc.major}"
-            if acc.kind == "cuda"
-            else "hip" + acc.toolkit.replace(".", "")
-        )
+        tag = _variant.accelerator_tag(acc.kind, acc.toolkit)
         if tag in seen and seen[tag] != name:
             path = ("axes", "accelerator", i) if i < len(axes.accelerator) else ("include",)
             ck.fail(
@@ -742,7 +737,3 @@ def expand(matrix: Matrix, compat: Compat, profile: Profile | None = None) -> tu
 def toolkit_source_for(matrix: Matrix, compat: Compat, acc: Accelerator) -> str:
     """The toolkit source for ACC: matrix.toml's [toolkit_source], else the data's default."""
     return matrix.toolkit_source.get(acc.name) or compat.toolkit_sources(acc)[0]
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(".") if x.isdigit())

@@ -16,20 +16,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.requirements import Requirement
-from packaging.version import Version
-
-from builder.errors import FarmError, UsageError
-from builder.index import install_command, python_serves
+from builder.errors import NoMatchingWheel, UsageError
+from builder.index.model import Entry, Manifest, install_command
 from mamba_ssm import _variant
 
 DEFAULT_INDEX = "dist/index"
-
-
-class NoMatchingWheel(FarmError):
-    """The index has no wheel for this environment (the nearest ones are listed)."""
-
-    exit_code = 6
 
 
 @dataclass
@@ -37,68 +28,50 @@ class Resolution:
     variant: _variant.Variant
     key: str | None = None  # the variant page that serves it (the exact one, or a stable one)
     filename: str | None = None
-    entry: dict | None = None
+    entry: Entry | None = None
     near: list[tuple[str, list[str]]] = field(default_factory=list)  # (variant key, reasons it does not fit)
 
 
-def _best(manifest: dict, key: str, python: str) -> str | None:
-    files = manifest["files"]
-    fits = [fn for fn in manifest["variants"].get(key, []) if python_serves(files[fn], python)]
-    if not fits:
-        return None
-    # the newest release; within one, the exact build before the stable-ABI one
-    return max(fits, key=lambda f: (Version(files[f]["version"]).public, not files[f]["stable"]))
-
-
-def resolve(manifest: dict, variant: _variant.Variant) -> Resolution:
+def resolve(manifest: dict | Manifest, variant: _variant.Variant) -> Resolution:
+    """The wheel of ``manifest`` (manifest.json's document, or read) that a user of ``variant`` gets."""
+    if not isinstance(manifest, Manifest):
+        manifest = Manifest.from_json(manifest)
     res = Resolution(variant)
-    files = manifest["files"]
-    for key in (variant.key, variant.as_stable().key):
-        fn = _best(manifest, key, variant.python)
-        if fn and (key == variant.key or _stable_admits(files[fn], variant.torch)):
-            res.key, res.filename, res.entry = key, fn, files[fn]
-            return res
+    picked = manifest.wheel_for(variant.key, variant.python)
+    if picked is not None:
+        res.key, res.filename = picked
+        res.entry = manifest.files[res.filename]
+        return res
     res.near = _nearest(manifest, variant)
     return res
 
 
-def _stable_admits(entry: dict, torch: str) -> bool:
-    if entry.get("serves_declared") is not None:
-        return any(_variant.parse_key(k)["torch"] == torch for k in entry["serves_declared"])
-    spec = Requirement(f"torch{entry['requires_torch']}").specifier
-    return spec.contains(Version(torch + ".0"), prereleases=True)
-
-
-def _nearest(manifest: dict, want: _variant.Variant, limit: int = 4) -> list[tuple[str, list[str]]]:
+def _nearest(manifest: Manifest, want: _variant.Variant, limit: int = 4) -> list[tuple[str, list[str]]]:
     scored = []
-    for key, fns in manifest["variants"].items():
-        parts = _variant.parse_key(key)
+    for key, fns in manifest.variants.items():
+        page = _variant.Variant.from_key(key)
+        entries = [manifest.files[fn] for fn in fns]
         reasons, score = [], 0
-        if parts["accelerator"] != want.accelerator:
-            reasons.append(f"built for {parts['accelerator']}; your torch is a {want.accelerator} build")
-            score += 100 if parts["accelerator"][:2] != want.accelerator[:2] else 40
-        if parts["torch"] == "stable":
-            floors = {manifest["files"][fn]["requires_torch"] for fn in fns}
-            if not any(_stable_admits(manifest["files"][fn], want.torch) for fn in fns):
+        if page.accelerator != want.accelerator:
+            reasons.append(f"built for {page.accelerator}; your torch is a {want.accelerator} build")
+            score += 100 if page.backend != want.backend else 40
+        if page.stable:
+            if not any(e.admits(want.key) for e in entries):
+                floors = {e.requires_torch for e in entries}
                 reasons.append(f"stable-ABI wheel needs torch{' or '.join(sorted(floors))}; yours is {want.torch}")
                 score += 30
-        elif parts["torch"] != want.torch:
-            reasons.append(f"built for torch {parts['torch']}; yours is {want.torch} (each wheel fits one torch minor)")
-            a, b = (tuple(int(x) for x in t.split(".")) for t in (parts["torch"], want.torch))
+        elif page.torch != want.torch:
+            reasons.append(f"built for torch {page.torch}; yours is {want.torch} (each wheel fits one torch minor)")
+            a, b = (tuple(int(x) for x in t.split(".")) for t in (page.torch, want.torch))
             score += 10 + 5 * abs((a[0] * 100 + a[1]) - (b[0] * 100 + b[1]))
-        if parts["cxx11abi"] is not None and parts["cxx11abi"] != want.cxx11abi:
+        if page.cxx11abi is not None and page.cxx11abi != want.cxx11abi:
             reasons.append(
-                f"cxx11abi{'TRUE' if parts['cxx11abi'] else 'FALSE'}; your torch uses "
+                f"cxx11abi{'TRUE' if page.cxx11abi else 'FALSE'}; your torch uses "
                 f"cxx11abi{'TRUE' if want.cxx11abi else 'FALSE'}"
             )
             score += 50
-        if not any(python_serves(manifest["files"][fn], want.python) for fn in fns):
-            have = sorted(
-                {
-                    manifest["files"][fn]["python"] + ("+" if manifest["files"][fn]["abi"] == "abi3" else "")
-                    for fn in fns
-                }
-            )
+        if not any(e.installs_on(want.python) for e in entries):
+            have = sorted({e.python + ("+" if e.abi == "abi3" else "") for e in entries})
             reasons.append(f"no wheel for {want.python} (has {', '.join(have)})")
             score += 20
         if reasons:
@@ -186,7 +159,7 @@ def _run(args) -> int:
                     "python": variant.python,
                     "page": res.key,
                     "wheel": res.filename,
-                    "sha256": res.entry["sha256"] if res.entry else None,
+                    "sha256": res.entry.sha256 if res.entry else None,
                     "command": command,
                     "nearest": [{"variant": k, "why_not": r} for k, r in res.near],
                 },
@@ -205,6 +178,6 @@ def _run(args) -> int:
     if res.key != variant.key:
         print(f"served by: {res.key} (one stable-ABI wheel for many torch releases)")
     print(f"wheel:   {res.filename}")
-    print(f"sha256:  {res.entry['sha256']}")
+    print(f"sha256:  {res.entry.sha256}")
     print(f"install: {command}")
     return 0

@@ -20,7 +20,6 @@ the CPU scan against the pure-PyTorch reference.
 
 from __future__ import annotations
 
-import email.parser
 import fnmatch
 import hashlib
 import os
@@ -33,11 +32,12 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from builder import compat as compat_mod
+from builder import wheelmeta
 from builder.errors import VerificationError
 from builder.relabel import pin_torch, read_members, write_wheel
 from builder.spec import BuildSpec
@@ -86,7 +86,7 @@ class WheelFacts:
     filename_tags: tuple[str, ...]
     wheel_tags: tuple[str, ...]  # the Tag: lines of WHEEL
     metadata_version: str
-    requires_torch: str | None  # the specifier of Requires-Dist: torch, None if absent
+    requires_torch: str | None  # the torch pin (builder.wheelmeta): "" for a bare torch, None if absent
     extensions: tuple[str, ...]  # *.so members inside the package
 
 
@@ -98,32 +98,19 @@ def read_facts(wheel: Path, project: str = PROJECT) -> WheelFacts:
     if name != canonicalize_name(project):
         raise VerificationError(f"{wheel.name}: a {name} wheel, expected {project}")
     raw_version = wheel.name.split("-")[1]
-    with zipfile.ZipFile(wheel) as zf:
-        names = zf.namelist()
-        info = [n.split("/")[0] for n in names if n.count("/") == 1 and n.endswith(".dist-info/WHEEL")]
-        if len(info) != 1:
-            raise VerificationError(f"{wheel.name}: expected one *.dist-info/WHEEL, found {len(info)}")
-        wheel_txt = zf.read(f"{info[0]}/WHEEL").decode()
-        meta = email.parser.BytesParser().parsebytes(zf.read(f"{info[0]}/METADATA"), headersonly=True)
-    requires_torch = None
-    for line in meta.get_all("Requires-Dist") or []:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if req.name == "torch" and not req.marker:
-            requires_torch = str(req.specifier)
+    try:
+        meta = wheelmeta.read(wheel, wheel_tags=True)
+    except wheelmeta.MetadataError as err:
+        raise VerificationError(f"{wheel.name}: {err}") from None
     return WheelFacts(
         path=wheel,
         version=raw_version,
         label=raw_version.partition("+")[2],
         filename_tags=tuple(sorted(str(t) for t in tags)),
-        wheel_tags=tuple(
-            sorted(line.split(":", 1)[1].strip() for line in wheel_txt.splitlines() if line.startswith("Tag:"))
-        ),
-        metadata_version=meta.get("Version", ""),
-        requires_torch=requires_torch,
-        extensions=tuple(sorted(n for n in names if re.search(r"\.so(\.\d+)*$", n) and ".libs/" not in n)),
+        wheel_tags=meta.wheel_tags,
+        metadata_version=meta.version,
+        requires_torch=meta.requires_torch,
+        extensions=tuple(sorted(n for n in meta.names if re.search(r"\.so(\.\d+)*$", n) and ".libs/" not in n)),
     )
 
 

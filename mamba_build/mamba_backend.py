@@ -34,4 +34,4 @@ _problem = setuptools_problem(getattr(_setuptools, "__version__", None))
 if _problem:
     raise SystemExit(_problem)
 
-from setuptools.build_meta import *  # this module is that backend
+from setuptools.build_meta import *  # noqa: F403  (this module is that backend)

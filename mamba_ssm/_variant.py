@@ -112,6 +112,44 @@ class Variant:
             return f"{self.accelerator}torchstable"
         return f"{self.accelerator}torch{self.torch}cxx11abi{_abi(self.cxx11abi)}"
 
+    @classmethod
+    def from_label(cls, label: str, **kw) -> Variant:
+        """The variant a local label names (``cu12torch2.6cxx11abiFALSE``, ``cu13torchstable``; any case, as
+        setuptools lowercases it). ``kw``: python / platform (default: this interpreter's)."""
+        return cls._from_parts(parse_label(label), label, **kw)
+
+    @classmethod
+    def from_key(cls, key: str, **kw) -> Variant:
+        """The variant a key names (``cu12-torch2.6-cxx11abiFALSE``, ``cu13-torchstable-abi3``)."""
+        return cls._from_parts(parse_key(key), key, **kw)
+
+    @classmethod
+    def _from_parts(cls, parts: dict, text: str, **kw) -> Variant:
+        acc = parts["accelerator"]
+        if acc == "cpu":
+            backend, version = "cpu", None
+        elif acc.startswith("cu"):
+            backend, version = "cuda", acc[2:]
+        else:  # hipMN: ROCm M.N (accelerator_tag keeps major and minor)
+            backend, version = "rocm", f"{acc[3]}.{acc[4:]}"
+        v = cls(torch=parts["torch"], backend=backend, backend_version=version, cxx11abi=parts["cxx11abi"], **kw)
+        try:
+            back = v.accelerator
+        except VariantError:
+            back = None
+        if back != acc:
+            raise VariantError(f"{text!r}: {acc} is not an accelerator tag (e.g. cpu, cu12, hip62)")
+        return v
+
+    @property
+    def backend_name(self) -> str:
+        """For people: ``CUDA 12.x``, ``ROCm 6.2``, ``CPU only``."""
+        if self.backend == "cpu":
+            return "CPU only"
+        if self.backend == "cuda":
+            return f"CUDA {self.backend_version.split('.')[0]}.x"
+        return f"ROCm {self.backend_version}"
+
     def as_stable(self) -> Variant:
         """The stable-ABI variant that could serve this environment."""
         return replace(self, torch="stable", cxx11abi=None)

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -276,7 +277,7 @@ def test_no_half_written_generation_on_failure(wheels, tmp_path, monkeypatch):
     out = tmp_path / "index"
     build_index(wheels, out)
     live = out.resolve()
-    import builder.index as index_mod
+    import builder.index.generation as index_mod
 
     def boom(*a, **k):
         raise OSError("disk full")
@@ -386,7 +387,7 @@ def test_failed_replacement_leaves_the_old_bytes_published(wheels, tmp_path, mon
     build_index(wheels, out)
     old_sha, live = _sha(out / "files" / CU12_311), out.resolve()
     _rebuild(wheels, tmp_path)
-    import builder.index as index_mod
+    import builder.index.generation as index_mod
 
     def boom(*a, **k):
         raise OSError("disk full")
@@ -462,3 +463,73 @@ def test_a_files_url_that_is_not_an_http_folder_is_refused(wheels, tmp_path, cap
     err = capsys.readouterr().err
     assert rc == 2 and "--files-url" in err and "Traceback" not in err, err
     assert not (tmp_path / "index").exists()
+
+
+def test_coverage_and_resolve_give_the_same_wheel_for_every_cell(tmp_path):
+    """One answer to "which wheel does a user of this cell get": the coverage page and `resolve` agree on
+    every cell of one manifest, empty cells included."""
+    from builder import coverage
+    from builder.index.model import Index, Manifest
+    from builder.resolve import resolve
+    from mamba_ssm import _variant
+
+    w = tmp_path / "wheels"
+    for py in ("cp311", "cp312"):
+        make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", py, version="2.9.0")
+    make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", "cp311", version="2.10.0")  # newer: a version, not text
+    make_mamba_wheel(w, "cu12torch2.6cxx11abiTRUE", "cp311")
+    make_mamba_wheel(w, "cu13torch2.14cxx11abiTRUE", "cp311")
+    make_mamba_wheel(w, "cu13torch2.12cxx11abiTRUE", "cp311", version="2.2.0")
+    make_mamba_wheel(w, "cu13torchstable", "cp310")  # torch>=2.10
+    make_wheel(w, "mamba-ssm", "2.4.0+cu13torchstable", "cp310-abi3-linux_x86_64", requires=("torch>=2.14",))
+    make_mamba_wheel(w, "cputorch2.13cxx11abiTRUE", "cp312")
+    make_mamba_wheel(w, "hip62torch2.5cxx11abiFALSE", "cp311")
+    out = tmp_path / "index"
+    build_index(w, out)
+    doc = json.loads((out / "manifest.json").read_text())
+    manifest = Manifest.from_json(doc)
+    page = coverage.model(Index(manifest.files, None))
+
+    seen = {}
+    for row in page["rows"]:
+        for col, cell in zip(page["columns"], row["cells"], strict=True):
+            py = "cp" + col["python"].replace(".", "")
+            stable = _variant.Variant.from_key(f"{row['accelerator']}-torchstable-abi3", python=py)
+            want = stable if row["torch"] == "stable" else replace(stable, torch=row["torch"], cxx11abi=col["abi"])
+            res = resolve(doc, want)
+            seen[(want.key, py)] = cell and cell.filename
+            assert (cell and (cell.key, cell.filename)) == (res.filename and (res.key, res.filename)), (want.key, py)
+    assert seen[("cu12-torch2.6-cxx11abiFALSE", "cp311")].startswith("mamba_ssm-2.10.0+")
+    # torch 2.12 on cp312: no exact wheel; the stable 2.3.0 admits it, the newer stable 2.4.0 (torch>=2.14) does not
+    stable = "mamba_ssm-{}+cu13torchstable-cp310-abi3-linux_x86_64.whl"
+    assert seen[("cu13-torch2.12-cxx11abiTRUE", "cp312")] == stable.format("2.3.0")
+    assert seen[("cu13-torch2.14-cxx11abiTRUE", "cp312")] == stable.format("2.4.0")
+    assert seen[("hip62-torch2.5-cxx11abiFALSE", "cp312")] is None
+
+
+def test_coverage_and_resolve_import_the_model_only_and_the_verifier_no_index():
+    """The index <-> coverage cycle is cut: coverage and resolve load builder.index.model, nothing else of the
+    index; builder.wheels reads metadata through builder.wheelmeta without the index."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import builder.wheels; a = sorted(m for m in sys.modules if m.startswith('builder.index')); "
+        "import builder.coverage, builder.resolve; "
+        "print(a, sorted(m for m in sys.modules if m.startswith('builder.index')))"
+    )
+    root = Path(__file__).parents[1]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert p.stdout.split() == ["[]", "['builder.index',", "'builder.index.model']"]
+
+
+def test_a_manifest_entry_off_the_schema_is_an_integrity_error_naming_it(wheels, tmp_path):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    mf = out / "manifest.json"
+    doc = json.loads(mf.read_text())
+    del doc["files"][CU12_311]["sha256"]
+    mf.unlink()  # (the generation's own file: a hand edit of the live index)
+    mf.write_text(json.dumps(doc))
+    with pytest.raises(IndexIntegrityError, match=rf"entry '{re.escape(CU12_311)}' has no 'sha256'"):
+        build_index(wheels, out)

@@ -96,7 +96,7 @@ def test_pip_and_uv_install_exactly_the_variant_wheel(site, tmp_path, py, torch,
     env = isolated_env(tmp_path)
     manifest = __import__("json").loads((root / "www" / "index" / "manifest.json").read_text())
     res = resolve(manifest, _want(facts, py, torch))
-    assert res.entry is not None and res.entry["version"] == version, res
+    assert res.entry is not None and res.entry.version == version, res
     key = res.key
     command = install_command(res.entry, key, f"{url}/index")
     pin = f"mamba-ssm=={version}"

@@ -132,3 +132,32 @@ def test_no_torch_installed_is_none(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
     p = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 0 and p.stdout.split() == ["None", "None"], p.stderr
+
+
+@pytest.mark.parametrize(
+    ("label", "key", "backend", "backend_version", "torch", "abi"),
+    [
+        ("cu12torch2.6cxx11abiFALSE", "cu12-torch2.6-cxx11abiFALSE", "cuda", "12", "2.6", False),
+        ("cu13torch2.14cxx11abiTRUE", "cu13-torch2.14-cxx11abiTRUE", "cuda", "13", "2.14", True),
+        ("hip62torch2.5cxx11abiFALSE", "hip62-torch2.5-cxx11abiFALSE", "rocm", "6.2", "2.5", False),
+        ("hip610torch2.9cxx11abiTRUE", "hip610-torch2.9-cxx11abiTRUE", "rocm", "6.10", "2.9", True),
+        ("cputorch2.13cxx11abiTRUE", "cpu-torch2.13-cxx11abiTRUE", "cpu", None, "2.13", True),
+        ("cu13torchstable", "cu13-torchstable-abi3", "cuda", "13", "stable", None),
+        ("cputorchstable", "cpu-torchstable-abi3", "cpu", None, "stable", None),
+    ],
+)
+def test_from_label_and_from_key_round_trip_every_kind(label, key, backend, backend_version, torch, abi):
+    v = V.Variant.from_label(label, python="cp312")
+    assert (v.backend, v.backend_version, v.torch, v.cxx11abi) == (backend, backend_version, torch, abi)
+    assert v.python == "cp312"
+    assert (v.label, v.key) == (label, key)
+    assert V.Variant.from_key(key, python="cp312") == v
+    # setuptools lowercases the local label in filenames and METADATA: the same variant, the farm's spelling back
+    assert V.Variant.from_label(label.lower(), python="cp312") == v
+    assert V.Variant.from_label(label.lower()).label == label
+
+
+@pytest.mark.parametrize("bad", ["cu12torch2.6", "hip6torch2.5cxx11abiFALSE", "cu012torch2.6cxx11abiTRUE", "gpu"])
+def test_from_label_refuses_what_does_not_name_a_variant(bad):
+    with pytest.raises(V.VariantError, match=bad):
+        V.Variant.from_label(bad)
