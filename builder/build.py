@@ -38,6 +38,10 @@ def add_command(subparsers) -> None:
     p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
     p.add_argument("--profile", default=None, help="a profile of the matrix (e.g. ci)")
     p.add_argument("--only", nargs="+", default=None, metavar="ID", help="build only these spec ids")
+    p.add_argument(
+        "--projects", nargs="+", default=None, metavar="NAME",
+        help="build these projects instead of the profile's (checkout and/or recipe names, e.g. causal-conv1d)",
+    )  # fmt: skip
     p.add_argument("--executor", default="auto", choices=EXECUTORS)
     p.add_argument("--jobs", type=int, default=None, help="builds at once (default: from cores and memory)")
     p.add_argument(
@@ -75,7 +79,7 @@ def run_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
     log = lambda msg: console.print(msg, highlight=False, markup=False)
     t0 = time.monotonic()
-    plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only)
+    plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only, projects=args.projects)
     specs = list(plan.builds)
     if not specs:
         raise UsageError("the plan selects no builds", hint="check --profile / --only against `python -m builder plan`")
@@ -102,15 +106,20 @@ def run_command(args: argparse.Namespace) -> int:
     outcomes: list[schedule.Outcome] = []
     stop = threading.Event()
     executor = None
-    if todo:
-        executor = select(args.executor, options)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
+    # Each recipe build's source first (fetch once, check the hash, unpack, patch: seconds, no compiler):
+    # one that cannot be prepared fails alone, before any toolchain is made for it.
+    trees, refused = _prepare_sources(todo, plan, run_dir, logs_dir, log)
+    runnable = [s for s in specs if s.id not in refused]
+    if any(s.id not in refused for s in todo):
+        executor = select(args.executor, options)
     # Snapshot the source now, next to the plan's inputs hash: edits made while the run
     # goes on must not slip into wheels recorded under the old hash.
     from builder.executors.host import copy_source
 
     source = run_dir / "src"
-    copy_source(args.source.absolute(), source)
+    if any(not s.from_recipe for s in todo):
+        copy_source(args.source.absolute(), source)
 
     def on_signal(signum, frame):
         # Stop launching, remove containers / kill build processes now, then unwind.
@@ -121,30 +130,33 @@ def run_command(args: argparse.Namespace) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if todo:
+        if executor is not None:
             t_img = time.monotonic()
-            executor.prepare(plan.images, todo)
+            executor.prepare(plan.images, [s for s in todo if s.id not in refused])
             log(f"toolchains ready in {time.monotonic() - t_img:.1f}s")
 
             def build_one(spec, attempt):
                 raw = run_dir / spec.id / f"raw{attempt}"
                 log_path = logs_dir / f"{spec.id}.log"
-                if attempt == 1 and log_path.exists():
+                # a recipe build's log starts with its patches: kept
+                if attempt == 1 and log_path.exists() and spec.id not in trees:
                     log_path.unlink()
-                return executor.build(spec, source, raw, log_path, args.timeout)
+                return executor.build(spec, trees.get(spec.id, source), raw, log_path, args.timeout)
 
             def finish(spec, result):
                 return _verify_and_publish(
                     spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke,
-                    allow_newer_manylinux=executor.newer_glibc(spec),
+                    allow_newer_manylinux=executor.newer_glibc(spec), recipe=_recipe(plan, spec),
                 )
 
-            outcomes = schedule.run(
-                specs, build_one, finish, ledger=ledger, wheels_dir=wheels_dir, jobs=jobs,
+            ran = schedule.run(
+                runnable, build_one, finish, ledger=ledger, wheels_dir=wheels_dir, jobs=jobs,
                 retries=args.retries, console=console, stop=stop,
             )
         else:
-            outcomes = [schedule.Outcome(s, "skipped", ledger.done(s, wheels_dir), reason="up to date") for s in specs]
+            ran = [schedule.Outcome(s, "skipped", ledger.done(s, wheels_dir), reason="up to date") for s in runnable]
+        by_id = {o.spec.id: o for o in ran} | {sid: o for sid, (o, _err) in refused.items()}
+        outcomes = [by_id[s.id] for s in specs if s.id in by_id]
     except KeyboardInterrupt:
         stop.set()
         log("interrupted: build containers/processes removed; nothing partial was published")
@@ -170,10 +182,70 @@ def run_command(args: argparse.Namespace) -> int:
             parts.append(f"\n    last lines:\n{_indent(schedule.tail(o.log))}")
         if index_error:
             parts.append(f"\nand the index failed: {index_error}")
-        raise BuildFailed("".join(parts), hint="each log above ends with the failing step; fix it and rerun (finished builds are kept)")
+        err = BuildFailed("".join(parts), hint="each log above ends with the failing step; fix it and rerun (finished builds are kept)")
+        err.exit_code = _exit_code(failed, refused)
+        raise err
     if index_error:
         raise BuildFailed(f"the wheels were built, but the index failed: {index_error}", hint=index_error.hint)
     return 0
+
+
+def _recipe(plan, spec):
+    """The recipe a build's spec came from (None: the checkout)."""
+    if not spec.from_recipe:
+        return None
+    from builder.plan import REPO_ROOT
+    from builder.recipes import recipe_for
+
+    return recipe_for(spec.project, plan.matrix.recipes_dir or REPO_ROOT / "recipes")
+
+
+def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tuple[dict, dict]:
+    """({id: prepared tree}, {id: (failed Outcome, error)}) for the recipe builds among TODO.
+
+    The tree is ``<run dir>/<id>/source/src``: the pinned sdist, hash-checked, unpacked and patched
+    (builder/prepare.py); the executor builds it as it builds the checkout, with the spec's env.
+    """
+    from builder.prepare import prepare
+    from builder.recipes import CellFacts
+
+    trees: dict[str, Path] = {}
+    refused: dict[str, tuple[schedule.Outcome, FarmError]] = {}
+    for spec in todo:
+        if not spec.from_recipe:
+            continue
+        log_path = logs_dir / f"{spec.id}.log"
+        t0 = time.monotonic()
+        try:
+            prep = prepare(_recipe(plan, spec), CellFacts.from_spec(spec), run_dir / spec.id / "source")
+        except FarmError as err:  # PatchError, SourceIntegrityError, SourceFetchError...: this build only
+            kind = f"{type(err).__name__}, exit {err.exit_code}"
+            text = f"== {spec.id}: the source could not be prepared ({kind})\n{err}\n"
+            log_path.write_text(text + (f"hint: {err.hint}\n" if err.hint else ""))
+            log(f"{spec.id}: FAILED before building: {str(err).splitlines()[0]}")
+            reason = f"source: {str(err).splitlines()[0]}"
+            refused[spec.id] = (schedule.Outcome(spec, "failed", None, log_path, reason, time.monotonic() - t0), err)
+            continue
+        log_path.write_text(
+            f"== {spec.id}: {spec.source}\n== patches applied: {', '.join(prep.applied) or 'none'}"
+            f" (skipped: {', '.join(prep.skipped) or 'none'})\n"
+        )
+        log(f"{spec.id}: source ready, patches {', '.join(prep.applied) or 'none'}")
+        trees[spec.id] = prep.tree
+    return trees, refused
+
+
+def _exit_code(failed: list, refused: dict) -> int:
+    """A refused source outranks everything (nothing was built from it); a run whose every failure is one
+    kind of source error exits with that error's code; anything else is BuildFailed's."""
+    from builder.errors import SourceIntegrityError
+
+    errors = [refused[o.spec.id][1] for o in failed if o.spec.id in refused]
+    if any(isinstance(e, SourceIntegrityError) for e in errors):
+        return SourceIntegrityError.exit_code
+    if len(errors) == len(failed) and len({type(e) for e in errors}) == 1:
+        return errors[0].exit_code
+    return BuildFailed.exit_code
 
 
 def _indent(text: str) -> str:
@@ -189,7 +261,8 @@ def _clear_stale(work: Path, wheels_dir: Path) -> None:
 
 
 def _verify_and_publish(
-    spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False
+    spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False,
+    recipe=None,
 ) -> Path:
     """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename."""
     from builder import wheels
@@ -213,6 +286,7 @@ def _verify_and_publish(
             wheels.smoke_test(
                 good, spec, python=str(python / "bin" / "python3"),
                 torch_requirement=f"torch=={spec.torch_version}", workdir=smoke_dir,
+                imports=recipe.imports if recipe else (), commands=recipe.commands if recipe else (),
             )
     # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.
     staged = workdir / (good.name + ".staged")

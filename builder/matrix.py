@@ -31,6 +31,7 @@ from builder.tomllines import TomlLines
 from mamba_ssm import _variant
 
 AXES = ("torch", "python", "accelerator", "cxx11abi", "platform")
+CHECKOUT = "checkout"  # a profile's project name for this repository's own package
 IMAGE_PLACEHOLDERS = ("arch", "toolkit", "toolkit_full", "debian_suite")
 
 # Strict shapes for everything that can end up in a Dockerfile, a shell or a URL.
@@ -172,6 +173,8 @@ class Profile:
     selects: tuple = field(default=(), hash=False)  # dicts axis -> values; a cell must match one (if any)
     archs: tuple[str, ...] = ()  # arch override: sm_* for CUDA builds, gfx* for ROCm builds
     stable_abi: bool | None = None  # None: the matrix's [plan] stable_abi
+    # What it builds: CHECKOUT (this repository's package) and/or recipes' projects (recipes/<name>.toml).
+    projects: tuple[str, ...] = ("checkout",)
 
     def matches(self, cell: Cell, native_abi: bool) -> bool:
         if not all(_axis_match(a, v, cell, native_abi) for a, v in self.narrow.items()):
@@ -194,6 +197,7 @@ class Matrix:
     includes: tuple[Rule, ...] = ()
     profiles: dict = field(default_factory=dict, hash=False)  # name -> Profile
     stable_abi: bool = True  # [plan] stable_abi: stable-ABI builds serve every cell they can
+    recipes_dir: Path | None = None  # [plan] recipes: the third-party recipes folder
     lines: TomlLines | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
@@ -402,7 +406,7 @@ def load_matrix(path: Path, compat: Compat) -> Matrix:
 
     package = _package(ck, data["package"], path.parent)
     axes = _axes(ck, data["axes"])
-    stable_abi = _plan_settings(ck, data.get("plan", {}))
+    stable_abi, recipes_dir = _plan_settings(ck, data.get("plan", {}), path.parent)
     url, prefer_pypi = _torch_index(ck, data.get("torch_index", {}))
     images = _images(ck, data.get("images", {}))
     excludes = _rules(ck, data.get("exclude", []), "exclude", axes)
@@ -423,6 +427,7 @@ def load_matrix(path: Path, compat: Compat) -> Matrix:
         includes=includes,
         profiles=profiles,
         stable_abi=stable_abi,
+        recipes_dir=recipes_dir,
         lines=ck.lines,
     )
     _no_duplicate_includes(ck, matrix, compat)
@@ -466,13 +471,15 @@ def _axes(ck: _Checker, value: Any) -> Axes:
     return Axes(**out)
 
 
-def _plan_settings(ck: _Checker, value: Any) -> bool:
+def _plan_settings(ck: _Checker, value: Any, root: Path) -> tuple[bool, Path]:
     """[plan]: how builds cover cells. stable_abi (default true): one stable-ABI build per
-    accelerator and platform serves every cell such a wheel can; false: one build per cell."""
+    accelerator and platform serves every cell such a wheel can; false: one build per cell.
+    recipes (default "recipes"): the folder of third-party recipes a profile's projects name."""
     p = ("plan",)
     t = ck.table(value, p)
-    ck.keys(t, p, ("stable_abi",))
-    return ck.boolean(t.get("stable_abi", True), p + ("stable_abi",))
+    ck.keys(t, p, ("stable_abi", "recipes"))
+    recipes = ck.string(t.get("recipes", "recipes"), p + ("recipes",), RELPATH_RE, "a relative folder path")
+    return ck.boolean(t.get("stable_abi", True), p + ("stable_abi",)), root / recipes
 
 
 def _torch_index(ck: _Checker, value: Any) -> tuple[str, bool]:
@@ -578,6 +585,17 @@ def _rules(ck: _Checker, value: Any, kind: str, axes: Axes) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+def _projects(ck: _Checker, b: dict, pp: tuple) -> tuple[str, ...]:
+    """A profile's projects: CHECKOUT and/or recipe names (default: the checkout only). That each
+    recipe exists is checked when the profile is planned (builder.plan), so a copied matrix loads."""
+    if "projects" not in b:
+        return (CHECKOUT,)
+    names = ck.values(b["projects"], pp + ("projects",), scalar_ok=True)
+    for i, name in enumerate(names):
+        ck.string(name, pp + ("projects", i), NAME_RE, f'"{CHECKOUT}" or a recipe\'s project name')
+    return tuple(names)
+
+
 def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) -> dict:
     p = ("profiles",)
     t = ck.table(value, p)
@@ -587,7 +605,7 @@ def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) 
         if not NAME_RE.fullmatch(name):
             ck.fail(pp, f"profile name {_show(name)} must be lowercase letters, digits, - or _")
         b = ck.table(body, pp)
-        ck.keys(b, pp, AXES + ("description", "select", "archs", "stable_abi"))
+        ck.keys(b, pp, AXES + ("description", "select", "archs", "stable_abi", "projects"))
         stable_abi = ck.boolean(b["stable_abi"], pp + ("stable_abi",)) if "stable_abi" in b else None
         desc = b.get("description", "")
         if not isinstance(desc, str) or not SAFE_TEXT_RE.fullmatch(desc):
@@ -614,7 +632,8 @@ def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) 
                 close = difflib.get_close_matches(a, known, n=1)
                 mean = f'; did you mean "{close[0]}"?' if close else ""
                 ck.fail(pp + ("archs", i), f"no toolkit in the data compiles for {a}{mean} (known: {', '.join(known)})")
-        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs), stable_abi)
+        projects = _projects(ck, b, pp)
+        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs), stable_abi, projects)
     return out
 
 

@@ -23,10 +23,26 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from builder import compat as compat_mod
 from builder.compat import Accelerator, Compat, image_setting_key, parse_accelerator, vtuple
 from builder.errors import MatrixError
-from builder.matrix import IMAGE_REF_RE, Cell, Dropped, Matrix, Profile, expand, load_matrix, toolkit_source_for
+from builder.matrix import (
+    CHECKOUT,
+    IMAGE_REF_RE,
+    Cell,
+    Dropped,
+    Matrix,
+    Profile,
+    expand,
+    load_matrix,
+    toolkit_source_for,
+)
+from builder.prepare import explain as explain_recipe
+from builder.prepare import inputs as prepare_inputs
+from builder.prepare import supported
+from builder.recipes import CellFacts, recipe_for
 from builder.spec import BuildSpec, ImageSpec, stable_hash
 from mamba_ssm._variant import Variant
 
@@ -38,6 +54,8 @@ GITHUB_MATRIX_LIMIT = 256  # jobs per matrix, GitHub's documented cap
 # Build outputs that live next to sources but are not sources.
 _SKIP_DIRS = {"__pycache__", "build", "dist", ".git", ".eggs"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".a", ".egg-info")
+# The checkout's extension modules, inside its wheels: what the ABI and arch audits read.
+CHECKOUT_EXTENSIONS = ("mamba_ssm/_C*.so",)
 
 
 @dataclass(frozen=True)
@@ -63,6 +81,7 @@ def load_plan(
     profile: str | None = None,
     only: list[str] | None = None,
     stable: bool | None = None,
+    projects: list[str] | None = None,
 ) -> Plan:
     """Load, validate and expand matrix.toml into the plan. Raises MatrixError.
 
@@ -71,6 +90,7 @@ def load_plan(
     None: as the profile's stable_abi says, else the matrix's [plan] stable_abi.
     Every stage that takes build ids (build, render, --only) must load the plan with
     the same profile and setting, or the ids differ.
+    projects: build these projects (CHECKOUT, recipe names) instead of the profile's.
     """
     compat = compat_mod.load()
     matrix = load_matrix(Path(matrix_file) if matrix_file else DEFAULT_MATRIX, compat)
@@ -79,7 +99,9 @@ def load_plan(
         stable = prof.stable_abi if prof is not None and prof.stable_abi is not None else matrix.stable_abi
     cells, dropped = expand(matrix, compat, prof)
     src = source_hash(matrix)
-    builds, images = _specs(matrix, compat, cells, prof, src, stable=stable)
+    chosen = _projects(matrix, prof, projects)
+    builds, images, refused = _specs(matrix, compat, cells, prof, src, stable=stable, projects=chosen)
+    dropped = [*dropped, *refused]
     if only:
         builds = _select(matrix, builds, only)
         needed = {b.image for b in builds}
@@ -88,6 +110,23 @@ def load_plan(
     if not builds:
         raise _nothing_to_build(matrix, prof, dropped)
     return Plan(matrix, builds, images, dropped, cells, prof, src, stable)
+
+
+def _projects(matrix: Matrix, prof: Profile | None, projects: list[str] | None) -> tuple[str, ...]:
+    """What the plan builds: --projects, else the profile's projects, else the checkout; each one known."""
+    root = matrix.recipes_dir or REPO_ROOT / "recipes"
+    known = [CHECKOUT, *sorted(p.stem for p in root.glob("*.toml"))]
+    chosen = tuple(dict.fromkeys(projects)) if projects else (prof.projects if prof is not None else (CHECKOUT,))
+    for i, name in enumerate(chosen):
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        mean = f'; did you mean "{close[0]}"?' if close else ""
+        message = f"no recipe {root / (name + '.toml')}{mean} (projects: {', '.join(known)})"
+        if projects:
+            raise MatrixError(f"--projects {json.dumps(name)}: {message}", hint=f"add the recipe, or use one of: {', '.join(known)}")
+        raise matrix.error(("profiles", prof.name, "projects", i), message)
+    return chosen
 
 
 # A plan that leaves nothing lists this many dropped combinations, with their reasons, in its error.
@@ -279,15 +318,23 @@ def _archs(matrix: Matrix, compat: Compat, acc: Accelerator, prof: Profile | Non
 
 
 def _specs(
-    matrix: Matrix, compat: Compat, cells: list[Cell], prof: Profile | None, src: str, stable: bool = False
-) -> tuple[list[BuildSpec], dict[str, ImageSpec]]:
+    matrix: Matrix,
+    compat: Compat,
+    cells: list[Cell],
+    prof: Profile | None,
+    src: str,
+    stable: bool = False,
+    projects: tuple[str, ...] = (CHECKOUT,),
+) -> tuple[list[BuildSpec], dict[str, ImageSpec], list[Dropped]]:
     accs = {name: parse_accelerator(name) for name in {c.accelerator for c in cells}}
     toolchains: dict[tuple, tuple[_Toolchain, str, str]] = {}
     archs = {name: _archs(matrix, compat, acc, prof) for name, acc in accs.items()}
     builds = []
+    dropped: list[Dropped] = []
     tc_of: dict[str, _Toolchain] = {}
-    groups = _group_stable(cells, accs, compat) if stable else [(c, cs, False) for c, cs in _group(cells)]
-    for cell, serves, is_stable in groups:
+
+    def cell_fields(cell: Cell, variant: Variant) -> dict:
+        """Everything of a build but its id: the toolchain, torch and target of CELL."""
         acc = accs[cell.accelerator]
         key = (cell.accelerator, cell.platform, cell.torch)
         if key not in toolchains:
@@ -295,12 +342,10 @@ def _specs(
             toolchains[key] = (tc, manylinux, _image_id(tc))
         tc, manylinux, image_id = toolchains[key]
         tc_of[image_id] = tc
-        variant = _variant(cell, acc).as_stable() if is_stable else _variant(cell, acc)
         install = compat.torch_install(cell.torch, acc, cell.platform, prefer_pypi=matrix.prefer_pypi)
         row = compat.torch[cell.torch]
         index_url = matrix.torch_index_url.format(variant=install.index_variant) if install.index_variant else ""
-        fields = {
-            "id": f"{variant.key}-{variant.python}-{cell.platform}",
+        return {
             "torch": cell.torch,
             "torch_version": row.latest,
             "python": cell.python,
@@ -317,6 +362,12 @@ def _specs(
             "manylinux": manylinux,
             "abi_native": cell.cxx11abi in row.cxx11abi,
         }
+
+    groups = _group_stable(cells, accs, compat) if stable else [(c, cs, False) for c, cs in _group(cells)]
+    for cell, serves, is_stable in groups if CHECKOUT in projects else ():
+        acc = accs[cell.accelerator]
+        variant = _variant(cell, acc).as_stable() if is_stable else _variant(cell, acc)
+        fields = {"id": f"{variant.key}-{variant.python}-{cell.platform}", **cell_fields(cell, variant)}
         if is_stable:  # built against the newest torch it serves; serves every variant key of its cells
             fields.update(torch="stable", stable=True, serves=tuple(sorted({_variant(c, acc).key for c in serves})))
         hashed = {k: v for k, v in fields.items() if k not in ("id", "stable", "serves")}
@@ -329,7 +380,38 @@ def _specs(
             sources=src,
             serves=[_variant(c, acc).key for c in serves],
         )
-        builds.append(BuildSpec(**fields, inputs_hash=stable_hash(hashed, 16)))
+        builds.append(
+            BuildSpec(**fields, project=canonicalize_name(matrix.package.name), extensions=CHECKOUT_EXTENSIONS,
+                      inputs_hash=stable_hash(hashed, 16))
+        )  # fmt: skip
+    # A recipe's builds: one classic build per cell it supports (third-party code has no stable-ABI build).
+    for name in projects:
+        if name == CHECKOUT:
+            continue
+        recipe = recipe_for(name, matrix.recipes_dir or REPO_ROOT / "recipes")
+        for cell in cells:
+            acc = accs[cell.accelerator]
+            variant = _variant(cell, acc)
+            fields = cell_fields(cell, variant)
+            facts = CellFacts(
+                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label
+            )
+            ok, why = supported(recipe, facts)
+            if not ok:
+                dropped.append(Dropped(cell, why))
+                continue
+            recipe_inputs = prepare_inputs(recipe, facts)
+            fields.update(
+                id=f"{recipe.name}-{variant.key}-{variant.python}-{cell.platform}",
+                project=recipe.name,
+                source=recipe.source.identity,
+                extensions=recipe.extensions,
+                env=tuple(recipe_inputs["env"].items()),
+                unset=tuple(recipe_inputs["unset"]),
+            )
+            hashed = {k: v for k, v in fields.items() if k != "id"}
+            hashed.update(package_version=recipe.source.version, recipe=recipe_inputs)
+            builds.append(BuildSpec(**fields, inputs_hash=stable_hash(hashed, 16)))
     ids = [b.id for b in builds]
     if len(set(ids)) != len(ids):  # pragma: no cover - guarded by the accelerator label check
         raise MatrixError(f"{matrix.path}: two builds share an id; check axes.accelerator")
@@ -347,7 +429,7 @@ def _specs(
         )
         for iid, tc in tc_of.items()
     }
-    return builds, _images_for(builds, images)
+    return builds, _images_for(builds, images), dropped
 
 
 def _images_for(builds: list[BuildSpec], images: dict[str, ImageSpec]) -> dict[str, ImageSpec]:
@@ -401,8 +483,14 @@ def add_command(subparsers) -> None:
     )
     p.add_argument("--profile", default=None, help="a [profiles.NAME] subset, e.g. ci")
     p.add_argument("--only", nargs="+", action="extend", default=None, metavar="ID", help="just these build ids")
+    p.add_argument(
+        "--projects", nargs="+", action="extend", default=None, metavar="NAME",
+        help=f"build these projects instead of the profile's ({CHECKOUT} and/or recipe names, e.g. causal-conv1d)",
+    )  # fmt: skip
     p.add_argument("--format", choices=("table", "json", "github"), default="table")
-    p.add_argument("--explain", action="store_true", help="also list every dropped combination and why")
+    p.add_argument(
+        "--explain", action="store_true", help="also list every dropped combination and why, and each recipe's patches"
+    )
     p.add_argument(
         "--stable",
         action=argparse.BooleanOptionalAction,
@@ -415,7 +503,10 @@ def add_command(subparsers) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        plan = load_plan(args.matrix, args.profile, args.only, stable=getattr(args, "stable", None))
+        plan = load_plan(
+            args.matrix, args.profile, args.only, stable=getattr(args, "stable", None),
+            projects=getattr(args, "projects", None),
+        )  # fmt: skip
     except MatrixError as err:
         dropped = getattr(err, "dropped", None)
         if args.explain and dropped and len(dropped) > EXPLAIN_INLINE:  # a few are in the error itself
@@ -445,6 +536,8 @@ def _run(args: argparse.Namespace) -> int:
 def github_job(b: BuildSpec) -> dict:
     return {
         "id": b.id,
+        "project": b.project,
+        "farm_project": b.project if b.from_recipe else CHECKOUT,  # what --projects calls it
         "variant": b.variant,
         "torch": b.torch,
         "torch_version": b.torch_version,
@@ -505,7 +598,14 @@ def _serves_short(plan: Plan, b: BuildSpec) -> str:
 
 
 def _explain(plan: Plan, out) -> None:
+    recipes: dict = {}
     for b in plan.builds:
+        if b.from_recipe:  # the recipe's patches, env and unset for this cell
+            if b.project not in recipes:
+                recipes[b.project] = recipe_for(b.project, plan.matrix.recipes_dir or REPO_ROOT / "recipes")
+            print(f"{b.id}:", file=out)
+            for line in explain_recipe(recipes[b.project], CellFacts.from_spec(b)):
+                print(f"  {line}", file=out)
         if b.stable:
             cells = served_cells(plan, b)
             print(f"{b.id} serves {len(cells)} cell(s):", file=out)

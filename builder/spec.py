@@ -39,7 +39,9 @@ class ImageSpec:
 
 @dataclass(frozen=True)
 class BuildSpec:
-    id: str  # stable: "<variant>-<cpXY>-<platform>" (e.g. cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_64)
+    # stable: "<variant>-<cpXY>-<platform>" (cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_64) for the checkout,
+    # "<project>-<variant>-<cpXY>-<platform>" for a recipe's build
+    id: str
     torch: str  # major.minor ("2.14"), or "stable"
     torch_version: str  # the exact release installed for the build ("2.14.1")
     python: str  # "3.11"
@@ -61,6 +63,16 @@ class BuildSpec:
     # cxx11abiTRUE build against torch <= 2.6): the wheel is right for NGC's torch,
     # so a smoke test against torch_version from torch_index_url cannot import it.
     abi_native: bool = True
+    # What the wheel is made of: this checkout, or a third-party recipe's pinned sdist (builder/prepare.py).
+    project: str = "mamba-ssm"  # the wheel's distribution name (canonical)
+    source: str = "checkout"  # "checkout" or the pin's identity ("sdist:causal-conv1d==1.7.0@sha256:...")
+    extensions: tuple[str, ...] = ()  # globs of the extension modules the audits read (wheel paths)
+    env: tuple[tuple[str, str], ...] = ()  # the recipe's build environment (set these)...
+    unset: tuple[str, ...] = ()  # ...and remove these
+
+    @property
+    def from_recipe(self) -> bool:
+        return self.source != "checkout"
 
     @property
     def python_tag(self) -> str:
@@ -70,4 +82,7 @@ class BuildSpec:
         d = asdict(self)
         d["archs"] = list(self.archs)
         d["serves"] = list(self.serves) or [self.variant]
+        d["extensions"] = list(self.extensions)
+        d["env"] = dict(self.env)
+        d["unset"] = list(self.unset)
         return d

@@ -20,7 +20,7 @@ the CPU scan against the pure-PyTorch reference.
 
 from __future__ import annotations
 
-import base64
+import fnmatch
 import hashlib
 import os
 import re
@@ -39,6 +39,7 @@ from packaging.version import Version
 from builder import compat as compat_mod
 from builder import wheelmeta
 from builder.errors import VerificationError
+from builder.relabel import pin_torch, read_members, write_wheel
 from builder.spec import BuildSpec
 from mamba_ssm import _elf
 from mamba_ssm._elf import AbiReport, abi_report
@@ -89,13 +90,13 @@ class WheelFacts:
     extensions: tuple[str, ...]  # *.so members inside the package
 
 
-def read_facts(wheel: Path) -> WheelFacts:
+def read_facts(wheel: Path, project: str = PROJECT) -> WheelFacts:
     try:
         name, _version, _build, tags = parse_wheel_filename(wheel.name)
     except InvalidWheelFilename as err:
         raise VerificationError(f"{wheel.name}: not a valid wheel filename ({err})") from None
-    if name != canonicalize_name(PROJECT):
-        raise VerificationError(f"{wheel.name}: a {name} wheel, expected {PROJECT}")
+    if name != canonicalize_name(project):
+        raise VerificationError(f"{wheel.name}: a {name} wheel, expected {project}")
     raw_version = wheel.name.split("-")[1]
     try:
         meta = wheelmeta.read(wheel, wheel_tags=True)
@@ -180,6 +181,24 @@ def _check_torch_pin(spec_str: str | None, spec: BuildSpec) -> list[str]:
     return []
 
 
+def audited_extensions(members: tuple[str, ...], spec: BuildSpec) -> list[str]:
+    """The wheel's extension modules the spec names (its globs; none given: every *.so); each glob must match."""
+    if not spec.extensions:
+        return list(members)
+    out, missing = [], []
+    for pattern in spec.extensions:
+        hits = [m for m in members if fnmatch.fnmatchcase(m, pattern)]
+        if not hits:
+            missing.append(pattern)
+        out += [m for m in hits if m not in out]
+    if missing:
+        raise VerificationError(
+            f"{spec.id}: the wheel has no extension module matching {', '.join(missing)} "
+            f"(its shared objects: {', '.join(members) or 'none'})"
+        )
+    return out
+
+
 # --------------------------------------------------------------------------- C++ ABI audit
 
 
@@ -256,10 +275,6 @@ def _arch_msg(what: str, found: set[str], want: set[str]) -> str:
 # --------------------------------------------------------------------------- repair and retag
 
 
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
 def retag(wheel: Path, platform: str, out_dir: Path, *, version: str | None = None) -> Path:
     """Rewrite ``wheel`` with exactly one platform tag (filename, WHEEL and RECORD agree).
 
@@ -276,27 +291,11 @@ def retag(wheel: Path, platform: str, out_dir: Path, *, version: str | None = No
     if version is not None:
         stem[1] = version
     new_name = "-".join([*stem[:-3], *ia.split("-"), platform]) + ".whl"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    dest = out_dir / new_name
-    with zipfile.ZipFile(wheel) as src:
-        infos = src.infolist()
-        info_dir = next(i.filename.split("/")[0] for i in infos if i.filename.endswith(".dist-info/WHEEL"))
-        members = {i.filename: src.read(i) for i in infos}
+    infos, members, info_dir = read_members(wheel)
     wheel_txt = members[f"{info_dir}/WHEEL"].decode()
     lines = [ln for ln in wheel_txt.splitlines() if not ln.startswith("Tag:")] + [f"Tag: {ia}-{platform}"]
     members[f"{info_dir}/WHEEL"] = ("\n".join(lines) + "\n").encode()
-    record_name = f"{info_dir}/RECORD"
-    rows = [f"{n},{_record_hash(d)},{len(d)}" for n, d in members.items() if n != record_name and not n.endswith("/")]
-    members[record_name] = ("\n".join([*rows, f"{record_name},,"]) + "\n").encode()
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for info in infos:
-            zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
-            zi.external_attr = info.external_attr
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(zi, members[info.filename])
-    os.replace(tmp, dest)
-    return dest
+    return write_wheel(infos, members, info_dir, out_dir / new_name)
 
 
 def _auditwheel(*args: str) -> subprocess.CompletedProcess:
@@ -386,17 +385,20 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
     """
     wheel, workdir = Path(wheel), Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    facts = read_facts(wheel)
+    if spec.from_recipe:  # upstream's METADATA requires any torch: pin the minor it was built against
+        wheel = pin_torch(wheel, spec.torch_version, workdir / "relabelled")
+    facts = read_facts(wheel, spec.project)
     problems = check_names(facts, spec, (spec.platform, spec.manylinux))
     if problems:
         raise VerificationError(f"{wheel.name} does not match spec {spec.id}: " + "; ".join(problems))
 
     unpacked = Path(tempfile.mkdtemp(prefix="unpacked-", dir=workdir))
     try:
+        audited = audited_extensions(facts.extensions, spec)
         with zipfile.ZipFile(wheel) as zf:
-            for name in facts.extensions:
+            for name in audited:
                 zf.extract(name, unpacked)
-        libs = [unpacked / n for n in facts.extensions]
+        libs = [unpacked / n for n in audited]
         report = VerifyReport(wheel=wheel, platform="")
         for so in libs:
             report.abi[so.name] = (
@@ -409,7 +411,7 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
     repaired, platform = repair(wheel, spec, workdir, allow_newer_manylinux=allow_newer_manylinux)
     canonical = f"{facts.version.partition('+')[0]}+{spec.label}"
     final = retag(repaired, platform, workdir / "verified", version=canonical)
-    after = read_facts(final)
+    after = read_facts(final, spec.project)
     if after.filename_tags != (expected_tag(spec, platform),) or after.wheel_tags != after.filename_tags:
         raise VerificationError(
             f"{final.name}: after repair the tags are {after.filename_tags}, expected one {expected_tag(spec, platform)}"
@@ -447,9 +449,16 @@ print(f"smoke ok: torch {torch.__version__}, mamba_ssm {mamba_ssm.__version__}, 
 """
 
 
-def smoke_test(wheel: Path, spec: BuildSpec, *, python: str, torch_requirement: str, workdir: Path) -> str:
+def smoke_test(
+    wheel: Path, spec: BuildSpec, *, python: str, torch_requirement: str, workdir: Path,
+    imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (),
+) -> str:
     """Install ``wheel`` into a clean venv made by ``python`` next to ``torch_requirement``; import it,
     check the ops are registered, run the CPU scan against the reference. Returns the success line.
+
+    A recipe's wheel (``spec.from_recipe``) is installed without its dependencies (upstream's pull in
+    triton, transformers...) and proven by the recipe's own ``imports`` and ``commands`` instead, run
+    from ``/`` (``python`` in a command is the smoke venv's).
 
     torch is installed once per (python, requirement) into a base venv under ``workdir``; each smoke
     test gets a fresh venv that sees the base's site-packages through a .pth file, so the wheel is
@@ -464,6 +473,10 @@ def smoke_test(wheel: Path, spec: BuildSpec, *, python: str, torch_requirement: 
     (Path(_site_packages(vpy)) / "_torch_base.pth").write_text(_site_packages(str(base / "bin" / "python")) + "\n")
     bpip = [str(base / "bin" / "python"), "-m", "pip", "--python", vpy]
     _run([*bpip, "install", "-q", "--no-deps", str(wheel)], f"install {wheel.name}")
+    if spec.from_recipe:
+        line = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands)
+        shutil.rmtree(venv, ignore_errors=True)
+        return line
     # the wheel's own torch pin must accept the torch it is tested with
     _run([*bpip, "check"], f"pip check (the wheel's Requires-Dist against {torch_requirement})")
     proc = subprocess.run(
@@ -474,6 +487,20 @@ def smoke_test(wheel: Path, spec: BuildSpec, *, python: str, torch_requirement: 
         raise VerificationError(f"{wheel.name}: smoke test failed with {torch_requirement}: {last}")
     shutil.rmtree(venv, ignore_errors=True)
     return proc.stdout.strip().splitlines()[-1]
+
+
+def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands) -> str:
+    """The recipe's [test]: its imports in order in one interpreter (an extension needs torch's libraries
+    loaded first), then each command, in the smoke venv from / (not the source tree)."""
+    steps = [[vpy, "-c", "; ".join(f"import {name}" for name in imports)]] if imports else []
+    steps += [[vpy if c[0] == "python" else c[0], *c[1:]] for c in commands]
+    for argv in steps:
+        proc = subprocess.run(argv, check=False, capture_output=True, text=True, cwd="/", env=_clean_env())
+        if proc.returncode:
+            last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+            shown = " ".join(["python", *argv[1:]] if argv[0] == vpy else argv)
+            raise VerificationError(f"{wheel.name}: smoke test `{shown}` failed with {torch_requirement}: {last}")
+    return f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}"
 
 
 def _site_packages(python: str) -> str:

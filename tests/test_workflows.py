@@ -214,7 +214,7 @@ def test_release_triggers_and_inputs():
     on = triggers(load(RELEASE))
     assert set(on) == {"push", "workflow_dispatch"}
     assert on["push"] == {"tags": ["v*"]}
-    assert set(on["workflow_dispatch"]["inputs"]) == {"profile", "only-ids"}
+    assert set(on["workflow_dispatch"]["inputs"]) == {"profile", "only-ids", "projects"}
 
 
 def test_ci_runs_on_pull_requests_lint_tests_and_the_ci_profile():
@@ -338,10 +338,17 @@ def workspace(tmp: Path) -> Path:
 # ------------------------------------------------------------------ the plan job
 
 
-def run_plan(tmp: Path, profile: str = "", only: str = "") -> tuple[subprocess.CompletedProcess, dict]:
+def run_plan(
+    tmp: Path, profile: str = "", only: str = "", projects: str = ""
+) -> tuple[subprocess.CompletedProcess, dict]:
     job = load(RELEASE)["jobs"]["plan"]
     step = next(s for s in job["steps"] if s.get("id") == "plan")
-    ctx = {"inputs.profile": profile, "inputs.only-ids": only, "startsWith(github.ref, 'refs/tags/v')": "false"}
+    ctx = {
+        "inputs.profile": profile,
+        "inputs.only-ids": only,
+        "inputs.projects": projects,
+        "startsWith(github.ref, 'refs/tags/v')": "false",
+    }
     tmp.joinpath("bin").mkdir(parents=True, exist_ok=True)
     env = base_env(tmp, {k: render(v, ctx) for k, v in step["env"].items()})
     return run_bash(["-c", step["run"]], ROOT, env), outputs(tmp)
@@ -399,7 +406,19 @@ def test_plan_step_takes_the_dispatch_inputs(tmp_path, capsys):
 
 
 @needs_plan
-@pytest.mark.parametrize("inputs", [{"profile": "no-such-profile"}, {"only": "no-such-id"}])
+def test_plan_step_takes_the_projects_a_manual_run_picks(tmp_path):
+    proc, out = run_plan(tmp_path, profile="ci-upstream", projects="mamba-ssm")
+    assert proc.returncode == 0, proc.stderr
+    include = json.loads(out["matrix"])["include"]
+    assert [(e["id"], e["project"], e["farm_project"]) for e in include] == [
+        ("mamba-ssm-cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_64", "mamba-ssm", "mamba-ssm")
+    ]
+
+
+@needs_plan
+@pytest.mark.parametrize(
+    "inputs", [{"profile": "no-such-profile"}, {"only": "no-such-id"}, {"projects": "no-such-project"}]
+)
 def test_plan_step_fails_early_on_a_bad_selection(tmp_path, inputs):
     proc, out = run_plan(tmp_path, **inputs)
     assert proc.returncode != 0
@@ -408,12 +427,12 @@ def test_plan_step_fails_early_on_a_bad_selection(tmp_path, inputs):
 
 
 @needs_plan
-@pytest.mark.parametrize("profile", ["", "ci", "ci-stable"])
+@pytest.mark.parametrize("profile", ["", "ci", "ci-stable", "ci-upstream"])
 def test_build_step_asks_the_farm_for_the_plan_jobs_ids(tmp_path, profile, capsys):
     """The build job passes the plan job's profile on: the profile decides which ids exist
     (its stable_abi) and each one's archs, so `--only ID` must see the same plan."""
     from builder.cli import main
-    from builder.plan import load_plan
+    from builder.plan import github_job, load_plan
 
     step = next(s for s in load(RELEASE)["jobs"]["build-x86_64"]["steps"] if "nox -s build_matrix" in s.get("run", ""))
     (tmp_path / "bin").mkdir()
@@ -424,7 +443,7 @@ def test_build_step_asks_the_farm_for_the_plan_jobs_ids(tmp_path, profile, capsy
     cwd.mkdir()
     planned = load_plan(profile=profile or None).builds
     for spec in [b for b in planned if b.platform == "linux_x86_64"][:3]:
-        ctx = {"matrix.id": spec.id, "inputs.profile": profile}
+        ctx = {"matrix.id": spec.id, "inputs.profile": profile, "matrix.farm_project": github_job(spec)["farm_project"]}
         env = base_env(tmp_path, {k: render(v, ctx) for k, v in step["env"].items()})
         env["NOX_ARGS"] = str(tmp_path / "args")
         proc = run_step(step, env, cwd)

@@ -138,4 +138,11 @@ def spec_env(spec, *, max_jobs: int) -> dict[str, str]:
         env["MAMBA_STABLE_ABI"] = "TRUE"
     if spec.accelerator == "cpu":
         env["MAMBA_SKIP_CUDA_BUILD"] = "TRUE"
+    # A recipe's build environment (builder/prepare.py): what it unsets goes, even from the image's
+    # own ENV (build.sh unsets FARM_UNSET), and what it sets wins.
+    for name in spec.unset:
+        env.pop(name, None)
+    env.update(dict(spec.env))
+    if spec.unset:
+        env["FARM_UNSET"] = " ".join(spec.unset)
     return env

@@ -6,6 +6,13 @@
 set -uo pipefail
 echo "== $(date +%T) mamba-farm build ${FARM_BUILD_ID}: $("$FARM_PYTHON" -V 2>&1), torch ${FARM_TORCH_REQ:-from PYTHONPATH}"
 read -r -a torch_args <<< "${FARM_TORCH_PIP_ARGS:-}"
+# What a recipe unsets (space-separated), the image's ENV included: its setup.py would read it.
+read -r -a unset_names <<< "${FARM_UNSET:-}"
+for name in "${unset_names[@]}"; do unset "$name"; done
+# The interpreter's scripts (ninja, from the image's build packages) on PATH: torch's
+# cpp_extension runs `ninja`, and without it falls back to a serial, MAX_JOBS-blind build.
+PATH="$(dirname "$FARM_PYTHON"):$PATH"
+export PATH
 # An empty FARM_TORCH_REQ: torch is provided already (a mounted torch volume on PYTHONPATH).
 if [ -n "${FARM_TORCH_REQ:-}" ] && ! "$FARM_PYTHON" -m pip install "${torch_args[@]}" "$FARM_TORCH_REQ"; then
   echo "== could not install ${FARM_TORCH_REQ} (infrastructure)"

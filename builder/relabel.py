@@ -1,0 +1,89 @@
+"""Relabelling a third-party wheel: the metadata the farm promises, on a wheel whose setup.py we do not own.
+
+Upstream's wheels (mamba-ssm, causal-conv1d) declare ``Requires-Dist: torch`` with no version, so
+pip may replace the user's torch with another release the extension was never built against.
+:func:`pin_torch` rewrites ``METADATA`` to require exactly the torch minor of the build
+(``torch==2.14.*``) and leaves everything else, the local version label included, as built.
+:func:`write_wheel` is the one place a wheel's members are written back with a fresh ``RECORD``.
+"""
+
+from __future__ import annotations
+
+import base64
+import email.parser
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from builder.errors import VerificationError
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def read_members(wheel: Path) -> tuple[list[zipfile.ZipInfo], dict[str, bytes], str]:
+    """(zip entries, name -> bytes, the .dist-info folder) of WHEEL."""
+    with zipfile.ZipFile(wheel) as src:
+        infos = src.infolist()
+        members = {i.filename: src.read(i) for i in infos}
+    info_dirs = {n.split("/")[0] for n in members if n.count("/") == 1 and n.endswith(".dist-info/METADATA")}
+    if len(info_dirs) != 1:
+        raise VerificationError(f"{wheel.name}: expected one *.dist-info/METADATA, found {len(info_dirs)}")
+    return infos, members, info_dirs.pop()
+
+
+def write_wheel(infos: list[zipfile.ZipInfo], members: dict[str, bytes], info_dir: str, dest: Path) -> Path:
+    """Write MEMBERS (in the order of INFOS) to DEST with a RECORD that hashes them; atomic."""
+    record_name = f"{info_dir}/RECORD"
+    rows = [f"{n},{_record_hash(d)},{len(d)}" for n, d in members.items() if n != record_name and not n.endswith("/")]
+    members = {**members, record_name: ("\n".join([*rows, f"{record_name},,"]) + "\n").encode()}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for info in infos:
+            zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            zi.external_attr = info.external_attr
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(zi, members[info.filename])
+    os.replace(tmp, dest)
+    return dest
+
+
+def torch_pin(torch: str) -> str:
+    """The requirement a build against torch M.m (or M.m.p) gets: ``torch==M.m.*``."""
+    major, minor = torch.split(".")[:2]
+    return f"torch=={major}.{minor}.*"
+
+
+def pin_torch(wheel: Path, torch: str, out_dir: Path) -> Path:
+    """A copy of WHEEL in OUT_DIR whose METADATA requires ``torch==<torch's M.m>.*`` instead of any
+    unconditional torch requirement it had (added if it had none). Markers' torch lines stay."""
+    infos, members, info_dir = read_members(wheel)
+    name = f"{info_dir}/METADATA"
+    text = members[name].decode("utf-8")
+    head, sep, body = text.partition("\n\n")  # headers, then the long description
+    pin = f"Requires-Dist: {torch_pin(torch)}"
+    lines, placed = [], False
+    for line in head.splitlines():
+        if line.lower().startswith("requires-dist:"):
+            try:
+                req = Requirement(line.split(":", 1)[1].strip())
+            except InvalidRequirement:
+                req = None
+            if req is not None and req.name.lower() == "torch" and not req.marker:
+                if not placed:
+                    lines.append(pin)
+                    placed = True
+                continue
+        lines.append(line)
+    if not placed:
+        lines.append(pin)
+    members[name] = ("\n".join(lines) + (sep + body if sep else "\n")).encode("utf-8")
+    meta = email.parser.Parser().parsestr(members[name].decode(), headersonly=True)
+    if not any(r.replace(" ", "") == torch_pin(torch) for r in meta.get_all("Requires-Dist") or []):
+        raise VerificationError(f"{wheel.name}: could not pin torch in its METADATA")  # pragma: no cover
+    return write_wheel(infos, members, info_dir, Path(out_dir) / wheel.name)

@@ -1,0 +1,296 @@
+"""The farm builds upstream's packages from their pinned sdists (issue #12), for real.
+
+- In Docker (the CI set): `build --profile ci-upstream` compiles causal-conv1d 1.7.0 and mamba-ssm
+  2.3.2.post1 (cu13 x torch 2.14 x cp311 x sm_80, the C++20 patch applied); the wheels are verified,
+  smoke-tested by their recipes and indexed; real pip installs both from the index served on
+  127.0.0.1 into a fresh venv with torch 2.14.1, and the extensions import there; a second run
+  builds nothing. The cp312 builds of the same torch are the slow test.
+- Cheap failures (no compiler): a cached sdist whose bytes are not the pin's is refused with the
+  source-integrity exit code; a recipe patch that no longer applies fails that build alone, and
+  the checkout's CPU build next to it still publishes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from farmkit import REPO, docker_client, run_build
+from indexkit import find_python, serve
+
+from builder.errors import PatchError, SourceIntegrityError
+from builder.plan import load_plan
+
+LABEL = "cu13torch2.14cxx11abiTRUE"
+VERSIONS = {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"}
+EXTENSIONS = {"causal-conv1d": "causal_conv1d_cuda", "mamba-ssm": "selective_scan_cuda"}
+
+
+def _metadata(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        return zf.read(name).decode()
+
+
+def _upstream_build(tmp_path_factory, profile: str, python: str):
+    docker_client()
+    dist = tmp_path_factory.mktemp(f"upstream-{python}") / "dist"
+    args = ("--profile", profile, "--executor", "docker", "--jobs", "1", "--dist", str(dist))
+    first = run_build(*args, timeout=3600)  # one build at a time, MAX_JOBS = the cores
+    second = run_build(*args, timeout=600)
+    return dist, first, second
+
+
+@pytest.fixture(scope="module")
+def cp311(tmp_path_factory):
+    return _upstream_build(tmp_path_factory, "ci-upstream", "3.11")
+
+
+@pytest.mark.docker
+@pytest.mark.cuda_build
+def test_ci_upstream_builds_verifies_and_indexes_both_packages(cp311):
+    dist, first, _ = cp311
+    assert first.rc == 0, first.out[-6000:]
+    wheels = sorted((dist / "wheels").glob("*.whl"))
+    names = {w.name.split("-")[0]: w for w in wheels}
+    assert sorted(names) == ["causal_conv1d", "mamba_ssm"], [w.name for w in wheels]
+    for project, version in VERSIONS.items():
+        wheel = names[project.replace("-", "_")]
+        # named like upstream's releases, one platform tag, torch pinned to the minor it was built against
+        assert re.fullmatch(rf"{project.replace('-', '_')}-{re.escape(version)}\+{LABEL}-cp311-cp311-manylinux_2_\d+_x86_64\.whl", wheel.name)
+        meta = _metadata(wheel)
+        assert "Requires-Dist: torch==2.14.*" in meta.splitlines(), meta[:2000]
+        assert not [ln for ln in meta.splitlines() if re.fullmatch(r"Requires-Dist: torch\s*", ln)]
+        with zipfile.ZipFile(wheel) as zf:
+            assert any(re.fullmatch(rf"{EXTENSIONS[project]}\.cpython-311-x86_64-linux-gnu\.so", n) for n in zf.namelist())
+        spec = json.loads((wheel.parent / (wheel.name + ".spec.json")).read_text())
+        assert spec["project"] == project and spec["source"].startswith(f"sdist:{project}=={version}@sha256:")
+        log = (dist / "logs" / f"{spec['id']}.log").read_text()
+        assert "patches applied: cxx20, cuda-archs" in log
+        assert "-std=c++20" in log and "-std=c++17" not in log  # the C++20 patch reached the compiler
+        assert "arch=compute_80,code=sm_80" in log and "sm_90" not in log
+    assert "index:" in first.out
+
+
+@pytest.mark.docker
+@pytest.mark.cuda_build
+def test_pip_installs_both_from_the_served_index_next_to_torch_2_14_1(cp311, tmp_path):
+    dist, first, _ = cp311
+    assert first.rc == 0, first.out[-3000:]
+    python = find_python("3.11")
+    if python is None:
+        pytest.skip("no Python 3.11 on this machine")
+    venv = tmp_path / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    vpy = str(venv / "bin" / "python")
+    # torch through the host's pip settings (its local wheelhouse), as a user has it
+    subprocess.run([vpy, "-m", "pip", "install", "-q", "torch==2.14.1"], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
+    variant = "cu13-torch2.14-cxx11abiTRUE"
+    with serve(dist / "index") as url:
+        pins = [f"{p}=={v}+{LABEL}" for p, v in VERSIONS.items()]
+        # --no-deps: upstream's mamba-ssm requires triton, transformers, tilelang...; torch is there already
+        proc = subprocess.run(
+            [vpy, "-m", "pip", "install", "--no-deps", "--index-url", f"{url}/{variant}/", *pins],
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    check = subprocess.run(
+        [vpy, "-I", "-c", "import torch, selective_scan_cuda, causal_conv1d_cuda; print(torch.__version__)"],
+        capture_output=True, text=True, cwd="/",
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert check.stdout.strip().startswith("2.14.1")
+
+
+@pytest.mark.docker
+@pytest.mark.cuda_build
+def test_a_second_run_builds_nothing(cp311):
+    dist, first, second = cp311
+    assert first.rc == 0, first.out[-3000:]
+    assert second.rc == 0, second.out[-3000:]
+    assert "2 up to date, 0 to build" in second.out
+    assert second.seconds < 300
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+@pytest.mark.cuda_build
+def test_cp312_builds_of_the_same_torch(tmp_path_factory):
+    dist, first, second = _upstream_build(tmp_path_factory, "ci-upstream-cp312", "3.12")
+    assert first.rc == 0, first.out[-6000:]
+    wheels = sorted(w.name for w in (dist / "wheels").glob("*.whl"))
+    assert len(wheels) == 2 and all("-cp312-cp312-manylinux_2_" in w for w in wheels), wheels
+    assert second.rc == 0 and "0 to build" in second.out
+
+
+# --------------------------------------------------------------------------- cheap failures
+
+CAUSAL_ID = f"causal-conv1d-{'cu13-torch2.14-cxx11abiTRUE'}-cp311-linux_x86_64"
+CPU_ID = "cpu-torch2.13-cxx11abiTRUE-cp311-linux_x86_64"
+
+
+def test_a_cached_sdist_whose_bytes_are_not_the_pin_is_refused(tmp_path):
+    spec = load_plan(profile="ci-upstream", only=[CAUSAL_ID]).builds[0]
+    sha = spec.source.rsplit("@sha256:", 1)[1]
+    cache = tmp_path / "cache"
+    planted = cache / "sdists" / sha / "causal_conv1d-1.7.0.tar.gz"
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(b"not the sdist upstream published")
+    dist = tmp_path / "dist"
+    run = run_build(
+        "--profile", "ci-upstream", "--only", CAUSAL_ID, "--executor", "host", "--dist", str(dist),
+        env={"MAMBA_FARM_CACHE": str(cache)}, timeout=300,
+    )  # fmt: skip
+    assert run.rc == SourceIntegrityError.exit_code, run.out[-3000:]
+    assert f"does not match the pin {sha}" in run.out
+    assert not list((dist / "wheels").glob("*.whl"))
+    assert not planted.exists() and list((cache / "sdists" / "quarantine").iterdir())  # never found again as good
+    assert "executor:" not in run.out  # refused before any toolchain was made for it
+
+
+def test_a_patch_that_no_longer_applies_fails_that_build_and_the_other_publishes(tmp_path):
+    # A copy of the matrix next to the checkout's sources (same inputs), with its own recipes folder
+    # holding causal-conv1d's recipe whose cxx20 search text upstream no longer has.
+    root = tmp_path / "farm"
+    root.mkdir()
+    for name in ("csrc", "setup.py", "mamba_ssm"):
+        (root / name).symlink_to(REPO / name)
+    text = (REPO / "matrix.toml").read_text() + (
+        "\n[profiles.pair]\nprojects = [\"checkout\", \"causal-conv1d\"]\nplatform = \"linux_x86_64\"\n"
+        "archs = [\"sm_80\"]\nstable_abi = false\nselect = [\n"
+        "  { accelerator = \"cpu\", torch = \"2.13\", python = \"3.11\" },\n"
+        "  { accelerator = \"cuda-13.0\", torch = \"2.14\", python = \"3.11\" },\n]\n"
+    )
+    (root / "matrix.toml").write_text(text)
+    (root / "recipes").mkdir()
+    recipe = (REPO / "recipes" / "causal-conv1d.toml").read_text()
+    broken = recipe.replace("search = '\"-std=c++17\"'", "search = '\"-std=c++14\"'", 1)
+    assert broken != recipe
+    (root / "recipes" / "causal-conv1d.toml").write_text(broken)
+    dist = tmp_path / "dist"
+    run = run_build(
+        "--matrix", str(root / "matrix.toml"), "--profile", "pair", "--only", CPU_ID, CAUSAL_ID,
+        "--executor", "host", "--dist", str(dist), timeout=3000,
+    )  # fmt: skip
+    assert run.rc == PatchError.exit_code, run.out[-4000:]
+    assert "patch 'cxx20' no longer applies to setup.py" in run.out
+    assert "1 of 2 build(s) failed" in run.out
+    wheels = sorted(w.name for w in (dist / "wheels").glob("*.whl"))
+    assert len(wheels) == 1 and wheels[0].startswith("mamba_ssm-") and "cputorch2.13" in wheels[0], wheels
+    assert "index: 1 wheel(s)" in run.out
+    log = (dist / "logs" / f"{CAUSAL_ID}.log").read_text()
+    assert "PatchError" in log and "setup.py" in log
+    shutil.rmtree(dist, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- plan, env, relabel (no build)
+
+
+def test_plan_explain_names_the_project_and_shows_each_cells_patches(capsys):
+    from builder.cli import main
+
+    assert main(["plan", "--profile", "ci-upstream", "--explain"]) == 0
+    out = capsys.readouterr().out
+    for project in VERSIONS:
+        assert f"{project}-cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_64:" in out
+    assert out.count("patch cxx20 (setup.py") == 2 and out.count("patch cuda-archs (setup.py") == 2
+    assert out.count("patch rocm-archs (setup.py") == 2 and "skipped: accelerator cuda is not rocm" in out
+    assert "MAMBA_FORCE_CXX11_ABI=TRUE" in out and f"CAUSAL_CONV1D_LOCAL_VERSION={LABEL}" in out
+
+
+def test_recipe_specs_are_classic_and_carry_their_source_and_env():
+    builds = load_plan(profile="ci-upstream").builds
+    assert [b.project for b in builds] == ["causal-conv1d", "mamba-ssm"]
+    for b in builds:
+        assert not b.stable and b.from_recipe and b.archs == ("sm_80",) and b.cxx_std == 20
+        assert b.source.startswith(f"sdist:{b.project}=={VERSIONS[b.project]}@sha256:")
+        assert b.extensions == (f"{EXTENSIONS[b.project]}*.so",)
+        assert "TORCH_CUDA_ARCH_LIST" in b.unset
+    # the checkout's ids and hashes stay what they were
+    ci = load_plan(profile="ci").builds
+    assert [b.id for b in ci][0] == CPU_ID and all(not b.from_recipe and b.project == "mamba-ssm" for b in ci)
+
+
+def test_a_profile_naming_an_unknown_project_is_refused_with_its_line(tmp_path):
+    from builder.errors import MatrixError
+
+    text = (REPO / "matrix.toml").read_text().replace(
+        'projects = ["causal-conv1d", "mamba-ssm"]', 'projects = ["causal-conv1", "mamba-ssm"]', 1
+    )
+    (tmp_path / "matrix.toml").write_text(text)
+    shutil.copytree(REPO / "recipes", tmp_path / "recipes")
+    for name in ("csrc", "setup.py", "mamba_ssm"):
+        (tmp_path / name).symlink_to(REPO / name)
+    with pytest.raises(MatrixError) as err:
+        load_plan(tmp_path / "matrix.toml", profile="ci-upstream")
+    assert "profiles.ci-upstream.projects" in str(err.value) and 'did you mean "causal-conv1d"' in str(err.value)
+    with pytest.raises(MatrixError, match="--projects \"nope\""):
+        load_plan(profile="ci-upstream", projects=["nope"])
+    assert [b.project for b in load_plan(profile="ci-upstream", projects=["mamba-ssm"]).builds] == ["mamba-ssm"]
+
+
+def test_the_build_env_is_the_recipes_set_and_unset():
+    from builder.executors import spec_env
+
+    spec = load_plan(profile="ci-upstream").builds[1]
+    env = spec_env(spec, max_jobs=2)
+    assert env["MAMBA_FORCE_CXX11_ABI"] == "TRUE" and env["MAMBA_LOCAL_VERSION"] == LABEL
+    assert "TORCH_CUDA_ARCH_LIST" not in env and env["MAX_JOBS"] == "2"
+    assert set(env["FARM_UNSET"].split()) == set(spec.unset)
+    # build.sh removes them even where the image (or the host) sets them
+    lines = (REPO / "builder" / "executors" / "build.sh").read_text().splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("read -r -a unset_names"))
+    snippet = "\n".join(lines[first : first + 2])
+    probe = subprocess.run(
+        ["bash", "-c", f"set -u\n{snippet}\nenv"], capture_output=True, text=True, check=False,
+        env={"FARM_UNSET": env["FARM_UNSET"], "TORCH_CUDA_ARCH_LIST": "9.0", "NVIDIA_PRODUCT_NAME": "PyTorch", "KEEP": "1"},
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    seen = dict(line.split("=", 1) for line in probe.stdout.splitlines() if "=" in line)
+    assert seen["KEEP"] == "1" and "TORCH_CUDA_ARCH_LIST" not in seen and "NVIDIA_PRODUCT_NAME" not in seen
+
+
+def test_pin_torch_replaces_upstreams_unpinned_torch(tmp_path):
+    from wheelmaker import make_wheel
+
+    from builder.relabel import pin_torch
+    from builder.wheels import read_facts
+
+    raw = make_wheel(
+        tmp_path / "raw", "mamba-ssm", f"2.3.2.post1+{LABEL.lower()}", "cp311-cp311-linux_x86_64",
+        requires=("torch", "einops", 'torch; extra == "dev"', "triton>=3.5.0"),
+    )  # fmt: skip
+    assert read_facts(raw).requires_torch == ""
+    out = pin_torch(raw, "2.14.1", tmp_path / "out")
+    facts = read_facts(out)
+    assert facts.requires_torch == "==2.14.*" and facts.label == LABEL.lower()
+    meta = _metadata(out).splitlines()
+    assert meta.count("Requires-Dist: torch==2.14.*") == 1 and "Requires-Dist: einops" in meta
+    assert 'Requires-Dist: torch; extra == "dev"' in meta
+    with zipfile.ZipFile(out) as zf:  # RECORD hashes the rewritten METADATA
+        record = zf.read(next(n for n in zf.namelist() if n.endswith("RECORD"))).decode()
+        assert zf.testzip() is None
+    from builder.relabel import _record_hash
+
+    with zipfile.ZipFile(out) as zf:
+        name = next(n for n in zf.namelist() if n.endswith("METADATA"))
+        assert f"{name},{_record_hash(zf.read(name))}," in record
+
+
+def test_the_audits_read_the_specs_extension_modules_and_refuse_a_wheel_without_them():
+    from builder.errors import VerificationError
+    from builder.wheels import audited_extensions
+
+    spec = load_plan(profile="ci-upstream").builds[0]
+    so = "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"
+    assert audited_extensions((so, "other/helper.so"), spec) == [so]
+    with pytest.raises(VerificationError, match=r"no extension module matching causal_conv1d_cuda\*\.so"):
+        audited_extensions(("selective_scan_cuda.cpython-311-x86_64-linux-gnu.so",), spec)
