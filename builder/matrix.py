@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import difflib
 import itertools
-import json
 import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple
 
 import tomllib
 from packaging.version import InvalidVersion, Version
 
 from builder.compat import PLATFORMS, TOOLKIT_SOURCES, Accelerator, Compat, parse_accelerator, vtuple
 from builder.errors import MatrixError
+from builder.tomlcheck import TomlChecker, dotted, show, type_name
 from builder.tomllines import TomlLines
 from mamba_ssm import _variant
 
@@ -52,37 +52,8 @@ IMAGE_REF_RE = re.compile(
 URL_RE = re.compile(r"(?:https?://[A-Za-z0-9.-]+(?::\d{1,5})?|file://)(?:/[A-Za-z0-9._~%+-]*)*/?")
 SAFE_TEXT_RE = re.compile(r"[^\x00-\x1f\x7f]{0,300}")
 
-_TYPE_NAMES = {
-    str: "a string",
-    bool: "a boolean",
-    int: "an integer",
-    float: "a float",
-    list: "an array",
-    dict: "a table",
-}
-
-
-def _type_name(value: Any) -> str:
-    for t, name in _TYPE_NAMES.items():
-        if type(value) is t:
-            return name
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= 70 else text[:67] + '..."'
-
-
-def _dotted(path: tuple) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"#{part + 1}"
-        else:
-            p = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else json.dumps(part)
-            out += ("." if out else "") + p
-    return out
+# Shared with recipes.py: how values, types and key paths are shown in errors.
+_type_name, _show, _dotted = type_name, show, dotted
 
 
 # ---------------------------------------------------------------------------
@@ -228,38 +199,12 @@ class Matrix:
 # Loading and validation.
 
 
-class _Checker:
+class _Checker(TomlChecker):
+    error = MatrixError
+
     def __init__(self, path: Path, lines: TomlLines, compat: Compat) -> None:
-        self.path = path
-        self.lines = lines
+        super().__init__(path, lines)
         self.compat = compat
-
-    def fail(self, path: tuple, message: str, hint: str | None = None) -> NoReturn:
-        line = self.lines.line(path)
-        where = f"{self.path}:{line}" if line else f"{self.path}"
-        raise MatrixError(f"{where}: {_dotted(path)}: {message}", hint=hint)
-
-    def table(self, value: Any, path: tuple) -> dict:
-        if not isinstance(value, dict):
-            self.fail(path, f"must be a table, got {_type_name(value)} {_show(value)}")
-        return value
-
-    def keys(self, table: dict, path: tuple, allowed: tuple, required: tuple = ()) -> None:
-        for key in table:
-            if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.5)
-                mean = f'; did you mean "{close[0]}"?' if close else ""
-                self.fail(path + (key,), f"unknown key {_show(key)}{mean} (valid keys: {', '.join(allowed)})")
-        for key in required:
-            if key not in table:
-                self.fail(path, f'missing key "{key}" (required keys: {", ".join(required)})')
-
-    def string(self, value: Any, path: tuple, pattern: re.Pattern, what: str) -> str:
-        if not isinstance(value, str):
-            self.fail(path, f"{what} must be a string, got {_type_name(value)} {_show(value)}")
-        if not pattern.fullmatch(value):
-            self.fail(path, f"{_show(value)} is not {what}")
-        return value
 
     def boolean(self, value: Any, path: tuple) -> bool:
         if not isinstance(value, bool):

@@ -33,7 +33,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import tomllib
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -42,9 +42,9 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import RecipeError
 
-# matrix.py's validation vocabulary (dotted key paths, value display, type names) is shared, not copied.
-from builder.matrix import DIST_RE, RELPATH_RE, _dotted, _show, _type_name
+from builder.matrix import DIST_RE, RELPATH_RE
 from builder.sources import SHA256_RE, SdistPin
+from builder.tomlcheck import TomlChecker, show, type_name
 from builder.tomllines import TomlLines
 
 REPO = Path(__file__).resolve().parent.parent
@@ -189,10 +189,11 @@ class Recipe:
 # Loading and validation.
 
 
-class _Checker:
+class _Checker(TomlChecker):
+    error = RecipeError
+
     def __init__(self, path: Path, lines: TomlLines, data: dict) -> None:
-        self.path = path
-        self.lines = lines
+        super().__init__(path, lines)
         self.data = data
 
     def line(self, path: tuple) -> int | None:
@@ -205,37 +206,9 @@ class _Checker:
                 return found
         return self.lines.line(path)
 
-    def fail(self, path: tuple, message: str, hint: str | None = None) -> NoReturn:
-        line = self.line(path) if path else None
-        where = f"{self.path}:{line}" if line else f"{self.path}"
-        key = f" {_dotted(path)}:" if path else ""
-        raise RecipeError(f"{where}:{key} {message}", hint=hint)
-
-    def table(self, value: Any, path: tuple) -> dict:
-        if not isinstance(value, dict):
-            self.fail(path, f"must be a table, got {_type_name(value)} {_show(value)}")
-        return value
-
-    def keys(self, table: dict, path: tuple, allowed: tuple, required: tuple = ()) -> None:
-        for key in table:
-            if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.5)
-                mean = f'; did you mean "{close[0]}"?' if close else ""
-                self.fail(path + (key,), f"unknown key {_show(key)}{mean} (valid keys: {', '.join(allowed)})")
-        for key in required:
-            if key not in table:
-                self.fail(path, f'missing key "{key}" (required keys: {", ".join(required)})')
-
-    def string(self, value: Any, path: tuple, pattern: re.Pattern, what: str) -> str:
-        if not isinstance(value, str):
-            self.fail(path, f"{what} must be a string, got {_type_name(value)} {_show(value)}")
-        if not pattern.fullmatch(value):
-            self.fail(path, f"{_show(value)} is not {what}")
-        return value
-
     def array(self, value: Any, path: tuple, *, empty_ok: bool = True) -> list:
         if not isinstance(value, list):
-            self.fail(path, f"must be an array, got {_type_name(value)} {_show(value)}")
+            self.fail(path, f"must be an array, got {type_name(value)} {show(value)}")
         if not value and not empty_ok:
             self.fail(path, "is empty; give at least one value")
         return value
@@ -247,7 +220,7 @@ class _Checker:
         try:
             return SpecifierSet(text)
         except InvalidSpecifier:
-            self.fail(path, f'{_show(text)} is not a version specifier (write ">=2.14", "<13", ">=12.8,<13")')
+            self.fail(path, f'{show(text)} is not a version specifier (write ">=2.14", "<13", ">=12.8,<13")')
 
     def placeholders(self, text: str, path: tuple, kinds: tuple[str, ...]) -> None:
         for name in PLACEHOLDER_RE.findall(text):
@@ -274,12 +247,12 @@ def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = ()) -> Cond
         for i, item in enumerate(items):
             if item not in KINDS:
                 ck.fail(
-                    path + ("accelerator", i), f"{_show(item)} is not an accelerator kind (valid: {', '.join(KINDS)})"
+                    path + ("accelerator", i), f"{show(item)} is not an accelerator kind (valid: {', '.join(KINDS)})"
                 )
         accelerator = tuple(k for k in KINDS if k in items)
     cxx11abi = table.get("cxx11abi")
     if cxx11abi is not None and not isinstance(cxx11abi, bool):
-        ck.fail(path + ("cxx11abi",), f"must be true or false, got {_type_name(cxx11abi)} {_show(cxx11abi)}")
+        ck.fail(path + ("cxx11abi",), f"must be true or false, got {type_name(cxx11abi)} {show(cxx11abi)}")
     cond = Condition(
         torch=ck.specifier(table["torch"], path + ("torch",)) if "torch" in table else None,
         cuda=ck.specifier(table["cuda"], path + ("cuda",)) if "cuda" in table else None,
@@ -304,10 +277,10 @@ def _source(ck: _Checker, value: Any) -> SdistPin:
     try:
         Version(version)
     except InvalidVersion:
-        ck.fail(path + ("version",), f"{_show(version)} is not a PEP 440 version")
+        ck.fail(path + ("version",), f"{show(version)} is not a PEP 440 version")
     sha = table["sha256"]
     if not isinstance(sha, str) or not SHA256_RE.fullmatch(sha):
-        ck.fail(path + ("sha256",), f"{_show(sha)} is not a sha256 (64 lowercase hex digits)",
+        ck.fail(path + ("sha256",), f"{show(sha)} is not a sha256 (64 lowercase hex digits)",
                 hint="take it from the index's simple API or `sha256sum` of the reviewed file")  # fmt: skip
     return SdistPin(name, version, sha)
 
@@ -321,7 +294,7 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
         ck.keys(table, path, ("name", "why", "when", "file", "edit"), required=("name", "why", "file", "edit"))
         name = ck.string(table["name"], path + ("name",), PATCH_NAME_RE, "a patch name (lowercase, digits, - _ .)")
         if name in seen:
-            ck.fail(path + ("name",), f"patch {_show(name)} is named twice (first: patch #{seen[name] + 1})")
+            ck.fail(path + ("name",), f"patch {show(name)} is named twice (first: patch #{seen[name] + 1})")
         seen[name] = i
         why = ck.string(table["why"], path + ("why",), TEXT_RE, "one line of text")
         file = ck.string(table["file"], path + ("file",), RELPATH_RE, "a relative path inside the sdist")
@@ -336,7 +309,7 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
             ck.keys(et, epath, ("search", "replace", "count"), required=("search", "replace"))
             for key in ("search", "replace"):
                 if not isinstance(et[key], str):
-                    ck.fail(epath + (key,), f"must be a string, got {_type_name(et[key])} {_show(et[key])}")
+                    ck.fail(epath + (key,), f"must be a string, got {type_name(et[key])} {show(et[key])}")
             if not et["search"]:
                 ck.fail(epath + ("search",), "is empty: say exactly which text to replace")
             if PLACEHOLDER_RE.search(et["search"]):
@@ -344,7 +317,7 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
             ck.placeholders(et["replace"], epath + ("replace",), kinds)
             count = et.get("count", 1)
             if type(count) is not int or count < 1:
-                ck.fail(epath + ("count",), f"must be a positive integer, got {_show(count)}")
+                ck.fail(epath + ("count",), f"must be a positive integer, got {show(count)}")
             edits.append(Edit(et["search"], et["replace"], count))
         out.append(Patch(name, why, file, when, tuple(edits), ck.line(path)))
     return tuple(out)
@@ -379,14 +352,14 @@ def load_recipe(path: Path) -> Recipe:
     ck.keys(project, ("project",), ("name", "summary"), required=("name",))
     name = ck.string(project["name"], ("project", "name"), DIST_RE, "a distribution name")
     if canonicalize_name(name) != name:
-        ck.fail(("project", "name"), f"write the canonical name {_show(canonicalize_name(name))}")
+        ck.fail(("project", "name"), f"write the canonical name {show(canonicalize_name(name))}")
     if path.stem != name:
-        ck.fail(("project", "name"), f"{_show(name)} must match the file name ({path.name})",
+        ck.fail(("project", "name"), f"{show(name)} must match the file name ({path.name})",
                 hint=f"rename the file to {name}.toml")  # fmt: skip
     summary = ck.string(project.get("summary", ""), ("project", "summary"), TEXT_RE, "one line of text")
     source = _source(ck, data["source"])
     if source.project != name:
-        ck.fail(("source", "name"), f"the sdist {_show(source.name)} is not the project {_show(name)}")
+        ck.fail(("source", "name"), f"the sdist {show(source.name)} is not the project {show(name)}")
 
     req = ck.table(data.get("requires", {}), ("requires",))
     requires = _condition(ck, req, ("requires",), extra=("why",))
@@ -399,7 +372,7 @@ def load_recipe(path: Path) -> Recipe:
         kpath = ("build", "env", key)
         ck.string(key, kpath, ENV_NAME_RE, "an environment variable name (A-Z, 0-9, _)")
         if not isinstance(val, str) or not TEXT_RE.fullmatch(val):
-            ck.fail(kpath, f"must be one line of text, got {_type_name(val)} {_show(val)}")
+            ck.fail(kpath, f"must be one line of text, got {type_name(val)} {show(val)}")
         ck.placeholders(val, kpath, requires.kinds)
         env[key] = val
     unset: list[str] = []
@@ -459,6 +432,6 @@ def recipe_for(name: str, folder: Path = RECIPES_DIR) -> Recipe:
         known = sorted(p.stem for p in Path(folder).glob("*.toml"))
         close = difflib.get_close_matches(canonical, known, n=1)
         mean = f'; did you mean "{close[0]}"?' if close else ""
-        raise RecipeError(f"no recipe for {_show(name)}{mean} (recipes: {', '.join(known) or 'none'})",
+        raise RecipeError(f"no recipe for {show(name)}{mean} (recipes: {', '.join(known) or 'none'})",
                           hint=f"add {path}")  # fmt: skip
     return load_recipe(path)

@@ -1,0 +1,90 @@
+"""Checking a TOML document's shape with errors that name file:line: key (matrix.toml, recipes).
+
+The validators of `builder/matrix.py` and `builder/recipes.py` share this vocabulary: how a value,
+its type and a key path are shown, and the checks every table needs (a table, its keys with a
+did-you-mean, a string matching a pattern). Each subclass names its error class and adds its own checks.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+from typing import Any, NoReturn
+
+from builder.errors import FarmError
+from builder.tomllines import TomlLines
+
+_TYPE_NAMES = {
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a float",
+    list: "an array",
+    dict: "a table",
+}
+
+
+def type_name(value: Any) -> str:
+    for t, name in _TYPE_NAMES.items():
+        if type(value) is t:
+            return name
+    return type(value).__name__
+
+
+def show(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 70 else text[:67] + '..."'
+
+
+def dotted(path: tuple) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"#{part + 1}"
+        else:
+            p = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else json.dumps(part)
+            out += ("." if out else "") + p
+    return out
+
+
+class TomlChecker:
+    """Raises ``error`` (a FarmError subclass) as ``FILE:LINE: key.path: message``."""
+
+    error: type[FarmError] = FarmError
+
+    def __init__(self, path: Path, lines: TomlLines) -> None:
+        self.path = path
+        self.lines = lines
+
+    def line(self, path: tuple) -> int | None:
+        return self.lines.line(path)
+
+    def fail(self, path: tuple, message: str, hint: str | None = None) -> NoReturn:
+        line = self.line(path) if path else None
+        where = f"{self.path}:{line}" if line else f"{self.path}"
+        key = f" {dotted(path)}:" if path else ""
+        raise self.error(f"{where}:{key} {message}", hint=hint)
+
+    def table(self, value: Any, path: tuple) -> dict:
+        if not isinstance(value, dict):
+            self.fail(path, f"must be a table, got {type_name(value)} {show(value)}")
+        return value
+
+    def keys(self, table: dict, path: tuple, allowed: tuple, required: tuple = ()) -> None:
+        for key in table:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.5)
+                mean = f'; did you mean "{close[0]}"?' if close else ""
+                self.fail(path + (key,), f"unknown key {show(key)}{mean} (valid keys: {', '.join(allowed)})")
+        for key in required:
+            if key not in table:
+                self.fail(path, f'missing key "{key}" (required keys: {", ".join(required)})')
+
+    def string(self, value: Any, path: tuple, pattern: re.Pattern, what: str) -> str:
+        if not isinstance(value, str):
+            self.fail(path, f"{what} must be a string, got {type_name(value)} {show(value)}")
+        if not pattern.fullmatch(value):
+            self.fail(path, f"{show(value)} is not {what}")
+        return value
