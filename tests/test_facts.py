@@ -10,7 +10,6 @@ on the other.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 import tomllib
 from test_matrix import DEFAULT, make_dir
+from test_setup import _load, toolchain
 
 from builder import cli, errors, hip, wheels
 from builder import compat as compat_mod
@@ -33,17 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_TOML = ROOT / "mamba_build" / "build.toml"
 
 
-def _load(name: str, path: Path):
-    """By file path, as setup.py loads it (mamba_build/ is no package)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-toolchain = _load("_facts_mamba_toolchain", ROOT / "mamba_build" / "toolchain.py")
-DATA = toolchain.load_data()  # what setup.py reads
+DATA = toolchain.load_data()  # what setup.py reads (toolchain loaded by file path, as setup.py does)
 
 
 @pytest.fixture(scope="module")
