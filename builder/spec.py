@@ -78,6 +78,12 @@ class BuildSpec:
     def python_tag(self) -> str:
         return "cp" + self.python.replace(".", "")
 
+    @property
+    def compile_group(self) -> str:
+        """The id without its Python: the builds that compile the same kernels with one toolchain
+        (torch build, toolkit, ABI, archs, image), which the image's kernel cache lets compile once."""
+        return self.id.replace(f"-{self.python_tag}-", "-", 1)
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["archs"] = list(self.archs)
