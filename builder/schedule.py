@@ -188,9 +188,12 @@ def run(
             ledger.record(spec, wheel, elapsed)
             return _end(progress, task, Outcome(spec, "built", wheel, result.log, "", elapsed, attempt))
 
+        # The first build of each compile group runs before the rest of its group starts: they then
+        # take its objects from the image's kernel cache instead of compiling the same kernels at once.
+        first, later = _first_of_each_group(todo)
         pool = cf.ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="build")
         try:
-            futures = {pool.submit(work, s): s for s in todo}
+            futures = {pool.submit(work, s): s for s in first}
             pending = set(futures)
             # Wait in short slices so signals reach the main thread promptly.
             while pending:
@@ -201,9 +204,28 @@ def run(
                         outcomes[spec.id] = fut.result()
                     except Exception as err:  # a bug in one build's path must not take down the rest
                         outcomes[spec.id] = Outcome(spec, "failed", reason=f"internal error: {err!r}")
+                    for sibling in later.pop(_group(spec), []) if not stop.is_set() else ():
+                        futures[nxt := pool.submit(work, sibling)] = sibling
+                        pending.add(nxt)
         finally:
             pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
     return [outcomes[s.id] for s in specs if s.id in outcomes]
+
+
+def _group(spec) -> str:
+    return getattr(spec, "compile_group", spec.id)
+
+
+def _first_of_each_group(specs: list) -> tuple[list, dict[str, list]]:
+    """The first spec of each compile group (in plan order), and the others by group."""
+    first, later = [], {}
+    for spec in specs:
+        if _group(spec) in later:
+            later[_group(spec)].append(spec)
+        else:
+            later[_group(spec)] = []
+            first.append(spec)
+    return first, later
 
 
 def _end(progress: Progress, task, outcome: Outcome) -> Outcome:

@@ -7,6 +7,7 @@ then completes in the same dist.)
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,37 @@ def test_one_failure_never_stops_the_others(tmp_path: Path) -> None:
     again = schedule.run(specs, build_one, _finish(tmp_path), ledger=schedule.Ledger(tmp_path / "ledger.json"),
                          wheels_dir=tmp_path / "wheels", jobs=2)
     assert [o.state for o in again] == ["skipped", "failed", "skipped", "skipped"]
+
+
+def test_the_first_build_of_a_compile_group_runs_before_the_rest_of_its_group(tmp_path: Path) -> None:
+    # a0 compiles the kernels a1 and a2 then take from the kernel cache; b0 is another toolchain
+    specs = [_Spec(i) for i in range(4)]
+    for spec, group in zip(specs, ("a", "a", "b", "a")):
+        spec.compile_group = group
+    events: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    b_started = threading.Event()
+
+    def build_one(spec, attempt):
+        with lock:
+            events.append(("start", spec.id))
+        if spec.id == "spec0":
+            assert b_started.wait(5)  # another group's first build runs alongside it
+        if spec.id == "spec2":
+            b_started.set()
+        time.sleep(0.05)
+        with lock:
+            events.append(("end", spec.id))
+        if spec.id == "spec0":  # a failed first build still lets the others build
+            return BuildResult(False, None, tmp_path / "spec0.log", "build exited with 1")
+        return BuildResult(True, tmp_path / "raw.whl", tmp_path / f"{spec.id}.log")
+
+    out = schedule.run(specs, build_one, _finish(tmp_path), ledger=schedule.Ledger(tmp_path / "l.json"),
+                       wheels_dir=tmp_path / "wheels", jobs=3)
+    assert [o.state for o in out] == ["failed", "built", "built", "built"]
+    a0_end = events.index(("end", "spec0"))
+    assert events.index(("start", "spec1")) > a0_end and events.index(("start", "spec3")) > a0_end
+    assert events.index(("start", "spec2")) < a0_end
 
 
 def test_infrastructure_failures_are_retried(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@
   2.3.2.post1 (cu13 x torch 2.14 x cp311 x sm_80, the C++20 patch applied); the wheels are verified,
   smoke-tested by their recipes and indexed; real pip installs both from the index served on
   127.0.0.1 into a fresh venv with torch 2.14.1, and the extensions import there; a second run
-  builds nothing. The cp312 builds of the same torch are the slow test.
+  builds nothing. The cp312 builds of the same torch are the slow test: they take the cp311
+  builds' nvcc objects from the image's ccache.
 - Cheap failures (no compiler): a cached sdist whose bytes are not the pin's is refused with the
   source-integrity exit code; a recipe patch that no longer applies fails that build alone, and
   the checkout's CPU build next to it still publishes.
@@ -52,7 +53,6 @@ def cp311(tmp_path_factory):
     return _upstream_build(tmp_path_factory, "ci-upstream", "3.11")
 
 
-@pytest.mark.slow  # about 17 min of nvcc on 2 cores; not yet in the CI set (see README)
 @pytest.mark.docker
 @pytest.mark.cuda_build
 def test_ci_upstream_builds_verifies_and_indexes_both_packages(cp311):
@@ -76,10 +76,12 @@ def test_ci_upstream_builds_verifies_and_indexes_both_packages(cp311):
         assert "patches applied: cxx20, cuda-archs" in log
         assert "-std=c++20" in log and "-std=c++17" not in log  # the C++20 patch reached the compiler
         assert "arch=compute_80,code=sm_80" in log and "sm_90" not in log
+        # nvcc ran through ccache, its objects in the image's kernel cache
+        assert "in front of nvcc and c++, objects in /root/.cache/mamba-kernels/ccache" in log
+        assert re.search(r"^== ccache: \d+ hits, \d+ misses$", log, re.M), log[-3000:]
     assert "index:" in first.out
 
 
-@pytest.mark.slow  # about 17 min of nvcc on 2 cores; not yet in the CI set (see README)
 @pytest.mark.docker
 @pytest.mark.cuda_build
 def test_pip_installs_both_from_the_served_index_next_to_torch_2_14_1(cp311, tmp_path):
@@ -112,7 +114,6 @@ def test_pip_installs_both_from_the_served_index_next_to_torch_2_14_1(cp311, tmp
     assert check.stdout.strip().startswith("2.14.1")
 
 
-@pytest.mark.slow  # about 17 min of nvcc on 2 cores; not yet in the CI set (see README)
 @pytest.mark.docker
 @pytest.mark.cuda_build
 def test_a_second_run_builds_nothing(cp311):
@@ -126,12 +127,25 @@ def test_a_second_run_builds_nothing(cp311):
 @pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.cuda_build
-def test_cp312_builds_of_the_same_torch(tmp_path_factory):
+def test_cp312_builds_of_the_same_torch_compile_only_what_includes_python(cp311, tmp_path_factory):
+    assert cp311[1].rc == 0, cp311[1].out[-3000:]
     dist, first, second = _upstream_build(tmp_path_factory, "ci-upstream-cp312", "3.12")
     assert first.rc == 0, first.out[-6000:]
     wheels = sorted(w.name for w in (dist / "wheels").glob("*.whl"))
     assert len(wheels) == 2 and all("-cp312-cp312-manylinux_2_" in w for w in wheels), wheels
     assert second.rc == 0 and "0 to build" in second.out
+    for project in VERSIONS:
+        ids = {d: next((dd / "logs").glob(f"{project}-*-{tag}-*.log")) for d, dd, tag in
+               (("cp311", cp311[0], "cp311"), ("cp312", dist, "cp312"))}  # fmt: skip
+        logs = {k: v.read_text() for k, v in ids.items()}
+        # every .cu compiles once for both Pythons: cp312 takes them all from ccache, and only the
+        # binding (.cpp, which includes Python.h) compiles again
+        cu = len(re.findall(r"^\s*\[\d+/\d+\] ccache \S*nvcc ", logs["cp311"], re.M))
+        hits, misses = map(int, re.search(r"^== ccache: (\d+) hits, (\d+) misses$", logs["cp312"], re.M).groups())
+        assert cu > 0 and hits >= cu and misses <= 2, (project, cu, hits, misses)
+        cpu = {k: float(re.search(r"^== compile cpu: ([\d.]+) s", v, re.M).group(1)) for k, v in logs.items()}
+        print(f"{project}: compile cpu cp311 {cpu['cp311']:.0f} s, cp312 {cpu['cp312']:.0f} s "
+              f"({cpu['cp312'] / cpu['cp311']:.2f}); ccache on cp312: {hits} hits, {misses} misses")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- cheap failures
@@ -259,6 +273,18 @@ def test_the_build_env_is_the_recipes_set_and_unset():
     assert probe.returncode == 0, probe.stderr
     seen = dict(line.split("=", 1) for line in probe.stdout.splitlines() if "=" in line)
     assert seen["KEEP"] == "1" and "TORCH_CUDA_ARCH_LIST" not in seen and "NVIDIA_PRODUCT_NAME" not in seen
+
+
+def test_only_recipe_cuda_builds_go_through_ccache():
+    from builder.executors import spec_env
+
+    recipe = load_plan(profile="ci-upstream").builds
+    checkout = load_plan(profile="ci").builds
+    rocm = [b for b in load_plan(profile="release-upstream-rocm").builds if b.python == "3.11"][:1]
+    assert recipe and checkout and rocm
+    assert all(spec_env(b, max_jobs=1).get("FARM_CCACHE") == "nvcc" for b in recipe)
+    # our own package has its kernel cache; torch never wraps hipcc
+    assert not [b.id for b in checkout + rocm if "FARM_CCACHE" in spec_env(b, max_jobs=1)]
 
 
 def test_pin_torch_replaces_upstreams_unpinned_torch(tmp_path):

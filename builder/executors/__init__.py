@@ -8,8 +8,9 @@ one module:
 - ``cleanup()``: remove everything the executor started; safe to call twice and
   from a signal handler.
 
-``cache_mounts`` (host dir -> mount point) is where a shared compiler cache
-(sccache / an object cache) plugs in later; executors pass it through to builds.
+Every build of one image shares that image's kernel cache (``MAMBA_KERNEL_CACHE``): our own
+package's kernel objects, and ccache's objects for recipe builds (build.sh), so the Pythons of
+one toolchain compile the kernels once. ``cache_mounts`` (host dir -> mount point) adds more.
 """
 
 from __future__ import annotations
@@ -138,6 +139,10 @@ def spec_env(spec, *, max_jobs: int) -> dict[str, str]:
         env["MAMBA_STABLE_ABI"] = "TRUE"
     if spec.accelerator == "cpu":
         env["MAMBA_SKIP_CUDA_BUILD"] = "TRUE"
+    # Code we do not own compiles once per toolchain through ccache (build.sh); our own package
+    # has its kernel cache (mamba_build/kernels.py). ROCm stays out: torch never wraps hipcc.
+    if spec.from_recipe and spec.accelerator.startswith("cu"):
+        env["FARM_CCACHE"] = "nvcc"
     # A recipe's build environment (builder/prepare.py): what it unsets goes, even from the image's
     # own ENV (build.sh unsets FARM_UNSET), and what it sets wins.
     for name in spec.unset:

@@ -13,6 +13,32 @@ for name in "${unset_names[@]}"; do unset "$name"; done
 # cpp_extension runs `ninja`, and without it falls back to a serial, MAX_JOBS-blind build.
 PATH="$(dirname "$FARM_PYTHON"):$PATH"
 export PATH
+# Compile once across Pythons, for code we do not own (FARM_CCACHE: recipe CUDA builds): ccache in
+# front of nvcc (torch's cpp_extension runs $PYTORCH_NVCC) and of c++ (torch >= 2.13 puts ccache
+# there itself), its objects in the image's kernel cache, which every build of the image mounts.
+# The checkout's own build has its own kernel cache (mamba_build/kernels.py) and no wrapper.
+ccache_log=""
+if [ "${FARM_CCACHE:-}" = nvcc ] && [ -n "${MAMBA_KERNEL_CACHE:-}" ] && command -v ccache > /dev/null; then
+  export CCACHE_DIR="$MAMBA_KERNEL_CACHE/ccache"
+  # nvcc's bytes, not its mtime: each image of one toolchain installs the same nvcc at its own time.
+  export CCACHE_COMPILERCHECK=content
+  ccache_log="$(mktemp)"
+  export CCACHE_STATSLOG="$ccache_log"
+  export PYTORCH_NVCC="ccache ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
+  echo "== $(ccache --version | head -n 1) in front of nvcc and c++, objects in $CCACHE_DIR"
+else
+  if [ -n "${FARM_CCACHE:-}" ]; then echo "== no ccache in this image: this build compiles every object itself"; fi
+  export TORCH_NO_COMPILER_WRAPPER=1
+fi
+# children_cpu sets $cpu: CPU seconds (user + sys) of this shell's finished children, from bash's
+# `times`, called in this shell (in a $(...) subshell it would see no children).
+children_cpu() {
+  local out
+  out="$(mktemp)"
+  times > "$out"
+  cpu="$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); n += t[1] * 60 + t[2] } printf "%.1f", n }' "$out")"
+  rm -f "$out"
+}
 # An empty FARM_TORCH_REQ: torch is provided already (a mounted torch volume on PYTHONPATH).
 if [ -n "${FARM_TORCH_REQ:-}" ] && ! "$FARM_PYTHON" -m pip install "${torch_args[@]}" "$FARM_TORCH_REQ"; then
   echo "== could not install ${FARM_TORCH_REQ} (infrastructure)"
@@ -21,6 +47,13 @@ fi
 "$FARM_PYTHON" -c "import time, torch; print(time.strftime('== %T'), 'torch', torch.__version__, 'cuda', torch.version.cuda, 'hip', torch.version.hip, 'cxx11abi', torch.compiled_with_cxx11_abi())" || exit 1
 mkdir -p "$FARM_OUT"
 echo "== $(date +%T) pip wheel (MAX_JOBS=${MAX_JOBS:-}, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-})"
+children_cpu
+cpu_before="$cpu"
 "$FARM_PYTHON" -m pip wheel --no-build-isolation --no-deps -v -w "$FARM_OUT" "$FARM_SRC" || { echo "== pip wheel failed"; exit 1; }
+children_cpu
+echo "== compile cpu: $(awk -v a="$cpu_before" -v b="$cpu" 'BEGIN { printf "%.1f", b - a }') s (pip wheel and its processes, user + sys)"
+if [ -n "$ccache_log" ]; then
+  echo "== ccache: $(grep -c -E '^(direct|preprocessed)_cache_hit$' "$ccache_log") hits, $(grep -c -x cache_miss "$ccache_log") misses"
+fi
 ls -l "$FARM_OUT"
 echo "== $(date +%T) done"
