@@ -46,6 +46,14 @@ def index(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def release(session: nox.Session) -> None:
+    """The publish job's steps: nox -s release -- collect --matrix M --wheels DIR | split --wheels DIR --out OUT."""
+    _farm(session)
+    # stdout kept pure (collect's rows are read by the workflow), as in plan.
+    session.run("python", "-m", "builder", "release", *session.posargs, stderr=None)
+
+
+@nox.session(python=PYTHON)
 def resolve(session: nox.Session) -> None:
     """Which wheel fits: nox -s resolve -- --torch 2.6 --cuda 12.4 --abi FALSE --python 3.11 --index URL."""
     _farm(session)

@@ -23,6 +23,7 @@ COMMANDS = {
     "resolve": "builder.resolve",
     "hip-compile": "builder.hip",
     "recipe": "builder.prepare",
+    "release": "builder.release",
 }
 
 

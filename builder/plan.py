@@ -517,14 +517,17 @@ def _run(args: argparse.Namespace) -> int:
         json.dump([b.to_json() for b in plan.builds], sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif args.format == "github":
-        json.dump({"include": [github_job(b) for b in plan.builds]}, sys.stdout, separators=(",", ":"))
+        jobs = github_jobs(plan.builds)
+        json.dump({"include": jobs}, sys.stdout, separators=(",", ":"))
         sys.stdout.write("\n")
-        if len(plan.builds) > GITHUB_MATRIX_LIMIT:
-            print(
-                f"warning: {len(plan.builds)} jobs exceed GitHub's {GITHUB_MATRIX_LIMIT}-job matrix limit; "
-                "split the run with --profile or --only",
-                file=sys.stderr,
-            )
+        for platform in RUNNERS:  # the release runs one matrix per platform
+            n = sum(j["platform"] == platform for j in jobs)
+            if n > GITHUB_MATRIX_LIMIT:
+                print(
+                    f"warning: {n} {platform} jobs exceed GitHub's {GITHUB_MATRIX_LIMIT}-job matrix limit; "
+                    "split the run with --profile or --only",
+                    file=sys.stderr,
+                )
     else:
         _table(plan)
     if args.explain:
@@ -533,9 +536,34 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def compiles_once(b: BuildSpec) -> bool:
+    """Whether B's compile group shares one job on GitHub: a recipe's CUDA builds, whose objects the
+    image's kernel cache (FARM_CCACHE: ccache under torch's nvcc) reuses across the group's Pythons.
+    ROCm recipe builds gain nothing (torch never wraps hipcc); the checkout's builds stay one job each."""
+    return b.from_recipe and b.accelerator.startswith("cu")
+
+
+def github_jobs(builds: list[BuildSpec]) -> list[dict]:
+    """The release's build jobs, in plan order: one per build, but one per compile group for the builds
+    that compile once (all its Pythons in one `build --only`: a job restores no cache another workflow
+    can write, so sharing compiled objects happens inside one job). ``id`` names the job and its
+    artifacts (the group's name for a group); ``ids`` lists the builds it makes, space-separated."""
+    groups: dict[str, list[BuildSpec]] = {}
+    for b in builds:
+        groups.setdefault(b.compile_group if compiles_once(b) else b.id, []).append(b)
+    jobs = []
+    for name, members in groups.items():
+        job = github_job(members[0])
+        job.update(id=name, ids=" ".join(m.id for m in members), python=" ".join(m.python for m in members))
+        jobs.append(job)
+    return jobs
+
+
 def github_job(b: BuildSpec) -> dict:
+    """One build's job entry (its group's fields other than the Pythons are the same: see github_jobs)."""
     return {
         "id": b.id,
+        "ids": b.id,
         "project": b.project,
         "farm_project": b.project if b.from_recipe else CHECKOUT,  # what --projects calls it
         "variant": b.variant,

@@ -366,6 +366,60 @@ def test_release_profiles_split_the_full_plan_under_githubs_job_cap(full) -> Non
     assert sorted(b.id for p in parts for b in p.builds) == sorted(b.id for b in full.builds)
 
 
+def test_github_jobs_compile_each_recipe_cuda_group_once_the_rest_one_job_per_build() -> None:
+    """`plan --format github` for the release: a recipe's CUDA builds that differ only in Python share one
+    job (named by their compile group, listing exactly those ids); every other build has its own job."""
+    from builder.plan import github_jobs
+
+    plan = load_plan(profile="release")
+    by_id = {b.id: b for b in plan.builds}
+    jobs = github_jobs(plan.builds)
+    ids = [i for j in jobs for i in j["ids"].split()]
+    assert sorted(ids) == sorted(by_id) and len(set(ids)) == len(ids), "every build in exactly one job"
+    assert len({j["id"] for j in jobs}) == len(jobs), "job ids name the artifacts: unique"
+    groups = 0
+    for j in jobs:
+        members = [by_id[i] for i in j["ids"].split()]
+        first = members[0]
+        if first.from_recipe and first.accelerator.startswith("cu"):
+            groups += 1
+            assert j["id"] == first.compile_group
+            assert j["ids"].split() == [b.id for b in plan.builds if b.compile_group == j["id"]]
+            assert j["python"] == " ".join(b.python for b in members)
+            assert {(b.project, b.variant, b.platform, b.image, b.archs) for b in members} == {
+                (first.project, first.variant, first.platform, first.image, first.archs)
+            }
+        else:  # the checkout's (classic ones with several Pythons too) and ROCm recipe builds
+            assert j["id"] == j["ids"] == first.id and j["python"] == first.python
+    assert groups and max(len(j["ids"].split()) for j in jobs) == 4  # cp310..cp313
+    assert any(j["accelerator"].startswith("hip") and j["farm_project"] != "checkout" for j in jobs)
+
+
+def test_release_profile_builds_both_lines_within_githubs_job_cap_per_platform(full) -> None:
+    from collections import Counter
+
+    from builder.plan import GITHUB_MATRIX_LIMIT, github_jobs
+
+    plan = load_plan(profile="release")
+    assert {b.id for b in full.builds} < {b.id for b in plan.builds}, "every checkout build, and upstream's"
+    assert {b.project for b in plan.builds if b.from_recipe} == {"causal-conv1d", "mamba-ssm"}
+    jobs = Counter(j["platform"] for j in github_jobs(plan.builds))
+    builds = Counter(b.platform for b in plan.builds)
+    print(f"release profile: jobs {dict(jobs)}, builds {dict(builds)}")
+    assert set(jobs) == {"linux_x86_64", "linux_aarch64"}
+    assert all(n <= GITHUB_MATRIX_LIMIT for n in jobs.values()), jobs
+    assert builds["linux_x86_64"] > GITHUB_MATRIX_LIMIT, "one job per build would not fit: the grouping is needed"
+
+
+def test_github_format_warns_per_platform_over_the_job_cap(monkeypatch) -> None:
+    import builder.plan as plan_mod
+
+    monkeypatch.setattr(plan_mod, "GITHUB_MATRIX_LIMIT", 2)
+    rc, out, err = run_cli(["plan", "--profile", "ci", "--projects", "checkout", "mamba-ssm", "--format", "github"])
+    assert rc == 0 and len(json.loads(out)["include"]) == 4  # 3 checkout jobs, 1 for mamba-ssm's group
+    assert "warning: 4 linux_x86_64 jobs exceed GitHub's 2-job matrix limit" in err
+
+
 def test_torch_build_choice_for_a_cuda_toolkit() -> None:
     from builder.compat import load, parse_accelerator
 

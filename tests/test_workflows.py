@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.wheelmaker import make_mamba_wheel
+from tests.wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -262,10 +262,13 @@ def test_build_jobs_are_the_plan_matrix():
         assert build["runs-on"] == "${{ matrix.runs_on }}"  # the plan names the runner for each spec
         assert not any(k.startswith("SCCACHE") for k in build.get("env", {})), "no shared compiler cache"
         step = next(s for s in build["steps"] if "nox -s build_matrix" in s.get("run", ""))
-        assert step["run"].startswith('nox -s build_matrix -- --only "$SPEC_ID"')
-        assert step["env"]["SPEC_ID"] == "${{ matrix.id }}"
+        assert 'nox -s build_matrix -- --only "${ids[@]}"' in step["run"]
+        assert step["env"]["SPEC_IDS"] == "${{ matrix.ids }}"  # every build of the job, in one farm run
+        assert step["env"]["PROFILE"] == "${{ needs.plan.outputs.profile }}"  # the plan's, a tag push's too
         uploads = [s for s in build["steps"] if "upload-artifact@" in s.get("uses", "")]
         assert {u["with"]["name"] for u in uploads} == {"wheel-${{ matrix.id }}", "log-${{ matrix.id }}"}
+        # a group's Pythons that were built are uploaded when another failed (verified wheels only)
+        assert all(u.get("if") in ("${{ !cancelled() }}", "always()") for u in uploads)
     assert jobs["build-x86_64"]["steps"] == jobs["build-aarch64"]["steps"]
     publish = jobs["publish"]
     assert publish["needs"] == ["plan", *BUILD_JOBS]
@@ -339,15 +342,16 @@ def workspace(tmp: Path) -> Path:
 
 
 def run_plan(
-    tmp: Path, profile: str = "", only: str = "", projects: str = ""
+    tmp: Path, profile: str = "", only: str = "", projects: str = "", tag_push: bool = False
 ) -> tuple[subprocess.CompletedProcess, dict]:
+    """The plan step as a manual run (workflow_dispatch, these inputs) or a pushed v* tag (no inputs) runs it."""
     job = load(RELEASE)["jobs"]["plan"]
     step = next(s for s in job["steps"] if s.get("id") == "plan")
     ctx = {
-        "inputs.profile": profile,
+        "github.event_name == 'push' && 'release' || inputs.profile": "release" if tag_push else profile,
         "inputs.only-ids": only,
         "inputs.projects": projects,
-        "startsWith(github.ref, 'refs/tags/v')": "false",
+        "startsWith(github.ref, 'refs/tags/v')": "true" if tag_push else "false",
     }
     tmp.joinpath("bin").mkdir(parents=True, exist_ok=True)
     env = base_env(tmp, {k: render(v, ctx) for k, v in step["env"].items()})
@@ -387,11 +391,52 @@ def test_plan_step_output_is_the_matrix_the_build_jobs_read(tmp_path):
             assert not BAD_ARTIFACT_CHARS & set(e["id"]), f"{e['id']} cannot name an artifact"
         seen += part
     assert sorted(e["id"] for e in seen) == sorted(ids), "every planned build lands in exactly one build job"
-    # Every id is one that `--only` takes back (what each build job passes to the farm).
+    # Every build id is one that `--only` takes back (what each build job passes to the farm).
     from builder.cli import main
 
-    for spec_id in ids:
-        assert main(["plan", "--only", spec_id, "--format", "json"]) == 0, spec_id
+    for e in include:
+        assert e["ids"] == e["id"], "the checkout's builds: one job each"
+        assert main(["plan", "--only", *e["ids"].split(), "--format", "json"]) == 0, e["id"]
+
+
+@needs_plan
+def test_a_tag_push_plans_the_release_both_lines_each_matrix_within_256_jobs(tmp_path, capsys):
+    """A pushed v* tag has no inputs: it builds matrix.toml's release profile, this checkout's mamba-ssm and
+    upstream's packages, every build once, each runner's matrix within GitHub's 256 jobs."""
+    from builder.plan import load_plan
+
+    proc, out = run_plan(tmp_path, tag_push=True)
+    assert proc.returncode == 0, proc.stderr
+    assert out["publish"] == "true" and out["profile"] == "release"
+    include = json.loads(out["matrix"])["include"]
+    planned = load_plan(profile="release").builds
+    built = [i for e in include for i in e["ids"].split()]
+    assert sorted(built) == sorted(b.id for b in planned) and len(set(built)) == len(built)
+    assert {b.source.partition(":")[0] for b in planned} == {"checkout", "sdist"}
+    assert {e["farm_project"] for e in include} == {"checkout", "causal-conv1d", "mamba-ssm"}
+    counts = {arch: int(out[f"count_{arch}"]) for arch in ("x86_64", "aarch64")}
+    print(f"release: {len(planned)} builds in {counts} jobs")
+    assert all(0 < n <= 256 for n in counts.values()), counts
+    assert sum(counts.values()) == len(include) < len(planned), "a recipe's CUDA Pythons share a job"
+    assert (
+        f"planned {len(planned)} builds in {len(include)} jobs (profile release)" in (tmp_path / "summary").read_text()
+    )
+
+
+@needs_plan
+def test_plan_step_groups_a_recipes_cuda_pythons_into_one_job(tmp_path):
+    """ci-upstream and ci-upstream-cp312 together (the ci cells, with every project): each recipe's cu13
+    Pythons are one job whose ids are exactly those builds; the checkout's builds stay one job each."""
+    proc, out = run_plan(tmp_path, profile="ci", projects="checkout causal-conv1d mamba-ssm")
+    assert proc.returncode == 0, proc.stderr
+    jobs = {e["id"]: e["ids"].split() for e in json.loads(out["matrix"])["include"]}
+    cu13 = "cu13-torch2.14-cxx11abiTRUE"
+    ours = ("cpu-torch2.13-cxx11abiTRUE-cp311-linux_x86_64", f"{cu13}-cp311-linux_x86_64", f"{cu13}-cp312-linux_x86_64")
+    groups = {
+        f"{p}-{cu13}-linux_x86_64": [f"{p}-{cu13}-{py}-linux_x86_64" for py in ("cp311", "cp312")]
+        for p in ("causal-conv1d", "mamba-ssm")
+    }
+    assert jobs == {**{i: [i] for i in ours}, **groups}
 
 
 @needs_plan
@@ -410,7 +455,7 @@ def test_plan_step_takes_the_projects_a_manual_run_picks(tmp_path):
     proc, out = run_plan(tmp_path, profile="ci-upstream", projects="mamba-ssm")
     assert proc.returncode == 0, proc.stderr
     include = json.loads(out["matrix"])["include"]
-    assert [(e["id"], e["project"], e["farm_project"]) for e in include] == [
+    assert [(e["ids"], e["project"], e["farm_project"]) for e in include] == [
         ("mamba-ssm-cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_64", "mamba-ssm", "mamba-ssm")
     ]
 
@@ -427,12 +472,13 @@ def test_plan_step_fails_early_on_a_bad_selection(tmp_path, inputs):
 
 
 @needs_plan
-@pytest.mark.parametrize("profile", ["", "ci", "ci-stable", "ci-upstream"])
+@pytest.mark.parametrize("profile", ["", "ci", "ci-stable", "ci-upstream", "release"])
 def test_build_step_asks_the_farm_for_the_plan_jobs_ids(tmp_path, profile, capsys):
     """The build job passes the plan job's profile on: the profile decides which ids exist
-    (its stable_abi) and each one's archs, so `--only ID` must see the same plan."""
+    (its stable_abi) and each one's archs, so `--only IDS` must see the same plan; a compile
+    group's job asks for all of its builds."""
     from builder.cli import main
-    from builder.plan import github_job, load_plan
+    from builder.plan import github_jobs, load_plan
 
     step = next(s for s in load(RELEASE)["jobs"]["build-x86_64"]["steps"] if "nox -s build_matrix" in s.get("run", ""))
     (tmp_path / "bin").mkdir()
@@ -441,9 +487,16 @@ def test_build_step_asks_the_farm_for_the_plan_jobs_ids(tmp_path, profile, capsy
     fake.chmod(0o755)
     cwd = tmp_path / "ws"
     cwd.mkdir()
-    planned = load_plan(profile=profile or None).builds
-    for spec in [b for b in planned if b.platform == "linux_x86_64"][:3]:
-        ctx = {"matrix.id": spec.id, "inputs.profile": profile, "matrix.farm_project": github_job(spec)["farm_project"]}
+    planned = {b.id: b for b in load_plan(profile=profile or None).builds}
+    jobs = [j for j in github_jobs(list(planned.values())) if j["platform"] == "linux_x86_64"]
+    picked = jobs[:2] + [j for j in jobs if " " in j["ids"]][:1]
+    assert (" " in picked[-1]["ids"]) == (profile == "release"), "the release has compile groups; these do not"
+    for job in picked:
+        ctx = {
+            "matrix.ids": job["ids"],
+            "needs.plan.outputs.profile": profile,
+            "matrix.farm_project": job["farm_project"],
+        }
         env = base_env(tmp_path, {k: render(v, ctx) for k, v in step["env"].items()})
         env["NOX_ARGS"] = str(tmp_path / "args")
         proc = run_step(step, env, cwd)
@@ -454,19 +507,48 @@ def test_build_step_asks_the_farm_for_the_plan_jobs_ids(tmp_path, profile, capsy
         assert ("--profile" in farm) == bool(profile) and farm[farm.index("--dist") + 1] == "dist"
         del farm[farm.index("--dist") : farm.index("--dist") + 2]
         capsys.readouterr()
-        assert main(["plan", *farm, "--format", "json"]) == 0, spec.id
-        assert json.loads(capsys.readouterr().out) == [spec.to_json()]
+        assert main(["plan", *farm, "--format", "json"]) == 0, job["id"]
+        assert json.loads(capsys.readouterr().out) == [planned[i].to_json() for i in job["ids"].split()]
 
 
 # ------------------------------------------------------------------ the publish job
 
-BUILT = {  # id -> local label of the wheel it made
+BUILT = {  # checkout build id -> local label of the wheel it made
     "cu12-torch2.6-cxx11abiFALSE-cp311-linux_x86_64": "cu12torch2.6cxx11abiFALSE",
     "cpu-torch2.13-cxx11abiTRUE-cp311-linux_x86_64": "cputorch2.13cxx11abiTRUE",
 }
 FAILED = "cu13-torch2.14-cxx11abiTRUE-cp312-linux_x86_64"
+# Upstream's packages: a recipe's CUDA Pythons share one job (plan.github_jobs), named by the compile group.
+UPSTREAM_LABEL = "cu13torch2.14cxx11abitrue"
+GROUP_JOB = "causal-conv1d-cu13-torch2.14-cxx11abiTRUE-linux_x86_64"
+UPSTREAM_JOBS = {  # job id -> project, version, source, and whether each of its Pythons made a wheel
+    GROUP_JOB: ("causal-conv1d", "1.7.0", CAUSAL_CONV1D, {"cp311": True, "cp312": False}),
+    "mamba-ssm-cu13-torch2.14-cxx11abiTRUE-linux_x86_64": (
+        "mamba-ssm", "2.3.2.post1", UPSTREAM_MAMBA, {"cp311": True, "cp312": True}
+    ),
+}  # fmt: skip
+GROUP_FAILED = "causal-conv1d-cu13-torch2.14-cxx11abiTRUE-cp312-linux_x86_64"
 INDEX_URL = "https://farm.example.org/mamba"
 PLATFORM = "manylinux_2_28_x86_64"
+
+
+def group_id(job: str, python: str) -> str:
+    """A build id of a compile group's job: the group's name with the Python put back."""
+    return job.replace("-linux_x86_64", f"-{python}-linux_x86_64")
+
+
+def plan_matrix() -> dict:
+    """The plan job's matrix for the builds above (what `plan --format github` gives: id, ids, platform...)."""
+    include = [{"id": i, "ids": i, "platform": "linux_x86_64"} for i in [*BUILT, FAILED]]
+    for job, (*_, pythons) in UPSTREAM_JOBS.items():
+        include.append({"id": job, "ids": " ".join(group_id(job, py) for py in pythons), "platform": "linux_x86_64"})
+    return {"include": include}
+
+
+def spec_json(spec_id: str, source: str = "checkout") -> bytes:
+    """The farm's sidecar, as much of it as the publish job reads."""
+    return json.dumps({"id": spec_id, "source": source, "serves": []}).encode()
+
 
 FAKE_GH = r'''#!/usr/bin/env python3
 """A stand-in for the gh CLI: records each call, serves one earlier release."""
@@ -510,20 +592,34 @@ def lay_out_artifacts(step: dict, artifacts: dict[str, dict[str, bytes]], ws: Pa
             (folder / fn).write_bytes(data)
 
 
-def build_artifacts(tmp: Path) -> dict[str, dict[str, bytes]]:
+def build_artifacts(tmp: Path, *, sidecars: bool = True) -> dict[str, dict[str, bytes]]:
+    """What the build jobs upload: wheel-<job id> (wheels + sidecars) and log-<job id>."""
     arts: dict[str, dict[str, bytes]] = {}
     for spec_id, label in BUILT.items():
         whl = make_mamba_wheel(tmp / "made", label, platform=PLATFORM)
         arts[f"wheel-{spec_id}"] = {whl.name: whl.read_bytes()}
-        if label.startswith("cpu"):  # the farm's BuildSpec sidecar travels with the wheel
-            arts[f"wheel-{spec_id}"][whl.name + ".spec.json"] = json.dumps({"id": spec_id, "serves": []}).encode()
+        if sidecars:  # the farm's BuildSpec sidecar travels with the wheel
+            arts[f"wheel-{spec_id}"][whl.name + ".spec.json"] = spec_json(spec_id)
         arts[f"log-{spec_id}"] = {f"{spec_id}.log": b"build ok\n"}
     arts[f"log-{FAILED}"] = {f"{FAILED}.log": b"error: nvcc died\n"}  # a log, no wheel
+    for job, (project, version, source, pythons) in UPSTREAM_JOBS.items():
+        arts[f"wheel-{job}"], arts[f"log-{job}"] = {}, {}
+        for py, made in pythons.items():
+            arts[f"log-{job}"][f"{group_id(job, py)}.log"] = b"build ok\n" if made else b"error: nvcc died\n"
+            if made:
+                whl = make_recipe_wheel(tmp / "made", project, version, UPSTREAM_LABEL, py)
+                arts[f"wheel-{job}"][whl.name] = whl.read_bytes()
+                arts[f"wheel-{job}"][whl.name + ".spec.json"] = spec_json(group_id(job, py), source)
     return arts
 
 
+def checkout_only(artifacts: dict[str, dict[str, bytes]]) -> dict[str, dict[str, bytes]]:
+    return {name: files for name, files in artifacts.items() if not name.endswith(tuple(UPSTREAM_JOBS))}
+
+
 def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, bytes]], first_release: bool = False):
-    """Run the publish job's steps in order: shell steps for real, action steps checked or simulated."""
+    """Run the publish job's steps in order: shell steps for real, action steps checked or simulated.
+    The earlier release v2.2.0 holds a wheel of each product line."""
     wf = load(RELEASE)
     job = wf["jobs"]["publish"]
     ws = workspace(tmp)
@@ -532,10 +628,14 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
     gh.write_text(FAKE_GH)
     gh.chmod(0o755)
     old = tmp / "releases" / "v2.2.0"
-    old_whl = make_mamba_wheel(old, BUILT[next(iter(BUILT))], version="2.2.0", platform=PLATFORM)
-    matrix = {"include": [{"id": i, "platform": "linux_x86_64"} for i in [*BUILT, FAILED]]}
+    old_ours = make_mamba_wheel(old, BUILT[next(iter(BUILT))], version="2.2.0", platform=PLATFORM)
+    Path(f"{old_ours}.spec.json").write_bytes(spec_json(next(iter(BUILT))))
+    old_theirs = make_recipe_wheel(old, "causal-conv1d", "1.7.0", "cu12torch2.6cxx11abifalse")
+    Path(f"{old_theirs}.spec.json").write_bytes(
+        spec_json("causal-conv1d-cu12-torch2.6-cxx11abiFALSE-cp311-linux_x86_64", CAUSAL_CONV1D)
+    )
     ctx = {
-        "needs.plan.outputs.matrix": json.dumps(matrix, separators=(",", ":")),
+        "needs.plan.outputs.matrix": json.dumps(plan_matrix(), separators=(",", ":")),
         "github.ref_name": "v2.3.0",
         "needs.plan.outputs.publish": "true" if publish else "false",
         "github.repository": "example/mamba-farm",
@@ -588,7 +688,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
             if proc.returncode:
                 break
     calls = [json.loads(line) for line in (tmp / "gh.log").read_text().splitlines()]
-    return ws, done, outputs(tmp), calls, old_whl
+    return ws, done, outputs(tmp), calls, (old_ours, old_theirs)
 
 
 def anchors(page: Path) -> dict[str, tuple[str, str]]:
@@ -604,24 +704,32 @@ def sha256(path: Path) -> str:
 ASSETS = "https://github.com/example/mamba-farm/releases/download"
 
 
-def check_index(site: Path, wheels: dict[Path, str | None]) -> None:
-    """Every wheel is listed under its variant and in simple/ with its real sha256: at its release's
-    asset URL (wheel -> tag), or at INDEX_URL/files/ (wheel -> None) where the site then serves it."""
+def check_index(site: Path, wheels: dict[Path, str | None], base: str = INDEX_URL) -> None:
+    """The index lists exactly WHEELS (each project's simple/ page), each under its variant with its real
+    sha256: at its release's asset URL (wheel -> tag), or at BASE/files/ (wheel -> None) where the site
+    then serves it."""
+    from packaging.utils import parse_wheel_filename
+
+    from mamba_ssm._variant import Variant
+
     assert (site / "index.html").is_file()
-    simple = anchors(site / "simple" / "mamba-ssm" / "index.html")
+    projects: dict[str, set[str]] = {}
+    for whl in wheels:
+        projects.setdefault(str(parse_wheel_filename(whl.name)[0]), set()).add(whl.name)
+    for project, names in projects.items():
+        assert set(anchors(site / "simple" / project / "index.html")) == names, f"{site}: {project}"
+    assert {p.name for p in (site / "simple").iterdir() if p.is_dir()} == set(projects), f"{site}: other projects"
     for whl, tag in wheels.items():
-        label = whl.name.split("+")[1].split("-")[0]
-        key = re.sub(r"(torch)([\d.]+)(cxx11abi)", r"-\1\2-\3", label)
-        page = anchors(site / key / "index.html")
-        for listing in (page, simple):
+        project = str(parse_wheel_filename(whl.name)[0])
+        key = Variant.from_label(whl.name.split("+")[1].split("-")[0]).key
+        for listing in (anchors(site / key / "index.html"), anchors(site / "simple" / project / "index.html")):
             href, digest = listing[whl.name]
-            where = f"{ASSETS}/{tag}" if tag else f"{INDEX_URL}/files"
+            where = f"{ASSETS}/{tag}" if tag else f"{base}/files"
             assert href.replace("%2B", "+") == f"{where}/{whl.name}"
             assert digest == sha256(whl)
         if tag is None:
             served = site / "files" / whl.name
             assert served.is_file() and sha256(served) == sha256(whl)
-    assert not (site / "cu13-torch2.14-cxx11abiTRUE").exists(), "the failed build has no page"
 
 
 def assert_steps_succeeded(done: list) -> None:
@@ -630,38 +738,79 @@ def assert_steps_succeeded(done: list) -> None:
             assert proc.returncode == 0, f"{name}:\n{proc.stdout}\n{proc.stderr}"
 
 
+def by_line(wheels: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(this checkout's, upstream's): ours are 2.3.0, built from this checkout."""
+    ours = [w for w in wheels if "-2.3.0+" in w.name]
+    return ours, [w for w in wheels if w not in ours]
+
+
 @needs_index
-def test_publish_dry_run_indexes_what_was_built_and_lists_what_failed(tmp_path):
+def test_publish_dry_run_indexes_each_line_apart_and_lists_each_failed_build(tmp_path):
     ws, done, out, calls, _ = run_publish(tmp_path, publish=False, artifacts=build_artifacts(tmp_path))
     assert_steps_succeeded(done)
-    assert out["built"] == "2" and out["failed"] == "1"
+    # every planned build id is built or failed, a group's Pythons one by one (by the sidecars' ids)
+    assert out["built"] == "5" and out["failed"] == "2"
     summary = (tmp_path / "summary").read_text()
-    assert "2 wheels from 2 of 3 planned builds" in summary
-    assert f"`{FAILED}`" in summary and f"`log-{FAILED}`" in summary
-    wheels = sorted((ws / "dist" / "wheels").glob("*.whl"))
-    assert len(wheels) == 2
-    check_index(ws / "dist" / "index", dict.fromkeys(wheels))
+    assert "5 wheels from 5 of 7 planned builds: 2 of this repository's mamba-ssm, 3 of upstream's packages" in summary
+    assert f"| `{FAILED}` | `log-{FAILED}` |" in summary
+    assert f"| `{GROUP_FAILED}` | `log-{GROUP_JOB}` |" in summary, "a group's failed Python points at its job's log"
+    assert summary.count("\n| `") == 2, "one row per failed build"
+    ours, theirs = by_line(sorted((ws / "dist" / "wheels").glob("*.whl")))
+    assert len(ours) == 2 and len(theirs) == 3
+    # two indexes: this checkout's at the site's root, upstream's (its own mamba-ssm too) under upstream/
+    check_index(ws / "dist" / "index", dict.fromkeys(ours))
+    assert not (ws / "dist" / "index" / "cu13-torch2.14-cxx11abiTRUE").exists(), "the failed build has no page"
+    check_index(ws / "dist" / "index-upstream", dict.fromkeys(theirs), f"{INDEX_URL}/upstream")
+    site = dict(done)["actions/upload-artifact"]
+    assert site == ws / "dist" / "site"
+    assert (site / "files").is_dir() and (site / "upstream" / "files").is_dir(), "a dry run's site serves its wheels"
+    assert _links_in(site / "upstream" / "cu13-torch2.14-cxx11abiTRUE" / "index.html") == sorted(w.name for w in theirs)
+    notes = (ws / "dist" / "summary.md").read_text()  # what a release's notes would say: both lines' installs
+    assert f"--extra-index-url {INDEX_URL}/<variant>/" in notes
+    assert f"--extra-index-url {INDEX_URL}/upstream/<variant>/" in notes
     assert (ws / "dist" / "logs" / f"log-{FAILED}" / f"{FAILED}.log").is_file()
+    assert (ws / "dist" / "logs" / f"log-{GROUP_JOB}" / f"{GROUP_FAILED}.log").is_file()
     assert calls == [], "a dry run touches no release"
     assert [d[0] for d in done if not isinstance(d[1], subprocess.CompletedProcess)] == ["actions/upload-artifact"]
 
 
+def _links_in(page: Path) -> list[str]:
+    return sorted(name for name in anchors(page))
+
+
 @needs_index
-def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels(tmp_path):
-    ws, done, _, calls, old_whl = run_publish(tmp_path, publish=True, artifacts=build_artifacts(tmp_path))
+def test_publish_of_one_line_makes_only_its_index(tmp_path):
+    ws, done, out, _, _ = run_publish(tmp_path, publish=False, artifacts=checkout_only(build_artifacts(tmp_path)))
+    assert_steps_succeeded(done)
+    assert out["built"] == "2" and out["failed"] == "5"  # the upstream jobs made nothing
+    assert not (ws / "dist" / "index-upstream").exists() and not (ws / "dist" / "site" / "upstream").exists()
+    notes = (ws / "dist" / "summary.md").read_text()
+    assert "2 of this repository's mamba-ssm, 0 of upstream's packages" in notes
+    assert f"{INDEX_URL}/<variant>/" in notes and "/upstream/" not in notes
+
+
+@needs_index
+def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels_of_both_lines(tmp_path):
+    ws, done, _, calls, (old_ours, old_theirs) = run_publish(
+        tmp_path, publish=True, artifacts=build_artifacts(tmp_path)
+    )
     assert_steps_succeeded(done)
     new = sorted((ws / "dist" / "wheels").glob("*.whl"))
+    ours, theirs = by_line(new)
     site = dict(done)["actions/upload-pages-artifact"]
-    # every wheel is linked to its release's asset, v2.2.0's still there; the site holds no wheel
-    check_index(site, {**dict.fromkeys(new, "v2.3.0"), old_whl: "v2.2.0"})
-    assert not (site / "files").exists() and not list(site.rglob("*.whl"))
+    # every wheel is linked to its release's asset, v2.2.0's still there, each in its line's index;
+    # the site holds no wheel
+    check_index(site, {**dict.fromkeys(ours, "v2.3.0"), old_ours: "v2.2.0"})
+    check_index(site / "upstream", {**dict.fromkeys(theirs, "v2.3.0"), old_theirs: "v2.2.0"}, f"{INDEX_URL}/upstream")
+    assert not list(site.rglob("files")) and not list(site.rglob("*.whl"))
     assert dict(done)["attest"] == [p.name for p in new]
     upload = next(c for c in calls if c[:2] == ["release", "upload"])
     assets = {Path(a).name for a in upload[3:] if not a.startswith("-")}
-    assert upload[2] == "v2.3.0" and assets >= {p.name for p in new}
-    assert {p.name + ".spec.json" for p in new if "+cpu" in p.name} <= assets
+    assert upload[2] == "v2.3.0" and assets >= {p.name for p in new} | {p.name + ".spec.json" for p in new}
     assert "build-logs-v2.3.0.tar.gz" in assets
     assert any(c[:2] == ["release", "create"] and "--verify-tag" in c for c in calls)
+    notes = (ws / "dist" / "summary.md").read_text()  # the release's notes name both lines' indexes
+    assert f"{INDEX_URL}/<variant>/" in notes and f"{INDEX_URL}/upstream/<variant>/" in notes
     downloads = [c[2] for c in calls if c[:2] == ["release", "download"]]
     assert downloads == ["v2.2.0"], "the release being made is not restored from itself"
 
@@ -670,8 +819,10 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels(tmp_path):
 def test_the_first_release_publishes_with_no_earlier_wheels(tmp_path):
     ws, done, _, calls, _ = run_publish(tmp_path, publish=True, artifacts=build_artifacts(tmp_path), first_release=True)
     assert_steps_succeeded(done)
-    new = sorted((ws / "dist" / "wheels").glob("*.whl"))
-    check_index(dict(done)["actions/upload-pages-artifact"], dict.fromkeys(new, "v2.3.0"))
+    ours, theirs = by_line(sorted((ws / "dist" / "wheels").glob("*.whl")))
+    site = dict(done)["actions/upload-pages-artifact"]
+    check_index(site, dict.fromkeys(ours, "v2.3.0"))
+    check_index(site / "upstream", dict.fromkeys(theirs, "v2.3.0"), f"{INDEX_URL}/upstream")
     assert not [c for c in calls if c[:2] == ["release", "download"]]
 
 
@@ -681,7 +832,16 @@ def test_publish_fails_when_no_build_made_a_wheel(tmp_path):
     name, proc = done[-1]
     assert name == "Collect what was built" and proc.returncode == 1
     assert "no build produced a wheel" in proc.stdout
-    assert out["built"] == "0" and out["failed"] == "3"
+    assert out["built"] == "0" and out["failed"] == "7"
+
+
+def test_publish_refuses_a_wheel_without_its_sidecar(tmp_path):
+    """Without its sidecar a wheel's build id and product line are unknown: the publish stops, naming it."""
+    _, done, out, calls, _ = run_publish(tmp_path, publish=True, artifacts=build_artifacts(tmp_path, sidecars=False))
+    name, proc = done[-1]
+    assert name == "Collect what was built" and proc.returncode != 0
+    assert "no sidecar" in proc.stderr and "mamba_ssm-2.3.0+cpu" in proc.stderr and "Traceback" not in proc.stderr
+    assert "built" not in out and calls == [], "nothing is counted, indexed or released"
 
 
 def _nox_sessions() -> set[str]:
