@@ -536,21 +536,14 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def compiles_once(b: BuildSpec) -> bool:
-    """Whether B's compile group shares one job on GitHub: a recipe's CUDA builds, whose objects the
-    image's kernel cache (FARM_CCACHE: ccache under torch's nvcc) reuses across the group's Pythons.
-    ROCm recipe builds gain nothing (torch never wraps hipcc); the checkout's builds stay one job each."""
-    return b.from_recipe and b.accelerator.startswith("cu")
-
-
 def github_jobs(builds: list[BuildSpec]) -> list[dict]:
     """The release's build jobs, in plan order: one per build, but one per compile group for the builds
-    that compile once (all its Pythons in one `build --only`: a job restores no cache another workflow
+    that compile through ccache (all its Pythons in one `build --only`: a job restores no cache another workflow
     can write, so sharing compiled objects happens inside one job). ``id`` names the job and its
     artifacts (the group's name for a group); ``ids`` lists the builds it makes, space-separated."""
     groups: dict[str, list[BuildSpec]] = {}
     for b in builds:
-        groups.setdefault(b.compile_group if compiles_once(b) else b.id, []).append(b)
+        groups.setdefault(b.compile_group if b.compiles_through_ccache else b.id, []).append(b)
     jobs = []
     for name, members in groups.items():
         job = github_job(members[0])

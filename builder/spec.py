@@ -79,6 +79,12 @@ class BuildSpec:
         return "cp" + self.python.replace(".", "")
 
     @property
+    def compiles_through_ccache(self) -> bool:
+        """A recipe's CUDA build: nvcc runs through ccache (build.sh), so the compile group's Pythons share
+        objects. The checkout has its own kernel cache; torch never wraps hipcc."""
+        return self.from_recipe and self.accelerator.startswith("cu")
+
+    @property
     def compile_group(self) -> str:
         """The id without its Python: the builds that compile the same kernels with one toolchain
         (torch build, toolkit, ABI, archs, image), which the image's kernel cache lets compile once."""

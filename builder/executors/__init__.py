@@ -139,9 +139,8 @@ def spec_env(spec, *, max_jobs: int) -> dict[str, str]:
         env["MAMBA_STABLE_ABI"] = "TRUE"
     if spec.accelerator == "cpu":
         env["MAMBA_SKIP_CUDA_BUILD"] = "TRUE"
-    # Code we do not own compiles once per toolchain through ccache (build.sh); our own package
-    # has its kernel cache (mamba_build/kernels.py). ROCm stays out: torch never wraps hipcc.
-    if spec.from_recipe and spec.accelerator.startswith("cu"):
+    # Code we do not own compiles once per toolchain through ccache (build.sh).
+    if spec.compiles_through_ccache:
         env["FARM_CCACHE"] = "nvcc"
     # A recipe's build environment (builder/prepare.py): what it unsets goes, even from the image's
     # own ENV (build.sh unsets FARM_UNSET), and what it sets wins.
