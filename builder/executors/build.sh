@@ -22,6 +22,8 @@ if [ "${FARM_CCACHE:-}" = nvcc ] && [ -n "${MAMBA_KERNEL_CACHE:-}" ] && command 
   export CCACHE_DIR="$MAMBA_KERNEL_CACHE/ccache"
   # nvcc's bytes, not its mtime: each image of one toolchain installs the same nvcc at its own time.
   export CCACHE_COMPILERCHECK=content
+  # Not the working directory: torch's ninja runs in build/temp.<platform>-cpython-3XY, one per Python.
+  export CCACHE_NOHASHDIR=1
   ccache_log="$(mktemp)"
   export CCACHE_STATSLOG="$ccache_log"
   export PYTORCH_NVCC="ccache ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
