@@ -29,7 +29,7 @@ if [ "${FARM_CCACHE:-}" = nvcc ] && [ -n "${MAMBA_KERNEL_CACHE:-}" ] && command 
   export PYTORCH_NVCC="ccache ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
   echo "== $(ccache --version | head -n 1) in front of nvcc and c++, objects in $CCACHE_DIR"
 else
-  if [ -n "${FARM_CCACHE:-}" ]; then echo "== no ccache in this image: this build compiles every object itself"; fi
+  if [ -n "${FARM_CCACHE:-}" ]; then echo "== no ccache on PATH here: this build compiles every object itself"; fi
   export TORCH_NO_COMPILER_WRAPPER=1
 fi
 # children_cpu sets $cpu: CPU seconds (user + sys) of this shell's finished children, from bash's
