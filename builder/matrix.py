@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import tomllib
 from packaging.version import InvalidVersion, Version
 
 from builder.compat import PLATFORMS, TOOLKIT_SOURCES, Accelerator, Compat, parse_accelerator, vtuple
 from builder.errors import MatrixError
-from builder.tomlcheck import TomlChecker, dotted, show, type_name
+from builder.tomlcheck import TomlChecker, dotted, read_toml, show, type_name
 from builder.tomllines import TomlLines
 from mamba_ssm import _variant
 
@@ -323,28 +322,7 @@ def _read_version(root: Path, rel: str) -> str | None:
 def load_matrix(path: Path, compat: Compat) -> Matrix:
     """Read and validate PATH. Raises MatrixError on any problem."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise MatrixError(f"{path}: no such file", hint="pass --matrix FILE, or run from the repository root") from None
-    except OSError as err:
-        raise MatrixError(f"{path}: cannot read: {err.strerror or err}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise MatrixError(f"{path}:{line}: not UTF-8 text (byte {err.start})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        msg = str(err)
-        m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
-        where = f"{path}:{m.group(1)}" if m else f"{path}"
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg) or "invalid TOML"
-        col = f" (column {m.group(2)})" if m else ""
-        raise MatrixError(
-            f"{where}: TOML syntax error: {msg}{col}", hint="see https://toml.io for the syntax"
-        ) from None
+    text, data = read_toml(path, MatrixError, "no such file", "pass --matrix FILE, or run from the repository root")
     ck = _Checker(path, TomlLines(text), compat)
     top = ("package", "axes", "plan", "torch_index", "images", "toolkit_source", "exclude", "include", "profiles")
     ck.keys(data, (), top, required=("package", "axes"))

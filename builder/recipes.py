@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomllib
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -44,7 +43,7 @@ from builder.errors import RecipeError
 
 from builder.matrix import DIST_RE, RELPATH_RE
 from builder.sources import SHA256_RE, SdistPin
-from builder.tomlcheck import TomlChecker, show, type_name
+from builder.tomlcheck import TomlChecker, read_toml, show, type_name
 from builder.tomllines import TomlLines
 
 REPO = Path(__file__).resolve().parent.parent
@@ -326,24 +325,7 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
 def load_recipe(path: Path) -> Recipe:
     """Read and validate recipes/<project>.toml. Raises RecipeError on any problem."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise RecipeError(f"{path}: no such recipe", hint=f"recipes live in {RECIPES_DIR}/<project>.toml") from None
-    except OSError as err:
-        raise RecipeError(f"{path}: cannot read: {err.strerror or err}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise RecipeError(f"{path}:{line}: not UTF-8 text (byte {err.start})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(err))
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(err)) or "invalid TOML"
-        where = f"{path}:{m.group(1)}" if m else str(path)
-        raise RecipeError(f"{where}: TOML syntax error: {msg}", hint="see https://toml.io for the syntax") from None
+    text, data = read_toml(path, RecipeError, "no such recipe", f"recipes live in {RECIPES_DIR}/<project>.toml")
     ck = _Checker(path, TomlLines(text), data)
     ck.keys(data, (), ("project", "source", "requires", "build", "patch", "test", "verify"),
             required=("project", "source", "build", "test", "verify"))  # fmt: skip
@@ -415,7 +397,7 @@ def load_recipe(path: Path) -> Recipe:
         imports=imports,
         commands=tuple(commands),
         extensions=extensions,
-        digest=hashlib.sha256(raw).hexdigest(),
+        digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),  # the file's bytes (valid UTF-8 round-trips)
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import tomllib
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -24,6 +25,29 @@ _TYPE_NAMES = {
     list: "an array",
     dict: "a table",
 }
+
+
+def read_toml(path: Path, error: type[FarmError], missing: str, missing_hint: str) -> tuple[str, dict]:
+    """PATH's text and data; ``error`` as ``FILE[:LINE]: ...`` when it is absent, unreadable, not UTF-8
+    or not TOML (``missing``/``missing_hint`` say what an absent file means)."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: {missing}", hint=missing_hint) from None
+    except OSError as err:
+        raise error(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise error(f"{path}:{line}: not UTF-8 text (byte {err.start})") from None
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(err))
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(err)) or "invalid TOML"
+        where, col = (f"{path}:{m.group(1)}", f" (column {m.group(2)})") if m else (f"{path}", "")
+        raise error(f"{where}: TOML syntax error: {msg}{col}", hint="see https://toml.io for the syntax") from None
 
 
 def type_name(value: Any) -> str:

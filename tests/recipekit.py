@@ -18,10 +18,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builder.sources import SdistPin
+from builder.sources import Fetcher, SdistPin, SourceCache
 
 MAMBA = SdistPin("mamba_ssm", "2.3.2.post1", "104cc47e9101e5401a675fa2b784f2952b9b037f3b1dd83b5ac544394e95d028")
 CAUSAL = SdistPin("causal_conv1d", "1.7.0", "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b")
+
+
+def fetched_cache(root: Path) -> SourceCache:
+    """A fresh cache at ROOT holding both real sdists, fetched through the host's pip settings."""
+    cache = SourceCache(root, Fetcher.from_host())
+    for pin in (MAMBA, CAUSAL):
+        cache.fetch(pin)
+    return cache
 
 # Every -gencode target upstream's setup.py hard-codes (with CUDA 13 it lists all of them).
 UPSTREAM_SMS = ("75", "80", "87", "90", "100", "120", "103", "110", "121")

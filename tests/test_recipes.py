@@ -17,12 +17,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from recipekit import CAUSAL, MAMBA, UPSTREAM_SMS, gencode_targets, setup_py_flags
+from recipekit import CAUSAL, MAMBA, UPSTREAM_SMS, fetched_cache, gencode_targets, setup_py_flags
 
 from builder.errors import PatchError, RecipeError
 from builder.prepare import explain, inputs, prepare
 from builder.recipes import RECIPES_DIR, CellFacts, load_recipe, load_recipes, recipe_for
-from builder.sources import Fetcher, SdistPin, SourceCache
+from builder.sources import SdistPin, SourceCache
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_VENV = Path.home() / ".cache" / "mamba-farm" / "venv-torch2.14.1-cp311"
@@ -38,10 +38,7 @@ CELL_ROCM = CellFacts("2.14.1", "rocm", "6.4", True, ("gfx90a", "gfx942"), "hip6
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> SourceCache:
-    c = SourceCache(tmp_path_factory.mktemp("sdists"), Fetcher.from_host())
-    for pin in (MAMBA, CAUSAL):
-        c.fetch(pin)
-    return c
+    return fetched_cache(tmp_path_factory.mktemp("sdists"))
 
 
 def test_the_recipes_load_and_pin_the_published_sdists():

@@ -16,7 +16,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from recipekit import CAUSAL, MAMBA
+from recipekit import CAUSAL, MAMBA, fetched_cache
 
 from builder.errors import SourceFetchError, SourceIntegrityError
 from builder.sources import Fetcher, SdistPin, SourceCache
@@ -26,11 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def fetched(tmp_path_factory) -> SourceCache:
-    """A fresh cache holding both real sdists, fetched through the host's pip settings."""
-    cache = SourceCache(tmp_path_factory.mktemp("sdists"), Fetcher.from_host())
-    for pin in (MAMBA, CAUSAL):
-        cache.fetch(pin)
-    return cache
+    return fetched_cache(tmp_path_factory.mktemp("sdists"))
 
 
 def _copy_cache(fetched: SourceCache, dst: Path, pin: SdistPin) -> SourceCache:
