@@ -204,7 +204,7 @@ def run(
                         outcomes[spec.id] = fut.result()
                     except Exception as err:  # a bug in one build's path must not take down the rest
                         outcomes[spec.id] = Outcome(spec, "failed", reason=f"internal error: {err!r}")
-                    for sibling in later.pop(_group(spec), []) if not stop.is_set() else ():
+                    for sibling in later.pop(spec.compile_group, []) if not stop.is_set() else ():
                         futures[nxt := pool.submit(work, sibling)] = sibling
                         pending.add(nxt)
         finally:
@@ -212,18 +212,14 @@ def run(
     return [outcomes[s.id] for s in specs if s.id in outcomes]
 
 
-def _group(spec) -> str:
-    return getattr(spec, "compile_group", spec.id)
-
-
 def _first_of_each_group(specs: list) -> tuple[list, dict[str, list]]:
     """The first spec of each compile group (in plan order), and the others by group."""
     first, later = [], {}
     for spec in specs:
-        if _group(spec) in later:
-            later[_group(spec)].append(spec)
+        if spec.compile_group in later:
+            later[spec.compile_group].append(spec)
         else:
-            later[_group(spec)] = []
+            later[spec.compile_group] = []
             first.append(spec)
     return first, later
 

@@ -71,6 +71,7 @@ class _Spec:
         self.id = f"spec{i}"
         self.inputs_hash = f"h{i}"
         self.accelerator = "cpu"
+        self.compile_group = self.id  # each its own toolchain, unless a test groups them
 
 
 def _finish(tmp: Path):

@@ -56,6 +56,7 @@ children_cpu
 echo "== compile cpu: $(awk -v a="$cpu_before" -v b="$cpu" 'BEGIN { printf "%.1f", b - a }') s (pip wheel and its processes, user + sys)"
 if [ -n "$ccache_log" ]; then
   echo "== ccache: $(grep -c -E '^(direct|preprocessed)_cache_hit$' "$ccache_log") hits, $(grep -c -x cache_miss "$ccache_log") misses"
+  rm -f "$ccache_log"
 fi
 ls -l "$FARM_OUT"
 echo "== $(date +%T) done"

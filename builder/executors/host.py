@@ -174,8 +174,6 @@ class HostExecutor:
         if spec.toolkit and spec.toolkit in self.cuda_homes:
             home = self.cuda_homes[spec.toolkit]
             env.update(CUDA_HOME=home, PATH=f"{home}/bin:{env.get('PATH', '')}")
-        for name in spec.unset:  # the recipe's: the host's value must not steer its setup.py
-            env.pop(name, None)
         return env
 
     def cleanup(self) -> None:
