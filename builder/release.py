@@ -15,40 +15,37 @@ import os
 import shutil
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
 from builder.errors import UsageError
+from builder.index.model import CHECKOUT
+from builder.index.reader import read_sidecar, read_source
 
 # product line -> what it is: sidecar source "checkout", and "sdist:<name>==<version>@sha256:<hex>" (builder.sources)
 LINES = {"checkout": "this repository's mamba-ssm", "upstream": "upstream's packages (from their sdists)"}
 
 
 def sidecar(wheel: Path) -> dict:
-    """The BuildSpec the farm wrote beside WHEEL; an error naming the wheel where it is missing or unreadable."""
+    """The BuildSpec the farm wrote beside WHEEL (read as the index reads it); it must exist and name its build."""
     path = Path(f"{wheel}.spec.json")
-    try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    spec = read_sidecar(str(path))
+    if spec is None:
         raise UsageError(
             f"{wheel}: no sidecar {path.name}, so neither its build id nor its index (product line) is known",
             hint="the farm writes one beside every wheel it builds: upload it with the wheel, or remove the wheel",
-        ) from None
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{path}: not readable JSON ({err})", hint="rebuild the wheel, or remove it") from None
-    if not isinstance(spec, dict) or not isinstance(spec.get("id"), str):
+        )
+    if not isinstance(spec.get("id"), str):
         raise UsageError(f"{path}: expected the build's spec, a JSON object with an 'id'", hint="rebuild the wheel")
     return spec
 
 
 def line_of(wheel: Path, spec: dict) -> str:
-    """The product line of WHEEL: its sidecar's ``source`` (absent, as in sidecars made before recipes: checkout)."""
-    source = spec.get("source", "checkout")
-    if source == "checkout":
-        return "checkout"
-    if isinstance(source, str) and source.startswith("sdist:"):
-        return "upstream"
-    raise UsageError(
-        f"{wheel}.spec.json: 'source' is {source!r}, not a source identity",
-        hint="expected 'checkout' or a pinned sdist's 'sdist:<name>==<version>@sha256:<hex>'",
-    )
+    """The product line of WHEEL: its sidecar's ``source``, checked as the index checks it (absent: checkout)."""
+    try:
+        project = canonicalize_name(parse_wheel_filename(wheel.name)[0])
+    except InvalidWheelFilename as err:
+        raise UsageError(f"{wheel}: {err}", hint="only the farm's wheels, under their own names") from None
+    return "checkout" if read_source(f"{wheel}.spec.json", spec, project) == CHECKOUT else "upstream"
 
 
 def wheels_in(folder: Path) -> list[Path]:

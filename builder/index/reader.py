@@ -133,7 +133,7 @@ def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
         raise UsageError(f"{path}: METADATA says version {meta.version or '0'}, the filename says {named.version}")
     v, tag = named.variant, named.tag
     sidecar = path + ".spec.json"
-    spec = _read_sidecar(sidecar)
+    spec = read_sidecar(sidecar)
     declared = _read_serves(sidecar, spec, v) if v.stable and spec is not None else None
     wheel = Wheel.make(
         filename=os.path.basename(path),
@@ -146,12 +146,12 @@ def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
         requires_torch=meta.requires_torch or "",
         serves_declared=declared,
         project=named.project,
-        source=_read_source(sidecar, spec, named.project),
+        source=read_source(sidecar, spec, named.project),
     )
     return wheel, meta.raw
 
 
-def _read_sidecar(sidecar: str) -> dict | None:
+def read_sidecar(sidecar: str) -> dict | None:
     """The build's sidecar (the farm's BuildSpec.to_json()), None if the wheel has none."""
     try:
         with open(sidecar, encoding="utf-8") as f:
@@ -165,7 +165,7 @@ def _read_sidecar(sidecar: str) -> dict | None:
     return spec
 
 
-def _read_source(sidecar: str, spec: dict | None, project: str) -> str:
+def read_source(sidecar: str, spec: dict | None, project: str) -> str:
     """What the wheel was built from: its sidecar's ``source``; this checkout where there is none."""
     source = CHECKOUT if spec is None else spec.get("source", CHECKOUT)
     m = _SOURCE_RE.fullmatch(source) if isinstance(source, str) else None
