@@ -146,7 +146,7 @@ def run_command(args: argparse.Namespace) -> int:
             def finish(spec, result):
                 return _verify_and_publish(
                     spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke,
-                    allow_newer_manylinux=executor.newer_glibc(spec), recipe=_recipe(plan, spec),
+                    allow_newer_manylinux=executor.newer_glibc(spec), recipe=plan.recipe_of(spec),
                 )
 
             ran = schedule.run(
@@ -190,16 +190,6 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recipe(plan, spec):
-    """The recipe a build's spec came from (None: the checkout)."""
-    if not spec.from_recipe:
-        return None
-    from builder.plan import REPO_ROOT
-    from builder.recipes import recipe_for
-
-    return recipe_for(spec.project, plan.matrix.recipes_dir or REPO_ROOT / "recipes")
-
-
 def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tuple[dict, dict]:
     """({id: prepared tree}, {id: (failed Outcome, error)}) for the recipe builds among TODO.
 
@@ -217,7 +207,7 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
         log_path = logs_dir / f"{spec.id}.log"
         t0 = time.monotonic()
         try:
-            prep = prepare(_recipe(plan, spec), CellFacts.from_spec(spec), run_dir / spec.id / "source")
+            prep = prepare(plan.recipe_of(spec), CellFacts.from_spec(spec), run_dir / spec.id / "source")
         except FarmError as err:  # PatchError, SourceIntegrityError, SourceFetchError...: this build only
             kind = f"{type(err).__name__}, exit {err.exit_code}"
             text = f"== {spec.id}: the source could not be prepared ({kind})\n{err}\n"

@@ -42,7 +42,7 @@ from builder.matrix import (
 from builder.prepare import explain as explain_recipe
 from builder.prepare import inputs as prepare_inputs
 from builder.prepare import supported
-from builder.recipes import CellFacts, recipe_for
+from builder.recipes import CellFacts, Recipe, recipe_for
 from builder.spec import BuildSpec, ImageSpec, stable_hash
 from mamba_ssm._variant import Variant
 
@@ -68,6 +68,11 @@ class Plan:
     profile: Profile | None = None
     source_hash: str = ""
     stable: bool = False  # whether the stable-ABI collapse was on
+    recipes: dict[str, Recipe] = field(default_factory=dict)  # project -> its recipe, for the recipe builds
+
+    def recipe_of(self, spec: BuildSpec) -> Recipe | None:
+        """The recipe SPEC is built from (None: the checkout)."""
+        return self.recipes[spec.project] if spec.from_recipe else None
 
     def build(self, build_id: str) -> BuildSpec:
         for b in self.builds:
@@ -100,7 +105,10 @@ def load_plan(
     cells, dropped = expand(matrix, compat, prof)
     src = source_hash(matrix)
     chosen = _projects(matrix, prof, projects)
-    builds, images, refused = _specs(matrix, compat, cells, prof, src, stable=stable, projects=chosen)
+    recipes = {r.name: r for r in (recipe_for(n, _recipes_dir(matrix)) for n in chosen if n != CHECKOUT)}
+    builds, images, refused = _specs(
+        matrix, compat, cells, prof, src, stable=stable, checkout=CHECKOUT in chosen, recipes=list(recipes.values())
+    )
     dropped = [*dropped, *refused]
     if only:
         builds = _select(matrix, builds, only)
@@ -109,12 +117,16 @@ def load_plan(
         cells = [c for c in cells if any(_serves(b, c, compat) for b in builds)]
     if not builds:
         raise _nothing_to_build(matrix, prof, dropped)
-    return Plan(matrix, builds, images, dropped, cells, prof, src, stable)
+    return Plan(matrix, builds, images, dropped, cells, prof, src, stable, recipes)
+
+
+def _recipes_dir(matrix: Matrix) -> Path:
+    return matrix.recipes_dir or REPO_ROOT / "recipes"
 
 
 def _projects(matrix: Matrix, prof: Profile | None, projects: list[str] | None) -> tuple[str, ...]:
     """What the plan builds: --projects, else the profile's projects, else the checkout; each one known."""
-    root = matrix.recipes_dir or REPO_ROOT / "recipes"
+    root = _recipes_dir(matrix)
     known = [CHECKOUT, *sorted(p.stem for p in root.glob("*.toml"))]
     chosen = tuple(dict.fromkeys(projects)) if projects else (prof.projects if prof is not None else (CHECKOUT,))
     for i, name in enumerate(chosen):
@@ -324,7 +336,8 @@ def _specs(
     prof: Profile | None,
     src: str,
     stable: bool = False,
-    projects: tuple[str, ...] = (CHECKOUT,),
+    checkout: bool = True,
+    recipes: list[Recipe] | None = None,
 ) -> tuple[list[BuildSpec], dict[str, ImageSpec], list[Dropped]]:
     accs = {name: parse_accelerator(name) for name in {c.accelerator for c in cells}}
     toolchains: dict[tuple, tuple[_Toolchain, str, str]] = {}
@@ -364,7 +377,7 @@ def _specs(
         }
 
     groups = _group_stable(cells, accs, compat) if stable else [(c, cs, False) for c, cs in _group(cells)]
-    for cell, serves, is_stable in groups if CHECKOUT in projects else ():
+    for cell, serves, is_stable in groups if checkout else ():
         acc = accs[cell.accelerator]
         variant = _variant(cell, acc).as_stable() if is_stable else _variant(cell, acc)
         fields = {"id": f"{variant.key}-{variant.python}-{cell.platform}", **cell_fields(cell, variant)}
@@ -385,10 +398,7 @@ def _specs(
                       inputs_hash=stable_hash(hashed, 16))
         )  # fmt: skip
     # A recipe's builds: one classic build per cell it supports (third-party code has no stable-ABI build).
-    for name in projects:
-        if name == CHECKOUT:
-            continue
-        recipe = recipe_for(name, matrix.recipes_dir or REPO_ROOT / "recipes")
+    for recipe in recipes or ():
         for cell in cells:
             acc = accs[cell.accelerator]
             variant = _variant(cell, acc)
@@ -619,13 +629,10 @@ def _serves_short(plan: Plan, b: BuildSpec) -> str:
 
 
 def _explain(plan: Plan, out) -> None:
-    recipes: dict = {}
     for b in plan.builds:
-        if b.from_recipe:  # the recipe's patches, env and unset for this cell
-            if b.project not in recipes:
-                recipes[b.project] = recipe_for(b.project, plan.matrix.recipes_dir or REPO_ROOT / "recipes")
+        if (recipe := plan.recipe_of(b)) is not None:  # the recipe's patches, env and unset for this cell
             print(f"{b.id}:", file=out)
-            for line in explain_recipe(recipes[b.project], CellFacts.from_spec(b)):
+            for line in explain_recipe(recipe, CellFacts.from_spec(b)):
                 print(f"  {line}", file=out)
         if b.stable:
             cells = served_cells(plan, b)
