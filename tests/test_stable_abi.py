@@ -141,8 +141,12 @@ for name, dtype, var_bc, groups, use_z in [("f32-const", torch.float32, False, 1
     out = ssi.selective_scan_fn(u, delta, A, B, C, D, z, bias, delta_softplus=True)
     g = torch.randn_like(out)
     grads = torch.autograd.grad(out, inputs, g)
-    ref = ssi.selective_scan_ref(u, delta, A, B, C, D, z, bias, delta_softplus=True)
-    ref_grads = torch.autograd.grad(ref, inputs, g)
+    # the truth is the float64 reference: torch's float32 one is itself off by up to ~1.5e-4 now and then
+    # (seen on torch 2.13: 1 run in ~15, same seed), while the kernel stays within ~1e-6 of float64
+    dbl = iter([t.detach().double().requires_grad_() for t in inputs])
+    args = [next(dbl) if t is not None else None for t in (u, delta, A, B, C, D, z, bias)]
+    ref = ssi.selective_scan_ref(*args, delta_softplus=True)
+    ref_grads = torch.autograd.grad(ref, [a for a in args if a is not None], g.double())
     def rel(a, r):
         return float((a.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-6))
     res["cases"][name] = {"out": rel(out, ref), "grads": max(rel(a, r) for a, r in zip(grads, ref_grads))}
