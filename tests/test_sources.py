@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from recipekit import CAUSAL, MAMBA, fetched_cache
 
-from builder.errors import SourceFetchError, SourceIntegrityError
+from builder.errors import SourceFetchError, SourceIntegrityError, UsageError
 from builder.sources import Fetcher, SdistPin, SourceCache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,3 +192,147 @@ def test_a_hash_mismatch_has_an_exit_code_of_its_own():
         if issubclass(cls, errors.FarmError) and cls is not SourceIntegrityError
     }
     assert SourceIntegrityError.exit_code not in others.values(), others
+
+
+# --- hostile archives (issue 20): each is made here; a marker file proves an escape -----------------------
+
+
+def _pin_of(archive: Path, name: str = "evil", version: str = "1.0") -> SdistPin:
+    return SdistPin(name, version, hashlib.sha256(archive.read_bytes()).hexdigest())
+
+
+def chain_archive(path: Path, top: str, dest: Path, climb: int) -> None:
+    """CVE-2025-4517's shape: 16 nested 247-character folders, each reached by a one-letter link, then a link
+    whose real path is longer than PATH_MAX, so os.path.realpath (what tarfile's ``data`` filter checks with)
+    stops following links and judges the rest by its text, while the kernel follows them: the link ``escape``
+    looks inside the tree to the filter and is ``climb`` folders above it for open(); ``escape/marker.txt``
+    is then written there."""
+    comp, steps = "d" * 247, "abcdefghijklmnop"
+    real = os.path.join(os.path.realpath(dest), top) + ("/" + comp) * len(steps)
+    lname = "l" * min(250, max(1, 4100 - len(real)))
+    cur = top
+    with tarfile.open(path, "w:gz") as tf:
+        d = tarfile.TarInfo(top)
+        d.type = tarfile.DIRTYPE
+        tf.addfile(d)
+        for s in steps:
+            a = tarfile.TarInfo(f"{cur}/{comp}")
+            a.type = tarfile.DIRTYPE
+            tf.addfile(a)
+            b = tarfile.TarInfo(f"{cur}/{s}")
+            b.type, b.linkname = tarfile.SYMTYPE, comp
+            tf.addfile(b)
+            cur = f"{cur}/{comp}"
+        link = tarfile.TarInfo(f"{top}/{'/'.join(steps)}/{lname}")
+        link.type, link.linkname = tarfile.SYMTYPE, "../" * len(steps)
+        tf.addfile(link)
+        e = tarfile.TarInfo(f"{top}/escape")
+        e.type, e.linkname = tarfile.SYMTYPE, f"{'/'.join(steps)}/{lname}/" + "../" * climb
+        tf.addfile(e)
+        f = tarfile.TarInfo(f"{top}/escape/marker.txt")
+        f.size = 7
+        tf.addfile(f, io.BytesIO(b"escaped"))
+
+
+def _links_cache(tmp_path: Path) -> SourceCache:
+    return SourceCache(tmp_path / "c", Fetcher(indexes=(), find_links=(str(tmp_path / "links"),)))
+
+
+def test_a_symlink_chain_that_beats_the_data_filter_is_refused(tmp_path):
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evil-1.0.tar.gz"
+    dest = tmp_path / "out" / "tree"
+    chain_archive(archive, "evil-1.0", dest, climb=2)  # lands in tmp_path/out
+    pin = _pin_of(archive)
+    cache = _links_cache(tmp_path)
+    with pytest.raises(SourceIntegrityError) as err:
+        cache.unpack(pin, dest)
+    assert err.value.exit_code == 11 and "refused to unpack" in str(err.value), err.value
+    assert not list(tmp_path.rglob("marker.txt")), "the archive wrote outside its tree"
+    assert not dest.exists()
+    assert not cache.path(pin).exists() and list(cache.quarantine.iterdir()), "a refused archive stayed cached"
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["absolute", "dotdot-link", "hardlink-out", "device", "fifo", "through-file", "duplicate", "link-to-top"],
+)
+def test_unsafe_members_are_refused_before_anything_is_written(tmp_path, kind):
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evil-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+
+        def add(name, type_=tarfile.REGTYPE, linkname="", data=b""):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.size = type_, linkname, len(data) if type_ == tarfile.REGTYPE else 0
+            tf.addfile(info, io.BytesIO(data) if type_ == tarfile.REGTYPE else None)
+
+        add("evil-1.0/setup.py", data=b"print('first')\n")  # a member written before the bad one, in the old code
+        if kind == "absolute":
+            add(str(tmp_path / "marker.txt"), data=b"x")
+        elif kind == "dotdot-link":
+            add("evil-1.0/up", tarfile.SYMTYPE, "../..")
+        elif kind == "hardlink-out":
+            add("evil-1.0/h", tarfile.LNKTYPE, str(tmp_path / "links" / "evil-1.0.tar.gz").lstrip("/"))
+        elif kind == "device":
+            add("evil-1.0/zero", tarfile.CHRTYPE)
+        elif kind == "fifo":
+            add("evil-1.0/pipe", tarfile.FIFOTYPE)
+        elif kind == "through-file":
+            add("evil-1.0/setup.py/marker.txt", data=b"x")
+        elif kind == "duplicate":
+            add("evil-1.0/setup.py", tarfile.SYMTYPE, "../../marker.txt")
+        elif kind == "link-to-top":
+            add("evil-1.0/a", tarfile.SYMTYPE, "b/../..")
+    pin = _pin_of(archive)
+    with pytest.raises(SourceIntegrityError) as err:
+        _links_cache(tmp_path).unpack(pin, tmp_path / "out")
+    assert err.value.exit_code in (8, 11), err.value
+    assert "evil-1.0.tar.gz" in str(err.value)
+    assert not (tmp_path / "out").exists(), "something was written before the member list was checked"
+    assert not list(tmp_path.rglob("marker.txt"))
+
+
+def test_an_all_absolute_sdist_never_gives_the_root(tmp_path):
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evil-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        info = tarfile.TarInfo(str(tmp_path / "marker.txt"))
+        info.size = 1
+        tf.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(SourceIntegrityError) as err:
+        _links_cache(tmp_path).unpack(_pin_of(archive), tmp_path / "out")
+    assert "is absolute" in str(err.value)
+    assert not (tmp_path / "marker.txt").exists()
+
+
+def test_a_corrupt_gzip_is_a_source_error_not_a_traceback(tmp_path):
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evil-1.0.tar.gz"
+    _tarball(archive, {"setup.py": b"x" * 5000}, "evil-1.0")
+    data = bytearray(archive.read_bytes())
+    data[40:60] = b"\xff" * 20  # inside the deflate stream: zlib.error, not a tarfile error
+    archive.write_bytes(bytes(data))
+    cache = _links_cache(tmp_path)
+    pin = _pin_of(archive)
+    with pytest.raises(SourceIntegrityError) as err:
+        cache.unpack(pin, tmp_path / "out")
+    assert err.value.exit_code == 8 and "not a readable .tar.gz" in str(err.value)
+    assert not cache.path(pin).exists(), "a refused archive stayed cached"
+
+
+def test_the_top_folder_must_be_the_pins_name_and_version(tmp_path):
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evil-1.0.tar.gz"
+    _tarball(archive, {"setup.py": b""}, "other-2.0")
+    with pytest.raises(SourceIntegrityError, match="not evil-1.0"):
+        _links_cache(tmp_path).unpack(_pin_of(archive), tmp_path / "out")
+    _tarball(archive, {"setup.py": b""}, "Evil-1.0.0")  # another spelling of the same name and version
+    cache = SourceCache(tmp_path / "c2", Fetcher(indexes=(), find_links=(str(tmp_path / "links"),)))
+    assert cache.unpack(_pin_of(archive), tmp_path / "ok").name == "Evil-1.0.0"
+
+
+def test_an_unpack_never_writes_into_the_cache(fetched, tmp_path):
+    cache = _copy_cache(fetched, tmp_path / "c", CAUSAL)
+    with pytest.raises(UsageError, match="inside the sdist cache"):
+        cache.unpack(CAUSAL, cache.root / "tree")
