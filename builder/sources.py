@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import ssl
+import stat
 import tarfile
 import tempfile
 import time
@@ -163,7 +164,7 @@ def _from_json(data: dict, base: str) -> list[Candidate]:
             urllib.parse.urljoin(base, f["url"]), f["filename"], (f.get("hashes") or {}).get("sha256"), f.get("size")
         )
         for f in data.get("files", [])
-        if isinstance(f, dict) and "url" in f and "filename" in f
+        if isinstance(f, dict) and isinstance(f.get("url"), str) and isinstance(f.get("filename"), str)
     ]
 
 
@@ -230,18 +231,22 @@ class Fetcher:
                     listed = _from_html(page.read_text(encoding="utf-8", errors="replace"), page.as_uri())
                 else:
                     with self.open(base) as resp:
-                        body = resp.read()
+                        body = _read_capped(resp, MAX_PAGE_BYTES)
                         ctype = resp.headers.get("Content-Type", "")
                     if "json" in ctype:
                         listed = _from_json(json.loads(body), base)
                     else:
                         listed = _from_html(body.decode("utf-8", errors="replace"), base)
+                    # a remote page links remote files only: never file://, never another scheme
+                    off = [c for c in listed if not _web(c.url) and pin.matches_filename(c.filename)]
+                    errors += [f"{base}: links {c.url!r}, not an http(s) URL: ignored" for c in off]
+                    listed = [c for c in listed if _web(c.url)]
             except urllib.error.HTTPError as err:
                 if err.code != 404:
                     errors.append(f"{base}: HTTP {err.code} {err.reason}")
                 continue
-            except (urllib.error.URLError, OSError, ValueError) as err:  # one dead mirror does not hide the others
-                errors.append(f"{base}: {getattr(err, 'reason', err)}")
+            except (urllib.error.URLError, OSError, ValueError, TooLarge, AttributeError, TypeError) as err:
+                errors.append(f"{base}: {getattr(err, 'reason', err)}")  # one dead mirror does not hide the others
                 continue
             found += [(index, c) for c in listed if pin.matches_filename(c.filename)]
         return found, errors
@@ -251,12 +256,40 @@ class Fetcher:
 # The cache.
 
 
-def _sha256_copy(src, dst) -> str:
+class TooLarge(Exception):
+    """A download or a page went past its cap."""
+
+
+def max_sdist_bytes() -> int:
+    """The largest sdist the farm fetches (``MAMBA_FARM_MAX_SDIST_MB``, default 512 MiB: the largest sane sdist,
+    flash-attn's with its vendored CUTLASS is under 10 MB): ``/dev/zero`` or an endless body stops there."""
+    return _env_mib("MAMBA_FARM_MAX_SDIST_MB", 512)
+
+
+MAX_PAGE_BYTES = 64 << 20  # an index page (PyPI's largest project pages are a few MB)
+
+
+def _sha256_copy(src, dst, limit: int | None = None) -> str:
     h = hashlib.sha256()
+    total = 0
     while chunk := src.read(_CHUNK):
+        total += len(chunk)
+        if limit is not None and total > limit:
+            raise TooLarge(f"more than {limit >> 20} MiB")
         h.update(chunk)
         dst.write(chunk)
     return h.hexdigest()
+
+
+def _read_capped(resp, limit: int) -> bytes:
+    body = resp.read(limit + 1)
+    if len(body) > limit:
+        raise TooLarge(f"more than {limit >> 20} MiB")
+    return body
+
+
+def _web(url: str) -> bool:
+    return urllib.parse.urlsplit(url).scheme in ("http", "https")
 
 
 def _sha256_file(path: Path) -> str:
@@ -294,13 +327,15 @@ class SourceCache:
     def fetch(self, pin: SdistPin) -> Path:
         """The cached archive of ``pin``, downloaded first if absent. Its hash is checked either way."""
         final = self.path(pin)
-        if final.is_file():
+        if final.is_file() and not any(final.parent.glob(".partial-*")):
             self.check(pin)
             return final
         final.parent.mkdir(parents=True, exist_ok=True)
         from filelock import FileLock
 
         with FileLock(str(final.parent / ".lock")):
+            for stale in final.parent.glob(".partial-*"):  # a killed download's: under the lock, none is live
+                stale.unlink(missing_ok=True)
             if final.is_file():  # another process fetched it meanwhile
                 self.check(pin)
                 return final
@@ -310,10 +345,14 @@ class SourceCache:
     def _download(self, pin: SdistPin, final: Path) -> None:
         mismatches: list[str] = []
         listed, unreachable = self.fetcher.candidates(pin)
+        cap = max_sdist_bytes()
         # a candidate whose listed hash is the pin's first; ones listing another hash are not downloaded
         for _where, cand in sorted(listed, key=lambda wc: wc[1].sha256 != pin.sha256):
             if cand.sha256 is not None and cand.sha256 != pin.sha256:
                 mismatches.append(f"{cand.url} (the index lists sha256 {cand.sha256})")
+                continue
+            if isinstance(cand.size, int) and cand.size > cap:
+                mismatches.append(f"{cand.url} (the index lists {cand.size >> 20} MiB, over the cap of {cap >> 20} MiB)")
                 continue
             fd, tmp_name = tempfile.mkstemp(prefix=".partial-", dir=final.parent)
             tmp = Path(tmp_name)
@@ -321,8 +360,13 @@ class SourceCache:
                 with os.fdopen(fd, "wb") as out:
                     try:
                         with self._open(cand.url) as src:
-                            digest = _sha256_copy(src, out)
-                    except (urllib.error.URLError, OSError) as err:
+                            digest = _sha256_copy(src, out, cap)
+                    except TooLarge as err:
+                        mismatches.append(
+                            f"{cand.url} ({err}, over the cap: MAMBA_FARM_MAX_SDIST_MB raises it); nothing was kept"
+                        )
+                        continue
+                    except (urllib.error.URLError, OSError, ValueError) as err:
                         unreachable.append(f"{cand.url}: download failed: {getattr(err, 'reason', err)}")
                         continue
                     out.flush()
@@ -349,8 +393,19 @@ class SourceCache:
 
     def _open(self, url: str):
         if url.startswith("file://"):
-            return open(urllib.parse.unquote(urllib.parse.urlparse(url).path), "rb")
-        return self.fetcher.open(url)
+            path = urllib.parse.unquote(urllib.parse.urlparse(url).path)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # /dev/zero, a FIFO, a folder: never read
+                os.close(fd)
+                raise OSError(f"{path} is not a regular file")
+            return os.fdopen(fd, "rb")
+        if not _web(url):
+            raise ValueError(f"{url!r} is neither http(s) nor file://")
+        resp = self.fetcher.open(url)
+        if not _web(resp.geturl()):  # a redirect to another scheme
+            resp.close()
+            raise ValueError(f"{url} redirects to {resp.geturl()!r}, not http(s)")
+        return resp
 
     # -- using -----------------------------------------------------------------
 

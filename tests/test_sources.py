@@ -336,3 +336,64 @@ def test_an_unpack_never_writes_into_the_cache(fetched, tmp_path):
     cache = _copy_cache(fetched, tmp_path / "c", CAUSAL)
     with pytest.raises(UsageError, match="inside the sdist cache"):
         cache.unpack(CAUSAL, cache.root / "tree")
+
+
+# --- hostile indexes and downloads (issue 20) ----------------------------------------------------------------
+
+
+def _page(folder: Path, project: str, links: list[tuple[str, str]]) -> None:
+    (folder / project).mkdir(parents=True, exist_ok=True)
+    body = "".join(f'<a href="{href}">{text}</a>\n' for href, text in links)
+    (folder / project / "index.html").write_text(f"<html><body>{body}</body></html>")
+
+
+def test_a_remote_page_linking_a_local_file_is_not_followed(tmp_path):
+    from indexkit import serve
+
+    local = tmp_path / "local"
+    local.mkdir()
+    _tarball(local / "evil-1.0.tar.gz", {"setup.py": b""}, "evil-1.0")
+    pin = _pin_of(local / "evil-1.0.tar.gz")
+    _page(tmp_path / "site" / "simple", "evil", [((local / "evil-1.0.tar.gz").as_uri(), "evil-1.0.tar.gz")])
+    with serve(tmp_path / "site") as url:
+        cache = SourceCache(tmp_path / "c", Fetcher(indexes=(f"{url}/simple",), timeout=10))
+        with pytest.raises(SourceFetchError) as err:
+            cache.fetch(pin)
+    assert "not an http(s) URL: ignored" in str(err.value)
+    assert not cache.path(pin).exists(), "a local file was read and cached through a remote page"
+
+
+def test_a_download_stops_at_the_size_cap_and_leaves_nothing(tmp_path, monkeypatch):
+    from indexkit import serve
+
+    site = tmp_path / "site"
+    (site / "files").mkdir(parents=True)
+    (site / "files" / "evil-1.0.tar.gz").write_bytes(b"\0" * (3 << 20))
+    pin = SdistPin("evil", "1.0", "0" * 64)
+    _page(site / "simple", "evil", [("../../files/evil-1.0.tar.gz", "evil-1.0.tar.gz")])
+    monkeypatch.setenv("MAMBA_FARM_MAX_SDIST_MB", "1")
+    with serve(site) as url:
+        cache = SourceCache(tmp_path / "c", Fetcher(indexes=(f"{url}/simple",), timeout=10))
+        with pytest.raises(SourceIntegrityError, match="over the cap"):
+            cache.fetch(pin)
+    assert not list(cache.root.rglob(".partial-*")) and not cache.path(pin).exists()
+
+
+def test_a_local_page_linking_dev_zero_is_not_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAMBA_FARM_MAX_SDIST_MB", "1")  # the old code read /dev/zero until the disk was full
+    _page(tmp_path / "simple", "evil", [("file:///dev/zero", "evil-1.0.tar.gz")])
+    cache = SourceCache(tmp_path / "c", Fetcher(indexes=((tmp_path / "simple").as_uri(),)))
+    with pytest.raises(SourceFetchError, match="not a regular file"):
+        cache.fetch(SdistPin("evil", "1.0", "0" * 64))
+
+
+def test_a_killed_downloads_partial_file_is_removed_by_the_next_run(fetched, tmp_path):
+    links = tmp_path / "links"
+    links.mkdir()
+    shutil.copy2(fetched.path(CAUSAL), links / CAUSAL.filename)
+    cache = SourceCache(tmp_path / "c", Fetcher(indexes=(), find_links=(str(links),)))
+    cache.path(CAUSAL).parent.mkdir(parents=True)
+    left = cache.path(CAUSAL).parent / ".partial-killed"
+    left.write_bytes(b"half")
+    assert cache.fetch(CAUSAL).is_file()
+    assert not left.exists(), "a killed download's partial file stayed in the cache"
