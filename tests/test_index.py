@@ -650,3 +650,49 @@ def test_two_same_named_wheels_in_one_run_are_one_or_refused(tmp_path):
     with pytest.raises(UsageError, match="two different files named"):
         build_index(w2, tmp_path / "index2")
     assert not (tmp_path / "index2").exists()
+
+
+def _resolve(index: Path):
+    return _cli("resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "FALSE", "--python", "3.11", "--index", str(index))
+
+
+@pytest.mark.parametrize(
+    "case", ["list", "schema-99", "no-schema", "files-list", "entry-not-object", "missing-field", "bad-version",
+             "bad-key", "variant-lists-missing", "bad-python", "base-url-js", "base-url-shell"],
+)  # fmt: skip
+def test_resolve_checks_the_manifest_and_its_urls(wheels, tmp_path, case):
+    build_index(wheels, tmp_path / "index")
+    doc = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    fn = next(iter(f for f in doc["files"] if "cu12torch2.6" in f and "cp311" in f))
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    if case == "list":
+        doc = [doc]
+    elif case == "schema-99":
+        doc["schema"] = 99
+    elif case == "no-schema":
+        del doc["schema"]
+    elif case == "files-list":
+        doc["files"] = list(doc["files"])
+    elif case == "entry-not-object":
+        doc["files"][fn] = "x"
+    elif case == "missing-field":
+        del doc["files"][fn]["sha256"]
+    elif case == "bad-version":
+        doc["files"][fn]["version"] = "not.a.version!"
+    elif case == "bad-key":
+        doc["files"][fn]["key"] = "cu12-torchX-whatever"
+    elif case == "variant-lists-missing":
+        doc["variants"]["cu12-torch2.6-cxx11abiFALSE"].append("ghost.whl")
+    elif case == "bad-python":
+        doc["files"][fn]["python"] = "cpX"
+    elif case == "base-url-js":
+        doc["base_url"] = "javascript:alert(1)//"
+    elif case == "base-url-shell":
+        doc["base_url"] = "https://x.example/$(touch marker)"
+    (hostile / "manifest.json").write_text(json.dumps(doc))
+    proc = _resolve(hostile)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "error:" in proc.stderr
+    assert "pip install" not in proc.stdout
+    assert _resolve(tmp_path / "index").returncode == 0  # the real one still resolves
