@@ -514,3 +514,13 @@ def test_ten_thousand_excludes_plan_in_seconds_with_the_same_answer(mdir):
     for cell in product_cells(matrix.axes, compat)[:300]:
         native = native_abi(compat, cell)
         assert index.first(cell, native) == next((x for x in matrix.excludes if x.matches(cell, native)), None)
+
+
+def test_a_rocm_only_profile_with_cuda_archs_says_so(mdir):
+    text = DEFAULT + '\n[profiles.rocm-only]\naccelerator = "rocm-6.2"\narchs = ["sm_80"]\n'
+    (mdir / "matrix.toml").write_text(text)
+    rc, _out, err = run_cli(["plan", "--matrix", str(mdir / "matrix.toml"), "--profile", "rocm-only"])
+    assert rc == 2, err
+    line = len(text.splitlines())
+    assert f"matrix.toml:{line}: profiles.rocm-only.archs" in err and "sm_80 is a cuda architecture" in err, err
+    assert "Traceback" not in err
