@@ -459,7 +459,7 @@ def recipe_for(name: str, folder: Path = RECIPES_DIR) -> Recipe:
     """The recipe of one project (any spelling of its name)."""
     canonical = canonicalize_name(name)
     path = Path(folder) / f"{canonical}.toml"
-    if not path.is_file():
+    if not path.exists():  # (a FIFO or a folder of that name: load_recipe says what it is)
         known = sorted(p.stem for p in Path(folder).glob("*.toml"))
         close = difflib.get_close_matches(canonical, known, n=1)
         mean = f'; did you mean "{close[0]}"?' if close else ""
