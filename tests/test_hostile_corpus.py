@@ -71,6 +71,10 @@ class World:
         rc = _run(["index", "--wheels", str(wheels), "--out", str(self.index)], {}, root)[0]
         assert rc == 0, "the published index could not be made"
         shutil.rmtree(wheels)
+        # hard links: a restored copy keeps the store's inodes and mtimes (the index recognises its files by them)
+        self.pristine = root / "pristine"
+        subprocess.run(["cp", "-al", str(self.published), str(self.pristine)], check=True)
+        self.pristine_view = snapshot(self.pristine)
         # a victim: another pin's archive in the cache, which an escaping unpack would reach
         self.victim = self.farm / "sdists" / ("e" * 64) / "victim-1.0.tar.gz"
         self.victim.parent.mkdir(parents=True)
@@ -438,12 +442,15 @@ def test_hostile_input(world: World, case: Case):
     scratch = world.cases / case.name
     scratch.mkdir()
     pins0 = {p.name for p in (world.farm / "sdists").iterdir()}
+    if snapshot(world.published) != world.pristine_view:  # an earlier case changed it (the old code did): each case
+        shutil.rmtree(world.published)  # starts from the same published index
+        subprocess.run(["cp", "-al", str(world.pristine), str(world.published)], check=True)
     made = case.make(world, scratch)
     argv, env = (made, {}) if isinstance(made[0], str) else (made[0], {"PIP_INDEX_URL": made[1]})
     env = {"MAMBA_FARM_CACHE": str(world.farm), **case.env, **env}
-    before = snapshot(world.root, skip=(scratch,))
+    before = snapshot(world.root, skip=(scratch, world.pristine))
     rc, out, err = _run(argv, env, scratch)
-    after = snapshot(world.root, skip=(scratch,))
+    after = snapshot(world.root, skip=(scratch, world.pristine))
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     pin_folders = {p.name for p in (world.farm / "sdists").iterdir()} - pins0  # this case's pin only
     outside = [k for k in changed if not _allowed_cache_change(world, k, pin_folders)]
@@ -453,6 +460,7 @@ def test_hostile_input(world: World, case: Case):
         "case": case.name, "expect": case.expect, "exit": rc, "clear": case.message in err or case.message in out,
         "traceback": "Traceback" in err, "written_outside": outside, "published_changed": published,
         "reached_shell": reached, "stderr": err.strip().splitlines()[-1:] if err.strip() else [],
+        "error_line": err.startswith("error: ") or "\nerror: " in err,
     }  # fmt: skip
     if REPORT:
         with open(REPORT, "a") as f:
