@@ -105,9 +105,10 @@ def _bad(where: str, what: str):
 
 def check_manifest(doc, where: str) -> dict:
     """``doc`` as manifest.json's schema has it (model.SCHEMA), or a UsageError naming what is wrong."""
-    from builder.index.model import SCHEMA
-
+    from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
+
+    from builder.index.model import SCHEMA
 
     if not isinstance(doc, dict):
         _bad(where, f"expected a JSON object, got {type(doc).__name__}")
@@ -135,8 +136,6 @@ def check_manifest(doc, where: str) -> dict:
             Version(e["version"])
             _variant.Variant.from_key(e["key"])
             if e.get("requires_torch"):
-                from packaging.specifiers import SpecifierSet
-
                 SpecifierSet(e["requires_torch"])
         except (InvalidVersion, _variant.VariantError, ValueError) as err:
             _bad(where, f"files[{fn!r}]: {err}")

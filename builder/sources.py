@@ -352,7 +352,9 @@ class SourceCache:
                 mismatches.append(f"{cand.url} (the index lists sha256 {cand.sha256})")
                 continue
             if isinstance(cand.size, int) and cand.size > cap:
-                mismatches.append(f"{cand.url} (the index lists {cand.size >> 20} MiB, over the cap of {cap >> 20} MiB)")
+                mismatches.append(
+                    f"{cand.url} (the index lists {cand.size >> 20} MiB, over the cap of {cap >> 20} MiB)"
+                )
                 continue
             fd, tmp_name = tempfile.mkstemp(prefix=".partial-", dir=final.parent)
             tmp = Path(tmp_name)
@@ -448,7 +450,9 @@ class SourceCache:
                 return _safe_extract(copy, dest, pin)
             except SourceIntegrityError as err:  # the pin's own bytes are unsafe or corrupt: out of the cache
                 moved = self._move_out(path, digest)
-                raise type(err)(str(err), hint=f"{err.hint + '; ' if err.hint else ''}the archive was moved to {moved}") from None
+                raise type(err)(
+                    str(err), hint=f"{err.hint + '; ' if err.hint else ''}the archive was moved to {moved}"
+                ) from None
         finally:
             copy.unlink(missing_ok=True)
 

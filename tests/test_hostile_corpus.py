@@ -94,7 +94,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path.startswith("/endless/"):  # an endless body, as far as a client can tell (stops at 64 MiB)
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
@@ -152,7 +152,7 @@ def _recipe(folder: Path, pin_sha: str, *, env: str = "", unset: str = "", name:
     path = folder / f"{name}.toml"
     path.write_text(
         f'[project]\nname = "{name}"\n\n[source]\nname = "{name}"\nversion = "1.0"\nsha256 = "{pin_sha}"\n\n'
-        f"[build]\n{unset}\n\n[build.env]\nEVIL_FORCE_BUILD = \"TRUE\"\n{env}\n\n"
+        f'[build]\n{unset}\n\n[build.env]\nEVIL_FORCE_BUILD = "TRUE"\n{env}\n\n'
         f'[test]\nimports = ["{name.replace("-", "_")}"]\n\n[verify]\nextensions = ["{name.replace("-", "_")}*.so"]\n'
     )
     return path
@@ -454,7 +454,9 @@ def test_hostile_input(world: World, case: Case):
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     pin_folders = {p.name for p in (world.farm / "sdists").iterdir()} - pins0  # this case's pin only
     outside = [k for k in changed if not _allowed_cache_change(world, k, pin_folders)]
-    published = [k for k in changed if k.startswith(("published", os.path.join("farm", "sdists", world.victim.parent.name)))]
+    published = [
+        k for k in changed if k.startswith(("published", os.path.join("farm", "sdists", world.victim.parent.name)))
+    ]
     reached = case.probe_shell and rc == 0 and _probe_shell(scratch)
     result = {
         "case": case.name, "expect": case.expect, "exit": rc, "clear": case.message in err or case.message in out,
