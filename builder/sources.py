@@ -28,6 +28,7 @@ Then it unpacks into a fresh folder outside the cache; the cache only ever holds
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import html.parser
 import json
@@ -592,9 +593,25 @@ def _top_is_the_pin(top: str, pin: SdistPin) -> bool:
         return False
 
 
+def _check_gzip(archive: Path, where: str) -> None:
+    """Decompress the whole stream once, checking gzip's CRC and length: tarfile reads only as far as it needs,
+    and a damaged stream either escapes as zlib.error or ends the member list early, silently (a partial tree).
+    Stops at the unpacked-size cap (a gzip bomb is refused before any tar header is read)."""
+    cap, total = max_unpacked_bytes(), 0
+    with gzip.open(archive, "rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            total += len(chunk)
+            if total > cap:
+                raise SourceIntegrityError(
+                    f"{where}: unpacks to more than the cap of {cap >> 20} MiB",
+                    hint="raise MAMBA_FARM_MAX_UNPACKED_MB if this sdist really is that large",
+                )
+
+
 def _extract(archive: Path, dest: Path, pin: SdistPin) -> Path:
     where = pin.filename
     try:
+        _check_gzip(archive, where)
         with tarfile.open(archive, "r:gz") as tf:
             members = tf.getmembers()  # reads the whole archive: a corrupt one fails here, before any write
             top = check_members(members, where)

@@ -43,6 +43,21 @@ def chain_archive(path: Path, top: str, dest: Path, target: str) -> None:
         add(tf, f"{top}/escape/marker.txt", data=b"escaped")
 
 
+def corrupt_gzip(archive: Path, top: str, where: float) -> None:
+    """A .tar.gz whose deflate stream is damaged ``where`` (a fraction) of the way in: old code either let
+    zlib.error escape, or stopped reading members there without a word and unpacked a partial tree."""
+    data = "".join(f"line {i} {i * i}\n" for i in range(60000)).encode()  # compressible: Huffman blocks
+    with tarfile.open(archive, "w:gz") as tf:
+        for name in ("setup.py", "b.txt", "c.txt"):
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    raw = bytearray(archive.read_bytes())
+    at = int(len(raw) * where)
+    raw[at : at + 40] = hashlib.sha256(str(where).encode()).digest() + b"\xff" * 8
+    archive.write_bytes(bytes(raw))
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

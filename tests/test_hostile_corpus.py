@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hostilekit import add, chain_archive, sha256, snapshot
+from hostilekit import add, chain_archive, corrupt_gzip, sha256, snapshot
 from wheelmaker import make_mamba_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,6 +197,14 @@ def _corrupt(tf, scratch, world) -> bytes:
     return bytes(raw)
 
 
+def _corrupt_at(where: float):
+    def build(tf, scratch, world) -> bytes:
+        corrupt_gzip(scratch / "damaged.tar.gz", "evil-1.0", where)
+        return (scratch / "damaged.tar.gz").read_bytes()
+
+    return build
+
+
 def _recipe_case(env: str = "", unset: str = ""):
     def make(world: World, scratch: Path) -> list[str]:
         _recipe(scratch / "recipes", "0" * 64, env=env, unset=unset)
@@ -353,6 +361,8 @@ CASES = [
          _sdist_case(lambda tf, s, w: (add(tf, "evil-1.0/setup.py"),
                                        add(tf, "evil-1.0/setup.py", tarfile.SYMTYPE, "../../marker.txt")))),
     Case("sdist-corrupt-gzip", 8, "not a readable .tar.gz", _sdist_case(_corrupt)),
+    Case("sdist-corrupt-gzip-zlib-error", 8, "not a readable .tar.gz", _sdist_case(_corrupt_at(0.2))),
+    Case("sdist-corrupt-gzip-partial-tree", 8, "not a readable .tar.gz", _sdist_case(_corrupt_at(0.5))),
     Case("sdist-not-gzip", 8, "not a readable .tar.gz", _sdist_case(lambda tf, s, w: os.urandom(4096))),
     Case("sdist-truncated", 8, "not a readable .tar.gz",
          _sdist_case(lambda tf, s, w: _gz(os.urandom(50000))[:3000])),

@@ -16,6 +16,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from hostilekit import chain_archive, corrupt_gzip
 from recipekit import CAUSAL, MAMBA, fetched_cache
 
 from builder.errors import SourceFetchError, SourceIntegrityError, UsageError
@@ -201,39 +202,6 @@ def _pin_of(archive: Path, name: str = "evil", version: str = "1.0") -> SdistPin
     return SdistPin(name, version, hashlib.sha256(archive.read_bytes()).hexdigest())
 
 
-def chain_archive(path: Path, top: str, dest: Path, climb: int) -> None:
-    """CVE-2025-4517's shape: 16 nested 247-character folders, each reached by a one-letter link, then a link
-    whose real path is longer than PATH_MAX, so os.path.realpath (what tarfile's ``data`` filter checks with)
-    stops following links and judges the rest by its text, while the kernel follows them: the link ``escape``
-    looks inside the tree to the filter and is ``climb`` folders above it for open(); ``escape/marker.txt``
-    is then written there."""
-    comp, steps = "d" * 247, "abcdefghijklmnop"
-    real = os.path.join(os.path.realpath(dest), top) + ("/" + comp) * len(steps)
-    lname = "l" * min(250, max(1, 4100 - len(real)))
-    cur = top
-    with tarfile.open(path, "w:gz") as tf:
-        d = tarfile.TarInfo(top)
-        d.type = tarfile.DIRTYPE
-        tf.addfile(d)
-        for s in steps:
-            a = tarfile.TarInfo(f"{cur}/{comp}")
-            a.type = tarfile.DIRTYPE
-            tf.addfile(a)
-            b = tarfile.TarInfo(f"{cur}/{s}")
-            b.type, b.linkname = tarfile.SYMTYPE, comp
-            tf.addfile(b)
-            cur = f"{cur}/{comp}"
-        link = tarfile.TarInfo(f"{top}/{'/'.join(steps)}/{lname}")
-        link.type, link.linkname = tarfile.SYMTYPE, "../" * len(steps)
-        tf.addfile(link)
-        e = tarfile.TarInfo(f"{top}/escape")
-        e.type, e.linkname = tarfile.SYMTYPE, f"{'/'.join(steps)}/{lname}/" + "../" * climb
-        tf.addfile(e)
-        f = tarfile.TarInfo(f"{top}/escape/marker.txt")
-        f.size = 7
-        tf.addfile(f, io.BytesIO(b"escaped"))
-
-
 def _links_cache(tmp_path: Path) -> SourceCache:
     return SourceCache(tmp_path / "c", Fetcher(indexes=(), find_links=(str(tmp_path / "links"),)))
 
@@ -242,7 +210,7 @@ def test_a_symlink_chain_that_beats_the_data_filter_is_refused(tmp_path):
     (tmp_path / "links").mkdir()
     archive = tmp_path / "links" / "evil-1.0.tar.gz"
     dest = tmp_path / "out" / "tree"
-    chain_archive(archive, "evil-1.0", dest, climb=2)  # lands in tmp_path/out
+    chain_archive(archive, "evil-1.0", dest, "..")  # lands in tmp_path/out
     pin = _pin_of(archive)
     cache = _links_cache(tmp_path)
     with pytest.raises(SourceIntegrityError) as err:
@@ -306,18 +274,17 @@ def test_an_all_absolute_sdist_never_gives_the_root(tmp_path):
     assert not (tmp_path / "marker.txt").exists()
 
 
-def test_a_corrupt_gzip_is_a_source_error_not_a_traceback(tmp_path):
+@pytest.mark.parametrize("where", [0.01, 0.2, 0.5, 0.8, 0.99])
+def test_a_corrupt_gzip_is_a_source_error_not_a_traceback(tmp_path, where):
     (tmp_path / "links").mkdir()
     archive = tmp_path / "links" / "evil-1.0.tar.gz"
-    _tarball(archive, {"setup.py": b"x" * 5000}, "evil-1.0")
-    data = bytearray(archive.read_bytes())
-    data[40:60] = b"\xff" * 20  # inside the deflate stream: zlib.error, not a tarfile error
-    archive.write_bytes(bytes(data))
+    corrupt_gzip(archive, "evil-1.0", where)
     cache = _links_cache(tmp_path)
     pin = _pin_of(archive)
     with pytest.raises(SourceIntegrityError) as err:
         cache.unpack(pin, tmp_path / "out")
     assert err.value.exit_code == 8 and "not a readable .tar.gz" in str(err.value)
+    assert not (tmp_path / "out").exists(), "a partial tree was left"
     assert not cache.path(pin).exists(), "a refused archive stayed cached"
 
 
@@ -397,3 +364,53 @@ def test_a_killed_downloads_partial_file_is_removed_by_the_next_run(fetched, tmp
     left.write_bytes(b"half")
     assert cache.fetch(CAUSAL).is_file()
     assert not left.exists(), "a killed download's partial file stayed in the cache"
+
+
+def test_a_corrupt_gzip_fails_its_build_alone_and_the_run_exits_8(tmp_path, monkeypatch):
+    """builder/build.py's source step: the corrupt archive's build is refused (exit 8), the other one is prepared."""
+    import types
+
+    from builder import build, hostenv
+    from builder.recipes import load_recipe
+
+    monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path / "farm")
+    recipes = {}
+    for name, corrupt in (("evil", True), ("good", False)):
+        archive = tmp_path / f"{name}-1.0.tar.gz"
+        if corrupt:
+            corrupt_gzip(archive, f"{name}-1.0", 0.5)
+        else:
+            _tarball(archive, {"setup.py": b"print('good')\n"}, f"{name}-1.0")
+        pin = _pin_of(archive, name)
+        cached = tmp_path / "farm" / "sdists" / pin.sha256 / pin.filename
+        cached.parent.mkdir(parents=True)
+        shutil.copy2(archive, cached)
+        (tmp_path / "recipes").mkdir(exist_ok=True)
+        path = tmp_path / "recipes" / f"{name}.toml"
+        path.write_text(
+            f'[project]\nname = "{name}"\n[source]\nname = "{name}"\nversion = "1.0"\nsha256 = "{pin.sha256}"\n'
+            f'[build]\n[build.env]\nX_FORCE = "1"\n[test]\nimports = ["{name}"]\n[verify]\nextensions = ["x*.so"]\n'
+        )
+        recipes[name] = load_recipe(path)
+    specs = [
+        types.SimpleNamespace(
+            id=f"{n}-cpu",
+            from_recipe=True,
+            source=recipes[n].source.identity,
+            accelerator="cpu",
+            torch_version="2.14.1",
+            toolkit=None,
+            cxx11abi=True,
+            archs=(),
+            label="cputorch2.14",
+            project=n,
+        )  # fmt: skip
+        for n in recipes
+    ]
+    plan = types.SimpleNamespace(recipe_of=lambda spec: recipes[spec.project])
+    (tmp_path / "logs").mkdir()
+    trees, refused = build._prepare_sources(specs, plan, tmp_path / "run", tmp_path / "logs", lambda text: None)
+    assert list(trees) == ["good-cpu"] and (trees["good-cpu"] / "setup.py").is_file()
+    assert list(refused) == ["evil-cpu"] and refused["evil-cpu"][1].exit_code == 8
+    assert "not a readable .tar.gz" in (tmp_path / "logs" / "evil-cpu.log").read_text()
+    assert build._exit_code([refused["evil-cpu"][0]], refused) == 8
