@@ -404,7 +404,7 @@ def test_a_corrupt_gzip_fails_its_build_alone_and_the_run_exits_8(tmp_path, monk
             archs=(),
             label="cputorch2.14",
             project=n,
-        )  # fmt: skip
+        )
         for n in recipes
     ]
     plan = types.SimpleNamespace(recipe_of=lambda spec: recipes[spec.project])
