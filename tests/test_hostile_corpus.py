@@ -123,9 +123,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def _limits() -> None:
-    for res, value in LIMITS.items():
-        resource.setrlimit(res, (value, value))
+# The limits are set by the child itself, then it execs the CLI: no preexec_fn (unsafe with the server's thread).
+_LIMITED = (
+    "import os, resource, sys\n"
+    f"for res, value in {[(int(r), v) for r, v in LIMITS.items()]!r}:\n"
+    "    resource.setrlimit(res, (value, value))\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'builder', *sys.argv[1:]])\n"
+)
 
 
 def _run(argv: list[str], env: dict, cwd_scratch: Path) -> tuple[int | str, str, str]:
@@ -135,8 +139,8 @@ def _run(argv: list[str], env: dict, cwd_scratch: Path) -> tuple[int | str, str,
     base.update(env)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "builder", *argv], cwd=CODE, env=base, capture_output=True, text=True,
-            timeout=TIMEOUT_S, preexec_fn=_limits, check=False,
+            [sys.executable, "-c", _LIMITED, *argv], cwd=CODE, env=base, capture_output=True, text=True,
+            timeout=TIMEOUT_S, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired as err:
         out = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else err.stdout or ""
