@@ -262,8 +262,8 @@ class TooLarge(Exception):
 
 
 def max_sdist_bytes() -> int:
-    """The largest sdist the farm fetches (``MAMBA_FARM_MAX_SDIST_MB``, default 512 MiB: the largest sane sdist,
-    flash-attn's with its vendored CUTLASS is under 10 MB): ``/dev/zero`` or an endless body stops there."""
+    """The largest sdist the farm fetches (``MAMBA_FARM_MAX_SDIST_MB``, default 512 MiB; the two pinned today are
+    well under 1 MB, so this leaves room for any sane sdist): ``/dev/zero`` or an endless body stops there."""
     return _env_mib("MAMBA_FARM_MAX_SDIST_MB", 512)
 
 
@@ -489,6 +489,9 @@ def _env_mib(name: str, default: int) -> int:
     return value << 20
 
 
+MAX_MEMBER_NAME, MAX_MEMBER_DEPTH = 1024, 64  # no sdist needs more; CVE-2025-4517's chain needs ~4,000
+
+
 def _member_parts(name: str) -> tuple[str, ...] | None:
     """The member's path components, None where it is absolute or climbs out (``..``)."""
     if not name or name.startswith(("/", "\\")) or "\0" in name or re.match(r"[A-Za-z]:", name):
@@ -544,7 +547,7 @@ def check_members(members: list[tarfile.TarInfo], where: str) -> str:
         parts = _member_parts(m.name)
         if parts is None:
             refuse(m, "is absolute or climbs out with '..'")
-        if len(m.name) > 1024 or len(parts) > 64:
+        if len(m.name) > MAX_MEMBER_NAME or len(parts) > MAX_MEMBER_DEPTH:
             refuse(m, "has an implausibly long path")
         seen = kinds.get(parts)
         if seen is not None and not (seen == "dir" and m.isdir()):

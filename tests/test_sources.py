@@ -221,9 +221,32 @@ def test_a_symlink_chain_that_beats_the_data_filter_is_refused(tmp_path):
     assert not cache.path(pin).exists() and list(cache.quarantine.iterdir()), "a refused archive stayed cached"
 
 
+def test_the_cve_chain_is_refused_by_its_links_not_only_its_long_names(tmp_path, monkeypatch):
+    """The CVE archive's names are also too long for an sdist; without that limit its links still give it away:
+    its PATH_MAX-beating link is created through the one-letter links, which the data filter allows."""
+    from builder import sources
+
+    chain_archive(tmp_path / "x.tar.gz", "evil-1.0", tmp_path / "out", "..")
+    monkeypatch.setattr(sources, "MAX_MEMBER_NAME", 10_000)
+    with tarfile.open(tmp_path / "x.tar.gz") as tf:
+        members = tf.getmembers()
+    with pytest.raises(SourceIntegrityError, match="written through the link or file 'evil-1.0/a'"):
+        sources.check_members(members, "x.tar.gz")
+
+
 @pytest.mark.parametrize(
     "kind",
-    ["absolute", "dotdot-link", "hardlink-out", "device", "fifo", "through-file", "duplicate", "link-to-top"],
+    [
+        "absolute",
+        "dotdot-link",
+        "link-chain",
+        "hardlink-out",
+        "device",
+        "fifo",
+        "through-file",
+        "duplicate",
+        "link-to-top",
+    ],
 )
 def test_unsafe_members_are_refused_before_anything_is_written(tmp_path, kind):
     (tmp_path / "links").mkdir()
@@ -238,6 +261,9 @@ def test_unsafe_members_are_refused_before_anything_is_written(tmp_path, kind):
         add("evil-1.0/setup.py", data=b"print('first')\n")  # a member written before the bad one, in the old code
         if kind == "absolute":
             add(str(tmp_path / "marker.txt"), data=b"x")
+        elif kind == "link-chain":  # lexically inside (d/d/d/../../..), really three folders up: d is "."
+            add("evil-1.0/d", tarfile.SYMTYPE, ".")
+            add("evil-1.0/esc", tarfile.SYMTYPE, "d/d/d/../../../marker-dir")
         elif kind == "dotdot-link":
             add("evil-1.0/up", tarfile.SYMTYPE, "../..")
         elif kind == "hardlink-out":
