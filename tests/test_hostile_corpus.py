@@ -396,6 +396,8 @@ CASES = [
          _index_case(lambda f, w: (f / "mamba_ssm-2.3.0+x-cp312-cp312-linux_x86_64.whl").symlink_to(
              "mamba_ssm-2.3.0+x-cp312-cp312-linux_x86_64.whl"))),
     Case("index-folder-loop", 0, "index:", _index_case(lambda f, w: (f / "up").symlink_to(".."))),
+    Case("index-fifo-sidecar", 2, "not a regular file",
+         _index_case(lambda f, w: os.mkfifo(str(make_mamba_wheel(f, LABEL, "cp312")) + ".spec.json"))),
     Case("index-metadata-name", 2, "METADATA says Name",
          _index_case(lambda f, w: _wheel_with(f, {f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: causal-conv1d\n"
                                                   b"Version: 2.3.0+" + LABEL.encode() + b"\n"}))),

@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import re
+import stat
 from typing import NamedTuple
 
 from packaging.tags import Tag, parse_tag
@@ -39,6 +40,7 @@ class Named(NamedTuple):
 # a name pip does not make, and one that breaks the links the pages give it.
 _FILENAME_RE = re.compile(r"[A-Za-z0-9_.+!-]+\.whl")
 _TAG_PART_RE = re.compile(r"[A-Za-z0-9_]+")
+_MAX_SIDECAR_BYTES = 1 << 20  # a BuildSpec's JSON is a few kB
 _SOURCE_RE = re.compile(r"checkout|sdist:(?P<name>[A-Za-z0-9._-]+)==[^@\s]+@sha256:[0-9a-f]{64}")
 _DIST_RE = re.compile(r"[A-Za-z0-9]+(?:[._][A-Za-z0-9]+)*")
 
@@ -182,10 +184,18 @@ def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
 def read_sidecar(sidecar: str) -> dict | None:
     """The build's sidecar (the farm's BuildSpec.to_json()), None if the wheel has none."""
     try:
-        with open(sidecar, encoding="utf-8") as f:
-            spec = json.load(f)
+        fd = os.open(sidecar, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the locked run
     except FileNotFoundError:
         return None
+    except OSError as err:
+        raise UsageError(f"{sidecar}: cannot be read ({err.strerror or err})", hint="remove it") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_SIDECAR_BYTES:
+            os.close(fd)
+            raise UsageError(f"{sidecar}: not a regular file of at most 1 MiB", hint="rebuild the wheel, or remove it")
+        with open(fd, encoding="utf-8") as f:
+            spec = json.load(f)
     except (ValueError, OSError) as err:
         raise UsageError(f"{sidecar}: not readable JSON ({err})", hint="rebuild the wheel, or remove it") from None
     if not isinstance(spec, dict):
