@@ -230,6 +230,11 @@ def _fifo_recipe(world: World, scratch: Path) -> list[str]:
     return ["recipe", "explain", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL]
 
 
+def _fifo_matrix(world: World, scratch: Path) -> list[str]:
+    os.mkfifo(scratch / "matrix.toml")
+    return ["plan", "--matrix", str(scratch / "matrix.toml")]
+
+
 def _fetch_case(page: callable):
     """``recipe fetch`` of a pin whose index page ``page(world, scratch)`` writes (served on 127.0.0.1)."""
 
@@ -387,6 +392,7 @@ CASES = [
     Case("recipe-unset-PATH", 2, "may not set or unset", _recipe_case(unset='unset = ["PATH"]')),
     Case("recipe-20-MB", 2, "more than a recipe's cap", _huge_recipe),
     Case("recipe-fifo", 2, "not a regular file", _fifo_recipe),
+    Case("matrix-fifo", 2, "not a regular file", _fifo_matrix),
     # --- the index: --wheels folders and names
     Case("index-fifo", 0, "skipped, not a regular file",
          _index_case(lambda f, w: os.mkfifo(f / f"mamba_ssm-2.3.0+{LABEL}-cp312-cp312-linux_x86_64.whl"))),
