@@ -349,3 +349,32 @@ def _page(title: str, body: str) -> str:
         f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n    <h1>{html.escape(title)}</h1>\n"
         f"{body}  </body>\n</html>\n"
     )
+
+
+def summary(record: dict | None, project: str) -> dict | None:
+    """What the coverage page and ``builder resolve`` say about the variant root, from the manifest's
+    ``wheel_variants`` record: {"labels": {label: [property lines]}, "plain": [file], "releases": [...]}."""
+    if not record or project not in (record.get("releases") or {}):
+        return None
+    prefix = canonicalize_name(project).replace("-", "_") + "-"
+    labels, plain = {}, []
+    for name, f in sorted((record.get("files") or {}).items()):
+        if not name.startswith(prefix):
+            continue
+        if f.get("label"):
+            labels[f["label"]] = f.get("properties") or []
+        else:
+            plain.append(name)
+    return {"labels": labels, "plain": plain, "releases": record["releases"][project]}
+
+
+def describe(record: dict | None, project: str, base: str) -> list[str]:
+    """The variant line(s), for people: the one command, what it picks from, what pip takes there."""
+    s = summary(record, project)
+    if s is None:
+        return []
+    picks = "; ".join(f"{label} ({', '.join(p) or 'no properties: the CPU build'})" for label, p in s["labels"].items())
+    lines = [f"variant-aware: {install_command(base, project)}", f"  picks one of: {picks}"]
+    if s["plain"]:
+        lines.append(f"  installers without variant support take {', '.join(s['plain'])} there (the CPU build)")
+    return lines

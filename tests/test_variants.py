@@ -130,6 +130,17 @@ def test_stable_wheels_without_a_variant_form_are_left_out_with_their_reason(tmp
     assert "no GPU code" in record["skipped"][cu.name]
     page = (tmp_path / "index" / "variants" / "mamba-ssm" / "index.html").read_text()
     assert "mamba_ssm-2.3.0-variants.json#sha256=" in page and "-cu13.whl" not in page
+    # the coverage page and `builder resolve` show the variant line
+    cover = (tmp_path / "index" / "index.html").read_text()
+    assert ('uv pip install --preview-features wheel-variants mamba-ssm --index-url <span class="base">./</span>'
+            "variants/</code>") in cover
+    assert "takes <code>mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl</code> there, the CPU build" in cover
+    out = subprocess.run([sys.executable, "-m", "builder", "resolve", "--index", str(tmp_path / "index"), "--torch",
+                          "2.13", "--python", "3.11"], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    url = (tmp_path / "index").absolute().as_uri()
+    assert f"variant-aware: uv pip install --preview-features wheel-variants mamba-ssm --index-url {url}/variants/" in (
+        out.stdout.splitlines())
 
 
 # --------------------------------------------------------------------------- the farm's wheels, real installers

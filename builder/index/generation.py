@@ -236,8 +236,9 @@ def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_
 
     index = Index(dict(sorted(files.items())), base_url)
     pages = Pages(index)
-    generation_pages = pages.generation()
     variant_pages, wheel_variants = variants.build_root(index, layout.store, doc)  # <index>/variants/ (PEP 825)
+    index.wheel_variants = wheel_variants  # (the coverage page shows the variant root)
+    generation_pages = pages.generation()
     generation_pages.update(variant_pages)
     gen_name = f"gen-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     staging = layout.root / f".{gen_name}.staging"
