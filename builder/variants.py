@@ -173,7 +173,7 @@ def form_of_wheel(wheel: Path) -> Form:
 
 def _farm_variant(filename: str) -> _variant.Variant:
     try:
-        _name, version, _build, _tags = parse_wheel_filename(filename)
+        parse_wheel_filename(filename)
     except InvalidWheelFilename as err:
         raise VerificationError(f"{filename}: not a valid wheel filename ({err})") from None
     label = filename.split("-")[1].partition("+")[2]
