@@ -27,7 +27,7 @@ the same without the variant label: the non-variant wheel that installers unawar
 
 Revision followed: PEP 825 as in python/peps at commit 02bcf97 (Draft, created 17-Feb-2026: file names, the
 reserved ``null`` label, ``variant.json``, ``-variants.json`` linked from the index pages, the ordering), with
-the JSON layout of its reference implementation, variantlib 0.2.2 (schema ``v0.2.0``), which adds the
+the JSON layout of its reference implementation, variantlib 0.2.2 (format ``v0.2.0``), which adds the
 ``providers`` table that PEP 825 leaves to a later PEP: without it uv 0.13.9's preview knows no provider for
 ``nvidia`` and takes the null variant whatever the driver.
 """
@@ -46,7 +46,9 @@ from builder.errors import VerificationError
 from builder.relabel import read_members, write_wheel
 from mamba_ssm import _elf, _variant
 
-SCHEMA_URL = "https://variants-schema.wheelnext.dev/v0.2.0.json"  # variantlib 0.2.2's VARIANT_INFO_SCHEMA_URL
+# The format version with ``providers`` (PEP 850's draft), as uv 0.13.9 names it; variantlib 0.2.2 writes the same
+# layout under ".../v0.2.0.json" and does not check the URL, while uv logs that one as an unknown schema.
+SCHEMA_URL = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json"
 NULL = "null"
 NVIDIA = "nvidia"
 # The provider the nvidia namespace names: uv 0.13.9 runs its vendored copy of this plugin.

@@ -263,7 +263,7 @@ def test_pip_without_variant_support_takes_the_plain_cpu_wheel(site, tmp_path):
     for which in ("current", "23"):
         vpy = _fresh_venv(tmp_path / which, _torch_dir(TORCH_CPU), env)
         if which == "23":  # the pip that Python 3.11.7's ensurepip seeds
-            subprocess.run([str(vpy), "-m", "ensurepip", "-q"], check=True, env=env)
+            subprocess.run([str(vpy), "-m", "ensurepip"], check=True, env=env)
             version = subprocess.run([str(vpy), "-m", "pip", "--version"], check=False, capture_output=True, text=True).stdout
             assert version.startswith("pip 23."), version
             proc = subprocess.run([str(vpy), "-m", "pip", "install", "--index-url", f"{url}/index/{variants.ROOT}/",
