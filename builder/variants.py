@@ -16,8 +16,8 @@ but PEP 825 (this revision) does not define that namespace (PEP 817 did), and va
 refuses any namespace without a ``providers`` entry (``abi_dependency`` has none: its resolver injects it),
 while uv 0.13.9 does not implement it. Declaring it as a static provider would make it always match.
 
-The CUDA lower bound is the major's ``.0``: the kernels are SASS (and PTX) built by that major's toolkit,
-which CUDA's minor-version compatibility runs on every driver of the major. ROCm builds have no variant form
+The CUDA lower bound is the major's ``.0``: CUDA's minor-version compatibility runs a major's SASS on every
+driver of that major (PTX needs a driver at least as new as the toolkit: the farm's CUDA 13 toolkit is 13.0). ROCm builds have no variant form
 (the installers' previews ship no provider for them).
 
 :func:`to_variant` rewrites only ``*.dist-info``: the version loses its local label (every variant of a
@@ -58,7 +58,8 @@ PROVIDERS = {
         "plugin-api": "nvidia_variant_provider.plugin:NvidiaVariantPlugin",
     }
 }
-LABEL_RE = re.compile(r"[0-9a-z_.]+")
+LABEL_RE = re.compile(r"[0-9a-z_.]+")  # a label as read (a later PEP 825 revision dropped the length limit)
+WRITE_LABEL_RE = re.compile(r"[0-9a-z_.]{1,16}")  # as written: 1-16 characters in the revision followed
 INSTALL_PREVIEW = "uv pip install --preview-features wheel-variants"
 
 
@@ -104,7 +105,8 @@ def metadata(forms) -> dict:
     forms = list(forms)
     # The nvidia provider is declared even where every form is the null variant: one release's variant.json
     # files and its -variants.json then agree on every key but ``variants`` (PEP 825's merge rule).
-    doc = {"$schema": SCHEMA_URL, "default-priorities": {"namespace": list(PROVIDERS)}, "providers": PROVIDERS}
+    providers = json.loads(json.dumps(PROVIDERS))  # (a copy: callers may edit the document)
+    doc = {"$schema": SCHEMA_URL, "default-priorities": {"namespace": list(providers)}, "providers": providers}
     doc["variants"] = {f.label: f.properties for f in sorted(forms, key=lambda f: f.label)}
     return doc
 
@@ -221,8 +223,8 @@ def _rewrite(wheel: Path, out_dir: Path, form: Form | None) -> Path:
         out_members[zi.filename] = data
     name = "-".join([dist, release, *parts[2:]])
     if form is not None:
-        if not LABEL_RE.fullmatch(form.label):
-            raise VerificationError(f"variant label {form.label!r} is not [0-9a-z_.]+")
+        if not WRITE_LABEL_RE.fullmatch(form.label):
+            raise VerificationError(f"variant label {form.label!r} is not 1-16 of [0-9a-z_.]")
         zi = zipfile.ZipInfo(f"{new_dir}/variant.json", date_time=infos[0].date_time)
         zi.external_attr = 0o644 << 16
         record = next(i for i, z in enumerate(out_infos) if z.filename == f"{new_dir}/RECORD")
