@@ -163,7 +163,10 @@ def extension_archs(members: dict[str, bytes]) -> tuple[list[str], list[str]]:
     sass, ptx = set(), set()
     for name, data in members.items():
         if re.search(r"\.so(\.\d+)*$", name) and ".libs/" not in name:
-            archs = _elf.archs_in(_elf.Elf(data, name))
+            try:
+                archs = _elf.archs_in(_elf.Elf(data, name))
+            except _elf.NotAnElf as err:
+                raise VerificationError(f"{name}: {err}") from None
             sass.update(archs.sass)
             ptx.update(archs.ptx)
     return sorted(sass), sorted(ptx)

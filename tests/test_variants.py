@@ -104,6 +104,13 @@ def test_split_label(name, base, label):
     assert variants.split_label(name) == (base or name, label)
 
 
+def test_an_extension_that_is_no_elf_has_no_variant_form(tmp_path):
+    src = make_wheel(tmp_path, "mamba-ssm", "2.3.0+cu13torchstable", "cp310-abi3-linux_x86_64",
+                     files={"mamba_ssm/_C.abi3.so": b"not an ELF"})
+    with pytest.raises(VerificationError, match="_C.abi3.so: .*not an ELF"):
+        variants.form_of_wheel(src)
+
+
 def test_a_variant_json_that_names_another_label_is_refused(tmp_path):
     src = make_mamba_wheel(tmp_path, "cputorchstable", "cp310")
     out = variants.to_variant(src, tmp_path / "out")
