@@ -74,7 +74,8 @@ def test_variant_form_changes_only_the_dist_info(tmp_path):
         VariantDistInfo(raw, expected_label="cu13")
     # pip installs the rewritten wheel's RECORD as consistent (it checks every hash)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
-                    str(tmp_path / "t"), str(tmp_path / "out" / out.name.replace("-null", ""))], check=True)
+                    str(tmp_path / "t"), str(tmp_path / "out" / out.name.replace("-null", ""))], check=True,
+                   env=isolated_env(tmp_path))
 
 
 def test_form_of_names_what_each_build_needs():
