@@ -311,7 +311,7 @@ def _replacement(old: Entry, new: Entry) -> Entry:
 
 def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved) -> IndexResult:
     if current is not None and not added and not staged and not dirty and base_url == doc.get("base_url"):
-        _collect_store(store_fd, files)
+        _collect_store(store_fd, files, doc.get("wheel_variants"))
         return IndexResult(layout.out, current, (), len(files), len(doc.get("variants", {})))
 
     index = Index(dict(sorted(files.items())), base_url)
@@ -339,7 +339,7 @@ def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_
         os.replace(tmp, name, src_dir_fd=store_fd, dst_dir_fd=store_fd)
     os.replace(link_tmp, layout.out)  # the atomic swap
     _collect_garbage(layout, keep={gen, current})
-    _collect_store(store_fd, files)
+    _collect_store(store_fd, files, wheel_variants, doc.get("wheel_variants"))  # (doc: the kept generation's)
     return IndexResult(layout.out, gen, tuple(added), len(files), len(index.variants), tuple(sorted(staged)))
 
 
@@ -386,12 +386,15 @@ def _write_generation(gen: Path, units: dict[str, str], pages: dict[str, str], m
     (gen / "manifest.json").write_bytes(orjson.dumps(manifest) + b"\n")
 
 
-def _collect_store(store_fd: int, files: dict) -> None:
-    """Remove every store file the live manifest does not list: what killed runs ingested or staged and never
-    published. The store is served as files/ (and a site copy would publish it), so it holds the index's
-    files only. (The generation kept before the live one lists a subset: wheels never leave an index.)
+def _collect_store(store_fd: int, files: dict, *wheel_variants: dict | None) -> None:
+    """Remove every store file the live manifest does not list (its wheels and their .metadata, and the variant
+    root's files, ``wheel_variants``: the live and the kept generation's records): what killed runs ingested or
+    staged and never published. The store is served as files/ (and a site copy would publish it), so it holds
+    the index's files only. (The generation kept before the live one lists a subset: wheels never leave an index.)
     Safe under the run's lock: no other run writes the store meanwhile."""
     listed = {n for fn in files for n in (fn, fn + ".metadata")}
+    for record in wheel_variants:
+        listed.update(((record or {}).get("files") or {}).keys())
     with os.scandir(store_fd) as it:
         orphans = [e.name for e in it if e.name not in listed and not e.is_dir(follow_symlinks=False)]
     for name in orphans:
