@@ -7,8 +7,8 @@ written outside its scratch folder, and the published index and the sdist cache 
 refused archive's own cache folder and ``sdists/quarantine/`` excepted: a refused archive is moved out there).
 
 Cases by surface: ``sdist-*`` (archives unpacked by ``recipe prepare``), ``fetch-*`` (indexes and downloads,
-``recipe fetch`` against a page served on 127.0.0.1), ``recipe-*`` (``recipe explain``), ``index-*`` (``index``
-into the published index), ``resolve-*`` (``resolve`` of a hostile manifest). Add a case with each new surface.
+``recipe fetch`` against a page served on 127.0.0.1), ``recipe-*`` (``recipe explain``), ``matrix-*`` (``plan``),
+``index-*`` (``index`` into the published index), ``resolve-*`` (``resolve`` of a hostile manifest). Add a case with each new surface.
 
 ``HOSTILE_CORPUS_CODE=DIR`` runs the corpus against another tree's builder (e.g. an export of main), and
 ``HOSTILE_CORPUS_REPORT=FILE`` appends one JSON line per case (what happened), for the closing note's table.
