@@ -72,7 +72,7 @@ def _environment(platform: str, python: str) -> dict[str, str]:
 
 
 def cuda_build(requires_dist: list[str], platform: str, python: str) -> str:
-    """"cu132" (what ``cuda-toolkit==13.2.2`` or ``nvidia-cuda-runtime-cu12==12.8.90`` pins there) or "cpu"."""
+    """ "cu132" (what ``cuda-toolkit==13.2.2`` or ``nvidia-cuda-runtime-cu12==12.8.90`` pins there) or "cpu"."""
     env = _environment(platform, python)
     for line in requires_dist:
         try:
@@ -162,7 +162,9 @@ def compare_torch(data: dict, facts: dict[str, TorchFacts]) -> list[Drift]:
             listed = row["cuda"] if plat == "linux_x86_64" else row["cuda_aarch64"]
             ver = _cuda_version(build)
             if build != row["pypi"].get(plat) or (ver and ver not in listed):
-                shown = row["pypi"].get(plat, "-") + (f" (cuda list {', '.join(listed) or 'empty'})" if ver and ver not in listed else "")
+                shown = row["pypi"].get(plat, "-") + (
+                    f" (cuda list {', '.join(listed) or 'empty'})" if ver and ver not in listed else ""
+                )
                 out.append(Drift(subject, "cuda", f"{plat.removeprefix('linux_')}: {shown}",
                                  f"{plat.removeprefix('linux_')}: {build}", detail={"platform": plat, "build": build}))  # fmt: skip
             if f.glibc.get(plat) and f.glibc[plat] != row["glibc"].get(plat):
@@ -219,8 +221,16 @@ def write_torch(path: Path, drifts: list[Drift], facts: dict[str, TorchFacts], t
         if d.what == "new-minor":
             before = rows[max(rows, key=vtuple)]
             t = tomlkit.table()
-            t.add(tomlkit.comment(f"read from PyPI on {today} by `python -m builder drift --write` (released {f.released});"))
-            t.add(tomlkit.comment("cuda lists PyPI's own build only: PyTorch's /whl indexes and ROCm were not read (check)"))
+            t.add(
+                tomlkit.comment(
+                    f"read from PyPI on {today} by `python -m builder drift --write` (released {f.released});"
+                )
+            )
+            t.add(
+                tomlkit.comment(
+                    "cuda lists PyPI's own build only: PyTorch's /whl indexes and ROCm were not read (check)"
+                )
+            )
             t["latest"] = f.latest
             t["python"] = list(f.python)
             t["cuda"] = [v for v in [_cuda_version(f.pypi.get("linux_x86_64", "cpu"))] if v]
@@ -328,6 +338,7 @@ def add_command(subparsers) -> None:
     p.add_argument("--recipes", type=Path, default=ROOT / "recipes", help=argparse.SUPPRESS)
     p.add_argument("--cache", type=Path, default=None, help="the farm cache to use (default: the farm's)")
     p.add_argument("--no-recipes", action="store_true", help="torch only")
+    p.add_argument("--since", metavar="MINOR", help="compare torch minors from this one up (default: every row)")
     p.set_defaults(func=run_command)
 
 
@@ -350,8 +361,13 @@ def run_command(args: argparse.Namespace) -> int:
     index = Index(args.index, cache=cache_root / "metadata")
     data = _read_toml(args.torch_data).get("torch", {})
     if not data:
-        raise UsageError(f"{args.torch_data}: no [torch.\"M.m\"] rows")
-    facts = torch_facts(index, min(data, key=vtuple))
+        raise UsageError(f'{args.torch_data}: no [torch."M.m"] rows')
+    oldest = min(data, key=vtuple)
+    if args.since:
+        if not re.fullmatch(r"\d+\.\d+", args.since):
+            raise UsageError(f"--since {args.since!r}: write a torch minor such as 2.13")
+        oldest = max(oldest, args.since, key=vtuple)
+    facts = torch_facts(index, oldest)
     drifts = compare_torch(data, facts)
     recipes = {} if args.no_recipes else load_recipes(args.recipes)
     recipe_drifts = [(r, d) for r in recipes.values() if (d := compare_recipe(index, r))]
@@ -370,7 +386,8 @@ def run_command(args: argparse.Namespace) -> int:
                 d.detail["broken"] = True
     every = drifts + [d for _, d in recipe_drifts]
     checked = f"torch {min(facts, key=vtuple, default='-')}..{max(facts, key=vtuple, default='-')}, " + (
-        ", ".join(f"{r.name} {r.source.version}" for r in recipes.values()) or "no recipes")
+        ", ".join(f"{r.name} {r.source.version}" for r in recipes.values()) or "no recipes"
+    )
     cost = f"{index.requests} requests, {index.bytes / 1e6:.1f} MB read from {index.url}"
     if args.format == "json":
         print(json.dumps({"index": index.url, "checked": checked, "drift": [asdict(d) for d in every],
@@ -390,7 +407,7 @@ def _table(drifts: list[Drift], checked: str, cost: str, wrote: bool) -> None:
     rows = [[d.subject, d.what, d.data, d.index] + ([d.status or "-"] if wrote else []) for d in drifts]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - (1 if wrote else 0))]
     for r in [head, *rows]:
-        cells = [c.ljust(w) for c, w in zip(r, widths)] + r[len(widths):]
+        cells = [c.ljust(w) for c, w in zip(r, widths)] + r[len(widths) :]
         print("  ".join(cells).rstrip())
     print(f"{len(drifts)} drift(s) ({checked}; {cost})", file=sys.stderr)
 

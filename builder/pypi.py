@@ -78,7 +78,7 @@ class File:
         return out
 
     def cpython(self) -> str | None:
-        """"3.11" for a cp311-cp311 (or abi3) wheel; None for free-threaded (cp314t) and other interpreters."""
+        """ "3.11" for a cp311-cp311 (or abi3) wheel; None for free-threaded (cp314t) and other interpreters."""
         try:
             tags = parse_wheel_filename(self.filename)[3]
         except (InvalidWheelFilename, InvalidVersion):
