@@ -213,3 +213,45 @@ if __name__ == "__main__":  # debugging aid: python tests/cudakit.py OUT_DIR
     o = Path(sys.argv[1])
     b = build_wheel(v, stage_source(o / "src"), o / "dist", "8.0")
     print(b.returncode, b.wheel, f"{b.wall_s:.0f}s wall {b.cpu_s:.0f}s CPU {b.peak_rss_mb:.0f} MB")
+
+
+# -- the forward-compatibility canary (tests/test_stable_abi.py) ------------------------------------
+
+CANARY = CACHE / "canary"
+
+
+def newest_torch(python: str = "3.11") -> str:
+    """The newest final torch release with a Linux x86_64 wheel for PYTHON on the host's index, read now
+    (PEP 691 listing through builder.pypi: the host's pip settings, no wheel downloaded)."""
+    from builder.pypi import Index
+
+    tag = "cp" + python.replace(".", "")
+    versions = [f.version for f in Index().files("torch")
+                if f.version and not f.yanked and not f.version.is_prerelease and not f.version.is_devrelease
+                and f"-{tag}-{tag}-" in f.filename and "linux_x86_64" in f.linux_platforms()]  # fmt: skip
+    return str(max(versions))
+
+
+def canary_venv(version: str) -> Path:
+    """A cached venv with torch==VERSION (whatever build the host's indexes give: the CPU one where the
+    PyTorch CPU index is configured, as in CI; PyPI's CUDA build elsewhere, 5.4 GB for 2.15.0). One canary
+    venv is kept: creating one removes the others. The host's torch cap (a pip constraint) is lifted for
+    this one install: the canary exists to run torch releases newer than the ones the farm pins."""
+    venv = CANARY / f"venv-torch{version}-cp311"
+    ready = venv / ".mamba-ready"
+    CANARY.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(CANARY / ".lock")):
+        if not ready.is_file():
+            for old in CANARY.glob("venv-torch*"):
+                shutil.rmtree(old, ignore_errors=True)
+            subprocess.run([python311(), "-m", "venv", str(venv)], check=True)
+            empty = CANARY / "no-constraints.txt"
+            empty.write_text("")
+            env = {**os.environ, "PIP_CONSTRAINT": str(empty)}
+            proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"torch=={version}", "numpy"],
+                                  env=env, capture_output=True, text=True)  # fmt: skip
+            if proc.returncode:
+                shutil.rmtree(venv, ignore_errors=True)
+                raise RuntimeError(f"could not install torch=={version} for the canary:\n{proc.stderr[-3000:]}")
+            ready.write_text(version)
+    return venv
