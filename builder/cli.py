@@ -25,6 +25,7 @@ COMMANDS = {
     "recipe": "builder.prepare",
     "release": "builder.release",
     "drift": "builder.drift",
+    "cache": "builder.cache",
 }
 
 
