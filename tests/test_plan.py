@@ -109,9 +109,7 @@ def test_full_plan_covers_upstream_release(full, classic) -> None:
                 has = {"2.6": "1112", "2.7": "1112", "2.8": "12", "2.9": "1213", "2.10": "1213"}[torch]
                 if major not in (has[i : i + 2] for i in range(0, len(has), 2)):
                     continue
-                abis = (
-                    ["FALSE", "TRUE"] if torch == "2.6" and major == "12" else ["FALSE" if torch == "2.6" else "TRUE"]
-                )
+                abis = ["FALSE", "TRUE"] if torch == "2.6" else ["TRUE"]  # 2.6: CUDA 11 and 12, both ABIs
                 for abi in abis:
                     want = f"cu{major}-torch{torch}-cxx11abi{abi}-cp{python.replace('.', '')}-linux_x86_64"
                     assert want in ids, want
@@ -185,8 +183,8 @@ def test_table_and_explain() -> None:
     rc, out, _ = run_cli(["plan", "--profile", "upstream", "--explain"])
     assert rc == 0
     assert "cu11-torch2.7-cxx11abiTRUE-cp313-linux_x86_64" in out
-    # upstream's 68 wheels are 68 cells; torch 2.10's 16 take 4 stable builds
-    assert "56 builds (4 stable-ABI) serving 68 cells, " in out and "images, dropped" in out
+    # upstream's 72 wheels are 72 cells; torch 2.10's 16 take 4 stable builds
+    assert "60 builds (4 stable-ABI) serving 72 cells, " in out and "images, dropped" in out
     assert "(profile upstream)" in out
     # which build serves which cells: the serves column, and each stable build's cells
     assert "4 cells: torch 2.10 x py3.10..3.13 (1 variant)" in out and "│ 1 cell" in out
