@@ -208,17 +208,7 @@ def nvcc_object_cost(
     return wall, cpu, rss
 
 
-if __name__ == "__main__":  # debugging aid: python tests/cudakit.py OUT_DIR
-    v = torch_cuda_venv()
-    o = Path(sys.argv[1])
-    b = build_wheel(v, stage_source(o / "src"), o / "dist", "8.0")
-    print(b.returncode, b.wheel, f"{b.wall_s:.0f}s wall {b.cpu_s:.0f}s CPU {b.peak_rss_mb:.0f} MB")
-
-
 # -- the forward-compatibility canary (tests/test_stable_abi.py) ------------------------------------
-
-CANARY = CACHE / "canary"
-
 
 def newest_torch(python: str = "3.11") -> str:
     """The newest final torch release with a Linux x86_64 wheel for PYTHON on the host's index, read now
@@ -233,25 +223,32 @@ def newest_torch(python: str = "3.11") -> str:
 
 
 def canary_venv(version: str) -> Path:
-    """A cached venv with torch==VERSION (whatever build the host's indexes give: the CPU one where the
-    PyTorch CPU index is configured, as in CI; PyPI's CUDA build elsewhere, 5.4 GB for 2.15.0). One canary
-    venv is kept: creating one removes the others. The host's torch cap (a pip constraint) is lifted for
-    this one install: the canary exists to run torch releases newer than the ones the farm pins."""
-    venv = CANARY / f"venv-torch{version}-cp311"
-    ready = venv / ".mamba-ready"
-    CANARY.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(CANARY / ".lock")):
-        if not ready.is_file():
-            for old in CANARY.glob("venv-torch*"):
-                shutil.rmtree(old, ignore_errors=True)
-            subprocess.run([python311(), "-m", "venv", str(venv)], check=True)
-            empty = CANARY / "no-constraints.txt"
-            empty.write_text("")
-            env = {**os.environ, "PIP_CONSTRAINT": str(empty)}
-            proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"torch=={version}", "numpy"],
-                                  env=env, capture_output=True, text=True)  # fmt: skip
-            if proc.returncode:
-                shutil.rmtree(venv, ignore_errors=True)
-                raise RuntimeError(f"could not install torch=={version} for the canary:\n{proc.stderr[-3000:]}")
-            ready.write_text(version)
-    return venv
+    """The farm's own smoke-test torch venv for cp311 and torch==VERSION (builder/wheels.py's, under
+    <farm cache>/smoke/, so builds and the canary share it and builder/cache.py's budget covers it): made
+    once, with whatever build the host's indexes give (the CPU one where the PyTorch CPU index is
+    configured, as in CI; PyPI's CUDA build elsewhere, 5.4 GB for 2.15.0, most of it hard-linked to the
+    other torch venvs' identical files). The host's torch cap (a pip constraint) is lifted for this one
+    install: the canary exists to run torch releases newer than the ones the farm pins."""
+    from builder import hostenv, wheels
+
+    smoke = hostenv.CACHE_ROOT / "smoke" / f"cp311-torch{version}"
+    smoke.mkdir(parents=True, exist_ok=True)
+    empty = smoke.parent / ".no-constraints.txt"
+    empty.write_text("")
+    old = os.environ.get("PIP_CONSTRAINT")
+    with FileLock(str(smoke) + ".lock"):  # the lock builder/build.py's smoke test takes
+        os.environ["PIP_CONSTRAINT"] = str(empty)
+        try:
+            return wheels._torch_base(python311(), f"torch=={version}", smoke / "torch-envs")
+        finally:
+            if old is None:
+                os.environ.pop("PIP_CONSTRAINT", None)
+            else:
+                os.environ["PIP_CONSTRAINT"] = old
+
+
+if __name__ == "__main__":  # debugging aid: python tests/cudakit.py OUT_DIR
+    v = torch_cuda_venv()
+    o = Path(sys.argv[1])
+    b = build_wheel(v, stage_source(o / "src"), o / "dist", "8.0")
+    print(b.returncode, b.wheel, f"{b.wall_s:.0f}s wall {b.cpu_s:.0f}s CPU {b.peak_rss_mb:.0f} MB")

@@ -9,7 +9,8 @@ What a user relies on, checked for real:
   symbol) and no Python symbol, and the wheel says so: cp310-abi3, torch>=<floor>, label
   ``cputorchstable``;
 - the canary: that CPU stable wheel passes the same numerics check under the newest torch the
-  index lists on the day the suite runs (2.15.0 on 2026-12-01), found at test time, never pinned;
+  index lists on the day the suite runs (2.15.0 on 2026-12-01), found at test time, never pinned
+  (its venv is the farm's own smoke-test venv for that torch, under the cache budget);
 - (slow) the CUDA stable wheel built against torch 2.14.1 with nvcc 13.0 loads on this
   GPU-less machine with CPU and CUDA kernels registered and exactly the asked-for SASS.
 """
