@@ -171,9 +171,27 @@ def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, l
     return removed
 
 
+def build_venvs() -> list[Path]:
+    """The host executor's build venvs (builder/executors/host.py): share sources, never evicted here."""
+    return sorted(p for p in (hostenv.CACHE_ROOT / "venvs").glob("*") if p.is_dir())
+
+
+def share_build_venv(venv: Path, log=print) -> None:
+    """Once per build venv (after its first build installed torch): link its files to the smoke venvs'."""
+    marker = venv / ".mamba-farm-shared"
+    if marker.exists():
+        return
+    saved = share(venv, [e.path for e in entries()])
+    marker.touch()
+    if saved:
+        log(f"cache: build venv {venv.name} shares {human(saved)} with the smoke-test torch venvs (hard links)")
+
+
 def after_create(venv: Path, root: Path | None = None, log=print) -> None:
     """What the smoke test calls when it made a torch venv: share its files, then fit the budget."""
     others = [e.path for e in entries(root) if e.path != venv]
+    if root is None or Path(root) == smoke_root():  # the host executor's build venvs hold the same torch files
+        others += build_venvs()
     saved = share(venv, others)
     if saved:
         log(f"cache: {venv.name} shares {human(saved)} with the other torch venvs (hard links)")

@@ -103,3 +103,20 @@ def test_cache_command_shows_and_prunes_a_farm_cache(tmp_path):
 )
 def test_sizes(text, value):
     assert cache.parse_size(text) == value
+
+
+def test_the_host_executors_build_venv_and_the_smoke_venv_of_one_torch_share_files(tmp_path, monkeypatch):
+    from builder import hostenv
+
+    monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path)
+    lib = {"torch/lib/libtorch_cuda.so": blob("cuda"), "nvidia/cu13/lib/libcublas.so.13": blob("cublas")}
+    smoke = make_venv(tmp_path / "smoke", "3.11", "2.15.0", lib, time.time())
+    build = tmp_path / "venvs" / "cp311-torch2.15.0-cuda-13.0"
+    for rel, data in lib.items():
+        p = build / "lib" / "python3.11" / "site-packages" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    cache.share_build_venv(build, log=lambda m: None)
+    assert (build / ".mamba-farm-shared").exists()
+    assert cache.real_bytes([smoke, build]) < cache.real_bytes([smoke]) + 64 * 1024
+    assert cache.build_venvs() == [build]
