@@ -309,7 +309,7 @@ def write_recipe(index: Index, recipe, drift: Drift, cache_root: Path | None) ->
         broke = check_patches(recipe, tree)
     if broke:
         drift.status = f"not written: {broke}"
-        drift.detail["broken"] = True
+        drift.detail["exit"] = PatchError.exit_code
         return
     doc = tomlkit.parse(recipe.path.read_text())
     _set(doc["source"], "version", pin.version)
@@ -328,7 +328,8 @@ def add_command(subparsers) -> None:
         help="compare the torch data and recipe pins with what the index publishes",
         description=f"Reports new torch minors and patch releases, Python ranges, CUDA per platform, glibc floors, "
         f"and new sdists of each recipe. Exit 0: no drift; {DRIFT_EXIT}: drift (a table says what); "
-        f"{PatchError.exit_code}: a recipe's new sdist breaks one of its patches (with --write: nothing written for it).",
+        f"{PatchError.exit_code}: a recipe's new sdist breaks one of its patches (with --write: its pin stays); "
+        "8/9: with --write, a new sdist did not match its listed sha256 / could not be fetched.",
     )
     p.add_argument("--index", help="the simple API to read (default: the host's pip index-url, else PyPI)")
     p.add_argument("--write", action="store_true", help="update the TOML files (comments kept)")
@@ -381,9 +382,9 @@ def run_command(args: argparse.Namespace) -> int:
         for recipe, d in recipe_drifts:
             try:
                 write_recipe(index, recipe, d, args.cache)
-            except FarmError as err:
+            except FarmError as err:  # the new sdist could not be fetched or unpacked: the pin stays
                 d.status = f"not written: {err}"
-                d.detail["broken"] = True
+                d.detail["exit"] = err.exit_code
     every = drifts + [d for _, d in recipe_drifts]
     checked = f"torch {min(facts, key=vtuple, default='-')}..{max(facts, key=vtuple, default='-')}, " + (
         ", ".join(f"{r.name} {r.source.version}" for r in recipes.values()) or "no recipes"
@@ -394,8 +395,9 @@ def run_command(args: argparse.Namespace) -> int:
                           "requests": index.requests, "bytes": index.bytes}, indent=2))  # fmt: skip
     else:
         _table(every, checked, cost, args.write)
-    if any(d.detail.get("broken") for d in every):
-        return PatchError.exit_code
+    failed = [d.detail["exit"] for d in every if d.detail.get("exit")]
+    if failed:  # a broken patch (10), or the new sdist's fetch (9) / hash (8): someone has to look
+        return failed[0]
     return DRIFT_EXIT if every else 0
 
 
