@@ -179,7 +179,7 @@ def build_venvs() -> list[Path]:
 def share_build_venv(venv: Path, log=print) -> None:
     """Once per build venv (after its first build installed torch): link its files to the smoke venvs'."""
     marker = venv / ".mamba-farm-shared"
-    if marker.exists():
+    if marker.exists() or not venv.is_dir():
         return
     saved = share(venv, [e.path for e in entries()])
     marker.touch()
