@@ -329,6 +329,7 @@ def _record() -> None:
     import datetime
 
     sys.path.insert(0, str(ROOT))
+    from builder.compat import vtuple
     from builder.pypi import Index
 
     ix = Index()
@@ -339,7 +340,7 @@ def _record() -> None:
     for f in files:
         for plat in f.linux_platforms():
             key = (str(f.version), plat)
-            if f.cpython() and (key not in chosen or f.cpython().split(".") < chosen[key].cpython().split(".")):
+            if f.cpython() and (key not in chosen or vtuple(f.cpython()) < vtuple(chosen[key].cpython())):
                 chosen[key] = f
     rec: dict = {"recorded": datetime.date.today().isoformat(), "index": ix.url, "projects": {}, "metadata": {}}
     for f in chosen.values():
