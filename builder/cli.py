@@ -24,6 +24,7 @@ COMMANDS = {
     "hip-compile": "builder.hip",
     "recipe": "builder.prepare",
     "release": "builder.release",
+    "rehearse": "builder.rehearse",
 }
 
 
