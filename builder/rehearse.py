@@ -15,7 +15,7 @@ What a rehearsal sets up, and why (each is a thing GitHub's runners have that th
 
 A tag release also reaches GitHub's and PyPI's services, which cannot run here; each gets a stand-in
 (``builder/standins/``): a ``gh`` that keeps releases in a folder laid out as GitHub's asset URLs
-(``GITHUB_SERVER_URL`` points at 127.0.0.1, where that folder is served), and local actions in place of
+(``<owner>/<repo>/releases/download/<tag>/<file>``), and local actions in place of
 attest-build-provenance, deploy-pages and gh-action-pypi-publish that record what they were given.
 Nothing of OIDC, Sigstore, Pages or PyPI itself is exercised.
 """
@@ -210,7 +210,6 @@ def rehearse(
     only_ids: str = "",
     projects: str = "",
     index_port: int | None = None,
-    assets_port: int | None = None,
     python: str | None = None,
     env: dict[str, str] | None = None,
     stream=None,
@@ -261,8 +260,9 @@ def rehearse(
         cmd += ["--input", f"{k}={v}"]
     cmd += [a for spec in local_actions(workflows, actions, STANDINS / "actions") for a in ("--local-repository", spec)]
     runner_env = {
-        # The stand-ins (builder/standins/): GitHub's asset URLs and the records of what the services got.
-        "GITHUB_SERVER_URL": f"http://127.0.0.1:{assets_port or free_port()}",
+        # The stand-ins (builder/standins/) and the records of what the services got. GITHUB_SERVER_URL stays
+        # https://github.com: the artifact actions refuse any other host (GHESNotSupportedError), and the site
+        # links to the real asset URLs; a test answers those on 127.0.0.1 (tests/releasekit.py).
         "GH_STANDIN_HOME": str(gh_home),
         "GH_STANDIN_GIT": str(repo),
         "REHEARSAL_RECORDS": str(records),
@@ -287,7 +287,7 @@ def rehearse(
         rc = proc.wait()
     seconds = time.monotonic() - start
     text = log.read_text(encoding="utf-8")
-    jobs = {m["job"]: m["result"] for m in JOB_END.finditer(text)}
+    jobs = {m["job"].strip(): m["result"] for m in JOB_END.finditer(text)}
     return Result(rc, jobs, log, artifacts, work, seconds, index_url, records)
 
 

@@ -7,6 +7,7 @@ the environment; with none, fixes are phrased for "the machine that printed this
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -52,7 +53,7 @@ def install_line(ctx: Context) -> str:
     """The exact reinstall line for this environment's variant (or its placeholder form)."""
     from .. import _prebuilt
 
-    base = _prebuilt.normalize_root(ctx.index_url or _prebuilt.DEFAULT_INDEX_URL).rstrip("/")
+    base = _prebuilt.normalize_root(ctx.index_url or os.environ.get(_prebuilt.ENV_INDEX) or _prebuilt.default_index_url()).rstrip("/")
     listed = _prebuilt.parse_wheel_name(ctx.wheel[0]) if ctx.wheel else None
     if listed and listed.local:
         # What the index serves this variant (for torch >= the stable floor: the stable-ABI wheel), on the page
