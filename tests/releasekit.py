@@ -95,11 +95,11 @@ def through_assets(env: dict, proxy: str, bundle: Path) -> dict:
             "NO_PROXY": "127.0.0.1,localhost", "SSL_CERT_FILE": str(bundle), "PIP_CERT": str(bundle)}  # fmt: skip
 
 
-def venv_with_torch(path: Path, python: str, torch_req: str, env: dict) -> Path:
-    """A fresh venv with pip and TORCH_REQ from this machine's usual pip settings (its wheelhouse)."""
+def venv_with_torch(path: Path, python: str, torch_req: str, env: dict, *more: str) -> Path:
+    """A fresh venv with pip and TORCH_REQ (and MORE) from this machine's usual pip settings (its wheelhouse)."""
     subprocess.run([python, "-m", "venv", str(path)], check=True)
     py = path / "bin" / "python"
-    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", torch_req], capture_output=True, text=True,
+    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", torch_req, *more], capture_output=True, text=True,
                           env={k: v for k, v in env.items() if k != "PIP_CONFIG_FILE"}, check=False)  # fmt: skip
     if proc.returncode:
         raise AssertionError(f"installing {torch_req} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

@@ -130,3 +130,139 @@ def test_pip_installs_from_the_dry_run_site(dry, tmp_path):
         _run([str(py), "-m", *shlex.split(cmd)], env)
     out = _run([str(py), "-I", "-c", SCAN], env).stdout
     assert "scan ok" in out and str(tmp_path / "venv") in out
+
+
+# --------------------------------------------------------------------------- tag releases (stand-ins)
+
+
+def _calls(records: Path) -> list[dict]:
+    path = records / "calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory):
+    """v<version>, then the next version (committed in the scratch clone first), in one work folder: the
+    second release restores the first one's wheels from the gh stand-in and must keep them on the site."""
+    docker_client()
+    work = tmp_path_factory.mktemp("rehearsal-tags") / "r"
+    port, py = free_port(), _python311()
+    from builder.rehearse import version_of
+
+    first = version_of(REPO)
+    major, minor, patch = (int(x) for x in first.split(".")[:3])
+    second = f"{major}.{minor}.{patch + 1}"
+    runs = {}
+    for version in (first, second):
+        runs[version] = rehearse(work, actions=ACTIONS, release=True, version=None if version == first else second,
+                                 profile=DRY_RUN_PROFILE, index_port=port, python=py)  # fmt: skip
+        print(f"release v{version}: {len(runs[version].jobs)} jobs in {runs[version].seconds:.0f} s: {runs[version].jobs}")
+    return work, runs, (first, second)
+
+
+@pytest.mark.slow
+def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
+    work, runs, versions = releases
+    for v, r in runs.items():
+        assert r.rc == 0, f"v{v}: {r.jobs}\n{r.log.read_text()[-6000:]}"
+        assert {j: e for j, e in r.jobs.items() if not j.startswith("build ")} == {
+            "plan": "succeeded", "publish": "succeeded", "pages": "succeeded", "sdist": "succeeded", "pypi": "succeeded"
+        }, r.jobs  # fmt: skip
+    assets = work / "github" / OWNER_REPO / "releases" / "download"
+    published = {v: sorted(p.name for p in (assets / f"v{v}").glob("*.whl")) for v in versions}
+    assert all(len(w) == 2 for w in published.values()), published  # the CPU and the CUDA stable wheel
+    calls = _calls(work / "records")
+
+    # The site after the second release holds both releases' wheels, each linked to its own release's asset.
+    site = work / "records" / "pages"
+    links = {}
+    for page in site.rglob("index.html"):
+        for href in re.findall(r'<a href="([^"#]+)(?:#[^"]*)?"', page.read_text()):
+            if href.endswith(".whl"):
+                links.setdefault(href.rsplit("/", 1)[1], set()).add(href)
+    for v, wheels in published.items():
+        for w in wheels:
+            assert links.get(w) == {f"https://github.com/{OWNER_REPO}/releases/download/v{v}/{w}"}, (w, links.get(w))
+    assert not list(site.rglob("files/*.whl"))  # a release's site carries no wheels (Pages' 1 GB)
+
+    # The attestation stand-in was given every published wheel of each release (same bytes).
+    import hashlib
+
+    for v, wheels in published.items():
+        (att,) = [c for c in calls if c["kind"] == "attest" and c["ref"] == f"refs/tags/v{v}"]
+        assert att["subjects"] == {w: hashlib.sha256((assets / f"v{v}" / w).read_bytes()).hexdigest() for w in wheels}
+
+    # PyPI got exactly each release's sdist, and only after its pages deployment.
+    for v in versions:
+        ref = f"refs/tags/v{v}"
+        (pypi,) = [c for c in calls if c["kind"] == "pypi" and c["ref"] == ref]
+        (pages,) = [c for c in calls if c["kind"] == "pages" and c["ref"] == ref]
+        assert list(pypi["files"]) == [f"mamba_ssm-{v}.tar.gz"]
+        assert pypi["time"] > pages["time"]
+    assert sorted(p.name for p in (work / "records" / "pypi").iterdir()) == [f"mamba_ssm-{v}.tar.gz" for v in versions]
+    # The release notes name both lines' commands pinned, never a bare name.
+    notes = json.loads((assets / f"v{versions[1]}" / "release.json").read_text())["body"]
+    assert "pip install mamba-ssm==<version>+<label>" in notes and "pip install mamba-ssm --" not in notes
+
+
+@pytest.mark.slow
+def test_pip_installs_each_release_through_its_asset_links(releases, tmp_path):
+    """Real pip, the Pages stand-in's site on INDEX_URL's port, every wheel fetched from its release's asset
+    URL (https://github.com/...), answered by the asset-host stand-in on 127.0.0.1 (tests/releasekit.py)."""
+    work, runs, versions = releases
+    port = int(runs[versions[0]].index_url.rsplit(":", 1)[1])
+    certs = make_certs(tmp_path / "certs")
+    py = venv_with_torch(tmp_path / "venv", _python311(), TORCH_CPU, dict(os.environ))
+    with serve_at(work / "records" / "pages", port), github_assets(work / "github", certs) as (proxy, asked):
+        env = through_assets(dict(os.environ), proxy, certs[0])
+        for v in versions:
+            url = f"http://127.0.0.1:{port}/cpu-torch2.13-cxx11abiTRUE/"
+            _run([str(py), "-m", "pip", "install", "--force-reinstall", "--no-deps", f"mamba-ssm=={v}+cputorchstable",
+                  "--extra-index-url", url], env)  # fmt: skip
+            got = _run([str(py), "-I", "-c", "import importlib.metadata as m; print(m.version('mamba-ssm'))"], env)
+            assert got.stdout.strip() == f"{v}+cputorchstable"
+            assert any(p.startswith(f"/{OWNER_REPO}/releases/download/v{v}/") for p in asked), asked
+        assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout
+
+
+@pytest.mark.slow
+def test_the_published_sdist_takes_the_prebuilt_wheel_from_the_rehearsed_site(releases, tmp_path):
+    """Plain `pip install <the sdist PyPI got>` in a fresh venv with torch: setup.py looks in the index the
+    same release deployed (stamped by the sdist job) and installs that release's wheel, not a source build."""
+    work, runs, versions = releases
+    v = versions[1]
+    sdist = work / "records" / "pypi" / f"mamba_ssm-{v}.tar.gz"
+    with tarfile.open(sdist) as t:
+        (stamp,) = [m for m in t.getmembers() if m.name.endswith("mamba_ssm/_index_url.txt")]
+        assert t.extractfile(stamp).read().decode().strip() == runs[v].index_url
+    port = int(runs[v].index_url.rsplit(":", 1)[1])
+    certs = make_certs(tmp_path / "certs")
+    # setuptools >= 70.1: a --no-build-isolation build uses the venv's own (README: Installing from source).
+    py = venv_with_torch(tmp_path / "venv", _python311(), TORCH_CPU, dict(os.environ), "setuptools>=70.1")
+    with serve_at(work / "records" / "pages", port), github_assets(work / "github", certs) as (proxy, asked):
+        env = {k: v for k, v in through_assets(dict(os.environ), proxy, certs[0]).items() if k != "MAMBA_WHEEL_INDEX"}
+        out = _run([str(py), "-m", "pip", "install", "-v", "--no-build-isolation", str(sdist)], env, timeout=1800)
+    assert f"using prebuilt wheel mamba_ssm-{v}+cputorchstable" in out.stdout + out.stderr, out.stdout[-3000:]
+    assert any(p.endswith(f"/v{v}/mamba_ssm-{v}+cputorchstable-cp310-abi3-manylinux_2_34_x86_64.whl") or
+               f"/v{v}/mamba_ssm-{v}+cputorchstable" in p for p in asked), asked  # fmt: skip
+    assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout
+
+
+# --------------------------------------------------------------------------- failure paths
+
+
+def test_a_tag_that_does_not_match_the_version_stops_at_plan(tmp_path):
+    docker_client()
+    r = rehearse(tmp_path / "r", actions=ACTIONS, release=True, tag="v9.9.9", python=_python311())
+    log = r.log.read_text()
+    assert r.rc != 0
+    assert r.jobs == {"plan": "failed"}, r.jobs  # nothing built, published or sent to PyPI
+    assert "tag v9.9.9 does not match mamba_ssm/__init__.py" in log
+
+
+def test_an_empty_plan_stops_with_its_message(tmp_path):
+    docker_client()
+    # The CPU profile for upstream's causal-conv1d: its recipe builds CUDA only, so nothing is left.
+    r = rehearse(tmp_path / "r", actions=ACTIONS, profile="cpu", projects="causal-conv1d", python=_python311())
+    assert r.rc != 0 and r.jobs == {"plan": "failed"}, r.jobs
+    assert "nothing to build: profile 'cpu' selects no buildable combination" in r.log.read_text()
