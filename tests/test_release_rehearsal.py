@@ -98,7 +98,7 @@ def test_the_upload_artifact_v6_mapping_is_the_one_act_workaround():
 def test_a_missing_action_is_named(tmp_path):
     from builder.rehearse import RehearsalError, local_actions
 
-    with pytest.raises(RehearsalError, match=r"actions/checkout@[0-9a-f]{40}: no action at"):
+    with pytest.raises(RehearsalError, match=r"^actions/[\w-]+@[0-9a-f]{40}: no action at "):
         local_actions([REPO / ".github" / "workflows" / "release.yml"], tmp_path, None)
 
 
@@ -266,3 +266,29 @@ def test_an_empty_plan_stops_with_its_message(tmp_path):
     r = rehearse(tmp_path / "r", actions=ACTIONS, profile="cpu", projects="causal-conv1d", python=_python311())
     assert r.rc != 0 and r.jobs == {"plan": "failed"}, r.jobs
     assert "nothing to build: profile 'cpu' selects no buildable combination" in r.log.read_text()
+
+
+@pytest.mark.slow
+def test_one_failing_build_still_publishes_the_others_and_the_summary_names_it(tmp_path):
+    """A compile error in the CUDA kernels only (committed in the scratch clone, as a bad merge would be): the
+    CUDA job fails, the CPU wheel is still published, and the summary names the failed build and its log."""
+    from builder.rehearse import scratch_clone
+
+    docker_client()
+    repo = scratch_clone(REPO, tmp_path / "r" / "repo")
+    fwd = repo / "csrc" / "cuda" / "selective_scan_fwd.cu"
+    fwd.write_text(fwd.read_text() + '\n#error "rehearsal: a CUDA-only compile error"\n')
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "break the CUDA kernels"], check=True)
+    r = rehearse(tmp_path / "r", actions=ACTIONS, profile=DRY_RUN_PROFILE, python=_python311())
+    cuda = next(j for j in r.jobs if j.startswith("build cu13-"))
+    cpu = next(j for j in r.jobs if j.startswith("build cpu-"))
+    assert (r.jobs[cuda], r.jobs[cpu], r.jobs["publish"]) == ("failed", "succeeded", "succeeded"), r.jobs
+    job_id = cuda.split()[1].rsplit("-", 1)[0]
+    summary = (r.workspace("dist/summary.md")).read_text()
+    assert "### Failed builds (not published)" in summary
+    assert f"| `{job_id}` | `log-{job_id}` |" in summary
+    assert "1 wheels from 1 of 2 planned builds" in summary
+    site = r.artifact("index", tmp_path / "site")
+    assert [p.name.split("-")[1] for p in site.glob("files/*.whl")] == ["2.3.0+cputorchstable"]
+    logs = r.artifact(f"log-{job_id}", tmp_path / "log")
+    assert "rehearsal: a CUDA-only compile error" in "".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))
