@@ -95,11 +95,6 @@ class Result:
                 f.extractall(dest)
         return dest
 
-    def workspace(self, marker: str) -> Path | None:
-        """The job workspace (act's host executor folder) holding MARKER, the newest first."""
-        found = sorted(self.work.glob(f"act/*/hostexecutor/{marker}"), key=lambda p: p.stat().st_mtime)
-        return found[-1] if found else None
-
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -22,7 +22,6 @@ import re
 import shlex
 import subprocess
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,14 @@ from farmkit import docker_client
 from indexkit import find_python
 from releasekit import github_assets, make_certs, serve_at, through_assets, venv_with_torch
 
-from builder.rehearse import DRY_RUN_PROFILE, UPLOAD_ARTIFACT_V4, UPLOAD_ARTIFACT_V6, free_port, rehearse, shared_actions
+from builder.rehearse import (
+    DRY_RUN_PROFILE,
+    UPLOAD_ARTIFACT_V4,
+    UPLOAD_ARTIFACT_V6,
+    free_port,
+    rehearse,
+    shared_actions,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 ACTIONS = Path(os.environ["REHEARSAL_ACTIONS"]) if os.environ.get("REHEARSAL_ACTIONS") else shared_actions(REPO)
@@ -156,7 +162,9 @@ def releases(tmp_path_factory):
     for version in (first, second):
         runs[version] = rehearse(work, actions=ACTIONS, release=True, version=None if version == first else second,
                                  profile=DRY_RUN_PROFILE, index_port=port, python=py)  # fmt: skip
-        print(f"release v{version}: {len(runs[version].jobs)} jobs in {runs[version].seconds:.0f} s: {runs[version].jobs}")
+        print(
+            f"release v{version}: {len(runs[version].jobs)} jobs in {runs[version].seconds:.0f} s: {runs[version].jobs}"
+        )
     return work, runs, (first, second)
 
 
@@ -270,25 +278,34 @@ def test_an_empty_plan_stops_with_its_message(tmp_path):
 
 @pytest.mark.slow
 def test_one_failing_build_still_publishes_the_others_and_the_summary_names_it(tmp_path):
-    """A compile error in the CUDA kernels only (committed in the scratch clone, as a bad merge would be): the
-    CUDA job fails, the CPU wheel is still published, and the summary names the failed build and its log."""
-    from builder.rehearse import scratch_clone
+    """A compile error in the CUDA kernels only (committed in the scratch clone, as a bad merge would be), then a
+    tag release: the CUDA job fails, the CPU wheel is still published (release assets, attestation, site), and
+    the summary (the release notes) names the failed build and its log artifact."""
+    from builder.rehearse import scratch_clone, version_of
 
     docker_client()
     repo = scratch_clone(REPO, tmp_path / "r" / "repo")
     fwd = repo / "csrc" / "cuda" / "selective_scan_fwd.cu"
     fwd.write_text(fwd.read_text() + '\n#error "rehearsal: a CUDA-only compile error"\n')
     subprocess.run(["git", "-C", str(repo), "commit", "-qam", "break the CUDA kernels"], check=True)
-    r = rehearse(tmp_path / "r", actions=ACTIONS, profile=DRY_RUN_PROFILE, python=_python311())
+    r = rehearse(tmp_path / "r", actions=ACTIONS, release=True, profile=DRY_RUN_PROFILE, python=_python311())
+    print(f"one failing build: {len(r.jobs)} jobs in {r.seconds:.0f} s: {r.jobs}")
     cuda = next(j for j in r.jobs if j.startswith("build cu13-"))
     cpu = next(j for j in r.jobs if j.startswith("build cpu-"))
-    assert (r.jobs[cuda], r.jobs[cpu], r.jobs["publish"]) == ("failed", "succeeded", "succeeded"), r.jobs
+    assert (r.jobs[cuda], r.jobs[cpu], r.jobs["publish"], r.jobs["pages"]) == (
+        "failed",
+        "succeeded",
+        "succeeded",
+        "succeeded",
+    ), r.jobs
     job_id = cuda.split()[1].rsplit("-", 1)[0]
-    summary = (r.workspace("dist/summary.md")).read_text()
+    tag = f"v{version_of(repo)}"
+    release = tmp_path / "r" / "github" / OWNER_REPO / "releases" / "download" / tag
+    summary = json.loads((release / "release.json").read_text())["body"]
     assert "### Failed builds (not published)" in summary
     assert f"| `{job_id}` | `log-{job_id}` |" in summary
     assert "1 wheels from 1 of 2 planned builds" in summary
-    site = r.artifact("index", tmp_path / "site")
-    assert [p.name.split("-")[1] for p in site.glob("files/*.whl")] == ["2.3.0+cputorchstable"]
+    assert [p.name.split("-")[1] for p in release.glob("*.whl")] == [f"{tag[1:]}+cputorchstable"]
+    assert f"{tag[1:]}+cputorchstable" in (tmp_path / "r" / "records" / "pages" / "index.html").read_text()
     logs = r.artifact(f"log-{job_id}", tmp_path / "log")
     assert "rehearsal: a CUDA-only compile error" in "".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))
