@@ -138,6 +138,32 @@ def test_pip_installs_from_the_dry_run_site(dry, tmp_path):
     assert "scan ok" in out and str(tmp_path / "venv") in out
 
 
+@pytest.mark.slow
+def test_the_doctors_fix_installs_what_the_site_serves(dry, tmp_path):
+    """torch 2.14.1 (CUDA 13) with the CPU wheel installed: the doctor's fix line, run as printed, installs the
+    stable cu13 wheel the dry run's site serves (the default plan builds no classic wheel for torch >= 2.10)."""
+    assert dry.rc == 0
+    site = dry.artifact("index", tmp_path / "site")
+    env = dict(os.environ)
+    py = venv_with_torch(tmp_path / "venv", _python311(), "torch==2.14.1", env)
+    port = int(dry.index_url.rsplit(":", 1)[1])
+    with serve_at(site, port):
+        _run([str(py), "-m", "pip", "install", "--no-deps", "mamba-ssm==2.3.0+cputorchstable",
+              "--extra-index-url", f"{dry.index_url}/cpu-torchstable-abi3/"], env)  # fmt: skip
+        doc = subprocess.run([str(py), "-I", "-m", "mamba_ssm.doctor", "--json", "--index", dry.index_url],
+                             capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+        (label,) = [f for f in json.loads(doc.stdout)["findings"] if f["check"] == "label"]
+        assert label["verdict"] == "problem" and "needs cu13torch2.14cxx11abiTRUE" in label["title"], label
+        fix = label["fix"]
+        assert '"mamba-ssm==2.3.0+cu13torchstable"' in fix, fix
+        _run(fix, env)
+        after = subprocess.run([str(py), "-I", "-m", "mamba_ssm.doctor", "--json", "--index", dry.index_url],
+                               capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+    (label,) = [f for f in json.loads(after.stdout)["findings"] if f["check"] == "label"]
+    assert label["verdict"] == "ok", label
+    assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout
+
+
 # --------------------------------------------------------------------------- tag releases (stand-ins)
 
 
