@@ -155,22 +155,29 @@ def tool_cache(dest: Path, python: str) -> Path:
 
 
 def local_actions(workflows: list[Path], actions: Path, standins: Path | None) -> list[str]:
-    """``--local-repository`` for every action the workflows pin: the shared folder at that SHA (v6 upload
-    mapped, see ACT_WORKAROUNDS), or a stand-in (STANDIN_ACTIONS) when STANDINS is given."""
-    out = []
-    for owner, repo, sha in sorted({m for wf in workflows for m in USES.findall(wf.read_text())}):
+    """``--local-repository`` for every action the workflows pin, and every action those use in turn (a
+    composite such as upload-pages-artifact pins upload-artifact itself): the shared folder at that SHA (v6
+    upload mapped, see ACT_WORKAROUNDS), or a stand-in (STANDIN_ACTIONS) when STANDINS is given."""
+    out: dict[str, Path] = {}
+    todo = sorted({m for wf in workflows for m in USES.findall(wf.read_text())})
+    while todo:
+        owner, repo, sha = todo.pop(0)
         name = f"{owner}/{repo}"
+        if f"{name}@{sha}" in out:
+            continue
         if standins is not None and name in STANDIN_ACTIONS:
             folder = standins / STANDIN_ACTIONS[name]
         else:
             folder = actions / ACT_WORKAROUNDS.get(f"{name}@{sha}", f"{name}@{sha}")
-        if not (folder / "action.yml").exists() and not (folder / "action.yaml").exists():
+        meta = next((folder / n for n in ("action.yml", "action.yaml") if (folder / n).exists()), None)
+        if meta is None:
             raise RehearsalError(
                 f"{name}@{sha}: no action at {folder}",
                 hint=f"{actions} holds GitHub's actions at the SHAs the workflows pin; add this one (see its README)",
             )
-        out.append(f"{name}@{sha}={folder}")
-    return out
+        out[f"{name}@{sha}"] = folder
+        todo += sorted(set(USES.findall(meta.read_text())))
+    return [f"{k}={v}" for k, v in sorted(out.items())]
 
 
 def _write_bin(bin_dir: Path, python: str) -> None:
