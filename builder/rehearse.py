@@ -64,8 +64,12 @@ class RehearsalError(FarmError):
 
 
 def shared_actions(root: Path = ROOT) -> Path:
-    """``../shared/actions/`` beside the repository root (CI lays out shared/ the same way)."""
-    return root.parent / "shared" / "actions"
+    """``$REHEARSAL_ACTIONS``, else ``../shared/actions/`` beside the repository root (CI lays out shared/ so)."""
+    return (
+        Path(os.environ["REHEARSAL_ACTIONS"])
+        if os.environ.get("REHEARSAL_ACTIONS")
+        else root.parent / "shared" / "actions"
+    )
 
 
 @dataclass
@@ -222,7 +226,11 @@ def rehearse(
     the stand-ins' state, so a second call with the same WORK is the next release."""
     actions = actions or shared_actions(root)
     if not actions.is_dir():
-        raise RehearsalError(f"no actions folder at {actions}", hint="it holds GitHub's actions for offline runs")
+        raise RehearsalError(
+            f"no actions folder at {actions}",
+            hint="GitHub's actions for offline runs (shared/actions beside the checkout): pass --actions DIR "
+            "or set REHEARSAL_ACTIONS",
+        )
     python = python or shutil.which("python3.11") or sys.executable
     work = work.absolute()
     repo = scratch_clone(root, work / "repo")

@@ -39,7 +39,7 @@ from builder.rehearse import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-ACTIONS = Path(os.environ["REHEARSAL_ACTIONS"]) if os.environ.get("REHEARSAL_ACTIONS") else shared_actions(REPO)
+ACTIONS = shared_actions(REPO)  # $REHEARSAL_ACTIONS, else ../shared/actions
 OWNER_REPO = "mamba-ssm/wheels"  # builder.rehearse.ORIGIN
 TORCH_CPU = "torch==2.13.0"
 SCAN = (
