@@ -111,6 +111,47 @@ def test_a_missing_action_is_named(tmp_path):
         local_actions([REPO / ".github" / "workflows" / "release.yml"], tmp_path, None)
 
 
+def test_the_gh_stand_in_keeps_releases_as_the_workflow_uses_them(tmp_path):
+    """The calls release.yml makes, against the stand-in (no act needed): what a second release restores."""
+    import sys
+
+    gh = [sys.executable, str(REPO / "builder" / "standins" / "gh.py")]
+    git = tmp_path / "git"
+    subprocess.run(["git", "init", "-q", str(git)], check=True)
+    subprocess.run(["git", "-C", str(git), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)  # fmt: skip
+    subprocess.run(["git", "-C", str(git), "tag", "v1.0.0"], check=True)
+    env = {**os.environ, "GH_STANDIN_HOME": str(tmp_path / "home"), "GH_STANDIN_GIT": str(git), "GH_REPO": OWNER_REPO}
+    (tmp_path / "home").mkdir()
+
+    def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        p = subprocess.run([*gh, *args], env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert (p.returncode == 0) == ok, (args, p.stdout, p.stderr)
+        return p
+
+    (tmp_path / "notes.md").write_text("notes")
+    (tmp_path / "a.whl").write_text("wheel")
+    (tmp_path / "a.whl.spec.json").write_text("{}")
+    (tmp_path / "logs.tar.gz").write_text("logs")
+    assert "release not found" in run("release", "view", "v1.0.0", ok=False).stderr
+    assert (
+        "doesn't exist"
+        in run("release", "create", "v9.0.0", "--verify-tag", "--notes-file", "notes.md", ok=False).stderr
+    )
+    run("release", "create", "v1.0.0", "--verify-tag", "--title", "t", "--notes-file", "notes.md")
+    run("release", "view", "v1.0.0")
+    run("release", "upload", "v1.0.0", "--clobber", "a.whl", "a.whl.spec.json", "logs.tar.gz")
+    assert "already exists" in run("release", "upload", "v1.0.0", "a.whl", ok=False).stderr
+    listed = run("release", "list", "--exclude-drafts", "--limit", "1000", "--json", "tagName", "--jq", ".[].tagName")
+    assert listed.stdout.split() == ["v1.0.0"]
+    run("release", "download", "v1.0.0", "--dir", "out", "--pattern", "*.whl", "--pattern", "*.whl.spec.json")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.whl", "a.whl.spec.json"]
+    assert (
+        "no assets match" in run("release", "download", "v1.0.0", "--dir", "o2", "--pattern", "*.zip", ok=False).stderr
+    )
+    assert (tmp_path / "home" / OWNER_REPO / "releases" / "download" / "v1.0.0" / "a.whl").read_text() == "wheel"
+
+
 def test_the_dry_run_runs_the_whole_job_graph(dry):
     assert dry.rc == 0, dry.log.read_text()[-6000:]
     builds = sorted(j for j in dry.jobs if j.startswith("build "))
