@@ -39,7 +39,7 @@ from builder.errors import FarmError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDINS = Path(__file__).resolve().parent / "standins"
-WORKFLOW = Path(".github/workflows/release.yml")
+WORKFLOWS = Path(".github/workflows")
 ORIGIN = "https://github.com/mamba-ssm/wheels.git"  # GitHub-style: act reads owner/repo from it
 USES = re.compile(r"^\s*-?\s*uses:\s*([\w.-]+)/([\w.-]+)@([0-9a-f]{40})", re.MULTILINE)
 
@@ -218,6 +218,8 @@ def rehearse(
     index_port: int | None = None,
     python: str | None = None,
     env: dict[str, str] | None = None,
+    workflow: str = "release.yml",
+    job: str | None = None,
     stream=None,
 ) -> Result:
     """Run release.yml under act. A dry run (workflow_dispatch on a branch) by default; RELEASE: tag TAG
@@ -246,7 +248,9 @@ def rehearse(
     index_port = index_port or free_port()
     index_url = f"http://127.0.0.1:{index_port}"
     branch = _git(repo, "rev-parse", "--abbrev-ref", "HEAD")
-    if not release and not profile:
+    if workflow != "release.yml":  # another workflow (ci.yml): a manual run on the branch, its JOB only if given
+        release, profile, only_ids, projects = False, "", "", ""
+    elif not release and not profile:
         profile = DRY_RUN_PROFILE  # never the whole matrix by accident
     inputs = {k: v for k, v in (("profile", profile), ("only-ids", only_ids), ("projects", projects)) if v}
     if release:
@@ -259,7 +263,7 @@ def rehearse(
     (work / "event.json").write_text(json.dumps(event_payload(ref, inputs)))
     workflows = sorted((repo / ".github" / "workflows").glob("*.y*ml"))
     cmd = [
-        _act(), event, "-W", str(repo / WORKFLOW), "-C", str(repo), "-e", str(work / "event.json"),
+        _act(), event, "-W", str(repo / WORKFLOWS / workflow), "-C", str(repo), "-e", str(work / "event.json"),
         "-P", "ubuntu-24.04=-self-hosted", "--action-offline-mode", "--action-cache-path", str(work / "act"),
         "--no-cache-server", "--artifact-server-addr", "127.0.0.1", "--artifact-server-port", str(free_port()),
         "--artifact-server-path", str(artifacts), "--var", f"INDEX_URL={index_url}",
@@ -268,6 +272,8 @@ def rehearse(
     ]  # fmt: skip
     for k, v in inputs.items():
         cmd += ["--input", f"{k}={v}"]
+    if job:
+        cmd += ["-j", job]
     cmd += [a for spec in local_actions(workflows, actions, STANDINS / "actions") for a in ("--local-repository", spec)]
     runner_env = {
         # The stand-ins (builder/standins/) and the records of what the services got. GITHUB_SERVER_URL stays
@@ -324,6 +330,8 @@ def add_command(subparsers) -> None:
     p.add_argument("--tag", help="with --release: the tag to push (default v<__version__>)")
     p.add_argument("--actions", type=Path, default=None, help="GitHub's actions (default ../shared/actions)")
     p.add_argument("--port", type=int, default=None, help="the port INDEX_URL names (default: a free one)")
+    p.add_argument("--workflow", default="release.yml", help="another workflow of .github/workflows (ci.yml)")
+    p.add_argument("--job", help="run only this job of the workflow (for example: --workflow ci.yml --job lint)")
     p.set_defaults(func=run_command)
 
 
@@ -333,13 +341,13 @@ def run_command(args: argparse.Namespace) -> int:
     result = rehearse(
         args.work, actions=args.actions, release=args.release, version=args.version, tag=args.tag,
         profile=args.profile, only_ids=args.only_ids, projects=args.projects,
-        index_port=args.port, stream=sys.stdout,
+        index_port=args.port, workflow=args.workflow, job=args.job, stream=sys.stdout,
     )  # fmt: skip
     print(f"\nrehearsal: {len(result.jobs)} job(s) in {result.seconds:.0f} s, act exit code {result.rc}")
     for job, end in result.jobs.items():
         print(f"  {end:9}  {job}")
     print(f"log: {result.log}")
-    if not args.release and result.rc == 0:
+    if args.workflow == "release.yml" and not args.release and result.rc == 0:
         site = result.artifact("index", args.work / "site")
         print(f"the dry run's site: {site} (its links name {result.index_url}/: serve it there)")
     elif args.release:
