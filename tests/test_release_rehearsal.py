@@ -379,3 +379,23 @@ def test_one_failing_build_still_publishes_the_others_and_the_summary_names_it(t
     assert f"{tag[1:]}+cputorchstable" in (tmp_path / "r" / "records" / "pages" / "index.html").read_text()
     logs = r.artifact(f"log-{job_id}", tmp_path / "log")
     assert "rehearsal: a CUDA-only compile error" in "".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))
+
+
+# --------------------------------------------------------------------------- ci.yml, the same way
+
+
+def test_ci_lint_job_runs_under_act(tmp_path):
+    """ci.yml's lint job as GitHub runs it: the dev group installed by pip>=25.1, actionlint with shellcheck on
+    every run: script, ruff. (Its `tests` job is the whole suite with apt-get through sudo: not run here.)"""
+    r = rehearse(tmp_path / "r", actions=ACTIONS, workflow="ci.yml", job="lint", python=_python311())
+    assert r.rc == 0 and r.jobs == {"lint": "succeeded"}, r.log.read_text()[-4000:]
+
+
+@pytest.mark.slow
+def test_ci_profile_job_runs_under_act(tmp_path):
+    """ci.yml's ci-profile job: the `ci` profile's real Docker builds, and its dist/ kept as an artifact."""
+    docker_client()
+    r = rehearse(tmp_path / "r", actions=ACTIONS, workflow="ci.yml", job="ci-profile", python=_python311())
+    assert r.rc == 0 and r.jobs == {"ci-profile": "succeeded"}, r.log.read_text()[-4000:]
+    dist = r.artifact("ci-profile-dist", tmp_path / "dist")
+    assert len(list(dist.glob("wheels/*.whl"))) == 3
