@@ -22,6 +22,7 @@ import re
 import shlex
 import subprocess
 import tarfile
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -257,6 +258,7 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
     for page in site.rglob("index.html"):
         for href in re.findall(r'<a href="([^"#]+)(?:#[^"]*)?"', page.read_text()):
             if href.endswith(".whl"):
+                href = urllib.parse.unquote(href)  # the index percent-encodes the local label's "+"
                 links.setdefault(href.rsplit("/", 1)[1], set()).add(href)
     for v, wheels in published.items():
         for w in wheels:
