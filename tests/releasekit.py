@@ -92,7 +92,9 @@ def github_assets(gh_home: Path, certs: tuple[Path, Path, Path]):
 def through_assets(env: dict, proxy: str, bundle: Path) -> dict:
     """ENV with github.com reached through the stand-in (pip and urllib both read these)."""
     return {**env, "https_proxy": proxy, "HTTPS_PROXY": proxy, "no_proxy": "127.0.0.1,localhost",
-            "NO_PROXY": "127.0.0.1,localhost", "SSL_CERT_FILE": str(bundle), "PIP_CERT": str(bundle)}  # fmt: skip
+            "NO_PROXY": "127.0.0.1,localhost", "SSL_CERT_FILE": str(bundle), "PIP_CERT": str(bundle),
+            # requests (pip's) prefers REQUESTS_CA_BUNDLE over pip's own --cert when it is set, as on this host
+            "REQUESTS_CA_BUNDLE": str(bundle), "CURL_CA_BUNDLE": str(bundle)}  # fmt: skip
 
 
 def venv_with_torch(path: Path, python: str, torch_req: str, env: dict, *more: str) -> Path:
