@@ -5,13 +5,15 @@ download/<tag>/<file>``, as the workflow writes it. No machine here reaches gith
 (urllib) reach those URLs through ``https_proxy``: a loopback proxy that answers CONNECT github.com:443 itself,
 with a certificate for github.com from a throwaway CA the test's processes trust (``SSL_CERT_FILE``,
 ``PIP_CERT``), serving the gh stand-in's folder (``builder/standins/gh.py`` keeps releases there under the
-same paths). Every other host is refused. The links, paths and TLS are real; only the host is a stand-in.
+same paths). Every other host is tunnelled through unchanged (the machine's usual indexes). The links, paths and TLS are real; only the host is a stand-in.
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import select
+import socket
 import ssl
 import subprocess
 import threading
@@ -51,9 +53,9 @@ class _AssetHost(http.server.SimpleHTTPRequestHandler):
     requests: list[str]
 
     def do_CONNECT(self) -> None:  # noqa: N802 - http.server's naming
-        host = self.path.rsplit(":", 1)[0]
+        host, _, port = self.path.rpartition(":")
         if host != GITHUB:
-            self.send_error(403, f"the rehearsal's asset host answers only for {GITHUB}")
+            self._tunnel(host, int(port or 443))  # everything else (the machine's usual indexes) as it is
             return
         self.send_response(200, "Connection established")
         self.end_headers()
@@ -61,6 +63,29 @@ class _AssetHost(http.server.SimpleHTTPRequestHandler):
         self.rfile = self.connection.makefile("rb", self.rbufsize)
         self.wfile = self.connection.makefile("wb", 0)
         self.close_connection = False  # the next request comes through the tunnel
+
+    def _tunnel(self, host: str, port: int) -> None:
+        try:
+            upstream = socket.create_connection((host, port), timeout=30)
+        except OSError as err:
+            self.send_error(502, f"cannot reach {host}:{port}: {err}")
+            return
+        self.send_response(200, "Connection established")
+        self.end_headers()
+        conns = [self.connection, upstream]
+        try:
+            while True:
+                ready, _, broken = select.select(conns, [], conns, 60)
+                if broken or not ready:
+                    break
+                for c in ready:
+                    data = c.recv(65536)
+                    if not data:
+                        return
+                    (upstream if c is self.connection else self.connection).sendall(data)
+        finally:
+            upstream.close()
+            self.close_connection = True
 
     def do_GET(self) -> None:  # noqa: N802
         self.requests.append(self.path)
