@@ -129,13 +129,22 @@ def version_of(repo: Path) -> str:
 
 
 def scratch_clone(root: Path, dest: Path) -> Path:
-    """A clone of ROOT's committed HEAD (once per work folder: a second release reuses it)."""
+    """A clone of ROOT's committed HEAD. An existing one is kept while it holds that commit (a second release
+    builds on the first one's version bump), and reset to it when ROOT has moved on (a new rehearsal)."""
+    head = _git(root, "rev-parse", "HEAD")
+    if _git(root, "status", "--porcelain", "--untracked-files=no"):
+        print(f"rehearse: {root} has uncommitted changes; the rehearsal runs the committed HEAD {head[:12]}",
+              file=sys.stderr)  # fmt: skip
     if not (dest / ".git").exists():
-        _git(root, "rev-parse", "HEAD")
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(root), str(dest)], check=True)
         _git(dest, "remote", "set-url", "origin", ORIGIN)
         _git(dest, "config", "user.name", "rehearsal")
         _git(dest, "config", "user.email", "rehearsal@127.0.0.1")
+        return dest
+    _git(dest, "fetch", "-q", str(root), head)
+    held = subprocess.run(["git", "-C", str(dest), "merge-base", "--is-ancestor", head, "HEAD"], check=False)
+    if held.returncode != 0:
+        _git(dest, "reset", "-q", "--hard", head)
     return dest
 
 

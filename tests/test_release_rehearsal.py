@@ -112,6 +112,22 @@ def test_a_missing_action_is_named(tmp_path):
         local_actions([REPO / ".github" / "workflows" / "release.yml"], tmp_path, None)
 
 
+def test_the_scratch_clone_follows_the_checkout(tmp_path):
+    """A work folder's clone keeps a release's version bump, and is reset when the checkout has moved on
+    (a rehearsal never runs a stale commit)."""
+    from builder.rehearse import _git, bump, scratch_clone
+
+    head = _git(REPO, "rev-parse", "HEAD")
+    clone = scratch_clone(REPO, tmp_path / "c")
+    assert _git(clone, "remote", "get-url", "origin") == "https://github.com/mamba-ssm/wheels.git"
+    bump(clone, "9.9.9")
+    bumped = _git(clone, "rev-parse", "HEAD")
+    assert scratch_clone(REPO, clone) == clone and _git(clone, "rev-parse", "HEAD") == bumped
+    _git(clone, "reset", "-q", "--hard", "HEAD~2")  # as if the checkout had moved past the clone
+    scratch_clone(REPO, clone)
+    assert _git(clone, "rev-parse", "HEAD") == head
+
+
 def test_the_gh_stand_in_keeps_releases_as_the_workflow_uses_them(tmp_path):
     """The calls release.yml makes, against the stand-in (no act needed): what a second release restores."""
     import sys
