@@ -10,7 +10,8 @@ Mapped or stood in for, each because act or this host cannot do it:
   (Pages), gh-action-pypi-publish (PyPI, OIDC): ``builder/standins/``, which record what they were given;
   github.com's asset downloads: ``tests/releasekit.py``.
 
-The dry run is in the CI set; the tag releases and the failing build are ``--run-slow``.
+The dry run and the cheap failure paths (a mismatched tag, an empty plan) are in the CI set; the tag releases,
+the failing build, the doctor's fix against the site and ci.yml's jobs are ``--run-slow``.
 """
 
 from __future__ import annotations
@@ -402,6 +403,7 @@ def test_one_failing_build_still_publishes_the_others_and_the_summary_names_it(t
 # --------------------------------------------------------------------------- ci.yml, the same way
 
 
+@pytest.mark.slow  # 54 s here: kept out of the CI set's budget, which the release dry run takes
 def test_ci_lint_job_runs_under_act(tmp_path):
     """ci.yml's lint job as GitHub runs it: the dev group installed by pip>=25.1, actionlint with shellcheck on
     every run: script, ruff. (Its `tests` job is the whole suite with apt-get through sudo: not run here.)"""
