@@ -55,6 +55,19 @@ STANDIN_ACTIONS = {
 }
 DRY_RUN_PROFILE = "ci-stable"  # a CPU and a CUDA 13 stable-ABI wheel, each built in Docker as on GitHub
 JOB_END = re.compile(r"^\[[^/\]]+/(?P<job>[^\]]+)\]\s+🏁\s+Job (?P<result>succeeded|failed)", re.MULTILINE)
+STEP_FAILED = re.compile(r"^\[[^/\]]+/(?P<job>[^\]]+)\]\s+❌\s+Failure - ", re.MULTILINE)
+
+
+def job_results(log_text: str) -> dict[str, str]:
+    """Each job's conclusion, as GitHub gives each matrix job its own: failed when one of its steps failed.
+    (act ends every instance of a matrix with the matrix's result: a CPU job whose every step passed reads
+    "Job failed" when its CUDA sibling failed.)"""
+    ended = {m["job"].strip() for m in JOB_END.finditer(log_text)}
+    failed = {m["job"].strip() for m in STEP_FAILED.finditer(log_text)}
+    act_failed = {m["job"].strip() for m in JOB_END.finditer(log_text) if m["result"] == "failed"}
+    # A job that failed before any step (set up) has no step line: act's own verdict stands for those.
+    steps = {m.group(1).strip() for m in re.finditer(r"^\[[^/\]]+/([^\]]+)\]\s+(?:✅|❌)\s+", log_text, re.MULTILINE)}
+    return {j: "failed" if j in failed or (j in act_failed and j not in steps) else "succeeded" for j in sorted(ended)}
 
 
 class RehearsalError(FarmError):
@@ -312,7 +325,7 @@ def rehearse(
         rc = proc.wait()
     seconds = time.monotonic() - start
     text = log.read_text(encoding="utf-8")
-    jobs = {m["job"].strip(): m["result"] for m in JOB_END.finditer(text)}
+    jobs = job_results(text)
     return Result(rc, jobs, log, artifacts, work, seconds, index_url, records)
 
 
