@@ -350,6 +350,7 @@ def add_command(subparsers) -> None:
     p.add_argument("--release", action="store_true", help="push a v* tag instead (GitHub and PyPI stand-ins)")
     p.add_argument("--version", help="with --release: commit this __version__ in the scratch clone first")
     p.add_argument("--tag", help="with --release: the tag to push (default v<__version__>)")
+    p.add_argument("--push", action="store_true", help="with --release and no --profile: the tag push itself")
     p.add_argument("--actions", type=Path, default=None, help="GitHub's actions (default ../shared/actions)")
     p.add_argument("--port", type=int, default=None, help="the port INDEX_URL names (default: a free one)")
     p.add_argument("--workflow", default="release.yml", help="another workflow of .github/workflows (ci.yml)")
@@ -360,6 +361,12 @@ def add_command(subparsers) -> None:
 def run_command(args: argparse.Namespace) -> int:
     if (args.version or args.tag) and not args.release:
         raise UsageError("--version and --tag go with --release", hint="add --release, or drop them for a dry run")
+    if args.release and not (args.profile or args.only_ids or args.projects or args.push):
+        raise UsageError(
+            "--release without --profile pushes the tag, which builds matrix.toml's whole release profile",
+            hint="rehearse with a small profile (--release --profile ci-stable: a manual run on the tag, which "
+            "publishes too), or add --push to mean the tag push",
+        )
     result = rehearse(
         args.work, actions=args.actions, release=args.release, version=args.version, tag=args.tag,
         profile=args.profile, only_ids=args.only_ids, projects=args.projects,
