@@ -1,8 +1,10 @@
 """A Debian base image made locally, for hosts that cannot reach a container registry.
 
-``python -m builder base-image [--suite bookworm|trixie]`` runs
-``debootstrap --variant=minbase SUITE DIR MIRROR`` and imports the tree with
-``tar -C DIR -c . | docker import - NAME``. The host CA bundle is baked in so that
+``python -m builder base-image [--suite bookworm|trixie] [--platform linux_aarch64]`` runs
+``debootstrap --variant=minbase [--arch=arm64] SUITE DIR MIRROR`` and imports the tree with
+``tar -C DIR -c . | docker import --platform linux/arm64 - NAME``. Another architecture's base
+is made under emulation (qemu-user-static, F flag: debootstrap's second stage runs its
+programs): where the host cannot emulate it, it is refused with the reason. The host CA bundle is baked in so that
 apt and pip inside the image work behind a TLS-intercepting proxy. An image that
 already exists is reused, never rebuilt.
 """
@@ -20,18 +22,39 @@ from pathlib import Path
 from builder.engine import connect, image_exists
 from builder.errors import EngineUnavailable, UsageError
 from builder.hostenv import find_ca_bundle
-from builder.images import DEFAULT_SUITE, LABEL, SUITES, is_local_base, local_name, local_suite, suite_for
+from builder.images import (
+    DEBIAN_ARCH,
+    DEFAULT_SUITE,
+    LABEL,
+    SUITES,
+    docker_platform,
+    host_machine,
+    is_local_base,
+    local_machine,
+    local_name,
+    local_suite,
+    machine_of,
+    suite_for,
+)
 
 MIRROR = "http://deb.debian.org/debian"
 
 
-def ensure(client, suite: str, *, ca_bundle: Path | None, log=print, mirror: str = MIRROR) -> str:
-    """Return the local base image for SUITE, building it only if it does not exist yet."""
-    name = local_name(suite)
+def ensure(
+    client, suite: str, *, ca_bundle: Path | None, log=print, mirror: str = MIRROR, machine: str | None = None
+) -> str:
+    """Return the local base image for SUITE on MACHINE (default: this host's), building it only if it does not exist yet."""
+    from builder import emulation
+
+    machine = machine or host_machine()
+    name = local_name(suite, machine)
     if image_exists(client, name):
         return name
     if suite not in SUITES:
         raise UsageError(f"unknown Debian suite {suite!r}", hint=f"use one of: {', '.join(SUITES)}")
+    if machine not in DEBIAN_ARCH:
+        raise UsageError(f"no Debian base for machine {machine!r}", hint=f"use one of: {', '.join(DEBIAN_ARCH)}")
+    emulation.require(machine, f"the base image {name}")
     if shutil.which("debootstrap") is None:
         raise EngineUnavailable(
             f"cannot make the base image {name}: debootstrap is not installed",
@@ -39,11 +62,13 @@ def ensure(client, suite: str, *, ca_bundle: Path | None, log=print, mirror: str
         )
     if os.geteuid() != 0:
         raise EngineUnavailable(f"cannot make the base image {name}: debootstrap needs root", hint="run as root")
-    log(f"base image: making {name} with debootstrap --variant=minbase {suite} (no registry needed)")
+    arch = DEBIAN_ARCH[machine]
+    how = "" if machine == host_machine() else ", under emulation"
+    log(f"base image: making {name} with debootstrap --variant=minbase --arch={arch} {suite} (no registry needed{how})")
     with tempfile.TemporaryDirectory(prefix="mamba-farm-rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
         proc = subprocess.run(
-            ["debootstrap", "--variant=minbase", suite, str(root), mirror],
+            ["debootstrap", "--variant=minbase", f"--arch={arch}", suite, str(root), mirror],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -68,7 +93,7 @@ def ensure(client, suite: str, *, ca_bundle: Path | None, log=print, mirror: str
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         imp = subprocess.run(
             [
-                "docker", "import",
+                "docker", "import", "--platform", docker_platform(machine),
                 "--change", f"LABEL {LABEL}=1",
                 "--change", 'ENV LANG=C.UTF-8',
                 "--change", 'CMD ["/bin/bash"]',
@@ -86,27 +111,35 @@ def ensure(client, suite: str, *, ca_bundle: Path | None, log=print, mirror: str
     return name
 
 
-def resolve_base(client, base: str, *, fallback: str | None = None, ca_bundle: Path | None, log=print) -> str:
-    """The image to build FROM: BASE if present or pullable, else the farm's own Debian base."""
+def resolve_base(
+    client, base: str, *, fallback: str | None = None, ca_bundle: Path | None, log=print, machine: str | None = None
+) -> str:
+    """The image to build FROM: BASE if present or pullable, else the farm's own Debian base for MACHINE."""
     import docker.errors
 
     if is_local_base(base):
-        return ensure(client, local_suite(base), ca_bundle=ca_bundle, log=log)
+        return ensure(client, local_suite(base), ca_bundle=ca_bundle, log=log, machine=local_machine(base))
     if image_exists(client, base):
         return base
     try:
-        client.images.pull(base)
+        client.images.pull(base, platform=docker_platform(machine) if machine else None)
         return base
     except docker.errors.APIError as err:
         reason = (err.explanation or str(err)).splitlines()[0][:120]
     suite = fallback or suite_for(base)
     log(f"base image: cannot pull {base} ({reason}); using the farm's own Debian {suite} base instead")
-    return ensure(client, suite, ca_bundle=ca_bundle, log=log)
+    return ensure(client, suite, ca_bundle=ca_bundle, log=log, machine=machine)
 
 
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("base-image", help="make a local Debian base image (debootstrap + docker import)")
     p.add_argument("--suite", default=DEFAULT_SUITE, choices=SUITES)
+    p.add_argument(
+        "--platform",
+        default=None,
+        choices=[f"linux_{m}" for m in DEBIAN_ARCH],
+        help="the wheel platform the base is for (default: this host's); another one is made under emulation",
+    )
     p.add_argument("--ca-bundle", type=Path, default=None, help="CA bundle to bake in (default: the host's)")
     p.set_defaults(func=_run)
 
@@ -114,6 +147,7 @@ def add_command(subparsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     client = connect()
     ca = find_ca_bundle(args.ca_bundle)
-    name = ensure(client, args.suite, ca_bundle=ca, log=lambda m: print(m, file=sys.stderr))
+    machine = machine_of(args.platform) if args.platform else None
+    name = ensure(client, args.suite, ca_bundle=ca, log=lambda m: print(m, file=sys.stderr), machine=machine)
     print(name)
     return 0

@@ -5,6 +5,8 @@
 1. names: filename, ``WHEEL`` tags and ``METADATA`` (version, local label, ``Requires-Dist: torch``)
    agree with the BuildSpec; stable-ABI wheels are ``cp310-abi3``;
    the extension modules are the ones the label calls for (one build of each; abi3 or cpXY);
+   every ELF file in the wheel is built for the machine of its platform tag (``e_machine``: an
+   aarch64 wheel holding an x86_64 ``.so`` is refused, naming the file);
 2. C++ ABI audit: the extension's undefined C++ symbols use ``std::__cxx11`` strings exactly when
    the label says ``cxx11abiTRUE`` (old-ABI ``std::string`` mangles as ``Ss``);
 3. GPU arch audit: embedded SASS/PTX (the CUDA fatbin's entry headers) or HIP code objects (the
@@ -199,6 +201,31 @@ def audited_extensions(members: tuple[str, ...], spec: BuildSpec) -> list[str]:
     return out
 
 
+# --------------------------------------------------------------------------- machine audit
+
+
+def check_machine(wheel: Path, platform: str) -> None:
+    """Every host-code ELF file in WHEEL is built for PLATFORM's machine (mamba_ssm._elf reads e_machine)."""
+    want = _elf.tag_machine(platform)
+    if want is None:
+        return
+    with zipfile.ZipFile(wheel) as zf:
+        heads = []
+        for info in zf.infolist():
+            if info.is_dir() or info.file_size < 20:
+                continue
+            with zf.open(info) as f:
+                heads.append((info.filename, f.read(20)))
+    foreign = _elf.foreign_files(heads, want)
+    if foreign:
+        shown = "; ".join(f"{name} is {machine} code" for name, machine in foreign[:5])
+        more = f" (and {len(foreign) - 5} more)" if len(foreign) > 5 else ""
+        raise VerificationError(
+            f"{wheel.name}: {shown}{more}, but the wheel is tagged {platform} ({want})",
+            hint=f"build it on a {want} host or image: another machine's file in the wheel cannot load there",
+        )
+
+
 # --------------------------------------------------------------------------- C++ ABI audit
 
 
@@ -391,6 +418,7 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
     problems = check_names(facts, spec, (spec.platform, spec.manylinux))
     if problems:
         raise VerificationError(f"{wheel.name} does not match spec {spec.id}: " + "; ".join(problems))
+    check_machine(wheel, spec.platform)
 
     unpacked = Path(tempfile.mkdtemp(prefix="unpacked-", dir=workdir))
     try:
@@ -412,6 +440,7 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
     canonical = f"{facts.version.partition('+')[0]}+{spec.label}"
     final = retag(repaired, platform, workdir / "verified", version=canonical)
     after = read_facts(final, spec.project)
+    check_machine(final, platform)  # what auditwheel grafted in too
     if after.filename_tags != (expected_tag(spec, platform),) or after.wheel_tags != after.filename_tags:
         raise VerificationError(
             f"{final.name}: after repair the tags are {after.filename_tags}, expected one {expected_tag(spec, platform)}"
