@@ -1,10 +1,11 @@
 """A Debian base image made locally, for hosts that cannot reach a container registry.
 
 ``python -m builder base-image [--suite bookworm|trixie] [--platform linux_aarch64]`` runs
-``debootstrap --variant=minbase [--arch=arm64] SUITE DIR MIRROR`` and imports the tree with
-``tar -C DIR -c . | docker import --platform linux/arm64 - NAME``. Another architecture's base
-is made under emulation (qemu-user-static, F flag: debootstrap's second stage runs its
-programs): where the host cannot emulate it, it is refused with the reason. The host CA bundle is baked in so that
+``debootstrap --variant=minbase [--arch=arm64] SUITE DIR MIRROR`` and makes the tree an image
+with a ``FROM scratch`` / ``ADD rootfs.tar /`` build (``--platform linux/arm64`` for arm64).
+Another architecture's base is made under emulation (qemu-user-static, F flag: debootstrap's
+second stage runs its programs); where the host cannot emulate it, it is refused with the
+reason. The host CA bundle is baked in so that
 apt and pip inside the image work behind a TLS-intercepting proxy. An image that
 already exists is reused, never rebuilt.
 """
@@ -19,13 +20,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from builder.engine import connect, image_exists
+from builder.engine import build_image, connect, image_exists
 from builder.errors import EngineUnavailable, UsageError
 from builder.hostenv import find_ca_bundle
 from builder.images import (
     DEBIAN_ARCH,
     DEFAULT_SUITE,
-    LABEL,
     SUITES,
     docker_platform,
     host_machine,
@@ -72,6 +72,7 @@ def ensure(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            check=False,
         )
         if proc.returncode != 0:
             tail = "\n".join(proc.stdout.splitlines()[-15:])
@@ -90,23 +91,19 @@ def ensure(
         )
         shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
         (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run(
-            [
-                "docker", "import", "--platform", docker_platform(machine),
-                "--change", f"LABEL {LABEL}=1",
-                "--change", 'ENV LANG=C.UTF-8',
-                "--change", 'CMD ["/bin/bash"]',
-                "-", name,
-            ],
-            stdin=tar.stdout,
-            capture_output=True,
-            text=True,
-        )
-        tar.stdout.close()
-        tar.wait()
-        if imp.returncode != 0 or tar.returncode != 0:
-            raise EngineUnavailable(f"docker import of {name} failed: {imp.stderr.strip()}")
+        # A build FROM scratch rather than `docker import`: only a build can say which machine the image
+        # is for (import's --platform needs an experimental engine), and an arm64 image must say so.
+        dockerfile = 'FROM scratch\nADD rootfs.tar /\nENV LANG=C.UTF-8\nCMD ["/bin/bash"]\n'
+
+        def stage(ctx: Path) -> None:
+            proc = subprocess.run(["tar", "-C", str(root), "-cf", str(ctx / "rootfs.tar"), "."], capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise EngineUnavailable(f"cannot pack the {suite} tree for {name}: {proc.stderr.strip()[-300:]}")
+
+        build_image(
+            client, name, dockerfile, what=f"the base image {name}", stage=stage,
+            platform=None if machine == host_machine() else docker_platform(machine),
+        )  # fmt: skip
     log(f"base image: {name} is ready")
     return name
 

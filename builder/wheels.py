@@ -478,6 +478,9 @@ print(f"smoke ok: torch {torch.__version__}, mamba_ssm {mamba_ssm.__version__}, 
 """
 
 
+SMOKE_SCRIPT = _SMOKE  # what an emulated smoke test (builder/executors/docker.py) runs in its container
+
+
 def smoke_test(
     wheel: Path, spec: BuildSpec, *, python: str, torch_requirement: str, workdir: Path,
     imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (),
