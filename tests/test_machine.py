@@ -184,3 +184,48 @@ def test_one_index_serves_each_machine_its_own_wheel(tmp_path):
     html = (out / "index.html").read_text()
     assert len(re.findall(r'<tr data-torch="stable" data-accelerator="cpu"( data-machine="aarch64")?>', html)) == 2
     assert re.search(r"CPU[^<]* · aarch64</th>", html)
+
+
+def test_emulation_is_refused_with_the_reason(tmp_path):
+    """What binfmt_misc says, in the words the farm refuses a linux_aarch64 build with."""
+    from builder import emulation
+    from builder.errors import EngineUnavailable
+    from builder.images import host_machine
+
+    if host_machine() != "x86_64":
+        pytest.skip("the emulation rules are for an x86_64 host")
+    b = tmp_path / "binfmt_misc"
+    b.mkdir()
+    assert emulation.unavailable("aarch64", b) == f"binfmt_misc is not mounted at {b}"
+    (b / "register").write_text("")
+    assert emulation.unavailable("aarch64", b) == "no qemu-aarch64 is registered with binfmt_misc"
+    entry = b / "qemu-aarch64"
+    entry.write_text("disabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: POF\n")
+    assert emulation.unavailable("aarch64", b) == "qemu-aarch64 is registered with binfmt_misc but disabled"
+    entry.write_text("enabled\ninterpreter /usr/bin/qemu-aarch64\nflags: \n")
+    assert "without the F (fix-binary) flag" in emulation.unavailable("aarch64", b)
+    entry.write_text("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: POF\noffset 0\n")
+    assert emulation.unavailable("aarch64", b) is None
+    assert emulation.unavailable("x86_64", tmp_path / "nowhere") is None  # the host's own machine
+    entry.unlink()
+    with pytest.raises(EngineUnavailable) as exc:
+        emulation.require("aarch64", "image cpu-aarch64-x", b)
+    assert str(exc.value) == (
+        "image cpu-aarch64-x needs aarch64, but this host is x86_64 and cannot emulate it: "
+        "no qemu-aarch64 is registered with binfmt_misc"
+    )
+    assert "bootstrap-host.sh" in exc.value.hint and exc.value.exit_code == 3
+
+
+def test_the_host_executor_refuses_another_machine_without_a_traceback(tmp_path):
+    from builder.images import host_machine
+
+    if host_machine() != "x86_64":
+        pytest.skip("needs an x86_64 host")
+    p = subprocess.run(
+        [sys.executable, "-m", "builder", "build", "--profile", "ci-aarch64", "--executor", "host", "--dist", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "cpu-torchstable-abi3-cp311-linux_aarch64: the host executor builds with this x86_64 host's toolchain" in p.stderr
+    assert "Traceback" not in p.stderr
