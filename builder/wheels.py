@@ -349,6 +349,8 @@ def repair(wheel: Path, spec: BuildSpec, workdir: Path, *, allow_newer_manylinux
     shutil.rmtree(out, ignore_errors=True)
     excludes = [a for pat in TORCH_PROVIDED for a in ("--exclude", pat)]
     target = spec.manylinux
+    if _elf.tag_machine(target) != _host_machine():
+        return _repair_foreign(wheel, target, out, excludes, allow_newer_manylinux=allow_newer_manylinux)
     proc = _auditwheel("repair", "--plat", target, "--only-plat", *excludes, "-w", str(out), str(wheel))
     if proc.returncode:
         text = (proc.stdout + proc.stderr).strip()
@@ -375,6 +377,37 @@ def repair(wheel: Path, spec: BuildSpec, workdir: Path, *, allow_newer_manylinux
         raise VerificationError(f"{wheel.name}: auditwheel produced {len(repaired)} wheels in {out}")
     _check_not_bundled(repaired[0])
     return repaired[0], target
+
+
+def _host_machine() -> str:
+    from builder.images import host_machine
+
+    return host_machine()
+
+
+def _repair_foreign(wheel: Path, target: str, out: Path, excludes: list[str], *, allow_newer_manylinux: bool):
+    """auditwheel repair of another machine's wheel (aarch64 on x86_64): its ``--plat`` offers only this
+    host's machine's policies, so ``auto`` (the wheel's own machine, the most compatible policy it
+    reaches) repairs it, and the policy reached is held against TARGET as on the native path."""
+    proc = _auditwheel("repair", "--plat", "auto", *excludes, "-w", str(out), str(wheel))
+    repaired = sorted(out.glob("*.whl"))
+    if proc.returncode or len(repaired) != 1:
+        raise VerificationError(f"{wheel.name}: auditwheel repair failed: {(proc.stdout + proc.stderr).strip()[-600:]}")
+    tags = parse_wheel_filename(repaired[0].name)[3]
+    reached = max((t.platform for t in tags if t.platform.startswith("manylinux_")), key=_glibc, default=None)
+    if reached is None:
+        raise VerificationError(f"{repaired[0].name}: auditwheel left no manylinux_X_Y tag")
+    if _glibc(reached) > _glibc(target):
+        msg = (
+            f"{wheel.name}: cannot reach {target}: its glibc symbols need {reached} "
+            "(it was built on a newer glibc than that policy allows)"
+        )
+        if not allow_newer_manylinux:
+            raise VerificationError(msg, hint=f"build on a {re.sub(r'_(x86_64|aarch64)$', '', target)} base image")
+        print(f"warning: {msg}; repairing to {reached} instead", file=sys.stderr)
+        target = reached
+    _check_not_bundled(repaired[0])
+    return repaired[0], target  # retag() gives it exactly TARGET: a wheel that reaches an older glibc serves it
 
 
 def _glibc(policy: str) -> tuple[int, int]:

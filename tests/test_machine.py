@@ -229,3 +229,13 @@ def test_the_host_executor_refuses_another_machine_without_a_traceback(tmp_path)
     assert p.returncode == 3, p.stdout + p.stderr
     assert "cpu-torchstable-abi3-cp311-linux_aarch64: the host executor builds with this x86_64 host's toolchain" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None, reason="no aarch64 cross compiler (gcc-aarch64-linux-gnu)")
+def test_a_real_aarch64_wheel_is_repaired_and_tagged_on_this_host(elves, tmp_path):
+    """auditwheel's --plat lists only this host's machine: the verifier repairs another machine's wheel with
+    auto and tags it with the spec's policy."""
+    whl = wheel_with(tmp_path, elves["aarch64"], AARCH64_SPEC)
+    final = verify_wheel(whl, AARCH64_SPEC, workdir=tmp_path / "work")
+    assert final.name.endswith("-cp311-cp311-manylinux_2_28_aarch64.whl"), final.name
+    check_machine(final, "manylinux_2_28_aarch64")
