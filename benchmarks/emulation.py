@@ -25,13 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from builder import wheels  # noqa: E402
-from builder.engine import connect  # noqa: E402
-from builder.executors import KERNEL_CACHE_MOUNT, BuildOptions  # noqa: E402
-from builder.executors.docker import DockerExecutor  # noqa: E402
-from builder.executors.host import copy_source  # noqa: E402
-from builder.hostenv import default_wheelhouses, find_ca_bundle  # noqa: E402
-from builder.plan import load_plan  # noqa: E402
+from builder import wheels
+from builder.engine import connect
+from builder.executors import KERNEL_CACHE_MOUNT, BuildOptions
+from builder.executors.docker import DockerExecutor
+from builder.executors.host import copy_source
+from builder.hostenv import default_wheelhouses, find_ca_bundle
+from builder.plan import load_plan
 
 PROFILES = {"aarch64": "ci-aarch64", "x86_64": "ci-stable"}
 

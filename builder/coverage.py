@@ -63,7 +63,7 @@ def model(index: Index, project: str = PROJECT) -> dict:
                 rows.setdefault((v.torch, v.accelerator, machine), v)
     machines = sorted({m for (_t, _a, m) in rows if m}, key=lambda m: (m != "x86_64", m))
     out_rows = []
-    order = lambda kv: (_acc_sort(kv[1]), machines.index(kv[0][2]) if kv[0][2] in machines else 0, _torch_sort(kv[0][0]))  # noqa: E731
+    order = lambda kv: (_acc_sort(kv[1]), machines.index(kv[0][2]) if kv[0][2] in machines else 0, _torch_sort(kv[0][0]))
     for (torch, acc, machine), v in sorted(rows.items(), key=order):
         # a cell is a user's environment: the row's variant with the column's ABI (a stable row serves both)
         keys = {abi: v.key if v.stable else replace(v, cxx11abi=abi).key for abi in abis}

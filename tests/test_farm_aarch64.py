@@ -80,7 +80,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 @contextmanager
 def _serve(directory: Path):
-    handler = lambda *a, **kw: _Quiet(*a, directory=str(directory), **kw)  # noqa: E731
+    handler = lambda *a, **kw: _Quiet(*a, directory=str(directory), **kw)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
