@@ -39,7 +39,7 @@ import tomlkit
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "tests" / "data" / "pypi-recording.json"
-DRIFT_EXIT, PATCH_EXIT = 11, 10
+DRIFT_EXIT, PATCH_EXIT = 12, 10
 RANGED = "2.15.0"  # the release whose wheels are served as zips without a .metadata file
 
 
@@ -310,7 +310,7 @@ def test_bad_input_is_one_line_and_an_exit_code(farm):
 
 def test_live_index_informative_only(farm, capsys):
     """Informative only: the real index (through this host's pip settings) on the day the suite runs.
-    Drift there is news, not a failure: the test passes on 0 (none) and 11 (drift) alike and prints the table."""
+    Drift there is news, not a failure: the test passes on 0 (none) and 12 (drift) alike and prints the table."""
     from builder.sources import Fetcher
 
     index = Fetcher.from_host().indexes[0]
@@ -360,3 +360,20 @@ def _record() -> None:
 
 if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
     _record()
+
+
+def test_the_drift_exit_code_is_no_errors_code():
+    """drift.yml reads 'drift, all written' from DRIFT_EXIT alone: if a FarmError shared it (an unsafe new
+    sdist, UnsafeArchiveError, once did: 11), a hostile upstream release would read as plain drift."""
+    import inspect
+
+    from builder import drift as drift_mod
+    from builder import errors
+
+    codes = {
+        cls.__name__: cls.exit_code
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.FarmError)
+    }
+    assert drift_mod.DRIFT_EXIT not in codes.values(), codes
+    assert drift_mod.DRIFT_EXIT == DRIFT_EXIT
