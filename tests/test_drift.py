@@ -377,3 +377,36 @@ def test_the_drift_exit_code_is_no_errors_code():
     }
     assert drift_mod.DRIFT_EXIT not in codes.values(), codes
     assert drift_mod.DRIFT_EXIT == DRIFT_EXIT
+
+
+# --- a hostile index (issue 20's rules hold for the drift check too: it reads listings people can publish) ---
+
+
+def test_a_listing_that_links_a_local_file_reads_nothing_of_this_host(farm, tmp_path):
+    """A remote listing naming ``file://`` URLs must not make the check read this host's files."""
+    secret = tmp_path / "secret.whl"
+    secret.write_bytes(b"not for the index")
+    (tmp_path / "secret.whl.metadata").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0\n")
+    recorded = _Recorded()
+    for f in recorded.projects["torch"]:
+        if "-2.15.0-" in f["filename"]:
+            f["url"] = secret.as_uri()
+            f["core-metadata"] = True
+    with serve(recorded) as (index, _):
+        report = drift(farm, index, "--since", "2.15", "--no-recipes")
+    assert report.returncode == 9, report.stdout + report.stderr
+    assert "not an http(s) URL" in report.stderr and "Traceback" not in report.stderr
+
+
+@pytest.mark.parametrize("where", ["metadata-file", "zip-member"])
+def test_an_oversized_metadata_is_refused_before_it_is_read(farm, where):
+    recorded = _Recorded()
+    release = "2.14.1" if where == "metadata-file" else RANGED
+    huge = "Metadata-Version: 2.1\nName: torch\nVersion: 0\n" + "X" * (17 << 20)
+    for name in [n for n in recorded.metadata if f"-{release}-" in n]:
+        recorded.metadata[name] = huge
+    with serve(recorded) as (index, seen):
+        report = drift(farm, index, "--since", release.rsplit(".", 1)[0], "--no-recipes")
+    assert report.returncode == 9, report.stdout + report.stderr
+    assert "MiB" in report.stderr and "Traceback" not in report.stderr
+    assert seen["whole_wheels"] == 0
