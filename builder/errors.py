@@ -93,7 +93,16 @@ class PatchError(FarmError):
     exit_code = 10
 
 
-# ``python -m builder drift`` exits 12 (builder.drift.DRIFT_EXIT; 11 is an unsafe sdist) when the data is behind the index:
+# --- The release rehearsal (builder/rehearse.py) ---
+
+
+class RehearsalError(FarmError):
+    """The rehearsal could not be set up (act, the actions folder, git)."""
+
+    exit_code = 12
+
+
+# ``python -m builder drift`` exits 13 (builder.drift.DRIFT_EXIT; 11 is an unsafe sdist, 12 a rehearsal) when the data is behind the index:
 # not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
 
 

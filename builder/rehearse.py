@@ -35,7 +35,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.errors import FarmError, UsageError
+from builder.errors import RehearsalError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -68,12 +68,6 @@ def job_results(log_text: str) -> dict[str, str]:
     # A job that failed before any step (set up) has no step line: act's own verdict stands for those.
     steps = {m.group(1).strip() for m in re.finditer(r"^\[[^/\]]+/([^\]]+)\]\s+(?:✅|❌)\s+", log_text, re.MULTILINE)}
     return {j: "failed" if j in failed or (j in act_failed and j not in steps) else "succeeded" for j in sorted(ended)}
-
-
-class RehearsalError(FarmError):
-    """The rehearsal could not be set up (act, the actions folder, git)."""
-
-    exit_code = 12
 
 
 def shared_actions(root: Path = ROOT) -> Path:
