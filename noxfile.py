@@ -31,6 +31,13 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site, strict (a warning fails): nox -s docs [-- --site-dir DIR]."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "docs"))
+    session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def plan(session: nox.Session) -> None:
     """Show the build plan: nox -s plan -- --profile ci --format json."""
     _farm(session)

@@ -106,7 +106,7 @@ def resolve_base(client, base: str, *, fallback: str | None = None, ca_bundle: P
 
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("base-image", help="make a local Debian base image (debootstrap + docker import)")
-    p.add_argument("--suite", default=DEFAULT_SUITE, choices=SUITES)
+    p.add_argument("--suite", default=DEFAULT_SUITE, choices=SUITES, help=f"Debian suite (default {DEFAULT_SUITE})")
     p.add_argument("--ca-bundle", type=Path, default=None, help="CA bundle to bake in (default: the host's)")
     p.set_defaults(func=_run)
 

@@ -25,8 +25,14 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # the hook is loaded by path; builder/ and mamba_ssm/ are imported from the checkout
-    sys.path.insert(0, str(ROOT))
+
+
+def _checkout_on_path() -> None:
+    """builder/ and mamba_ssm/ are imported from this checkout. MkDocs loads a hook by path and puts
+    sys.path back afterwards, so this runs when a block is generated, not at import."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
 
 MARKER = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->$", re.M)
 ENVVARS = ROOT / "mamba_build" / "envvars.toml"
@@ -302,9 +308,8 @@ def platform_markdown(profile: str | None = None) -> str:
     from builder.plan import load_plan
 
     plan = load_plan(profile=profile)
-    torch_order = list(plan.matrix.axes.torch) if hasattr(plan.matrix, "axes") else None
     cells = plan.cells
-    torches = torch_order or sorted({c.torch for c in cells}, key=lambda t: tuple(map(int, t.split("."))))
+    torches = list(plan.matrix.axes.torch)
     pythons = sorted({c.python for c in cells}, key=lambda p: tuple(map(int, p.split("."))))
     accs = []
     for c in sorted(cells, key=lambda c: c.sort_key()):
@@ -350,6 +355,28 @@ def platform_markdown(profile: str | None = None) -> str:
     return "\n".join(out)
 
 
+def upstream_markdown() -> str:
+    """Per recipe project of the release profile: which accelerators, torch releases and Pythons it is built for."""
+    from builder.plan import load_plan
+
+    plan = load_plan(profile="release")
+    by: dict[tuple[str, str], list] = defaultdict(list)
+    for b in plan.builds:
+        if b.from_recipe:
+            by[(b.project, b.accelerator)].append(b)
+    if not by:
+        return "The release profile builds no recipe.\n"
+    torches = list(plan.matrix.axes.torch)
+    pythons = sorted({b.python for bs in by.values() for b in bs}, key=lambda p: tuple(map(int, p.split("."))))
+    lines = [f"From the `release` profile: {sum(map(len, by.values()))} builds, classic wheels only.", "",
+             "| project | accelerator | torch | Python | platforms |", "|---|---|---|---|---|"]
+    for (project, acc), bs in sorted(by.items()):
+        version = bs[0].source.partition("==")[2].partition("@")[0]
+        lines.append(f"| `{project}` {version} | `{acc}` | {_span([b.torch for b in bs], torches)} "
+                     f"| {_span([b.python for b in bs], pythons)} | {', '.join(sorted({b.platform for b in bs}))} |")
+    return "\n".join(lines) + "\n"
+
+
 def recipes_markdown() -> str:
     lines = ["| recipe | pinned sdist | sha256 |", "|---|---|---|"]
     for path in sorted((ROOT / "recipes").glob("*.toml")):
@@ -357,6 +384,14 @@ def recipes_markdown() -> str:
         src = data.get("source", {})
         name = src.get("name", path.stem)
         lines.append(f"| `recipes/{path.name}` | `{name}=={src.get('version', '?')}` | `{str(src.get('sha256', ''))[:16]}…` |")
+    return "\n".join(lines) + "\n"
+
+
+def placeholders_markdown() -> str:
+    from builder.recipes import PLACEHOLDERS
+
+    lines = ["| placeholder | what it becomes |", "|---|---|"]
+    lines += [f"| `${{{name}}}` | {_cell(text)} |" for name, text in PLACEHOLDERS.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -369,11 +404,15 @@ GENERATORS = {
     "exit-codes-doctor": lambda: exit_codes_markdown("doctor"),
     "env-vars": env_markdown,
     "platform-support": platform_markdown,
+    "platform-support-upstream": upstream_markdown,
     "recipe-list": recipes_markdown,
+    "recipe-placeholders": placeholders_markdown,
 }
 
 
 def render(markdown: str, where: str = "") -> str:
+    _checkout_on_path()
+
     def one(m: re.Match) -> str:
         name = m.group(1)
         if name not in GENERATORS:
