@@ -490,3 +490,19 @@ def test_the_generated_platform_table_counts_every_cell():
     assert md.startswith(f"{len(plan.cells)} cells") and f"served by {len(plan.builds)} builds" in md
     rows = [ln for ln in md.splitlines() if re.match(r"\| 2\.\d+ \|", ln)]
     assert {r.split(" | ")[0][2:] for r in rows} == {c.torch for c in plan.cells}
+
+
+def test_the_release_publishes_the_site_next_to_the_index():
+    import yaml
+
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "release.yml").read_text())
+    steps = wf["jobs"]["publish"]["steps"]
+    names = [s.get("name", "") for s in steps]
+    docs = next(i for i, s in enumerate(steps) if s.get("run", "").startswith("nox -s docs"))
+    site_dir = re.search(r"--site-dir (\S+)", steps[docs]["run"]).group(1)
+    stage = names.index("Stage the site for GitHub Pages")
+    pages_path = steps[stage]["with"]["path"].rstrip("/")
+    assert names.index("Assemble the site") < docs < stage, "build the docs after assembling, before staging"
+    assert site_dir == f"{pages_path}/docs", f"the docs go to {site_dir}, the Pages artifact is {pages_path}"
+    assert "if" not in steps[docs], "a dry run's site artifact keeps the docs too"
+    assert "docs" in re.findall(r"^def (\w+)", (REPO / "noxfile.py").read_text(), re.M)
