@@ -91,7 +91,10 @@ def doctor_parser() -> argparse.ArgumentParser:
 
 
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """TEXT as one table cell: one line, pipes escaped, and <...> shown (not taken as HTML) outside code spans."""
+    parts = " ".join(str(text).split()).replace("|", "\\|").split("`")
+    parts[::2] = [p.replace("<", "&lt;").replace(">", "&gt;") for p in parts[::2]]
+    return "`".join(parts)
 
 
 def _flag(action: argparse.Action) -> str:
@@ -188,25 +191,23 @@ def env_list() -> list[dict]:
     return tomllib.loads(ENVVARS.read_text())["var"]
 
 
-SECTIONS = {
-    "install": "Installing (setup.py's prebuilt-wheel lookup)",
-    "build": "Compiling from source (setup.py)",
-    "runtime": "At run time",
-    "doctor": "The doctor",
-    "farm": "The farm (`python -m builder`)",
-    "tests": "Tests and nox sessions",
+SECTIONS = {  # the table's groups, in order: what each is for
+    "install": "installing",
+    "build": "compiling",
+    "runtime": "run time",
+    "doctor": "the doctor",
+    "farm": "the farm",
+    "tests": "tests",
 }
 
 
 def env_markdown() -> str:
-    by_section: dict[str, list[dict]] = defaultdict(list)
-    for v in env_list():
-        by_section[v["section"]].append(v)
-    lines = ["| variable | where | effect | default |", "|---|---|---|---|"]
-    for key, title in SECTIONS.items():
-        for v in by_section.get(key, []):
-            where = "<br>".join(f"`{p}`" for p in v["read_by"])
-            lines.append(f"| `{v['name']}` | {title}: {where} | {_cell(v['effect'])} | {_cell(v.get('default', ''))} |")
+    order = list(SECTIONS)
+    rows = sorted(env_list(), key=lambda v: order.index(v["section"]))  # stable: the file's order within a group
+    lines = ["| variable | for | effect | default | read by |", "|---|---|---|---|---|"]
+    for v in rows:
+        where = "<br>".join(f"`{p}`" for p in v["read_by"])
+        lines.append(f"| `{v['name']}` | {SECTIONS[v['section']]} | {_cell(v['effect'])} | {_cell(v.get('default', ''))} | {where} |")
     return "\n".join(lines) + "\n"
 
 
