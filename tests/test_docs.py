@@ -506,3 +506,17 @@ def test_the_release_publishes_the_site_next_to_the_index():
     assert site_dir == f"{pages_path}/docs", f"the docs go to {site_dir}, the Pages artifact is {pages_path}"
     assert "if" not in steps[docs], "a dry run's site artifact keeps the docs too"
     assert "docs" in re.findall(r"^def (\w+)", (REPO / "noxfile.py").read_text(), re.M)
+
+
+def test_the_docs_name_the_index_the_code_uses():
+    import yaml
+
+    from mamba_ssm import _prebuilt
+
+    assert _prebuilt.DEFAULT_INDEX_URL.rstrip("/") + "/" == INDEX_URL, "the docs' index URL is not DEFAULT_INDEX_URL"
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    assert config["site_url"] == INDEX_URL + "docs/", "the site is published under docs/ of the index"
+    for page in ["README.md", *(str(p.relative_to(REPO)) for p in DOCS.rglob("*.md"))]:
+        text = (REPO / page).read_text()
+        stale = re.findall(r"https://<index>|<owner>\.github\.io/<repo>", text)
+        assert not stale, f"{page}: a placeholder for the index's address, {stale[0]!r}; give {INDEX_URL}"
