@@ -42,7 +42,7 @@ def add_command(subparsers) -> None:
         "--projects", nargs="+", default=None, metavar="NAME",
         help="build these projects instead of the profile's (checkout and/or recipe names, e.g. causal-conv1d)",
     )  # fmt: skip
-    p.add_argument("--executor", default="auto", choices=EXECUTORS, help="docker, host, or auto (default: docker when an engine answers)")
+    p.add_argument("--executor", default="auto", choices=EXECUTORS, help="docker, host, or auto (default: docker when an engine answers, else host)")
     p.add_argument("--jobs", type=int, default=None, help="builds at once (default: from cores and memory)")
     p.add_argument(
         "--wheelhouse", type=Path, action="append", default=None, metavar="DIR",

@@ -146,6 +146,8 @@ def test_the_readme_first_screen_is_for_users():
     for word in ("root", "Docker", "nox"):  # the maintainer set-up comes later
         assert word not in "\n".join(lines[:10]), f"{word!r} in the README's first lines"
     assert "bash scripts/bootstrap-host.sh" in "\n".join(lines) and "--run-slow" in "\n".join(lines)
+    for target in re.findall(r"\]\(((?!https?://)[^)#]+)", "\n".join(lines)):  # links into the tree (GitHub renders them)
+        assert (REPO / target).exists(), f"README links to {target}, which does not exist"
 
 
 def test_the_readme_set_up_is_what_ci_runs():
