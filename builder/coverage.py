@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jinja2
 
+from builder import variants
 from builder.index.model import PROJECT, Index, describe_source, install_command
 from mamba_ssm import _variant
 
@@ -127,5 +128,8 @@ def render(index: Index) -> str:
             base=base,
             n_files=len(index.files),
             n_variants=len(index.variants),
+            wheel_variants={p: variants.summary(getattr(index, "wheel_variants", None), p) for p in index.projects},
+            variant_install=variants.INSTALL_PREVIEW,
+            variant_root=variants.ROOT,
         )
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from builder import variants
 from builder.errors import NoMatchingWheel, UsageError
 from builder.index.model import PROJECT, Entry, Manifest, install_command
 from mamba_ssm import _variant
@@ -180,6 +181,7 @@ def _run(args) -> int:
                     "sha256": res.entry.sha256 if res.entry else None,
                     "command": command,
                     "nearest": [{"variant": k, "why_not": r} for k, r in res.near],
+                    "wheel_variants": variants.summary(doc.get("wheel_variants"), project),
                 },
                 indent=1,
             )
@@ -199,4 +201,7 @@ def _run(args) -> int:
     print(f"wheel:   {res.filename}")
     print(f"sha256:  {res.entry.sha256}")
     print(f"install: {command}")
+    if res.entry.stable:  # the variant root serves the stable line: the command that needs no variant folder
+        for line in variants.describe(doc.get("wheel_variants"), project, base.rstrip("/") + "/"):
+            print(line)
     return 0

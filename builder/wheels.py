@@ -37,11 +37,11 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from builder import compat as compat_mod
-from builder import wheelmeta
+from builder import variants, wheelmeta
 from builder.errors import VerificationError
 from builder.relabel import pin_torch, read_members, write_wheel
 from builder.spec import BuildSpec
-from mamba_ssm import _elf
+from mamba_ssm import _elf, _variant
 from mamba_ssm._elf import AbiReport, abi_report
 
 PROJECT = "mamba-ssm"
@@ -88,16 +88,18 @@ class WheelFacts:
     metadata_version: str
     requires_torch: str | None  # the torch pin (builder.wheelmeta): "" for a bare torch, None if absent
     extensions: tuple[str, ...]  # *.so members inside the package
+    variant: variants.Form | None = None  # a PEP 825 variant wheel's declared variant (builder.variants)
 
 
 def read_facts(wheel: Path, project: str = PROJECT) -> WheelFacts:
+    base, label = variants.split_label(wheel.name)  # a variant wheel: its name without the variant label
     try:
-        name, _version, _build, tags = parse_wheel_filename(wheel.name)
+        name, _version, _build, tags = parse_wheel_filename(base)
     except InvalidWheelFilename as err:
         raise VerificationError(f"{wheel.name}: not a valid wheel filename ({err})") from None
     if name != canonicalize_name(project):
         raise VerificationError(f"{wheel.name}: a {name} wheel, expected {project}")
-    raw_version = wheel.name.split("-")[1]
+    raw_version = base.split("-")[1]
     try:
         meta = wheelmeta.read(wheel, wheel_tags=True)
     except wheelmeta.MetadataError as err:
@@ -111,6 +113,7 @@ def read_facts(wheel: Path, project: str = PROJECT) -> WheelFacts:
         metadata_version=meta.version,
         requires_torch=meta.requires_torch,
         extensions=tuple(sorted(n for n in meta.names if re.search(r"\.so(\.\d+)*$", n) and ".libs/" not in n)),
+        variant=variants.read_form(wheel) if label is not None else None,
     )
 
 
@@ -123,7 +126,9 @@ def expected_tag(spec: BuildSpec, platform: str) -> str:
 def check_names(facts: WheelFacts, spec: BuildSpec, platforms: tuple[str, ...]) -> list[str]:
     """Everything in the wheel's names that disagrees with the spec (empty: all agree)."""
     problems = []
-    if facts.label.lower() != spec.label.lower():  # setuptools lowercases it; retag restores the spelling
+    if facts.variant is not None:  # the variant form: no local label; the variant label names the build
+        problems += _check_variant_label(facts, spec)
+    elif facts.label.lower() != spec.label.lower():  # setuptools lowercases it; retag restores the spelling
         problems.append(f"local label is {facts.label or '(none)'!r}, the spec built {spec.label!r}")
     if Version(facts.metadata_version or "0") != Version(facts.version):
         problems.append(f"METADATA Version {facts.metadata_version!r} differs from the filename's {facts.version!r}")
@@ -139,6 +144,18 @@ def check_names(facts: WheelFacts, spec: BuildSpec, platforms: tuple[str, ...]) 
         problems.append("no compiled extension (*.so) inside: a prebuilt wheel without its kernels")
     problems += check_extension_modules(facts.extensions, spec)
     return problems
+
+
+def _check_variant_label(facts: WheelFacts, spec: BuildSpec) -> list[str]:
+    if facts.label:
+        return [f"a variant wheel keeps the local label {facts.label!r} (its version must be the plain release)"]
+    try:
+        want = variants.form_of(_variant.Variant.from_label(spec.label), ("sm_0",) if spec.archs else ())
+    except VerificationError as err:
+        return [str(err)]
+    if facts.variant.label != want.label:
+        return [f"variant label is {facts.variant.label!r}, a {spec.label} build's is {want.label!r}"]
+    return []
 
 
 def check_extension_modules(members: tuple[str, ...], spec: BuildSpec) -> list[str]:
@@ -388,7 +405,11 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
     if spec.from_recipe:  # upstream's METADATA requires any torch: pin the minor it was built against
         wheel = pin_torch(wheel, spec.torch_version, workdir / "relabelled")
     facts = read_facts(wheel, spec.project)
-    problems = check_names(facts, spec, (spec.platform, spec.manylinux))
+    platforms = (spec.platform, spec.manylinux)
+    if facts.variant is not None:  # made from a repaired wheel: any manylinux tag of the spec's machine
+        arch = spec.platform.removeprefix("linux_")
+        platforms += tuple(t.split("-")[2] for t in facts.filename_tags if re.fullmatch(rf".*-manylinux_\d+_\d+_{arch}", t))
+    problems = check_names(facts, spec, platforms)
     if problems:
         raise VerificationError(f"{wheel.name} does not match spec {spec.id}: " + "; ".join(problems))
 
@@ -405,8 +426,24 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
                 audit_cxx_abi(so, spec.cxx11abi) if not spec.stable else abi_report(_read_elf(so).undefined_symbols())
             )
         report.archs = audit_archs(libs, spec)
+        if facts.variant is not None:
+            sass, ptx = set(), set()
+            for so in libs:
+                found = _elf.archs_in(_read_elf(so))
+                sass.update(found.sass)
+                ptx.update(found.ptx)
+            want = variants.form_of(_variant.Variant.from_label(spec.label), sorted(sass), sorted(ptx))
+            if facts.variant != want:
+                raise VerificationError(
+                    f"{wheel.name}: variant.json declares {facts.variant.lines() or ['no properties']}, "
+                    f"the extension needs {want.lines() or ['no properties']} ({want.label})"
+                )
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
+    if facts.variant is not None:
+        # The variant form is made from a verified (repaired, retagged) wheel, after verification: its audits
+        # pass again, and repairing it anew would rewrite it under the farm's label.
+        return wheel
 
     repaired, platform = repair(wheel, spec, workdir, allow_newer_manylinux=allow_newer_manylinux)
     canonical = f"{facts.version.partition('+')[0]}+{spec.label}"

@@ -195,6 +195,7 @@ ELSEWHERE = {
     # not editable there: a pip wheel --no-build-isolation of this checkout with MAMBA_SKIP_CUDA_BUILD=TRUE
     "MAMBA_SKIP_CUDA_BUILD=TRUE pip install --no-build-isolation -e .": "tests/test_stable_abi.py::test_stable_cpu_wheel_is_abi3_and_references_only_the_c_shim",
     "MAMBA_STABLE_ABI=TRUE MAMBA_FORCE_BUILD=TRUE pip wheel --no-build-isolation --no-deps -w dist .": "tests/test_stable_abi.py::test_cuda_stable_wheel_builds_against_214_and_loads_without_gpu",
+    "uv pip install --preview-features wheel-variants mamba-ssm --index-url https://mamba-ssm.github.io/wheels/variants/": "tests/test_variants.py::test_uv_with_the_preview_picks_the_build_by_itself",
     "pip install -v mamba-ssm": "tests/test_install.py::test_plain_pip_install_takes_the_prebuilt_wheel_for_the_users_torch",
 }
 # Commands that need a service no test can reach.

@@ -22,6 +22,7 @@ from pathlib import Path
 import orjson
 from filelock import FileLock, Timeout
 
+from builder import variants
 from builder.errors import IndexIntegrityError, UsageError
 from builder.index import store
 from builder.index.model import SCHEMA, Entry, Index, entries_from_json
@@ -235,12 +236,15 @@ def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_
 
     index = Index(dict(sorted(files.items())), base_url)
     pages = Pages(index)
+    variant_pages, wheel_variants = variants.build_root(index, layout.store, doc)  # <index>/variants/ (PEP 825)
+    index.wheel_variants = wheel_variants  # (the coverage page shows the variant root)
     generation_pages = pages.generation()
+    generation_pages.update(variant_pages)
     gen_name = f"gen-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     staging = layout.root / f".{gen_name}.staging"
     try:
         units = _write_units(layout, index, pages, doc, frozenset(staged) | frozenset(moved))
-        _write_generation(staging, units, generation_pages, index.to_json(units=units))
+        _write_generation(staging, units, generation_pages, index.to_json(units=units, wheel_variants=wheel_variants))
         gen = layout.root / gen_name
         os.rename(staging, gen)
     except BaseException:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
 import re
@@ -213,6 +214,25 @@ def import_extension(module: str, path: str, timeout: float = 120) -> dict:
     return {"ok": False, "error": summary, "traceback": err[-4000:]}
 
 
+def _variant_label() -> str | None:
+    """The variant label of an installed variant wheel (its ``*.dist-info/variant.json``), else None."""
+    try:
+        raw = importlib.metadata.distribution("mamba-ssm").read_text("variant.json")
+        labels = list(json.loads(raw).get("variants", {})) if raw else []
+    except (ValueError, AttributeError, OSError):
+        return None
+    return labels[0] if len(labels) == 1 else None
+
+
+def _label_of_variant(variant_label: str | None) -> str:
+    """The farm label a variant label stands for (builder/variants.py): ``null`` is the CPU stable-ABI build,
+    ``cu13`` (``cu13_<machine>``) the CUDA 13 one; "" for any other."""
+    if variant_label == "null":
+        return "cputorchstable"
+    m = re.fullmatch(r"(cu\d+)(?:_\w+)?", variant_label or "")
+    return f"{m.group(1)}torchstable" if m else ""
+
+
 def mamba_facts() -> dict:
     pkg_dir = _package_dir()
     out: dict = {"location": str(pkg_dir) if pkg_dir else None, "installed_version": None, "label": None}
@@ -221,6 +241,9 @@ def mamba_facts() -> dict:
         out["installed_version"] = version
         public, _, local = version.partition("+")
         out["public_version"] = public
+        if not local:  # a PEP 825 variant wheel (the farm's variants/ root): the variant label names the build
+            out["variant_label"] = _variant_label()
+            local = _label_of_variant(out["variant_label"])
         if local:
             # packaging lower-cases local labels (cxx11abitrue); give them back their canonical spelling.
             local = re.sub(r"cxx11abi(true|false)$", lambda m: "cxx11abi" + m.group(1).upper(), local, flags=re.IGNORECASE)
