@@ -228,9 +228,11 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
 def _exit_code(failed: list, refused: dict) -> int:
     """A refused source outranks everything (nothing was built from it); a run whose every failure is one
     kind of source error exits with that error's code; anything else is BuildFailed's."""
-    from builder.errors import SourceIntegrityError
+    from builder.errors import SourceIntegrityError, UnsafeArchiveError
 
     errors = [refused[o.spec.id][1] for o in failed if o.spec.id in refused]
+    if any(isinstance(e, UnsafeArchiveError) for e in errors):
+        return UnsafeArchiveError.exit_code
     if any(isinstance(e, SourceIntegrityError) for e in errors):
         return SourceIntegrityError.exit_code
     if len(errors) == len(failed) and len({type(e) for e in errors}) == 1:

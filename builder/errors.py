@@ -68,6 +68,13 @@ class SourceIntegrityError(FarmError):
     exit_code = 8
 
 
+class UnsafeArchiveError(SourceIntegrityError):
+    """An sdist holds a member that would land outside its unpack folder (absolute or ``..`` paths, links that
+    leave the tree, devices, FIFOs): refused before anything is written, on every Python."""
+
+    exit_code = 11
+
+
 class SourceFetchError(FarmError):
     """A pinned sdist could not be fetched from any index the host's pip settings name."""
 

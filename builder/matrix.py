@@ -128,6 +128,43 @@ class Rule:
         return all(_axis_match(axis, vals, cell, native_abi) for axis, vals in self.values.items())
 
 
+class RuleIndex:
+    """The first of ``rules`` that matches a cell, by one bit mask per axis value: a cell costs one dict
+    lookup and one AND per axis, whatever the number of rules (10,000 [[exclude]] entries checked one by one
+    against every cell took a minute). Same answer as ``next(r for r in rules if r.matches(cell, native))``."""
+
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
+        self.rules = rules
+        self.all = (1 << len(rules)) - 1
+        self.wild: dict[str, int] = {}  # axis -> rules that do not name it
+        self.by_value: dict[str, dict] = {}  # axis -> value -> rules that name it
+        self.auto = 0  # rules whose cxx11abi holds "auto": they match a cell whose ABI is torch's own
+        for axis in AXES:
+            wild, by = 0, {}
+            for i, rule in enumerate(rules):
+                vals = rule.values.get(axis)
+                if vals is None:
+                    wild |= 1 << i
+                    continue
+                for v in vals:
+                    if axis == "cxx11abi" and v == "auto":
+                        self.auto |= 1 << i
+                    else:
+                        by[v] = by.get(v, 0) | 1 << i
+            self.wild[axis], self.by_value[axis] = wild, by
+
+    def first(self, cell: Cell, native_abi: bool) -> Rule | None:
+        mask = self.all
+        for axis in AXES:
+            hit = self.wild[axis] | self.by_value[axis].get(getattr(cell, axis), 0)
+            if axis == "cxx11abi" and native_abi:
+                hit |= self.auto
+            mask &= hit
+            if not mask:
+                return None
+        return self.rules[(mask & -mask).bit_length() - 1]
+
+
 def _axis_match(axis: str, values: tuple, cell: Cell, native_abi: bool) -> bool:
     v = getattr(cell, axis)
     if axis == "cxx11abi":
@@ -600,11 +637,12 @@ def native_abi(compat: Compat, cell: Cell) -> bool:
 def _no_duplicate_includes(ck: _Checker, matrix: Matrix, compat: Compat) -> None:
     product = set(product_cells(matrix.axes, compat))
     owner: dict[Cell, Rule] = {}
+    excludes = RuleIndex(matrix.excludes)
     for rule in matrix.includes:
         cells = product_cells(matrix.axes, compat, rule.values)
         fresh = 0
         for cell in cells:
-            excluded = any(x.matches(cell, native_abi(compat, cell)) for x in matrix.excludes)
+            excluded = excludes.first(cell, native_abi(compat, cell)) is not None
             if cell in owner:
                 ck.fail(
                     ("include", rule.index),
@@ -646,9 +684,9 @@ def expand(matrix: Matrix, compat: Compat, profile: Profile | None = None) -> tu
         else:
             kept[cell] = None
 
+    excludes = RuleIndex(matrix.excludes)
     for cell in product_cells(matrix.axes, compat):
-        native = native_abi(compat, cell)
-        consider(cell, next((x for x in matrix.excludes if x.matches(cell, native)), None))
+        consider(cell, excludes.first(cell, native_abi(compat, cell)))
     for rule in matrix.includes:
         for cell in product_cells(matrix.axes, compat, rule.values):
             if cell not in kept:

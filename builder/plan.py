@@ -103,6 +103,7 @@ def load_plan(
     if stable is None:
         stable = prof.stable_abi if prof is not None and prof.stable_abi is not None else matrix.stable_abi
     cells, dropped = expand(matrix, compat, prof)
+    _check_profile_archs(matrix, prof, cells)
     src = source_hash(matrix)
     chosen = _projects(matrix, prof, projects)
     recipes = {r.name: r for r in (recipe_for(n, _recipes_dir(matrix)) for n in chosen if n != CHECKOUT)}
@@ -310,6 +311,23 @@ def _image_id(tc: _Toolchain) -> str:
     # image id, so build ids and inputs hashes do not depend on the profile.
     digest = stable_hash([tc.kind, tc.base, tc.toolkit, tc.toolkit_source, tc.platform, list(tc.extra)], 8)
     return f"{tc.kind}{tc.toolkit or ''}-{tc.platform.removeprefix('linux_')}-{digest}"
+
+
+def _check_profile_archs(matrix: Matrix, prof: Profile | None, cells: list[Cell]) -> None:
+    """A profile's arch of a kind none of its cells builds would be ignored (that kind's default list kept)."""
+    if prof is None or not prof.archs or not cells:
+        return
+    kinds = {parse_accelerator(a).kind for a in {c.accelerator for c in cells}}
+    for i, arch in enumerate(prof.archs):
+        kind = "cuda" if arch.startswith("sm_") else "rocm"
+        if kind not in kinds:
+            raise matrix.error(
+                ("profiles", prof.name, "archs", i),
+                f"{arch} is a {kind} architecture, but profile {prof.name} builds no {kind} cell "
+                f"({', '.join(sorted(kinds))} only): it would be ignored",
+                hint=f"give the {'gfx' if kind == 'cuda' else 'sm_'}* architectures its builds compile for, "
+                "or drop archs to keep the defaults",
+            )
 
 
 def _archs(matrix: Matrix, compat: Compat, acc: Accelerator, prof: Profile | None) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,30 @@ MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 GLOB_RE = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_*?.\[\]/-]{1,200}")
 ARGV_ITEM_RE = re.compile(r"[^\x00]{0,2000}")
 TEXT_RE = re.compile(r"[^\x00-\x1f\x7f]{0,300}")
+MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of TOML; 1 MiB is generous, and loads in milliseconds
+
+# Names a recipe may neither set nor unset: they steer the build's own machinery, not the project's setup.py.
+# The shell (build.sh and the docker executor's `bash -c` read BASH_ENV/ENV at start; PATH picks the bash the
+# host executor runs), the dynamic loader, the interpreters, pip and uv (the torch install into the shared
+# torch volume), the farm's own settings (FARM_*: build.sh's torch requirement, its pip arguments, the unset
+# list), the shared caches (the kernel cache, ccache), the toolkit the farm chose, TLS trust and proxies.
+DENIED_ENV = frozenset({
+    "BASH_ENV", "ENV", "PATH", "SHELL", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH",
+    "GLOBIGNORE", "HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD", "MAX_JOBS", "CUDA_HOME", "CUDA_PATH",
+    "ROCM_HOME", "ROCM_PATH", "HIP_PATH", "PYTORCH_NVCC", "TORCH_NO_COMPILER_WRAPPER", "MAMBA_KERNEL_CACHE",
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "GCONV_PATH", "LOCPATH", "HOSTALIASES",
+    "RESOLV_HOST_CONF", "NODE_OPTIONS", "PERL5OPT", "PERL5LIB", "RUBYOPT", "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "FTP_PROXY",
+})  # fmt: skip
+DENIED_ENV_PREFIXES = (
+    "LD_", "PIP_", "PYTHON", "UV_", "FARM_", "MAMBA_FARM_", "BASH_FUNC_", "DYLD_", "CCACHE_", "SSL_", "XDG_",
+    "GIT_", "DOCKER_", "VIRTUAL_ENV", "CONDA_",
+)  # fmt: skip
+
+
+def denied_env(name: str) -> bool:
+    """Whether a recipe may not set or unset ``name`` (:data:`DENIED_ENV`, :data:`DENIED_ENV_PREFIXES`)."""
+    return name in DENIED_ENV or name.startswith(DENIED_ENV_PREFIXES)
 
 
 # ---------------------------------------------------------------------------
@@ -322,9 +347,31 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
     return tuple(out)
 
 
+def _allowed_name(ck: _Checker, name: str, path: tuple) -> None:
+    if denied_env(name):
+        ck.fail(
+            path,
+            f"{name} steers the farm's own build machinery (the shell, loader, interpreters, pip, the farm's "
+            "settings, shared caches, toolkit, TLS or proxies), not the project's setup.py: a recipe may not set "
+            "or unset it",
+            hint="set only the variables the project's setup.py reads (e.g. MAMBA_FORCE_BUILD)",
+        )
+
+
 def load_recipe(path: Path) -> Recipe:
     """Read and validate recipes/<project>.toml. Raises RecipeError on any problem."""
     path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        st = None  # read_toml says what is wrong
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise RecipeError(f"{path}: not a regular file", hint="a recipe is a TOML file")
+    if st is not None and st.st_size > MAX_RECIPE_BYTES:
+        raise RecipeError(
+            f"{path}: {st.st_size >> 10} KiB, more than a recipe's cap of {MAX_RECIPE_BYTES >> 10} KiB",
+            hint="a recipe is a page of TOML: source, env, patches, tests",
+        )
     text, data = read_toml(path, RecipeError, "no such recipe", f"recipes live in {RECIPES_DIR}/<project>.toml")
     ck = _Checker(path, TomlLines(text), data)
     ck.keys(data, (), ("project", "source", "requires", "build", "patch", "test", "verify"),
@@ -353,6 +400,7 @@ def load_recipe(path: Path) -> Recipe:
     for key, val in ck.table(build.get("env", {}), ("build", "env")).items():
         kpath = ("build", "env", key)
         ck.string(key, kpath, ENV_NAME_RE, "an environment variable name (A-Z, 0-9, _)")
+        _allowed_name(ck, key, kpath)
         if not isinstance(val, str) or not TEXT_RE.fullmatch(val):
             ck.fail(kpath, f"must be one line of text, got {type_name(val)} {show(val)}")
         ck.placeholders(val, kpath, requires.kinds)
@@ -360,6 +408,7 @@ def load_recipe(path: Path) -> Recipe:
     unset: list[str] = []
     for i, item in enumerate(ck.array(build.get("unset", []), ("build", "unset"))):
         ck.string(item, ("build", "unset", i), ENV_NAME_RE, "an environment variable name")
+        _allowed_name(ck, item, ("build", "unset", i))
         if item in env:
             ck.fail(("build", "unset", i), f"{item} is also set in [build.env]")
         unset.append(item)
@@ -410,7 +459,7 @@ def recipe_for(name: str, folder: Path = RECIPES_DIR) -> Recipe:
     """The recipe of one project (any spelling of its name)."""
     canonical = canonicalize_name(name)
     path = Path(folder) / f"{canonical}.toml"
-    if not path.is_file():
+    if not path.exists():  # (a FIFO or a folder of that name: load_recipe says what it is)
         known = sorted(p.stem for p in Path(folder).glob("*.toml"))
         close = difflib.get_close_matches(canonical, known, n=1)
         mean = f'; did you mean "{close[0]}"?' if close else ""

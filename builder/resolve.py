@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,16 +91,93 @@ def _nearest(manifest: Manifest, want: _variant.Variant, project: str, limit: in
 
 # --------------------------------------------------------------------------- I/O
 
+MAX_MANIFEST_BYTES = 256 << 20  # a 5,000-wheel manifest is a few MB
+_STR_FIELDS = ("filename", "version", "label", "key", "accelerator", "torch", "python", "abi", "platform", "sha256")
+_TEXT_RE = re.compile(r"[A-Za-z0-9._+!=<>~,*-]*")  # what the fields that reach a command may hold
+_URL_RE = re.compile(r"[A-Za-z0-9._~:/%@+=,-]+")  # no shell or HTML syntax (builder.index.generation's rule)
+
+
+def _bad(where: str, what: str):
+    raise UsageError(
+        f"{where}: {what}: not a manifest this builder can read",
+        hint="point --index at an index made by `python -m builder index`, or rebuild it",
+    )
+
+
+def check_manifest(doc, where: str) -> dict:
+    """``doc`` as manifest.json's schema has it (model.SCHEMA), or a UsageError naming what is wrong."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    from builder.index.model import SCHEMA
+
+    if not isinstance(doc, dict):
+        _bad(where, f"expected a JSON object, got {type(doc).__name__}")
+    if doc.get("schema") != SCHEMA:
+        _bad(where, f"schema {doc.get('schema')!r}, this builder reads schema {SCHEMA}")
+    files, variants = doc.get("files"), doc.get("variants")
+    if not isinstance(files, dict) or not isinstance(variants, dict):
+        _bad(where, "'files' and 'variants' must be objects")
+    for fn, e in files.items():
+        if not isinstance(e, dict):
+            _bad(where, f"files[{fn!r}] is not an object")
+        for key in _STR_FIELDS:
+            if not isinstance(e.get(key), str) or not _TEXT_RE.fullmatch(e[key]):
+                _bad(where, f"files[{fn!r}].{key} is {e.get(key)!r}")
+        if e["filename"] != fn or not isinstance(e.get("stable"), bool) or not re.fullmatch(r"cp\d{2,3}", e["python"]):
+            _bad(where, f"files[{fn!r}] does not describe {fn!r}")
+        for key in ("project", "requires_torch", "requires_python"):
+            if key in e and not isinstance(e[key], str):
+                _bad(where, f"files[{fn!r}].{key} is {e[key]!r}")
+        if "serves_declared" in e and not (
+            isinstance(e["serves_declared"], list) and all(isinstance(k, str) for k in e["serves_declared"])
+        ):
+            _bad(where, f"files[{fn!r}].serves_declared is not a list of variant keys")
+        try:
+            Version(e["version"])
+            _variant.Variant.from_key(e["key"])
+            if e.get("requires_torch"):
+                SpecifierSet(e["requires_torch"])
+        except (InvalidVersion, _variant.VariantError, ValueError) as err:
+            _bad(where, f"files[{fn!r}]: {err}")
+        if "project" in e and canonicalize_name(e["project"]) != e["project"]:
+            _bad(where, f"files[{fn!r}].project {e['project']!r} is not a canonical name")
+    for key, fns in variants.items():
+        try:
+            _variant.Variant.from_key(key)
+        except (_variant.VariantError, ValueError) as err:
+            _bad(where, f"variants[{key!r}]: {err}")
+        if not isinstance(fns, list) or not all(isinstance(fn, str) and fn in files for fn in fns):
+            _bad(where, f"variants[{key!r}] lists files the manifest does not have")
+    base = doc.get("base_url")
+    if base is not None and not (isinstance(base, str) and _http_url(base)):
+        _bad(where, f"base_url {base!r} is not an http(s) URL")
+    return doc
+
+
+def _http_url(url: str) -> bool:
+    parts = urllib.parse.urlsplit(url)
+    return (
+        parts.scheme in ("http", "https") and bool(parts.netloc) and not parts.query and not parts.fragment
+        and bool(_URL_RE.fullmatch(url))
+    )  # fmt: skip
+
 
 def load(index: str) -> tuple[dict, str]:
     """The manifest of an index (a folder or an http(s)/file URL) and the base URL for commands."""
     if "://" in index:
+        if not _http_url(index) and not index.startswith("file://"):
+            raise UsageError(f"--index {index!r}: not an http(s) or file:// URL", hint="give the index root URL")
         url = index.rstrip("/") + "/manifest.json"
         try:
             with urllib.request.urlopen(url, timeout=30) as r:
-                doc = json.load(r)
+                body = r.read(MAX_MANIFEST_BYTES + 1)
+            if len(body) > MAX_MANIFEST_BYTES:
+                raise ValueError(f"larger than {MAX_MANIFEST_BYTES >> 20} MiB")
+            doc = json.loads(body)
         except (urllib.error.URLError, OSError, ValueError) as err:
             raise UsageError(f"--index {index}: cannot read {url} ({err})", hint="give the index root URL") from None
+        doc = check_manifest(doc, url)
         return doc, doc.get("base_url") or index.rstrip("/")
     path = Path(index)
     mf = path / "manifest.json"
@@ -108,9 +186,12 @@ def load(index: str) -> tuple[dict, str]:
             f"--index {index}: no manifest.json there", hint="point --index at the OUT of `python -m builder index`"
         )
     try:
-        doc = json.loads(mf.read_text())
-    except ValueError as err:
+        if mf.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ValueError(f"larger than {MAX_MANIFEST_BYTES >> 20} MiB")
+        doc = json.loads(mf.read_bytes())
+    except (ValueError, OSError) as err:
         raise UsageError(f"{mf}: not valid JSON ({err})") from None
+    doc = check_manifest(doc, str(mf))
     return doc, doc.get("base_url") or path.absolute().as_uri()
 
 
@@ -168,6 +249,11 @@ def _run(args) -> int:
             hint="name one of its projects, or point --index at the index that publishes it",
         )
     res = resolve(manifest, variant, project)
+    if res.entry is not None and not (_http_url(base) or base.startswith("file://") and _URL_RE.fullmatch(base)):
+        raise UsageError(
+            f"--index {args.index}: its base URL {base!r} is not an http(s) URL; no command is printed with it",
+            hint="point --index at an index whose base_url is http(s)",
+        )
     command = install_command(res.entry, res.key, base) if res.entry else None
     if args.format == "json":
         print(

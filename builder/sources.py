@@ -18,13 +18,17 @@ it downloads, which runs setup.py in an isolated build env; mamba-ssm's and caus
 setup.py import torch there and fail (measured here). So the file itself is taken from the
 index's simple API (PEP 691 JSON, PEP 503 HTML for file:// mirrors), with pip's settings.
 
-Unpacking uses tarfile's ``filter="data"`` (no absolute paths, no ``..``, no links out of the
-tree, no devices) into a fresh folder; the cache only ever holds the archive.
+Unpacking first checks the whole member list itself, on every Python, whatever its tarfile's ``data``
+filter does (no absolute paths, no ``..``, no links whose target leaves the tree through the archive's own
+links, no devices or FIFOs, one ``name-version`` top folder): a refused archive exits with
+:class:`~builder.errors.UnsafeArchiveError`'s code before anything is written, and is moved out of the cache.
+Then it unpacks into a fresh folder outside the cache; the cache only ever holds the archive.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import html.parser
 import json
@@ -32,12 +36,14 @@ import os
 import re
 import shutil
 import ssl
+import stat
 import tarfile
 import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +51,7 @@ from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist
 from packaging.version import InvalidVersion, Version
 
 from builder import hostenv
-from builder.errors import SourceFetchError, SourceIntegrityError
+from builder.errors import SourceFetchError, SourceIntegrityError, UnsafeArchiveError, UsageError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
@@ -159,7 +165,7 @@ def _from_json(data: dict, base: str) -> list[Candidate]:
             urllib.parse.urljoin(base, f["url"]), f["filename"], (f.get("hashes") or {}).get("sha256"), f.get("size")
         )
         for f in data.get("files", [])
-        if isinstance(f, dict) and "url" in f and "filename" in f
+        if isinstance(f, dict) and isinstance(f.get("url"), str) and isinstance(f.get("filename"), str)
     ]
 
 
@@ -226,18 +232,22 @@ class Fetcher:
                     listed = _from_html(page.read_text(encoding="utf-8", errors="replace"), page.as_uri())
                 else:
                     with self.open(base) as resp:
-                        body = resp.read()
+                        body = _read_capped(resp, MAX_PAGE_BYTES)
                         ctype = resp.headers.get("Content-Type", "")
                     if "json" in ctype:
                         listed = _from_json(json.loads(body), base)
                     else:
                         listed = _from_html(body.decode("utf-8", errors="replace"), base)
+                    # a remote page links remote files only: never file://, never another scheme
+                    off = [c for c in listed if not _web(c.url) and pin.matches_filename(c.filename)]
+                    errors += [f"{base}: links {c.url!r}, not an http(s) URL: ignored" for c in off]
+                    listed = [c for c in listed if _web(c.url)]
             except urllib.error.HTTPError as err:
                 if err.code != 404:
                     errors.append(f"{base}: HTTP {err.code} {err.reason}")
                 continue
-            except (urllib.error.URLError, OSError, ValueError) as err:  # one dead mirror does not hide the others
-                errors.append(f"{base}: {getattr(err, 'reason', err)}")
+            except (urllib.error.URLError, OSError, ValueError, TooLarge, AttributeError, TypeError) as err:
+                errors.append(f"{base}: {getattr(err, 'reason', err)}")  # one dead mirror does not hide the others
                 continue
             found += [(index, c) for c in listed if pin.matches_filename(c.filename)]
         return found, errors
@@ -247,12 +257,40 @@ class Fetcher:
 # The cache.
 
 
-def _sha256_copy(src, dst) -> str:
+class TooLarge(Exception):
+    """A download or a page went past its cap."""
+
+
+def max_sdist_bytes() -> int:
+    """The largest sdist the farm fetches (``MAMBA_FARM_MAX_SDIST_MB``, default 512 MiB; the two pinned today are
+    well under 1 MB, so this leaves room for any sane sdist): ``/dev/zero`` or an endless body stops there."""
+    return _env_mib("MAMBA_FARM_MAX_SDIST_MB", 512)
+
+
+MAX_PAGE_BYTES = 64 << 20  # an index page (PyPI's largest project pages are a few MB)
+
+
+def _sha256_copy(src, dst, limit: int | None = None) -> str:
     h = hashlib.sha256()
+    total = 0
     while chunk := src.read(_CHUNK):
+        total += len(chunk)
+        if limit is not None and total > limit:
+            raise TooLarge(f"more than {limit >> 20} MiB")
         h.update(chunk)
         dst.write(chunk)
     return h.hexdigest()
+
+
+def _read_capped(resp, limit: int) -> bytes:
+    body = resp.read(limit + 1)
+    if len(body) > limit:
+        raise TooLarge(f"more than {limit >> 20} MiB")
+    return body
+
+
+def _web(url: str) -> bool:
+    return urllib.parse.urlsplit(url).scheme in ("http", "https")
 
 
 def _sha256_file(path: Path) -> str:
@@ -290,13 +328,15 @@ class SourceCache:
     def fetch(self, pin: SdistPin) -> Path:
         """The cached archive of ``pin``, downloaded first if absent. Its hash is checked either way."""
         final = self.path(pin)
-        if final.is_file():
+        if final.is_file() and not any(final.parent.glob(".partial-*")):
             self.check(pin)
             return final
         final.parent.mkdir(parents=True, exist_ok=True)
         from filelock import FileLock
 
         with FileLock(str(final.parent / ".lock")):
+            for stale in final.parent.glob(".partial-*"):  # a killed download's: under the lock, none is live
+                stale.unlink(missing_ok=True)
             if final.is_file():  # another process fetched it meanwhile
                 self.check(pin)
                 return final
@@ -306,10 +346,16 @@ class SourceCache:
     def _download(self, pin: SdistPin, final: Path) -> None:
         mismatches: list[str] = []
         listed, unreachable = self.fetcher.candidates(pin)
+        cap = max_sdist_bytes()
         # a candidate whose listed hash is the pin's first; ones listing another hash are not downloaded
         for _where, cand in sorted(listed, key=lambda wc: wc[1].sha256 != pin.sha256):
             if cand.sha256 is not None and cand.sha256 != pin.sha256:
                 mismatches.append(f"{cand.url} (the index lists sha256 {cand.sha256})")
+                continue
+            if isinstance(cand.size, int) and cand.size > cap:
+                mismatches.append(
+                    f"{cand.url} (the index lists {cand.size >> 20} MiB, over the cap of {cap >> 20} MiB)"
+                )
                 continue
             fd, tmp_name = tempfile.mkstemp(prefix=".partial-", dir=final.parent)
             tmp = Path(tmp_name)
@@ -317,8 +363,13 @@ class SourceCache:
                 with os.fdopen(fd, "wb") as out:
                     try:
                         with self._open(cand.url) as src:
-                            digest = _sha256_copy(src, out)
-                    except (urllib.error.URLError, OSError) as err:
+                            digest = _sha256_copy(src, out, cap)
+                    except TooLarge as err:
+                        mismatches.append(
+                            f"{cand.url} ({err}, over the cap: MAMBA_FARM_MAX_SDIST_MB raises it); nothing was kept"
+                        )
+                        continue
+                    except (urllib.error.URLError, OSError, ValueError) as err:
                         unreachable.append(f"{cand.url}: download failed: {getattr(err, 'reason', err)}")
                         continue
                     out.flush()
@@ -345,16 +396,24 @@ class SourceCache:
 
     def _open(self, url: str):
         if url.startswith("file://"):
-            return open(urllib.parse.unquote(urllib.parse.urlparse(url).path), "rb")
-        return self.fetcher.open(url)
+            path = urllib.parse.unquote(urllib.parse.urlparse(url).path)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # /dev/zero, a FIFO, a folder: never read
+                os.close(fd)
+                raise OSError(f"{path} is not a regular file")
+            return os.fdopen(fd, "rb")
+        if not _web(url):
+            raise ValueError(f"{url!r} is neither http(s) nor file://")
+        resp = self.fetcher.open(url)
+        if not _web(resp.geturl()):  # a redirect to another scheme
+            resp.close()
+            raise ValueError(f"{url} redirects to {resp.geturl()!r}, not http(s)")
+        return resp
 
     # -- using -----------------------------------------------------------------
 
     def _refuse(self, pin: SdistPin, path: Path, digest: str) -> SourceIntegrityError:
-        self.quarantine.mkdir(parents=True, exist_ok=True)
-        moved = self.quarantine / f"{time.strftime('%Y%m%dT%H%M%S')}-{digest[:12]}-{path.name}"
-        with contextlib.suppress(OSError):
-            os.replace(path, moved)
+        moved = self._move_out(path, digest)
         return SourceIntegrityError(
             f"{path}: sha256 {digest} does not match the pin {pin.sha256} of {pin.project} {pin.version}; "
             "nothing is built from it",
@@ -375,8 +434,10 @@ class SourceCache:
         ``dest`` must not exist (every build gets a fresh tree). The returned folder is the sdist's
         single top-level directory (``name-version``).
         """
-        self.fetch(pin)
         dest = Path(dest)
+        if dest.absolute().resolve().is_relative_to(self.root.absolute().resolve()):
+            raise UsageError(f"{dest}: inside the sdist cache {self.root}; an unpack never writes into the cache")
+        self.fetch(pin)
         dest.mkdir(parents=True, exist_ok=False)
         path = self.path(pin)
         copy = dest / f".{pin.filename}"
@@ -386,9 +447,22 @@ class SourceCache:
             if digest != pin.sha256:  # hashed as copied: what is unpacked below is what was checked
                 shutil.rmtree(dest, ignore_errors=True)
                 raise self._refuse(pin, path, digest)
-            return _safe_extract(copy, dest, pin)
+            try:
+                return _safe_extract(copy, dest, pin)
+            except SourceIntegrityError as err:  # the pin's own bytes are unsafe or corrupt: out of the cache
+                moved = self._move_out(path, digest)
+                raise type(err)(
+                    str(err), hint=f"{err.hint + '; ' if err.hint else ''}the archive was moved to {moved}"
+                ) from None
         finally:
             copy.unlink(missing_ok=True)
+
+    def _move_out(self, path: Path, digest: str) -> Path:
+        self.quarantine.mkdir(parents=True, exist_ok=True)
+        moved = self.quarantine / f"{time.strftime('%Y%m%dT%H%M%S')}-{digest[:12]}-{path.name}"
+        with contextlib.suppress(OSError):
+            os.replace(path, moved)
+        return moved
 
 
 def _safe_extract(archive: Path, dest: Path, pin: SdistPin) -> Path:
@@ -399,23 +473,176 @@ def _safe_extract(archive: Path, dest: Path, pin: SdistPin) -> Path:
         raise
 
 
-def _extract(archive: Path, dest: Path, pin: SdistPin) -> Path:
-    if not hasattr(tarfile, "data_filter"):
-        raise SourceIntegrityError("this Python's tarfile has no extraction filters: use Python >= 3.11.4 for the farm")
+def max_unpacked_bytes() -> int:
+    """The most an sdist may unpack to (``MAMBA_FARM_MAX_UNPACKED_MB``, default 4096 MiB): a gzip bomb stops here."""
+    return _env_mib("MAMBA_FARM_MAX_UNPACKED_MB", 4096)
+
+
+def _env_mib(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
     try:
-        with tarfile.open(archive, "r:gz") as tf:
-            members = tf.getmembers()
-            tops = {Path(m.name).parts[0] for m in members if Path(m.name).parts}
-            if len(tops) != 1:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise UsageError(f"{name}={raw!r}: expected a whole number of MiB") from None
+    if value <= 0:
+        raise UsageError(f"{name}={raw!r}: expected a positive number of MiB")
+    return value << 20
+
+
+MAX_MEMBER_NAME, MAX_MEMBER_DEPTH = 1024, 64  # no sdist needs more; CVE-2025-4517's chain needs ~4,000
+
+
+def _member_parts(name: str) -> tuple[str, ...] | None:
+    """The member's path components, None where it is absolute or climbs out (``..``)."""
+    if not name or name.startswith(("/", "\\")) or "\0" in name or re.match(r"[A-Za-z]:", name):
+        return None
+    parts = tuple(p for p in name.split("/") if p not in ("", "."))
+    if not parts or ".." in parts:
+        return None
+    return parts
+
+
+def check_members(members: list[tarfile.TarInfo], where: str) -> str:
+    """The one top-level folder of an sdist whose every member stays inside it; else UnsafeArchiveError.
+
+    Checked on the member list alone, before anything is written, without trusting tarfile's ``data``
+    filter (CVE-2025-4517 and its kin bypass it on the Pythons before the fix): only folders, regular files,
+    and links whose target, resolved through the archive's own links, stays in the tree; no member is
+    written through a link, and no name comes twice (a later member would replace an earlier link)."""
+    kinds: dict[tuple[str, ...], str] = {}  # path -> "dir" | "file" | "link"
+    raw_links: dict[tuple[str, ...], tuple[str, ...]] = {}  # symlink -> its target, joined to its folder
+
+    def refuse(m: tarfile.TarInfo, why: str):
+        raise UnsafeArchiveError(
+            f"{where}: refused to unpack: member {m.name!r} {why}; nothing was unpacked",
+            hint="an sdist holds plain files and folders under one name-version folder; "
+            "review where this archive came from before pinning it",
+        )
+
+    def resolve(m, parts: tuple[str, ...]) -> tuple[str, ...]:
+        """``parts`` with every link of the archive among its prefixes followed (as the OS would, whatever the
+        order the links are unpacked in); refuse what climbs out of the unpack folder."""
+        out: list[str] = []
+        todo = list(parts)
+        hops = 0
+        while todo:
+            part = todo.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not out:
+                    refuse(m, "points outside the unpack folder")
+                out.pop()
+                continue
+            out.append(part)
+            target = raw_links.get(tuple(out))
+            if target is not None:
+                hops += 1
+                if hops > 40:
+                    refuse(m, "is a chain of links that does not end")
+                out, todo = [], [*target, *todo]
+        return tuple(out)
+
+    for m in members:  # pass 1: names and kinds
+        parts = _member_parts(m.name)
+        if parts is None:
+            refuse(m, "is absolute or climbs out with '..'")
+        if len(m.name) > MAX_MEMBER_NAME or len(parts) > MAX_MEMBER_DEPTH:
+            refuse(m, "has an implausibly long path")
+        seen = kinds.get(parts)
+        if seen is not None and not (seen == "dir" and m.isdir()):
+            refuse(m, "comes twice (a second member would replace the first)")
+        if m.isdir():
+            kinds[parts] = "dir"
+        elif m.isreg():
+            kinds[parts] = "file"
+        elif m.issym():
+            if not m.linkname or m.linkname.startswith("/") or "\0" in m.linkname:
+                refuse(m, f"is a link to {m.linkname!r}, outside the unpack folder")
+            kinds[parts] = "link"
+            raw_links[parts] = parts[:-1] + tuple(m.linkname.split("/"))
+        elif m.islnk():
+            target = _member_parts(m.linkname)
+            if target is None or kinds.get(target) != "file":
+                refuse(m, f"is a hard link to {m.linkname!r}, not to a file earlier in the archive")
+            kinds[parts] = "file"
+        else:
+            kind = "a device" if m.ischr() or m.isblk() else "a FIFO" if m.isfifo() else "not a file or a folder"
+            refuse(m, f"is {kind}")
+    for m in members:  # pass 2: nothing written through a link or a file, every link stays in the tree
+        parts = _member_parts(m.name)
+        for i in range(1, len(parts)):
+            if kinds.get(parts[:i], "dir") != "dir":
+                refuse(m, f"would be written through the link or file {'/'.join(parts[:i])!r}")
+        if parts in raw_links:
+            target = resolve(m, raw_links[parts])
+            if len(target) < 2 or target[0] != parts[0]:
+                refuse(m, f"is a link to {m.linkname!r}, which leaves the sdist's folder")
+    tops = {p[0] for p in kinds}
+    if len(tops) != 1:
+        raise SourceIntegrityError(f"{where}: an sdist has one top-level folder; this one has {sorted(tops)[:5]}")
+    (top,) = tops
+    if kinds.get((top,), "dir") != "dir":
+        raise UnsafeArchiveError(f"{where}: refused to unpack: its top-level entry {top!r} is not a folder")
+    return top
+
+
+def _top_is_the_pin(top: str, pin: SdistPin) -> bool:
+    """Whether the top folder is ``name-version`` (the name in any of its spellings, the version by PEP 440)."""
+    name, sep, version = top.rpartition("-")
+    try:
+        return bool(sep) and canonicalize_name(name) == pin.project and Version(version) == Version(pin.version)
+    except InvalidVersion:
+        return False
+
+
+def _check_gzip(archive: Path, where: str) -> None:
+    """Decompress the whole stream once, checking gzip's CRC and length: tarfile reads only as far as it needs,
+    and a damaged stream either escapes as zlib.error or ends the member list early, silently (a partial tree).
+    Stops at the unpacked-size cap (a gzip bomb is refused before any tar header is read)."""
+    cap, total = max_unpacked_bytes(), 0
+    with gzip.open(archive, "rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            total += len(chunk)
+            if total > cap:
                 raise SourceIntegrityError(
-                    f"{pin.filename}: an sdist has one top-level folder; this one has {sorted(tops)[:5]}"
+                    f"{where}: unpacks to more than the cap of {cap >> 20} MiB",
+                    hint="raise MAMBA_FARM_MAX_UNPACKED_MB if this sdist really is that large",
                 )
-            tf.extractall(dest, filter="data")
-    except tarfile.FilterError as err:
-        raise SourceIntegrityError(f"{pin.filename}: refused to unpack: {err}") from None
-    except (tarfile.TarError, EOFError, OSError) as err:
-        raise SourceIntegrityError(f"{pin.filename}: not a readable .tar.gz: {err}") from None
-    tree = dest / tops.pop()
-    if not tree.is_dir():
-        raise SourceIntegrityError(f"{pin.filename}: its top-level entry is not a folder")
+
+
+def _extract(archive: Path, dest: Path, pin: SdistPin) -> Path:
+    where = pin.filename
+    try:
+        _check_gzip(archive, where)
+        with tarfile.open(archive, "r:gz") as tf:
+            members = tf.getmembers()  # reads the whole archive: a corrupt one fails here, before any write
+            top = check_members(members, where)
+            if not _top_is_the_pin(top, pin):
+                raise SourceIntegrityError(
+                    f"{where}: its top-level folder is {top!r}, not {pin.project}-{pin.version}: "
+                    "this is not the sdist the pin names"
+                )
+            total = sum(m.size for m in members if m.isreg())
+            if total > max_unpacked_bytes():
+                raise SourceIntegrityError(
+                    f"{where}: unpacks to {total >> 20} MiB, more than the cap of {max_unpacked_bytes() >> 20} MiB",
+                    hint="raise MAMBA_FARM_MAX_UNPACKED_MB if this sdist really is that large",
+                )
+            if hasattr(tarfile, "data_filter"):  # a second line of defence where this Python has it
+                tf.extractall(dest, members=members, filter="data")
+            else:
+                tf.extractall(dest, members=members)
+    except SourceIntegrityError:
+        raise
+    except getattr(tarfile, "FilterError", ()) as err:
+        raise UnsafeArchiveError(f"{where}: refused to unpack: {err}") from None
+    except (tarfile.TarError, EOFError, OSError, zlib.error, ValueError) as err:
+        raise SourceIntegrityError(
+            f"{where}: not a readable .tar.gz: {err}", hint="the archive is corrupt; only this build fails"
+        ) from None
+    tree = dest / top
+    real_dest = dest.resolve()
+    if tree.is_symlink() or not tree.is_dir() or tree.resolve().parent != real_dest:
+        raise UnsafeArchiveError(f"{where}: its top-level entry is not a folder inside the unpack folder")
     return tree

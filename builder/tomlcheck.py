@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any, NoReturn
@@ -27,10 +29,20 @@ _TYPE_NAMES = {
 }
 
 
+MAX_TOML_BYTES = 64 << 20  # matrix.toml with 10,000 excludes is about 1 MB
+
+
 def read_toml(path: Path, error: type[FarmError], missing: str, missing_hint: str) -> tuple[str, dict]:
     """PATH's text and data; ``error`` as ``FILE[:LINE]: ...`` when it is absent, unreadable, not UTF-8
     or not TOML (``missing``/``missing_hint`` say what an absent file means)."""
     try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block, /dev/zero would never end
+            raise error(f"{path}: not a regular file", hint=missing_hint)
+        if st.st_size > MAX_TOML_BYTES:
+            raise error(
+                f"{path}: {st.st_size >> 20} MiB, more than the {MAX_TOML_BYTES >> 20} MiB a TOML file here may be"
+            )
         raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise error(f"{path}: {missing}", hint=missing_hint) from None

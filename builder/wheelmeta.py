@@ -31,6 +31,7 @@ class WheelMetadata(NamedTuple):  # (a NamedTuple: built 5,000 times in a large 
     requires_python: str  # "" if absent
     requires_torch: str | None  # the torch pin (see the module doc): "" for a bare torch, None for none
     wheel_tags: tuple[str, ...] | None  # the Tag: lines of WHEEL, sorted (None unless asked for)
+    name: str = ""  # METADATA's Name ("" if absent)
 
 
 def read(src, *, wheel_tags: bool = False) -> WheelMetadata:
@@ -63,6 +64,7 @@ def read(src, *, wheel_tags: bool = False) -> WheelMetadata:
         requires_python=(headers.get("requires-python") or [""])[0],
         requires_torch=torch_pin(headers.get("requires-dist", ())),
         wheel_tags=tags,
+        name=(headers.get("name") or [""])[0],
     )
 
 

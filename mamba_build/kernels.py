@@ -18,7 +18,9 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,9 +100,23 @@ def obj_path(job: KernelJob, out_dir: Path) -> Path:
     return out_dir / f"{job.source.stem}-{job.key}.o"
 
 
-def build(jobs: list[KernelJob], out_dir: Path, max_jobs: int, log=print) -> list[Path]:
-    """Compile what is not already there (by key), at most max_jobs at a time; objects in job order."""
+def log_line(text: str) -> None:
+    """One log line, one write: ``print`` writes the text and the newline apart, so two threads' lines merge."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def build(jobs: list[KernelJob], out_dir: Path, max_jobs: int, log=log_line) -> list[Path]:
+    """Compile what is not already there (by key), at most max_jobs at a time; objects in job order.
+
+    ``log`` is called for one line at a time, never from two threads at once."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+    raw_log = log
+
+    def log(text: str) -> None:
+        with lock:
+            raw_log(text)
 
     def one(job: KernelJob) -> Path:
         obj = obj_path(job, out_dir)

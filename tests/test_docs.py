@@ -402,13 +402,13 @@ import os
 ENV_X = "A_CONST"
 def f(env, plan):
     os.environ.get("A_GET"); os.getenv("A_GETENV"); env["A_SUB"]; plan.env.get("A_ATTR")
-    "A_IN" in env; env_bool(env, "A_BOOL"); env.get(ENV_X)
+    "A_IN" in env; env_bool(env, "A_BOOL"); env.get(ENV_X); _env_mib("A_MIB", 512)
     for var in ("A_LOOP1", "A_LOOP2"):
         env.get(var)
     env["NOT_A_READ"] = "1"
 '''
     got = refgen._names_in_file(ast.parse(code))
-    assert got == {"A_CONST", "A_GET", "A_GETENV", "A_SUB", "A_ATTR", "A_IN", "A_BOOL", "A_LOOP1", "A_LOOP2"}
+    assert got == {"A_CONST", "A_GET", "A_GETENV", "A_SUB", "A_ATTR", "A_IN", "A_BOOL", "A_MIB", "A_LOOP1", "A_LOOP2"}
 
 
 def test_every_exit_code_has_a_meaning_in_the_reference():

@@ -533,3 +533,166 @@ def test_a_manifest_entry_off_the_schema_is_an_integrity_error_naming_it(wheels,
     mf.write_text(json.dumps(doc))
     with pytest.raises(IndexIntegrityError, match=rf"entry '{re.escape(CU12_311)}' has no 'sha256'"):
         build_index(wheels, out)
+
+
+# --- hostile wheels folders and names (issue 20) --------------------------------------------------------------
+
+
+def _cli(*argv: str, timeout: int = 60):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "builder", *argv], capture_output=True, text=True, timeout=timeout,
+                          cwd=Path(__file__).resolve().parents[1], check=False)  # fmt: skip
+
+
+def _rewrite(wheel: Path, changes: dict[str, bytes | None], new_name: str | None = None) -> Path:
+    """A copy of ``wheel`` (named ``new_name``) with members replaced, added or (None) removed."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    for n, data in changes.items():
+        if data is None:
+            members.pop(n, None)
+        else:
+            members[n] = data
+    out = wheel.with_name(new_name or wheel.name)
+    wheel.unlink()
+    with zipfile.ZipFile(out, "w") as zf:
+        for n, data in members.items():
+            zf.writestr(n, data)
+    return out
+
+
+def test_non_regular_wheel_files_are_skipped_with_a_warning_never_hang(tmp_path):
+    w = tmp_path / "wheels"
+    good = make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", "cp311")
+    os.mkfifo(w / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl")
+    (w / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp313-cp313-linux_x86_64.whl").symlink_to("/dev/zero")
+    loop = w / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
+    loop.symlink_to(loop.name)  # a link to itself
+    (w / "sub").mkdir()
+    (w / "sub" / "up").symlink_to("..")  # a folder loop
+    proc = _cli("index", "--wheels", str(w), "--out", str(tmp_path / "index"))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("skipped") == 3, proc.stderr
+    manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    assert list(manifest["files"]) == [good.name]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["metadata-name", "dist-info-name", "dist-info-version", "tag-hash", "tag-question", "tag-space", "tag-rlo"],
+)
+def test_the_index_takes_only_wheels_pip_would_install(tmp_path, case):
+    w = tmp_path / "wheels"
+    whl = make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", "cp311")
+    info = "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE.dist-info"
+    import zipfile
+
+    meta = zipfile.ZipFile(whl).read(f"{info}/METADATA")
+    if case == "metadata-name":
+        _rewrite(whl, {f"{info}/METADATA": meta.replace(b"Name: mamba-ssm", b"Name: causal-conv1d")})
+    elif case.startswith("dist-info"):
+        other = "other-2.3.0" if case == "dist-info-name" else "mamba_ssm-9.9"
+        with zipfile.ZipFile(whl) as zf:
+            moved = {n.replace(info, f"{other}.dist-info"): zf.read(n) for n in zf.namelist() if n.startswith(info)}
+        _rewrite(whl, {**{n: None for n in zipfile.ZipFile(whl).namelist() if n.startswith(info)}, **moved})
+    else:
+        bad = {"tag-hash": "linux#x86_64", "tag-question": "linux?x86_64", "tag-space": "linux x86_64",
+               "tag-rlo": "linux_x86_64\u202e"}[case]  # fmt: skip
+        whl.rename(whl.with_name(whl.name.replace("linux_x86_64", bad)))
+    out = tmp_path / "index"
+    assert run_cli(["index", "--wheels", str(w), "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_links_are_percent_encoded_and_base_urls_are_http(wheels, tmp_path):
+    from builder.index.pages import _quote
+
+    assert _quote("a#b?c d\u202e+x!.whl") == "a%23b%3Fc%20d%E2%80%AE+x!.whl"
+    for bad in ("javascript:alert(1)", "file:///etc", "https://x/'onmouseover='a", "https://x/a b", "ftp://x/"):
+        assert run_cli(["index", "--wheels", str(wheels), "--out", str(tmp_path / "i"), "--base-url", bad]) == 2
+    assert not (tmp_path / "i").exists()
+    build_index(wheels, tmp_path / "ok", base_url="https://example.org/mamba/")
+    page = (tmp_path / "ok" / "cu12-torch2.6-cxx11abiFALSE" / "index.html").read_text()
+    assert 'href="https://example.org/mamba/files/mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311' in page
+
+
+def test_files_a_killed_run_left_in_the_store_are_removed_by_the_next(wheels, tmp_path):
+    out = tmp_path / "index"
+    build_index(wheels, out)
+    store = tmp_path / ".index.d" / "store"
+    listed = sorted(p.name for p in store.iterdir())
+    # what a run killed after ingesting (or staging) and before its swap leaves
+    (store / "mamba_ssm-9.9.9+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl").write_bytes(b"orphan")
+    (store / "mamba_ssm-9.9.9+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl.metadata").write_bytes(b"o")
+    (store / ".mamba_ssm-2.3.0.whl.1234abcd.replacement").write_bytes(b"staged")
+    build_index(wheels, out)  # nothing new to add
+    assert sorted(p.name for p in store.iterdir()) == listed
+    make_mamba_wheel(wheels, "cu13torch2.14cxx11abiTRUE", "cp313")
+    (store / "stray.whl").write_bytes(b"orphan")
+    build_index(wheels, out)  # a run that adds one
+    assert "stray.whl" not in {p.name for p in store.iterdir()}
+
+
+def test_two_same_named_wheels_in_one_run_are_one_or_refused(tmp_path):
+    w = tmp_path / "wheels"
+    a = make_mamba_wheel(w / "a", "cu12torch2.6cxx11abiFALSE", "cp311")
+    (w / "b").mkdir()
+    (w / "b" / a.name).write_bytes(a.read_bytes())  # the same bytes twice: one wheel
+    assert build_index(w, tmp_path / "index").files == 1
+    w2 = tmp_path / "w2"
+    make_mamba_wheel(w2 / "a", "cu12torch2.6cxx11abiFALSE", "cp311")
+    _rewrite(make_mamba_wheel(w2 / "b", "cu12torch2.6cxx11abiFALSE", "cp311"), {"mamba_ssm/extra.py": b"x = 1\n"})
+    with pytest.raises(UsageError, match="two different files named"):
+        build_index(w2, tmp_path / "index2")
+    assert not (tmp_path / "index2").exists()
+
+
+def _resolve(index: Path):
+    return _cli("resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "FALSE", "--python", "3.11", "--index", str(index))
+
+
+@pytest.mark.parametrize(
+    "case", ["list", "schema-99", "no-schema", "files-list", "entry-not-object", "missing-field", "bad-version",
+             "bad-key", "variant-lists-missing", "bad-python", "base-url-js", "base-url-shell"],
+)  # fmt: skip
+def test_resolve_checks_the_manifest_and_its_urls(wheels, tmp_path, case):
+    build_index(wheels, tmp_path / "index")
+    doc = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    fn = next(iter(f for f in doc["files"] if "cu12torch2.6" in f and "cp311" in f))
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    if case == "list":
+        doc = [doc]
+    elif case == "schema-99":
+        doc["schema"] = 99
+    elif case == "no-schema":
+        del doc["schema"]
+    elif case == "files-list":
+        doc["files"] = list(doc["files"])
+    elif case == "entry-not-object":
+        doc["files"][fn] = "x"
+    elif case == "missing-field":
+        del doc["files"][fn]["sha256"]
+    elif case == "bad-version":
+        doc["files"][fn]["version"] = "not.a.version!"
+    elif case == "bad-key":
+        doc["files"][fn]["key"] = "cu12-torchX-whatever"
+    elif case == "variant-lists-missing":
+        doc["variants"]["cu12-torch2.6-cxx11abiFALSE"].append("ghost.whl")
+    elif case == "bad-python":
+        doc["files"][fn]["python"] = "cpX"
+    elif case == "base-url-js":
+        doc["base_url"] = "javascript:alert(1)//"
+    elif case == "base-url-shell":
+        doc["base_url"] = "https://x.example/$(touch marker)"
+    (hostile / "manifest.json").write_text(json.dumps(doc))
+    proc = _resolve(hostile)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "error:" in proc.stderr
+    assert "pip install" not in proc.stdout
+    assert _resolve(tmp_path / "index").returncode == 0  # the real one still resolves

@@ -482,3 +482,45 @@ def test_compat_data_is_consistent() -> None:
         assert ("debian" in tk["sources"]) == ("debian_suite" in tk)
     for version, tk in c.rocm.items():
         assert tk["full"].startswith(version + ".") and tk["archs"]
+
+
+# --- cost (issue 20): exclude matching is indexed -------------------------------------------------------------
+
+
+def _many_excludes(n: int) -> str:
+    torches = ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14"]
+    pys = ["3.10", "3.11", "3.12", "3.13"]
+    return "".join(
+        f'\n[[exclude]]\ntorch = "{torches[i % 11]}"\npython = "{pys[(i // 11) % 4]}"\n'
+        f'accelerator = "rocm-7.2"\nplatform = "linux_aarch64"\nreason = "rule {i}"\n'
+        for i in range(n)
+    )
+
+
+def test_ten_thousand_excludes_plan_in_seconds_with_the_same_answer(mdir):
+    import time
+
+    from builder.matrix import RuleIndex, expand, load_matrix, native_abi, product_cells
+
+    (mdir / "matrix.toml").write_text(DEFAULT + _many_excludes(10_000))
+    compat = compat_mod.load()
+    matrix = load_matrix(mdir / "matrix.toml", compat)
+    t0 = time.perf_counter()
+    kept, _dropped = expand(matrix, compat)
+    assert time.perf_counter() - t0 < 3, "exclude matching is not indexed"
+    assert kept
+    # the index answers as the rules one by one do, first match first
+    index = RuleIndex(matrix.excludes)
+    for cell in product_cells(matrix.axes, compat)[:300]:
+        native = native_abi(compat, cell)
+        assert index.first(cell, native) == next((x for x in matrix.excludes if x.matches(cell, native)), None)
+
+
+def test_a_rocm_only_profile_with_cuda_archs_says_so(mdir):
+    text = DEFAULT + '\n[profiles.rocm-only]\naccelerator = "rocm-6.2"\narchs = ["sm_80"]\n'
+    (mdir / "matrix.toml").write_text(text)
+    rc, _out, err = run_cli(["plan", "--matrix", str(mdir / "matrix.toml"), "--profile", "rocm-only"])
+    assert rc == 2, err
+    line = len(text.splitlines())
+    assert f"matrix.toml:{line}: profiles.rocm-only.archs" in err and "sm_80 is a cuda architecture" in err, err
+    assert "Traceback" not in err

@@ -330,3 +330,63 @@ def test_name_must_match_the_file_and_toml_errors_have_a_line(tmp_path):
 def test_a_recipe_for_an_unknown_project_says_which_exist():
     with pytest.raises(RecipeError, match=r'no recipe for "mamba_sm"; did you mean "mamba-ssm"\?'):
         recipe_for("mamba_sm")
+
+
+# --- hostile recipes (issue 20) -------------------------------------------------------------------------------
+
+_BASE_RECIPE = """\
+[project]
+name = "causal-conv1d"
+
+[source]
+name = "causal_conv1d"
+version = "1.7.0"
+sha256 = "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"
+
+[build]
+{unset}
+
+[build.env]
+CAUSAL_CONV1D_FORCE_BUILD = "TRUE"
+{env}
+
+[test]
+imports = ["causal_conv1d"]
+
+[verify]
+extensions = ["causal_conv1d_cuda*.so"]
+"""
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["BASH_ENV", "ENV", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PIP_INDEX_URL", "PYTHONPATH", "PYTHONSTARTUP",
+     "FARM_TORCH_PIP_ARGS", "FARM_TORCH_REQ", "MAMBA_KERNEL_CACHE", "CCACHE_PREFIX", "UV_INDEX_URL", "HOME",
+     "NVCC_APPEND_FLAGS", "SSL_CERT_FILE", "HTTPS_PROXY", "PROMPT_COMMAND"],
+)  # fmt: skip
+def test_a_recipe_may_not_set_or_unset_what_steers_the_farm(tmp_path, name):
+    for env, unset in ((f'{name} = "/tmp/x"', ""), ("", f'unset = ["{name}"]')):
+        path = tmp_path / "causal-conv1d.toml"
+        path.write_text(_BASE_RECIPE.format(env=env, unset=unset))
+        line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if name in t)
+        with pytest.raises(RecipeError) as err:
+            load_recipe(path)
+        assert str(err.value).startswith(f"{path}:{line}: build.") and "may not set or unset" in str(err.value)
+    path.write_text(_BASE_RECIPE.format(env='CAUSAL_CONV1D_LOCAL_VERSION = "${label}"', unset=""))
+    assert load_recipe(path).env["CAUSAL_CONV1D_LOCAL_VERSION"] == "${label}"  # the project's own: still fine
+
+
+def test_a_huge_or_non_regular_recipe_is_refused_at_once(tmp_path):
+    import os
+    import time
+
+    path = tmp_path / "causal-conv1d.toml"
+    path.write_text(_BASE_RECIPE.format(env="", unset="") + "#" * (20 << 20) + "\n")
+    t0 = time.perf_counter()
+    with pytest.raises(RecipeError, match="more than a recipe's cap"):
+        load_recipe(path)
+    assert time.perf_counter() - t0 < 1
+    path.unlink()
+    os.mkfifo(path)  # reading it would block forever
+    with pytest.raises(RecipeError, match="not a regular file"):
+        load_recipe(path)

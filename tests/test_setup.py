@@ -257,14 +257,14 @@ def test_cpu_build_against_torch_2_13_builds_installs_and_runs(src, tmp_path):
     assert "Requires-Dist: torch==2.13.*" in meta
 
     # the kernel object's command line: no torch header, no ABI macro (one object for every torch)
-    kernel_cmds = [ln for ln in log.splitlines() if "selective_scan_cpu.cpp" in ln and " -c " in ln]
+    kernel_cmds = [ln for ln in log_records(log) if "selective_scan_cpu.cpp" in ln and " -c " in ln]
     assert kernel_cmds, log[-3000:]
     assert all("torch" not in c and "_GLIBCXX_USE_CXX11_ABI" not in c for c in kernel_cmds), kernel_cmds
     assert "-D_GLIBCXX_USE_CXX11_ABI=1" in log  # the binding gets torch's ABI, passed by us
     # the binding: torch's headers, not Python's, so its object serves every Python of this torch
     import sysconfig
 
-    (binding_cmd,) = [ln for ln in log.splitlines() if "mamba-ssm: " in ln and "binding.cpp" in ln and " -c " in ln]
+    (binding_cmd,) = [ln for ln in log_records(log) if "mamba-ssm: " in ln and "binding.cpp" in ln and " -c " in ln]
     assert "-isystem" in binding_cmd and "torch/include" in binding_cmd, binding_cmd
     assert sysconfig.get_paths()["include"] not in binding_cmd, binding_cmd
     # at::parallel_for's OpenMP is linked to the libgomp torch ships: one runtime in the process
@@ -325,3 +325,30 @@ def test_the_openmp_runtime_torch_ships_is_found(tmp_path, files, want):
         (tmp_path / f).write_bytes(b"")
     got = toolchain.torch_libgomp(str(tmp_path / "torch"))
     assert got == (tmp_path / want if want else None)
+
+
+def log_records(log: str) -> list[str]:
+    """The build log's records: its lines, each cut again before every ``mamba-ssm: `` it holds after its start
+    (a record that another writer's line landed inside stays apart from it: the test reads our commands only)."""
+    return [rec for line in log.splitlines() for rec in re.split(r"(?<=.)(?=mamba-ssm: )", line)]
+
+
+def test_kernel_log_lines_are_one_write_each_under_threads():
+    """Issue 20's flaky CPU build test: kernels.build logs from a thread pool; each line must be one write.
+    Cheap stand-in for the full build (which compiles the kernel): 300 jobs that run `true`, 8 threads, a pipe."""
+    code = (
+        "import tempfile\nfrom pathlib import Path\nfrom mamba_build import kernels\n"
+        "jobs = [kernels.KernelJob(Path(f'/x/k{i}.cpp'), ('true', '-c', f'/x/k{i}.cpp' + ' -Dpad' * 100, '-o', '{obj}'),"
+        " f'key{i}') for i in range(300)]\n"
+        "kernels.build(jobs, Path(tempfile.mkdtemp()), 8)\n"
+    )
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+        lines = proc.stdout.splitlines()
+        assert len(lines) == 300 and all(ln.startswith("mamba-ssm: true -c /x/k") and ln.count("mamba-ssm: ") == 1
+                                         for ln in lines), [ln for ln in lines if ln.count("mamba-ssm: ") != 1][:3]  # fmt: skip
+    # and the test's reading of a log holds even where lines did merge
+    merged = "mamba-ssm: c++ -c /s/selective_scan_cpu.cpp -o /k/x.o mamba-ssm: c++ -isystem torch/include -c binding.cpp"
+    assert log_records(merged) == [
+        "mamba-ssm: c++ -c /s/selective_scan_cpu.cpp -o /k/x.o ", "mamba-ssm: c++ -isystem torch/include -c binding.cpp"
+    ]

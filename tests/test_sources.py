@@ -16,9 +16,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from hostilekit import chain_archive, corrupt_gzip
 from recipekit import CAUSAL, MAMBA, fetched_cache
 
-from builder.errors import SourceFetchError, SourceIntegrityError
+from builder.errors import SourceFetchError, SourceIntegrityError, UsageError
 from builder.sources import Fetcher, SdistPin, SourceCache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,3 +193,250 @@ def test_a_hash_mismatch_has_an_exit_code_of_its_own():
         if issubclass(cls, errors.FarmError) and cls is not SourceIntegrityError
     }
     assert SourceIntegrityError.exit_code not in others.values(), others
+
+
+# --- hostile archives (issue 20): each is made here; a marker file proves an escape -----------------------
+
+
+def _pin_of(archive: Path, name: str = "evil", version: str = "1.0") -> SdistPin:
+    return SdistPin(name, version, hashlib.sha256(archive.read_bytes()).hexdigest())
+
+
+def _links_cache(tmp_path: Path) -> SourceCache:
+    return SourceCache(tmp_path / "c", Fetcher(indexes=(), find_links=(str(tmp_path / "links"),)))
+
+
+def test_a_symlink_chain_that_beats_the_data_filter_is_refused(tmp_path):
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evil-1.0.tar.gz"
+    dest = tmp_path / "out" / "tree"
+    chain_archive(archive, "evil-1.0", dest, "..")  # lands in tmp_path/out
+    pin = _pin_of(archive)
+    cache = _links_cache(tmp_path)
+    with pytest.raises(SourceIntegrityError) as err:
+        cache.unpack(pin, dest)
+    assert err.value.exit_code == 11 and "refused to unpack" in str(err.value), err.value
+    assert not list(tmp_path.rglob("marker.txt")), "the archive wrote outside its tree"
+    assert not dest.exists()
+    assert not cache.path(pin).exists() and list(cache.quarantine.iterdir()), "a refused archive stayed cached"
+
+
+def test_the_cve_chain_is_refused_by_its_links_not_only_its_long_names(tmp_path, monkeypatch):
+    """The CVE archive's names are also too long for an sdist; without that limit its links still give it away:
+    its PATH_MAX-beating link is created through the one-letter links, which the data filter allows."""
+    from builder import sources
+
+    chain_archive(tmp_path / "x.tar.gz", "evil-1.0", tmp_path / "out", "..")
+    monkeypatch.setattr(sources, "MAX_MEMBER_NAME", 10_000)
+    with tarfile.open(tmp_path / "x.tar.gz") as tf:
+        members = tf.getmembers()
+    with pytest.raises(SourceIntegrityError, match="written through the link or file 'evil-1.0/a'"):
+        sources.check_members(members, "x.tar.gz")
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "absolute",
+        "dotdot-link",
+        "link-chain",
+        "hardlink-out",
+        "device",
+        "fifo",
+        "through-file",
+        "duplicate",
+        "link-to-top",
+    ],
+)
+def test_unsafe_members_are_refused_before_anything_is_written(tmp_path, kind):
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evil-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+
+        def add(name, type_=tarfile.REGTYPE, linkname="", data=b""):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.size = type_, linkname, len(data) if type_ == tarfile.REGTYPE else 0
+            tf.addfile(info, io.BytesIO(data) if type_ == tarfile.REGTYPE else None)
+
+        add("evil-1.0/setup.py", data=b"print('first')\n")  # a member written before the bad one, in the old code
+        if kind == "absolute":
+            add(str(tmp_path / "marker.txt"), data=b"x")
+        elif kind == "link-chain":  # lexically inside (d/d/d/../../..), really three folders up: d is "."
+            add("evil-1.0/d", tarfile.SYMTYPE, ".")
+            add("evil-1.0/esc", tarfile.SYMTYPE, "d/d/d/../../../marker-dir")
+        elif kind == "dotdot-link":
+            add("evil-1.0/up", tarfile.SYMTYPE, "../..")
+        elif kind == "hardlink-out":
+            add("evil-1.0/h", tarfile.LNKTYPE, str(tmp_path / "links" / "evil-1.0.tar.gz").lstrip("/"))
+        elif kind == "device":
+            add("evil-1.0/zero", tarfile.CHRTYPE)
+        elif kind == "fifo":
+            add("evil-1.0/pipe", tarfile.FIFOTYPE)
+        elif kind == "through-file":
+            add("evil-1.0/setup.py/marker.txt", data=b"x")
+        elif kind == "duplicate":
+            add("evil-1.0/setup.py", tarfile.SYMTYPE, "../../marker.txt")
+        elif kind == "link-to-top":
+            add("evil-1.0/a", tarfile.SYMTYPE, "b/../..")
+    pin = _pin_of(archive)
+    with pytest.raises(SourceIntegrityError) as err:
+        _links_cache(tmp_path).unpack(pin, tmp_path / "out")
+    assert err.value.exit_code in (8, 11), err.value
+    assert "evil-1.0.tar.gz" in str(err.value)
+    assert not (tmp_path / "out").exists(), "something was written before the member list was checked"
+    assert not list(tmp_path.rglob("marker.txt"))
+
+
+def test_an_all_absolute_sdist_never_gives_the_root(tmp_path):
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evil-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        info = tarfile.TarInfo(str(tmp_path / "marker.txt"))
+        info.size = 1
+        tf.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(SourceIntegrityError) as err:
+        _links_cache(tmp_path).unpack(_pin_of(archive), tmp_path / "out")
+    assert "is absolute" in str(err.value)
+    assert not (tmp_path / "marker.txt").exists()
+
+
+@pytest.mark.parametrize("where", [0.01, 0.2, 0.5, 0.8, 0.99])
+def test_a_corrupt_gzip_is_a_source_error_not_a_traceback(tmp_path, where):
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evil-1.0.tar.gz"
+    corrupt_gzip(archive, "evil-1.0", where)
+    cache = _links_cache(tmp_path)
+    pin = _pin_of(archive)
+    with pytest.raises(SourceIntegrityError) as err:
+        cache.unpack(pin, tmp_path / "out")
+    assert err.value.exit_code == 8 and "not a readable .tar.gz" in str(err.value)
+    assert not (tmp_path / "out").exists(), "a partial tree was left"
+    assert not cache.path(pin).exists(), "a refused archive stayed cached"
+
+
+def test_the_top_folder_must_be_the_pins_name_and_version(tmp_path):
+    (tmp_path / "links").mkdir()
+    archive = tmp_path / "links" / "evil-1.0.tar.gz"
+    _tarball(archive, {"setup.py": b""}, "other-2.0")
+    with pytest.raises(SourceIntegrityError, match="not evil-1.0"):
+        _links_cache(tmp_path).unpack(_pin_of(archive), tmp_path / "out")
+    _tarball(archive, {"setup.py": b""}, "Evil-1.0.0")  # another spelling of the same name and version
+    cache = SourceCache(tmp_path / "c2", Fetcher(indexes=(), find_links=(str(tmp_path / "links"),)))
+    assert cache.unpack(_pin_of(archive), tmp_path / "ok").name == "Evil-1.0.0"
+
+
+def test_an_unpack_never_writes_into_the_cache(fetched, tmp_path):
+    cache = _copy_cache(fetched, tmp_path / "c", CAUSAL)
+    with pytest.raises(UsageError, match="inside the sdist cache"):
+        cache.unpack(CAUSAL, cache.root / "tree")
+
+
+# --- hostile indexes and downloads (issue 20) ----------------------------------------------------------------
+
+
+def _page(folder: Path, project: str, links: list[tuple[str, str]]) -> None:
+    (folder / project).mkdir(parents=True, exist_ok=True)
+    body = "".join(f'<a href="{href}">{text}</a>\n' for href, text in links)
+    (folder / project / "index.html").write_text(f"<html><body>{body}</body></html>")
+
+
+def test_a_remote_page_linking_a_local_file_is_not_followed(tmp_path):
+    from indexkit import serve
+
+    local = tmp_path / "local"
+    local.mkdir()
+    _tarball(local / "evil-1.0.tar.gz", {"setup.py": b""}, "evil-1.0")
+    pin = _pin_of(local / "evil-1.0.tar.gz")
+    _page(tmp_path / "site" / "simple", "evil", [((local / "evil-1.0.tar.gz").as_uri(), "evil-1.0.tar.gz")])
+    with serve(tmp_path / "site") as url:
+        cache = SourceCache(tmp_path / "c", Fetcher(indexes=(f"{url}/simple",), timeout=10))
+        with pytest.raises(SourceFetchError) as err:
+            cache.fetch(pin)
+    assert "not an http(s) URL: ignored" in str(err.value)
+    assert not cache.path(pin).exists(), "a local file was read and cached through a remote page"
+
+
+def test_a_download_stops_at_the_size_cap_and_leaves_nothing(tmp_path, monkeypatch):
+    from indexkit import serve
+
+    site = tmp_path / "site"
+    (site / "files").mkdir(parents=True)
+    (site / "files" / "evil-1.0.tar.gz").write_bytes(b"\0" * (3 << 20))
+    pin = SdistPin("evil", "1.0", "0" * 64)
+    _page(site / "simple", "evil", [("../../files/evil-1.0.tar.gz", "evil-1.0.tar.gz")])
+    monkeypatch.setenv("MAMBA_FARM_MAX_SDIST_MB", "1")
+    with serve(site) as url:
+        cache = SourceCache(tmp_path / "c", Fetcher(indexes=(f"{url}/simple",), timeout=10))
+        with pytest.raises(SourceIntegrityError, match="over the cap"):
+            cache.fetch(pin)
+    assert not list(cache.root.rglob(".partial-*")) and not cache.path(pin).exists()
+
+
+def test_a_local_page_linking_dev_zero_is_not_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAMBA_FARM_MAX_SDIST_MB", "1")  # the old code read /dev/zero until the disk was full
+    _page(tmp_path / "simple", "evil", [("file:///dev/zero", "evil-1.0.tar.gz")])
+    cache = SourceCache(tmp_path / "c", Fetcher(indexes=((tmp_path / "simple").as_uri(),)))
+    with pytest.raises(SourceFetchError, match="not a regular file"):
+        cache.fetch(SdistPin("evil", "1.0", "0" * 64))
+
+
+def test_a_killed_downloads_partial_file_is_removed_by_the_next_run(fetched, tmp_path):
+    links = tmp_path / "links"
+    links.mkdir()
+    shutil.copy2(fetched.path(CAUSAL), links / CAUSAL.filename)
+    cache = SourceCache(tmp_path / "c", Fetcher(indexes=(), find_links=(str(links),)))
+    cache.path(CAUSAL).parent.mkdir(parents=True)
+    left = cache.path(CAUSAL).parent / ".partial-killed"
+    left.write_bytes(b"half")
+    assert cache.fetch(CAUSAL).is_file()
+    assert not left.exists(), "a killed download's partial file stayed in the cache"
+
+
+def test_a_corrupt_gzip_fails_its_build_alone_and_the_run_exits_8(tmp_path, monkeypatch):
+    """builder/build.py's source step: the corrupt archive's build is refused (exit 8), the other one is prepared."""
+    import types
+
+    from builder import build, hostenv
+    from builder.recipes import load_recipe
+
+    monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path / "farm")
+    recipes = {}
+    for name, corrupt in (("evil", True), ("good", False)):
+        archive = tmp_path / f"{name}-1.0.tar.gz"
+        if corrupt:
+            corrupt_gzip(archive, f"{name}-1.0", 0.5)
+        else:
+            _tarball(archive, {"setup.py": b"print('good')\n"}, f"{name}-1.0")
+        pin = _pin_of(archive, name)
+        cached = tmp_path / "farm" / "sdists" / pin.sha256 / pin.filename
+        cached.parent.mkdir(parents=True)
+        shutil.copy2(archive, cached)
+        (tmp_path / "recipes").mkdir(exist_ok=True)
+        path = tmp_path / "recipes" / f"{name}.toml"
+        path.write_text(
+            f'[project]\nname = "{name}"\n[source]\nname = "{name}"\nversion = "1.0"\nsha256 = "{pin.sha256}"\n'
+            f'[build]\n[build.env]\nX_FORCE = "1"\n[test]\nimports = ["{name}"]\n[verify]\nextensions = ["x*.so"]\n'
+        )
+        recipes[name] = load_recipe(path)
+    specs = [
+        types.SimpleNamespace(
+            id=f"{n}-cpu",
+            from_recipe=True,
+            source=recipes[n].source.identity,
+            accelerator="cpu",
+            torch_version="2.14.1",
+            toolkit=None,
+            cxx11abi=True,
+            archs=(),
+            label="cputorch2.14",
+            project=n,
+        )
+        for n in recipes
+    ]
+    plan = types.SimpleNamespace(recipe_of=lambda spec: recipes[spec.project])
+    (tmp_path / "logs").mkdir()
+    trees, refused = build._prepare_sources(specs, plan, tmp_path / "run", tmp_path / "logs", lambda text: None)
+    assert list(trees) == ["good-cpu"] and (trees["good-cpu"] / "setup.py").is_file()
+    assert list(refused) == ["evil-cpu"] and refused["evil-cpu"][1].exit_code == 8
+    assert "not a readable .tar.gz" in (tmp_path / "logs" / "evil-cpu.log").read_text()
+    assert build._exit_code([refused["evil-cpu"][0]], refused) == 8

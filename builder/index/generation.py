@@ -11,7 +11,10 @@ import contextlib
 import gc
 import hashlib
 import os
+import re
 import shutil
+import stat
+import sys
 import time
 import urllib.parse
 import uuid
@@ -97,6 +100,7 @@ def build_index(
     ``files_url``: the wheels under ``wheels_dir`` are downloaded from ``files_url/<name>``."""
     wheels_dir, out = Path(wheels_dir), Path(out)
     files_url = _check_files_url(files_url)
+    base_url = _check_base_url(base_url)
     if not wheels_dir.is_dir():
         raise UsageError(f"--wheels {wheels_dir}: no such directory", hint="point --wheels at a folder of .whl files")
     layout = Layout(out.absolute())
@@ -115,13 +119,44 @@ def _check_files_url(url: str | None) -> str | None:
     if url is None:
         return None
     parts = urllib.parse.urlsplit(url.strip())
-    if parts.scheme not in ("https", "http") or not parts.netloc or parts.query or parts.fragment:
+    if (
+        parts.scheme not in ("https", "http")
+        or not parts.netloc
+        or parts.query
+        or parts.fragment
+        or not _URL_TEXT_RE.fullmatch(url.strip())
+    ):
         raise UsageError(
             f"--files-url {url!r} is not an http(s) folder URL",
             hint="give the folder the wheels are downloaded from, e.g. "
             "https://github.com/OWNER/REPO/releases/download/TAG (no query, no #fragment)",
         )
     return urllib.parse.urlunsplit(parts).rstrip("/")
+
+
+def _check_base_url(url: str | None) -> str | None:
+    """--base-url: an absolute http(s) URL (it prefixes every link of every page, and every install command)."""
+    if url is None:
+        return None
+    parts = urllib.parse.urlsplit(url.strip())
+    if (
+        parts.scheme not in ("https", "http")
+        or not parts.netloc
+        or parts.query
+        or parts.fragment
+        or not _URL_TEXT_RE.fullmatch(url.strip())
+    ):
+        raise UsageError(
+            f"--base-url {url!r} is not an http(s) URL",
+            hint="give the absolute URL the index is served from, e.g. https://OWNER.github.io/REPO/ "
+            "(no query, no #fragment, no spaces or quotes), or leave it out for relative links",
+        )
+    return urllib.parse.urlunsplit(parts)
+
+
+# What a base URL may hold: RFC 3986's unreserved and path characters, percent escapes; nothing a shell or an
+# HTML attribute would read as syntax (it lands in pages and in printed pip commands).
+_URL_TEXT_RE = re.compile(r"[A-Za-z0-9._~:/%@+=,-]+")
 
 
 def _wheel_url(files_url: str, name: str) -> str:
@@ -141,18 +176,62 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-def _wheel_sources(root: Path) -> list[tuple[str, str]]:
-    """(name, path) of every .whl under ``root`` (recursively), sorted by path: os.scandir, no pathlib."""
-    found, stack = [], [str(root)]
+def _wheel_sources(root: Path, warn=None) -> list[tuple[str, str]]:
+    """(name, path) of every .whl under ``root`` (recursively), sorted by path: os.scandir, no pathlib.
+
+    Only regular files are indexed: a FIFO would block the run while it holds the lock, a link to /dev/zero
+    would be read until memory runs out, a link loop or a dangling link cannot be read at all. Each of those
+    is skipped with a warning (``warn``, default stderr). A linked folder is followed once (a loop ends)."""
+    warn = warn or (lambda text: print(f"warning: {text}", file=sys.stderr))
+    found, stack, seen = [], [str(root)], set()
     while stack:
-        with os.scandir(stack.pop()) as it:
+        folder = stack.pop()
+        try:
+            st = os.stat(folder)
+        except OSError as err:
+            warn(f"{folder}: skipped, cannot be read ({err.strerror or err})")
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue  # a link back to a folder already walked
+        seen.add((st.st_dev, st.st_ino))
+        with os.scandir(folder) as it:
             for entry in it:
-                if entry.is_dir():
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if is_dir:
                     stack.append(entry.path)
                 elif entry.name.endswith(".whl"):
+                    try:
+                        mode = os.stat(entry.path).st_mode
+                    except OSError as err:  # a link loop, a dangling link
+                        warn(f"{entry.path}: skipped, cannot be read ({err.strerror or err})")
+                        continue
+                    if not stat.S_ISREG(mode):
+                        warn(f"{entry.path}: skipped, not a regular file (a FIFO, a device or a link to one)")
+                        continue
                     found.append((entry.path, entry.name))
     found.sort()
     return [(name, path) for path, name in found]
+
+
+def _one_file_per_name(sources: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Two files under --wheels with one name: the same bytes are one wheel; different bytes are refused."""
+    first: dict[str, str] = {}
+    out = []
+    for name, path in sources:
+        if name not in first:
+            first[name] = path
+            out.append((name, path))
+            continue
+        other = first[name]
+        if os.path.getsize(other) != os.path.getsize(path) or store.sha256_of(other) != store.sha256_of(path):
+            raise UsageError(
+                f"two different files named {name} under --wheels: {other} and {path}",
+                hint="a filename is one set of bytes: remove one of them (nothing was changed)",
+            )
+    return out
 
 
 def _build_locked(
@@ -168,7 +247,7 @@ def _build_locked(
         dirty, waived = store.check_published(store_fd, layout.store, files, verify=verify, waive=replace_)
         added, staged = [], {}  # staged: published name -> the store name its new bytes wait under
         try:
-            sources = _wheel_sources(wheels_dir)
+            sources = _one_file_per_name(_wheel_sources(wheels_dir))
             if replace_:
                 missing = replace_ - {name for name, _ in sources}
                 if missing:
@@ -232,6 +311,7 @@ def _replacement(old: Entry, new: Entry) -> Entry:
 
 def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved) -> IndexResult:
     if current is not None and not added and not staged and not dirty and base_url == doc.get("base_url"):
+        _collect_store(store_fd, files, doc.get("wheel_variants"))
         return IndexResult(layout.out, current, (), len(files), len(doc.get("variants", {})))
 
     index = Index(dict(sorted(files.items())), base_url)
@@ -259,6 +339,7 @@ def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_
         os.replace(tmp, name, src_dir_fd=store_fd, dst_dir_fd=store_fd)
     os.replace(link_tmp, layout.out)  # the atomic swap
     _collect_garbage(layout, keep={gen, current})
+    _collect_store(store_fd, files, wheel_variants, doc.get("wheel_variants"))  # (doc: the kept generation's)
     return IndexResult(layout.out, gen, tuple(added), len(files), len(index.variants), tuple(sorted(staged)))
 
 
@@ -303,6 +384,22 @@ def _write_generation(gen: Path, units: dict[str, str], pages: dict[str, str], m
     _write_tree(gen, pages)
     # compact, by orjson: a 5,000-wheel manifest in milliseconds
     (gen / "manifest.json").write_bytes(orjson.dumps(manifest) + b"\n")
+
+
+def _collect_store(store_fd: int, files: dict, *wheel_variants: dict | None) -> None:
+    """Remove every store file the live manifest does not list (its wheels and their .metadata, and the variant
+    root's files, ``wheel_variants``: the live and the kept generation's records): what killed runs ingested or
+    staged and never published. The store is served as files/ (and a site copy would publish it), so it holds
+    the index's files only. (The generation kept before the live one lists a subset: wheels never leave an index.)
+    Safe under the run's lock: no other run writes the store meanwhile."""
+    listed = {n for fn in files for n in (fn, fn + ".metadata")}
+    for record in wheel_variants:
+        listed.update(((record or {}).get("files") or {}).keys())
+    with os.scandir(store_fd) as it:
+        orphans = [e.name for e in it if e.name not in listed and not e.is_dir(follow_symlinks=False)]
+    for name in orphans:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=store_fd)
 
 
 def _collect_garbage(layout: Layout, keep: set[Path | None]) -> None:

@@ -17,6 +17,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
+from urllib.parse import quote
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -370,8 +371,8 @@ class Index(Manifest):
         if fn and self.files[fn].url:
             return self.files[fn].url
         if self.base_url:
-            return f"{self.base_url.rstrip('/')}/files/{fn}"
-        return "../" * depth + "files/" + fn
+            return f"{self.base_url.rstrip('/')}/files/{quote(fn, safe='+!')}"
+        return "../" * depth + "files/" + quote(fn, safe="+!")
 
     def to_json(self, **extra) -> dict[str, Any]:
         """manifest.json (``extra``: more top-level keys, e.g. the generation's ``units``)."""

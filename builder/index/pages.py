@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import urllib.parse
 
 import orjson
 
@@ -74,7 +75,7 @@ class Pages:
         """The anchor after the page's common href prefix (after `href="` for a wheel hosted elsewhere)."""
         e = self.index.files[fn]
         external = e.url
-        tail = f'{html.escape(external or fn)}#sha256={e.sha256}"'
+        tail = f'{html.escape(external or _quote(fn))}#sha256={e.sha256}"'
         if e.requires_python:
             tail += f' data-requires-python="{html.escape(e.requires_python)}"'
         if not external:  # PEP 658: the .metadata file is served next to the wheel, so only from files/
@@ -94,7 +95,7 @@ class Pages:
             files.append(
                 {
                     "filename": fn,
-                    "url": e.url or prefix + fn,
+                    "url": e.url or prefix + _quote(fn),
                     "hashes": {"sha256": e.sha256},
                     "requires-python": e.requires_python or None,
                     "core-metadata": md,
@@ -105,6 +106,12 @@ class Pages:
         versions = sorted({index.files[fn].version for fn in fns}, key=parse_version)
         doc = {"meta": {"api-version": "1.1"}, "name": project, "versions": versions, "files": files}
         return orjson.dumps(doc).decode() + "\n"  # compact; orjson: 5,000 files in milliseconds
+
+
+def _quote(fn: str) -> str:
+    """A filename as a URL path segment: percent-encoded (a ``#`` or ``?`` would end the path; ``+`` and ``!`` are
+    path characters, left as they are, so a farm wheel's link is its name)."""
+    return urllib.parse.quote(fn, safe="+!")
 
 
 def _page(title: str, body: str) -> str:

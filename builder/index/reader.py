@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import re
+import stat
 from typing import NamedTuple
 
 from packaging.tags import Tag, parse_tag
@@ -34,6 +35,12 @@ class Named(NamedTuple):
     shown: str  # the version as commands print it (the farm's spelling of the label)
 
 
+# PEP 427/491: a wheel's filename is ASCII letters, digits and ``_ . + -`` (``!`` of an epoch); each tag part
+# letters, digits and ``_`` (``.`` joins compressed tag sets). Anything else (``#``, ``?``, spaces, U+202E) is
+# a name pip does not make, and one that breaks the links the pages give it.
+_FILENAME_RE = re.compile(r"[A-Za-z0-9_.+!-]+\.whl")
+_TAG_PART_RE = re.compile(r"[A-Za-z0-9_]+")
+_MAX_SIDECAR_BYTES = 1 << 20  # a BuildSpec's JSON is a few kB
 _SOURCE_RE = re.compile(r"checkout|sdist:(?P<name>[A-Za-z0-9._-]+)==[^@\s]+@sha256:[0-9a-f]{64}")
 _DIST_RE = re.compile(r"[A-Za-z0-9]+(?:[._][A-Za-z0-9]+)*")
 
@@ -90,6 +97,11 @@ def _variant_fields(v: _variant.Variant) -> dict:
 def check_name(path: str) -> Named:
     """What the filename says, or a UsageError naming the file (before anything is read)."""
     filename = os.path.basename(path)
+    if not _FILENAME_RE.fullmatch(filename) or len(filename) > 255:
+        raise UsageError(
+            f"{path!a}: not a wheel filename pip makes (PEP 427: ASCII letters, digits and _ . + - only)",
+            hint="index wheels as the farm builds and names them",
+        )
     try:
         name, version, _build, tags = _parse_filename(filename)
     except InvalidWheelFilename as err:
@@ -110,6 +122,8 @@ def check_name(path: str) -> Named:
             "pip and uv prefer different ones: retag to exactly one (builder.wheels.retag)"
         )
     (tag,) = tags
+    if not all(_TAG_PART_RE.fullmatch(p) for p in (tag.interpreter, tag.abi, tag.platform)):
+        raise UsageError(f"{path}: tag {tag} is not a PEP 425 tag (letters, digits and _ in each part)")
     # packaging lowercases local labels; the farm's spelling (cxx11abiFALSE) is in the filename.
     release, _, label = filename.split("-")[1].partition("+")
     try:
@@ -131,6 +145,22 @@ def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
         same = False
     if not same:
         raise UsageError(f"{path}: METADATA says version {meta.version or '0'}, the filename says {named.version}")
+    if canonicalize_name(meta.name or "-") != named.project:
+        raise UsageError(
+            f"{path}: METADATA says Name {meta.name or '(none)'!r}, the filename says {named.project}; "
+            "pip refuses such a wheel",
+            hint="rebuild the wheel; its METADATA and its filename name one project",
+        )
+    info_name, _, info_version = meta.dist_info[: -len(".dist-info")].rpartition("-")
+    try:
+        info_same = canonicalize_name(info_name) == named.project and parse_version(info_version) == named.version
+    except InvalidVersion:
+        info_same = False
+    if not info_same:
+        raise UsageError(
+            f"{path}: its {meta.dist_info}/ does not name {named.project} {named.version}; pip refuses such a wheel",
+            hint="rebuild the wheel; its .dist-info folder is <name>-<version>.dist-info of its filename",
+        )
     v, tag = named.variant, named.tag
     sidecar = path + ".spec.json"
     spec = read_sidecar(sidecar)
@@ -154,10 +184,18 @@ def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
 def read_sidecar(sidecar: str) -> dict | None:
     """The build's sidecar (the farm's BuildSpec.to_json()), None if the wheel has none."""
     try:
-        with open(sidecar, encoding="utf-8") as f:
-            spec = json.load(f)
+        fd = os.open(sidecar, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the locked run
     except FileNotFoundError:
         return None
+    except OSError as err:
+        raise UsageError(f"{sidecar}: cannot be read ({err.strerror or err})", hint="remove it") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_SIDECAR_BYTES:
+            os.close(fd)
+            raise UsageError(f"{sidecar}: not a regular file of at most 1 MiB", hint="rebuild the wheel, or remove it")
+        with open(fd, encoding="utf-8") as f:
+            spec = json.load(f)
     except (ValueError, OSError) as err:
         raise UsageError(f"{sidecar}: not readable JSON ({err})", hint="rebuild the wheel, or remove it") from None
     if not isinstance(spec, dict):

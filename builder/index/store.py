@@ -11,9 +11,10 @@ import contextlib
 import hashlib
 import io
 import os
+import stat
 from pathlib import Path
 
-from builder.errors import IndexIntegrityError
+from builder.errors import IndexIntegrityError, UsageError
 from builder.index import reader
 from builder.index.model import Entry
 
@@ -40,7 +41,11 @@ def ingest(src: str, name: str, store_fd: int, store_name: str | None = None) ->
     ``store_name`` (default ``name``) is where it goes: a replacement is staged under another name."""
     named = reader.check_name(src)
     name = store_name or name
-    with open(src, "rb") as f:
+    fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the locked run
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{src}: not a regular file", hint="index wheel files only (nothing was changed)")
+    with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if st.st_size <= _WHOLE:
             data = f.read()

@@ -215,6 +215,7 @@ def env_markdown() -> str:
 ENV_SCAN_PY = ["setup.py", "noxfile.py", "mamba_build", "mamba_ssm", "builder"]
 ENV_SCAN_C = ["csrc"]
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_ENV_HELPER = re.compile(r"^_?env_")  # env_bool, _env_mib: the code's own readers take the name as an argument
 
 
 def _is_env(node: ast.AST) -> bool:
@@ -254,8 +255,10 @@ def _names_in_file(tree: ast.Module) -> set[str]:
                 found.update(values(node.args[0]))
             elif isinstance(f, ast.Attribute) and f.attr == "getenv":
                 found.update(values(node.args[0]))
-            elif isinstance(f, (ast.Attribute, ast.Name)) and getattr(f, "attr", getattr(f, "id", "")) == "env_bool":
-                found.update(values(node.args[1]) if len(node.args) > 1 else [])
+            elif _ENV_HELPER.search(getattr(f, "attr", getattr(f, "id", ""))):
+                # a reader of the code's own (toolchain.env_bool(env, "NAME"), sources._env_mib("NAME", 512))
+                for arg in node.args:
+                    found.update(values(arg))
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_env(node.value):
             found.update(values(node.slice))
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
@@ -396,6 +399,16 @@ def placeholders_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def denied_env_markdown() -> str:
+    from builder import recipes
+
+    names = ", ".join(f"`{n}`" for n in sorted(getattr(recipes, "DENIED_ENV", ())))
+    prefixes = ", ".join(f"`{p}*`" for p in getattr(recipes, "DENIED_ENV_PREFIXES", ()))
+    if not names and not prefixes:
+        return "None: a recipe may set or unset any name.\n"
+    return f"Names: {names}.\n\nPrefixes: {prefixes}.\n"
+
+
 # --------------------------------------------------------------------------- the hook
 
 GENERATORS = {
@@ -408,6 +421,7 @@ GENERATORS = {
     "platform-support-upstream": upstream_markdown,
     "recipe-list": recipes_markdown,
     "recipe-placeholders": placeholders_markdown,
+    "recipe-denied-env": denied_env_markdown,
 }
 
 

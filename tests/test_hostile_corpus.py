@@ -1,0 +1,498 @@
+"""The hostile-input corpus (issue 20): every hostile or broken input the farm takes, through the real CLI.
+
+Each case makes its input in its own scratch folder, runs ``python -m builder ...`` in a subprocess (a file
+size and memory limit, a timeout: a hang or an endless read ends the case, never the machine), and asserts:
+the exit code it expects, a clear ``error:`` (or ``warning:``) line saying what is wrong, no traceback, nothing
+written outside its scratch folder, and the published index and the sdist cache byte-for-byte unchanged (the
+refused archive's own cache folder and ``sdists/quarantine/`` excepted: a refused archive is moved out there).
+
+Cases by surface: ``sdist-*`` (archives unpacked by ``recipe prepare``), ``fetch-*`` (indexes and downloads,
+``recipe fetch`` against a page served on 127.0.0.1), ``recipe-*`` (``recipe explain``), ``matrix-*`` (``plan``),
+``index-*`` (``index`` into the published index), ``resolve-*`` (``resolve`` of a hostile manifest). Add a case with each new surface.
+
+``HOSTILE_CORPUS_CODE=DIR`` runs the corpus against another tree's builder (e.g. an export of main), and
+``HOSTILE_CORPUS_REPORT=FILE`` appends one JSON line per case (what happened), for the closing note's table.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hostilekit import add, chain_archive, corrupt_gzip, sha256, snapshot
+from wheelmaker import make_mamba_wheel
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE = Path(os.environ.get("HOSTILE_CORPUS_CODE") or ROOT)
+REPORT = os.environ.get("HOSTILE_CORPUS_REPORT")
+TIMEOUT_S = 30
+LIMITS = {resource.RLIMIT_FSIZE: 256 << 20, resource.RLIMIT_AS: 4 << 30}  # /dev/zero never fills a disk or RAM
+
+TORCH_CELL = ["--torch", "2.14.1", "--accelerator", "cpu"]
+RESOLVE = ["resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "FALSE", "--python", "3.11", "--index"]
+LABEL = "cu12torch2.6cxx11abiFALSE"
+INFO = f"mamba_ssm-2.3.0+{LABEL}.dist-info"
+
+
+@dataclass
+class Case:
+    name: str
+    expect: int  # exit code
+    message: str  # what stderr must say (a substring)
+    make: callable  # (World, scratch) -> argv
+    env: dict = field(default_factory=dict)
+    probe_shell: bool = False  # an accepted recipe env: does it reach build.sh's shell?
+
+
+class World:
+    """What every case shares: the published index, the sdist cache (a victim pin cached), a web server."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.published = root / "published"
+        self.index = self.published / "index"
+        self.farm = root / "farm"
+        self.cases = root / "cases"
+        self.cases.mkdir(parents=True)
+        wheels = root / "good-wheels"
+        make_mamba_wheel(wheels, LABEL, "cp311")
+        self.published.mkdir()
+        rc = _run(["index", "--wheels", str(wheels), "--out", str(self.index)], {}, root)[0]
+        assert rc == 0, "the published index could not be made"
+        shutil.rmtree(wheels)
+        # hard links: a restored copy keeps the store's inodes and mtimes (the index recognises its files by them)
+        self.pristine = root / "pristine"
+        subprocess.run(["cp", "-al", str(self.published), str(self.pristine)], check=True)
+        self.pristine_view = snapshot(self.pristine)
+        # a victim: another pin's archive in the cache, which an escaping unpack would reach
+        self.victim = self.farm / "sdists" / ("e" * 64) / "victim-1.0.tar.gz"
+        self.victim.parent.mkdir(parents=True)
+        with tarfile.open(self.victim, "w:gz") as tf:
+            add(tf, "victim-1.0/setup.py", data=b"print('victim')\n")
+        self.site = root / "site"
+        (self.site / "simple").mkdir(parents=True)
+        handler = type("H", (_Handler,), {"site": self.site})
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    site: Path
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/endless/"):  # an endless body, as far as a client can tell (stops at 64 MiB)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.end_headers()
+            chunk = b"\0" * (1 << 20)
+            try:
+                for _ in range(64):
+                    self.wfile.write(chunk)
+            except OSError:
+                pass
+            return
+        path = self.site / self.path.lstrip("/").split("?")[0]
+        if path.is_dir():
+            path = path / "index.html"
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        self.send_response(200)
+        ctype = "text/html" if path.suffix == ".html" else "application/octet-stream"
+        if data.startswith(b"["):  # a PEP 691 answer that is not an object
+            ctype = "application/vnd.pypi.simple.v1+json"
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+# The limits are set by the child itself, then it execs the CLI: no preexec_fn (unsafe with the server's thread).
+_LIMITED = (
+    "import os, resource, sys\n"
+    f"for res, value in {[(int(r), v) for r, v in LIMITS.items()]!r}:\n"
+    "    resource.setrlimit(res, (value, value))\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'builder', *sys.argv[1:]])\n"
+)
+
+
+def _run(argv: list[str], env: dict, cwd_scratch: Path) -> tuple[int | str, str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "MAMBA_FARM_", "HOSTILE_CORPUS"))}
+    base.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="file:///nonexistent-index", PYTHONDONTWRITEBYTECODE="1",
+                NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")  # fmt: skip
+    base.update(env)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _LIMITED, *argv], cwd=CODE, env=base, capture_output=True, text=True,
+            timeout=TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as err:
+        out = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else err.stdout or ""
+        return "hang", out, f"(no answer in {TIMEOUT_S} s)"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def _recipe(folder: Path, pin_sha: str, *, env: str = "", unset: str = "", name: str = "evil") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.toml"
+    path.write_text(
+        f'[project]\nname = "{name}"\n\n[source]\nname = "{name}"\nversion = "1.0"\nsha256 = "{pin_sha}"\n\n'
+        f'[build]\n{unset}\n\n[build.env]\nEVIL_FORCE_BUILD = "TRUE"\n{env}\n\n'
+        f'[test]\nimports = ["{name.replace("-", "_")}"]\n\n[verify]\nextensions = ["{name.replace("-", "_")}*.so"]\n'
+    )
+    return path
+
+
+def _sdist_case(build):
+    """An archive made by ``build(tf, scratch, world)`` (or written by it when it returns bytes), cached under its
+    pin as a hash-checked fetch would leave it, then ``recipe prepare`` of a recipe pinning it."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        archive = scratch / "evil-1.0.tar.gz"
+        out = scratch / "out"
+        with tarfile.open(archive, "w:gz") as tf:
+            raw = build(tf, scratch, world)
+        if isinstance(raw, bytes):
+            archive.write_bytes(raw)
+        elif raw == "chain":
+            chain_archive(archive, "evil-1.0", out / "src", os.path.relpath(world.victim.parent, out / "src"))
+        cached = world.farm / "sdists" / sha256(archive) / "evil-1.0.tar.gz"
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(archive, cached)
+        _recipe(scratch / "recipes", sha256(archive))
+        return ["recipe", "prepare", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL, "--out", str(out)]
+
+    return make
+
+
+def _gz(data: bytes) -> bytes:
+    import gzip
+    import io
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        add(tf, "evil-1.0/setup.py", data=data)
+    raw = bytearray(gzip.compress(buf.getvalue()))
+    return bytes(raw)
+
+
+def _corrupt(tf, scratch, world) -> bytes:
+    raw = bytearray(_gz(os.urandom(20000)))
+    raw[60:90] = b"\xff" * 30
+    return bytes(raw)
+
+
+def _corrupt_at(where: float):
+    def build(tf, scratch, world) -> bytes:
+        corrupt_gzip(scratch / "damaged.tar.gz", "evil-1.0", where)
+        return (scratch / "damaged.tar.gz").read_bytes()
+
+    return build
+
+
+def _recipe_case(env: str = "", unset: str = ""):
+    def make(world: World, scratch: Path) -> list[str]:
+        _recipe(scratch / "recipes", "0" * 64, env=env, unset=unset)
+        return ["recipe", "explain", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL]
+
+    return make
+
+
+def _huge_recipe(world: World, scratch: Path) -> list[str]:
+    path = _recipe(scratch / "recipes", "0" * 64)
+    with open(path, "a") as f:
+        f.write("#" * (20 << 20) + "\n")
+    return ["recipe", "explain", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL]
+
+
+def _fifo_recipe(world: World, scratch: Path) -> list[str]:
+    (scratch / "recipes").mkdir()
+    os.mkfifo(scratch / "recipes" / "evil.toml")
+    return ["recipe", "explain", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL]
+
+
+def _fifo_matrix(world: World, scratch: Path) -> list[str]:
+    os.mkfifo(scratch / "matrix.toml")
+    return ["plan", "--matrix", str(scratch / "matrix.toml")]
+
+
+def _fetch_case(page: callable):
+    """``recipe fetch`` of a pin whose index page ``page(world, scratch)`` writes (served on 127.0.0.1)."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        sha, index = page(world, scratch)
+        _recipe(scratch / "recipes", sha, name=scratch.name.replace("_", "-"))
+        return ["recipe", "fetch", scratch.name.replace("_", "-"), "--recipes", str(scratch / "recipes")], index
+
+    return make
+
+
+def _page(world: World, project: str, links: list[tuple[str, str]]) -> str:
+    folder = world.site / "simple" / project
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "index.html").write_text("".join(f'<a href="{h}">{t}</a>\n' for h, t in links))
+    return f"{world.url}/simple"
+
+
+def _file_link(world: World, scratch: Path):
+    local = scratch / "local.tar.gz"
+    with tarfile.open(local, "w:gz") as tf:
+        add(tf, "fetch_file_link-1.0/setup.py", data=b"")
+    return sha256(local), _page(world, "fetch-file-link", [(local.as_uri(), "fetch_file_link-1.0.tar.gz")])
+
+
+def _endless(world: World, scratch: Path):
+    return "1" * 64, _page(world, "fetch-endless", [(f"{world.url}/endless/x", "fetch_endless-1.0.tar.gz")])
+
+
+def _dev_zero(world: World, scratch: Path):
+    folder = scratch / "local-index" / "fetch-dev-zero"
+    folder.mkdir(parents=True)
+    (folder / "index.html").write_text('<a href="file:///dev/zero">fetch_dev_zero-1.0.tar.gz</a>\n')
+    return "2" * 64, (scratch / "local-index").as_uri()
+
+
+def _json_list(world: World, scratch: Path):
+    folder = world.site / "simple" / "fetch-json-list"
+    folder.mkdir(parents=True)
+    (folder / "index.html").write_text('[{"url": 1, "filename": ["x"]}]')  # served as JSON, not an object
+    return "3" * 64, f"{world.url}/simple"
+
+
+def _index_case(build):
+    """``index`` of a --wheels folder that ``build(folder, world)`` fills, into the published index."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        folder = scratch / "wheels"
+        folder.mkdir()
+        extra = build(folder, world)
+        extra = extra if isinstance(extra, list) else []
+        return ["index", "--wheels", str(folder), "--out", str(world.index), *extra]
+
+    return make
+
+
+def _wheel_with(folder: Path, changes: dict, name: str | None = None) -> None:
+    whl = make_mamba_wheel(folder / "tmp", LABEL, "cp312")
+    with zipfile.ZipFile(whl) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    for n, data in changes.items():
+        if data is None:
+            members.pop(n)
+        else:
+            members[n] = data
+    with zipfile.ZipFile(folder / (name or whl.name), "w") as zf:
+        for n, data in members.items():
+            zf.writestr(n, data)
+    shutil.rmtree(folder / "tmp")
+
+
+def _renamed(tag_platform: str):
+    def build(folder: Path, world: World):
+        whl = make_mamba_wheel(folder / "tmp", LABEL, "cp312")
+        whl.rename(folder / whl.name.replace("linux_x86_64", tag_platform))
+        shutil.rmtree(folder / "tmp")
+
+    return build
+
+
+def _dist_info(folder: Path, world: World):
+    whl = make_mamba_wheel(folder / "tmp", LABEL, "cp312")
+    with zipfile.ZipFile(whl) as zf:
+        members = {n.replace(INFO, "other-2.3.0.dist-info"): zf.read(n) for n in zf.namelist()}
+    with zipfile.ZipFile(folder / whl.name, "w") as zf:
+        for n, data in members.items():
+            zf.writestr(n, data)
+    shutil.rmtree(folder / "tmp")
+
+
+def _two_named_alike(folder: Path, world: World):
+    make_mamba_wheel(folder / "a", LABEL, "cp312")
+    _wheel_with(folder / "b", {"mamba_ssm/extra.py": b"x = 1\n"})
+
+
+def _resolve_case(edit):
+    def make(world: World, scratch: Path) -> list[str]:
+        doc = json.loads((world.index / "manifest.json").read_text())
+        doc = edit(doc) or doc
+        (scratch / "idx").mkdir()
+        (scratch / "idx" / "manifest.json").write_text(json.dumps(doc))
+        return [*RESOLVE, str(scratch / "idx")]
+
+    return make
+
+
+def _first(doc):
+    return next(iter(doc["files"].values()))
+
+
+CASES = [
+    # --- sdists: unpacked by `recipe prepare` (the build's own step)
+    Case("sdist-symlink-chain-cve-2025-4517", 11, "refused to unpack", _sdist_case(lambda tf, s, w: "chain")),
+    Case("sdist-absolute-member", 11, "is absolute",
+         _sdist_case(lambda tf, s, w: (add(tf, "evil-1.0/setup.py"), add(tf, str(s / "marker.txt"), data=b"x")))),
+    Case("sdist-all-absolute", 11, "is absolute",
+         _sdist_case(lambda tf, s, w: add(tf, str(s / "abs" / "marker.txt"), data=b"x"))),
+    Case("sdist-dotdot-member", 11, "climbs out",
+         _sdist_case(lambda tf, s, w: (add(tf, "evil-1.0/setup.py"), add(tf, "evil-1.0/../../marker.txt", data=b"x")))),
+    Case("sdist-symlink-to-etc", 11, "outside the unpack folder",
+         _sdist_case(lambda tf, s, w: add(tf, "evil-1.0/etc", tarfile.SYMTYPE, "/etc"))),
+    Case("sdist-dotdot-symlink-then-write", 11, "refused to unpack",
+         _sdist_case(lambda tf, s, w: (add(tf, "evil-1.0/up", tarfile.SYMTYPE, "../.."),
+                                       add(tf, "evil-1.0/up/marker.txt", data=b"x")))),
+    Case("sdist-hardlink-out", 11, "hard link",
+         _sdist_case(lambda tf, s, w: (add(tf, "evil-1.0/setup.py"),
+                                       add(tf, "evil-1.0/h", tarfile.LNKTYPE, str(w.victim).lstrip("/"))))),
+    Case("sdist-char-device", 11, "is a device",
+         _sdist_case(lambda tf, s, w: (add(tf, "evil-1.0/setup.py"), add(tf, "evil-1.0/zero", tarfile.CHRTYPE)))),
+    Case("sdist-fifo", 11, "is a FIFO",
+         _sdist_case(lambda tf, s, w: (add(tf, "evil-1.0/setup.py"), add(tf, "evil-1.0/p", tarfile.FIFOTYPE)))),
+    Case("sdist-replaces-a-file-by-a-link", 11, "comes twice",
+         _sdist_case(lambda tf, s, w: (add(tf, "evil-1.0/setup.py"),
+                                       add(tf, "evil-1.0/setup.py", tarfile.SYMTYPE, "../../marker.txt")))),
+    Case("sdist-corrupt-gzip", 8, "not a readable .tar.gz", _sdist_case(_corrupt)),
+    Case("sdist-corrupt-gzip-zlib-error", 8, "not a readable .tar.gz", _sdist_case(_corrupt_at(0.2))),
+    Case("sdist-corrupt-gzip-partial-tree", 8, "not a readable .tar.gz", _sdist_case(_corrupt_at(0.5))),
+    Case("sdist-not-gzip", 8, "not a readable .tar.gz", _sdist_case(lambda tf, s, w: os.urandom(4096))),
+    Case("sdist-truncated", 8, "not a readable .tar.gz",
+         _sdist_case(lambda tf, s, w: _gz(os.urandom(50000))[:3000])),
+    Case("sdist-wrong-top-folder", 8, "not evil-1.0",
+         _sdist_case(lambda tf, s, w: add(tf, "other-2.0/setup.py", data=b""))),
+    Case("sdist-two-top-folders", 8, "one top-level folder",
+         _sdist_case(lambda tf, s, w: (add(tf, "evil-1.0/setup.py"), add(tf, "second/setup.py")))),
+    # --- fetching: `recipe fetch` through a page on 127.0.0.1
+    Case("fetch_file_link", 9, "not an http(s) URL: ignored", _fetch_case(_file_link)),
+    Case("fetch_endless", 8, "over the cap", _fetch_case(_endless), env={"MAMBA_FARM_MAX_SDIST_MB": "4"}),
+    Case("fetch_dev_zero", 9, "not a regular file", _fetch_case(_dev_zero)),
+    Case("fetch_json_list", 9, "was fetched from none", _fetch_case(_json_list)),
+    # --- recipes: names that steer the farm's machinery, sizes
+    *[Case(f"recipe-env-{n}", 2, "may not set or unset", _recipe_case(env=f'{n} = "/tmp/x"'),
+           probe_shell=n in ("BASH_ENV",))
+      for n in ("BASH_ENV", "ENV", "PATH", "LD_PRELOAD", "PIP_INDEX_URL", "PYTHONPATH", "FARM_TORCH_PIP_ARGS",
+                "FARM_TORCH_REQ", "MAMBA_KERNEL_CACHE", "CCACHE_PREFIX", "UV_INDEX_URL", "HTTPS_PROXY")],
+    Case("recipe-unset-PATH", 2, "may not set or unset", _recipe_case(unset='unset = ["PATH"]')),
+    Case("recipe-20-MB", 2, "more than a recipe's cap", _huge_recipe),
+    Case("recipe-fifo", 2, "not a regular file", _fifo_recipe),
+    Case("matrix-fifo", 2, "not a regular file", _fifo_matrix),
+    # --- the index: --wheels folders and names
+    Case("index-fifo", 0, "skipped, not a regular file",
+         _index_case(lambda f, w: os.mkfifo(f / f"mamba_ssm-2.3.0+{LABEL}-cp312-cp312-linux_x86_64.whl"))),
+    Case("index-dev-zero-link", 0, "skipped, not a regular file",
+         _index_case(lambda f, w: (f / f"mamba_ssm-2.3.0+{LABEL}-cp312-cp312-linux_x86_64.whl").symlink_to("/dev/zero"))),
+    Case("index-link-loop", 0, "skipped, cannot be read",
+         _index_case(lambda f, w: (f / "mamba_ssm-2.3.0+x-cp312-cp312-linux_x86_64.whl").symlink_to(
+             "mamba_ssm-2.3.0+x-cp312-cp312-linux_x86_64.whl"))),
+    Case("index-folder-loop", 0, "index:", _index_case(lambda f, w: (f / "up").symlink_to(".."))),
+    Case("index-fifo-sidecar", 2, "not a regular file",
+         _index_case(lambda f, w: os.mkfifo(str(make_mamba_wheel(f, LABEL, "cp312")) + ".spec.json"))),
+    Case("index-metadata-name", 2, "METADATA says Name",
+         _index_case(lambda f, w: _wheel_with(f, {f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: causal-conv1d\n"
+                                                  b"Version: 2.3.0+" + LABEL.encode() + b"\n"}))),
+    Case("index-dist-info-name", 2, ".dist-info/ does not name", _index_case(_dist_info)),
+    *[Case(f"index-tag-{label}", 2, "not a wheel filename pip makes", _index_case(_renamed(bad)))
+      for label, bad in (("hash", "linux#x86_64"), ("question", "linux?x86_64"), ("space", "linux x86_64"),
+                         ("rlo", "linux_x86_64\u202e"))],
+    Case("index-base-url-javascript", 2, "is not an http(s) URL",
+         _index_case(lambda f, w: ["--base-url", "javascript:alert(1)//"])),
+    Case("index-base-url-quote", 2, "is not an http(s) URL",
+         _index_case(lambda f, w: ["--base-url", "https://x.example/'onmouseover='alert(1)"])),
+    Case("index-two-files-one-name", 2, "two different files named", _index_case(_two_named_alike)),
+    Case("index-not-a-zip", 2, "not a readable zip",
+         _index_case(lambda f, w: (f / f"mamba_ssm-2.3.0+{LABEL}-cp312-cp312-linux_x86_64.whl").write_bytes(b"PK no"))),
+    # --- resolve: a hostile manifest
+    Case("resolve-not-an-object", 2, "expected a JSON object", _resolve_case(lambda d: [d])),
+    Case("resolve-schema-99", 2, "schema 99", _resolve_case(lambda d: {**d, "schema": 99})),
+    Case("resolve-files-a-list", 2, "must be objects", _resolve_case(lambda d: {**d, "files": list(d["files"])})),
+    Case("resolve-entry-missing-sha256", 2, ".sha256 is None", _resolve_case(lambda d: _first(d).pop("sha256") and d)),
+    Case("resolve-bad-version", 2, "not a manifest", _resolve_case(lambda d: _first(d).update(version="x!y") or d)),
+    Case("resolve-bad-key", 2, "not a manifest", _resolve_case(lambda d: _first(d).update(key="cu12-torchX") or d)),
+    Case("resolve-variant-lists-a-ghost", 2, "lists files the manifest does not have",
+         _resolve_case(lambda d: d["variants"][LABEL_KEY].append("ghost.whl") or d)),
+    Case("resolve-base-url-javascript", 2, "is not an http(s) URL",
+         _resolve_case(lambda d: {**d, "base_url": "javascript:alert(1)//"})),
+    Case("resolve-base-url-shell", 2, "is not an http(s) URL",
+         _resolve_case(lambda d: {**d, "base_url": "https://x.example/$(touch marker)"})),
+]  # fmt: skip
+LABEL_KEY = "cu12-torch2.6-cxx11abiFALSE"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    w = World(tmp_path_factory.mktemp("hostile"))
+    yield w
+    w.server.shutdown()
+    w.server.server_close()
+
+
+def _allowed_cache_change(world: World, rel: str, pin_folders: set[str]) -> bool:
+    parts = Path(rel).parts
+    return parts[:2] == ("farm", "sdists") and len(parts) >= 3 and (parts[2] == "quarantine" or parts[2] in pin_folders)
+
+
+def _probe_shell(scratch: Path) -> bool:
+    """Whether an accepted BASH_ENV reaches build.sh's shell (a marker in the scratch folder says it did)."""
+    hook = scratch / "hook.sh"
+    hook.write_text(f"touch {scratch / 'reached'}\n")
+    env = {**os.environ, "BASH_ENV": str(hook), "FARM_PYTHON": "/bin/false", "FARM_BUILD_ID": "probe",
+           "FARM_OUT": str(scratch / "o"), "FARM_SRC": str(scratch)}  # fmt: skip
+    subprocess.run(["bash", str(CODE / "builder" / "executors" / "build.sh")], env=env, capture_output=True,
+                   timeout=30, check=False)  # fmt: skip
+    return (scratch / "reached").exists()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_input(world: World, case: Case):
+    scratch = world.cases / case.name
+    scratch.mkdir()
+    pins0 = {p.name for p in (world.farm / "sdists").iterdir()}
+    if snapshot(world.published) != world.pristine_view:  # an earlier case changed it (the old code did): each case
+        shutil.rmtree(world.published)  # starts from the same published index
+        subprocess.run(["cp", "-al", str(world.pristine), str(world.published)], check=True)
+    made = case.make(world, scratch)
+    argv, env = (made, {}) if isinstance(made[0], str) else (made[0], {"PIP_INDEX_URL": made[1]})
+    env = {"MAMBA_FARM_CACHE": str(world.farm), **case.env, **env}
+    before = snapshot(world.root, skip=(scratch, world.pristine))
+    rc, out, err = _run(argv, env, scratch)
+    after = snapshot(world.root, skip=(scratch, world.pristine))
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    pin_folders = {p.name for p in (world.farm / "sdists").iterdir()} - pins0  # this case's pin only
+    outside = [k for k in changed if not _allowed_cache_change(world, k, pin_folders)]
+    published = [
+        k for k in changed if k.startswith(("published", os.path.join("farm", "sdists", world.victim.parent.name)))
+    ]
+    reached = case.probe_shell and rc == 0 and _probe_shell(scratch)
+    result = {
+        "case": case.name, "expect": case.expect, "exit": rc, "clear": case.message in err or case.message in out,
+        "traceback": "Traceback" in err, "written_outside": outside, "published_changed": published,
+        "reached_shell": reached, "stderr": err.strip().splitlines()[-1:] if err.strip() else [],
+        "error_line": err.startswith("error: ") or "\nerror: " in err,
+    }  # fmt: skip
+    if REPORT:
+        with open(REPORT, "a") as f:
+            f.write(json.dumps(result) + "\n")
+    assert result["traceback"] is False, err
+    assert rc == case.expect, (rc, out[-2000:], err[-2000:])
+    assert result["clear"], err
+    if case.expect:
+        assert err.startswith("error: ") or "\nerror: " in err, err
+    assert not outside, f"written outside the scratch folder (or the cache changed): {outside[:5]}"
+    assert not published and world.victim.read_bytes() and not reached
