@@ -102,6 +102,10 @@ def run_command(args: argparse.Namespace) -> int:
         log=log,
     )
     log(f"plan: {len(specs)} build(s), {len(specs) - len(todo)} up to date, {len(todo)} to build, {jobs} at once")
+    if not args.no_smoke:
+        warning = _cache_preflight(todo)
+        if warning:
+            log(warning)
 
     outcomes: list[schedule.Outcome] = []
     stop = threading.Event()
@@ -289,6 +293,21 @@ def _verify_and_publish(
     dest = wheels_dir / good.name
     os.replace(staged, dest)
     return dest
+
+
+def _cache_preflight(todo: list) -> str | None:
+    """Whether the smoke tests' torch venvs this run adds would take the farm cache past its budget."""
+    from builder import cache
+    from builder.compat import load
+
+    compat = load()
+    needs = []
+    for s in todo:
+        minor = ".".join(s.torch_version.split(".")[:2])
+        row = compat.torch.get(minor)
+        cuda = row is None or row.pypi.get(s.platform, "cpu") != "cpu"  # what `pip install torch==X` gets from PyPI
+        needs.append((s.python_tag, s.torch_version, cuda))
+    return cache.preflight(needs)
 
 
 def previous_entries(ledger: schedule.Ledger, todo: list) -> dict[str, dict]:

@@ -24,6 +24,8 @@ COMMANDS = {
     "hip-compile": "builder.hip",
     "recipe": "builder.prepare",
     "release": "builder.release",
+    "drift": "builder.drift",
+    "cache": "builder.cache",
 }
 
 

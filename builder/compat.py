@@ -149,10 +149,14 @@ class Compat:
         if acc.kind == "cuda":
             variants = row.cuda_variants(platform)
             same_major = [v for v in variants if vtuple(v)[0] == acc.major]
+            where = "" if platform == "linux_x86_64" else f" for {platform}"
             if not same_major:
-                where = "" if platform == "linux_x86_64" else f" for {platform}"
                 have = ", ".join(variants) or "none"
                 return f"torch {torch} has no CUDA {acc.major}.x build{where} (its CUDA builds: {have})"
+            ceiling = self.torch_cuda_ceiling(acc)
+            if all(vtuple(v) > vtuple(ceiling) for v in same_major) and acc.toolkit in self.cuda:
+                return (f"torch {torch}'s CUDA {acc.major}.x builds{where} ({', '.join(same_major)}) are newer than "
+                        f"toolkit {acc.toolkit} was checked against ({ceiling}; toolkits.toml torch_cuda_max)")
         elif acc.kind == "rocm":
             if vtuple(acc.toolkit) < vtuple(self.rocm_minimum):
                 return f"the HIP kernels need ROCm >= {self.rocm_minimum}"
@@ -170,7 +174,8 @@ class Compat:
         """Which torch build a (buildable) cell installs.
 
         A CUDA X.Y toolkit builds against any torch built for CUDA X: PyPI's own build
-        when it is one not newer than the toolkit (and ``prefer_pypi``), else the newest
+        when it is one not newer than the toolkit or the newer build it was checked against
+        (toolkits.toml ``torch_cuda_max``; and ``prefer_pypi``), else the newest
         CUDA X variant not newer than the toolkit, else the oldest CUDA X variant.
         """
         row = self.torch[torch]
@@ -185,11 +190,17 @@ class Compat:
         same = sorted((v for v in row.cuda_variants(platform) if vtuple(v)[0] == acc.major), key=vtuple)
         if prefer_pypi and pypi.startswith("cu"):
             pypi_version = f"{pypi[2:-1]}.{pypi[-1]}"
-            if vtuple(pypi_version)[0] == acc.major and vtuple(pypi_version) <= vtuple(acc.toolkit):
+            ceiling = self.torch_cuda_ceiling(acc)
+            if vtuple(pypi_version)[0] == acc.major and vtuple(pypi_version) <= vtuple(ceiling):
                 return TorchInstall("", pypi_version)
         not_newer = [v for v in same if vtuple(v) <= vtuple(acc.toolkit)]
         chosen = not_newer[-1] if not_newer else same[0]
         return TorchInstall("cu" + chosen.replace(".", ""), chosen)
+
+    def torch_cuda_ceiling(self, acc: Accelerator) -> str:
+        """The newest torch CUDA build ACC's toolkit builds against: itself, or its checked torch_cuda_max."""
+        row = self.cuda.get(acc.toolkit or "", {})
+        return max(acc.toolkit, row.get("torch_cuda_max", acc.toolkit), key=vtuple)
 
     def default_archs(self, acc: Accelerator) -> tuple[str, ...]:
         if acc.kind == "cuda":

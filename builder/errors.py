@@ -93,6 +93,10 @@ class PatchError(FarmError):
     exit_code = 10
 
 
+# ``python -m builder drift`` exits 11 (builder.drift.DRIFT_EXIT) when the data is behind the index:
+# not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
+
+
 class NoMatchingWheel(FarmError):
     """The index has no wheel for this environment (the nearest ones are listed)."""
 

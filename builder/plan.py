@@ -241,7 +241,8 @@ def _group_stable(
     cells: list[Cell], accs: dict[str, Accelerator], compat: Compat
 ) -> list[tuple[Cell, tuple[Cell, ...], bool]]:
     """(build cell, cells served, stable?): a stable build per (accelerator, platform) for the
-    cells it can serve, built in one of them (newest torch, oldest Python, its native ABI);
+    cells it can serve, built in one of them (the abi3 tag's Python where a cell has it, newest torch,
+    oldest Python, its native ABI);
     a classic build per remaining cell."""
     pools: dict[tuple[str, str], list[Cell]] = {}
     groups: list[tuple[Cell, tuple[Cell, ...], bool]] = []
@@ -251,7 +252,10 @@ def _group_stable(
         else:
             groups.append((c, (c,), False))
     for served in pools.values():
-        build = min(served, key=lambda c: (tuple(-x for x in vtuple(c.torch)), vtuple(c.python), not c.cxx11abi))
+        # The abi3 tag's own Python first (torch 2.15 has no cp310 wheel: the build stays on the newest
+        # torch that has one, and the canary in tests/test_stable_abi.py runs the wheel under newer ones).
+        build = min(served, key=lambda c: (c.python != compat.stable_python, tuple(-x for x in vtuple(c.torch)),
+                                           vtuple(c.python), not c.cxx11abi))  # fmt: skip
         groups.append((build, tuple(served), True))
     # Each accelerator's classic builds, then its stable build (per platform).
     return sorted(groups, key=lambda g: (g[0].sort_key()[:2], g[2], g[0].sort_key()))

@@ -36,8 +36,8 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from builder import cache, variants, wheelmeta
 from builder import compat as compat_mod
-from builder import variants, wheelmeta
 from builder.errors import VerificationError
 from builder.relabel import pin_torch, read_members, write_wheel
 from builder.spec import BuildSpec
@@ -559,6 +559,7 @@ def _torch_base(python: str, torch_requirement: str, root: Path) -> Path:
         raise VerificationError(f"smoke test: cannot run --python {python}: {ver.stderr.strip()[-200:]}")
     base = root / f"py{ver.stdout.strip()}-{hashlib.sha256(torch_requirement.encode()).hexdigest()[:10]}"
     if (base / ".complete").exists():
+        cache.touch(base)
         return base
     tmp = root / f".{base.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -568,6 +569,8 @@ def _torch_base(python: str, torch_requirement: str, root: Path) -> Path:
     shutil.rmtree(base, ignore_errors=True)
     os.rename(tmp, base)  # only `bin/python -m ...` is used: that survives the move (console scripts would not)
     (base / ".complete").write_text(torch_requirement + "\n")
+    # share its files with the other torch venvs there, then fit the cache budget (builder/cache.py)
+    cache.after_create(base, root=root.parent.parent, log=lambda msg: print(msg, file=sys.stderr))
     return base
 
 

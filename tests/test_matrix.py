@@ -18,6 +18,8 @@ from builder.compat import PLATFORMS, vtuple
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = (REPO / "matrix.toml").read_text()
+# The [axes] torch line as it is today (`builder drift --write` appends new minors to it).
+TORCH_AXIS = re.search(r"^torch = \[.*\]$", DEFAULT, re.M).group(0)
 
 
 def run_cli(args: list[str]) -> tuple[int, str, str]:
@@ -262,7 +264,7 @@ CASES = [
     ),
     (
         "nothing-to-build",
-        'torch = ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14"]',
+        TORCH_AXIS,
         'torch = ["2.4"]\n',
         "[axes]",
         ["nothing to build"],
@@ -327,7 +329,7 @@ def test_bad_matrix_is_exit_2_naming_file_line_key_value(mdir: Path, case) -> No
     text = mutate(DEFAULT, old, new)
     if case[0] == "nothing-to-build":
         text = mutate(text, 'python = ["3.10", "3.11", "3.12", "3.13"]', 'python = ["3.13"]')
-        text = text.replace('torch = ["2.4", "2.5", "2.6"]\n', 'torch = ["2.4"]\n')
+        text = text.replace('torch = ["2.4", "2.5", "2.6"]\n', 'torch = ["2.4"]\n').replace('torch = "2.6"\n', 'torch = "2.4"\n')
         text = text[: text.index("[profiles.ci]")]
     path = mdir / "matrix.toml"
     path.write_text(text)

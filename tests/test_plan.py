@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_matrix import DEFAULT, REPO, make_dir, mutate, run_cli
+from test_matrix import DEFAULT, REPO, TORCH_AXIS, make_dir, mutate, run_cli
 
+from builder.compat import load as load_compat
 from builder.compat import vtuple
 from builder.errors import MatrixError
 from builder.matrix import Cell
@@ -108,9 +109,7 @@ def test_full_plan_covers_upstream_release(full, classic) -> None:
                 has = {"2.6": "1112", "2.7": "1112", "2.8": "12", "2.9": "1213", "2.10": "1213"}[torch]
                 if major not in (has[i : i + 2] for i in range(0, len(has), 2)):
                     continue
-                abis = (
-                    ["FALSE", "TRUE"] if torch == "2.6" and major == "12" else ["FALSE" if torch == "2.6" else "TRUE"]
-                )
+                abis = ["FALSE", "TRUE"] if torch == "2.6" else ["TRUE"]  # 2.6: CUDA 11 and 12, both ABIs
                 for abi in abis:
                     want = f"cu{major}-torch{torch}-cxx11abi{abi}-cp{python.replace('.', '')}-linux_x86_64"
                     assert want in ids, want
@@ -184,8 +183,8 @@ def test_table_and_explain() -> None:
     rc, out, _ = run_cli(["plan", "--profile", "upstream", "--explain"])
     assert rc == 0
     assert "cu11-torch2.7-cxx11abiTRUE-cp313-linux_x86_64" in out
-    # upstream's 68 wheels are 68 cells; torch 2.10's 16 take 4 stable builds
-    assert "56 builds (4 stable-ABI) serving 68 cells, " in out and "images, dropped" in out
+    # upstream's 72 wheels are 72 cells; torch 2.10's 16 take 4 stable builds
+    assert "60 builds (4 stable-ABI) serving 72 cells, " in out and "images, dropped" in out
     assert "(profile upstream)" in out
     # which build serves which cells: the serves column, and each stable build's cells
     assert "4 cells: torch 2.10 x py3.10..3.13 (1 variant)" in out and "│ 1 cell" in out
@@ -198,7 +197,7 @@ def narrow_matrix(root: Path, torch: str, python: str, accelerator: str, platfor
     """matrix.toml with just these axes (TOML arrays), no [[include]] and no profiles."""
     text = mutate(
         DEFAULT,
-        'torch = ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14"]',
+        TORCH_AXIS,
         f"torch = {torch}",
     )
     text = mutate(text, 'python = ["3.10", "3.11", "3.12", "3.13"]', f"python = {python}")
@@ -333,7 +332,11 @@ def test_only_selects_builds_and_narrows_images(full) -> None:
     plan = load_plan(only=want)
     assert sorted(b.id for b in plan.builds) == sorted(want)
     assert {i.pythons for i in plan.images.values()} == {("3.10",), ("3.13",)}
-    assert len(plan.cells) == 1 + 20  # the classic cell and the stable build's 20
+    # the classic cell and the stable build's: each torch >= the floor on the axes x the axes' Pythons it has
+    compat = load_compat()
+    stable_cells = [(t, p) for t in plan.matrix.axes.torch if vtuple(t) >= vtuple(stable_floor())
+                    for p in plan.matrix.axes.python if compat.torch[t].supports_python(p)]  # fmt: skip
+    assert len(stable_cells) >= 20 and len(plan.cells) == 1 + len(stable_cells)
     assert {b.id: b.inputs_hash for b in plan.builds} == {i: full.build(i).inputs_hash for i in want}
     with pytest.raises(MatrixError, match="near matches: cu12-torch2.6-cxx11abiFALSE-cp310-linux_x86_64"):
         load_plan(only=["cu12-torch2.6-cxx11abiFALSE-cp310-linux_x86"])

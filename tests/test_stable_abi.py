@@ -8,6 +8,9 @@ What a user relies on, checked for real:
 - its extension references torch only through the C shim (no mangled c10/at/torch
   symbol) and no Python symbol, and the wheel says so: cp310-abi3, torch>=<floor>, label
   ``cputorchstable``;
+- the canary: that CPU stable wheel passes the same numerics check under the newest torch the
+  index lists on the day the suite runs (2.15.0 on 2026-12-01), found at test time, never pinned
+  (its venv is the farm's own smoke-test venv for that torch, under the cache budget);
 - (slow) the CUDA stable wheel built against torch 2.14.1 with nvcc 13.0 loads on this
   GPU-less machine with CPU and CUDA kernels registered and exactly the asked-for SASS.
 """
@@ -197,6 +200,33 @@ def test_stable_wheel_built_on_214_runs_on_test_torch(wheel_214, tmp_path):
     _assert_correct(res, torch.__version__, tmp_path / "site")
 
 
+def test_canary_stable_wheel_runs_under_the_newest_torch_on_pypi(wheel_test_torch, tmp_path):
+    """Forward compatibility, checked against whatever torch the index has today (not a pinned one).
+
+    The CPU stable wheel built against the suite's torch (2.13 in CI; its stable calls are the
+    floor's: TORCH_TARGET_VERSION = [stable] floor) runs the numerics check, forward and backward
+    against the float64 reference, under the newest torch release the host's index lists."""
+    import torch
+
+    from builder.errors import SourceFetchError
+
+    try:
+        newest = cudakit.newest_torch()
+    except SourceFetchError as err:  # no index reachable: nothing to compare with today
+        pytest.skip(f"cannot read the index's torch releases: {err}")
+    if newest.split(".")[:2] == torch.__version__.split(".")[:2]:
+        pytest.skip(f"the newest torch on the index ({newest}) is the suite's own: nothing newer to run under")
+    venv = cudakit.canary_venv(newest)
+    try:
+        res = _run_check(str(venv / "bin" / "python"), wheel_test_torch, tmp_path)
+        _assert_correct(res, newest, tmp_path / "site")
+    except AssertionError as err:
+        raise AssertionError(f"the stable-ABI wheel built against torch {torch.__version__} (floor {FLOOR.group(1)}) "
+                             f"broke under torch {newest}, the newest on the index: {err}") from None  # fmt: skip
+    print(f"canary: {wheel_test_torch.name} (built on torch {torch.__version__}) ok under torch {res['torch']}: "
+          + ", ".join(f"{k} {v['out']:.1e}/{v['grads']:.1e}" for k, v in res["cases"].items()))
+
+
 @pytest.mark.cuda_build
 @pytest.mark.skipif(not cudakit.NVCC.is_file(), reason="needs the CUDA 13.0 toolkit")
 def test_cuda_stable_wheel_builds_against_214_and_loads_without_gpu(venv214, tmp_path):
@@ -243,5 +273,13 @@ def test_planner_serves_each_cell_once_and_stable_where_it_can():
             assert tuple(map(int, c.torch.split("."))) >= floor and c.platform == b.platform
     cu13 = stable.build("cu13-torchstable-abi3-cp310-linux_x86_64")
     assert {"cu13-torch2.10-cxx11abiTRUE", "cu13-torch2.14-cxx11abiTRUE"} <= set(cu13.serves)
-    assert cu13.torch_version.startswith("2.14") and len(served_cells(stable, cu13)) == 20  # 2.10-2.14 x 3.10-3.13
+    # built on the newest torch that has the abi3 tag's Python (2.14: torch 2.15 has no cp310 wheel); it serves
+    # every torch >= the floor on the axes x the axes' Pythons that torch has (2.10-2.14 x 3.10-3.13, 2.15 x 3.11-3.13)
+    from builder.compat import load as load_compat
+
+    compat = load_compat()
+    want = [(t, p) for t in stable.matrix.axes.torch if tuple(map(int, t.split("."))) >= floor
+            for p in stable.matrix.axes.python if compat.torch[t].supports_python(p)]  # fmt: skip
+    assert cu13.python == compat.stable_python and cu13.torch_version.startswith("2.14")
+    assert len(served_cells(stable, cu13)) == len(want) >= 23
     assert len(stable.cells) / len(stable.builds) > 1.5 and len(classic.cells) == len(classic.builds)

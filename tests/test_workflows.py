@@ -227,6 +227,46 @@ def test_ci_runs_on_pull_requests_lint_tests_and_the_ci_profile():
     assert all(job["permissions"] == {"contents": "read"} for job in wf["jobs"].values())
 
 
+DRIFT = WORKFLOWS / "drift.yml"
+
+
+def test_drift_runs_weekly_and_on_demand_and_only_its_pr_job_may_write():
+    wf = load(DRIFT)
+    on = triggers(wf)
+    assert set(on) == {"schedule", "workflow_dispatch"} and len(on["schedule"]) == 1
+    assert re.fullmatch(r"\d+ \d+ \* \* \d", on["schedule"][0]["cron"])  # once a week
+    jobs = wf["jobs"]
+    assert jobs["check"]["permissions"] == {"contents": "read"}
+    assert jobs["pull-request"]["permissions"] == {"contents": "write", "pull-requests": "write"}
+    check = "\n".join(s.get("run", "") for s in jobs["check"]["steps"])
+    assert "python -m builder drift --write" in check
+    # the job that may write runs no farm code and no Python: it copies the data files the check wrote
+    pr = "\n".join(s.get("run", "") for s in jobs["pull-request"]["steps"])
+    assert not re.search(r"^\s*(python|pip|nox)\b", pr, re.M) and "uses" not in str(jobs["pull-request"].get("container", ""))
+    assert "gh pr create" in pr
+    assert "builder/data/torch.toml|matrix.toml|recipes/*.toml)" in pr
+
+
+def test_drift_pr_step_copies_only_the_data_files(tmp_path):
+    """The pull-request job's script, run with bash as a runner would, on an artifact that also holds a
+    file outside the data: it refuses it before committing anything."""
+    step = next(s for s in load(DRIFT)["jobs"]["pull-request"]["steps"] if s.get("name") == "Open or refresh the pull request")
+    art = tmp_path / "drift"
+    (art / "files" / "builder" / "data").mkdir(parents=True)
+    (art / "files" / "builder" / "data" / "torch.toml").write_text("# new\n")
+    (art / "files" / "setup.py").write_text("evil\n")
+    (art / "drift-table.txt").write_text("table\n")
+    (art / "changed.txt").write_text("builder/data/torch.toml\nsetup.py\n")
+    work = tmp_path / "repo"
+    (work / "builder" / "data").mkdir(parents=True)
+    (work / "builder" / "data" / "torch.toml").write_text("# old\n")
+    env = {"PATH": os.environ["PATH"], "DRIFT": str(art), "RC": "11", "RUNNER_TEMP": str(tmp_path), "BRANCH": "farm/drift"}
+    proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 1 and "unexpected file in the drift artifact: setup.py" in proc.stdout
+    assert not (work / "setup.py").exists()
+
+
 def test_release_jobs_get_only_what_they_need():
     jobs = load(RELEASE)["jobs"]
     perms = {name: job["permissions"] for name, job in jobs.items()}

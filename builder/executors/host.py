@@ -159,6 +159,10 @@ class HostExecutor:
                         self._procs.discard(proc)
             if self._closed:
                 return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
+            if code == 0:
+                from builder import cache
+
+                cache.share_build_venv(py.parent.parent, log=self.options.log)
             return collect_wheel(code, raw, out_dir, log_path)
 
     def build_env(self, spec, py: Path, src: Path, out: Path) -> dict[str, str]:

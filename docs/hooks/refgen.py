@@ -37,10 +37,14 @@ def _checkout_on_path() -> None:
 MARKER = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->$", re.M)
 ENVVARS = ROOT / "mamba_build" / "envvars.toml"
 
-# Exit codes the builder CLI returns that are not a FarmError's.
+# Exit codes the builder CLI returns that are not a FarmError's: every command's, and one command's own
+# (a command function's `return N`; tests/test_docs.py finds each and fails on one missing here).
 OTHER_BUILDER_EXITS = {
     0: "success",
     130: "interrupted (Ctrl-C)",
+}
+COMMAND_EXITS = {
+    ("drift", 11): "found drift: the data is behind the index (a table says what; with `--write`, all of it was written)",
 }
 
 
@@ -113,6 +117,11 @@ def _flag(action: argparse.Action) -> str:
 
 
 def _help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    if action.help == argparse.SUPPRESS:  # deliberately left out of --help (another data file, for tests)
+        default = action.default
+        if isinstance(default, Path) and default.is_absolute() and default.is_relative_to(ROOT):
+            default = default.relative_to(ROOT).as_posix()
+        return _cell(f"hidden from `--help`; default `{default}`")
     text = parser._get_formatter()._expand_help(action) if action.help else ""
     if action.required and action.option_strings:
         text = f"required. {text}"
@@ -166,6 +175,8 @@ def builder_exit_codes() -> dict[int, list[str]]:
         if cls is errors.FarmError:
             doc = "any other error the user can fix; the message says what"
         codes[cls.exit_code].append(f"`{cls.__name__}`: {_cell(doc)}")
+    for (command, code), text in COMMAND_EXITS.items():
+        codes[code].append(f"from `{command}` only: {_cell(text)}")
     return dict(sorted(codes.items()))
 
 
@@ -359,6 +370,20 @@ def platform_markdown(profile: str | None = None) -> str:
     return "\n".join(out)
 
 
+def profiles_markdown() -> str:
+    """matrix.toml's profiles: name, what it builds (its description), its projects."""
+    from builder import compat as compat_mod
+    from builder.matrix import load_matrix
+    from builder.plan import DEFAULT_MATRIX
+
+    matrix = load_matrix(DEFAULT_MATRIX, compat_mod.load())
+    lines = ["| profile | builds | projects |", "|---|---|---|", "| *(none)* | the whole matrix | `checkout` |"]
+    for name, prof in matrix.profiles.items():
+        projects = ", ".join(f"`{p}`" for p in prof.projects)
+        lines.append(f"| `{name}` | {_cell(prof.description)} | {projects} |")
+    return "\n".join(lines) + "\n"
+
+
 def upstream_markdown() -> str:
     """Per recipe project of the release profile: which accelerators, torch releases and Pythons it is built for."""
     from builder.plan import load_plan
@@ -419,6 +444,7 @@ GENERATORS = {
     "env-vars": env_markdown,
     "platform-support": platform_markdown,
     "platform-support-upstream": upstream_markdown,
+    "profiles": profiles_markdown,
     "recipe-list": recipes_markdown,
     "recipe-placeholders": placeholders_markdown,
     "recipe-denied-env": denied_env_markdown,

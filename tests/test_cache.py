@@ -1,0 +1,122 @@
+"""builder/cache.py: the smoke-test torch venvs share files across Pythons, fit a budget (least recently
+used out first, never one a running smoke test holds), and a run says before it starts when it would not fit.
+Real files, hard links and `python -m builder cache` on a farm cache made in tmp (never the machine's own)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from builder import cache
+
+ROOT = Path(__file__).resolve().parents[1]
+MB = 1 << 20
+
+
+def make_venv(root: Path, py: str, torch: str, files: dict[str, bytes], used: float) -> Path:
+    """A complete torch venv laid out as builder/wheels.py makes them: smoke/<cpXY>-torch<v>/torch-envs/py<v>-<h>."""
+    tag = "cp" + py.replace(".", "")
+    venv = root / f"{tag}-torch{torch}" / "torch-envs" / f"py{py}.1-0123456789"
+    for rel, data in files.items():
+        p = venv / "lib" / f"python{py}" / "site-packages" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    (venv / ".complete").write_text(f"torch=={torch}\n")
+    (venv / ".last-used").touch()
+    os.utime(venv / ".last-used", (used, used))
+    return venv
+
+
+def blob(seed: str, size: int = 2 * MB) -> bytes:
+    import hashlib
+
+    return hashlib.shake_256(seed.encode()).digest(size)
+
+
+def test_pythons_of_one_torch_share_their_identical_files(tmp_path):
+    shared = {"nvidia/cu13/lib/libcublas.so.13": blob("cublas"), "torch/lib/libtorch_cuda.so": blob("cuda")}
+    a = make_venv(tmp_path, "3.11", "2.15.0", {**shared, "torch/_C.cpython-311.so": blob("c311")}, time.time())
+    b = make_venv(tmp_path, "3.12", "2.15.0", {**shared, "torch/_C.cpython-312.so": blob("c312"),
+                                                "torch/lib/libtorch_cpu.so": blob("other bytes")}, time.time())  # fmt: skip
+    before = cache.real_bytes([a, b])
+    assert cache.share(b, [a]) == 4 * MB  # the two identical files; the Python-specific and the differing ones stay
+    after = cache.real_bytes([a, b])
+    assert before - after >= 4 * MB - 64 * 1024
+    lib = b / "lib/python3.12/site-packages/torch/lib/libtorch_cuda.so"
+    assert lib.stat().st_nlink == 2 and lib.read_bytes() == blob("cuda")
+    assert (b / "lib/python3.12/site-packages/torch/lib/libtorch_cpu.so").stat().st_nlink == 1
+
+
+def test_least_recently_used_go_first_until_the_budget_fits_and_a_held_one_stays(tmp_path):
+    now = time.time()
+    old = make_venv(tmp_path, "3.10", "2.12.1", {"x.so": blob("a")}, now - 300)
+    held = make_venv(tmp_path, "3.11", "2.13.0", {"x.so": blob("b")}, now - 200)
+    mid = make_venv(tmp_path, "3.11", "2.14.1", {"x.so": blob("c")}, now - 100)
+    new = make_venv(tmp_path, "3.11", "2.15.0", {"x.so": blob("d")}, now)
+    with FileLock(str(held.parent.parent) + ".lock"):  # a smoke test is using it right now
+        removed = cache.evict(5 * MB, keep={new}, root=tmp_path, log=lambda m: None)
+    assert [e.path for e in removed] == [old, mid]
+    assert [e.path for e in cache.entries(tmp_path)] == [held, new]
+
+
+def test_a_run_past_the_budget_says_so_before_it_starts(tmp_path, monkeypatch):
+    make_venv(tmp_path, "3.11", "2.14.1", {"x.so": blob("a")}, time.time())
+    monkeypatch.setenv("MAMBA_FARM_CACHE_BUDGET", "12G")
+    cached = [("cp311", "2.14.1", True)]
+    assert cache.preflight(cached, root=tmp_path) is None
+    two_pythons = [("cp311", "2.15.0", True), ("cp312", "2.15.0", True)]
+    assert cache.preflight(two_pythons, root=tmp_path) is None  # one torch: its Pythons share files
+    three = two_pythons + [("cp311", "2.13.0", True), ("cp311", "2.12.1", True)]
+    msg = cache.preflight(three, root=tmp_path)
+    assert msg and "4 torch venv(s) for 3 torch release(s)" in msg and "past the 12.0 GiB budget" in msg
+
+
+def test_cache_command_shows_and_prunes_a_farm_cache(tmp_path):
+    root = tmp_path / "farm"
+    make_venv(root / "smoke", "3.11", "2.14.1", {"x.so": blob("a")}, time.time() - 10)
+    make_venv(root / "smoke", "3.12", "2.15.0", {"x.so": blob("b")}, time.time())
+    env = {**os.environ, "MAMBA_FARM_CACHE": str(root)}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "builder", "cache", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+
+    shown = run()
+    assert shown.returncode == 0 and "2 torch venv(s)" in shown.stdout and "(torch==2.15.0)" in shown.stdout
+    pruned = run("prune", "--budget", "3M")
+    assert pruned.returncode == 0 and "removed 1 torch venv(s)" in pruned.stdout, pruned.stdout + pruned.stderr
+    assert "removed " in pruned.stdout and "cp311-torch2.14.1" in pruned.stdout  # the least recently used one, named
+    assert [e.requirement for e in cache.entries(root / "smoke")] == ["torch==2.15.0"]
+    assert run("prune", "--all").returncode == 0 and cache.entries(root / "smoke") == []
+    bad = run("--budget", "lots")
+    assert bad.returncode == 2 and "is not a size" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "text,value", [("40G", 40 << 30), ("500M", 500 << 20), ("1.5T", int(1.5 * (1 << 40))), ("123", 123)]
+)
+def test_sizes(text, value):
+    assert cache.parse_size(text) == value
+
+
+def test_the_host_executors_build_venv_and_the_smoke_venv_of_one_torch_share_files(tmp_path, monkeypatch):
+    from builder import hostenv
+
+    monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path)
+    lib = {"torch/lib/libtorch_cuda.so": blob("cuda"), "nvidia/cu13/lib/libcublas.so.13": blob("cublas")}
+    smoke = make_venv(tmp_path / "smoke", "3.11", "2.15.0", lib, time.time())
+    build = tmp_path / "venvs" / "cp311-torch2.15.0-cuda-13.0"
+    for rel, data in lib.items():
+        p = build / "lib" / "python3.11" / "site-packages" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    cache.share_build_venv(build, log=lambda m: None)
+    assert (build / ".mamba-farm-shared").exists()
+    assert cache.real_bytes([smoke, build]) < cache.real_bytes([smoke]) + 64 * 1024
+    assert cache.build_venvs() == [build]

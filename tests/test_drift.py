@@ -1,0 +1,362 @@
+"""``python -m builder drift`` against a recorded copy of PyPI's answers, served on 127.0.0.1.
+
+``tests/data/pypi-recording.json`` holds what PyPI answered on the day it was recorded (its
+``recorded`` key): the PEP 691 listing of torch 2.8.0, 2.13.0, 2.14.0, 2.14.1 and 2.15.0 (Linux
+files and one macOS file), the METADATA of the one wheel per release and platform the command
+reads (Requires-Dist and Requires-Python as published), and the newest sdists of causal-conv1d
+and mamba-ssm with their real sha256. ``_record()`` (``python tests/test_drift.py --record``)
+makes it again from the live index.
+
+The server here serves that listing, a PEP 658 ``.metadata`` file for most wheels and, for the
+torch 2.15 wheels, a real (small) zip with no ``.metadata`` beside it, so the ranged-read path
+runs too; it answers ranges with 206 and counts every whole-wheel download, which must stay 0.
+Three cases, each with its report, exit code and ``--write`` TOML diff: a new torch minor, a new
+patch release, a new recipe sdist whose patch no longer applies (and one whose patches apply).
+The last test runs the command once against the real index: informative only, it says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import http.server
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDING = ROOT / "tests" / "data" / "pypi-recording.json"
+DRIFT_EXIT, PATCH_EXIT = 11, 10
+RANGED = "2.15.0"  # the release whose wheels are served as zips without a .metadata file
+
+
+def _wheel(filename: str, metadata: str) -> bytes:
+    """A real zip laid out like a wheel: METADATA first, then 1 MB of incompressible payload."""
+    name, version = filename.split("-")[:2]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(f"{name}-{version}.dist-info/METADATA", metadata)
+        zf.writestr(f"{name}/_payload.bin", hashlib.shake_256(filename.encode()).digest(1 << 20))
+        zf.writestr(f"{name}-{version}.dist-info/RECORD", "")
+    return buf.getvalue()
+
+
+def _sdist(name: str, version: str, setup_py: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for member, text in ((f"{name}-{version}/setup.py", setup_py),
+                             (f"{name}-{version}/PKG-INFO", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")):  # fmt: skip
+            data = text.encode()
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _recipe_setup_py(recipe_path: Path, drop: str | None = None) -> str:
+    """A setup.py holding every text the recipe's patches search for (as many times as each expects),
+    less the edit whose search starts with ``drop``: the shape an upstream release that changed one line has."""
+    doc = tomlkit.parse(recipe_path.read_text()).unwrap()
+    parts = ["from setuptools import setup\n"]
+    for patch in doc["patch"]:
+        for edit in patch["edit"]:
+            if drop and edit["search"].strip().startswith(drop):
+                continue
+            parts += [edit["search"]] * edit.get("count", 1)
+    return "\n".join(parts)
+
+
+class _Recorded:
+    """The recording as routes (path -> (content type, bytes)), with edits a case makes."""
+
+    def __init__(self) -> None:
+        rec = json.loads(RECORDING.read_text())
+        self.projects: dict[str, list[dict]] = rec["projects"]
+        self.metadata: dict[str, str] = rec["metadata"]
+        self.blobs: dict[str, bytes] = {}
+
+    def add_release(self, project: str, old: str, new: str, day: str) -> None:
+        """A patch release: every file of OLD again under NEW (same metadata, new upload day)."""
+        for f in [f for f in self.projects[project] if f"-{old}-" in f["filename"]]:
+            g = copy.deepcopy(f)
+            g["filename"] = f["filename"].replace(f"-{old}-", f"-{new}-")
+            g["url"] = f["url"].replace(f"-{old}-", f"-{new}-")
+            g["upload-time"] = f"{day}T12:00:00Z"
+            g["hashes"] = {"sha256": hashlib.sha256(g["filename"].encode()).hexdigest()}
+            self.projects[project].append(g)
+            if f["filename"] in self.metadata:
+                self.metadata[g["filename"]] = self.metadata[f["filename"]].replace(f"Version: {old}", f"Version: {new}")
+
+    def add_sdist(self, project: str, filename: str, data: bytes) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+        self.blobs[filename] = data
+        self.projects[project].append({
+            "filename": filename, "url": f"../../files/{filename}", "hashes": {"sha256": sha}, "size": len(data),
+            "requires-python": None, "upload-time": "2026-12-01T00:00:00Z", "yanked": False,
+        })  # fmt: skip
+        return sha
+
+    def routes(self) -> dict[str, tuple[str, bytes]]:
+        out: dict[str, tuple[str, bytes]] = {}
+        for project, files in self.projects.items():
+            listed = []
+            for f in files:
+                f = dict(f)
+                meta = self.metadata.get(f["filename"])
+                if meta is not None and f"-{RANGED}-" in f["filename"]:
+                    blob = _wheel(f["filename"], meta)
+                    f["size"] = len(blob)
+                    out[f"/files/{f['filename']}"] = ("application/zip", blob)
+                elif meta is not None:
+                    f["core-metadata"] = {"sha256": hashlib.sha256(meta.encode()).hexdigest()}
+                    out[f"/files/{f['filename']}.metadata"] = ("text/plain", meta.encode())
+                if f["filename"] in self.blobs:
+                    out[f"/files/{f['filename']}"] = ("application/gzip", self.blobs[f["filename"]])
+                listed.append(f)
+            body = {"meta": {"api-version": "1.1"}, "name": project, "files": listed}
+            out[f"/simple/{project}/"] = ("application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
+        return out
+
+
+@contextmanager
+def serve(recorded: _Recorded, *, honour_ranges: bool = True):
+    routes = recorded.routes()
+    seen = {"whole_wheels": 0, "wheel_bytes": 0}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path not in routes:
+                self.send_error(404)
+                return
+            ctype, body = routes[self.path]
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+            if m and honour_ranges:
+                start, end = int(m.group(1)), min(int(m.group(2)), len(body) - 1)
+                part = body[start : end + 1]
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
+            else:
+                part = body
+                self.send_response(200)
+                if self.path.endswith(".whl"):
+                    seen["whole_wheels"] += 1
+            if self.path.endswith(".whl"):
+                seen["wheel_bytes"] += len(part)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(part)))
+            self.end_headers()
+            self.wfile.write(part)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def farm(tmp_path):
+    """Copies of the data, matrix and recipes the command may write, and an empty farm cache."""
+    (tmp_path / "recipes").mkdir()
+    for p in (ROOT / "recipes").glob("*.toml"):
+        shutil.copy(p, tmp_path / "recipes" / p.name)
+    shutil.copy(ROOT / "builder" / "data" / "torch.toml", tmp_path / "torch.toml")
+    shutil.copy(ROOT / "matrix.toml", tmp_path / "matrix.toml")
+    return tmp_path
+
+
+def drift(farm: Path, index: str, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "builder", "drift", "--index", index, "--torch-data", str(farm / "torch.toml"),
+           "--matrix", str(farm / "matrix.toml"), "--recipes", str(farm / "recipes"), "--cache", str(farm / "cache"),
+           *extra]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"))}
+    return subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+
+
+def changed(before: str, after: str) -> tuple[list[str], list[str]]:
+    diff = list(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0))
+    return ([ln[1:] for ln in diff if ln.startswith("-") and not ln.startswith("---")],
+            [ln[1:] for ln in diff if ln.startswith("+") and not ln.startswith("+++")])  # fmt: skip
+
+
+def _table_rows(out: str) -> list[list[str]]:
+    return [re.split(r"\s{2,}", ln.strip()) for ln in out.splitlines()[1:] if ln.strip()]
+
+
+def test_new_minor_is_reported_and_written_as_a_row_and_a_torch_axis_value(farm):
+    doc = tomlkit.parse((farm / "torch.toml").read_text())
+    del doc["torch"]["2.15"]
+    (farm / "torch.toml").write_text(tomlkit.dumps(doc))
+    matrix = tomlkit.parse((farm / "matrix.toml").read_text())
+    matrix["axes"]["torch"].remove("2.15")
+    (farm / "matrix.toml").write_text(tomlkit.dumps(matrix))
+    before, matrix_before = (farm / "torch.toml").read_text(), (farm / "matrix.toml").read_text()
+    with serve(_Recorded()) as (index, seen):
+        report = drift(farm, index)
+        assert report.returncode == DRIFT_EXIT, report.stderr
+        rows = _table_rows(report.stdout)
+        assert rows == [["torch 2.15", "new-minor", "-",
+                         "2.15.0 (py3.11-3.15; x86_64 cu132, aarch64 cu132; released 2026-10-28)"]], report.stdout  # fmt: skip
+        assert (farm / "torch.toml").read_text() == before  # no --write: nothing written
+        wrote = drift(farm, index, "--write")
+        assert wrote.returncode == DRIFT_EXIT and wrote.stdout.splitlines()[1].rstrip().endswith("written"), wrote.stdout
+        again = drift(farm, index)
+        assert (seen["whole_wheels"], again.returncode) == (0, 0), again.stdout + again.stderr
+        assert again.stdout.startswith("no drift (torch 2.8..2.15, causal-conv1d 1.7.0, mamba-ssm 2.3.2.post1;")
+        assert 0 < seen["wheel_bytes"] < 2 * 2 * (1 << 20)  # ranges of the two 2.15 wheels, not the wheels
+    removed, added = changed(before, (farm / "torch.toml").read_text())
+    added = [ln for ln in added if ln]
+    assert removed == [] and added[0] == '[torch."2.15"]'
+    assert added[1].startswith("# read from PyPI on ") and "(released 2026-10-28)" in added[1]
+    assert added[3:] == [
+        'latest = "2.15.0"',
+        'python = ["3.11", "3.15"]',
+        'cuda = ["13.2"]',
+        'cuda_aarch64 = ["13.2"]',
+        "rocm = []",
+        'pypi = { linux_x86_64 = "cu132", linux_aarch64 = "cu132" }',
+        "cxx11abi = [true]  # as the minor before (not in the metadata)",
+        'glibc = { linux_x86_64 = "2.28", linux_aarch64 = "2.28" }',
+    ]
+    m_removed, m_added = changed(matrix_before, (farm / "matrix.toml").read_text())
+    assert [m_removed, m_added] == [[m_removed[0]], [m_removed[0][:-1] + ', "2.15"]']]
+    assert m_removed[0].startswith("torch = [") and '"2.15"' not in m_removed[0]
+
+
+def test_new_patch_release_moves_latest_and_keeps_the_comments(farm):
+    recorded = _Recorded()
+    recorded.add_release("torch", "2.15.0", "2.15.1", "2026-11-25")
+    before = (farm / "torch.toml").read_text()
+    with serve(recorded) as (index, seen):
+        report = drift(farm, index, "--no-recipes")
+        assert report.returncode == DRIFT_EXIT, report.stderr
+        assert _table_rows(report.stdout) == [["torch 2.15", "new-patch", "2.15.0", "2.15.1 (released 2026-11-25)"]]
+        assert drift(farm, index, "--no-recipes", "--write").returncode == DRIFT_EXIT
+        assert drift(farm, index, "--no-recipes").returncode == 0
+        assert seen["whole_wheels"] == 0
+    removed, added = changed(before, (farm / "torch.toml").read_text())
+    assert (removed, added) == (['latest = "2.15.0"'], ['latest = "2.15.1"'])
+    assert "# read from PyPI on 2026-12-01 by `python -m builder drift --write`" in before  # the comments stayed
+
+
+def test_new_recipe_sdist_whose_patch_no_longer_applies_keeps_the_pin_and_names_the_patch(farm):
+    recorded = _Recorded()
+    recipe = farm / "recipes" / "causal-conv1d.toml"
+    setup_py = _recipe_setup_py(recipe, drop='"cxx": ["-O3"],')
+    sha = recorded.add_sdist("causal-conv1d", "causal_conv1d-1.7.1.tar.gz", _sdist("causal_conv1d", "1.7.1", setup_py))
+    before = recipe.read_text()
+    with serve(recorded) as (index, _):
+        report = drift(farm, index, "--since", "2.15")
+        assert report.returncode == DRIFT_EXIT, report.stderr
+        assert _table_rows(report.stdout) == [["causal-conv1d", "new-sdist", "1.7.0", f"1.7.1 sha256 {sha[:12]}…"]]
+        wrote = drift(farm, index, "--since", "2.15", "--write")
+    assert wrote.returncode == PATCH_EXIT, wrote.stdout + wrote.stderr
+    row = _table_rows(wrote.stdout)[0]
+    assert row[:4] == ["causal-conv1d", "new-sdist", "1.7.0", f"1.7.1 sha256 {sha[:12]}…"]
+    assert "not written:" in row[4] and "patch 'cxx20' no longer applies to setup.py: edit #2" in row[4]
+    assert recipe.read_text() == before  # the pin stays
+
+
+def test_new_recipe_sdist_whose_patches_apply_moves_the_pin(farm):
+    recorded = _Recorded()
+    recipe = farm / "recipes" / "causal-conv1d.toml"
+    sha = recorded.add_sdist("causal-conv1d", "causal_conv1d-1.7.1.tar.gz",
+                             _sdist("causal_conv1d", "1.7.1", _recipe_setup_py(recipe)))  # fmt: skip
+    before = recipe.read_text()
+    with serve(recorded) as (index, _):
+        wrote = drift(farm, index, "--since", "2.15", "--write")
+        assert wrote.returncode == DRIFT_EXIT, wrote.stdout + wrote.stderr
+        assert "written (all 3 patches apply)" in wrote.stdout
+        assert drift(farm, index, "--since", "2.15").returncode == 0
+    removed, added = changed(before, recipe.read_text())
+    assert removed == ['version = "1.7.0"', 'sha256 = "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"']
+    assert added == ['version = "1.7.1"', f'sha256 = "{sha}"']
+    assert (farm / "cache" / "sdists" / sha / "causal_conv1d-1.7.1.tar.gz").is_file()  # fetched, hash checked
+
+
+def test_a_server_that_ignores_ranges_is_refused_not_downloaded(farm):
+    with serve(_Recorded(), honour_ranges=False) as (index, seen):
+        report = drift(farm, index, "--since", "2.15", "--no-recipes")
+    assert report.returncode == 9 and "ignores range requests" in report.stderr and "Traceback" not in report.stderr
+    assert seen["whole_wheels"] == 1  # the first 200 answer ends the run: no second wheel is asked for
+
+
+def test_bad_input_is_one_line_and_an_exit_code(farm):
+    (farm / "torch.toml").write_text("[torch\n")
+    report = drift(farm, "http://127.0.0.1:9/simple")
+    assert report.returncode == 2 and "not valid TOML" in report.stderr and "Traceback" not in report.stderr
+    report = drift(farm, "file:///opt/pypi/simple")
+    assert report.returncode == 9 and "HTTP(S) index" in report.stderr
+
+
+def test_live_index_informative_only(farm, capsys):
+    """Informative only: the real index (through this host's pip settings) on the day the suite runs.
+    Drift there is news, not a failure: the test passes on 0 (none) and 11 (drift) alike and prints the table."""
+    from builder.sources import Fetcher
+
+    index = Fetcher.from_host().indexes[0]
+    if not index.startswith("http"):
+        pytest.skip(f"the host's index is {index}, not an HTTP index")
+    report = drift(farm, index, "--since", "2.14")
+    if report.returncode == 9:
+        pytest.skip(f"the index is unreachable from here: {report.stderr.strip()[:200]}")
+    with capsys.disabled():
+        print(f"\n[informative only] builder drift against {index}:\n{report.stdout}{report.stderr}")
+    assert report.returncode in (0, DRIFT_EXIT), report.stdout + report.stderr
+
+
+def _record() -> None:
+    """Re-make the recording from the live index (what the tests above serve)."""
+    import datetime
+
+    sys.path.insert(0, str(ROOT))
+    from builder.compat import vtuple
+    from builder.pypi import Index
+
+    ix = Index()
+    keep = {"2.8.0", "2.13.0", "2.14.0", "2.14.1", "2.15.0"}
+    files = [f for f in ix.files("torch") if f.version is not None and str(f.version) in keep
+             and (f.linux_platforms() or f.filename.endswith("macosx_14_0_arm64.whl"))]  # fmt: skip
+    chosen: dict = {}
+    for f in files:
+        for plat in f.linux_platforms():
+            key = (str(f.version), plat)
+            if f.cpython() and (key not in chosen or vtuple(f.cpython()) < vtuple(chosen[key].cpython())):
+                chosen[key] = f
+    rec: dict = {"recorded": datetime.date.today().isoformat(), "index": ix.url, "projects": {}, "metadata": {}}
+    for f in chosen.values():
+        msg = ix.metadata(f)
+        lines = [f"{k}: {msg[k]}" for k in ("Metadata-Version", "Name", "Version", "Requires-Python") if msg[k]]
+        rec["metadata"][f.filename] = "\n".join(lines + [f"Requires-Dist: {r}" for r in msg.get_all("Requires-Dist") or []]) + "\n"
+
+    def entry(f):
+        return {"filename": f.filename, "url": f"../../files/{f.filename}", "hashes": {"sha256": f.sha256},
+                "size": f.size, "requires-python": f.requires_python, "upload-time": f.upload_time, "yanked": False}  # fmt: skip
+
+    rec["projects"]["torch"] = [entry(f) for f in files]
+    for p in ("causal-conv1d", "mamba-ssm"):
+        rec["projects"][p] = [entry(f) for f in ix.files(p) if f.filename.endswith(".tar.gz")][-3:]
+    RECORDING.write_text(json.dumps(rec, indent=1) + "\n")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
+    _record()
