@@ -80,3 +80,10 @@ def build_matrix(session: nox.Session) -> None:
     """Build, verify and index the plan into dist/: nox -s build_matrix -- --profile ci --executor docker."""
     _farm(session)
     session.run("python", "-m", "builder", "build", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def rehearse(session: nox.Session) -> None:
+    """Run .github/workflows/release.yml under act on this host: nox -s rehearse (a dry run), -- --release for a tag."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "farm", "rehearse"))
+    session.run("python", "-m", "builder", "rehearse", *session.posargs)

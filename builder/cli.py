@@ -26,6 +26,7 @@ COMMANDS = {
     "release": "builder.release",
     "drift": "builder.drift",
     "cache": "builder.cache",
+    "rehearse": "builder.rehearse",
 }
 
 

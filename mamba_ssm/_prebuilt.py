@@ -4,7 +4,8 @@ Runs inside ``setup.py`` (loaded by file path, before the package exists), so it
 uses the standard library only: no ``packaging``, no ``requests``, no torch import
 of its own (the caller passes the :class:`_variant.Variant`).
 
-The index is the one ``builder index`` writes: ``<root>/<variant key>/index.html``
+The index is the one ``builder index`` writes (``default_index_url()``: the one the release that made this
+sdist deployed, else ``DEFAULT_INDEX_URL``; ``MAMBA_WHEEL_INDEX`` overrides it): ``<root>/<variant key>/index.html``
 is a find-links page whose anchors carry ``#sha256=<hex>``; a stable-ABI wheel is
 listed in every variant page it serves, and its own key
 (``cu13-torchstable-abi3``) is asked for when the variant has no page.
@@ -32,8 +33,11 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 # The project's published index (the root holding the variant folders). The one
-# place it is set; MAMBA_WHEEL_INDEX overrides it.
+# place it is set; MAMBA_WHEEL_INDEX overrides it. A release's sdist carries the index that
+# the same release deployed (INDEX_STAMP, written by release.yml's sdist job), which wins
+# over this default: the published sdist looks where its own wheels are.
 DEFAULT_INDEX_URL = "https://mamba-ssm.github.io/wheels"
+INDEX_STAMP = "_index_url.txt"
 
 ENV_INDEX = "MAMBA_WHEEL_INDEX"
 ENV_FORCE_BUILD = "MAMBA_FORCE_BUILD"
@@ -49,6 +53,15 @@ _LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2
 
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().upper() in {"1", "TRUE", "YES", "ON"}
+
+
+def default_index_url() -> str:
+    """The stamped index (INDEX_STAMP beside this file, one URL), else DEFAULT_INDEX_URL."""
+    try:
+        url = Path(__file__).with_name(INDEX_STAMP).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return DEFAULT_INDEX_URL
+    return url if url.startswith(("https://", "http://")) and url.isprintable() and " " not in url else DEFAULT_INDEX_URL
 
 
 def load_variant_module():
@@ -259,7 +272,7 @@ def lookup(variant, version: str, *, index_url: str | None = None, env=None, mac
     Returns an Outcome with status "listed" and ``link`` set, or the reason there is none."""
     env = os.environ if env is None else env
     public = version.split("+", 1)[0]
-    root = normalize_root(index_url or env.get(ENV_INDEX) or DEFAULT_INDEX_URL)
+    root = normalize_root(index_url or env.get(ENV_INDEX) or default_index_url())
     what = f"mamba-ssm {public} for {variant.key} ({variant.python}, {_platform.machine() if machine is None else machine})"
     try:
         check_url(root, env)
@@ -316,7 +329,7 @@ def find_prebuilt(
     if found.status != "listed":
         return found
     link, tried = found.link, found.tried
-    root = normalize_root(index_url or env.get(ENV_INDEX) or DEFAULT_INDEX_URL)
+    root = normalize_root(index_url or env.get(ENV_INDEX) or default_index_url())
 
     dest = Path(dest_dir) if dest_dir else Path(tempfile.mkdtemp(prefix="mamba-ssm-prebuilt-"))
     dest.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -137,6 +138,33 @@ def test_other_abi_install_is_diagnosed_with_the_exact_fix(tmp_path, probes):
 
     text = _doctor(site, "--index", str(tmp_path / "index")).stdout
     assert "C++ ABI mismatch" in text and "pre-CXX11" in text and fix in text
+
+
+def test_the_fix_pins_the_stable_wheel_when_that_is_what_the_index_serves(tmp_path, probes):
+    """The default plan serves torch >= the stable floor with the stable-ABI wheel only: an index holding just
+    that wheel must get a fix that pins it (a pin of the classic label matches nothing there), and real pip
+    must find what the fix names."""
+    from wheelmaker import make_mamba_wheel
+
+    from builder.index import build_index
+
+    stable = WANT.as_stable().label
+    make_mamba_wheel(tmp_path / "wheels", stable, "cp310", platform=WANT.platform)
+    build_index(tmp_path / "wheels", tmp_path / "index")
+    site = _install(tmp_path / "site", probes[False], WANT.label.replace("cxx11abiTRUE", "cxx11abiFALSE"))
+
+    doc = json.loads(_doctor(site, "--json", "--index", str(tmp_path / "index")).stdout)
+    assert doc["wheel_available"] is True
+    (label,) = [f for f in doc["findings"] if f["check"] == "label" and f["verdict"] == "problem"]
+    assert f'"mamba-ssm==2.3.0+{stable}" --extra-index-url' in label["fix"], label["fix"]
+    assert label["fix"].endswith(f"/{WANT.as_stable().key}/")  # no sidecar here: only its own page lists it
+    req, url = re.search(r'"(mamba-ssm==[^"]+)" --extra-index-url (\S+)', label["fix"]).groups()
+    got = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--isolated", "--index-url", url, "-d", str(tmp_path / "dl"), req],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert [p.name.split("-")[1] for p in (tmp_path / "dl").glob("*.whl")] == [f"2.3.0+{stable}"]
 
 
 def test_a_stale_module_next_to_the_stable_one_is_a_failure(tmp_path, probes):

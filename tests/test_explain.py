@@ -258,3 +258,20 @@ def test_cli_explain_text_and_unrecognised():
     assert p.returncode == 0 and "Not recognised" in p.stdout
     p = subprocess.run([sys.executable, "-m", "mamba_ssm.doctor", "--explain", "  "], capture_output=True, text=True, timeout=60)
     assert p.returncode == 3 and "empty" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_explain_fixes_keep_the_exact_pin():
+    """--explain knows nothing of the machine, yet its reinstall line pins mamba-ssm==<this version>+<label>:
+    a bare "mamba-ssm" lets pip take another mamba-ssm (upstream's newer sdist, tried: it fails without torch)."""
+    from mamba_ssm import __version__
+
+    p = subprocess.run(
+        [sys.executable, "-m", "mamba_ssm.doctor", "--explain", f"undefined symbol: {CXX11_SYMBOL}", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    fixes = [d["fix"] for d in json.loads(p.stdout)["diagnoses"]]
+    installs = [f for f in fixes if "pip install --force-reinstall" in f]
+    assert installs, fixes
+    for fix in installs:
+        assert f'"mamba-ssm=={__version__.split("+")[0]}+<label>" --extra-index-url' in fix, fix
+        assert '"mamba-ssm" ' not in fix

@@ -147,6 +147,40 @@ def test_the_default_index_is_set_in_one_place():
     assert files == {str(REPO / "mamba_ssm" / "_prebuilt.py")}
 
 
+def _prebuilt_copy(folder: Path, stamp: str | None):
+    """_prebuilt.py as an unpacked sdist holds it (setup.py loads it by path), with the release's stamp or not."""
+    import importlib.util
+
+    folder.mkdir(parents=True)
+    for name in ("_prebuilt.py", "_variant.py"):
+        (folder / name).write_text((REPO / "mamba_ssm" / name).read_text())
+    if stamp is not None:
+        (folder / P.INDEX_STAMP).write_text(stamp)
+    spec = importlib.util.spec_from_file_location(f"_prebuilt_{folder.name}", folder / "_prebuilt.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_release_sdist_looks_in_the_index_it_names(tmp_path):
+    """release.yml's sdist job stamps the index that the same release deploys: the sdist's lookup goes there
+    (the hard-coded default may not be the publisher's site at all); MAMBA_WHEEL_INDEX still wins."""
+    stamped = _prebuilt_copy(tmp_path / "stamped", "https://octo.github.io/wheels\n")
+    assert stamped.default_index_url() == "https://octo.github.io/wheels"
+    out = stamped.lookup(CPU, "2.3.0", env={}, timeout=0.01, **KW)
+    assert out.tried[0].startswith("https://octo.github.io/wheels/"), out.tried
+    out = stamped.lookup(CPU, "2.3.0", env={"MAMBA_WHEEL_INDEX": str(tmp_path / "none")}, **KW)
+    assert out.status == "no-match" and str(tmp_path / "none") in out.line
+    for i, bad in enumerate(("", "file:///etc", "https://x y", None)):
+        assert _prebuilt_copy(tmp_path / f"bad{i}", bad).default_index_url() == P.DEFAULT_INDEX_URL
+
+
+def test_the_sdist_carries_the_stamp(tmp_path):
+    """MANIFEST.in takes the stamp into the sdist (the release job checks it too, naming the URL)."""
+    assert "include mamba_ssm/_index_url.txt" in (REPO / "MANIFEST.in").read_text().splitlines()
+
+
 @pytest.mark.parametrize(
     ("filename", "ok"),
     [

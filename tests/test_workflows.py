@@ -392,6 +392,8 @@ def run_plan(
         "inputs.only-ids": only,
         "inputs.projects": projects,
         "startsWith(github.ref, 'refs/tags/v')": "true" if tag_push else "false",
+        "vars.INDEX_URL || format('https://{0}.github.io/{1}', github.repository_owner, "
+        "github.event.repository.name)": "https://example.github.io/mamba-farm/",
     }
     tmp.joinpath("bin").mkdir(parents=True, exist_ok=True)
     env = base_env(tmp, {k: render(v, ctx) for k, v in step["env"].items()})
@@ -409,6 +411,11 @@ def test_plan_step_output_is_the_matrix_the_build_jobs_read(tmp_path):
     include = json.loads(out["matrix"])["include"]
     assert int(out["count"]) == len(include) > 0
     assert out["publish"] == "false"
+    # One index URL for the whole run: publish deploys there, the sdist names it (no trailing slash).
+    assert out["index_url"] == "https://example.github.io/mamba-farm"
+    jobs = load(RELEASE)["jobs"]
+    assert jobs["publish"]["env"]["INDEX_URL"] == jobs["sdist"]["steps"][-2]["env"]["INDEX_URL"]
+    assert jobs["sdist"]["steps"][-2]["env"]["INDEX_URL"] == "${{ needs.plan.outputs.index_url }}"
     ids = [e["id"] for e in include]
     assert len(set(ids)) == len(ids), "ids name the artifacts: they must be unique"
     jobs = load(RELEASE)["jobs"]
@@ -680,8 +687,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
         "needs.plan.outputs.publish": "true" if publish else "false",
         "github.repository": "example/mamba-farm",
         "github.token": "not-a-token",
-        "vars.INDEX_URL || format('https://{0}.github.io/{1}', github.repository_owner, "
-        "github.event.repository.name)": INDEX_URL,
+        "needs.plan.outputs.index_url": INDEX_URL,
     }
     decide = {
         "needs.plan.outputs.publish == 'true'": publish,

@@ -34,7 +34,7 @@ from builder.executors import (
     source_files,
     spec_env,
 )
-from builder.hostenv import host_pip_settings
+from builder.hostenv import CACHE_ROOT, host_pip_settings
 from builder.images import (
     BUILD_LABEL,
     IMAGE_LABEL,
@@ -188,10 +188,17 @@ class DockerExecutor:
         """
         import docker.errors
 
+        from filelock import FileLock
+
         name = f"mamba-farm-torch-{spec.python_tag}-{spec.torch_version}-{spec.accelerator}"
         with self._lock:
             lock = self._volume_locks.setdefault(name, threading.Lock())
-        with lock:
+        # The volume is the engine's, shared by every farm run on this host (two jobs of a rehearsed release,
+        # two maintainers): a host-wide lock, or one run's refill (rm -rf /torch/site) pulls torch from under
+        # another run's build ("No module named 'torch'", seen in the release rehearsal).
+        locks = CACHE_ROOT / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with lock, FileLock(str(locks / f"{name}.lock")):
             try:
                 self.client.volumes.get(name)
                 probe = self._run(spec, ["test", "-f", "/torch/.ready"], {}, {name: {"bind": "/torch", "mode": "ro"}}, None, 120)

@@ -45,6 +45,7 @@ OTHER_BUILDER_EXITS = {
 }
 COMMAND_EXITS = {
     ("drift", 11): "found drift: the data is behind the index (a table says what; with `--write`, all of it was written)",
+    ("rehearse", 1): "the rehearsed workflow failed: act's exit code, each job's end and the log's path are printed",
 }
 
 
@@ -157,10 +158,22 @@ def cli_markdown(parser: argparse.ArgumentParser, prefix: str) -> str:
 
 
 def farm_errors() -> list[type]:
-    """Every FarmError class in builder/errors.py, base first."""
+    """Every FarmError class of the farm: builder/errors.py's (base first), then any a command's module
+    defines itself (every command module is imported, as `--help` does)."""
     from builder import errors
+    from builder.cli import COMMANDS
+    import importlib
 
-    return [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.FarmError)]
+    for module in COMMANDS.values():
+        importlib.import_module(module)
+    found = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.FarmError)]
+    stack = [errors.FarmError]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            stack.append(sub)
+            if sub not in found and sub.__module__.startswith("builder"):
+                found.append(sub)
+    return found
 
 
 def builder_exit_codes() -> dict[int, list[str]]:
@@ -174,7 +187,8 @@ def builder_exit_codes() -> dict[int, list[str]]:
         doc = (cls.__doc__ or "").strip().split("\n\n")[0]
         if cls is errors.FarmError:
             doc = "any other error the user can fix; the message says what"
-        codes[cls.exit_code].append(f"`{cls.__name__}`: {_cell(doc)}")
+        where = "" if cls.__module__ == "builder.errors" else f" (`{cls.__module__}`)"
+        codes[cls.exit_code].append(f"`{cls.__name__}`{where}: {_cell(doc)}")
     for (command, code), text in COMMAND_EXITS.items():
         codes[code].append(f"from `{command}` only: {_cell(text)}")
     return dict(sorted(codes.items()))
@@ -208,6 +222,7 @@ SECTIONS = {  # the table's groups, in order: what each is for
     "runtime": "run time",
     "doctor": "the doctor",
     "farm": "the farm",
+    "rehearsal": "the rehearsal",
     "tests": "tests",
 }
 

@@ -32,7 +32,7 @@ def _major(version: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def context_for(facts: dict, index_url: str | None, wheel_available: bool | None) -> Context:
+def context_for(facts: dict, index_url: str | None, wheel_available: bool | None, wheel: tuple[str, str] | None = None) -> Context:
     torch, mm = facts["torch"], facts["mamba_ssm"]
     variant = torch.get("variant") or {}
     exts = mm.get("extensions") or []
@@ -44,6 +44,7 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
         mamba_version=mm.get("public_version"),
         index_url=index_url,
         wheel_available=wheel_available,
+        wheel=wheel,
         gpus=torch.get("gpus") or [],
         archs=exts[0].get("archs") if exts else None,
         python=sys.executable,
@@ -52,22 +53,29 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
 
 def wheel_lookup(facts: dict, index_url: str | None, offline: bool) -> tuple[bool | None, str]:
     """Is a wheel indexed for this environment's variant? (None when not looked up / unreachable)."""
+    available, note, _ = _lookup(facts, index_url, offline)
+    return available, note
+
+
+def _lookup(facts: dict, index_url: str | None, offline: bool) -> tuple[bool | None, str, tuple[str, str] | None]:
+    """wheel_lookup, plus (the listed wheel's file name, the variant key of the page listing it) when found."""
     torch, mm = facts["torch"], facts["mamba_ssm"]
     if offline or not torch.get("version") or not mm.get("public_version"):
-        return None, "not looked up"
+        return None, "not looked up", None
     try:
         variant = _variant.from_values(
             torch["version"], cuda=torch.get("cuda"), hip=torch.get("hip"), cxx11abi=torch.get("cxx11abi")
         )
     except _variant.VariantError as e:
-        return None, str(e)
+        return None, str(e), None
     outcome = _prebuilt.lookup(variant, mm["public_version"], index_url=index_url, timeout=LOOKUP_TIMEOUT_S)
     if outcome.status == "listed":
-        return True, outcome.link.filename
+        page_key = outcome.tried[-1].rstrip("/").split("/")[-2]  # <root>/<key>/index.html: where it was found
+        return True, outcome.link.filename, (outcome.link.filename, page_key)
     note = outcome.line.removesuffix("; building from source")
     if outcome.status == "no-match":
-        return False, note
-    return None, note
+        return False, note, None
+    return None, note, None
 
 
 def _gpu_runs(cap: str, archs: dict) -> bool:
@@ -87,8 +95,9 @@ def _gpu_runs(cap: str, archs: dict) -> bool:
 def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = False) -> tuple[list[Finding], dict]:
     findings: list[Finding] = []
     torch, mm, tk, cxx = facts["torch"], facts["mamba_ssm"], facts["cuda_toolkit"], facts["compiler"]
-    available, lookup_note = wheel_lookup(facts, index_url, offline)
-    ctx = context_for(facts, index_url, available)
+    available, lookup_note, listed = _lookup(facts, index_url, offline)
+    # The fix pins the wheel the index lists (for torch >= the stable floor that is the stable-ABI wheel).
+    ctx = context_for(facts, index_url, available, listed)
     extra = {"wheel_available": available, "wheel_lookup": lookup_note}
 
     # torch

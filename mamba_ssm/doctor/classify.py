@@ -7,6 +7,7 @@ the environment; with none, fixes are phrased for "the machine that printed this
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -27,6 +28,7 @@ class Context:
     mamba_version: str | None = None  # public version, "2.3.0"
     index_url: str | None = None
     wheel_available: bool | None = None  # None: not looked up
+    wheel: tuple[str, str] | None = None  # (file name, variant key of its page) the index lists, when looked up
     gpus: list[dict] = field(default_factory=list)  # [{"name", "capability": "8.6"}]
     archs: dict | None = None  # _elf.Archs.as_dict() of the installed extension
     python: str = "python"
@@ -51,13 +53,27 @@ def install_line(ctx: Context) -> str:
     """The exact reinstall line for this environment's variant (or its placeholder form)."""
     from .. import _prebuilt
 
-    base = _prebuilt.normalize_root(ctx.index_url or _prebuilt.DEFAULT_INDEX_URL).rstrip("/")
-    if ctx.variant_key and ctx.variant_label and ctx.mamba_version:
+    base = _prebuilt.normalize_root(ctx.index_url or os.environ.get(_prebuilt.ENV_INDEX) or _prebuilt.default_index_url()).rstrip("/")
+    listed = _prebuilt.parse_wheel_name(ctx.wheel[0]) if ctx.wheel else None
+    if listed and listed.local:
+        # What the index serves this variant (for torch >= the stable floor: the stable-ABI wheel), on the page
+        # that lists it: the variant's own, or the stable wheel's key when the variant has no page.
+        spec, key = f"mamba-ssm=={listed.public}+{listed.local}", ctx.wheel[1]
+    elif ctx.variant_key and ctx.variant_label and ctx.mamba_version:
         spec = f"mamba-ssm=={ctx.mamba_version}+{ctx.variant_label}"
         key = ctx.variant_key
     else:
-        spec, key = "mamba-ssm", "<variant>"
+        # Still the exact pin: without it pip may take another mamba-ssm (upstream's newer sdist) from the
+        # other indexes it knows. <label> and <variant> are that machine's row on the coverage page.
+        spec, key = f"mamba-ssm=={ctx.mamba_version or _own_version()}+<label>", "<variant>"
     return f'{ctx.python} -m pip install --force-reinstall --no-deps "{spec}" --extra-index-url {base}/{key}/'
+
+
+def _own_version() -> str:
+    """This mamba-ssm's public version (the doctor ships with the release it fixes)."""
+    from .. import __version__
+
+    return __version__.split("+", 1)[0]
 
 
 def _source_build_line(ctx: Context, env: str = "") -> str:
@@ -67,7 +83,10 @@ def _source_build_line(ctx: Context, env: str = "") -> str:
 def _variant_hint(ctx: Context) -> str:
     if ctx.variant_key:
         return ""
-    return " (run `python -m mamba_ssm.doctor` on that machine: it prints the line with <variant> filled in)"
+    return (
+        " (<variant> and <label>: that machine's row on the index's coverage page; or run"
+        " `python -m mamba_ssm.doctor` there: it prints the line filled in)"
+    )
 
 
 def _fix(kind: str, ctx: Context, groups: dict) -> str:

@@ -1,0 +1,150 @@
+"""A stand-in for the GitHub CLI's ``gh release`` commands, for a release rehearsed under act.
+
+GitHub's releases API cannot be reached from a rehearsal, so this keeps releases in a folder laid out as
+GitHub serves their assets: ``$GH_STANDIN_HOME/<owner>/<repo>/releases/download/<tag>/<file>`` (served on
+127.0.0.1, those are the asset URLs) with ``release.json`` beside them. Only what ``release.yml`` calls:
+``release list|view|create|upload|download``, with the options it passes. Every call is appended to
+``$GH_STANDIN_HOME/calls.jsonl``. Standard library only: the runner's Python runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _fail(message: str, code: int = 1) -> None:
+    print(message, file=sys.stderr)
+    sys.exit(code)
+
+
+def _home() -> Path:
+    home = os.environ.get("GH_STANDIN_HOME")
+    if not home:
+        _fail("gh (rehearsal stand-in): GH_STANDIN_HOME is not set", 4)
+    return Path(home)
+
+
+def _repo_dir() -> Path:
+    repo = os.environ.get("GH_REPO", "")
+    if repo.count("/") != 1 or not all(repo.split("/")):
+        _fail(f"gh (rehearsal stand-in): GH_REPO must be OWNER/REPO, got {repo!r}", 4)
+    return _home() / repo / "releases" / "download"
+
+
+def _release(tag: str) -> Path:
+    return _repo_dir() / tag
+
+
+def _meta(tag: str) -> dict:
+    return json.loads((_release(tag) / "release.json").read_text())
+
+
+def cmd_list(args) -> None:
+    base = _repo_dir()
+    releases = [_meta(p.name) for p in base.iterdir() if (p / "release.json").exists()] if base.is_dir() else []
+    releases = [r for r in releases if not (args.exclude_drafts and r.get("draft"))]
+    releases.sort(key=lambda r: r["createdAt"], reverse=True)  # newest first, as gh lists them
+    rows = [{"tagName": r["tagName"]} for r in releases[: args.limit]]
+    if args.json != "tagName" or args.jq != ".[].tagName":
+        _fail("gh (rehearsal stand-in): release list supports only --json tagName --jq '.[].tagName'", 2)
+    for row in rows:
+        print(row["tagName"])
+
+
+def cmd_view(args) -> None:
+    if not (_release(args.tag) / "release.json").exists():
+        _fail("release not found")
+    print(json.dumps(_meta(args.tag)))
+
+
+def cmd_create(args) -> None:
+    if (_release(args.tag) / "release.json").exists():
+        _fail(f"a release with the same tag name already exists: {args.tag}")
+    if args.verify_tag:
+        repo = os.environ.get("GH_STANDIN_GIT", ".")
+        found = subprocess.run(["git", "-C", repo, "rev-parse", "-q", "--verify", f"refs/tags/{args.tag}"],
+                               capture_output=True, check=False)  # fmt: skip
+        if found.returncode != 0:
+            _fail(f"tag {args.tag} doesn't exist in the repo, aborting due to --verify-tag flag")
+    notes = Path(args.notes_file).read_text() if args.notes_file else ""
+    _release(args.tag).mkdir(parents=True)
+    meta = {"tagName": args.tag, "name": args.title, "body": notes, "draft": False, "createdAt": time.time_ns()}
+    (_release(args.tag) / "release.json").write_text(json.dumps(meta, indent=1))
+
+
+def cmd_upload(args) -> None:
+    dest = _release(args.tag)
+    if not (dest / "release.json").exists():
+        _fail("release not found")
+    for f in map(Path, args.files):
+        if not f.is_file():
+            _fail(f"{f}: no such file")
+        if (dest / f.name).exists() and not args.clobber:
+            _fail(f"asset under the same name already exists: [{f.name}]")
+        shutil.copyfile(f, dest / f.name)
+
+
+def cmd_download(args) -> None:
+    src = _release(args.tag)
+    if not (src / "release.json").exists():
+        _fail("release not found")
+    names = [p.name for p in sorted(src.iterdir()) if p.name != "release.json"]
+    hits = [n for n in names if any(fnmatch.fnmatch(n, pat) for pat in args.pattern or ["*"])]
+    if not hits:
+        _fail("no assets match the file pattern")
+    out = Path(args.dir or ".")
+    out.mkdir(parents=True, exist_ok=True)
+    for n in hits:
+        shutil.copyfile(src / n, out / n)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gh")
+    top = p.add_subparsers(dest="group", required=True)
+    release = top.add_parser("release").add_subparsers(dest="command", required=True)
+    q = release.add_parser("list")
+    q.add_argument("--exclude-drafts", action="store_true")
+    q.add_argument("--limit", type=int, default=30)
+    q.add_argument("--json", default="")
+    q.add_argument("--jq", default="")
+    q.set_defaults(func=cmd_list)
+    q = release.add_parser("view")
+    q.add_argument("tag")
+    q.set_defaults(func=cmd_view)
+    q = release.add_parser("create")
+    q.add_argument("tag")
+    q.add_argument("--verify-tag", action="store_true")
+    q.add_argument("--title", default="")
+    q.add_argument("--notes-file")
+    q.set_defaults(func=cmd_create)
+    q = release.add_parser("upload")
+    q.add_argument("tag")
+    q.add_argument("files", nargs="+")
+    q.add_argument("--clobber", action="store_true")
+    q.set_defaults(func=cmd_upload)
+    q = release.add_parser("download")
+    q.add_argument("tag")
+    q.add_argument("--dir")
+    q.add_argument("--pattern", action="append")
+    q.set_defaults(func=cmd_download)
+    return p
+
+
+def main(argv: list[str]) -> None:
+    args = parser().parse_args(argv)
+    with open(_home() / "calls.jsonl", "a", encoding="utf-8") as log:
+        log.write(json.dumps({"argv": argv, "repo": os.environ.get("GH_REPO"), "time": time.time_ns(),
+                              "token": bool(os.environ.get("GH_TOKEN"))}) + "\n")  # fmt: skip
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,151 @@
+"""For the release rehearsal's tests: GitHub's release-asset host, stood in for on 127.0.0.1.
+
+A rehearsed release links every wheel to its real asset URL, ``https://github.com/<owner>/<repo>/releases/
+download/<tag>/<file>``, as the workflow writes it. No machine here reaches github.com, so pip and setup.py
+(urllib) reach those URLs through ``https_proxy``: a loopback proxy that answers CONNECT github.com:443 itself,
+with a certificate for github.com from a throwaway CA the test's processes trust (``SSL_CERT_FILE``,
+``PIP_CERT``), serving the gh stand-in's folder (``builder/standins/gh.py`` keeps releases there under the
+same paths). Every other host is tunnelled through unchanged (the machine's usual indexes). The links, paths and TLS are real; only the host is a stand-in.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import select
+import socket
+import ssl
+import subprocess
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+GITHUB = "github.com"
+
+
+def make_certs(folder: Path, system_bundle: str = "/etc/ssl/certs/ca-certificates.crt") -> tuple[Path, Path, Path]:
+    """(CA bundle = the system's + a throwaway CA, github.com's certificate, its key) made with openssl."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key, ca, key, csr, cert = (folder / n for n in ("ca.key", "ca.pem", "gh.key", "gh.csr", "gh.pem"))
+
+    def ssl_(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    ssl_("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca), "-days", "2",
+         "-subj", "/CN=release rehearsal CA", "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+    ssl_("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={GITHUB}")
+    ext = folder / "gh.ext"
+    ext.write_text(f"subjectAltName=DNS:{GITHUB}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+    ssl_("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
+         "-out", str(cert), "-days", "2", "-extfile", str(ext))  # fmt: skip
+    bundle = folder / "bundle.pem"
+    system = Path(system_bundle).read_text() if Path(system_bundle).exists() else ""
+    bundle.write_text(system + "\n" + ca.read_text())
+    return bundle, cert, key
+
+
+class _AssetHost(http.server.SimpleHTTPRequestHandler):
+    """CONNECT github.com:443 is answered here (TLS with the stand-in's certificate); then plain GETs of
+    /<owner>/<repo>/releases/download/<tag>/<file> from the gh stand-in's folder."""
+
+    tls: ssl.SSLContext
+    requests: list[str]
+
+    def do_CONNECT(self) -> None:  # noqa: N802 - http.server's naming
+        host, _, port = self.path.rpartition(":")
+        if host != GITHUB:
+            self._tunnel(host, int(port or 443))  # everything else (the machine's usual indexes) as it is
+            return
+        self.send_response(200, "Connection established")
+        self.end_headers()
+        self.connection = self.tls.wrap_socket(self.connection, server_side=True)
+        self.rfile = self.connection.makefile("rb", self.rbufsize)
+        self.wfile = self.connection.makefile("wb", 0)
+        self.close_connection = False  # the next request comes through the tunnel
+
+    def _tunnel(self, host: str, port: int) -> None:
+        try:
+            upstream = socket.create_connection((host, port), timeout=30)
+        except OSError as err:
+            self.send_error(502, f"cannot reach {host}:{port}: {err}")
+            return
+        self.send_response(200, "Connection established")
+        self.end_headers()
+        conns = [self.connection, upstream]
+        try:
+            while True:
+                ready, _, broken = select.select(conns, [], conns, 60)
+                if broken or not ready:
+                    break
+                for c in ready:
+                    data = c.recv(65536)
+                    if not data:
+                        return
+                    (upstream if c is self.connection else self.connection).sendall(data)
+        finally:
+            upstream.close()
+            self.close_connection = True
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.requests.append(self.path)
+        super().do_GET()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextmanager
+def github_assets(gh_home: Path, certs: tuple[Path, Path, Path]):
+    """The proxy URL (for https_proxy) answering github.com's release downloads from GH_HOME; yields
+    (proxy URL, the list of paths requested)."""
+    bundle, cert, key = certs
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    requests: list[str] = []
+    handler = type("Handler", (_AssetHost,), {"tls": ctx, "requests": requests})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(gh_home)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def through_assets(env: dict, proxy: str, bundle: Path) -> dict:
+    """ENV with github.com reached through the stand-in (pip and urllib both read these)."""
+    return {**env, "https_proxy": proxy, "HTTPS_PROXY": proxy, "no_proxy": "127.0.0.1,localhost",
+            "NO_PROXY": "127.0.0.1,localhost", "SSL_CERT_FILE": str(bundle), "PIP_CERT": str(bundle),
+            # requests (pip's) prefers REQUESTS_CA_BUNDLE over pip's own --cert when it is set, as on this host
+            "REQUESTS_CA_BUNDLE": str(bundle), "CURL_CA_BUNDLE": str(bundle)}  # fmt: skip
+
+
+def venv_with_torch(path: Path, python: str, torch_req: str, env: dict, *more: str) -> Path:
+    """A fresh venv with pip and TORCH_REQ (and MORE) from this machine's usual pip settings (its wheelhouse)."""
+    subprocess.run([python, "-m", "venv", str(path)], check=True)
+    py = path / "bin" / "python"
+    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", torch_req, *more], capture_output=True, text=True,
+                          env={k: v for k, v in env.items() if k != "PIP_CONFIG_FILE"}, check=False)  # fmt: skip
+    if proc.returncode:
+        raise AssertionError(f"installing {torch_req} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return py
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextmanager
+def serve_at(directory: Path, port: int):
+    """DIRECTORY on http://127.0.0.1:PORT/ (the port the rehearsal's INDEX_URL named before the run)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(_Quiet, directory=str(directory)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,425 @@
+"""The release rehearsal: ``.github/workflows/release.yml``, as committed, run under act on this host.
+
+``builder/rehearse.py`` (``nox -s rehearse``) runs it. Real here: act and the workflow's own job graph,
+expressions and shell; GitHub's actions at the SHAs the workflow pins (``../shared/actions``); act's artifact
+server (127.0.0.1); the farm's Docker builds; pip installing from the site, served on 127.0.0.1.
+Mapped or stood in for, each because act or this host cannot do it:
+- upload-artifact v6 runs v4.6.2's code: act's artifact server refuses v6's blob upload (nektos/act issue 6021);
+- ``sudo`` runs its arguments (GitHub's runners have passwordless sudo; this host has no sudo);
+- tag releases only: ``gh`` (GitHub's releases API), attest-build-provenance (Sigstore, OIDC), deploy-pages
+  (Pages), gh-action-pypi-publish (PyPI, OIDC): ``builder/standins/``, which record what they were given;
+  github.com's asset downloads: ``tests/releasekit.py``.
+
+The dry run and the cheap failure paths (a mismatched tag, an empty plan) are in the CI set; the tag releases,
+the failing build, the doctor's fix against the site and ci.yml's jobs are ``--run-slow``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shlex
+import subprocess
+import tarfile
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from farmkit import docker_client
+from indexkit import find_python
+from releasekit import github_assets, make_certs, serve_at, through_assets, venv_with_torch
+
+from builder.rehearse import (
+    DRY_RUN_PROFILE,
+    UPLOAD_ARTIFACT_V4,
+    UPLOAD_ARTIFACT_V6,
+    free_port,
+    rehearse,
+    shared_actions,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+ACTIONS = shared_actions(REPO)  # $REHEARSAL_ACTIONS, else ../shared/actions
+OWNER_REPO = "mamba-ssm/wheels"  # builder.rehearse.ORIGIN
+TORCH_CPU = "torch==2.13.0"
+SCAN = (
+    "import torch, mamba_ssm\n"
+    "from mamba_ssm.ops.selective_scan_interface import selective_scan_fn, selective_scan_ref\n"
+    "u=torch.randn(1,4,16); d=torch.rand(1,4,16); A=-torch.rand(4,2); B=torch.randn(1,2,16); C=torch.randn(1,2,16)\n"
+    "out=selective_scan_fn(u,d,A,B,C); ref=selective_scan_ref(u,d,A,B,C)\n"
+    "assert torch.allclose(out, ref, atol=1e-4), (out-ref).abs().max()\n"
+    "print('scan ok', mamba_ssm.__file__)\n"
+)
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.skipif(
+        not ACTIONS.is_dir(),
+        reason=f"no GitHub actions for offline runs at {ACTIONS} (shared/ beside the repository root; "
+        "or set REHEARSAL_ACTIONS): the rehearsal cannot run act without them",
+    ),
+]
+
+
+def _python311() -> str:
+    py = find_python("3.11")
+    if py is None:
+        pytest.skip("no Python 3.11 on this host (the workflow's PYTHON_VERSION)")
+    return py
+
+
+def _coverage_commands(site: Path) -> list[str]:
+    return [html.unescape(c) for c in re.findall(r'data-command="([^"]+)"', (site / "index.html").read_text())]
+
+
+def _run(cmd: list[str] | str, env: dict, timeout: int = 900) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, shell=isinstance(cmd, str), env=env, capture_output=True, text=True, timeout=timeout,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def dry(tmp_path_factory):
+    docker_client()  # skips without an engine: the build jobs run the farm's Docker executor, as on GitHub
+    work = tmp_path_factory.mktemp("rehearsal-dry")
+    result = rehearse(work / "r", actions=ACTIONS, profile=DRY_RUN_PROFILE, index_port=free_port(), python=_python311())
+    print(f"dry run: {len(result.jobs)} jobs in {result.seconds:.0f} s, act exit {result.rc}: {result.jobs}")
+    return result
+
+
+def test_the_upload_artifact_v6_mapping_is_the_one_act_workaround():
+    """Named here: the v6 SHA runs v4.6.2's code (act issue 6021); every other action is its own pinned SHA."""
+    from builder.rehearse import ACT_WORKAROUNDS, local_actions
+
+    assert ACT_WORKAROUNDS == {UPLOAD_ARTIFACT_V6: UPLOAD_ARTIFACT_V4}
+    workflows = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+    specs = dict(s.split("=", 1) for s in local_actions(workflows, ACTIONS, REPO / "builder" / "standins" / "actions"))
+    assert specs[UPLOAD_ARTIFACT_V6].endswith(UPLOAD_ARTIFACT_V4)
+    # upload-pages-artifact is a composite that pins v4.6.2 itself: act resolves that one too (a tag release
+    # failed at "Stage the site for GitHub Pages" without it).
+    assert specs[UPLOAD_ARTIFACT_V4].endswith(UPLOAD_ARTIFACT_V4)
+    for action, folder in specs.items():
+        if action != UPLOAD_ARTIFACT_V6 and "standins" not in folder:
+            assert folder.endswith(action), (action, folder)
+
+
+def test_a_missing_action_is_named(tmp_path):
+    from builder.rehearse import RehearsalError, local_actions
+
+    with pytest.raises(RehearsalError, match=r"^actions/[\w-]+@[0-9a-f]{40}: no action at "):
+        local_actions([REPO / ".github" / "workflows" / "release.yml"], tmp_path, None)
+
+
+def test_the_scratch_clone_follows_the_checkout(tmp_path):
+    """A work folder's clone keeps a release's version bump, and is reset when the checkout has moved on
+    (a rehearsal never runs a stale commit)."""
+    from builder.rehearse import _git, bump, scratch_clone
+
+    head = _git(REPO, "rev-parse", "HEAD")
+    clone = scratch_clone(REPO, tmp_path / "c")
+    assert _git(clone, "remote", "get-url", "origin") == "https://github.com/mamba-ssm/wheels.git"
+    bump(clone, "9.9.9")
+    bumped = _git(clone, "rev-parse", "HEAD")
+    assert scratch_clone(REPO, clone) == clone and _git(clone, "rev-parse", "HEAD") == bumped
+    _git(clone, "reset", "-q", "--hard", "HEAD~2")  # as if the checkout had moved past the clone
+    scratch_clone(REPO, clone)
+    assert _git(clone, "rev-parse", "HEAD") == head
+
+
+def test_the_gh_stand_in_keeps_releases_as_the_workflow_uses_them(tmp_path):
+    """The calls release.yml makes, against the stand-in (no act needed): what a second release restores."""
+    import sys
+
+    gh = [sys.executable, str(REPO / "builder" / "standins" / "gh.py")]
+    git = tmp_path / "git"
+    subprocess.run(["git", "init", "-q", str(git)], check=True)
+    subprocess.run(["git", "-C", str(git), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)  # fmt: skip
+    subprocess.run(["git", "-C", str(git), "tag", "v1.0.0"], check=True)
+    env = {**os.environ, "GH_STANDIN_HOME": str(tmp_path / "home"), "GH_STANDIN_GIT": str(git), "GH_REPO": OWNER_REPO}
+    (tmp_path / "home").mkdir()
+
+    def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        p = subprocess.run([*gh, *args], env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert (p.returncode == 0) == ok, (args, p.stdout, p.stderr)
+        return p
+
+    (tmp_path / "notes.md").write_text("notes")
+    (tmp_path / "a.whl").write_text("wheel")
+    (tmp_path / "a.whl.spec.json").write_text("{}")
+    (tmp_path / "logs.tar.gz").write_text("logs")
+    assert "release not found" in run("release", "view", "v1.0.0", ok=False).stderr
+    assert (
+        "doesn't exist"
+        in run("release", "create", "v9.0.0", "--verify-tag", "--notes-file", "notes.md", ok=False).stderr
+    )
+    run("release", "create", "v1.0.0", "--verify-tag", "--title", "t", "--notes-file", "notes.md")
+    run("release", "view", "v1.0.0")
+    run("release", "upload", "v1.0.0", "--clobber", "a.whl", "a.whl.spec.json", "logs.tar.gz")
+    assert "already exists" in run("release", "upload", "v1.0.0", "a.whl", ok=False).stderr
+    listed = run("release", "list", "--exclude-drafts", "--limit", "1000", "--json", "tagName", "--jq", ".[].tagName")
+    assert listed.stdout.split() == ["v1.0.0"]
+    run("release", "download", "v1.0.0", "--dir", "out", "--pattern", "*.whl", "--pattern", "*.whl.spec.json")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.whl", "a.whl.spec.json"]
+    assert (
+        "no assets match" in run("release", "download", "v1.0.0", "--dir", "o2", "--pattern", "*.zip", ok=False).stderr
+    )
+    assert (tmp_path / "home" / OWNER_REPO / "releases" / "download" / "v1.0.0" / "a.whl").read_text() == "wheel"
+
+
+def test_the_dry_run_runs_the_whole_job_graph(dry):
+    assert dry.rc == 0, dry.log.read_text()[-6000:]
+    builds = sorted(j for j in dry.jobs if j.startswith("build "))
+    assert len(builds) == 2 and all(dry.jobs[j] == "succeeded" for j in builds), dry.jobs
+    assert dry.jobs["plan"] == dry.jobs["publish"] == "succeeded"
+    # A dry run publishes nothing: no release, no Pages, no sdist for PyPI.
+    assert not {"pages", "sdist", "pypi"} & set(dry.jobs), dry.jobs
+    assert sorted(p.parent.name for p in dry.artifacts.glob("*/*/*.zip")) == sorted(
+        ["index"] + [f"wheel-{j.split()[1].rsplit('-', 1)[0]}" for j in builds]
+        + [f"log-{j.split()[1].rsplit('-', 1)[0]}" for j in builds]
+    )  # fmt: skip
+
+
+def test_pip_installs_from_the_dry_run_site(dry, tmp_path):
+    """The index artifact, served where INDEX_URL said: the coverage page's command installs a working wheel."""
+    assert dry.rc == 0
+    site = dry.artifact("index", tmp_path / "site")
+    commands = _coverage_commands(site)
+    assert commands and all(dry.index_url in c for c in commands), commands
+    (cmd,) = [c for c in commands if "+cputorchstable" in c and "/cpu-torch2.13-cxx11abiTRUE/" in c]
+    assert "mamba-ssm==2.3.0+cputorchstable" in cmd  # the exact pin
+    env = dict(os.environ)
+    py = venv_with_torch(tmp_path / "venv", _python311(), TORCH_CPU, env)
+    port = int(dry.index_url.rsplit(":", 1)[1])
+    with serve_at(site, port):
+        _run([str(py), "-m", *shlex.split(cmd)], env)
+    out = _run([str(py), "-I", "-c", SCAN], env).stdout
+    assert "scan ok" in out and str(tmp_path / "venv") in out
+
+
+@pytest.mark.slow
+def test_the_doctors_fix_installs_what_the_site_serves(dry, tmp_path):
+    """torch 2.14.1 (CUDA 13) with the CPU wheel installed: the doctor's fix line, run as printed, installs the
+    stable cu13 wheel the dry run's site serves (the default plan builds no classic wheel for torch >= 2.10)."""
+    assert dry.rc == 0
+    site = dry.artifact("index", tmp_path / "site")
+    env = dict(os.environ)
+    py = venv_with_torch(tmp_path / "venv", _python311(), "torch==2.14.1", env)
+    port = int(dry.index_url.rsplit(":", 1)[1])
+    with serve_at(site, port):
+        _run([str(py), "-m", "pip", "install", "--no-deps", "mamba-ssm==2.3.0+cputorchstable",
+              "--extra-index-url", f"{dry.index_url}/cpu-torchstable-abi3/"], env)  # fmt: skip
+        doc = subprocess.run([str(py), "-I", "-m", "mamba_ssm.doctor", "--json", "--index", dry.index_url],
+                             capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+        (label,) = [f for f in json.loads(doc.stdout)["findings"] if f["check"] == "label"]
+        assert label["verdict"] == "problem" and "needs cu13torch2.14cxx11abiTRUE" in label["title"], label
+        fix = label["fix"]
+        assert '"mamba-ssm==2.3.0+cu13torchstable"' in fix, fix
+        _run(fix, env)
+        after = subprocess.run([str(py), "-I", "-m", "mamba_ssm.doctor", "--json", "--index", dry.index_url],
+                               capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+    (label,) = [f for f in json.loads(after.stdout)["findings"] if f["check"] == "label"]
+    assert label["verdict"] == "ok", label
+    assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout
+
+
+# --------------------------------------------------------------------------- tag releases (stand-ins)
+
+
+def _calls(records: Path) -> list[dict]:
+    path = records / "calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory):
+    """v<version>, then the next version (committed in the scratch clone first), in one work folder: the
+    second release restores the first one's wheels from the gh stand-in and must keep them on the site."""
+    docker_client()
+    work = tmp_path_factory.mktemp("rehearsal-tags") / "r"
+    port, py = free_port(), _python311()
+    from builder.rehearse import version_of
+
+    first = version_of(REPO)
+    major, minor, patch = (int(x) for x in first.split(".")[:3])
+    second = f"{major}.{minor}.{patch + 1}"
+    runs = {}
+    for version in (first, second):
+        runs[version] = rehearse(work, actions=ACTIONS, release=True, version=None if version == first else second,
+                                 profile=DRY_RUN_PROFILE, index_port=port, python=py)  # fmt: skip
+        print(
+            f"release v{version}: {len(runs[version].jobs)} jobs in {runs[version].seconds:.0f} s: {runs[version].jobs}"
+        )
+    return work, runs, (first, second)
+
+
+@pytest.mark.slow
+def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
+    work, runs, versions = releases
+    for v, r in runs.items():
+        assert r.rc == 0, f"v{v}: {r.jobs}\n{r.log.read_text()[-6000:]}"
+        assert {j: e for j, e in r.jobs.items() if not j.startswith("build ")} == {
+            "plan": "succeeded", "publish": "succeeded", "pages": "succeeded", "sdist": "succeeded", "pypi": "succeeded"
+        }, r.jobs  # fmt: skip
+    assets = work / "github" / OWNER_REPO / "releases" / "download"
+    published = {v: sorted(p.name for p in (assets / f"v{v}").glob("*.whl")) for v in versions}
+    assert all(len(w) == 2 for w in published.values()), published  # the CPU and the CUDA stable wheel
+    calls = _calls(work / "records")
+
+    # The site after the second release holds both releases' wheels, each linked to its own release's asset.
+    site = work / "records" / "pages"
+    links = {}
+    for page in site.rglob("index.html"):
+        for href in re.findall(r'<a href="([^"#]+)(?:#[^"]*)?"', page.read_text()):
+            if href.endswith(".whl"):
+                href = urllib.parse.unquote(href)  # the index percent-encodes the local label's "+"
+                links.setdefault(href.rsplit("/", 1)[1], set()).add(href)
+    for v, wheels in published.items():
+        for w in wheels:
+            assert links.get(w) == {f"https://github.com/{OWNER_REPO}/releases/download/v{v}/{w}"}, (w, links.get(w))
+    assert not list(site.rglob("files/*.whl"))  # a release's site carries no wheels (Pages' 1 GB)
+
+    # The attestation stand-in was given every published wheel of each release (same bytes).
+    import hashlib
+
+    for v, wheels in published.items():
+        (att,) = [c for c in calls if c["kind"] == "attest" and c["ref"] == f"refs/tags/v{v}"]
+        assert att["subjects"] == {w: hashlib.sha256((assets / f"v{v}" / w).read_bytes()).hexdigest() for w in wheels}
+
+    # PyPI got exactly each release's sdist, and only after its pages deployment.
+    for v in versions:
+        ref = f"refs/tags/v{v}"
+        (pypi,) = [c for c in calls if c["kind"] == "pypi" and c["ref"] == ref]
+        (pages,) = [c for c in calls if c["kind"] == "pages" and c["ref"] == ref]
+        assert list(pypi["files"]) == [f"mamba_ssm-{v}.tar.gz"]
+        assert pypi["time"] > pages["time"]
+    assert sorted(p.name for p in (work / "records" / "pypi").iterdir()) == [f"mamba_ssm-{v}.tar.gz" for v in versions]
+    # The release notes name both lines' commands pinned, never a bare name.
+    notes = json.loads((assets / f"v{versions[1]}" / "release.json").read_text())["body"]
+    assert "pip install mamba-ssm==<version>+<label>" in notes and "pip install mamba-ssm --" not in notes
+
+
+@pytest.mark.slow
+def test_pip_installs_each_release_through_its_asset_links(releases, tmp_path):
+    """Real pip, the Pages stand-in's site on INDEX_URL's port, every wheel fetched from its release's asset
+    URL (https://github.com/...), answered by the asset-host stand-in on 127.0.0.1 (tests/releasekit.py)."""
+    work, runs, versions = releases
+    port = int(runs[versions[0]].index_url.rsplit(":", 1)[1])
+    certs = make_certs(tmp_path / "certs")
+    py = venv_with_torch(tmp_path / "venv", _python311(), TORCH_CPU, dict(os.environ))
+    with serve_at(work / "records" / "pages", port), github_assets(work / "github", certs) as (proxy, asked):
+        env = through_assets(dict(os.environ), proxy, certs[0])
+        for v in versions:
+            url = f"http://127.0.0.1:{port}/cpu-torch2.13-cxx11abiTRUE/"
+            _run([str(py), "-m", "pip", "install", "--force-reinstall", "--no-deps", f"mamba-ssm=={v}+cputorchstable",
+                  "--extra-index-url", url], env)  # fmt: skip
+            got = _run([str(py), "-I", "-c", "import importlib.metadata as m; print(m.version('mamba-ssm'))"], env)
+            assert got.stdout.strip() == f"{v}+cputorchstable"
+            assert any(urllib.parse.unquote(p).startswith(f"/{OWNER_REPO}/releases/download/v{v}/") for p in asked), (
+                asked
+            )
+        assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout
+
+
+@pytest.mark.slow
+def test_the_published_sdist_takes_the_prebuilt_wheel_from_the_rehearsed_site(releases, tmp_path):
+    """Plain `pip install <the sdist PyPI got>` in a fresh venv with torch: setup.py looks in the index the
+    same release deployed (stamped by the sdist job) and installs that release's wheel, not a source build."""
+    work, runs, versions = releases
+    v = versions[1]
+    sdist = work / "records" / "pypi" / f"mamba_ssm-{v}.tar.gz"
+    with tarfile.open(sdist) as t:
+        (stamp,) = [m for m in t.getmembers() if m.name.endswith("mamba_ssm/_index_url.txt")]
+        assert t.extractfile(stamp).read().decode().strip() == runs[v].index_url
+    port = int(runs[v].index_url.rsplit(":", 1)[1])
+    certs = make_certs(tmp_path / "certs")
+    # setuptools >= 70.1: a --no-build-isolation build uses the venv's own (README: Installing from source).
+    py = venv_with_torch(tmp_path / "venv", _python311(), TORCH_CPU, dict(os.environ), "setuptools>=70.1")
+    with serve_at(work / "records" / "pages", port), github_assets(work / "github", certs) as (proxy, asked):
+        env = {k: v for k, v in through_assets(dict(os.environ), proxy, certs[0]).items() if k != "MAMBA_WHEEL_INDEX"}
+        out = _run([str(py), "-m", "pip", "install", "-v", "--no-build-isolation", str(sdist)], env, timeout=1800)
+    assert f"using prebuilt wheel mamba_ssm-{v}+cputorchstable" in out.stdout + out.stderr, out.stdout[-3000:]
+    fetched = [urllib.parse.unquote(p) for p in asked]  # the link percent-encodes the label's "+"
+    assert any(p.startswith(f"/{OWNER_REPO}/releases/download/v{v}/mamba_ssm-{v}+cputorchstable-") for p in fetched), (
+        asked
+    )
+    assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout
+
+
+# --------------------------------------------------------------------------- failure paths
+
+
+def test_a_tag_that_does_not_match_the_version_stops_at_plan(tmp_path):
+    docker_client()
+    r = rehearse(tmp_path / "r", actions=ACTIONS, release=True, tag="v9.9.9", python=_python311())
+    log = r.log.read_text()
+    assert r.rc != 0
+    assert r.jobs == {"plan": "failed"}, r.jobs  # nothing built, published or sent to PyPI
+    assert "tag v9.9.9 does not match mamba_ssm/__init__.py" in log
+
+
+def test_an_empty_plan_stops_with_its_message(tmp_path):
+    docker_client()
+    # The CPU profile for upstream's causal-conv1d: its recipe builds CUDA only, so nothing is left.
+    r = rehearse(tmp_path / "r", actions=ACTIONS, profile="cpu", projects="causal-conv1d", python=_python311())
+    assert r.rc != 0 and r.jobs == {"plan": "failed"}, r.jobs
+    assert "nothing to build: profile 'cpu' selects no buildable combination" in r.log.read_text()
+
+
+@pytest.mark.slow
+def test_one_failing_build_still_publishes_the_others_and_the_summary_names_it(tmp_path):
+    """A compile error in the CUDA kernels only (committed in the scratch clone, as a bad merge would be), then a
+    tag release: the CUDA job fails, the CPU wheel is still published (release assets, attestation, site), and
+    the summary (the release notes) names the failed build and its log artifact."""
+    from builder.rehearse import scratch_clone, version_of
+
+    docker_client()
+    repo = scratch_clone(REPO, tmp_path / "r" / "repo")
+    fwd = repo / "csrc" / "cuda" / "selective_scan_fwd.cu"
+    fwd.write_text(fwd.read_text() + '\n#error "rehearsal: a CUDA-only compile error"\n')
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "break the CUDA kernels"], check=True)
+    r = rehearse(tmp_path / "r", actions=ACTIONS, release=True, profile=DRY_RUN_PROFILE, python=_python311())
+    print(f"one failing build: {len(r.jobs)} jobs in {r.seconds:.0f} s: {r.jobs}")
+    cuda = next(j for j in r.jobs if j.startswith("build cu13-"))
+    cpu = next(j for j in r.jobs if j.startswith("build cpu-"))
+    assert (r.jobs[cuda], r.jobs[cpu], r.jobs["publish"], r.jobs["pages"]) == (
+        "failed",
+        "succeeded",
+        "succeeded",
+        "succeeded",
+    ), r.jobs
+    job_id = cuda.split()[1].rsplit("-", 1)[0]
+    tag = f"v{version_of(repo)}"
+    release = tmp_path / "r" / "github" / OWNER_REPO / "releases" / "download" / tag
+    summary = json.loads((release / "release.json").read_text())["body"]
+    assert "### Failed builds (not published)" in summary
+    assert f"| `{job_id}` | `log-{job_id}` |" in summary
+    assert "1 wheels from 1 of 2 planned builds" in summary
+    assert [p.name.split("-")[1] for p in release.glob("*.whl")] == [f"{tag[1:]}+cputorchstable"]
+    assert f"{tag[1:]}+cputorchstable" in (tmp_path / "r" / "records" / "pages" / "index.html").read_text()
+    logs = r.artifact(f"log-{job_id}", tmp_path / "log")
+    assert "rehearsal: a CUDA-only compile error" in "".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))
+
+
+# --------------------------------------------------------------------------- ci.yml, the same way
+
+
+@pytest.mark.slow  # 54 s here: kept out of the CI set's budget, which the release dry run takes
+def test_ci_lint_job_runs_under_act(tmp_path):
+    """ci.yml's lint job as GitHub runs it: the dev group installed by pip>=25.1, actionlint with shellcheck on
+    every run: script, ruff. (Its `tests` job is the whole suite with apt-get through sudo: not run here.)"""
+    r = rehearse(tmp_path / "r", actions=ACTIONS, workflow="ci.yml", job="lint", python=_python311())
+    assert r.rc == 0 and r.jobs == {"lint": "succeeded"}, r.log.read_text()[-4000:]
+
+
+@pytest.mark.slow
+def test_ci_profile_job_runs_under_act(tmp_path):
+    """ci.yml's ci-profile job: the `ci` profile's real Docker builds, and its dist/ kept as an artifact."""
+    docker_client()
+    r = rehearse(tmp_path / "r", actions=ACTIONS, workflow="ci.yml", job="ci-profile", python=_python311())
+    assert r.rc == 0 and r.jobs == {"ci-profile": "succeeded"}, r.log.read_text()[-4000:]
+    dist = r.artifact("ci-profile-dist", tmp_path / "dist")
+    assert len(list(dist.glob("wheels/*.whl"))) == 3
