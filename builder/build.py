@@ -151,6 +151,7 @@ def run_command(args: argparse.Namespace) -> int:
                 return _verify_and_publish(
                     spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke,
                     allow_newer_manylinux=executor.newer_glibc(spec), recipe=plan.recipe_of(spec),
+                    emulated_smoke=getattr(executor, "smoke", None), log_path=logs_dir / f"{spec.id}.log", log=log,
                 )
 
             ran = schedule.run(
@@ -258,16 +259,32 @@ def _clear_stale(work: Path, wheels_dir: Path) -> None:
 
 def _verify_and_publish(
     spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False,
-    recipe=None,
+    recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print,
 ) -> Path:
-    """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename."""
+    """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename.
+
+    Another machine's wheel (linux_aarch64 on x86_64) is smoke-tested in its own image under emulation
+    (EMULATED_SMOKE: the Docker executor's ``smoke``); without one it cannot be, and is refused.
+    """
     from builder import wheels
+    from builder.images import host_machine, machine_of
 
     workdir.mkdir(parents=True, exist_ok=True)
     good = Path(
         wheels.verify_wheel(raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux)
     )
-    if smoke:
+    foreign = machine_of(spec.platform) != host_machine()
+    if smoke and foreign:
+        if emulated_smoke is None or recipe is not None:
+            raise FarmError(
+                f"cannot smoke-test {good.name} on this {host_machine()} host: "
+                + ("a recipe's smoke test does not run under emulation yet" if emulated_smoke else "this executor has no emulated smoke test"),
+                hint="use --executor docker, or pass --no-smoke",
+            )
+        t0 = time.monotonic()
+        line = emulated_smoke(spec, good, log_path or workdir / f"{spec.id}.log")
+        log(f"{spec.id}: {line} (under emulation, {time.monotonic() - t0:.0f}s)")
+    elif smoke:
         from filelock import FileLock
 
         from builder.hostenv import CACHE_ROOT, pyenv_pythons

@@ -53,24 +53,27 @@ def model(index: Index, project: str = PROJECT) -> dict:
     base = index.base_url.rstrip("/") + "/" if index.base_url else "./"
     pythons = sorted({e.python for e in files.values()}, key=lambda py: (int(py[2]), int(py[3:] or 0)))
     abis = sorted({e.cxx11abi for e in files.values() if e.cxx11abi is not None}) or [True]
-    rows: dict[tuple[str, str], _variant.Variant] = {}  # one per torch x accelerator
+    rows: dict[tuple[str, str, str | None], _variant.Variant] = {}  # one per torch x accelerator x machine
     pages = {}  # the variant pages that list this project: its rows
     for key, fns in index.variants.items():
         own = fns if only else [fn for fn in fns if fn in files]
         if own:
             pages[key] = own
             v = _variant.Variant.from_key(key)
-            rows.setdefault((v.torch, v.accelerator), v)
+            for machine in {files[fn].machine for fn in own}:
+                rows.setdefault((v.torch, v.accelerator, machine), v)
+    machines = sorted({m for (_t, _a, m) in rows if m}, key=lambda m: (m != "x86_64", m))
     out_rows = []
-    for (torch, acc), v in sorted(rows.items(), key=lambda kv: (_acc_sort(kv[1]), _torch_sort(kv[0][0]))):
+    order = lambda kv: (_acc_sort(kv[1]), machines.index(kv[0][2]) if kv[0][2] in machines else 0, _torch_sort(kv[0][0]))
+    for (torch, acc, machine), v in sorted(rows.items(), key=order):
         # a cell is a user's environment: the row's variant with the column's ABI (a stable row serves both)
         keys = {abi: v.key if v.stable else replace(v, cxx11abi=abi).key for abi in abis}
-        cells = [_cell(index, keys[abi], py, base, project) for py in pythons for abi in abis]
+        cells = [_cell(index, keys[abi], py, base, project, machine) for py in pythons for abi in abis]
         floor = ""
         if v.stable:
             floors = {files[fn].requires_torch for fn in pages[v.key]}
             floor = ", ".join(sorted(f for f in floors if f))
-        out_rows.append({"torch": torch, "accelerator": acc, "floor": floor, "cells": cells})
+        out_rows.append({"torch": torch, "accelerator": acc, "machine": machine, "floor": floor, "cells": cells})
     columns = [{"python": f"{py[2]}.{py[3:]}", "abi": abi} for py in pythons for abi in abis]
     sources = sorted(s for p, s in index.sources if p == project)
     return {
@@ -81,17 +84,18 @@ def model(index: Index, project: str = PROJECT) -> dict:
         "abis": abis,
         "base_url": index.base_url,
         "base": base,
-        "accelerator_names": {acc: v.backend_name for (_torch, acc), v in rows.items()},
+        "accelerator_names": {acc: v.backend_name for (_torch, acc, _m), v in rows.items()},
+        "machines": machines,
         "n_files": len(files),
         "n_variants": len(pages),
         "sources": [describe_source(s) for s in sources],
     }
 
 
-def _cell(index: Index, key: str, py: str, base: str, project: str) -> Cell | None:
-    """The wheel a user in this cell gets (the model answers; e.g. no exact cp312 wheel of this release:
-    the stable wheel's own page serves it)."""
-    picked = index.wheel_for(key, py, project)
+def _cell(index: Index, key: str, py: str, base: str, project: str, machine: str | None = None) -> Cell | None:
+    """The wheel a user in this cell (on MACHINE) gets (the model answers; e.g. no exact cp312 wheel of this
+    release: the stable wheel's own page serves it)."""
+    picked = index.wheel_for(key, py, project, machine)
     if picked is None:
         return None
     page, fn = picked

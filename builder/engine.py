@@ -57,12 +57,14 @@ def build_image(
     log_path: Path | None = None,
     error: type[FarmError] = EngineUnavailable,
     hint: str | None = None,
+    platform: str | None = None,
 ) -> float:
     """Build DOCKERFILE into TAG, labelled ``org.mamba-farm=1`` plus LABELS; the seconds it took.
 
     The build context holds the Dockerfile, FILES (context path -> host file or folder) and
     whatever STAGE(context dir) puts there. The engine's output goes to LOG_PATH as it comes;
-    a failure raises ERROR ("WHAT failed to build: ...") with the output's last lines.
+    a failure raises ERROR ("WHAT failed to build: ...") with the output's last lines. PLATFORM
+    (linux/arm64) builds for another machine, its RUN steps under emulation.
     """
     import docker.errors
 
@@ -82,7 +84,8 @@ def build_image(
         with open(log_path, "w") if log_path else contextlib.nullcontext() as log:
             try:
                 stream = client.api.build(
-                    path=str(ctx), tag=tag, labels={LABEL: "1", **(labels or {})}, rm=True, forcerm=True, decode=True
+                    path=str(ctx), tag=tag, labels={LABEL: "1", **(labels or {})}, rm=True, forcerm=True, decode=True,
+                    **({"platform": platform} if platform else {}),
                 )
                 for chunk in stream:
                     if "stream" in chunk:

@@ -3,7 +3,8 @@
 - Labels: everything the farm makes (images, containers, volumes) carries ``org.mamba-farm=1``;
   build containers also carry ``org.mamba-farm.owner=<host>:<pid>``, the process they belong to.
 - Names: toolchain images are ``mamba-farm/<name>:<content hash>``; the farm's own Debian bases
-  (``builder/base_image.py``) are ``mamba-farm/debian:<suite>``.
+  (``builder/base_image.py``) are ``mamba-farm/debian:<suite>`` on the host's architecture and
+  ``mamba-farm/debian:<suite>-<arch>`` (``bookworm-arm64``) for another one, run under emulation.
 - Rules: which Debian suite stands in for a base that cannot be pulled, and what a toolkit
   becomes on that stand-in.
 """
@@ -47,8 +48,35 @@ def owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def local_name(suite: str) -> str:
-    return f"{LOCAL_PREFIX}:{suite}"
+# Wheel platform machine -> Debian (and docker) architecture name.
+DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+MACHINE_OF = {v: k for k, v in DEBIAN_ARCH.items()}
+
+
+def host_machine() -> str:
+    """This host's machine as wheel platform tags spell it (x86_64, aarch64)."""
+    import platform
+
+    m = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def machine_of(platform_tag: str) -> str:
+    """linux_aarch64 -> aarch64 (the machine of a wheel platform tag)."""
+    return platform_tag.split("_", 1)[-1] if platform_tag.startswith("linux_") else platform_tag.rsplit("_", 1)[-1]
+
+
+def docker_platform(machine: str) -> str:
+    """aarch64 -> linux/arm64, what docker's --platform takes."""
+    return f"linux/{DEBIAN_ARCH.get(machine, machine)}"
+
+
+def local_name(suite: str, machine: str | None = None) -> str:
+    """mamba-farm/debian:SUITE on the host's machine, mamba-farm/debian:SUITE-arm64 for aarch64 elsewhere."""
+    machine = machine or host_machine()
+    if machine == host_machine():
+        return f"{LOCAL_PREFIX}:{suite}"
+    return f"{LOCAL_PREFIX}:{suite}-{DEBIAN_ARCH.get(machine, machine)}"
 
 
 def is_local_base(base: str) -> bool:
@@ -57,8 +85,14 @@ def is_local_base(base: str) -> bool:
 
 
 def local_suite(base: str) -> str:
-    """The suite of a local base name (mamba-farm/debian:trixie -> trixie)."""
-    return base.split(":", 1)[1]
+    """The suite of a local base name (mamba-farm/debian:trixie -> trixie, ...:bookworm-arm64 -> bookworm)."""
+    return base.split(":", 1)[1].split("-", 1)[0]
+
+
+def local_machine(base: str) -> str:
+    """The machine of a local base name (mamba-farm/debian:bookworm-arm64 -> aarch64; no suffix: this host's)."""
+    _, _, arch = base.split(":", 1)[1].partition("-")
+    return MACHINE_OF.get(arch, arch) if arch else host_machine()
 
 
 def suite_for(base: str) -> str:

@@ -19,7 +19,15 @@ import tomllib
 
 from builder.errors import UsageError
 from builder.hostenv import pyenv_pythons
-from builder.images import LABEL, effective_toolkit_source, fallback_suite, image_tag, local_name
+from builder.images import (
+    LABEL,
+    effective_toolkit_source,
+    fallback_suite,
+    host_machine,
+    image_tag,
+    local_name,
+    machine_of,
+)
 from builder.spec import ImageSpec, stable_hash
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,6 +50,7 @@ class Rendered:
     pythons: tuple[PythonInstall, ...]
     tag: str  # mamba-farm/<kind>:<content hash>
     files: dict[str, Path] = field(default_factory=dict)  # extra build-context entries: context path -> host path
+    staged: bool = True  # the pythons are the host's, copied into the build context (python "copy")
 
 
 def environment() -> jinja2.Environment:
@@ -90,15 +99,35 @@ def os_table(base: str, data: dict) -> tuple[str, dict]:
     )
 
 
+def python_mode(image: ImageSpec, osdef: dict) -> str:
+    """Where IMAGE's CPythons come from: the OS table's choice, except that another machine's image
+    cannot take the host's pyenv installs ("copy") and takes the suite's own CPython ("system")."""
+    mode = osdef["python"]
+    if mode == "copy" and machine_of(image.platform) != host_machine():
+        return "system"
+    return mode
+
+
 def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> dict:
     if not pythons:
         raise UsageError(f"image {image.id} lists no Python", hint="every image needs at least one Python")
     data = load_packages()
-    _, osdef = os_table(base, data)
+    os_key, osdef = os_table(base, data)
     family = osdef["family"]
     source = effective_toolkit_source(image, base)
     first = pythons[0].tag
     packages = list(osdef["packages"])
+    mode = python_mode(image, osdef)
+    if mode == "system":
+        have = osdef.get("system_python")
+        other = [p.version for p in pythons if p.version != have]
+        if other:
+            raise UsageError(
+                f"image {image.id} ({image.platform}) needs Python {', '.join(other)}: the host's pyenv "
+                f"installs are {host_machine()}, and Debian {os_key} has only Python {have or 'none'}",
+                hint=f"build {image.platform} for Python {have} here (--only), or on a native {machine_of(image.platform)} host",
+            )
+        packages += list(osdef["system_python_packages"])
     # Debian's hipcc/libamdhip64-dev are the toolkit only where Debian provides it, never on AMD's image.
     if image.kind != "rocm" or source == "debian":
         packages += list(data["kind"].get(family, {}).get(image.kind, []))
@@ -111,7 +140,7 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
         "os_include": f"_os_{family}.Dockerfile.j2",
         "os_packages": sorted(set(packages)),
         "apt_sources": "",
-        "python_include": f"_python_{osdef['python']}.Dockerfile.j2",
+        "python_include": f"_python_{mode}.Dockerfile.j2",
         "bootstrap_python": osdef.get("bootstrap_python", "python3"),
         "pythons": [{"tag": p.tag, "prefix": p.prefix, "version": p.version} for p in pythons],
         "helper_python": f"/opt/python/{first}-{first}",
@@ -174,7 +203,9 @@ def hip_toolchain(base: str, packages: tuple[str, ...]) -> str:
 
 def render(image: ImageSpec, *, base: str | None = None, host_pythons: dict[str, Path] | None = None) -> Rendered:
     base = base or image.base
-    pythons = python_installs(image.pythons, pyenv_pythons() if host_pythons is None else host_pythons)
+    foreign = machine_of(image.platform) != host_machine()
+    host = {} if foreign else pyenv_pythons() if host_pythons is None else host_pythons
+    pythons = python_installs(image.pythons, host)
     ctx = context(image, base, pythons)
     try:
         text = render_template(template_name(image), **ctx)
@@ -188,14 +219,15 @@ def render(image: ImageSpec, *, base: str | None = None, host_pythons: dict[str,
     if files:  # only then: the tags of images without extra files stay as they were
         material["files"] = files_digest(files)
     tag = image_tag(image.kind, stable_hash(material, 16))
-    return Rendered(image, text, base, pythons, tag, files)
+    staged = ctx["python_include"] == "_python_copy.Dockerfile.j2"
+    return Rendered(image, text, base, pythons, tag, files, staged)
 
 
 def write_all(images: dict[str, ImageSpec], out: Path, *, local_base: bool) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for image_id, image in sorted(images.items()):
-        base = local_name(fallback_suite(image)) if local_base else None
+        base = local_name(fallback_suite(image), machine_of(image.platform)) if local_base else None
         r = render(image, base=base)
         path = out / f"{image_id}.Dockerfile"
         tmp = path.with_suffix(".tmp")

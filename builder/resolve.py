@@ -24,6 +24,7 @@ from builder import variants
 from builder.errors import NoMatchingWheel, UsageError
 from builder.index.model import PROJECT, Entry, Manifest, install_command
 from mamba_ssm import _variant
+from mamba_ssm._elf import tag_machine
 
 DEFAULT_INDEX = "dist/index"
 
@@ -44,7 +45,7 @@ def resolve(manifest: dict | Manifest, variant: _variant.Variant, project: str =
         manifest = Manifest.from_json(manifest)
     project = canonicalize_name(project)
     res = Resolution(variant, project)
-    picked = manifest.wheel_for(variant.key, variant.python, project)
+    picked = manifest.wheel_for(variant.key, variant.python, project, tag_machine(variant.platform))
     if picked is not None:
         res.key, res.filename = picked
         res.entry = manifest.files[res.filename]

@@ -5,6 +5,8 @@
 1. names: filename, ``WHEEL`` tags and ``METADATA`` (version, local label, ``Requires-Dist: torch``)
    agree with the BuildSpec; stable-ABI wheels are ``cp310-abi3``;
    the extension modules are the ones the label calls for (one build of each; abi3 or cpXY);
+   every ELF file in the wheel is built for the machine of its platform tag (``e_machine``: an
+   aarch64 wheel holding an x86_64 ``.so`` is refused, naming the file);
 2. C++ ABI audit: the extension's undefined C++ symbols use ``std::__cxx11`` strings exactly when
    the label says ``cxx11abiTRUE`` (old-ABI ``std::string`` mangles as ``Ss``);
 3. GPU arch audit: embedded SASS/PTX (the CUDA fatbin's entry headers) or HIP code objects (the
@@ -216,6 +218,31 @@ def audited_extensions(members: tuple[str, ...], spec: BuildSpec) -> list[str]:
     return out
 
 
+# --------------------------------------------------------------------------- machine audit
+
+
+def check_machine(wheel: Path, platform: str) -> None:
+    """Every host-code ELF file in WHEEL is built for PLATFORM's machine (mamba_ssm._elf reads e_machine)."""
+    want = _elf.tag_machine(platform)
+    if want is None:
+        return
+    with zipfile.ZipFile(wheel) as zf:
+        heads = []
+        for info in zf.infolist():
+            if info.is_dir() or info.file_size < 20:
+                continue
+            with zf.open(info) as f:
+                heads.append((info.filename, f.read(20)))
+    foreign = _elf.foreign_files(heads, want)
+    if foreign:
+        shown = "; ".join(f"{name} is {machine} code" for name, machine in foreign[:5])
+        more = f" (and {len(foreign) - 5} more)" if len(foreign) > 5 else ""
+        raise VerificationError(
+            f"{wheel.name}: {shown}{more}, but the wheel is tagged {platform} ({want})",
+            hint=f"build it on a {want} host or image: another machine's file in the wheel cannot load there",
+        )
+
+
 # --------------------------------------------------------------------------- C++ ABI audit
 
 
@@ -339,6 +366,8 @@ def repair(wheel: Path, spec: BuildSpec, workdir: Path, *, allow_newer_manylinux
     shutil.rmtree(out, ignore_errors=True)
     excludes = [a for pat in TORCH_PROVIDED for a in ("--exclude", pat)]
     target = spec.manylinux
+    if _elf.tag_machine(target) != _host_machine():
+        return _repair_foreign(wheel, target, out, excludes, allow_newer_manylinux=allow_newer_manylinux)
     proc = _auditwheel("repair", "--plat", target, "--only-plat", *excludes, "-w", str(out), str(wheel))
     if proc.returncode:
         text = (proc.stdout + proc.stderr).strip()
@@ -365,6 +394,37 @@ def repair(wheel: Path, spec: BuildSpec, workdir: Path, *, allow_newer_manylinux
         raise VerificationError(f"{wheel.name}: auditwheel produced {len(repaired)} wheels in {out}")
     _check_not_bundled(repaired[0])
     return repaired[0], target
+
+
+def _host_machine() -> str:
+    from builder.images import host_machine
+
+    return host_machine()
+
+
+def _repair_foreign(wheel: Path, target: str, out: Path, excludes: list[str], *, allow_newer_manylinux: bool):
+    """auditwheel repair of another machine's wheel (aarch64 on x86_64): its ``--plat`` offers only this
+    host's machine's policies, so ``auto`` (the wheel's own machine, the most compatible policy it
+    reaches) repairs it, and the policy reached is held against TARGET as on the native path."""
+    proc = _auditwheel("repair", "--plat", "auto", *excludes, "-w", str(out), str(wheel))
+    repaired = sorted(out.glob("*.whl"))
+    if proc.returncode or len(repaired) != 1:
+        raise VerificationError(f"{wheel.name}: auditwheel repair failed: {(proc.stdout + proc.stderr).strip()[-600:]}")
+    tags = parse_wheel_filename(repaired[0].name)[3]
+    reached = max((t.platform for t in tags if t.platform.startswith("manylinux_")), key=_glibc, default=None)
+    if reached is None:
+        raise VerificationError(f"{repaired[0].name}: auditwheel left no manylinux_X_Y tag")
+    if _glibc(reached) > _glibc(target):
+        msg = (
+            f"{wheel.name}: cannot reach {target}: its glibc symbols need {reached} "
+            "(it was built on a newer glibc than that policy allows)"
+        )
+        if not allow_newer_manylinux:
+            raise VerificationError(msg, hint=f"build on a {re.sub(r'_(x86_64|aarch64)$', '', target)} base image")
+        print(f"warning: {msg}; repairing to {reached} instead", file=sys.stderr)
+        target = reached
+    _check_not_bundled(repaired[0])
+    return repaired[0], target  # retag() gives it exactly TARGET: a wheel that reaches an older glibc serves it
 
 
 def _glibc(policy: str) -> tuple[int, int]:
@@ -412,6 +472,7 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
     problems = check_names(facts, spec, platforms)
     if problems:
         raise VerificationError(f"{wheel.name} does not match spec {spec.id}: " + "; ".join(problems))
+    check_machine(wheel, spec.platform)
 
     unpacked = Path(tempfile.mkdtemp(prefix="unpacked-", dir=workdir))
     try:
@@ -449,6 +510,7 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
     canonical = f"{facts.version.partition('+')[0]}+{spec.label}"
     final = retag(repaired, platform, workdir / "verified", version=canonical)
     after = read_facts(final, spec.project)
+    check_machine(final, platform)  # what auditwheel grafted in too
     if after.filename_tags != (expected_tag(spec, platform),) or after.wheel_tags != after.filename_tags:
         raise VerificationError(
             f"{final.name}: after repair the tags are {after.filename_tags}, expected one {expected_tag(spec, platform)}"
@@ -484,6 +546,9 @@ with open("/proc/self/maps") as maps:
 assert len(gomp) <= 1, f"two OpenMP runtimes loaded: {gomp}"
 print(f"smoke ok: torch {torch.__version__}, mamba_ssm {mamba_ssm.__version__}, max abs error {err:.2e}")
 """
+
+
+SMOKE_SCRIPT = _SMOKE  # what an emulated smoke test (builder/executors/docker.py) runs in its container
 
 
 def smoke_test(

@@ -39,6 +39,16 @@ int to_mamba_dtype(typename T::ScalarType t) {
   return -1;
 }
 
+// Shape equality by dimension: the stable API's IntHeaderOnlyArrayRef has no operator== in torch
+// 2.10's headers, and the stable wheel compiles against any torch from its floor (2.10) on.
+template <class Tensor>
+bool same_shape(const Tensor& a, const Tensor& b) {
+  if (a.dim() != b.dim()) return false;
+  for (int64_t i = 0; i < a.dim(); ++i)
+    if (a.size(i) != b.size(i)) return false;
+  return true;
+}
+
 // The kernels need the seqlen dimension contiguous; anything else is copied once.
 template <class T>
 typename T::Tensor last_contig(const typename T::Tensor& t) {
@@ -94,7 +104,7 @@ Checked<T> check_inputs(const typename T::Tensor& u_, const typename T::Tensor& 
   MAMBA_CHECK(u_.dim() == 3, kFwd, ": u must be (batch, dim, seqlen), got ", T::shape(u_));
   MAMBA_CHECK(to_mamba_dtype<T>(u_.scalar_type()) >= 0, kFwd, ": u must be float32, float16 or bfloat16, got ",
               u_.scalar_type());
-  MAMBA_CHECK(delta_.sizes() == u_.sizes(), kFwd, ": delta must have u's shape ", T::shape(u_), ", got ",
+  MAMBA_CHECK(same_shape(delta_, u_), kFwd, ": delta must have u's shape ", T::shape(u_), ", got ",
               T::shape(delta_));
   MAMBA_CHECK(delta_.scalar_type() == u_.scalar_type(), kFwd, ": delta must have u's dtype ", u_.scalar_type(),
               ", got ", delta_.scalar_type());
@@ -121,7 +131,7 @@ Checked<T> check_inputs(const typename T::Tensor& u_, const typename T::Tensor& 
   if (D.has_value()) c.D = last_contig<T>(*D);
   if (delta_bias.has_value()) c.delta_bias = last_contig<T>(*delta_bias);
   if (z_.has_value()) {
-    MAMBA_CHECK(z_->sizes() == u_.sizes() && z_->scalar_type() == u_.scalar_type() && z_->device() == u_.device(), kFwd,
+    MAMBA_CHECK(same_shape(*z_, u_) && z_->scalar_type() == u_.scalar_type() && z_->device() == u_.device(), kFwd,
                 ": z must match u in shape, dtype and device (", T::shape(u_), ", ", u_.scalar_type(), "), got ",
                 T::shape(*z_), ", ", z_->scalar_type());
     c.z = last_contig<T>(*z_);
@@ -263,7 +273,7 @@ scan_bwd(const typename T::Tensor& u, const typename T::Tensor& delta, const typ
   using Tensor = typename T::Tensor;
   Checked<T> c = check_inputs<T>(u, delta, A, B, C, D, z, delta_bias);
   auto guard = T::guard(c.u);
-  MAMBA_CHECK(dout_.sizes() == u.sizes() && dout_.scalar_type() == u.scalar_type(), kBwd,
+  MAMBA_CHECK(same_shape(dout_, u) && dout_.scalar_type() == u.scalar_type(), kBwd,
               ": dout must match u in shape and dtype (", T::shape(u), ", ", u.scalar_type(), "), got ",
               T::shape(dout_), ", ", dout_.scalar_type());
   const int64_t n_chunks = (c.L + MAMBA_SCAN_CHUNK - 1) / MAMBA_SCAN_CHUNK;
@@ -271,7 +281,7 @@ scan_bwd(const typename T::Tensor& u, const typename T::Tensor& delta, const typ
                   x.size(2) == n_chunks && x.size(3) == c.dstate,
               kBwd, ": x must be the float32 checkpoints (batch, dim, n_chunks, dstate) = (", c.batch, ", ", c.dim, ", ",
               n_chunks, ", ", c.dstate, ") returned by selective_scan_fwd, got ", T::shape(x), " ", x.scalar_type());
-  MAMBA_CHECK(!c.z.defined() || (out.has_value() && out->sizes() == u.sizes() && out->scalar_type() == u.scalar_type()),
+  MAMBA_CHECK(!c.z.defined() || (out.has_value() && same_shape(*out, u) && out->scalar_type() == u.scalar_type()),
               kBwd, ": with z, `out` (the un-gated output returned by selective_scan_fwd) is required");
   Tensor dout = last_contig<T>(dout_);
   Tensor xc = T::contiguous(x);

@@ -1,5 +1,6 @@
 """What a compiled extension is: what its file name says (module, abi3 or version-specific) and what is
-compiled into it (the C++ ABI of the symbols it needs, CUDA fatbin and HIP offload-bundle targets).
+compiled into it (the machine it runs on, the C++ ABI of the symbols it needs, CUDA fatbin and HIP
+offload-bundle targets).
 
 The one reader of these facts for the farm's verifier (``builder.wheels``, ``builder.hip``) and the doctor.
 Standard library only, on purpose: the doctor runs in the broken environment it diagnoses, where pyelftools
@@ -92,6 +93,45 @@ class Elf:
 
 def undefined_symbols(path: str | Path) -> set[str]:
     return Elf.read(path).undefined_symbols()
+
+
+# --------------------------------------------------------------------------- machine (e_machine)
+
+# e_machine values, named as wheel platform tags spell the machine. EM_CUDA and EM_AMDGPU are device
+# code (cubins, code objects) that the GPU runtime loads: they belong to no host machine.
+MACHINES = {3: "i686", 20: "ppc", 21: "ppc64", 22: "s390x", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv64"}
+DEVICE_MACHINES = {190: "cuda", EM_AMDGPU: "amdgpu"}
+_TAG_MACHINE = re.compile(r"_(x86_64|aarch64|i686|armv7l|ppc64le|ppc64|s390x|riscv64)$")
+
+
+def machine_of(head: bytes) -> str | None:
+    """The machine an ELF image's header names ("x86_64", "aarch64", "cuda" ...); None if HEAD is no ELF.
+
+    Only the first 20 bytes are read, for either class and byte order: any file in a wheel can be asked.
+    """
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    (em,) = struct.unpack_from("<H" if head[5] != 2 else ">H", head, 0x12)
+    name = MACHINES.get(em) or DEVICE_MACHINES.get(em) or f"e_machine {em}"
+    if name in ("ppc64", "arm") and head[5] == 1:  # little-endian spellings of the tags
+        name = {"ppc64": "ppc64le", "arm": "armv7l"}[name]
+    return name
+
+
+def tag_machine(platform_tag: str) -> str | None:
+    """linux_aarch64 / manylinux_2_28_x86_64 -> the machine; None for a tag that names none ("any")."""
+    m = _TAG_MACHINE.search(platform_tag)
+    return m.group(1) if m else None
+
+
+def foreign_files(files: Iterable[tuple[str, bytes]], machine: str) -> list[tuple[str, str]]:
+    """(name, its machine) for every host-code ELF among FILES ((name, first bytes) pairs) not built for MACHINE."""
+    out = []
+    for name, head in files:
+        found = machine_of(head)
+        if found is not None and found not in DEVICE_MACHINES.values() and found != machine:
+            out.append((name, found))
+    return out
 
 
 # --------------------------------------------------------------------------- C++ ABI

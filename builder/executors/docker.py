@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-import platform
 import shutil
 import socket
 import tarfile
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from builder.base_image import resolve_base
 from builder.engine import build_image, image_exists
-from builder.errors import EngineUnavailable, FarmError, InfrastructureError
+from builder.errors import FarmError, InfrastructureError
 from builder.executors import (
     BUILD_SCRIPT,
     KERNEL_CACHE_MOUNT,
@@ -41,8 +40,11 @@ from builder.images import (
     LABEL,
     OWNER_LABEL,
     check_substitute,
+    docker_platform,
     fallback_suite,
+    host_machine,
     is_local_base,
+    machine_of,
     owner,
 )
 from builder.render import render
@@ -100,6 +102,7 @@ class DockerExecutor:
         self.tags: dict[str, str] = {}  # ImageSpec.id -> image tag
         self.bases: dict[str, str] = {}  # ImageSpec.id -> the base it was built FROM
         self.pythons: dict[str, dict[str, str]] = {}  # ImageSpec.id -> {"3.11": "/opt/python/cp311-cp311/bin/python"}
+        self.machines: dict[str, str] = {}  # ImageSpec.id -> the machine its containers run (aarch64: emulated here)
         self._containers: set[str] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -115,22 +118,23 @@ class DockerExecutor:
 
     # -- images ---------------------------------------------------------------------------
     def prepare(self, images: dict, specs: list) -> None:
+        from builder import emulation
+
         needed = sorted({s.image for s in specs})
-        bases: dict[tuple[str, str], str] = {}
-        host_arch = platform.machine()
+        bases: dict[tuple[str, str, str], str] = {}
         for image_id in needed:
             image = images[image_id]
-            arch = image.platform.split("_", 1)[-1]
-            if arch != host_arch:
+            machine = machine_of(image.platform)
+            if machine != host_machine():
+                # Another machine's image runs under emulation (qemu-user, F flag), or not at all.
                 ids = ", ".join(s.id for s in specs if s.image == image_id)
-                raise EngineUnavailable(
-                    f"image {image_id} is for {arch}, but this host is {host_arch} (builds: {ids})",
-                    hint=f"run those builds on a {arch} host (e.g. --only on one), or leave {image.platform} out of the profile",
-                )
-            key = (image.base, fallback_suite(image))
+                emulation.require(machine, f"image {image_id} (builds: {ids})")
+            self.machines[image_id] = machine
+            key = (image.base, fallback_suite(image), machine)
             if key not in bases:  # one pull attempt per configured base per run
                 bases[key] = resolve_base(
-                    self.client, image.base, fallback=key[1], ca_bundle=self.options.ca_bundle, log=self.log
+                    self.client, image.base, fallback=key[1], ca_bundle=self.options.ca_bundle, log=self.log,
+                    machine=machine,
                 )
             check_substitute(image, bases[key])
             r = render(image, base=bases[key])
@@ -158,14 +162,16 @@ class DockerExecutor:
         self.log(f"image {r.image.id}: building {r.tag} from {r.base}")
 
         def stage(ctx: Path) -> None:
-            for py in r.pythons:
+            for py in r.pythons if r.staged else ():
                 stage_python(Path(py.prefix), ctx / "pythons" / py.tag, py.version)
 
+        machine = machine_of(r.image.platform)
         seconds = build_image(
             self.client, r.tag, r.dockerfile, what=f"image {r.image.id}",
             labels={IMAGE_LABEL: r.image.id},
             files={"ca-bundle.crt": self.options.ca_bundle, **r.files},  # r.files: what else it COPYs (rocm_patch/)
             stage=stage, log_path=self._image_log(r.image.id), error=InfrastructureError,
+            platform=docker_platform(machine) if machine != host_machine() else None,
         )  # fmt: skip
         self.log(f"image {r.image.id}: built {r.tag} in {seconds:.0f}s")
 
@@ -191,6 +197,8 @@ class DockerExecutor:
         from filelock import FileLock
 
         name = f"mamba-farm-torch-{spec.python_tag}-{spec.torch_version}-{spec.accelerator}"
+        if machine_of(spec.platform) != host_machine():
+            name += f"-{machine_of(spec.platform)}"
         with self._lock:
             lock = self._volume_locks.setdefault(name, threading.Lock())
         # The volume is the engine's, shared by every farm run on this host (two jobs of a rehearsed release,
@@ -206,8 +214,12 @@ class DockerExecutor:
                     return name, None
             except docker.errors.NotFound:
                 self.client.volumes.create(name, labels={LABEL: "1"})
+            # Builds mount the volume read-only, so Python cannot cache bytecode there: natively torch's
+            # import compiles its .py files in seconds, under emulation in a minute and a half (measured),
+            # three times a build and its smoke test. Another machine's volume gets them compiled once.
+            compile_flag = "--no-compile" if machine_of(spec.platform) == host_machine() else "--compile"
             script = (
-                'rm -rf /torch/site /torch/.ready && "$FARM_PYTHON" -m pip install --no-compile --target /torch/site '
+                f'rm -rf /torch/site /torch/.ready && "$FARM_PYTHON" -m pip install {compile_flag} --target /torch/site '
                 '$FARM_TORCH_PIP_ARGS "$FARM_TORCH_REQ" && touch /torch/.ready || exit 75'
             )
             env = self._env(spec)
@@ -263,8 +275,10 @@ class DockerExecutor:
             with self._lock:
                 if self._closed:
                     raise _Interrupted
+                machine = self.machines.get(spec.image, host_machine())
                 container = self.client.containers.create(
                     self.tags[spec.image],
+                    **({"platform": docker_platform(machine)} if machine != host_machine() else {}),
                     command=command,
                     environment=env,
                     labels={LABEL: "1", OWNER_LABEL: owner(), BUILD_LABEL: spec.id},
@@ -337,6 +351,44 @@ class DockerExecutor:
             with open(log_path, "a") as f:
                 f.write(f"\n== container engine error: {err}\n")
             return BuildResult(False, None, log_path, f"engine error: {str(err)[:160]}", infrastructure=True)
+
+    # -- smoke test under emulation --------------------------------------------------------
+    def smoke(self, spec, wheel: Path, log_path: Path, timeout: float = 1800) -> str:
+        """Smoke-test WHEEL in a container of SPEC's own image (another machine's, under emulation): a
+        fresh venv that sees only the torch volume the build used, the wheel installed alone, ``pip check``,
+        then builder.wheels' smoke script (the CPU scan against the float64 reference). Returns its line."""
+        from builder.errors import VerificationError
+        from builder.wheels import SMOKE_SCRIPT
+
+        volume, failed = self._torch_volume(spec, log_path, timeout)
+        if failed is not None:
+            raise VerificationError(f"{wheel.name}: smoke test: {failed.reason}")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(wheel, arcname=f"smoke/{wheel.name}")
+            data = SMOKE_SCRIPT.encode()
+            info = tarfile.TarInfo("smoke/smoke.py")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        script = (
+            'set -e; "$FARM_PYTHON" -m venv --without-pip /smoke/venv; '
+            'echo /torch/site > "$(/smoke/venv/bin/python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')/_torch.pth"; '
+            f'"$FARM_PYTHON" -m pip --python /smoke/venv/bin/python install -q --no-deps /smoke/{wheel.name}; '
+            '"$FARM_PYTHON" -m pip --python /smoke/venv/bin/python check; '
+            "cd / && /smoke/venv/bin/python /smoke/smoke.py"
+        )
+        env = {k: v for k, v in self._env(spec).items() if k != "PYTHONPATH"}
+        out = log_path.with_name(log_path.stem + ".smoke.log")
+        out.write_text(f"== smoke test of {wheel.name} in {self.tags[spec.image]} ({self.machines.get(spec.image)})\n")
+        try:
+            code = self._run(spec, ["bash", "-c", script], env, {volume: {"bind": "/torch", "mode": "ro"}}, out, timeout,
+                             archive=buf.getvalue())  # fmt: skip
+        except _TimedOut:
+            raise VerificationError(f"{wheel.name}: smoke test under emulation timed out after {timeout:.0f}s") from None
+        lines = [ln for ln in out.read_text(errors="replace").splitlines() if ln.strip()]
+        if code != 0:
+            raise VerificationError(f"{wheel.name}: smoke test failed in {self.tags[spec.image]}: {lines[-1] if lines else code} (log: {out})")
+        return next((ln for ln in reversed(lines) if ln.startswith("smoke ok")), lines[-1] if lines else "smoke ok")
 
     def _remove(self, cid: str) -> None:
         try:

@@ -54,7 +54,14 @@ class HostExecutor:
         return True  # the host's glibc, not a manylinux base: the wheel takes the policy it reaches
 
     def prepare(self, images: dict, specs: list) -> None:
+        from builder.images import host_machine, machine_of
+
         for spec in specs:
+            if machine_of(spec.platform) != host_machine():
+                raise EngineUnavailable(
+                    f"{spec.id}: the host executor builds with this {host_machine()} host's toolchain, not for {spec.platform}",
+                    hint="use --executor docker (another machine's image runs under emulation), or build on a native host",
+                )
             if spec.python not in self.pythons:
                 raise EngineUnavailable(
                     f"Python {spec.python} (for {spec.id}) is not installed on this host",

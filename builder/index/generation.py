@@ -115,9 +115,8 @@ def build_index(
         ) from None
 
 
-def _check_files_url(url: str | None) -> str | None:
-    if url is None:
-        return None
+def _http_url(url: str, flag: str, what: str, hint: str) -> str:
+    """An absolute http(s) URL with no query, fragment, spaces or quotes, normalised; else UsageError naming the flag."""
     parts = urllib.parse.urlsplit(url.strip())
     if (
         parts.scheme not in ("https", "http")
@@ -126,32 +125,33 @@ def _check_files_url(url: str | None) -> str | None:
         or parts.fragment
         or not _URL_TEXT_RE.fullmatch(url.strip())
     ):
-        raise UsageError(
-            f"--files-url {url!r} is not an http(s) folder URL",
-            hint="give the folder the wheels are downloaded from, e.g. "
-            "https://github.com/OWNER/REPO/releases/download/TAG (no query, no #fragment)",
-        )
-    return urllib.parse.urlunsplit(parts).rstrip("/")
+        raise UsageError(f"{flag} {url!r} is not an http(s) {what}", hint=hint)
+    return urllib.parse.urlunsplit(parts)
+
+
+def _check_files_url(url: str | None) -> str | None:
+    if url is None:
+        return None
+    return _http_url(
+        url,
+        "--files-url",
+        "folder URL",
+        "give the folder the wheels are downloaded from, e.g. "
+        "https://github.com/OWNER/REPO/releases/download/TAG (no query, no #fragment)",
+    ).rstrip("/")
 
 
 def _check_base_url(url: str | None) -> str | None:
     """--base-url: an absolute http(s) URL (it prefixes every link of every page, and every install command)."""
     if url is None:
         return None
-    parts = urllib.parse.urlsplit(url.strip())
-    if (
-        parts.scheme not in ("https", "http")
-        or not parts.netloc
-        or parts.query
-        or parts.fragment
-        or not _URL_TEXT_RE.fullmatch(url.strip())
-    ):
-        raise UsageError(
-            f"--base-url {url!r} is not an http(s) URL",
-            hint="give the absolute URL the index is served from, e.g. https://OWNER.github.io/REPO/ "
-            "(no query, no #fragment, no spaces or quotes), or leave it out for relative links",
-        )
-    return urllib.parse.urlunsplit(parts)
+    return _http_url(
+        url,
+        "--base-url",
+        "URL",
+        "give the absolute URL the index is served from, e.g. https://OWNER.github.io/REPO/ "
+        "(no query, no #fragment, no spaces or quotes), or leave it out for relative links",
+    )
 
 
 # What a base URL may hold: RFC 3986's unreserved and path characters, percent escapes; nothing a shell or an

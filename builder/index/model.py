@@ -24,6 +24,7 @@ from packaging.version import Version
 
 from builder.errors import IndexIntegrityError
 from mamba_ssm import _variant
+from mamba_ssm._elf import tag_machine
 
 PROJECT = "mamba-ssm"  # this repository's own distribution: the default project
 CHECKOUT = "checkout"  # the source identity of a wheel built from this checkout (builder.sources.CheckoutSource)
@@ -86,6 +87,11 @@ class Wheel:
     @property
     def release(self) -> str:
         return self.version.partition("+")[0]
+
+    @property
+    def machine(self) -> str | None:
+        """The machine its platform tag names (x86_64, aarch64); one variant page lists every machine's wheels."""
+        return tag_machine(self.platform)
 
     def installs_on(self, python_tag: str) -> bool:
         """Whether the wheel installs on CPython ``python_tag`` (cp311): its exact tag, or abi3 from its floor up."""
@@ -244,34 +250,38 @@ class Manifest:
         files = entries_from_json({fn: dict(d) for fn, d in doc.get("files", {}).items()})  # (the caller's stays)
         return cls(files, doc.get("variants", {}), doc.get("base_url"))
 
-    def wheel_for(self, key: str, python: str, project: str = PROJECT) -> tuple[str, str] | None:
-        """(page, filename) of the ``project`` wheel a user of variant ``key`` on CPython ``python`` gets, None
-        if none:
+    def wheel_for(
+        self, key: str, python: str, project: str = PROJECT, machine: str | None = None
+    ) -> tuple[str, str] | None:
+        """(page, filename) of the ``project`` wheel a user of variant ``key`` on CPython ``python`` (on
+        ``machine``: x86_64, aarch64; None: any) gets, None if none:
         from ``key``'s page the newest release (within one, an exact build before a stable one; on a tie
         the first listed); failing that, from the accelerator's stable page, the newest wheel that admits
         ``key``. The one answer: the coverage page's cells and ``builder resolve`` both ask here."""
-        fn = self._pick(key, None, python, project)
+        fn = self._pick(key, None, python, project, machine)
         if fn is not None:
             return key, fn
         stable = stable_key(key)
         if stable != key and stable in self.variants:
-            fn = self._pick(stable, key, python, project)
+            fn = self._pick(stable, key, python, project, machine)
             if fn is not None:
                 return stable, fn
         return None
 
-    def _pick(self, page: str, serving: str | None, python: str, project: str) -> str | None:
+    def _pick(self, page: str, serving: str | None, python: str, project: str, machine: str | None) -> str | None:
         if page not in self.variants:
             return None
         if python not in self.pythons:  # an abi3 wheel may serve a Python no wheel is tagged with
-            return self._best_by_python(page, serving, (python,), project).get(python)
-        by_python = self._picks.get((page, serving, project))
+            return self._best_by_python(page, serving, (python,), project, machine).get(python)
+        by_python = self._picks.get((page, serving, project, machine))
         if by_python is None:  # one pass over the page for every Python, not one per cell
-            by_python = self._best_by_python(page, serving, self.pythons, project)
-            self._picks[(page, serving, project)] = by_python
+            by_python = self._best_by_python(page, serving, self.pythons, project, machine)
+            self._picks[(page, serving, project, machine)] = by_python
         return by_python.get(python)
 
-    def _best_by_python(self, page: str, serving: str | None, pythons, project: str) -> dict[str, str]:
+    def _best_by_python(
+        self, page: str, serving: str | None, pythons, project: str, machine: str | None = None
+    ) -> dict[str, str]:
         files, ranks = self.files, self._ranks
         if ranks is None:  # (release, exact before stable) of every file, the releases ranked as ints once
             release = {fn: e.release for fn, e in files.items()}
@@ -281,6 +291,8 @@ class Manifest:
         for fn in self.variants[page]:
             e = files[fn]
             if e.project != project or (serving is not None and not e.admits(serving)):
+                continue
+            if machine is not None and e.machine != machine:
                 continue
             rank = ranks[fn]
             for py in pythons if e.abi == "abi3" else (e.python,):
@@ -353,12 +365,13 @@ class Index(Manifest):
         )
 
     def _check_one_file_per_cell(self) -> None:
-        # Two files for one (variant, project, version, Python) is a choice pip and uv would make differently.
+        # Two files for one (variant, project, version, Python, machine) is a choice pip and uv would make
+        # differently; an x86_64 and an aarch64 wheel of one cell are not (each installs on its machine only).
         for key, fns in self.variants.items():
             seen: dict[tuple, str] = {}
             for fn in fns:
                 e = self.files[fn]
-                cell = (e.project, e.version, e.python, e.abi)
+                cell = (e.project, e.version, e.python, e.abi, e.machine)
                 if cell in seen:
                     raise IndexIntegrityError(
                         f"variant {key} has two wheels for {e.version} {e.python}-{e.abi}: "

@@ -130,6 +130,9 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
         findings.append(Finding("label", INFO, f"installed mamba-ssm {mm['installed_version']} carries no variant label",
                                 "a source build (or an upstream wheel); its extension is checked below"))
 
+    # the machine the installed files are built for
+    findings += _machine_findings(mm, facts.get("platform", {}).get("machine"), _reinstall_or_build(ctx, available))
+
     # the extension
     exts = mm.get("extensions") or []
     findings += _extension_builds(mm, _reinstall_or_build(ctx, available))
@@ -243,6 +246,34 @@ def _extension_builds(mm: dict, fix: str) -> list[Finding]:
             out.append(Finding(
                 "extension-build", PROBLEM, f"{Path(ext['path']).name} contradicts the installed label {label}",
                 "; ".join(why), fix, "extension-contradicts-label"))  # fmt: skip
+    return out
+
+
+def _machine_findings(mm: dict, host: str | None, fix: str) -> list[Finding]:
+    """Every ELF file of the installed wheel against its platform tag, and against this interpreter's machine
+    where the tag names another one: the farm's verifier's rule (mamba_ssm._elf reads e_machine), on what pip
+    installed."""
+    files = [f for f in mm.get("elf_files") or [] if f["machine"] not in _elf.DEVICE_MACHINES.values()]
+    if not files:
+        return []
+    host = {"amd64": "x86_64", "arm64": "aarch64"}.get((host or "").lower(), (host or "").lower()) or None
+    tags = mm.get("wheel_tags") or []
+    tagged = sorted({m for t in tags if (m := _elf.tag_machine(t))})
+    against = [(m, f"the installed wheel is tagged {', '.join(tags)}") for m in tagged]
+    if host and host not in tagged:
+        against.append((host, f"this interpreter runs on {host}"))
+    out = []
+    for want, why in against:
+        foreign = [(f["file"], f["machine"]) for f in files if f["machine"] != want]
+        if foreign:
+            shown = "; ".join(f"{name} is {machine} code" for name, machine in foreign[:5])
+            more = f" (and {len(foreign) - 5} more)" if len(foreign) > 5 else ""
+            out.append(Finding(
+                "machine", PROBLEM, f"{shown}{more}, but {why} ({want})",
+                "a shared object built for another machine cannot load here: the wheel mixes architectures, "
+                "or was made for another machine than this one", fix, "wrong-machine"))  # fmt: skip
+    if not out:
+        out.append(Finding("machine", OK, f"{len(files)} compiled file(s), all built for {', '.join(tagged) or host}"))
     return out
 
 

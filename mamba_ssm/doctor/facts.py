@@ -233,6 +233,27 @@ def _label_of_variant(variant_label: str | None) -> str:
     return f"{m.group(1)}torchstable" if m else ""
 
 
+def machine_facts(dist_name: str = "mamba-ssm") -> dict:
+    """The installed wheel's platform tags (its WHEEL file) and the machine of every ELF file its RECORD lists."""
+    out: dict = {"wheel_tags": [], "elf_files": []}
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        return out
+    wheel = dist.read_text("WHEEL") or ""
+    out["wheel_tags"] = [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
+    for f in dist.files or []:
+        path = Path(str(dist.locate_file(f)))
+        try:
+            with open(path, "rb") as fh:
+                machine = _elf.machine_of(fh.read(20))
+        except OSError:
+            continue
+        if machine is not None:
+            out["elf_files"].append({"file": str(f), "machine": machine})
+    return out
+
+
 def mamba_facts() -> dict:
     pkg_dir = _package_dir()
     out: dict = {"location": str(pkg_dir) if pkg_dir else None, "installed_version": None, "label": None}
@@ -267,6 +288,7 @@ def mamba_facts() -> dict:
         ext["import"] = import_extension(ext["module"], ext["path"])
         exts.append(ext)
     out["extensions"] = exts
+    out.update(machine_facts())
     return out
 
 

@@ -1,0 +1,107 @@
+"""Emulated aarch64 against native x86_64: one CPU stable-ABI build and its smoke test, cold, in the farm's images.
+
+    .venv/bin/python benchmarks/emulation.py                     # both machines, one after the other
+    .venv/bin/python benchmarks/emulation.py --machine aarch64
+
+For each machine, the plan's CPU stable-ABI spec (aarch64: profile ci-aarch64, torch 2.10 from PyPI;
+x86_64: ci-stable's, torch 2.13+cpu, because PyPI's x86_64 torch 2.10 is a CUDA build) goes through
+the Docker executor with no kernel cache (cold: every object compiled), MAX_JOBS=2, then the
+verifier, then the smoke test in its own image (``DockerExecutor.smoke``: the same script both
+ways, the CPU scan against the float64 reference). Printed per machine: wall seconds of the build
+container, of the smoke container, and the compile CPU seconds build.sh reports. Images and torch
+volumes are made first (and reused), outside the timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from builder import wheels
+from builder.engine import connect
+from builder.executors import KERNEL_CACHE_MOUNT, BuildOptions
+from builder.executors.docker import DockerExecutor
+from builder.executors.host import copy_source
+from builder.hostenv import default_wheelhouses, find_ca_bundle
+from builder.plan import load_plan
+
+PROFILES = {"aarch64": "ci-aarch64", "x86_64": "ci-stable"}
+
+
+class ColdExecutor(DockerExecutor):
+    """The farm's Docker executor without the shared kernel cache: each build compiles every object."""
+
+    def _build_config(self, spec, torch_volume):
+        env, volumes = super()._build_config(spec, torch_volume)
+        env.pop("MAMBA_KERNEL_CACHE", None)
+        return env, {k: v for k, v in volumes.items() if v["bind"] != KERNEL_CACHE_MOUNT}
+
+
+def measure(machine: str, work: Path) -> dict:
+    plan = load_plan(profile=PROFILES[machine])
+    spec = next(s for s in plan.builds if s.accelerator == "cpu" and s.stable)
+    logs = work / machine
+    logs.mkdir(parents=True)
+    ex = ColdExecutor(
+        connect(),
+        BuildOptions(
+            wheelhouses=default_wheelhouses(), ca_bundle=find_ca_bundle(None), max_jobs=2, logs_dir=logs, log=print
+        ),
+    )
+    try:
+        ex.prepare(plan.images, [spec])
+        log = logs / f"{spec.id}.log"
+        ex._torch_volume(spec, log, 3600)  # made (or found) before the clock starts
+        src = work / "src"
+        if not src.exists():
+            copy_source(ROOT, src)
+        t0 = time.monotonic()
+        res = ex.build(spec, src, logs / "raw", log, 7200)
+        build_s = time.monotonic() - t0
+        if not res.ok:
+            raise SystemExit(f"{spec.id}: {res.reason} (log: {log})")
+        good = wheels.verify_wheel(res.wheel, spec, workdir=logs / "verify", allow_newer_manylinux=True)
+        t0 = time.monotonic()
+        line = ex.smoke(spec, good, log)
+        smoke_s = time.monotonic() - t0
+    finally:
+        ex.cleanup()
+    m = re.search(r"== compile cpu: ([\d.]+) s", log.read_text())
+    return {
+        "machine": machine,
+        "spec": spec.id,
+        "wheel": good.name,
+        "build_wall_s": round(build_s, 1),
+        "compile_cpu_s": float(m.group(1)) if m else None,
+        "smoke_wall_s": round(smoke_s, 1),
+        "smoke": line,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--machine", choices=sorted(PROFILES), action="append")
+    args = ap.parse_args()
+    out = []
+    with tempfile.TemporaryDirectory(prefix="emulation-bench-") as tmp:
+        for machine in args.machine or ["x86_64", "aarch64"]:
+            out.append(measure(machine, Path(tmp)))
+            print(json.dumps(out[-1]), flush=True)
+    if len(out) == 2:
+        x86, arm = sorted(out, key=lambda r: r["machine"] != "x86_64")
+        for key in ("build_wall_s", "compile_cpu_s", "smoke_wall_s"):
+            if x86[key] and arm[key]:
+                print(f"{key}: aarch64 (emulated) / x86_64 (native) = {arm[key] / x86[key]:.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
