@@ -190,7 +190,7 @@ def builder_exit_codes() -> dict[int, list[str]]:
         where = "" if cls.__module__ == "builder.errors" else f" (`{cls.__module__}`)"
         codes[cls.exit_code].append(f"`{cls.__name__}`{where}: {_cell(doc)}")
     for (command, code), text in COMMAND_EXITS.items():
-        codes[code].append(f"from `{command}` only: {_cell(text)}")
+        codes[code].append(f"`{command}`, its own: {_cell(text)}")
     return dict(sorted(codes.items()))
 
 
