@@ -42,7 +42,7 @@ from builder.compat import DATA_DIR, PLATFORMS, vtuple
 from builder.errors import FarmError, PatchError, SourceFetchError, UsageError
 from builder.pypi import File, Index
 
-DRIFT_EXIT = 11  # the data is behind the index (not a failure of the farm); errors.py lists every code
+DRIFT_EXIT = 12  # the data is behind the index (not a failure of the farm); errors.py lists every code
 ROOT = Path(__file__).resolve().parent.parent
 _MACHINE = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64"}
 _CUDA_PINS = re.compile(r"cuda-toolkit|nvidia-cuda-runtime(?:-cu\d+)?")

@@ -93,7 +93,7 @@ class PatchError(FarmError):
     exit_code = 10
 
 
-# ``python -m builder drift`` exits 11 (builder.drift.DRIFT_EXIT) when the data is behind the index:
+# ``python -m builder drift`` exits 12 (builder.drift.DRIFT_EXIT; 11 is an unsafe sdist) when the data is behind the index:
 # not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
 
 

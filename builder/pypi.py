@@ -31,8 +31,9 @@ from packaging.version import InvalidVersion, Version
 
 from builder import hostenv
 from builder.errors import SourceFetchError
-from builder.sources import DEFAULT_INDEX, Fetcher
+from builder.sources import DEFAULT_INDEX, MAX_PAGE_BYTES, Fetcher, TooLarge, is_web_url, read_capped
 
+MAX_METADATA_BYTES = 16 << 20  # a wheel's METADATA (torch's is about 40 kB): an endless or bomb-sized one stops here
 _GLIBC_OF = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014": "2.17"}
 _MANYLINUX_RE = re.compile(r"(manylinux_(\d+)_(\d+)|manylinux1|manylinux2010|manylinux2014)_(x86_64|aarch64)")
 
@@ -137,10 +138,17 @@ class Index:
         self.bytes = 0
 
     def _get(self, url: str, headers: dict | None = None):
+        # A listing names its files' URLs: only http(s) ones are read (a file:// link would read this host's files).
+        if not is_web_url(url):
+            raise SourceFetchError(f"{url}: not an http(s) URL; the drift check reads only the index's web files")
         req = urllib.request.Request(url, headers={"User-Agent": "mamba-farm", **(headers or {})})
         self.requests += 1
         try:
-            return self.fetcher._opener().open(req, timeout=self.fetcher.timeout)
+            resp = self.fetcher._opener().open(req, timeout=self.fetcher.timeout)
+            if not is_web_url(resp.geturl()):  # a redirect to another scheme
+                resp.close()
+                raise SourceFetchError(f"{url}: redirected to {resp.geturl()}, not an http(s) URL")
+            return resp
         except urllib.error.HTTPError as err:
             raise SourceFetchError(f"{url}: HTTP {err.code} {err.reason}") from None
         except (urllib.error.URLError, OSError) as err:
@@ -151,7 +159,7 @@ class Index:
         """Every file the index lists for ``project`` (PEP 691 JSON)."""
         url = f"{self.url}/{project}/"
         with self._get(url, {"Accept": "application/vnd.pypi.simple.v1+json"}) as resp:
-            body, ctype = resp.read(), resp.headers.get("Content-Type", "")
+            body, ctype = self._read(resp, url, MAX_PAGE_BYTES), resp.headers.get("Content-Type", "")
         self.bytes += len(body)
         if "json" not in ctype:
             raise SourceFetchError(f"{url}: answered {ctype or 'no content type'}, not PEP 691 JSON")
@@ -176,6 +184,13 @@ class Index:
             ))  # fmt: skip
         return out
 
+    @staticmethod
+    def _read(resp, url: str, limit: int) -> bytes:
+        try:
+            return read_capped(resp, limit)
+        except TooLarge as err:
+            raise SourceFetchError(f"{url}: {err}: not a listing or METADATA this check reads") from None
+
     def read_range(self, url: str, start: int, length: int) -> bytes:
         with self._get(url, {"Range": f"bytes={start}-{start + length - 1}"}) as resp:
             if resp.status != 206:
@@ -192,7 +207,7 @@ class Index:
             return email.parser.BytesParser().parsebytes(cached.read_bytes())
         if f.core_metadata:
             with self._get(f.url + ".metadata") as resp:
-                raw = resp.read()
+                raw = self._read(resp, f.url + ".metadata", MAX_METADATA_BYTES)
             self.bytes += len(raw)
         else:
             if not f.size:
@@ -203,6 +218,9 @@ class Index:
                     names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
                     if len(names) != 1:
                         raise SourceFetchError(f"{f.filename}: {len(names)} .dist-info/METADATA files in the wheel")
+                    if zf.getinfo(names[0]).file_size > MAX_METADATA_BYTES:
+                        raise SourceFetchError(f"{f.filename}: its METADATA unpacks to more than "
+                                               f"{MAX_METADATA_BYTES >> 20} MiB")  # fmt: skip
                     raw = zf.read(names[0])
             except (zipfile.BadZipFile, EOFError) as err:
                 raise SourceFetchError(f"{f.filename}: not a readable wheel: {err}") from None

@@ -232,16 +232,16 @@ class Fetcher:
                     listed = _from_html(page.read_text(encoding="utf-8", errors="replace"), page.as_uri())
                 else:
                     with self.open(base) as resp:
-                        body = _read_capped(resp, MAX_PAGE_BYTES)
+                        body = read_capped(resp, MAX_PAGE_BYTES)
                         ctype = resp.headers.get("Content-Type", "")
                     if "json" in ctype:
                         listed = _from_json(json.loads(body), base)
                     else:
                         listed = _from_html(body.decode("utf-8", errors="replace"), base)
                     # a remote page links remote files only: never file://, never another scheme
-                    off = [c for c in listed if not _web(c.url) and pin.matches_filename(c.filename)]
+                    off = [c for c in listed if not is_web_url(c.url) and pin.matches_filename(c.filename)]
                     errors += [f"{base}: links {c.url!r}, not an http(s) URL: ignored" for c in off]
-                    listed = [c for c in listed if _web(c.url)]
+                    listed = [c for c in listed if is_web_url(c.url)]
             except urllib.error.HTTPError as err:
                 if err.code != 404:
                     errors.append(f"{base}: HTTP {err.code} {err.reason}")
@@ -282,14 +282,14 @@ def _sha256_copy(src, dst, limit: int | None = None) -> str:
     return h.hexdigest()
 
 
-def _read_capped(resp, limit: int) -> bytes:
+def read_capped(resp, limit: int) -> bytes:
     body = resp.read(limit + 1)
     if len(body) > limit:
         raise TooLarge(f"more than {limit >> 20} MiB")
     return body
 
 
-def _web(url: str) -> bool:
+def is_web_url(url: str) -> bool:
     return urllib.parse.urlsplit(url).scheme in ("http", "https")
 
 
@@ -402,10 +402,10 @@ class SourceCache:
                 os.close(fd)
                 raise OSError(f"{path} is not a regular file")
             return os.fdopen(fd, "rb")
-        if not _web(url):
+        if not is_web_url(url):
             raise ValueError(f"{url!r} is neither http(s) nor file://")
         resp = self.fetcher.open(url)
-        if not _web(resp.geturl()):  # a redirect to another scheme
+        if not is_web_url(resp.geturl()):  # a redirect to another scheme
             resp.close()
             raise ValueError(f"{url} redirects to {resp.geturl()!r}, not http(s)")
         return resp

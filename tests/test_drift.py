@@ -39,7 +39,7 @@ import tomlkit
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "tests" / "data" / "pypi-recording.json"
-DRIFT_EXIT, PATCH_EXIT = 11, 10
+DRIFT_EXIT, PATCH_EXIT = 12, 10
 RANGED = "2.15.0"  # the release whose wheels are served as zips without a .metadata file
 
 
@@ -310,7 +310,7 @@ def test_bad_input_is_one_line_and_an_exit_code(farm):
 
 def test_live_index_informative_only(farm, capsys):
     """Informative only: the real index (through this host's pip settings) on the day the suite runs.
-    Drift there is news, not a failure: the test passes on 0 (none) and 11 (drift) alike and prints the table."""
+    Drift there is news, not a failure: the test passes on 0 (none) and 12 (drift) alike and prints the table."""
     from builder.sources import Fetcher
 
     index = Fetcher.from_host().indexes[0]
@@ -360,3 +360,53 @@ def _record() -> None:
 
 if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
     _record()
+
+
+def test_the_drift_exit_code_is_no_errors_code():
+    """drift.yml reads 'drift, all written' from DRIFT_EXIT alone: if a FarmError shared it (an unsafe new
+    sdist, UnsafeArchiveError, once did: 11), a hostile upstream release would read as plain drift."""
+    import inspect
+
+    from builder import drift as drift_mod
+    from builder import errors
+
+    codes = {
+        cls.__name__: cls.exit_code
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.FarmError)
+    }
+    assert drift_mod.DRIFT_EXIT not in codes.values(), codes
+    assert drift_mod.DRIFT_EXIT == DRIFT_EXIT
+
+
+# --- a hostile index (issue 20's rules hold for the drift check too: it reads listings people can publish) ---
+
+
+def test_a_listing_that_links_a_local_file_reads_nothing_of_this_host(farm, tmp_path):
+    """A remote listing naming ``file://`` URLs must not make the check read this host's files."""
+    secret = tmp_path / "secret.whl"
+    secret.write_bytes(b"not for the index")
+    (tmp_path / "secret.whl.metadata").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0\n")
+    recorded = _Recorded()
+    for f in recorded.projects["torch"]:
+        if "-2.15.0-" in f["filename"]:
+            f["url"] = secret.as_uri()
+            f["core-metadata"] = True
+    with serve(recorded) as (index, _):
+        report = drift(farm, index, "--since", "2.15", "--no-recipes")
+    assert report.returncode == 9, report.stdout + report.stderr
+    assert "not an http(s) URL" in report.stderr and "Traceback" not in report.stderr
+
+
+@pytest.mark.parametrize("where", ["metadata-file", "zip-member"])
+def test_an_oversized_metadata_is_refused_before_it_is_read(farm, where):
+    recorded = _Recorded()
+    release = "2.14.1" if where == "metadata-file" else RANGED
+    huge = "Metadata-Version: 2.1\nName: torch\nVersion: 0\n" + "X" * (17 << 20)
+    for name in [n for n in recorded.metadata if f"-{release}-" in n]:
+        recorded.metadata[name] = huge
+    with serve(recorded) as (index, seen):
+        report = drift(farm, index, "--since", release.rsplit(".", 1)[0], "--no-recipes")
+    assert report.returncode == 9, report.stdout + report.stderr
+    assert "MiB" in report.stderr and "Traceback" not in report.stderr
+    assert seen["whole_wheels"] == 0

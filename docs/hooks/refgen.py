@@ -44,7 +44,7 @@ OTHER_BUILDER_EXITS = {
     130: "interrupted (Ctrl-C)",
 }
 COMMAND_EXITS = {
-    ("drift", 11): "found drift: the data is behind the index (a table says what; with `--write`, all of it was written)",
+    ("drift", 12): "found drift: the data is behind the index (a table says what; with `--write`, all of it was written)",
     ("rehearse", 1): "the rehearsed workflow failed: act's exit code, each job's end and the log's path are printed",
 }
 
