@@ -130,7 +130,7 @@ def resolve_base(
 
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("base-image", help="make a local Debian base image (debootstrap + docker import)")
-    p.add_argument("--suite", default=DEFAULT_SUITE, choices=SUITES)
+    p.add_argument("--suite", default=DEFAULT_SUITE, choices=SUITES, help=f"Debian suite (default {DEFAULT_SUITE})")
     p.add_argument(
         "--platform",
         default=None,

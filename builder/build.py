@@ -42,13 +42,13 @@ def add_command(subparsers) -> None:
         "--projects", nargs="+", default=None, metavar="NAME",
         help="build these projects instead of the profile's (checkout and/or recipe names, e.g. causal-conv1d)",
     )  # fmt: skip
-    p.add_argument("--executor", default="auto", choices=EXECUTORS)
+    p.add_argument("--executor", default="auto", choices=EXECUTORS, help="docker, host, or auto (default: docker when an engine answers, else host)")
     p.add_argument("--jobs", type=int, default=None, help="builds at once (default: from cores and memory)")
     p.add_argument(
         "--wheelhouse", type=Path, action="append", default=None, metavar="DIR",
         help="a local wheel dir builds install torch from (repeatable; default ~/.cache/mamba-farm/wheelhouse)",
     )
-    p.add_argument("--dist", type=Path, default=Path("dist"))
+    p.add_argument("--dist", type=Path, default=Path("dist"), help="output folder: wheels/, logs/, index/ (default dist)")
     p.add_argument("--ca-bundle", type=Path, default=None, help="CA bundle for builds (default: the host's pip cert)")
     p.add_argument("--timeout", type=float, default=5400, help="seconds one build may take (default 5400)")
     p.add_argument("--retries", type=int, default=1, help="retries after an infrastructure failure (default 1)")

@@ -229,7 +229,7 @@ def preflight(needs: list[tuple[str, str, bool]], root: Path | None = None) -> s
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("cache", help="show or prune the smoke-test torch venvs (size budget, LRU)",
                               description=__doc__.split("\n\n")[0])  # fmt: skip
-    p.add_argument("action", nargs="?", choices=("show", "prune"), default="show")
+    p.add_argument("action", nargs="?", choices=("show", "prune"), default="show", help="show (default) or prune")
     p.add_argument("--budget", help="prune to this size (default: MAMBA_FARM_CACHE_BUDGET or 40G)")
     p.add_argument("--all", action="store_true", help="prune: remove every torch venv")
     p.set_defaults(func=run_command)

@@ -333,7 +333,7 @@ def add_command(subparsers) -> None:
     )
     p.add_argument("--index", help="the simple API to read (default: the host's pip index-url, else PyPI)")
     p.add_argument("--write", action="store_true", help="update the TOML files (comments kept)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or json")
     p.add_argument("--torch-data", type=Path, default=DATA_DIR / "torch.toml", help=argparse.SUPPRESS)
     p.add_argument("--matrix", type=Path, default=ROOT / "matrix.toml", help=argparse.SUPPRESS)
     p.add_argument("--recipes", type=Path, default=ROOT / "recipes", help=argparse.SUPPRESS)

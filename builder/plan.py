@@ -519,7 +519,10 @@ def add_command(subparsers) -> None:
         "--projects", nargs="+", action="extend", default=None, metavar="NAME",
         help=f"build these projects instead of the profile's ({CHECKOUT} and/or recipe names, e.g. causal-conv1d)",
     )  # fmt: skip
-    p.add_argument("--format", choices=("table", "json", "github"), default="table")
+    p.add_argument(
+        "--format", choices=("table", "json", "github"), default="table",
+        help="table (default), json (one object per build) or github (an Actions matrix)",
+    )  # fmt: skip
     p.add_argument(
         "--explain", action="store_true", help="also list every dropped combination and why, and each recipe's patches"
     )

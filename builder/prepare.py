@@ -247,11 +247,11 @@ def add_command(subparsers) -> None:
         q.add_argument("--torch", required=True, help="the torch release, e.g. 2.14.1")
         q.add_argument("--accelerator", required=True, help="cpu, cuda-X.Y or rocm-X.Y")
         q.add_argument("--archs", default="", help="sm_80,sm_90 or gfx90a,...")
-        q.add_argument("--cxx11abi", choices=("TRUE", "FALSE"), default="TRUE")
+        q.add_argument("--cxx11abi", choices=("TRUE", "FALSE"), default="TRUE", help="the C++ ABI (default TRUE)")
         q.add_argument("--label", default=None, help="local version label (default: from the cell)")
         if name == "prepare":
             q.add_argument("--out", type=Path, required=True, help="a new folder for the tree")
-            q.add_argument("--format", choices=("text", "json"), default="text")
+            q.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
     p.set_defaults(func=run_command)
 
 

@@ -239,10 +239,10 @@ def write_all(images: dict[str, ImageSpec], out: Path, *, local_base: bool) -> l
 
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("render", help="write the Dockerfile of every toolchain image")
-    p.add_argument("--out", type=Path, default=Path("build/docker"))
-    p.add_argument("--matrix", type=Path, default=None)
-    p.add_argument("--profile", default=None)
-    p.add_argument("--only", nargs="*", default=None)
+    p.add_argument("--out", type=Path, default=Path("build/docker"), help="folder for the Dockerfiles (default build/docker)")
+    p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
+    p.add_argument("--profile", default=None, help="a profile of the matrix (e.g. ci)")
+    p.add_argument("--only", nargs="*", default=None, metavar="ID", help="just the images of these build ids")
     p.add_argument(
         "--configured-base",
         action="store_true",

@@ -219,7 +219,7 @@ def add_command(subparsers) -> None:
         "--python", default=f"{sys.version_info[0]}.{sys.version_info[1]}", help="e.g. 3.11 (default: this Python)"
     )
     p.add_argument("--index", default=DEFAULT_INDEX, help=f"index folder or URL (default: {DEFAULT_INDEX})")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="text (default) or json")
     p.set_defaults(func=_run)
 
 

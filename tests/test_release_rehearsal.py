@@ -189,6 +189,7 @@ def test_pip_installs_from_the_dry_run_site(dry, tmp_path):
     site = dry.artifact("index", tmp_path / "site")
     commands = _coverage_commands(site)
     assert commands and all(dry.index_url in c for c in commands), commands
+    assert (site / "docs" / "index.html").is_file(), "the docs site is published next to the index"
     (cmd,) = [c for c in commands if "+cputorchstable" in c and "/cpu-torch2.13-cxx11abiTRUE/" in c]
     assert "mamba-ssm==2.3.0+cputorchstable" in cmd  # the exact pin
     env = dict(os.environ)

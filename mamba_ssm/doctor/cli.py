@@ -10,6 +10,13 @@ import argparse
 import sys
 
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
+# What each means (the docs' exit-code reference is generated from this; tests/test_docs.py checks every EXIT_ is here).
+EXIT_CODES = {
+    EXIT_HEALTHY: "healthy: every check passed (with --explain: the message matched nothing the doctor knows)",
+    EXIT_PROBLEM: "a problem was found; each one is printed with the command that fixes it",
+    EXIT_USAGE: "bad usage (an unknown or malformed argument)",
+    EXIT_INPUT: "--explain could not read its input (stdin unreadable, or an empty message)",
+}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,0 +1,554 @@
+"""The documentation: README and the site in docs/ (mkdocs.yml).
+
+- the site builds with `mkdocs build --strict` (a broken link or anchor, a missing page: a warning, so a failure);
+- the README's and the home page's first screen give the install commands (the home page measured in a real
+  headless Chromium, with a screenshot kept for a person to look at);
+- every command of the user guides runs, against an index served on 127.0.0.1, or is named here with the test
+  that runs it; `resolve` prints what the publishing guide shows;
+- the generated references cover the code: every CLI flag has help (the CLI page is generated from the
+  parsers), every environment variable the code reads is in mamba_build/envvars.toml, every exit code has a
+  meaning; docs/architecture.md's tables name every module and top-level path there is.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+from indexkit import find_python, isolated_env, make_venv, pip, serve, uv_pip
+from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_fake_torch, make_mamba_wheel, make_recipe_wheel
+
+from docs.hooks import refgen
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+INDEX_URL = "https://mamba-ssm.github.io/wheels/"
+FIRST_SCREEN = ("pip install torch", "pip install mamba-ssm", "python -m mamba_ssm.doctor")
+
+
+# --------------------------------------------------------------------------- the site
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site") / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO, capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "WARNING" not in proc.stderr, proc.stderr
+    return out
+
+
+def test_the_site_builds_strict_with_every_page_in_the_nav(site):
+    config = (REPO / "mkdocs.yml").read_text()
+    pages = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
+    for page in pages:  # mkdocs only reports pages left out of the nav at INFO level
+        assert f" {page}" in config, f"docs/{page} is not in mkdocs.yml's nav"
+    assert (site / "index.html").is_file() and (site / "reference" / "cli" / "index.html").is_file()
+    assert "<!-- generated:" not in (site / "reference" / "cli" / "index.html").read_text()
+
+
+def _browser() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+# Injected into a copy of the home page: where each install command and the coverage link sit in the viewport.
+_FOLD_PROBE = """<script>
+window.addEventListener("load", () => {
+  const wanted = %s, out = {height: window.innerHeight, width: window.innerWidth, found: {}};
+  // The page's text as one string, and which text node each character is in (highlighting splits commands).
+  const nodes = [], walker = document.createTreeWalker(document.querySelector("article") || document.body, NodeFilter.SHOW_TEXT);
+  let text = "";
+  for (let n; (n = walker.nextNode()); ) { nodes.push([text.length, n]); text += n.textContent; }
+  const at = (i) => { let k = nodes.length - 1; while (nodes[k][0] > i) k--; return [nodes[k][1], i - nodes[k][0]]; };
+  for (const want of wanted) {
+    const i = text.indexOf(want);
+    if (i < 0) continue;
+    const r = document.createRange(), [a, ao] = at(i), [b, bo] = at(i + want.length - 1);
+    r.setStart(a, ao); r.setEnd(b, bo + 1);
+    const box = r.getBoundingClientRect(), clip = a.parentElement.closest("pre, p, li, td") || document.body;
+    const c = clip.getBoundingClientRect();
+    out.found[want] = {top: box.top, bottom: box.bottom, left: box.left, right: box.right, clip_right: c.right};
+  }
+  const pre = document.createElement("pre"); pre.id = "fold-probe"; pre.hidden = true;
+  pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+# Wider than Chromium's smallest window (500 px): --dump-dom lays a narrower one out at 500 px, unlike --screenshot.
+@pytest.mark.parametrize("width,height", [(1280, 800), (768, 1024)], ids=["laptop", "tablet"])
+def test_the_home_page_shows_the_install_commands_above_the_fold(site, tmp_path, width, height):
+    browser = _browser()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("no Chromium here (scripts/bootstrap-host.sh installs Debian's chromium)")
+        pytest.skip("no Chromium on this machine")
+    wanted = [*FIRST_SCREEN, INDEX_URL]
+    probe = site / "fold-probe.html"
+    probe.write_text((site / "index.html").read_text().replace("</body>", _FOLD_PROBE % json.dumps(wanted) + "</body>"))
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run", "--disable-sync", "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},{height}",
+    ]  # fmt: skip
+    shots = Path(os.environ.get("DOCS_SCREENSHOT_DIR", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    png = shots / f"home-{width}x{height}.png"
+    run = lambda *more: subprocess.run([browser, *flags, *more, probe.as_uri()], capture_output=True, text=True, timeout=60)
+    shot = run(f"--screenshot={png}")
+    assert png.is_file(), shot.stderr[-2000:]
+    assert _png_size(png) == (width, height) and png.stat().st_size > 20_000, "a blank screenshot"
+    dom = run("--dump-dom", "--virtual-time-budget=5000").stdout
+    m = re.search(r'<pre id="fold-probe" hidden="">(.*?)</pre>', dom, re.S)
+    assert m, "the probe did not run: " + dom[-500:]
+    got = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    # --dump-dom's viewport is the window less the browser's own bars: a stricter fold than the screenshot's
+    fold = got["height"]
+    assert 0.6 * height < fold <= height and got["width"] == width, got
+    for want in wanted:
+        box = got["found"].get(want)
+        assert box is not None, f"{want!r} is not on the home page"
+        assert 0 <= box["top"] and box["bottom"] <= fold, f"{want!r} is below the fold at {width}x{height}: {box}"
+        assert box["right"] <= min(width, box["clip_right"]), f"{want!r} is cut off at the right at {width}x{height}: {box}"
+
+
+def test_the_readme_first_screen_is_for_users():
+    lines = (REPO / "README.md").read_text().splitlines()
+    first = "\n".join(lines[:24])  # what GitHub and PyPI show before any scrolling
+    block = re.search(r"```bash\n(.*?)```", first, re.S)
+    assert block, "no command block in the README's first screen"
+    assert [ln.split("#")[0].strip() for ln in block.group(1).splitlines()] == list(FIRST_SCREEN)
+    assert INDEX_URL in first and "docs/" in first
+    for word in ("root", "Docker", "nox"):  # the maintainer set-up comes later
+        assert word not in "\n".join(lines[:10]), f"{word!r} in the README's first lines"
+    assert "bash scripts/bootstrap-host.sh" in "\n".join(lines) and "--run-slow" in "\n".join(lines)
+    for target in re.findall(r"\]\(((?!https?://)[^)#]+)", "\n".join(lines)):  # links into the tree (GitHub renders them)
+        assert (REPO / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_the_readme_set_up_is_what_ci_runs():
+    readme, ci = (REPO / "README.md").read_text(), (REPO / ".ci" / "run").read_text()
+    setup = readme.split("## For maintainers", 1)[1]
+    for step in ("bash scripts/bootstrap-host.sh", "python3.11 -m venv .venv", "--group dev", ".venv/bin/nox -s tests"):
+        assert step in setup and step in ci, f"{step!r}: README's set-up and .ci/run differ"
+
+
+def _support_summary() -> str:
+    """The README's and the home page's support sentence, made from the default plan."""
+    from builder.plan import load_plan
+
+    plan = load_plan()
+    vkey = lambda v: tuple(map(int, v.split(".")))
+    torches = sorted({c.torch for c in plan.cells}, key=vkey)
+    pythons = sorted({c.python for c in plan.cells}, key=vkey)
+    accs = {c.accelerator for c in plan.cells}
+    cuda = sorted({a.split("-")[1].split(".")[0] for a in accs if a.startswith("cuda-")}, key=int)
+    rocm = sorted({a.split("-")[1] for a in accs if a.startswith("rocm-")}, key=vkey)
+    plats = sorted({c.platform.removeprefix("linux_") for c in plan.cells}, key=lambda p: p != "x86_64")
+    both = lambda xs: ", ".join(xs[:-1]) + " and " + xs[-1] if len(xs) > 1 else xs[0]
+    return (f"Linux {both(plats)}; torch {torches[0]} to {torches[-1]}; Python {pythons[0]} to {pythons[-1]}; "
+            f"CPU, CUDA {both(cuda)}, ROCm {both(rocm)}")  # fmt: skip
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_the_support_summary_matches_the_plan(page):
+    text = " ".join((REPO / page).read_text().split())
+    text = re.sub(r" \([^)]*\);", ";", text)  # "(glibc ...)" asides
+    assert _support_summary() in text, f"{page} should say: {_support_summary()}"
+
+
+# --------------------------------------------------------------------------- the user guides' commands
+
+USER_PAGES = ["README.md", "docs/index.md", *sorted(str(p.relative_to(REPO)) for p in (DOCS / "user").glob("*.md"))]
+
+# Commands of the user guides that this file cannot run, and the test that does run them.
+ELSEWHERE = {
+    "pip install mamba-ssm": "tests/test_install.py::test_plain_pip_install_takes_the_prebuilt_wheel_for_the_users_torch",
+    "pip install --no-build-isolation mamba-ssm": "tests/test_install.py::test_no_build_isolation_with_the_seeded_setuptools_then_the_floor",
+    "uv pip install --no-build-isolation mamba-ssm": "tests/test_install.py::test_isolated_installs_that_cannot_take_a_prebuilt_wheel_stop_in_one_line",
+    "MAMBA_FORCE_BUILD=TRUE pip install --no-build-isolation mamba-ssm": "tests/test_prebuilt.py::test_sdist_end_to_end_prebuilt_vs_source_and_a_tampered_index",
+    "pip install --no-build-isolation -e .": "noxfile.py::tests",
+    # not editable there: a pip wheel --no-build-isolation of this checkout with MAMBA_SKIP_CUDA_BUILD=TRUE
+    "MAMBA_SKIP_CUDA_BUILD=TRUE pip install --no-build-isolation -e .": "tests/test_stable_abi.py::test_stable_cpu_wheel_is_abi3_and_references_only_the_c_shim",
+    "MAMBA_STABLE_ABI=TRUE MAMBA_FORCE_BUILD=TRUE pip wheel --no-build-isolation --no-deps -w dist .": "tests/test_stable_abi.py::test_cuda_stable_wheel_builds_against_214_and_loads_without_gpu",
+    "uv pip install --preview-features wheel-variants mamba-ssm --index-url https://mamba-ssm.github.io/wheels/variants/": "tests/test_variants.py::test_uv_with_the_preview_picks_the_build_by_itself",
+    "pip install -v mamba-ssm": "tests/test_install.py::test_plain_pip_install_takes_the_prebuilt_wheel_for_the_users_torch",
+}
+# Commands that need a service no test can reach.
+EXTERNAL = {"gh attestation verify": "GitHub's attestation API"}
+
+
+def user_commands() -> dict[str, list[str]]:
+    """command -> the pages that give it, from every ```bash block of the user-facing pages."""
+    found: dict[str, list[str]] = {}
+    for page in USER_PAGES:
+        text = (REPO / page).read_text().split("\n## For maintainers", 1)[0]  # the README's set-up: .ci/run's steps
+        for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+            for line in block.splitlines():
+                cmd = re.split(r"\s+#\s", line, maxsplit=1)[0].strip()
+                if cmd:
+                    found.setdefault(cmd, []).append(page)
+    return found
+
+
+def test_every_command_left_to_another_test_names_one_that_exists():
+    for cmd, where in ELSEWHERE.items():
+        path, _, name = where.partition("::")
+        text = (REPO / path).read_text()
+        assert not name or re.search(rf"def {re.escape(name)}\b", text), f"{cmd!r}: {where} does not exist"
+
+
+PIN_RE = re.compile(r"^(?P<tool>pip|uv pip) install (?P<pins>(?:\S+==\S+\+\S+ )+)--(?P<how>extra-index-url|find-links) (?P<url>\S+)$")
+
+
+@pytest.fixture(scope="module")
+def loopback(tmp_path_factory):
+    """The project's index and upstream's, and a stand-in PyPI with a torch, served on 127.0.0.1."""
+    from builder.index import build_index
+
+    root = tmp_path_factory.mktemp("loopback")
+    www = root / "www"
+    labels = set()
+    for cmd in user_commands():
+        m = PIN_RE.match(cmd)
+        if m:
+            labels.update(p.split("+", 1)[1] for p in m.group("pins").split())
+    wheels, upstream = root / "wheels", root / "upstream-wheels"
+    for label in sorted(labels):
+        make_mamba_wheel(wheels, label, "cp310" if label.endswith("torchstable") else "cp311")
+        if "torchstable" not in label:
+            make_recipe_wheel(upstream, "causal-conv1d", "1.7.0", label, source=CAUSAL_CONV1D)
+            make_recipe_wheel(upstream, "mamba-ssm", "2.3.2.post1", label, source=UPSTREAM_MAMBA)
+    build_index(wheels, www / "index")
+    build_index(upstream, www / "upstream")
+    torches = root / "torches"
+    for version in ("2.6.0", "2.13.0", "2.14.1"):
+        make_fake_torch(torches, version)
+    pypi = www / "pypi" / "torch"  # "PyPI": torch only (pip install torch)
+    pypi.mkdir(parents=True)
+    torch13 = make_fake_torch(www / "pypi-files", "2.13.0")
+    pypi.joinpath("index.html").write_text(f'<a href="../../pypi-files/{torch13.name}">{torch13.name}</a>\n')
+    with serve(www) as url:
+        yield url, torches
+
+
+def _local(cmd: str, url: str) -> str:
+    return cmd.replace(INDEX_URL + "upstream/", f"{url}/upstream/").replace(INDEX_URL, f"{url}/index/")
+
+
+def _venv_with_torch(path: Path, torch: str | None, torches: Path, env: dict) -> Path:
+    python = find_python("3.11")
+    if python is None:
+        pytest.skip("no Python 3.11 here")
+    vpy = make_venv(path, python, env)
+    if torch:
+        uv_pip(vpy, ["install", "--no-index", "--find-links", str(torches), f"torch=={torch}"], env)
+    return vpy
+
+
+def _torch_for(pin: str) -> str:
+    label = pin.split("+", 1)[1]
+    minor = "2.13" if "torchstable" in label else label.split("torch")[1].split("cxx11abi")[0]
+    return {"2.6": "2.6.0", "2.13": "2.13.0", "2.14": "2.14.1"}[minor]
+
+
+def test_every_user_guide_command_runs_against_a_loopback_index(loopback, tmp_path):
+    url, torches = loopback
+    env = isolated_env(tmp_path)
+    env["PIP_INDEX_URL"] = f"{url}/pypi/"  # what a bare `pip install` reaches: the stand-in PyPI
+    env["UV_INDEX_URL"] = f"{url}/pypi/"
+    env["MAMBA_WHEEL_INDEX"] = f"{url}/index"
+    ran, unknown = [], []
+    for n, (cmd, pages) in enumerate(user_commands().items()):
+        where = f"{cmd!r} ({', '.join(sorted(set(pages)))})"
+        if cmd in ELSEWHERE or any(cmd.startswith(p) for p in EXTERNAL):
+            continue
+        if cmd == "pip install torch":
+            vpy = _venv_with_torch(tmp_path / f"v{n}", None, torches, env)
+            pip(vpy, ["install", "torch"], env)
+            assert installed_torch(vpy) == "2.13.0", where
+        elif m := PIN_RE.match(cmd):
+            args = shlex.split(_local(cmd, url))
+            pins = m.group("pins").split()
+            vpy = _venv_with_torch(tmp_path / f"v{n}", _torch_for(pins[0]), torches, env)
+            tool, rest = (uv_pip, args[3:]) if m.group("tool") == "uv pip" else (pip, args[2:])
+            tool(vpy, ["install", *rest], env)
+            got = versions(vpy, [p.split("==")[0] for p in pins])
+            for p in pins:
+                name, version = p.split("==")
+                assert got[name].lower() == version.lower(), f"{where}: got {got}"
+        elif cmd.startswith("python -m mamba_ssm.doctor") or " | python -m mamba_ssm.doctor" in cmd:
+            run_doctor(cmd, env, where)
+        elif cmd.startswith("python -c "):
+            if importlib.util.find_spec("torch") is None:  # the nox session has torch; a bare dev venv may not
+                continue
+            out = subprocess.run([sys.executable, *shlex.split(cmd)[1:]], capture_output=True, text=True, check=True)
+            assert re.fullmatch(r"\S+ (\S+) (\S+) (True|False)\n", out.stdout), f"{where}: {out.stdout!r}"
+        else:
+            unknown.append(where)
+            continue
+        ran.append(cmd)
+    assert not unknown, "user-guide commands no test runs (run them here, or name their test in ELSEWHERE): " + "; ".join(unknown)
+    assert len(ran) >= 8, ran
+
+
+def installed_torch(vpy: Path) -> str:
+    return versions(vpy, ["torch"])["torch"]
+
+
+def versions(vpy: Path, names: list[str]) -> dict[str, str]:
+    code = f"import importlib.metadata as m, json; print(json.dumps({{d: m.version(d) for d in {names!r}}}))"
+    return json.loads(subprocess.run([str(vpy), "-I", "-c", code], capture_output=True, text=True, check=True).stdout)
+
+
+def run_doctor(cmd: str, env: dict, where: str) -> None:
+    """The doctor as the guide gives it, with this checkout's mamba_ssm; a piped log is a real failure message."""
+    stdin = None
+    if "|" in cmd:
+        stdin = "ERROR: ... ImportError: _C.so: undefined symbol: _ZN3c105ErrorC2ENS_14SourceLocationESs\n"
+        cmd = cmd.split("|", 1)[1].strip()
+    args = shlex.split(cmd)
+    proc = subprocess.run([sys.executable, *args[1:]], input=stdin, capture_output=True, text=True, env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO, timeout=120)  # fmt: skip
+    assert proc.returncode in (0, 1), f"{where}: exit {proc.returncode}\n{proc.stderr}"
+    if "--explain" in args:
+        assert proc.returncode == 1 and "cxx11-abi-mismatch" in proc.stdout, f"{where}: {proc.stdout}"
+    elif "--json" in args:
+        assert json.loads(proc.stdout)["findings"], where
+    else:
+        assert "Checks" in proc.stdout and ("Verdict" in proc.stdout), f"{where}: {proc.stdout}"
+
+
+def test_resolve_prints_what_the_publishing_guide_shows(loopback):
+    url, _torches = loopback
+    text = (DOCS / "maintainer" / "publish-index.md").read_text()
+    cmd = re.search(r"^\.venv/bin/python -m builder resolve (.*)$", text, re.M).group(1)
+    shown = re.search(r"```text\n(project:.*?)```", text, re.S).group(1)
+    args = shlex.split(cmd.replace(INDEX_URL, f"{url}/index"))
+    proc = subprocess.run([sys.executable, "-m", "builder", "resolve", *args], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    want = _local(shown, url)
+    norm = lambda s: re.sub(r"sha256: +(<its sha256>|[0-9a-f]{64})", "sha256: HASH", re.sub(r"manylinux_2_28_x86_64|linux_x86_64", "PLATFORM", " ".join(s.split())))
+    assert norm(proc.stdout) == norm(want), proc.stdout
+
+
+# --------------------------------------------------------------------------- generated references vs the code
+
+
+def _parsers():
+    return [("python -m builder", refgen.builder_parser()), ("python -m mamba_ssm.doctor", refgen.doctor_parser())]
+
+
+def test_every_cli_command_and_flag_has_help_and_is_in_the_reference():
+    page = refgen.render((DOCS / "reference" / "cli.md").read_text())
+    missing = []
+    for prefix, parser in _parsers():
+        for path, helptext, p in refgen.walk(parser):
+            title = prefix if path == parser.prog else f"{prefix} {path}"
+            if path != parser.prog and not (helptext or p.description):
+                missing.append(f"{title}: the command has no help")
+            assert f"### `{title}`" in page, title
+            section = page.split(f"### `{title}`", 1)[1].split("\n### ", 1)[0]
+            for action in refgen.options(p):
+                name = action.option_strings[0] if action.option_strings else (action.metavar or action.dest)
+                if not action.help:  # argparse.SUPPRESS is a choice (hidden from --help), and the page says so
+                    missing.append(f"{title} {name}: no help text")
+                assert f"`{name}" in section, f"{title} {name} is not in the generated reference"
+    assert not missing, "add help= to each: " + "; ".join(missing)
+
+
+def test_every_environment_variable_the_code_reads_is_in_the_one_list():
+    listed = {v["name"]: v for v in refgen.env_list()}
+    reads = refgen.env_reads()
+    missing = sorted(set(reads) - set(listed))
+    assert not missing, f"read by the code but not in mamba_build/envvars.toml: {', '.join(f'{n} ({sorted(reads[n])})' for n in missing)}"
+    for name, var in listed.items():
+        assert var["section"] in refgen.SECTIONS, name
+        assert var.get("effect"), f"{name}: no effect"
+        assert sorted(var["read_by"]) == sorted(reads.get(name, ())), (
+            f"{name}: envvars.toml says read_by {var['read_by']}, the code reads it in {sorted(reads.get(name, ()))}"
+        )
+    table = refgen.render((DOCS / "reference" / "environment.md").read_text())
+    for name in listed:
+        assert f"| `{name}` |" in table
+
+
+def test_the_env_scan_finds_each_way_the_code_reads_a_variable():
+    code = '''
+import os
+ENV_X = "A_CONST"
+def f(env, plan):
+    os.environ.get("A_GET"); os.getenv("A_GETENV"); env["A_SUB"]; plan.env.get("A_ATTR")
+    "A_IN" in env; env_bool(env, "A_BOOL"); env.get(ENV_X); _env_mib("A_MIB", 512)
+    for var in ("A_LOOP1", "A_LOOP2"):
+        env.get(var)
+    env["NOT_A_READ"] = "1"
+'''
+    got = refgen._names_in_file(ast.parse(code))
+    assert got == {"A_CONST", "A_GET", "A_GETENV", "A_SUB", "A_ATTR", "A_IN", "A_BOOL", "A_MIB", "A_LOOP1", "A_LOOP2"}
+
+
+def test_every_exit_code_has_a_meaning_in_the_reference():
+    from builder import errors
+    from mamba_ssm.doctor import cli as doctor_cli
+
+    page = refgen.render((DOCS / "reference" / "exit-codes.md").read_text())
+    for cls in refgen.farm_errors():
+        assert (cls.__doc__ or "").strip(), f"{cls.__name__} has no docstring: its meaning in the reference"
+        assert f"`{cls.__name__}`" in page and re.search(rf"^\| {cls.exit_code} \|", page, re.M), cls.__name__
+    constants = {v for k, v in vars(doctor_cli).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    assert constants == set(doctor_cli.EXIT_CODES), "every doctor EXIT_ constant needs its meaning in EXIT_CODES"
+    # exit codes a command returns itself (`return 130`, `return DRIFT_EXIT if every else 0`) must be documented
+    from builder.cli import COMMANDS
+
+    command_of = {module: name for name, module in COMMANDS.items()}
+    for path in sorted((REPO / "builder").rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for code, line in _returned_codes(ast.parse(path.read_text())):
+            if code in refgen.OTHER_BUILDER_EXITS or (command_of.get(module), code) in refgen.COMMAND_EXITS:
+                continue
+            if path.name == "hipify_tus.py":  # a script hip.py runs, not a command: its codes are its own
+                continue
+            pytest.fail(f"{path.name}:{line}: exit {code} is in neither OTHER_BUILDER_EXITS nor COMMAND_EXITS "
+                        "(docs/hooks/refgen.py): say what it means")  # fmt: skip
+    assert errors.FarmError in refgen.farm_errors()
+
+
+def _returned_codes(tree: ast.Module) -> list[tuple[int, int]]:
+    """(code, line) of each int a command function (main, run_command, _run*) returns: a literal, a
+    module-level int constant, or either branch of `a if c else b`."""
+    consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+              and type(n.value.value) is int for t in n.targets if isinstance(t, ast.Name)}  # fmt: skip
+
+    def ints(v):
+        if isinstance(v, ast.Constant) and type(v.value) is int:
+            return [v.value]
+        if isinstance(v, ast.Name) and v.id in consts:
+            return [consts[v.id]]
+        if isinstance(v, ast.IfExp):
+            return ints(v.body) + ints(v.orelse)
+        return []
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and (node.name in ("main", "run_command") or node.name.startswith("_run")):
+            out += [(c, r.lineno) for r in ast.walk(node) if isinstance(r, ast.Return) and r.value for c in ints(r.value)]
+    return out
+
+
+def test_architecture_tables_match_the_tree():
+    text = (DOCS / "architecture.md").read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| `")]
+    named = re.compile(r"`([^`\s]+)`")
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    tracked = [t for t in tracked if (REPO / t).exists()]
+    # every path a table names exists (a folder, a file, or a glob)
+    for row in rows:
+        first = row.split(" | ")[0]
+        for token in named.findall(first):
+            if "/" in token or "." in token:
+                ok = (REPO / token.rstrip("/")).exists() or any(fnmatch(t, token) for t in tracked)
+                assert ok, f"docs/architecture.md names {token}, which is not in the tree"
+    # every top-level entry is in the layout table
+    layout = text.split("## Repository layout", 1)[1].split("\n## ", 1)[0]
+    for top in sorted({t.split("/")[0] + ("/" if "/" in t else "") for t in tracked}):
+        if top in (".github/",):
+            top = ".github/workflows/"
+        assert f"`{top}`" in layout, f"{top} is not in docs/architecture.md's repository layout"
+    # every module of the code is in the module table: its path, a glob, or a folder's row naming it
+    table = text.split("| module | owns |", 1)[1].split("\n\n", 1)[0].splitlines()
+    exempt = {"builder/__init__.py", "mamba_ssm/__init__.py", "mamba_ssm/doctor/__main__.py"}
+
+    def covered(t: str) -> bool:
+        for row in table:
+            if f"`{t}`" in row or any("*" in g and fnmatch(t, g) for g in named.findall(row)):
+                return True
+            for g in _parents(t):
+                rest = t[len(g):]
+                if f"`{g}`" in row and (
+                    f"`{rest}`" in row
+                    or ("/" not in rest and f"`{Path(rest).stem}`" in row)
+                    or any("/" in tok and t.endswith("/" + tok) for tok in named.findall(row))  # `standins/gh.py`
+                ):
+                    return True
+        return False
+
+    for t in tracked:
+        if t.startswith(("builder/", "mamba_build/", "mamba_ssm/", "csrc/")) and t not in exempt:
+            if t.endswith("/__init__.py") and t.count("/") > 1 and not covered(t):
+                continue  # a subpackage's __init__: its folder's row covers it
+            assert covered(t), f"{t} is not in docs/architecture.md's module table"
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) + "/" for i in range(len(parts))]
+
+
+def test_every_benchmark_is_in_the_docs_with_its_command():
+    text = "\n".join(p.read_text() for p in (DOCS / "internals").glob("*.md")) + (DOCS / "maintainer" / "gpu-check.md").read_text()
+    for script in sorted((REPO / "benchmarks").glob("*.py")):
+        assert f"benchmarks/{script.name}" in text, f"benchmarks/{script.name} is on no docs page"
+
+
+def test_the_generated_platform_table_counts_every_cell():
+    from builder.plan import load_plan
+
+    md = refgen.platform_markdown()
+    plan = load_plan()
+    assert md.startswith(f"{len(plan.cells)} cells") and f"served by {len(plan.builds)} builds" in md
+    rows = [ln for ln in md.splitlines() if re.match(r"\| 2\.\d+ \|", ln)]
+    assert {r.split(" | ")[0][2:] for r in rows} == {c.torch for c in plan.cells}
+
+
+def test_the_release_publishes_the_site_next_to_the_index():
+    import yaml
+
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "release.yml").read_text())
+    steps = wf["jobs"]["publish"]["steps"]
+    names = [s.get("name", "") for s in steps]
+    docs = next(i for i, s in enumerate(steps) if s.get("run", "").startswith("nox -s docs"))
+    site_dir = re.search(r"--site-dir (\S+)", steps[docs]["run"]).group(1)
+    stage = names.index("Stage the site for GitHub Pages")
+    pages_path = steps[stage]["with"]["path"].rstrip("/")
+    assert names.index("Assemble the site") < docs < stage, "build the docs after assembling, before staging"
+    assert site_dir == f"{pages_path}/docs", f"the docs go to {site_dir}, the Pages artifact is {pages_path}"
+    assert "if" not in steps[docs], "a dry run's site artifact keeps the docs too"
+    assert "docs" in re.findall(r"^def (\w+)", (REPO / "noxfile.py").read_text(), re.M)
+
+
+def test_the_docs_name_the_index_the_code_uses():
+    import yaml
+
+    from mamba_ssm import _prebuilt
+
+    assert _prebuilt.DEFAULT_INDEX_URL.rstrip("/") + "/" == INDEX_URL, "the docs' index URL is not DEFAULT_INDEX_URL"
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    assert config["site_url"] == INDEX_URL + "docs/", "the site is published under docs/ of the index"
+    for page in ["README.md", *(str(p.relative_to(REPO)) for p in DOCS.rglob("*.md"))]:
+        text = (REPO / page).read_text()
+        stale = re.findall(r"https://<index>|<owner>\.github\.io/<repo>", text)
+        assert not stale, f"{page}: a placeholder for the index's address, {stale[0]!r}; give {INDEX_URL}"
