@@ -21,10 +21,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serve(directory: Path):
-    """http://127.0.0.1:<port>/ over ``directory`` (symlinks followed, as a static host would after rsync -L)."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def running(server: http.server.HTTPServer):
+    """SERVER answering on a daemon thread until the block ends; yields its http://127.0.0.1:<port> base."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -32,6 +30,15 @@ def serve(directory: Path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def serve(directory: Path, port: int = 0):
+    """http://127.0.0.1:<port>/ over ``directory`` (symlinks followed, as a static host would after rsync -L);
+    PORT 0 takes a free one."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    with running(http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)) as url:
+        yield url
 
 
 def find_python(version: str) -> str | None:

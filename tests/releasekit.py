@@ -16,9 +16,10 @@ import select
 import socket
 import ssl
 import subprocess
-import threading
 from contextlib import contextmanager
 from pathlib import Path
+
+from indexkit import running
 
 GITHUB = "github.com"
 
@@ -105,13 +106,8 @@ def github_assets(gh_home: Path, certs: tuple[Path, Path, Path]):
     requests: list[str] = []
     handler = type("Handler", (_AssetHost,), {"tls": ctx, "requests": requests})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(gh_home)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", requests
-    finally:
-        server.shutdown()
-        server.server_close()
+    with running(server) as url:
+        yield url, requests
 
 
 def through_assets(env: dict, proxy: str, bundle: Path) -> dict:
@@ -131,21 +127,3 @@ def venv_with_torch(path: Path, python: str, torch_req: str, env: dict, *more: s
     if proc.returncode:
         raise AssertionError(f"installing {torch_req} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return py
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-@contextmanager
-def serve_at(directory: Path, port: int):
-    """DIRECTORY on http://127.0.0.1:PORT/ (the port the rehearsal's INDEX_URL named before the run)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(_Quiet, directory=str(directory)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.shutdown()
-        server.server_close()

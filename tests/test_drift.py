@@ -29,13 +29,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import threading
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import tomlkit
+from indexkit import running
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "tests" / "data" / "pypi-recording.json"
@@ -163,14 +163,8 @@ def serve(recorded: _Recorded, *, honour_ranges: bool = True):
             self.end_headers()
             self.wfile.write(part)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with running(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        yield f"{url}/simple", seen
 
 
 @pytest.fixture

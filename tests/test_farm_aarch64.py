@@ -12,17 +12,14 @@ A host without emulation skips, printing the reason the farm gives.
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
-import threading
 import time
-from contextlib import contextmanager
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from farmkit import REPO, docker_client, run_build
+from indexkit import serve
 
 from builder import emulation
 
@@ -73,23 +70,6 @@ def test_the_aarch64_wheel_is_built_verified_smoke_tested_and_indexed(aarch64_ru
     assert 'data-machine="aarch64"' in (dist / "index" / "index.html").read_text()
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-@contextmanager
-def _serve(directory: Path):
-    handler = lambda *a, **kw: _Quiet(*a, directory=str(directory), **kw)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 # In the arm64 container: resolve names the wheel, pip installs it next to torch, the op runs, the doctor agrees.
 _INSTALL = r"""
 set -euo pipefail
@@ -130,7 +110,7 @@ def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(aarch64_ru
     volumes = {str(REPO): {"bind": "/repo", "mode": "ro"}, "mamba-farm-pip-cache": {"bind": "/root/.cache/pip", "mode": "rw"}}
     volumes |= {str(d): {"bind": str(d), "mode": "ro"} for d in pip.local_dirs}
     t0 = time.monotonic()
-    with _serve(dist) as url:
+    with serve(dist) as url:
         out = client.containers.run(
             image.id, ["bash", "-c", _INSTALL], platform="linux/arm64", network_mode="host", remove=True,
             environment={**pip.env(), "INDEX": f"{url}/index", "PIP_CACHE_DIR": "/root/.cache/pip", "PIP_NO_CACHE_DIR": "0"},

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 from farmkit import docker_client
-from indexkit import find_python
-from releasekit import github_assets, make_certs, serve_at, through_assets, venv_with_torch
+from indexkit import find_python, serve
+from releasekit import github_assets, make_certs, through_assets, venv_with_torch
 
 from builder.rehearse import (
     DRY_RUN_PROFILE,
@@ -195,7 +195,7 @@ def test_pip_installs_from_the_dry_run_site(dry, tmp_path):
     env = dict(os.environ)
     py = venv_with_torch(tmp_path / "venv", _python311(), TORCH_CPU, env)
     port = int(dry.index_url.rsplit(":", 1)[1])
-    with serve_at(site, port):
+    with serve(site, port):
         _run([str(py), "-m", *shlex.split(cmd)], env)
     out = _run([str(py), "-I", "-c", SCAN], env).stdout
     assert "scan ok" in out and str(tmp_path / "venv") in out
@@ -210,7 +210,7 @@ def test_the_doctors_fix_installs_what_the_site_serves(dry, tmp_path):
     env = dict(os.environ)
     py = venv_with_torch(tmp_path / "venv", _python311(), "torch==2.14.1", env)
     port = int(dry.index_url.rsplit(":", 1)[1])
-    with serve_at(site, port):
+    with serve(site, port):
         _run([str(py), "-m", "pip", "install", "--no-deps", "mamba-ssm==2.3.0+cputorchstable",
               "--extra-index-url", f"{dry.index_url}/cpu-torchstable-abi3/"], env)  # fmt: skip
         doc = subprocess.run([str(py), "-I", "-m", "mamba_ssm.doctor", "--json", "--index", dry.index_url],
@@ -311,7 +311,7 @@ def test_pip_installs_each_release_through_its_asset_links(releases, tmp_path):
     port = int(runs[versions[0]].index_url.rsplit(":", 1)[1])
     certs = make_certs(tmp_path / "certs")
     py = venv_with_torch(tmp_path / "venv", _python311(), TORCH_CPU, dict(os.environ))
-    with serve_at(work / "records" / "pages", port), github_assets(work / "github", certs) as (proxy, asked):
+    with serve(work / "records" / "pages", port), github_assets(work / "github", certs) as (proxy, asked):
         env = through_assets(dict(os.environ), proxy, certs[0])
         for v in versions:
             url = f"http://127.0.0.1:{port}/cpu-torch2.13-cxx11abiTRUE/"
@@ -339,7 +339,7 @@ def test_the_published_sdist_takes_the_prebuilt_wheel_from_the_rehearsed_site(re
     certs = make_certs(tmp_path / "certs")
     # setuptools >= 70.1: a --no-build-isolation build uses the venv's own (README: Installing from source).
     py = venv_with_torch(tmp_path / "venv", _python311(), TORCH_CPU, dict(os.environ), "setuptools>=70.1")
-    with serve_at(work / "records" / "pages", port), github_assets(work / "github", certs) as (proxy, asked):
+    with serve(work / "records" / "pages", port), github_assets(work / "github", certs) as (proxy, asked):
         env = {k: v for k, v in through_assets(dict(os.environ), proxy, certs[0]).items() if k != "MAMBA_WHEEL_INDEX"}
         out = _run([str(py), "-m", "pip", "install", "-v", "--no-build-isolation", str(sdist)], env, timeout=1800)
     assert f"using prebuilt wheel mamba_ssm-{v}+cputorchstable" in out.stdout + out.stderr, out.stdout[-3000:]
