@@ -132,7 +132,7 @@ def test_other_abi_install_is_diagnosed_with_the_exact_fix(tmp_path, probes):
     assert ext["kind"] == "cxx11-abi-mismatch"
     assert "_ZN3c105ErrorC1ENS_14SourceLocationESs" in ext["detail"]
     index_url = (tmp_path / "index").absolute().as_uri()
-    fix = f'-m pip install --force-reinstall --no-deps "mamba-ssm==2.3.0+{WANT.label}" --extra-index-url {index_url}/{WANT.key}/'
+    fix = f'-m pip install --force-reinstall --no-deps mamba-ssm==2.3.0+{WANT.label} --extra-index-url {index_url}/{WANT.key}/'
     assert ext["fix"].endswith(fix)
     assert by_check["label"]["kind"] == "variant-mismatch" and by_check["label"]["fix"].endswith(fix)
 
@@ -156,9 +156,9 @@ def test_the_fix_pins_the_stable_wheel_when_that_is_what_the_index_serves(tmp_pa
     doc = json.loads(_doctor(site, "--json", "--index", str(tmp_path / "index")).stdout)
     assert doc["wheel_available"] is True
     (label,) = [f for f in doc["findings"] if f["check"] == "label" and f["verdict"] == "problem"]
-    assert f'"mamba-ssm==2.3.0+{stable}" --extra-index-url' in label["fix"], label["fix"]
+    assert f"mamba-ssm==2.3.0+{stable} --extra-index-url" in label["fix"], label["fix"]
     assert label["fix"].endswith(f"/{WANT.as_stable().key}/")  # no sidecar here: only its own page lists it
-    req, url = re.search(r'"(mamba-ssm==[^"]+)" --extra-index-url (\S+)', label["fix"]).groups()
+    req, url = re.search(r"(mamba-ssm==\S+) --extra-index-url (\S+)", label["fix"]).groups()
     got = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--isolated", "--index-url", url, "-d", str(tmp_path / "dl"), req],
         capture_output=True, text=True, timeout=300,
@@ -190,7 +190,7 @@ def test_a_stale_module_next_to_the_stable_one_is_a_failure(tmp_path, probes):
     contra = found["extension-contradicts-label"]
     assert contra["title"] == f"{stale} contradicts the installed label {WANT.as_stable().label}"
     assert f"version-specific ({WANT.python}) build" in contra["detail"]
-    fix = f'--force-reinstall --no-deps "mamba-ssm==2.3.0+{WANT.label}" --extra-index-url'  # the doctor's reinstall line
+    fix = f'--force-reinstall --no-deps mamba-ssm==2.3.0+{WANT.label} --extra-index-url'  # the doctor's reinstall line
     assert fix in found["stale-extension"]["fix"] and fix in contra["fix"]
     text = _doctor(site, "--index", str(tmp_path / "index")).stdout
     assert "[FAIL] 2 builds of mamba_ssm._C are installed" in text and "Verdict: healthy" not in text
