@@ -315,6 +315,8 @@ def lookup(variant, version: str, *, index_url: str | None = None, env=None, mac
         check_url(root, env)
     except _Refused as e:
         return Outcome("refused", f"{PREFIX} {e}; building from source")
+    except ValueError as e:  # urlsplit: "Invalid IPv6 URL", a bad port
+        return Outcome("refused", f"{PREFIX} the wheel index {root!r} is not a URL ({e}); building from source")
 
     keys = [variant.key] if variant.stable else [variant.key, variant.as_stable().key]
     tried, links, errors, link = [], [], [], None
