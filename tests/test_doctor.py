@@ -329,7 +329,7 @@ def test_checks_for_a_gpu_the_wheel_does_not_cover_and_a_source_build_that_would
     findings, _ = run_checks(_facts(), offline=True)
     by = {f.check: f for f in findings}
     assert by["gpu-arch"].verdict == "problem" and by["gpu-arch"].kind == "no-kernel-image"
-    assert "TORCH_CUDA_ARCH_LIST='12.0'" in by["gpu-arch"].fix
+    assert "TORCH_CUDA_ARCH_LIST=12.0 MAMBA_FORCE_BUILD=TRUE " in by["gpu-arch"].fix
     # The wheel itself imports: source-build gaps are warnings, not failures.
     assert by["nvcc"].verdict == "warn" and by["nvcc"].kind == "cuda-version-mismatch"
     assert by["compiler"].verdict == "warn" and by["compiler"].kind == "cxx20-required"
@@ -380,6 +380,6 @@ def test_a_torch_that_does_not_import_is_still_read_from_its_files(tmp_path):
     assert "libcudart.so.13" in t["import_error"] and t["read_from"] == "files"
     assert t["variant"]["key"] == "cu13-torch2.14-cxx11abiTRUE" and t["cxx11abi"] is True
     broken = next(f for f in doc["findings"] if f["kind"] == "torch-broken")
-    assert "--force-reinstall 'torch==2.14.1+cu130'" in broken["fix"]
+    assert "--force-reinstall torch==2.14.1+cu130," in broken["fix"]
     text = _doctor(site, "--offline").stdout
     assert "needs variant cu13-torch2.14-cxx11abiTRUE" in text and "Traceback" not in text

@@ -15,6 +15,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -354,21 +355,43 @@ def test_more_than_the_cap_on_stdin_is_a_clear_error():
     assert p.returncode == 3 and err.startswith("error: --explain -:") and "more than 64 MiB" in err, err
 
 
-def test_a_silent_fifo_on_stdin_ends_at_the_deadline(tmp_path):
-    """A FIFO whose writer never writes (opened read-write here, so the open itself does not block)."""
-    fifo = tmp_path / "log"
+def _explain_fifo(fifo: Path, first_s: float, total_s: float, write: bytes = b"", every: float = 0):
+    """--explain - on a FIFO (opened read-write here, so the open itself never blocks), with short deadlines; a
+    writer thread sends ``write`` a byte every ``every`` seconds."""
     os.mkfifo(fifo)
     fd = os.open(fifo, os.O_RDWR)
+
+    def trickle():
+        try:
+            for i in range(len(write)):
+                time.sleep(every)
+                os.write(fd, write[i : i + 1])
+        except OSError:  # closed once the doctor has answered
+            pass
+
+    threading.Thread(target=trickle, daemon=True).start()
+    code = (f"import sys; from mamba_ssm.doctor import cli; cli.EXPLAIN_FIRST_S = {first_s}; "
+            f"cli.EXPLAIN_DEADLINE_S = {total_s}; sys.exit(cli.main())")  # fmt: skip
+    t0 = time.monotonic()
     try:
-        code = "import sys; from mamba_ssm.doctor import cli; cli.EXPLAIN_DEADLINE_S = 1.5; sys.exit(cli.main())"
-        t0 = time.monotonic()
         p = subprocess.run([sys.executable, "-c", code, "--explain", "-"], stdin=fd, capture_output=True, timeout=30,
                            env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)  # fmt: skip
-        took = time.monotonic() - t0
     finally:
         os.close(fd)
+    return p, time.monotonic() - t0
+
+
+def test_a_silent_fifo_on_stdin_ends_at_the_first_deadline(tmp_path):
+    p, took = _explain_fifo(tmp_path / "log", 1.5, 60)
     err = p.stderr.decode()
-    assert p.returncode == 3 and "sent nothing to end on within 1.5 s" in err and "Traceback" not in err, err
+    assert p.returncode == 3 and "stdin sent nothing within 1.5 s" in err and "Traceback" not in err, err
+    assert took < 15
+
+
+def test_a_trickling_fifo_on_stdin_ends_at_the_overall_deadline(tmp_path):
+    p, took = _explain_fifo(tmp_path / "log", 5, 3, write=b"nvcc was not found" * 10, every=0.2)
+    err = p.stderr.decode()
+    assert p.returncode == 3 and "stdin did not end within 3 s" in err and "Traceback" not in err, err
     assert took < 15
 
 

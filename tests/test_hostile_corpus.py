@@ -593,7 +593,7 @@ DOCTOR_CASES = [
     DoctorCase("doctor-explain-escape", 1, "\\x1b[2K\\r",
                _stdin(f"No such file or directory: '{FAKE_LINE}/bin/nvcc'".encode())),
     DoctorCase("doctor-explain-huge", 3, "more than 64 MiB", _stdin(b"x" * ((64 << 20) + 1))),
-    DoctorCase("doctor-explain-fifo", 3, "sent nothing to end on within 20 s", _silent_fifo),
+    DoctorCase("doctor-explain-fifo", 3, "stdin sent nothing within 20 s", _silent_fifo),
     DoctorCase("doctor-explain-empty", 3, "empty message", _stdin(b"\n\n")),
     DoctorCase("doctor-index-shell", 1, shlex.quote(DOCTOR_SHELL_INDEX + "/<variant>/"),
                lambda w, s: (["--explain", f"undefined symbol: {DOCTOR_SYMBOL}", "--index", DOCTOR_SHELL_INDEX], {}, None)),

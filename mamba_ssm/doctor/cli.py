@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 
-from .._untrusted import Deadline, Untrusted, has_hidden, read_capped, shown
+from .._untrusted import Untrusted, has_hidden, shown
 
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 # What each means (the docs' exit-code reference is generated from this; tests/test_docs.py checks every EXIT_ is here).
@@ -20,10 +20,11 @@ EXIT_CODES = {
     EXIT_HEALTHY: "healthy: every check passed (with --explain: the message matched nothing the doctor knows)",
     EXIT_PROBLEM: "a problem was found; each one is printed with the command that fixes it",
     EXIT_USAGE: "bad usage (an unknown or malformed argument, or an --index / MAMBA_WHEEL_INDEX holding control characters)",
-    EXIT_INPUT: "--explain could not read its input (stdin unreadable, larger than 64 MiB, silent for 20 s, or an empty message)",
+    EXIT_INPUT: "--explain could not read its input (stdin unreadable, over 64 MiB, silent for its first 20 s or open after 2 h, or an empty message)",
 }
 EXPLAIN_CAP = 64 << 20  # a pasted log; only its first and last KiB are searched (classify.scan_window)
-EXPLAIN_DEADLINE_S = 20.0
+EXPLAIN_FIRST_S = 20.0  # stdin's first bytes (`pip install ... 2>&1 |` prints "Collecting" at once)
+EXPLAIN_DEADLINE_S = 7200.0  # all of it: a piped source build prints nothing while it compiles
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,11 +44,13 @@ def _error(message: str, code: int) -> int:
     return code
 
 
-def _read_stdin(limit: int, seconds: float) -> str:
-    """stdin, at most ``limit`` bytes within ``seconds`` (a FIFO or a terminal that never ends cannot hang the
-    doctor: the read runs in a thread it stops waiting for). Bad UTF-8 is replaced, not refused: a log with a
-    stray byte is still a log."""
-    got: dict = {}
+def _read_stdin(limit: int, first_s: float, total_s: float) -> str:
+    """stdin, at most ``limit`` bytes: its first bytes within ``first_s`` (a FIFO nobody writes to), all of it
+    within ``total_s`` (a piped build is silent while it compiles, so the whole read gets far longer). The read
+    runs in a thread the doctor stops waiting for, so neither can hang it. Bad UTF-8 is replaced, not refused:
+    a log with a stray byte is still a log."""
+    got: dict = {"parts": [], "size": 0}
+    started = threading.Event()
     try:
         # unbuffered, on its own descriptor: a thread left blocked in it holds no lock the interpreter's exit needs
         raw = io.FileIO(os.dup(sys.stdin.fileno()), "rb")
@@ -56,18 +59,26 @@ def _read_stdin(limit: int, seconds: float) -> str:
 
     def read() -> None:
         try:
-            got["data"] = read_capped(raw, limit, Deadline(seconds, "--explain -: reading stdin"))
+            while block := raw.read(1 << 16):
+                started.set()
+                got["size"] += len(block)
+                if got["size"] > limit:
+                    raise Untrusted(f"more than {limit >> 20} MiB")
+                got["parts"].append(block)
         except (OSError, ValueError) as e:  # Untrusted is a ValueError
             got["error"] = e
+        started.set()
 
     worker = threading.Thread(target=read, daemon=True)
     worker.start()
-    worker.join(seconds)
+    if not started.wait(first_s):
+        raise Untrusted(f"--explain -: stdin sent nothing within {first_s:g} s")
+    worker.join(total_s)
     if worker.is_alive():
-        raise Untrusted(f"--explain -: stdin sent nothing to end on within {seconds:g} s")
+        raise Untrusted(f"--explain -: stdin did not end within {total_s:g} s")
     if "error" in got:
         raise Untrusted(f"--explain -: cannot read stdin ({got['error']})")
-    return got["data"].decode("utf-8", "replace")
+    return b"".join(got["parts"]).decode("utf-8", "replace")
 
 
 def _index_problem(args) -> str | None:
@@ -96,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.explain == "-":
             try:
-                text = _read_stdin(EXPLAIN_CAP, EXPLAIN_DEADLINE_S)
+                text = _read_stdin(EXPLAIN_CAP, EXPLAIN_FIRST_S, EXPLAIN_DEADLINE_S)
             except Untrusted as e:
                 return _error(f"{e}; paste the message as an argument, or pipe in a file", EXIT_INPUT)
         else:
