@@ -361,15 +361,16 @@ def _explain_fifo(fifo: Path, first_s: float, total_s: float, write: bytes = b""
     os.mkfifo(fifo)
     fd = os.open(fifo, os.O_RDWR)
 
-    def trickle():
-        try:
-            for i in range(len(write)):
-                time.sleep(every)
-                os.write(fd, write[i : i + 1])
-        except OSError:  # closed once the doctor has answered
-            pass
+    stop = threading.Event()
 
-    threading.Thread(target=trickle, daemon=True).start()
+    def trickle():
+        for i in range(len(write)):
+            if stop.wait(every):  # the doctor has answered: never write to a descriptor number reused since
+                return
+            os.write(fd, write[i : i + 1])
+
+    writer = threading.Thread(target=trickle, daemon=True)
+    writer.start()
     code = (f"import sys; from mamba_ssm.doctor import cli; cli.EXPLAIN_FIRST_S = {first_s}; "
             f"cli.EXPLAIN_DEADLINE_S = {total_s}; sys.exit(cli.main())")  # fmt: skip
     t0 = time.monotonic()
@@ -377,6 +378,8 @@ def _explain_fifo(fifo: Path, first_s: float, total_s: float, write: bytes = b""
         p = subprocess.run([sys.executable, "-c", code, "--explain", "-"], stdin=fd, capture_output=True, timeout=30,
                            env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)  # fmt: skip
     finally:
+        stop.set()
+        writer.join()
         os.close(fd)
     return p, time.monotonic() - t0
 
