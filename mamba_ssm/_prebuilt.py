@@ -229,7 +229,10 @@ def check_url(url: str, env) -> None:
 def normalize_root(root: str) -> str:
     """A local directory becomes a ``file://`` URL; the root always ends in ``/``."""
     if "://" not in root:
-        root = Path(root).expanduser().absolute().as_uri()  # not resolve(): keep the published symlink
+        try:
+            root = Path(root).expanduser().absolute().as_uri()  # not resolve(): keep the published symlink
+        except ValueError:  # a name no file system holds (a lone surrogate, a NUL): check_url refuses it as given
+            pass
     return root.rstrip("/") + "/"
 
 
