@@ -273,6 +273,13 @@ def test_an_index_holding_control_characters_is_refused_before_anything_is_print
     assert not p.stdout and not raw_hidden(err.rstrip("\n")) and "Traceback" not in err
 
 
+def test_a_bad_argument_is_shown_escaped():
+    p = doctor(f"--bogus={FAKE_LINE}")
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "error: unrecognized arguments: --bogus=\\x1b[2K" in err, err
+    assert not raw_hidden(err)
+
+
 def test_the_live_checks_quote_every_command(tmp_path, recorder):
     """run_checks' fixes (the reinstall, the torch repair, the source build for a GPU) with hostile facts."""
     from mamba_ssm.doctor.checks import run_checks

@@ -27,8 +27,16 @@ EXPLAIN_FIRST_S = 20.0  # stdin's first bytes (`pip install ... 2>&1 |` prints "
 EXPLAIN_DEADLINE_S = 7200.0  # all of it: a piped source build prints nothing while it compiles
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse quotes a bad argument in its message: shown, so a pasted escape sequence is not obeyed."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {shown(message)}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m mamba_ssm.doctor",
         description="Explain why mamba-ssm does not install or import here, and print the command that fixes it.",
     )
