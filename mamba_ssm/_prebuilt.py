@@ -231,7 +231,7 @@ def normalize_root(root: str) -> str:
     if "://" not in root:
         try:
             root = Path(root).expanduser().absolute().as_uri()  # not resolve(): keep the published symlink
-        except ValueError:  # a name no file system holds (a lone surrogate, a NUL): check_url refuses it as given
+        except (ValueError, RuntimeError):  # a lone surrogate, a NUL, `~nosuchuser`: check_url refuses it as given
             pass
     return root.rstrip("/") + "/"
 

