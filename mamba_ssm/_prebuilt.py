@@ -18,11 +18,13 @@ bad pages or bad hashes.
 # No `from __future__ import annotations`: setup.py may load this file by path without registering
 # it in sys.modules, and dataclasses then cannot resolve string annotations.
 import hashlib
+import http.client
 import importlib.util
 import ipaddress
 import os
 import platform as _platform
 import re
+import stat
 import sys
 import tempfile
 import urllib.error
@@ -42,7 +44,10 @@ INDEX_STAMP = "_index_url.txt"
 ENV_INDEX = "MAMBA_WHEEL_INDEX"
 ENV_FORCE_BUILD = "MAMBA_FORCE_BUILD"
 ENV_ALLOW_HTTP = "MAMBA_ALLOW_HTTP"
-TIMEOUT_S = 15.0
+TIMEOUT_S = 15.0  # per request, overall (mamba_ssm._untrusted.Deadline), not only per socket read
+PAGE_CAP = 16 << 20  # an index page listing every wheel of a release is well under 1 MiB
+WHEEL_CAP = 4 << 30
+DOWNLOAD_DEADLINE_S = 1800.0
 PREFIX = "mamba-ssm:"
 
 _WHEEL_RE = re.compile(
@@ -64,18 +69,27 @@ def default_index_url() -> str:
     return url if url.startswith(("https://", "http://")) and url.isprintable() and " " not in url else DEFAULT_INDEX_URL
 
 
-def load_variant_module():
-    """``_variant`` from the file next to this one (setup.py has no package to import from)."""
+def _sibling(name: str):
+    """A module of this package: imported, or (setup.py has no package to import from) loaded from the file
+    next to this one."""
     if __package__:
-        from . import _variant
-
-        return _variant
-    path = Path(__file__).with_name("_variant.py")
-    spec = importlib.util.spec_from_file_location("_mamba_ssm_variant", path)
+        return importlib.import_module(f"{__package__}.{name}")
+    spec_name = f"_mamba_ssm{name}"
+    if spec_name in sys.modules:
+        return sys.modules[spec_name]
+    spec = importlib.util.spec_from_file_location(spec_name, Path(__file__).with_name(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look the module up by name
     spec.loader.exec_module(module)
     return module
+
+
+def load_variant_module():
+    """``_variant`` from the file next to this one (setup.py has no package to import from)."""
+    return _sibling("_variant")
+
+
+_untrusted = _sibling("_untrusted")
 
 
 # ---------------------------------------------------------------- wheel names and tags
@@ -215,7 +229,10 @@ def check_url(url: str, env) -> None:
 def normalize_root(root: str) -> str:
     """A local directory becomes a ``file://`` URL; the root always ends in ``/``."""
     if "://" not in root:
-        root = Path(root).expanduser().absolute().as_uri()  # not resolve(): keep the published symlink
+        try:
+            root = Path(root).expanduser().absolute().as_uri()  # not resolve(): keep the published symlink
+        except (ValueError, RuntimeError):  # a lone surrogate, a NUL, `~nosuchuser`: check_url refuses it as given
+            pass
     return root.rstrip("/") + "/"
 
 
@@ -231,8 +248,31 @@ _OPENER = urllib.request.build_opener(_CheckedRedirect)
 
 
 def _open(url: str, timeout: float | None = None):
+    if url.startswith("file:"):  # a FIFO or device named index.html would block the open itself, forever
+        path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
+        if not stat.S_ISREG(os.stat(path).st_mode):  # FileNotFoundError: no such page (a variant without a folder)
+            raise _Refused(f"{path} is not a regular file")
     request = urllib.request.Request(url, headers={"User-Agent": "mamba-ssm-setup"})
     return _OPENER.open(request, timeout=timeout or TIMEOUT_S)  # schemes checked by check_url
+
+
+class _Read1:
+    """A response read one socket read at a time: ``read(n)`` on a response waits for all n bytes, so a server
+    trickling a byte a second would never let the deadline be checked."""
+
+    def __init__(self, resp) -> None:
+        self.resp = resp
+
+    def read(self, n: int) -> bytes:
+        read1 = getattr(self.resp, "read1", None)
+        return read1(n) if read1 is not None else self.resp.read(n)
+
+
+def read_page(url: str, timeout: float | None = None) -> str:
+    """An index page: at most PAGE_CAP bytes within ``timeout`` seconds overall (Untrusted, a ValueError, else)."""
+    deadline = _untrusted.Deadline(timeout or TIMEOUT_S, url)
+    with _open(url, timeout) as resp:
+        return _untrusted.read_capped(_Read1(resp), PAGE_CAP, deadline).decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------- the lookup
@@ -278,6 +318,8 @@ def lookup(variant, version: str, *, index_url: str | None = None, env=None, mac
         check_url(root, env)
     except _Refused as e:
         return Outcome("refused", f"{PREFIX} {e}; building from source")
+    except ValueError as e:  # urlsplit: "Invalid IPv6 URL", a bad port
+        return Outcome("refused", f"{PREFIX} the wheel index {root!r} is not a URL ({e}); building from source")
 
     keys = [variant.key] if variant.stable else [variant.key, variant.as_stable().key]
     tried, links, errors, link = [], [], [], None
@@ -285,12 +327,13 @@ def lookup(variant, version: str, *, index_url: str | None = None, env=None, mac
         page = urllib.parse.urljoin(root, f"{key}/index.html")
         tried.append(page)
         try:
-            with _open(page, timeout) as resp:
-                links += parse_links(resp.read().decode("utf-8", "replace"), page)
+            links += parse_links(read_page(page, timeout), page)
         except urllib.error.HTTPError as e:
             if e.code != 404:
                 errors.append(f"{page}: HTTP {e.code}")
-        except (urllib.error.URLError, OSError, ValueError) as e:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
+            # ValueError: a URL urllib will not send, and _untrusted.Untrusted (too big, too slow);
+            # HTTPException: an answer that is not HTTP, or a URL with spaces or CRLF (InvalidURL)
             if isinstance(getattr(e, "reason", None), FileNotFoundError) or isinstance(e, FileNotFoundError):
                 continue  # a local index without this variant's folder: no match, not an outage
             errors.append(f"{page}: {getattr(e, 'reason', e)}")
@@ -336,8 +379,13 @@ def find_prebuilt(
     digest = hashlib.sha256()
     fd, tmp = tempfile.mkstemp(prefix=".part-", dir=dest)
     try:
+        deadline, total = _untrusted.Deadline(DOWNLOAD_DEADLINE_S, link.url), 0
         with os.fdopen(fd, "wb") as out, _open(link.url) as resp:
-            while chunk := resp.read(1 << 20):
+            while chunk := _Read1(resp).read(1 << 20):
+                total += len(chunk)
+                if total > WHEEL_CAP:
+                    raise _untrusted.Untrusted(f"more than {WHEEL_CAP >> 30} GiB")
+                deadline.left()
                 digest.update(chunk)
                 out.write(chunk)
         got = digest.hexdigest()
@@ -352,7 +400,7 @@ def find_prebuilt(
         final = dest / link.filename
         os.replace(tmp, final)
         tmp = None
-    except (urllib.error.URLError, OSError, ValueError) as e:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
         return Outcome("unreachable", f"{PREFIX} cannot download {link.url} ({getattr(e, 'reason', e)}); building from source", link=link, tried=tried)
     finally:
         if tmp and os.path.exists(tmp):
@@ -383,5 +431,5 @@ def for_setup(version: str, dest_dir=None, *, variant=None, stream=None):
         print(f"{PREFIX} this build asks for {local}, not the {variant.label} that torch needs: building it from source", file=stream)
         return None
     outcome = find_prebuilt(variant, version, dest_dir)
-    print(outcome.line, file=stream, flush=True)
+    print(_untrusted.shown(outcome.line), file=stream, flush=True)  # it quotes the index's own words
     return outcome.wheel

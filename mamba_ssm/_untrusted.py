@@ -97,3 +97,26 @@ def read_capped(stream, limit: int, deadline: Deadline | None = None, chunk: int
         if total > limit:
             raise Untrusted(f"more than {limit >> 20} MiB" if limit >= 1 << 20 else f"more than {limit} bytes")
         parts.append(block)
+
+
+# ---------------------------------------------------------------- added for the doctor (#28, branch hostiledoc)
+# New names only (the block above is shared with the farm's branch): environment assignments in a pasted
+# command line, and outside text a command cannot carry exactly.
+
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def has_hidden(text: object) -> bool:
+    """Whether `text` holds a character that `shown` would escape (a control, bidi or separator character)."""
+    s = text if isinstance(text, str) else str(text)
+    return any(unicodedata.category(ch) in _HIDDEN_CATEGORIES for ch in s)
+
+
+def paste_env(env: dict[str, str], args: list[str] | tuple[str, ...]) -> str:
+    """`NAME=value ... command args` for a person to paste: each value and word quoted, each name checked
+    (a quoted `'NAME=value'` would be run as a command, not read as an assignment)."""
+    for name in env:
+        if not _ENV_NAME_RE.fullmatch(name):
+            raise Untrusted(f"environment name {shown(repr(name), 80)} is not a shell variable name")
+    assigns = " ".join(f"{name}={shlex.quote(str(value))}" for name, value in env.items())
+    return shown(f"{assigns} {shlex.join(str(a) for a in args)}" if assigns else shlex.join(str(a) for a in args), limit=10_000)

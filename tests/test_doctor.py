@@ -132,7 +132,7 @@ def test_other_abi_install_is_diagnosed_with_the_exact_fix(tmp_path, probes):
     assert ext["kind"] == "cxx11-abi-mismatch"
     assert "_ZN3c105ErrorC1ENS_14SourceLocationESs" in ext["detail"]
     index_url = (tmp_path / "index").absolute().as_uri()
-    fix = f'-m pip install --force-reinstall --no-deps "mamba-ssm==2.3.0+{WANT.label}" --extra-index-url {index_url}/{WANT.key}/'
+    fix = f'-m pip install --force-reinstall --no-deps mamba-ssm==2.3.0+{WANT.label} --extra-index-url {index_url}/{WANT.key}/'
     assert ext["fix"].endswith(fix)
     assert by_check["label"]["kind"] == "variant-mismatch" and by_check["label"]["fix"].endswith(fix)
 
@@ -156,9 +156,9 @@ def test_the_fix_pins_the_stable_wheel_when_that_is_what_the_index_serves(tmp_pa
     doc = json.loads(_doctor(site, "--json", "--index", str(tmp_path / "index")).stdout)
     assert doc["wheel_available"] is True
     (label,) = [f for f in doc["findings"] if f["check"] == "label" and f["verdict"] == "problem"]
-    assert f'"mamba-ssm==2.3.0+{stable}" --extra-index-url' in label["fix"], label["fix"]
+    assert f"mamba-ssm==2.3.0+{stable} --extra-index-url" in label["fix"], label["fix"]
     assert label["fix"].endswith(f"/{WANT.as_stable().key}/")  # no sidecar here: only its own page lists it
-    req, url = re.search(r'"(mamba-ssm==[^"]+)" --extra-index-url (\S+)', label["fix"]).groups()
+    req, url = re.search(r"(mamba-ssm==\S+) --extra-index-url (\S+)", label["fix"]).groups()
     got = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--isolated", "--index-url", url, "-d", str(tmp_path / "dl"), req],
         capture_output=True, text=True, timeout=300,
@@ -190,7 +190,7 @@ def test_a_stale_module_next_to_the_stable_one_is_a_failure(tmp_path, probes):
     contra = found["extension-contradicts-label"]
     assert contra["title"] == f"{stale} contradicts the installed label {WANT.as_stable().label}"
     assert f"version-specific ({WANT.python}) build" in contra["detail"]
-    fix = f'--force-reinstall --no-deps "mamba-ssm==2.3.0+{WANT.label}" --extra-index-url'  # the doctor's reinstall line
+    fix = f'--force-reinstall --no-deps mamba-ssm==2.3.0+{WANT.label} --extra-index-url'  # the doctor's reinstall line
     assert fix in found["stale-extension"]["fix"] and fix in contra["fix"]
     text = _doctor(site, "--index", str(tmp_path / "index")).stdout
     assert "[FAIL] 2 builds of mamba_ssm._C are installed" in text and "Verdict: healthy" not in text
@@ -329,7 +329,7 @@ def test_checks_for_a_gpu_the_wheel_does_not_cover_and_a_source_build_that_would
     findings, _ = run_checks(_facts(), offline=True)
     by = {f.check: f for f in findings}
     assert by["gpu-arch"].verdict == "problem" and by["gpu-arch"].kind == "no-kernel-image"
-    assert "TORCH_CUDA_ARCH_LIST='12.0'" in by["gpu-arch"].fix
+    assert "TORCH_CUDA_ARCH_LIST=12.0 MAMBA_FORCE_BUILD=TRUE " in by["gpu-arch"].fix
     # The wheel itself imports: source-build gaps are warnings, not failures.
     assert by["nvcc"].verdict == "warn" and by["nvcc"].kind == "cuda-version-mismatch"
     assert by["compiler"].verdict == "warn" and by["compiler"].kind == "cxx20-required"
@@ -380,6 +380,6 @@ def test_a_torch_that_does_not_import_is_still_read_from_its_files(tmp_path):
     assert "libcudart.so.13" in t["import_error"] and t["read_from"] == "files"
     assert t["variant"]["key"] == "cu13-torch2.14-cxx11abiTRUE" and t["cxx11abi"] is True
     broken = next(f for f in doc["findings"] if f["kind"] == "torch-broken")
-    assert "--force-reinstall 'torch==2.14.1+cu130'" in broken["fix"]
+    assert "--force-reinstall torch==2.14.1+cu130," in broken["fix"]
     text = _doctor(site, "--offline").stdout
     assert "needs variant cu13-torch2.14-cxx11abiTRUE" in text and "Traceback" not in text

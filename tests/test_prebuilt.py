@@ -152,7 +152,7 @@ def _prebuilt_copy(folder: Path, stamp: str | None):
     import importlib.util
 
     folder.mkdir(parents=True)
-    for name in ("_prebuilt.py", "_variant.py"):
+    for name in ("_prebuilt.py", "_variant.py", "_untrusted.py"):
         (folder / name).write_text((REPO / "mamba_ssm" / name).read_text())
     if stamp is not None:
         (folder / P.INDEX_STAMP).write_text(stamp)

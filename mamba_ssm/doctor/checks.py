@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import _elf, _prebuilt, _variant
+from .._untrusted import paste, paste_env
 from .classify import Context, classify, install_line
 
 OK, INFO, WARN, PROBLEM = "ok", "info", "warn", "problem"
@@ -105,10 +106,10 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
         findings.append(
             Finding("torch", PROBLEM, "torch is not installed in this interpreter",
                     "mamba-ssm is built for, and runs on top of, the torch you install first",
-                    f"{sys.executable} -m pip install torch  (then reinstall mamba-ssm)", "torch-missing")
+                    f"{paste([sys.executable, '-m', 'pip', 'install', 'torch'])}  (then reinstall mamba-ssm)", "torch-missing")
         )
     elif torch.get("import_error"):
-        again = f"{sys.executable} -m pip install --force-reinstall 'torch=={torch['version']}'" if torch.get("version") else "reinstall it"
+        again = paste([sys.executable, "-m", "pip", "install", "--force-reinstall", f"torch=={torch['version']}"]) if torch.get("version") else "reinstall it"
         findings.append(Finding("torch", PROBLEM, "torch is installed but does not import", torch["import_error"],
                                 f"repair torch first ({again}, from the index it came from); then rerun the doctor",
                                 "torch-broken"))
@@ -161,7 +162,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                 if gfx and archs.get("hip") and gfx not in archs["hip"]:
                     findings.append(Finding("gpu-arch", PROBLEM, f"GPU {gpu['index']} ({gpu['name']}, {gfx}) is not among the extension's targets {archs['hip']}",
                                             "HIP code objects run only on the gfx target they were built for",
-                                            f"PYTORCH_ROCM_ARCH={gfx} {classify_fix_source(ctx)}", "no-kernel-image"))
+                                            classify_fix_source(ctx, {"PYTORCH_ROCM_ARCH": gfx}), "no-kernel-image"))
                 continue
             if archs.get("sass") or archs.get("ptx"):
                 if _gpu_runs(gpu["capability"], archs):
@@ -172,7 +173,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                         f"GPU {gpu['index']} ({gpu['name']}, compute capability {gpu['capability']}) has no kernel image in the extension",
                         f"the extension carries SASS {archs.get('sass')} and PTX {archs.get('ptx')}: kernels would fail with "
                         "'no kernel image is available for execution on the device'",
-                        f"TORCH_CUDA_ARCH_LIST='{gpu['capability']}' {classify_fix_source(ctx)}", "no-kernel-image"))
+                        classify_fix_source(ctx, {"TORCH_CUDA_ARCH_LIST": gpu["capability"]}), "no-kernel-image"))
 
     # source-build readiness: problems only when a source build is the way forward
     need_build = any(f.verdict == PROBLEM and f.check in {"extension", "label"} for f in findings) and available is not True
@@ -195,7 +196,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     if torch.get("installed") and not torch.get("import_error"):
         findings.append(Finding("build-isolation", INFO, "source builds need --no-build-isolation",
                                 "torch is not a build requirement: an isolated build cannot see this torch",
-                                f"{sys.executable} -m pip install --no-build-isolation mamba-ssm"))
+                                paste([sys.executable, "-m", "pip", "install", "--no-build-isolation", "mamba-ssm"])))
     return findings, extra
 
 
@@ -285,5 +286,6 @@ def _reinstall_or_build(ctx: Context, available: bool | None) -> str:
     return f"{install_line(ctx)}  (if the index has your variant; else build: {classify_fix_source(ctx)})"
 
 
-def classify_fix_source(ctx: Context) -> str:
-    return f"MAMBA_FORCE_BUILD=TRUE {ctx.python} -m pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps mamba-ssm"
+def classify_fix_source(ctx: Context, env: dict | None = None) -> str:
+    argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", "mamba-ssm"]
+    return paste_env({**(env or {}), "MAMBA_FORCE_BUILD": "TRUE"}, argv)

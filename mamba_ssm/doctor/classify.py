@@ -12,9 +12,31 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from .. import _elf
+from .._untrusted import paste, paste_env
 from .rules import RULES
 
-_UNDEFINED_RE = re.compile(r"undefined symbol:\s*(?P<symbol>[A-Za-z_][\w.@$]*)")
+# Bounded repeats only (see rules.py): a mangled name is long, but not longer than this.
+_UNDEFINED_RE = re.compile(r"undefined symbol:[ \t]{0,16}(?P<symbol>[A-Za-z_][\w.@$]{0,8191})")
+_COMPILED = [
+    (rule, [tuple(re.compile(p, re.IGNORECASE) for p in (pat if isinstance(pat, tuple) else (pat,))) for pat in rule["patterns"]])
+    for rule in RULES
+]
+
+# What of a pasted text is searched: its start (the command and the first error) and its end (where pip and
+# the loader print the failure). A log of any size costs the same; the report says when text was left out.
+SCAN_HEAD, SCAN_TAIL = 64 << 10, 192 << 10
+
+
+def scan_window(text: str) -> tuple[str, str | None]:
+    """The part of ``text`` the classifier searches, and a note saying what was left out (None: nothing)."""
+    if len(text) <= SCAN_HEAD + SCAN_TAIL:
+        return text, None
+    left_out = len(text) - SCAN_HEAD - SCAN_TAIL
+    note = (
+        f"the text has {len(text)} characters: searched the first {SCAN_HEAD >> 10} KiB and the last "
+        f"{SCAN_TAIL >> 10} KiB, not the {left_out} characters between them"
+    )
+    return text[:SCAN_HEAD] + "\n" + text[-SCAN_TAIL:], note
 
 
 @dataclass
@@ -53,7 +75,7 @@ def install_line(ctx: Context) -> str:
     """The exact reinstall line for this environment's variant (or its placeholder form)."""
     from .. import _prebuilt
 
-    base = _prebuilt.normalize_root(ctx.index_url or os.environ.get(_prebuilt.ENV_INDEX) or _prebuilt.default_index_url()).rstrip("/")
+    base = index_root(ctx)
     listed = _prebuilt.parse_wheel_name(ctx.wheel[0]) if ctx.wheel else None
     if listed and listed.local:
         # What the index serves this variant (for torch >= the stable floor: the stable-ABI wheel), on the page
@@ -66,7 +88,14 @@ def install_line(ctx: Context) -> str:
         # Still the exact pin: without it pip may take another mamba-ssm (upstream's newer sdist) from the
         # other indexes it knows. <label> and <variant> are that machine's row on the coverage page.
         spec, key = f"mamba-ssm=={ctx.mamba_version or _own_version()}+<label>", "<variant>"
-    return f'{ctx.python} -m pip install --force-reinstall --no-deps "{spec}" --extra-index-url {base}/{key}/'
+    return paste([ctx.python, "-m", "pip", "install", "--force-reinstall", "--no-deps", spec, "--extra-index-url", f"{base}/{key}/"])
+
+
+def index_root(ctx: Context) -> str:
+    """The wheel index root the fix points at: --index, else MAMBA_WHEEL_INDEX, else the project's own."""
+    from .. import _prebuilt
+
+    return _prebuilt.normalize_root(ctx.index_url or os.environ.get(_prebuilt.ENV_INDEX) or _prebuilt.default_index_url()).rstrip("/")
 
 
 def _own_version() -> str:
@@ -76,8 +105,10 @@ def _own_version() -> str:
     return __version__.split("+", 1)[0]
 
 
-def _source_build_line(ctx: Context, env: str = "") -> str:
-    return f"{env}MAMBA_FORCE_BUILD=TRUE {ctx.python} -m pip install --no-build-isolation --no-cache-dir --force-reinstall --no-deps mamba-ssm"
+def _source_build_line(ctx: Context, env: dict | None = None) -> str:
+    """The source build, every word quoted (the interpreter's path and ``env``'s values come from outside)."""
+    argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", "mamba-ssm"]
+    return paste_env({**(env or {}), "MAMBA_FORCE_BUILD": "TRUE"}, argv)
 
 
 def _variant_hint(ctx: Context) -> str:
@@ -105,16 +136,17 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
         )
     if kind == "gpu-arch":
         cc = ",".join(sorted({g["capability"] for g in ctx.gpus if g.get("capability")})) or "<major.minor of your GPU>"
-        return f"build for this GPU: {_source_build_line(ctx, env=f'TORCH_CUDA_ARCH_LIST={cc!r} ')}"
+        return f"build for this GPU: {_source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': cc})}"
     if kind == "no-build-isolation":
-        return f"{ctx.python} -m pip install --no-build-isolation mamba-ssm  (with torch already installed)"
+        return f"{paste([ctx.python, '-m', 'pip', 'install', '--no-build-isolation', 'mamba-ssm'])}  (with torch already installed)"
     if kind == "install-torch":
-        return f"{ctx.python} -m pip install torch  (the build you want, e.g. from https://download.pytorch.org/whl/cu126), then mamba-ssm"
+        return f"{paste([ctx.python, '-m', 'pip', 'install', 'torch'])}  (the build you want, e.g. from https://download.pytorch.org/whl/cu126), then mamba-ssm"
     if kind == "matching-nvcc":
         torch_major = (groups.get("torch") or "").split(".")[0] or "<torch's CUDA major>"
         return (
-            f"point the build at a CUDA {torch_major}.x toolkit: CUDA_HOME=/usr/local/cuda-{groups.get('torch') or 'X.Y'} "
-            f"{_source_build_line(ctx)}; or skip compiling: {install_line(ctx)}{_variant_hint(ctx)}"
+            f"point the build at a CUDA {torch_major}.x toolkit: "
+            f"{_source_build_line(ctx, {'CUDA_HOME': '/usr/local/cuda-' + (groups.get('torch') or 'X.Y')})}; "
+            f"or skip compiling: {install_line(ctx)}{_variant_hint(ctx)}"
         )
     if kind == "install-nvcc":
         return (
@@ -124,17 +156,18 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
         )
     if kind == "arch-list":
         return (
-            "limit the build to archs this toolkit knows, e.g. TORCH_CUDA_ARCH_LIST='8.0;9.0' "
-            f"{_source_build_line(ctx)}; or use a newer CUDA toolkit"
+            "limit the build to archs this toolkit knows, e.g. "
+            f"{_source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': '8.0;9.0'})}; or use a newer CUDA toolkit"
         )
     if kind == "cxx20":
         return (
             "use GCC >= 10 (or clang >= 10) and a mamba-ssm whose setup.py passes -std=c++20 for torch >= 2.14: "
-            f"CC=gcc-12 CXX=g++-12 {_source_build_line(ctx)}; or take the prebuilt wheel: {install_line(ctx)}{_variant_hint(ctx)}"
+            f"{_source_build_line(ctx, {'CC': 'gcc-12', 'CXX': 'g++-12'})}; or take the prebuilt wheel: {install_line(ctx)}{_variant_hint(ctx)}"
         )
     if kind == "older-gcc":
         mx = groups.get("max") or "N"
-        return f"use a host compiler nvcc supports: NVCC_CCBIN=g++-{mx} CC=gcc-{mx} CXX=g++-{mx} {_source_build_line(ctx)}"
+        compilers = {"NVCC_CCBIN": f"g++-{mx}", "CC": f"gcc-{mx}", "CXX": f"g++-{mx}"}
+        return f"use a host compiler nvcc supports: {_source_build_line(ctx, compilers)}"
     return reinstall
 
 
@@ -187,25 +220,28 @@ def _undefined_symbol(symbol: str, ctx: Context) -> Diagnosis:
 
 
 def classify(text: str, ctx: Context | None = None) -> list[Diagnosis]:
-    """Every known problem found in ``text``, most specific first (empty: nothing recognised)."""
+    """Every known problem found in ``text``, most specific first (empty: nothing recognised).
+
+    Only ``scan_window(text)`` is searched, so the time is bounded whatever the text's size."""
     ctx = ctx or Context()
+    text = scan_window(text)[0]
     found: list[Diagnosis] = []
     m = _UNDEFINED_RE.search(text)
     if m:
         found.append(_undefined_symbol(m.group("symbol"), ctx))
-    for rule in RULES:
-        for pattern in rule["patterns"]:
-            hit = re.search(pattern, text, flags=re.IGNORECASE)
-            if not hit:
+    for rule, patterns in _COMPILED:
+        for group in patterns:
+            hits = [rx.search(text) for rx in group]
+            if not all(hits):
                 continue
-            groups = {k: v for k, v in hit.groupdict().items() if v is not None}
+            groups = {k: v for h in hits for k, v in h.groupdict().items() if v is not None}
             found.append(
                 Diagnosis(
                     kind=rule["kind"],
                     title=rule["title"].format_map(_Missing(groups)),
                     why=rule["why"].format_map(_Missing(groups)),
                     fix=_fix(rule["fix"], ctx, groups),
-                    evidence=hit.group(0)[:300].strip(),
+                    evidence=" ... ".join(h.group(0)[:300].strip() for h in sorted(hits, key=lambda h: h.start())),
                 )
             )
             break

@@ -7,20 +7,36 @@ Exit codes: 0 healthy (or --explain found nothing it knows), 1 a problem was fou
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
+import threading
+
+from .._untrusted import Untrusted, has_hidden, shown
 
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 # What each means (the docs' exit-code reference is generated from this; tests/test_docs.py checks every EXIT_ is here).
 EXIT_CODES = {
     EXIT_HEALTHY: "healthy: every check passed (with --explain: the message matched nothing the doctor knows)",
     EXIT_PROBLEM: "a problem was found; each one is printed with the command that fixes it",
-    EXIT_USAGE: "bad usage (an unknown or malformed argument)",
-    EXIT_INPUT: "--explain could not read its input (stdin unreadable, or an empty message)",
+    EXIT_USAGE: "bad usage (an unknown or malformed argument, or an --index / MAMBA_WHEEL_INDEX holding control characters)",
+    EXIT_INPUT: "--explain could not read its input (stdin unreadable, over 64 MiB, silent for its first 20 s or open after 2 h, or an empty message)",
 }
+EXPLAIN_CAP = 64 << 20  # a pasted log; only its first and last KiB are searched (classify.scan_window)
+EXPLAIN_FIRST_S = 20.0  # stdin's first bytes (`pip install ... 2>&1 |` prints "Collecting" at once)
+EXPLAIN_DEADLINE_S = 7200.0  # all of it: a piped source build prints nothing while it compiles
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse quotes a bad argument in its message: shown, so a pasted escape sequence is not obeyed."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {shown(message)}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m mamba_ssm.doctor",
         description="Explain why mamba-ssm does not install or import here, and print the command that fixes it.",
     )
@@ -31,26 +47,83 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _error(message: str, code: int) -> int:
+    print(f"error: {shown(message)}", file=sys.stderr)
+    return code
+
+
+def _read_stdin(limit: int, first_s: float, total_s: float) -> str:
+    """stdin, at most ``limit`` bytes: its first bytes within ``first_s`` (a FIFO nobody writes to), all of it
+    within ``total_s`` (a piped build is silent while it compiles, so the whole read gets far longer). The read
+    runs in a thread the doctor stops waiting for, so neither can hang it. Bad UTF-8 is replaced, not refused:
+    a log with a stray byte is still a log."""
+    got: dict = {"parts": [], "size": 0}
+    started = threading.Event()
+    try:
+        # unbuffered, on its own descriptor: a thread left blocked in it holds no lock the interpreter's exit needs
+        raw = io.FileIO(os.dup(sys.stdin.fileno()), "rb")
+    except (AttributeError, OSError, ValueError) as e:  # stdin closed or not a file
+        raise Untrusted(f"--explain -: cannot read stdin ({e})") from None
+
+    def read() -> None:
+        try:
+            while block := raw.read(1 << 16):
+                started.set()
+                got["size"] += len(block)
+                if got["size"] > limit:
+                    raise Untrusted(f"more than {limit >> 20} MiB")
+                got["parts"].append(block)
+        except (OSError, ValueError) as e:  # Untrusted is a ValueError
+            got["error"] = e
+        started.set()
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    if not started.wait(first_s):
+        raise Untrusted(f"--explain -: stdin sent nothing within {first_s:g} s")
+    worker.join(total_s)
+    if worker.is_alive():
+        raise Untrusted(f"--explain -: stdin did not end within {total_s:g} s")
+    if "error" in got:
+        raise Untrusted(f"--explain -: cannot read stdin ({got['error']})")
+    return b"".join(got["parts"]).decode("utf-8", "replace")
+
+
+def _index_problem(args) -> str | None:
+    """--index and MAMBA_WHEEL_INDEX become words of the printed fix: a control character in one could not
+    be pasted back exactly (and no index URL holds one), so it is refused before anything is looked up."""
+    from .. import _prebuilt
+
+    for what, value in (("--index", args.index), (_prebuilt.ENV_INDEX, os.environ.get(_prebuilt.ENV_INDEX))):
+        if value is not None and has_hidden(value):
+            return f"{what} {shown(repr(value), 200)} holds control characters; give the index URL or folder itself"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(sys.stdout, "reconfigure"):  # an ascii terminal gets escapes, never a UnicodeEncodeError
+        sys.stdout.reconfigure(errors="backslashreplace")
+        sys.stderr.reconfigure(errors="backslashreplace")
     args = _parser().parse_args(argv)
     from . import report
 
+    problem = _index_problem(args)
+    if problem:
+        return _error(problem, EXIT_USAGE)
     if args.explain is not None:
-        from .classify import Context, classify
+        from .classify import Context, classify, scan_window
 
         if args.explain == "-":
             try:
-                text = sys.stdin.read()
-            except (OSError, UnicodeDecodeError) as e:
-                print(f"doctor: --explain -: cannot read stdin ({e}); paste the message as an argument instead", file=sys.stderr)
-                return EXIT_INPUT
+                text = _read_stdin(EXPLAIN_CAP, EXPLAIN_FIRST_S, EXPLAIN_DEADLINE_S)
+            except Untrusted as e:
+                return _error(f"{e}; paste the message as an argument, or pipe in a file", EXIT_INPUT)
         else:
             text = args.explain
         if not text.strip():
-            print("doctor: --explain got an empty message; pass the error text (or '-' and pipe it in)", file=sys.stderr)
-            return EXIT_INPUT
+            return _error("--explain got an empty message; pass the error text (or '-' and pipe it in)", EXIT_INPUT)
         diags = classify(text, Context(index_url=args.index))
-        sys.stdout.write(report.render_explain(diags, args.json))
+        sys.stdout.write(report.render_explain(diags, args.json, note=scan_window(text)[1]))
         return EXIT_PROBLEM if diags else EXIT_HEALTHY
 
     from .checks import PROBLEM, run_checks

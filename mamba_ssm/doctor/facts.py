@@ -10,6 +10,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -159,6 +160,8 @@ def find_extensions(pkg_dir: Path | None) -> list[dict]:
     found: dict[str, dict] = {}
     if pkg_dir and pkg_dir.is_dir():
         for so in sorted(pkg_dir.rglob("*.so")):
+            if not so.is_file():  # a FIFO or device named *.so would block the read (and the import) forever
+                continue
             rel = so.relative_to(pkg_dir.parent)
             name = ".".join(rel.parts)[: -len(so.name)] + so.name.split(".")[0]
             found[str(so)] = {"module": name, "path": str(so)}
@@ -219,7 +222,7 @@ def _variant_label() -> str | None:
     try:
         raw = importlib.metadata.distribution("mamba-ssm").read_text("variant.json")
         labels = list(json.loads(raw).get("variants", {})) if raw else []
-    except (ValueError, AttributeError, OSError):
+    except (ValueError, AttributeError, TypeError, OSError, RecursionError):  # an installed file says anything
         return None
     return labels[0] if len(labels) == 1 else None
 
@@ -242,9 +245,15 @@ def machine_facts(dist_name: str = "mamba-ssm") -> dict:
         return out
     wheel = dist.read_text("WHEEL") or ""
     out["wheel_tags"] = [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
-    for f in dist.files or []:
+    try:
+        listed = dist.files or []
+    except Exception:  # noqa: BLE001 - a malformed RECORD is a fact: no files to check
+        listed = []
+    for f in listed:
         path = Path(str(dist.locate_file(f)))
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # RECORD may name a FIFO: opening it would block
+                continue
             with open(path, "rb") as fh:
                 machine = _elf.machine_of(fh.read(20))
         except OSError:
@@ -283,8 +292,8 @@ def mamba_facts() -> dict:
         try:
             ext["archs"] = _elf.archs_of(ext["path"]).as_dict()
             ext["abi"] = _elf.extension_abi(ext["path"])
-        except (OSError, ValueError, IndexError) as e:  # struct.error is a ValueError
-            ext["inspect_error"] = str(e)
+        except Exception as e:  # noqa: BLE001 - a malformed ELF (IndexError, struct.error, ...) is a fact
+            ext["inspect_error"] = f"{type(e).__name__}: {e}"
         ext["import"] = import_extension(ext["module"], ext["path"])
         exts.append(ext)
     out["extensions"] = exts

@@ -1,8 +1,15 @@
-"""Render facts and findings for people (text) and tools (JSON)."""
+"""Render facts and findings for people (text) and tools (JSON).
+
+Everything shown comes partly from outside (an index page, a wheel's files, an error message, pasted text):
+each text line goes through ``shown`` (control and bidi characters escaped, so nothing draws over the
+report), and JSON escapes every non-ASCII character (``ensure_ascii``): the data is kept, the bytes are not raw.
+"""
 
 from __future__ import annotations
 
 import json
+
+from .._untrusted import shown
 
 MARK = {"ok": "ok  ", "info": "info", "warn": "warn", "problem": "FAIL"}
 
@@ -60,7 +67,12 @@ def render_text(facts: dict, findings: list, extra: dict) -> str:
             out.append(f"         fix: {f.fix}")
     problems = sum(f.verdict == "problem" for f in findings)
     out.append("Verdict: " + ("healthy" if not problems else f"{problems} problem(s) found"))
-    return "\n".join(out) + "\n"
+    return _lines(out)
+
+
+def _lines(out: list[str]) -> str:
+    """One line per item, each neutralised: a value holding a newline or ESC stays on its own line, visibly."""
+    return "".join(shown(line, limit=20_000) + "\n" for line in out)
 
 
 def render_json(facts: dict, findings: list, extra: dict, exit_code: int) -> str:
@@ -71,18 +83,21 @@ def render_json(facts: dict, findings: list, extra: dict, exit_code: int) -> str
         "findings": [f.as_dict() for f in findings],
         **extra,
     }
-    return json.dumps(doc, indent=2, default=str) + "\n"
+    return json.dumps(doc, indent=2, default=str, ensure_ascii=True) + "\n"
 
 
-def render_explain(diags: list, as_json: bool) -> str:
+def render_explain(diags: list, as_json: bool, note: str | None = None) -> str:
+    """``note``: what of the text was left out of the search (classify.scan_window), said in both forms."""
     if as_json:
-        return json.dumps({"recognised": bool(diags), "diagnoses": [d.as_dict() for d in diags]}, indent=2) + "\n"
+        doc = {"recognised": bool(diags), "diagnoses": [d.as_dict() for d in diags], "note": note}
+        return json.dumps(doc, indent=2, ensure_ascii=True) + "\n"
+    out = [f"note: {note}"] if note else []
     if not diags:
-        return "Not recognised: no known install/build failure in this text. Run `python -m mamba_ssm.doctor` on the machine itself.\n"
-    out = []
+        out.append("Not recognised: no known install/build failure in this text. Run `python -m mamba_ssm.doctor` on the machine itself.")
+        return _lines(out)
     for i, d in enumerate(diags):
         out.append(f"{'Diagnosis' if i == 0 else 'Also'} [{d.kind}]: {d.title}")
         out.append(f"  why: {d.why}")
         out.append(f"  fix: {d.fix}")
         out.append(f"  matched: {d.evidence}")
-    return "\n".join(out) + "\n"
+    return _lines(out)

@@ -4,15 +4,19 @@ A Python data module rather than TOML: the package supports Python 3.10, which h
 and the doctor must run with the standard library alone.
 
 Each rule: ``kind`` (stable id, used by --json and tests), ``patterns`` (regexes, case-insensitive,
-searched in the pasted text), ``title`` and ``why`` (``{name}`` fields filled from the regex groups),
+searched in the pasted text; a tuple of regexes matches when each of them is found, in any order), ``title`` and ``why`` (``{name}`` fields filled from the regex groups),
 ``fix`` (a key into classify.FIXES). Earlier rules win when several match. Undefined C++ symbols are
 not here: classify.py inspects the mangled name itself (ABI vs. another torch vs. libstdc++).
+
+Pasted text is outside data: every repeat in a pattern is bounded (``{0,64}``, never ``*``, ``+`` or ``.*?``
+across the text), so a search costs at most a constant per position and a megabyte of hostile text cannot
+backtrack for minutes (tests/test_doctor_hostile.py checks both the rule and the time).
 """
 
 RULES = [
     {
         "kind": "cuda-runtime-major",
-        "patterns": [r"(?P<lib>lib(?:cudart|cublas|cublasLt|cusparse|cufft|curand|nvrtc)\.so\.(?P<major>\d+))(?:\.\d+)*: cannot open shared object file"],
+        "patterns": [r"(?P<lib>lib(?:cudart|cublas|cublasLt|cusparse|cufft|curand|nvrtc)\.so\.(?P<major>\d{1,4}))(?:\.\d{1,9}){0,8}: cannot open shared object file"],
         "title": "extension built for CUDA {major}, but no CUDA {major} runtime is loaded",
         "why": "the installed mamba-ssm wheel links {lib}; the torch in this environment ships another CUDA major, "
         "so the wheel was built for a different accelerator variant",
@@ -20,7 +24,7 @@ RULES = [
     },
     {
         "kind": "glibc-too-old",
-        "patterns": [r"version [`'‘]?GLIBC_(?P<need>\d+\.\d+(?:\.\d+)?)['’]? not found"],
+        "patterns": [r"version [`'‘]?GLIBC_(?P<need>\d{1,4}\.\d{1,4}(?:\.\d{1,4})?)['’]? not found"],
         "title": "this system's glibc is older than the {need} the extension needs",
         "why": "the wheel was built on a newer Linux than this one (its manylinux tag promises glibc >= {need})",
         "fix": "older-glibc",
@@ -28,7 +32,7 @@ RULES = [
     {
         "kind": "libstdcxx-too-old",
         "patterns": [
-            r"version [`'‘]?(?P<need>(?:GLIBCXX_3\.4\.\d+|CXXABI_1\.3\.\d+))['’]? not found",
+            r"version [`'‘]?(?P<need>(?:GLIBCXX_3\.4\.\d{1,4}|CXXABI_1\.3\.\d{1,4}))['’]? not found",
         ],
         "title": "the libstdc++ loaded in this process is older than the extension needs ({need})",
         "why": "a libstdc++.so.6 older than the compiler that built the extension comes first on the loader path "
@@ -45,11 +49,14 @@ RULES = [
     {
         "kind": "torch-not-visible",
         "patterns": [
+            # both anywhere in the log (a `.*?` between them backtracked over the whole text at each start)
             (
-                r"(?s)(?:pip-build-env|Getting requirements to build wheel|build[- ]isolation|get_requires_for_build_wheel|"
-                r"Preparing metadata|pyproject_hooks).*?No module named ['\"]?torch['\"]?"
+                r"No module named ['\"]?torch['\"]?",
+                (
+                    r"pip-build-env|Getting requirements to build wheel|build[- ]isolation|get_requires_for_build|"
+                    r"Preparing metadata|pyproject_hooks"
+                ),
             ),
-            r"(?s)No module named ['\"]?torch['\"]?.*?(?:pip-build-env|Getting requirements to build wheel|get_requires_for_build)",
         ],
         "title": "torch is not visible to the build (pip's build isolation)",
         "why": "pip builds in a fresh isolated environment without your torch; mamba-ssm must be built against "
@@ -66,7 +73,7 @@ RULES = [
     {
         "kind": "cuda-version-mismatch",
         "patterns": [
-            r"detected CUDA version \((?P<nvcc>[\d.]+)\) mismatches the version that was used to compile\s+PyTorch \((?P<torch>[\d.]+)\)"
+            r"detected CUDA version \((?P<nvcc>[\d.]{1,16})\) mismatches the version that was used to compile\s{1,16}PyTorch \((?P<torch>[\d.]{1,16})\)"
         ],
         "title": "nvcc is CUDA {nvcc} but torch was built with CUDA {torch}",
         "why": "a source build must use a toolkit with the same CUDA major as torch",
@@ -78,7 +85,7 @@ RULES = [
             r"CUDA_HOME environment variable is not set",
             r"nvcc was not found",
             r"name 'bare_metal_version' is not defined",
-            r"No such file or directory: '[^']*/bin/nvcc'",
+            r"No such file or directory: '[^'\n]{0,1024}/bin/nvcc'",
             r"nvcc: (?:command )?not found",
         ],
         "title": "no CUDA compiler (nvcc) for a source build",
@@ -87,7 +94,7 @@ RULES = [
     },
     {
         "kind": "nvcc-unsupported-arch",
-        "patterns": [r"nvcc fatal\s*:\s*Unsupported gpu architecture '(?P<arch>compute_\w+)'"],
+        "patterns": [r"nvcc fatal[ \t]{0,16}:[ \t]{0,16}Unsupported gpu architecture '(?P<arch>compute_\w{1,16})'"],
         "title": "this nvcc cannot compile for {arch}",
         "why": "the requested GPU architecture is newer (or older) than this CUDA toolkit supports",
         "fix": "arch-list",
@@ -101,14 +108,14 @@ RULES = [
     },
     {
         "kind": "gcc-too-new-for-nvcc",
-        "patterns": [r"unsupported GNU version! gcc versions later than (?P<max>\d+) are not supported"],
+        "patterns": [r"unsupported GNU version! gcc versions later than (?P<max>\d{1,3}) are not supported"],
         "title": "nvcc does not accept this GCC (it supports up to GCC {max})",
         "why": "each CUDA toolkit supports a range of host compilers",
         "fix": "older-gcc",
     },
     {
         "kind": "extension-missing",
-        "patterns": [r"No module named ['\"]?(?P<module>(?:mamba_ssm\.)?_?\w*(?:selective_scan|_C|_ops)\w*)['\"]?"],
+        "patterns": [r"No module named ['\"]?(?P<module>(?:mamba_ssm\.)?\w{0,64}?(?:selective_scan|_C|_ops)\w{0,64})"],
         "title": "the compiled extension ({module}) is not installed",
         "why": "mamba-ssm was installed without its extension (a skipped or failed build, or a source checkout "
         "on sys.path shadowing the installed package)",
