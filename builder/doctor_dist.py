@@ -102,7 +102,9 @@ def collect() -> dict[str, Path]:
                 hint="import only the standard library in mamba_ssm/doctor and the modules it uses (torch is probed lazily)",
             )
         if "mamba_ssm" in absolute:
-            raise UsageError(f"{rel} imports mamba_ssm by name: use a relative import, so the standalone copy uses its own")
+            raise UsageError(
+                f"{rel} imports mamba_ssm by name: use a relative import, so the standalone copy uses its own"
+            )
         todo += sorted(rel_imports)
     # every package on the way needs an __init__.py
     for rel in list(found):
@@ -139,7 +141,9 @@ def build_wheel(out_dir: Path) -> Path:
         members[f"{PACKAGE}/_index_url.txt"] = stamp.read_bytes()
     info = f"{PACKAGE}-{version}.dist-info"
     members[f"{info}/METADATA"] = _metadata(version).encode()
-    members[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: builder.doctor_dist\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    members[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: builder.doctor_dist\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     members[f"{info}/entry_points.txt"] = f"[console_scripts]\nmamba-doctor = {PACKAGE}.doctor.cli:main\n".encode()
     members[f"{info}/RECORD"] = b""
     when = time.localtime(315532800)[:6]  # 1980-01-01: the same bytes from the same sources
@@ -164,13 +168,17 @@ def publish(out_dir: Path) -> Path:
         f'<!DOCTYPE html>\n<html><body>\n<a href="{name}#sha256={digest}" data-requires-python="&gt;=3.10" '
         f'data-core-metadata="sha256={meta_digest}">{name}</a>\n</body></html>\n'
     )
-    (out_dir / "index.html").write_text(f'<!DOCTYPE html>\n<html><body>\n<a href="{NAME}/">{NAME}</a>\n</body></html>\n')
+    (out_dir / "index.html").write_text(
+        f'<!DOCTYPE html>\n<html><body>\n<a href="{NAME}/">{NAME}</a>\n</body></html>\n'
+    )
     return wheel
 
 
 def _run(args) -> int:
     wheel = publish(Path(args.out))
-    print(f"doctor: {wheel} ({wheel.stat().st_size} bytes); pip install {NAME} --index-url <where {args.out} is served>")
+    print(
+        f"doctor: {wheel} ({wheel.stat().st_size} bytes); pip install {NAME} --index-url <where {args.out} is served>"
+    )
     return 0
 
 

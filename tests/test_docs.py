@@ -37,6 +37,7 @@ from wheelmaker import (
     make_standin_sdist,
 )
 
+from builder import doctor_dist
 from docs.hooks import refgen
 
 REPO = Path(__file__).resolve().parents[1]
@@ -234,6 +235,8 @@ ELSEWHERE = {
     "MAMBA_SKIP_CUDA_BUILD=TRUE pip install --no-build-isolation -e .": "tests/test_stable_abi.py::test_stable_cpu_wheel_is_abi3_and_references_only_the_c_shim",
     "MAMBA_STABLE_ABI=TRUE MAMBA_FORCE_BUILD=TRUE pip wheel --no-build-isolation --no-deps -w dist .": "tests/test_stable_abi.py::test_cuda_stable_wheel_builds_against_214_and_loads_without_gpu",
     "uv pip install --preview-features wheel-variants mamba-ssm --index-url https://mamba-ssm.github.io/wheels/variants/": "tests/test_variants.py::test_uv_with_the_preview_picks_the_build_by_itself",
+    # needs upstream's packages installed in the venv it runs in, and runs the fix it prints
+    "mamba-doctor": "tests/test_doctor_dist.py::test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_wheels",
 }
 # Commands that need a service no test can reach.
 EXTERNAL = {"gh attestation verify": "GitHub's attestation API", "git clone https://github.com/": "GitHub"}
@@ -312,6 +315,7 @@ def loopback(tmp_path_factory):
             make_recipe_wheel(upstream, "mamba-ssm", "2.3.2.post1", label, source=UPSTREAM_MAMBA)
     build_index(wheels, www / "index")
     build_index(upstream, www / "upstream")
+    doctor_dist.publish(www / "doctor")
     torches = root / "torches"
     for version in ("2.6.0", "2.13.0", "2.14.1"):
         make_fake_torch(torches, version)
@@ -329,7 +333,9 @@ def loopback(tmp_path_factory):
 
 
 def _local(cmd: str, url: str) -> str:
-    return cmd.replace(INDEX_URL + "upstream/", f"{url}/upstream/").replace(INDEX_URL, f"{url}/index/")
+    for folder in ("upstream/", "doctor/"):  # indexes of their own next to the root's
+        cmd = cmd.replace(INDEX_URL + folder, f"{url}/{folder}")
+    return cmd.replace(INDEX_URL, f"{url}/index/")
 
 
 def _venv_with_torch(path: Path, torch: str | None, torches: Path, env: dict) -> Path:
@@ -372,6 +378,10 @@ def test_every_user_guide_command_runs_against_a_loopback_index(loopback, tmp_pa
             pip(vpy, ["install", m.group(1)], env)
             want = m.group(2) or "*"
             assert fnmatch(installed_torch(vpy), want) and installed_torch(vpy) in ("2.13.0", "2.14.1"), where
+        elif m := re.fullmatch(r"pip install mamba-doctor --index-url (\S+)", cmd):  # the standalone doctor
+            vpy = _venv_with_torch(tmp_path / f"v{n}", None, torches, env)
+            pip(vpy, shlex.split(_local(cmd, url))[1:], env)
+            assert set(versions_all(vpy)) == {"mamba-doctor"}, where  # no dependency, no torch
         elif m := PIN_RE.match(cmd):
             args = shlex.split(_local(cmd, url))
             pins = m.group("pins").split()
@@ -399,6 +409,11 @@ def test_every_user_guide_command_runs_against_a_loopback_index(loopback, tmp_pa
     )
     assert set(FIRST_SCREEN) <= set(ran) and COUNTER_EXAMPLES <= set(ran), ran
     assert len(ran) >= 8, ran
+
+
+def versions_all(vpy: Path) -> dict[str, str]:
+    code = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+    return json.loads(subprocess.run([str(vpy), "-I", "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
 def installed_torch(vpy: Path) -> str:
