@@ -234,7 +234,7 @@ ELSEWHERE = {
     # not editable there: a pip wheel --no-build-isolation of this checkout with MAMBA_SKIP_CUDA_BUILD=TRUE
     "MAMBA_SKIP_CUDA_BUILD=TRUE pip install --no-build-isolation -e .": "tests/test_stable_abi.py::test_stable_cpu_wheel_is_abi3_and_references_only_the_c_shim",
     "MAMBA_STABLE_ABI=TRUE MAMBA_FORCE_BUILD=TRUE pip wheel --no-build-isolation --no-deps -w dist .": "tests/test_stable_abi.py::test_cuda_stable_wheel_builds_against_214_and_loads_without_gpu",
-    "uv pip install --preview-features wheel-variants mamba-ssm --index-url https://mamba-ssm.github.io/wheels/variants/": "tests/test_variants.py::test_uv_with_the_preview_picks_the_build_by_itself",
+    "uv pip install --preview-features wheel-variants mamba-ssm --index https://mamba-ssm.github.io/wheels/variants/": "tests/test_variants.py::test_uv_with_the_preview_picks_the_build_by_itself",
     # needs upstream's packages installed in the venv it runs in, and runs the fix it prints
     "mamba-doctor": "tests/test_doctor_dist.py::test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_wheels",
 }
@@ -409,6 +409,26 @@ def test_every_user_guide_command_runs_against_a_loopback_index(loopback, tmp_pa
     )
     assert set(FIRST_SCREEN) <= set(ran) and COUNTER_EXAMPLES <= set(ran), ran
     assert len(ran) >= 8, ran
+
+
+def test_the_coverage_pages_name_no_maintainer_command_and_say_what_a_wrong_row_does(loopback, tmp_path):
+    """End users have no `builder`; the pages say that another row's wheel replaces your torch from your other
+    indexes, or stops when none has that release, and that --no-deps keeps it: both tried here."""
+    import urllib.request
+
+    url, torches = loopback
+    for page in ("index/", "upstream/"):
+        text = urllib.request.urlopen(f"{url}/{page}", timeout=30).read().decode()
+        assert "builder" not in re.sub(r"<[^>]+>", "", text), f"{page}: a maintainer command on the coverage page"
+        assert "pip replaces your torch with that release from your other indexes" in " ".join(text.split())
+    env = isolated_env(tmp_path)
+    env["PIP_INDEX_URL"] = f"{url}/pypi/"  # the stand-in PyPI has torch 2.13 and 2.14, not 2.6
+    vpy = _venv_with_torch(tmp_path / "v", "2.13.0", torches, env)
+    wrong = ["install", "mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE", "--extra-index-url", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/"]
+    proc = pip(vpy, wrong, env, check=False)
+    assert proc.returncode != 0 and "torch==2.6" in proc.stdout + proc.stderr and installed_torch(vpy) == "2.13.0"
+    pip(vpy, [*wrong, "--no-deps"], env)
+    assert installed_torch(vpy) == "2.13.0"
 
 
 def versions_all(vpy: Path) -> dict[str, str]:
