@@ -645,6 +645,32 @@ def test_every_benchmark_is_in_the_docs_with_its_command():
         assert f"benchmarks/{script.name}" in text, f"benchmarks/{script.name} is on no docs page"
 
 
+def test_the_support_page_shows_tiers_gpu_architectures_and_the_served_pythons():
+    """Generated from the plan: every Python the plan serves, GPUs named by architecture, ROCm (never built as a
+    wheel) not in a built tier, and what to do on the platforms with no wheel."""
+    from builder.plan import load_plan
+
+    plan = load_plan()
+    rows = refgen.support_tiers()
+    assert {(r["kind"], r["platform"]) for r in rows} == {(refgen._kind(c.accelerator), c.platform) for c in plan.cells}
+    vkey = lambda v: tuple(map(int, v.split(".")))
+    pythons = sorted({c.python for c in plan.cells}, key=vkey)
+    page = refgen.render((DOCS / "reference" / "platforms.md").read_text())
+    assert "<!-- generated" not in page
+    for r in rows:  # the Pythons of each row are the plan's, first to last
+        served = sorted({c.python for c in plan.cells if (refgen._kind(c.accelerator), c.platform) == (r["kind"], r["platform"])}, key=vkey)
+        assert r["python"].startswith(served[0]) and r["python"].endswith(served[-1]), r
+    assert pythons[0] in page and pythons[-1] in page
+    archs = {a for b in plan.builds for a in b.archs}
+    for arch, name in (("gfx942", "MI300"), ("sm_121", "GB10"), ("sm_90", "H100")):
+        if arch in archs:
+            assert re.search(rf"`{arch}` \([^)]*{name}", page), arch
+    tiers = {(r["kind"], r["platform"]): r["tier"] for r in rows}
+    assert all(t == "planned" for (k, _p), t in tiers.items() if k == "rocm"), "ROCm wheels were never built"
+    assert tiers[("cpu", "linux_x86_64")] == "tested" and tiers.get(("cuda", "linux_x86_64")) == "built"
+    assert "**Windows**: use WSL2" in page and "**macOS**: no" in page
+
+
 def test_the_generated_platform_table_counts_every_cell():
     from builder.plan import load_plan
 
