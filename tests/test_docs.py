@@ -671,6 +671,13 @@ def test_the_support_page_shows_tiers_gpu_architectures_and_the_served_pythons()
     assert "**Windows**: use WSL2" in page and "**macOS**: no" in page
 
 
+def test_the_data_files_say_the_exit_code_drift_returns():
+    from builder import drift
+
+    said = re.search(r"exit (\d+) on\n# drift", (REPO / "builder" / "data" / "torch.toml").read_text())
+    assert said and int(said.group(1)) == drift.DRIFT_EXIT, "builder/data/torch.toml names another exit code"
+
+
 def test_the_generated_platform_table_counts_every_cell():
     from builder.plan import load_plan
 

@@ -451,6 +451,22 @@ def support_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
+def plan_counts_markdown() -> str:
+    """The benchmarks page's plan row (what `benchmarks/collapse.py plan` prints), from the plan of this checkout."""
+    from builder.plan import load_plan
+
+    classic, plan = load_plan(stable=False), load_plan(stable=True)
+    stable = [b for b in plan.builds if b.stable]
+    served = len(plan.cells) - (len(plan.builds) - len(stable))
+    compiles = len({(b.image, b.archs) for b in plan.builds})  # kernels compile once per (image, arch list)
+    per = f", {served // len(stable)} each" if stable and served % len(stable) == 0 else ""
+    n, c = len(classic.cells), len(classic.builds)
+    return (f"| default matrix: cells / builds (generated from this checkout's plan) | {n} / {c} = {n / c:.1f} classic; "
+            f"{len(plan.cells)} / {len(plan.builds)} = {len(plan.cells) / len(plan.builds):.2f} with the stable plan "
+            f"({len(stable)} stable builds serve {served} cells{per}); kernels compile once per image and arch list: "
+            f"{compiles} times |\n")  # fmt: skip
+
+
 def profiles_markdown() -> str:
     """matrix.toml's profiles: name, what it builds (its description), its projects."""
     from builder import compat as compat_mod
@@ -525,6 +541,7 @@ GENERATORS = {
     "env-vars": env_markdown,
     "platform-support": platform_markdown,
     "support-tiers": support_markdown,
+    "plan-counts": plan_counts_markdown,
     "platform-support-upstream": upstream_markdown,
     "profiles": profiles_markdown,
     "recipe-list": recipes_markdown,
