@@ -36,7 +36,7 @@ PROBED = {"torch"}
 
 
 def _version() -> str:
-    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", (SOURCE / "__init__.py").read_text(), re.M)
+    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", (SOURCE / "__init__.py").read_text(), re.MULTILINE)
     if not m:
         raise UsageError(f"no __version__ in {SOURCE / '__init__.py'}")
     return m.group(1)

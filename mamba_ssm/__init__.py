@@ -12,7 +12,7 @@ _EXPORTS = {
     "selective_scan_fn": "mamba_ssm.ops.selective_scan_interface",
     "selective_scan_ref": "mamba_ssm.ops.selective_scan_interface",
 }
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["Mamba", "__version__", "selective_scan_fn", "selective_scan_ref"]  # _EXPORTS' names
 
 
 def __getattr__(name: str):

@@ -35,10 +35,10 @@ WRONG = "cu12torch2.6cxx11abiFALSE"
 def _standin_torch(out: Path, version: str = "2.14.1+cu130", cuda: str = "13.0") -> Path:
     files = {
         "torch/__init__.py": (
-            "from . import version\n__version__ = version.__version__\n"
-            "class _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
-            "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
-        ).encode(),
+            b"from . import version\n__version__ = version.__version__\n"
+            b"class _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
+            b"class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
+        ),
         "torch/version.py": f"__version__ = {version!r}\ncuda = {cuda!r}\nhip = None\n".encode(),
     }
     return make_wheel(out, "torch", version, files=files, requires_python=">=3.9")
@@ -103,7 +103,9 @@ def site(tmp_path):
 
 def _doctor(vpy: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
     exe = vpy.parent / "mamba-doctor"  # the console script the wheel installs
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=120, cwd=vpy.parent)
+    return subprocess.run(
+        [str(exe), *args], capture_output=True, text=True, env=env, timeout=120, cwd=vpy.parent, check=False
+    )
 
 
 def test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_wheels(site, tmp_path):
