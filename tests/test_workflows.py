@@ -717,6 +717,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
         "github.repository": "example/mamba-farm",
         "github.token": "not-a-token",
         "needs.plan.outputs.index_url": INDEX_URL,
+        "vars.PYPI_PROJECT": "",  # no PyPI project named: the release notes say the sdist is not on PyPI
     }
     decide = {
         "needs.plan.outputs.publish == 'true'": publish,
@@ -879,7 +880,10 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels_of_both_line
     # the site holds no wheel
     check_index(site, {**dict.fromkeys(ours, "v2.3.0"), old_ours: "v2.2.0"})
     check_index(site / "upstream", {**dict.fromkeys(theirs, "v2.3.0"), old_theirs: "v2.2.0"}, f"{INDEX_URL}/upstream")
-    assert not list(site.rglob("files")) and not list(site.rglob("*.whl"))
+    # no wheel but the standalone doctor's (tens of kB, served from the site itself): the rest are release assets
+    doctor = site / "doctor" / "mamba-doctor"
+    assert not list(site.rglob("files")) and [w for w in site.rglob("*.whl") if w.parent != doctor] == []
+    assert len(list(doctor.glob("mamba_doctor-*-py3-none-any.whl"))) == 1
     assert dict(done)["attest"] == [p.name for p in new]
     upload = next(c for c in calls if c[:2] == ["release", "upload"])
     assets = {Path(a).name for a in upload[3:] if not a.startswith("-")}
