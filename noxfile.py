@@ -54,6 +54,13 @@ def index(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def doctor_dist(session: nox.Session) -> None:
+    """The standalone doctor's wheel and index page: nox -s doctor_dist -- --out DIR (the site's doctor/)."""
+    _farm(session)
+    session.run("python", "-m", "builder", "doctor-dist", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def release(session: nox.Session) -> None:
     """The publish job's steps: nox -s release -- collect --matrix M --wheels DIR | split --wheels DIR --out OUT."""
     _farm(session)

@@ -27,6 +27,7 @@ COMMANDS = {
     "drift": "builder.drift",
     "cache": "builder.cache",
     "rehearse": "builder.rehearse",
+    "doctor-dist": "builder.doctor_dist",
 }
 
 

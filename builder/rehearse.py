@@ -12,6 +12,8 @@ What a rehearsal sets up, and why (each is a thing GitHub's runners have that th
 - setup-python's tool cache holding a venv of this host's Python 3.11, the artifact server on 127.0.0.1;
 - a ``sudo`` that only runs its arguments (GitHub's runners have passwordless sudo);
 - ``--var INDEX_URL``: where the site will be served (the test serves it on 127.0.0.1).
+- ``--var PYPI_PROJECT=mamba-ssm``: the sdist's own name, as maintainers who named a PyPI project would set it
+  (unset, the ``pypi`` job is skipped).
 
 A tag release also reaches GitHub's and PyPI's services, which cannot run here; each gets a stand-in
 (``builder/standins/``): a ``gh`` that keeps releases in a folder laid out as GitHub's asset URLs
@@ -282,7 +284,7 @@ def rehearse(
         _act(), event, "-W", str(repo / WORKFLOWS / workflow), "-C", str(repo), "-e", str(work / "event.json"),
         "-P", "ubuntu-24.04=-self-hosted", "--action-offline-mode", "--action-cache-path", str(work / "act"),
         "--no-cache-server", "--artifact-server-addr", "127.0.0.1", "--artifact-server-port", str(free_port()),
-        "--artifact-server-path", str(artifacts), "--var", f"INDEX_URL={index_url}",
+        "--artifact-server-path", str(artifacts), "--var", f"INDEX_URL={index_url}", "--var", "PYPI_PROJECT=mamba-ssm",
         "--env", f"RUNNER_TOOL_CACHE={cache}", "--env", f"AGENT_TOOLSDIRECTORY={cache}",
         "-s", "GITHUB_TOKEN=rehearsal-token-stand-in",
     ]  # fmt: skip

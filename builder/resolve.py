@@ -9,6 +9,8 @@ The core (:func:`resolve`) is pure: a manifest and a Variant in, a Resolution ou
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import re
 import sys
@@ -218,9 +220,24 @@ def add_command(subparsers) -> None:
     p.add_argument(
         "--python", default=f"{sys.version_info[0]}.{sys.version_info[1]}", help="e.g. 3.11 (default: this Python)"
     )
+    p.add_argument(
+        "--platform",
+        type=_parse_platform,
+        help="the user's machine: x86_64 or aarch64, or a wheel platform tag such as linux_aarch64 (default: this one)",
+    )
     p.add_argument("--index", default=DEFAULT_INDEX, help=f"index folder or URL (default: {DEFAULT_INDEX})")
     p.add_argument("--format", choices=["text", "json"], default="text", help="text (default) or json")
     p.set_defaults(func=_run)
+
+
+def _parse_platform(value: str) -> str:
+    """x86_64 / aarch64 (or arm64), or a Linux wheel platform tag -> the tag Variant carries (linux_<machine>)."""
+    name = value.strip().lower()
+    name = {"arm64": "aarch64", "amd64": "x86_64"}.get(name, name)
+    machine = name if name in ("x86_64", "aarch64") else tag_machine(name) if re.fullmatch(r"(many)?linux_\w+", name) else None
+    if machine not in ("x86_64", "aarch64"):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected x86_64 or aarch64 (or a tag such as linux_aarch64)")
+    return f"linux_{machine}"
 
 
 def _parse_python(value: str) -> str:
@@ -238,6 +255,7 @@ def _run(args) -> int:
             hip=args.rocm,
             cxx11abi=None if args.abi is None else args.abi == "TRUE",
             python=_parse_python(args.python),
+            platform=args.platform,
         )
     except _variant.VariantError as err:
         raise UsageError(f"{err}", hint="e.g. --torch 2.6 --cuda 12.4 --abi FALSE --python 3.11") from None

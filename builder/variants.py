@@ -254,8 +254,10 @@ ROOT = "variants"  # <index>/variants/: a PEP 503 root of variant wheels, their 
 
 
 def install_command(base: str, project: str) -> str:
-    """The one command a variant-aware installer needs (``base``: the index's URL, ending in /)."""
-    return f"{INSTALL_PREVIEW} {project} --index-url {base}{ROOT}/"
+    """The one command a variant-aware installer needs (``base``: the index's URL, ending in /). ``--index``, not
+    ``--index-url``: PyPI stays the default index, so torch resolves; uv takes a name from the first index that
+    has it, so mamba-ssm comes from the variant root and never from PyPI (where the name is upstream's)."""
+    return f"{INSTALL_PREVIEW} {project} --index {base}{ROOT}/"
 
 
 def build_root(index, store: Path, previous: dict) -> tuple[dict[str, str], dict]:

@@ -77,6 +77,13 @@ def platform_tag() -> str:
     return re.sub(r"[-.]", "_", sysconfig.get_platform())
 
 
+# mamba_build/build.toml's [stable] floor and backends (tests/test_doctor.py checks they agree): copied because an
+# installed wheel, and the standalone doctor, ship no build.toml. torch >= the floor on these backends is served
+# by the one stable-ABI wheel per accelerator, not a per-torch one.
+STABLE_FLOOR = "2.10"
+STABLE_BACKENDS = ("cpu", "cuda")
+
+
 @dataclass(frozen=True)
 class Variant:
     torch: str  # "2.14" (major.minor) or "stable"
@@ -149,6 +156,14 @@ class Variant:
         if self.backend == "cuda":
             return f"CUDA {self.backend_version.split('.')[0]}.x"
         return f"ROCm {self.backend_version}"
+
+    @property
+    def served_by_stable(self) -> bool:
+        """Whether the default release serves this torch with the stable-ABI wheel (torch >= the floor, CPU or CUDA)."""
+        if self.stable:
+            return True
+        floor = tuple(int(x) for x in STABLE_FLOOR.split("."))
+        return self.backend in STABLE_BACKENDS and tuple(int(x) for x in self.torch.split(".")) >= floor
 
     def as_stable(self) -> Variant:
         """The stable-ABI variant that could serve this environment."""

@@ -27,14 +27,51 @@ from pathlib import Path
 
 import pytest
 from indexkit import find_python, isolated_env, make_venv, pip, serve, uv_pip
-from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_fake_torch, make_mamba_wheel, make_recipe_wheel
+from wheelmaker import (
+    CAUSAL_CONV1D,
+    STANDIN_SDIST_MARK,
+    UPSTREAM_MAMBA,
+    make_fake_torch,
+    make_mamba_wheel,
+    make_recipe_wheel,
+    make_standin_sdist,
+)
 
+from builder import doctor_dist
 from docs.hooks import refgen
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 INDEX_URL = "https://mamba-ssm.github.io/wheels/"
-FIRST_SCREEN = ("pip install torch", "pip install mamba-ssm", "python -m mamba_ssm.doctor")
+# The front door: PyPI's torch 2.14 (CUDA 13, CXX11 ABI) and upstream's packages for it, pinned (upstream's line first).
+UPSTREAM_PIN = "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE"
+FIRST_SCREEN = (
+    "pip install torch==2.14.*",
+    f"pip install {UPSTREAM_PIN} --extra-index-url {INDEX_URL}upstream/cu13-torch2.14-cxx11abiTRUE/",
+)
+# What PyPI holds under the two names today: upstream's sdists, newer than this repository's 2.3.0.
+PYPI_SDISTS = {"mamba-ssm": "2.3.2.post1", "causal-conv1d": "1.7.0"}
+
+
+def block_commands(block: str) -> list[str]:
+    """The commands of a ```bash block: backslash-continued lines joined, `  # comments` dropped."""
+    cmds, cur = [], ""
+    for line in block.splitlines():
+        line = re.split(r"\s+#\s", line, maxsplit=1)[0].rstrip()
+        cur = f"{cur} {line.strip()}".strip() if cur else line.strip()
+        if cur.endswith("\\"):
+            cur = cur[:-1].rstrip()
+            continue
+        if cur:
+            cmds.append(cur)
+        cur = ""
+    return cmds
+
+
+def _first_block_lines(page: str) -> list[str]:
+    """The visible lines of a page's first command block, as a reader sees them (for the fold)."""
+    block = re.search(r"```bash\n(.*?)```", (REPO / page).read_text(), re.S).group(1)
+    return [re.split(r"\s+#\s", ln, maxsplit=1)[0].rstrip().rstrip("\\").strip() for ln in block.splitlines()]
 
 
 # --------------------------------------------------------------------------- the site
@@ -107,7 +144,7 @@ def test_the_home_page_shows_the_install_commands_above_the_fold(site, tmp_path,
         if os.environ.get("CI"):
             pytest.fail("no Chromium here (scripts/bootstrap-host.sh installs Debian's chromium)")
         pytest.skip("no Chromium on this machine")
-    wanted = [*FIRST_SCREEN, INDEX_URL]
+    wanted = [*_first_block_lines("docs/index.md"), INDEX_URL]
     probe = site / "fold-probe.html"
     probe.write_text((site / "index.html").read_text().replace("</body>", _FOLD_PROBE % json.dumps(wanted) + "</body>"))
     flags = [
@@ -118,7 +155,9 @@ def test_the_home_page_shows_the_install_commands_above_the_fold(site, tmp_path,
     shots = Path(os.environ.get("DOCS_SCREENSHOT_DIR", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
     png = shots / f"home-{width}x{height}.png"
-    run = lambda *more: subprocess.run([browser, *flags, *more, probe.as_uri()], capture_output=True, text=True, timeout=60)
+    run = lambda *more: subprocess.run(
+        [browser, *flags, *more, probe.as_uri()], capture_output=True, text=True, timeout=60
+    )
     shot = run(f"--screenshot={png}")
     assert png.is_file(), shot.stderr[-2000:]
     assert _png_size(png) == (width, height) and png.stat().st_size > 20_000, "a blank screenshot"
@@ -133,7 +172,9 @@ def test_the_home_page_shows_the_install_commands_above_the_fold(site, tmp_path,
         box = got["found"].get(want)
         assert box is not None, f"{want!r} is not on the home page"
         assert 0 <= box["top"] and box["bottom"] <= fold, f"{want!r} is below the fold at {width}x{height}: {box}"
-        assert box["right"] <= min(width, box["clip_right"]), f"{want!r} is cut off at the right at {width}x{height}: {box}"
+        assert box["right"] <= min(width, box["clip_right"]), (
+            f"{want!r} is cut off at the right at {width}x{height}: {box}"
+        )
 
 
 def test_the_readme_first_screen_is_for_users():
@@ -141,12 +182,14 @@ def test_the_readme_first_screen_is_for_users():
     first = "\n".join(lines[:24])  # what GitHub and PyPI show before any scrolling
     block = re.search(r"```bash\n(.*?)```", first, re.S)
     assert block, "no command block in the README's first screen"
-    assert [ln.split("#")[0].strip() for ln in block.group(1).splitlines()] == list(FIRST_SCREEN)
+    assert block_commands(block.group(1)) == list(FIRST_SCREEN)
     assert INDEX_URL in first and "docs/" in first
     for word in ("root", "Docker", "nox"):  # the maintainer set-up comes later
         assert word not in "\n".join(lines[:10]), f"{word!r} in the README's first lines"
     assert "bash scripts/bootstrap-host.sh" in "\n".join(lines) and "--run-slow" in "\n".join(lines)
-    for target in re.findall(r"\]\(((?!https?://)[^)#]+)", "\n".join(lines)):  # links into the tree (GitHub renders them)
+    for target in re.findall(
+        r"\]\(((?!https?://)[^)#]+)", "\n".join(lines)
+    ):  # links into the tree (GitHub renders them)
         assert (REPO / target).exists(), f"README links to {target}, which does not exist"
 
 
@@ -187,32 +230,57 @@ USER_PAGES = ["README.md", "docs/index.md", *sorted(str(p.relative_to(REPO)) for
 
 # Commands of the user guides that this file cannot run, and the test that does run them.
 ELSEWHERE = {
-    "pip install mamba-ssm": "tests/test_install.py::test_plain_pip_install_takes_the_prebuilt_wheel_for_the_users_torch",
-    "pip install --no-build-isolation mamba-ssm": "tests/test_install.py::test_no_build_isolation_with_the_seeded_setuptools_then_the_floor",
-    "uv pip install --no-build-isolation mamba-ssm": "tests/test_install.py::test_isolated_installs_that_cannot_take_a_prebuilt_wheel_stop_in_one_line",
-    "MAMBA_FORCE_BUILD=TRUE pip install --no-build-isolation mamba-ssm": "tests/test_prebuilt.py::test_sdist_end_to_end_prebuilt_vs_source_and_a_tampered_index",
     "pip install --no-build-isolation -e .": "noxfile.py::tests",
     # not editable there: a pip wheel --no-build-isolation of this checkout with MAMBA_SKIP_CUDA_BUILD=TRUE
     "MAMBA_SKIP_CUDA_BUILD=TRUE pip install --no-build-isolation -e .": "tests/test_stable_abi.py::test_stable_cpu_wheel_is_abi3_and_references_only_the_c_shim",
     "MAMBA_STABLE_ABI=TRUE MAMBA_FORCE_BUILD=TRUE pip wheel --no-build-isolation --no-deps -w dist .": "tests/test_stable_abi.py::test_cuda_stable_wheel_builds_against_214_and_loads_without_gpu",
-    "uv pip install --preview-features wheel-variants mamba-ssm --index-url https://mamba-ssm.github.io/wheels/variants/": "tests/test_variants.py::test_uv_with_the_preview_picks_the_build_by_itself",
-    "pip install -v mamba-ssm": "tests/test_install.py::test_plain_pip_install_takes_the_prebuilt_wheel_for_the_users_torch",
+    "uv pip install --preview-features wheel-variants mamba-ssm --index https://mamba-ssm.github.io/wheels/variants/": "tests/test_variants.py::test_uv_with_the_preview_picks_the_build_by_itself",
+    # needs upstream's packages installed in the venv it runs in, and runs the fix it prints
+    "mamba-doctor": "tests/test_doctor_dist.py::test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_wheels",
 }
 # Commands that need a service no test can reach.
-EXTERNAL = {"gh attestation verify": "GitHub's attestation API"}
+EXTERNAL = {"gh attestation verify": "GitHub's attestation API", "git clone https://github.com/": "GitHub"}
+# Named on the front door as what not to type; run here to show what it does against today's PyPI.
+COUNTER_EXAMPLES = {"pip install mamba-ssm"}
+# Pages whose inline `pip install ...` spans are commands too (the front door's prose gives some).
+INLINE_PAGES = ("README.md", "docs/index.md")
 
 
 def user_commands() -> dict[str, list[str]]:
-    """command -> the pages that give it, from every ```bash block of the user-facing pages."""
+    """command -> the pages that give it: every ```bash block of the user-facing pages, and the front door's
+    inline `pip install ...` spans."""
     found: dict[str, list[str]] = {}
     for page in USER_PAGES:
         text = (REPO / page).read_text().split("\n## For maintainers", 1)[0]  # the README's set-up: .ci/run's steps
         for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-            for line in block.splitlines():
-                cmd = re.split(r"\s+#\s", line, maxsplit=1)[0].strip()
-                if cmd:
-                    found.setdefault(cmd, []).append(page)
+            for cmd in block_commands(block):
+                found.setdefault(cmd, []).append(page)
+        if page in INLINE_PAGES:
+            for cmd in re.findall(r"`((?:uv )?pip install [^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S)):
+                found.setdefault(cmd, []).append(page)
     return found
+
+
+def _names_a_line_unpinned(cmd: str) -> bool:
+    """Whether an install command asks for mamba-ssm or causal-conv1d without the farm's exact local version,
+    with PyPI still one of its indexes (no --index-url; uv's --index is searched before PyPI)."""
+    args = shlex.split(cmd.split("|", 1)[0])
+    if "install" not in args or "--index-url" in args or ("uv" in args[:1] and "--index" in args):
+        return False
+    reqs = [a for a in args[args.index("install") + 1 :] if not a.startswith("-") and not a.startswith("http")]
+    return any(re.match(rf"{n}([=<>!~ ;]|$)", r) and "+" not in r for r in reqs for n in PYPI_SDISTS)
+
+
+def test_no_front_door_command_takes_pypis_mamba_ssm():
+    """Against today's PyPI a bare mamba-ssm is upstream's newer sdist: every install command pins the farm's
+    wheel, or leaves PyPI out; the only exceptions are named as what not to type, or pipe a failing build to
+    the doctor on purpose."""
+    bare = [c for c in user_commands() if _names_a_line_unpinned(c) and c not in COUNTER_EXAMPLES and "|" not in c]
+    assert not bare, f"these would take PyPI's sdist of upstream's mamba-ssm or causal-conv1d: {bare}"
+    assert _names_a_line_unpinned("pip install mamba-ssm") and _names_a_line_unpinned(
+        "pip install causal-conv1d==1.7.0"
+    )
+    assert not _names_a_line_unpinned(f"pip install {UPSTREAM_PIN} --extra-index-url {INDEX_URL}upstream/x/")
 
 
 def test_every_command_left_to_another_test_names_one_that_exists():
@@ -222,7 +290,9 @@ def test_every_command_left_to_another_test_names_one_that_exists():
         assert not name or re.search(rf"def {re.escape(name)}\b", text), f"{cmd!r}: {where} does not exist"
 
 
-PIN_RE = re.compile(r"^(?P<tool>pip|uv pip) install (?P<pins>(?:\S+==\S+\+\S+ )+)--(?P<how>extra-index-url|find-links) (?P<url>\S+)$")
+PIN_RE = re.compile(
+    r"^(?P<tool>pip|uv pip) install (?P<pins>(?:\S+==\S+\+\S+ )+)--(?P<how>extra-index-url|find-links) (?P<url>\S+)$"
+)
 
 
 @pytest.fixture(scope="module")
@@ -245,19 +315,27 @@ def loopback(tmp_path_factory):
             make_recipe_wheel(upstream, "mamba-ssm", "2.3.2.post1", label, source=UPSTREAM_MAMBA)
     build_index(wheels, www / "index")
     build_index(upstream, www / "upstream")
+    doctor_dist.publish(www / "doctor")
     torches = root / "torches"
     for version in ("2.6.0", "2.13.0", "2.14.1"):
         make_fake_torch(torches, version)
-    pypi = www / "pypi" / "torch"  # "PyPI": torch only (pip install torch)
-    pypi.mkdir(parents=True)
-    torch13 = make_fake_torch(www / "pypi-files", "2.13.0")
-    pypi.joinpath("index.html").write_text(f'<a href="../../pypi-files/{torch13.name}">{torch13.name}</a>\n')
+    # The stand-in PyPI: torch (pip install torch), and under mamba-ssm and causal-conv1d what PyPI holds today,
+    # upstream's newer sdists (stand-ins that refuse to build, saying so).
+    files = www / "pypi-files"
+    pypi = {"torch": [make_fake_torch(files, v) for v in ("2.13.0", "2.14.1")]}
+    pypi |= {name: [make_standin_sdist(files, name, version)] for name, version in PYPI_SDISTS.items()}
+    for name, dists in pypi.items():
+        page = www / "pypi" / name / "index.html"
+        page.parent.mkdir(parents=True)
+        page.write_text("".join(f'<a href="../../pypi-files/{d.name}">{d.name}</a>\n' for d in dists))
     with serve(www) as url:
         yield url, torches
 
 
 def _local(cmd: str, url: str) -> str:
-    return cmd.replace(INDEX_URL + "upstream/", f"{url}/upstream/").replace(INDEX_URL, f"{url}/index/")
+    for folder in ("upstream/", "doctor/"):  # indexes of their own next to the root's
+        cmd = cmd.replace(INDEX_URL + folder, f"{url}/{folder}")
+    return cmd.replace(INDEX_URL, f"{url}/index/")
 
 
 def _venv_with_torch(path: Path, torch: str | None, torches: Path, env: dict) -> Path:
@@ -277,6 +355,8 @@ def _torch_for(pin: str) -> str:
 
 
 def test_every_user_guide_command_runs_against_a_loopback_index(loopback, tmp_path):
+    """Each command as a user types it, PyPI being the stand-in that holds upstream's newer sdists: each installs
+    the wheel it pins, and none takes PyPI's sdist (it would fail, naming the stand-in)."""
     url, torches = loopback
     env = isolated_env(tmp_path)
     env["PIP_INDEX_URL"] = f"{url}/pypi/"  # what a bare `pip install` reaches: the stand-in PyPI
@@ -287,16 +367,28 @@ def test_every_user_guide_command_runs_against_a_loopback_index(loopback, tmp_pa
         where = f"{cmd!r} ({', '.join(sorted(set(pages)))})"
         if cmd in ELSEWHERE or any(cmd.startswith(p) for p in EXTERNAL):
             continue
-        if cmd == "pip install torch":
+        if cmd in COUNTER_EXAMPLES:  # what the front door says not to type does what it says: PyPI's sdist
+            vpy = _venv_with_torch(tmp_path / f"v{n}", "2.14.1", torches, env)
+            proc = pip(vpy, shlex.split(cmd)[1:], env, check=False)
+            assert (
+                proc.returncode != 0 and f"{STANDIN_SDIST_MARK} mamba-ssm==2.3.2.post1" in proc.stdout + proc.stderr
+            ), where
+        elif m := re.fullmatch(r"pip install (torch(?:==(\S+))?)", cmd):
             vpy = _venv_with_torch(tmp_path / f"v{n}", None, torches, env)
-            pip(vpy, ["install", "torch"], env)
-            assert installed_torch(vpy) == "2.13.0", where
+            pip(vpy, ["install", m.group(1)], env)
+            want = m.group(2) or "*"
+            assert fnmatch(installed_torch(vpy), want) and installed_torch(vpy) in ("2.13.0", "2.14.1"), where
+        elif m := re.fullmatch(r"pip install mamba-doctor --index-url (\S+)", cmd):  # the standalone doctor
+            vpy = _venv_with_torch(tmp_path / f"v{n}", None, torches, env)
+            pip(vpy, shlex.split(_local(cmd, url))[1:], env)
+            assert set(versions_all(vpy)) == {"mamba-doctor"}, where  # no dependency, no torch
         elif m := PIN_RE.match(cmd):
             args = shlex.split(_local(cmd, url))
             pins = m.group("pins").split()
             vpy = _venv_with_torch(tmp_path / f"v{n}", _torch_for(pins[0]), torches, env)
             tool, rest = (uv_pip, args[3:]) if m.group("tool") == "uv pip" else (pip, args[2:])
-            tool(vpy, ["install", *rest], env)
+            proc = tool(vpy, ["install", *rest], env)
+            assert STANDIN_SDIST_MARK not in proc.stdout + proc.stderr, where
             got = versions(vpy, [p.split("==")[0] for p in pins])
             for p in pins:
                 name, version = p.split("==")
@@ -312,8 +404,36 @@ def test_every_user_guide_command_runs_against_a_loopback_index(loopback, tmp_pa
             unknown.append(where)
             continue
         ran.append(cmd)
-    assert not unknown, "user-guide commands no test runs (run them here, or name their test in ELSEWHERE): " + "; ".join(unknown)
+    assert not unknown, (
+        "user-guide commands no test runs (run them here, or name their test in ELSEWHERE): " + "; ".join(unknown)
+    )
+    assert set(FIRST_SCREEN) <= set(ran) and COUNTER_EXAMPLES <= set(ran), ran
     assert len(ran) >= 8, ran
+
+
+def test_the_coverage_pages_name_no_maintainer_command_and_say_what_a_wrong_row_does(loopback, tmp_path):
+    """End users have no `builder`; the pages say that another row's wheel replaces your torch from your other
+    indexes, or stops when none has that release, and that --no-deps keeps it: both tried here."""
+    import urllib.request
+
+    url, torches = loopback
+    for page in ("index/", "upstream/"):
+        text = urllib.request.urlopen(f"{url}/{page}", timeout=30).read().decode()
+        assert "builder" not in re.sub(r"<[^>]+>", "", text), f"{page}: a maintainer command on the coverage page"
+        assert "pip replaces your torch with that release from your other indexes" in " ".join(text.split())
+    env = isolated_env(tmp_path)
+    env["PIP_INDEX_URL"] = f"{url}/pypi/"  # the stand-in PyPI has torch 2.13 and 2.14, not 2.6
+    vpy = _venv_with_torch(tmp_path / "v", "2.13.0", torches, env)
+    wrong = ["install", "mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE", "--extra-index-url", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/"]
+    proc = pip(vpy, wrong, env, check=False)
+    assert proc.returncode != 0 and "torch==2.6" in proc.stdout + proc.stderr and installed_torch(vpy) == "2.13.0"
+    pip(vpy, [*wrong, "--no-deps"], env)
+    assert installed_torch(vpy) == "2.13.0"
+
+
+def versions_all(vpy: Path) -> dict[str, str]:
+    code = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+    return json.loads(subprocess.run([str(vpy), "-I", "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
 def installed_torch(vpy: Path) -> str:
@@ -351,7 +471,11 @@ def test_resolve_prints_what_the_publishing_guide_shows(loopback):
     proc = subprocess.run([sys.executable, "-m", "builder", "resolve", *args], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     want = _local(shown, url)
-    norm = lambda s: re.sub(r"sha256: +(<its sha256>|[0-9a-f]{64})", "sha256: HASH", re.sub(r"manylinux_2_28_x86_64|linux_x86_64", "PLATFORM", " ".join(s.split())))
+    norm = lambda s: re.sub(
+        r"sha256: +(<its sha256>|[0-9a-f]{64})",
+        "sha256: HASH",
+        re.sub(r"manylinux_2_28_x86_64|linux_x86_64", "PLATFORM", " ".join(s.split())),
+    )
     assert norm(proc.stdout) == norm(want), proc.stdout
 
 
@@ -384,7 +508,9 @@ def test_every_environment_variable_the_code_reads_is_in_the_one_list():
     listed = {v["name"]: v for v in refgen.env_list()}
     reads = refgen.env_reads()
     missing = sorted(set(reads) - set(listed))
-    assert not missing, f"read by the code but not in mamba_build/envvars.toml: {', '.join(f'{n} ({sorted(reads[n])})' for n in missing)}"
+    assert not missing, (
+        f"read by the code but not in mamba_build/envvars.toml: {', '.join(f'{n} ({sorted(reads[n])})' for n in missing)}"
+    )
     for name, var in listed.items():
         assert var["section"] in refgen.SECTIONS, name
         assert var.get("effect"), f"{name}: no effect"
@@ -397,7 +523,7 @@ def test_every_environment_variable_the_code_reads_is_in_the_one_list():
 
 
 def test_the_env_scan_finds_each_way_the_code_reads_a_variable():
-    code = '''
+    code = """
 import os
 ENV_X = "A_CONST"
 def f(env, plan):
@@ -406,7 +532,7 @@ def f(env, plan):
     for var in ("A_LOOP1", "A_LOOP2"):
         env.get(var)
     env["NOT_A_READ"] = "1"
-'''
+"""
     got = refgen._names_in_file(ast.parse(code))
     assert got == {"A_CONST", "A_GET", "A_GETENV", "A_SUB", "A_ATTR", "A_IN", "A_BOOL", "A_MIB", "A_LOOP1", "A_LOOP2"}
 
@@ -455,7 +581,9 @@ def _returned_codes(tree: ast.Module) -> list[tuple[int, int]]:
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and (node.name in ("main", "run_command") or node.name.startswith("_run")):
-            out += [(c, r.lineno) for r in ast.walk(node) if isinstance(r, ast.Return) and r.value for c in ints(r.value)]
+            out += [
+                (c, r.lineno) for r in ast.walk(node) if isinstance(r, ast.Return) and r.value for c in ints(r.value)
+            ]
     return out
 
 
@@ -487,7 +615,7 @@ def test_architecture_tables_match_the_tree():
             if f"`{t}`" in row or any("*" in g and fnmatch(t, g) for g in named.findall(row)):
                 return True
             for g in _parents(t):
-                rest = t[len(g):]
+                rest = t[len(g) :]
                 if f"`{g}`" in row and (
                     f"`{rest}`" in row
                     or ("/" not in rest and f"`{Path(rest).stem}`" in row)
@@ -509,9 +637,45 @@ def _parents(path: str) -> list[str]:
 
 
 def test_every_benchmark_is_in_the_docs_with_its_command():
-    text = "\n".join(p.read_text() for p in (DOCS / "internals").glob("*.md")) + (DOCS / "maintainer" / "gpu-check.md").read_text()
+    text = (
+        "\n".join(p.read_text() for p in (DOCS / "internals").glob("*.md"))
+        + (DOCS / "maintainer" / "gpu-check.md").read_text()
+    )
     for script in sorted((REPO / "benchmarks").glob("*.py")):
         assert f"benchmarks/{script.name}" in text, f"benchmarks/{script.name} is on no docs page"
+
+
+def test_the_support_page_shows_tiers_gpu_architectures_and_the_served_pythons():
+    """Generated from the plan: every Python the plan serves, GPUs named by architecture, ROCm (never built as a
+    wheel) not in a built tier, and what to do on the platforms with no wheel."""
+    from builder.plan import load_plan
+
+    plan = load_plan()
+    rows = refgen.support_tiers()
+    assert {(r["kind"], r["platform"]) for r in rows} == {(refgen._kind(c.accelerator), c.platform) for c in plan.cells}
+    vkey = lambda v: tuple(map(int, v.split(".")))
+    pythons = sorted({c.python for c in plan.cells}, key=vkey)
+    page = refgen.render((DOCS / "reference" / "platforms.md").read_text())
+    assert "<!-- generated" not in page
+    for r in rows:  # the Pythons of each row are the plan's, first to last
+        served = sorted({c.python for c in plan.cells if (refgen._kind(c.accelerator), c.platform) == (r["kind"], r["platform"])}, key=vkey)
+        assert r["python"].startswith(served[0]) and r["python"].endswith(served[-1]), r
+    assert pythons[0] in page and pythons[-1] in page
+    archs = {a for b in plan.builds for a in b.archs}
+    for arch, name in (("gfx942", "MI300"), ("sm_121", "GB10"), ("sm_90", "H100")):
+        if arch in archs:
+            assert re.search(rf"`{arch}` \([^)]*{name}", page), arch
+    tiers = {(r["kind"], r["platform"]): r["tier"] for r in rows}
+    assert all(t == "planned" for (k, _p), t in tiers.items() if k == "rocm"), "ROCm wheels were never built"
+    assert tiers[("cpu", "linux_x86_64")] == "tested" and tiers.get(("cuda", "linux_x86_64")) == "built"
+    assert "**Windows**: use WSL2" in page and "**macOS**: no" in page
+
+
+def test_the_data_files_say_the_exit_code_drift_returns():
+    from builder import drift
+
+    said = re.search(r"exit (\d+) on\n# drift", (REPO / "builder" / "data" / "torch.toml").read_text())
+    assert said and int(said.group(1)) == drift.DRIFT_EXIT, "builder/data/torch.toml names another exit code"
 
 
 def test_the_generated_platform_table_counts_every_cell():

@@ -139,14 +139,14 @@ def test_stable_wheels_without_a_variant_form_are_left_out_with_their_reason(tmp
     assert "mamba_ssm-2.3.0-variants.json#sha256=" in page and "-cu13.whl" not in page
     # the coverage page and `builder resolve` show the variant line
     cover = (tmp_path / "index" / "index.html").read_text()
-    assert ('uv pip install --preview-features wheel-variants mamba-ssm --index-url <span class="base">./</span>'
+    assert ('uv pip install --preview-features wheel-variants mamba-ssm --index <span class="base">./</span>'
             "variants/</code>") in cover
     assert "takes <code>mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl</code> there, the CPU build" in cover
     out = subprocess.run([sys.executable, "-m", "builder", "resolve", "--index", str(tmp_path / "index"), "--torch",
                           "2.13", "--python", "3.11"], check=False, capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     url = (tmp_path / "index").absolute().as_uri()
-    assert f"variant-aware: uv pip install --preview-features wheel-variants mamba-ssm --index-url {url}/variants/" in (
+    assert f"variant-aware: uv pip install --preview-features wheel-variants mamba-ssm --index {url}/variants/" in (
         out.stdout.splitlines())
 
 
@@ -246,7 +246,7 @@ def test_uv_with_the_preview_picks_the_build_by_itself(site, tmp_path, driver, s
                   else _torch_dir(TORCH_CPU))
     vpy = _fresh_venv(tmp_path / "venv", torch_site, env)
     cmd = [uv_bin(), "pip", "install", "--python", str(vpy), "--preview-features", "wheel-variants",
-           "--index-url", f"{url}/index/{variants.ROOT}/", "--no-deps", "mamba-ssm"]
+           "--index", f"{url}/index/{variants.ROOT}/", "--no-deps", "mamba-ssm"]  # the command the docs give
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     res = _run(vpy)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel
+from tests.wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel, make_standin_sdist
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -242,7 +242,9 @@ def test_drift_runs_weekly_and_on_demand_and_only_its_pr_job_may_write():
     assert "python -m builder drift --write" in check
     # the job that may write runs no farm code and no Python: it copies the data files the check wrote
     pr = "\n".join(s.get("run", "") for s in jobs["pull-request"]["steps"])
-    assert not re.search(r"^\s*(python|pip|nox)\b", pr, re.M) and "uses" not in str(jobs["pull-request"].get("container", ""))
+    assert not re.search(r"^\s*(python|pip|nox)\b", pr, re.M) and "uses" not in str(
+        jobs["pull-request"].get("container", "")
+    )
     assert "gh pr create" in pr
     assert "builder/data/torch.toml|matrix.toml|recipes/*.toml)" in pr
 
@@ -250,7 +252,9 @@ def test_drift_runs_weekly_and_on_demand_and_only_its_pr_job_may_write():
 def test_drift_pr_step_copies_only_the_data_files(tmp_path):
     """The pull-request job's script, run with bash as a runner would, on an artifact that also holds a
     file outside the data: it refuses it before committing anything."""
-    step = next(s for s in load(DRIFT)["jobs"]["pull-request"]["steps"] if s.get("name") == "Open or refresh the pull request")
+    step = next(
+        s for s in load(DRIFT)["jobs"]["pull-request"]["steps"] if s.get("name") == "Open or refresh the pull request"
+    )
     art = tmp_path / "drift"
     (art / "files" / "builder" / "data").mkdir(parents=True)
     (art / "files" / "builder" / "data" / "torch.toml").write_text("# new\n")
@@ -260,7 +264,13 @@ def test_drift_pr_step_copies_only_the_data_files(tmp_path):
     work = tmp_path / "repo"
     (work / "builder" / "data").mkdir(parents=True)
     (work / "builder" / "data" / "torch.toml").write_text("# old\n")
-    env = {"PATH": os.environ["PATH"], "DRIFT": str(art), "RC": "11", "RUNNER_TEMP": str(tmp_path), "BRANCH": "farm/drift"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "DRIFT": str(art),
+        "RC": "11",
+        "RUNNER_TEMP": str(tmp_path),
+        "BRANCH": "farm/drift",
+    }
     proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=work, env=env, capture_output=True, text=True,
                           timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 1 and "unexpected file in the drift artifact: setup.py" in proc.stdout
@@ -279,6 +289,25 @@ def test_release_jobs_get_only_what_they_need():
     assert jobs["pypi"]["environment"]["name"] == "pypi"
     publish_step = next(s for s in jobs["pypi"]["steps"] if "gh-action-pypi-publish@" in s.get("uses", ""))
     assert not {"password", "user"} & set(publish_step.get("with", {}))
+
+
+def test_the_sdist_goes_only_to_the_pypi_project_a_variable_names(tmp_path):
+    """PyPI's mamba-ssm is upstream's: the pypi job runs only with vars.PYPI_PROJECT set, and its check (run here
+    with bash on real sdist files) refuses an sdist of another name before the upload step."""
+    job = load(RELEASE)["jobs"]["pypi"]
+    assert "vars.PYPI_PROJECT != ''" in job["if"] and job["environment"]["url"].endswith("${{ vars.PYPI_PROJECT }}")
+    steps = job["steps"]
+    check = next(s for s in steps if s.get("name") == "The sdist is the project PYPI_PROJECT names")
+    assert steps.index(check) < next(i for i, s in enumerate(steps) if "gh-action-pypi-publish@" in s.get("uses", ""))
+    (tmp_path / "dist").mkdir()
+    make_standin_sdist(tmp_path / "dist", "mamba-ssm", "2.3.0")  # PKG-INFO's Name: as the release's sdist has
+    run = lambda project: subprocess.run(["bash", "-e", "-c", check["run"]], cwd=tmp_path, capture_output=True, text=True,
+                                         env={"PATH": os.environ["PATH"], "PYPI_PROJECT": project}, timeout=30)  # fmt: skip
+    assert run("mamba-ssm").returncode == 0 and run("Mamba_SSM").returncode == 0
+    other = run("mamba-ssm-wheels")
+    assert other.returncode == 1 and "PYPI_PROJECT names 'mamba-ssm-wheels': not uploaded" in other.stdout
+    publish = next(s for s in load(RELEASE)["jobs"]["publish"]["steps"] if s.get("name") == "Index the wheels")
+    assert publish["env"]["PYPI_PROJECT"] == "${{ vars.PYPI_PROJECT }}" and "pypi job is skipped" in publish["run"]
 
 
 def test_two_releases_never_publish_at_once():
@@ -688,6 +717,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
         "github.repository": "example/mamba-farm",
         "github.token": "not-a-token",
         "needs.plan.outputs.index_url": INDEX_URL,
+        "vars.PYPI_PROJECT": "",  # no PyPI project named: the release notes say the sdist is not on PyPI
     }
     decide = {
         "needs.plan.outputs.publish == 'true'": publish,
@@ -850,7 +880,10 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels_of_both_line
     # the site holds no wheel
     check_index(site, {**dict.fromkeys(ours, "v2.3.0"), old_ours: "v2.2.0"})
     check_index(site / "upstream", {**dict.fromkeys(theirs, "v2.3.0"), old_theirs: "v2.2.0"}, f"{INDEX_URL}/upstream")
-    assert not list(site.rglob("files")) and not list(site.rglob("*.whl"))
+    # no wheel but the standalone doctor's (tens of kB, served from the site itself): the rest are release assets
+    doctor = site / "doctor" / "mamba-doctor"
+    assert not list(site.rglob("files")) and [w for w in site.rglob("*.whl") if w.parent != doctor] == []
+    assert len(list(doctor.glob("mamba_doctor-*-py3-none-any.whl"))) == 1
     assert dict(done)["attest"] == [p.name for p in new]
     upload = next(c for c in calls if c[:2] == ["release", "upload"])
     assets = {Path(a).name for a in upload[3:] if not a.startswith("-")}

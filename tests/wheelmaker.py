@@ -91,3 +91,38 @@ def make_recipe_wheel(
 def make_fake_torch(out_dir: Path, version: str) -> Path:
     """A stand-in for a torch release: real CUDA torch wheels are gigabytes."""
     return make_wheel(out_dir, "torch", version, requires_python=">=3.9")
+
+
+STANDIN_SDIST_MARK = "stand-in for PyPI's sdist"
+
+
+def make_standin_sdist(out_dir: Path, name: str, version: str) -> Path:
+    """A stand-in for an sdist PyPI holds (upstream's mamba-ssm 2.3.2.post1, causal-conv1d 1.7.0): the real file
+    name, PKG-INFO and pyproject.toml, and an in-tree build backend that refuses to build, saying it is the
+    stand-in, so a command that took PyPI's sdist fails loudly instead of compiling for half an hour."""
+    import io
+    import tarfile
+
+    dist = name.replace("-", "_")
+    root = f"{dist}-{version}"
+    backend = (
+        "import sys\n"
+        "def _refuse(*_a, **_k):\n"
+        f"    sys.exit('{STANDIN_SDIST_MARK} {name}=={version}: the installer took this sdist instead of a wheel')\n"
+        "get_requires_for_build_wheel = get_requires_for_build_sdist = prepare_metadata_for_build_wheel = _refuse\n"
+        "build_wheel = build_sdist = get_requires_for_build_editable = build_editable = _refuse\n"
+    )
+    members = {
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "standin_backend"\nbackend-path = ["."]\n',
+        "standin_backend.py": backend,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{root}.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for member, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{root}/{member}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path

@@ -385,6 +385,88 @@ def platform_markdown(profile: str | None = None) -> str:
     return "\n".join(out)
 
 
+TIERS = {
+    "tested": "built and tested here",
+    "built": "built by the release, never run on its hardware here",
+    "planned": "planned: in the plan, no wheel built yet",
+}
+
+
+def _kind(accelerator: str) -> str:
+    """A cell's accelerator (cuda-13.0) or a build's (cu13, hip62) -> cpu | cuda | rocm."""
+    head = accelerator.split("-")[0]
+    return "cpu" if head == "cpu" else "cuda" if head.startswith("cu") else "rocm"
+
+
+def support_tiers() -> list[dict]:
+    """One row per (accelerator kind, platform) of the default plan: its tier (builder/data/support.toml, each
+    claim checked against the profile it names), accelerators, torch releases, Pythons and GPU architectures."""
+    from builder.plan import load_plan
+
+    data = tomllib.loads((ROOT / "builder" / "data" / "support.toml").read_text())
+    plan = load_plan()
+    release = {(_kind(b.accelerator), b.platform) for b in load_plan(profile="release").builds}
+    torches = list(plan.matrix.axes.torch)
+    vkey = lambda v: tuple(map(int, v.split(".")))
+    pythons = sorted({c.python for c in plan.cells}, key=vkey)
+    claims = {(s["kind"], s["platform"]): s for s in data["support"]}
+    rows = []
+    for kind, platform in sorted({(_kind(c.accelerator), c.platform) for c in plan.cells},
+                                 key=lambda kp: (["cpu", "cuda", "rocm"].index(kp[0]), kp[1] != "linux_x86_64")):  # fmt: skip
+        cells = [c for c in plan.cells if (_kind(c.accelerator), c.platform) == (kind, platform)]
+        claim = claims.get((kind, platform), {})
+        selects = lambda profile: profile and any(
+            (_kind(b.accelerator), b.platform) == (kind, platform) for b in load_plan(profile=profile).builds
+        )
+        if selects(claim.get("tested_by")):
+            tier = "tested"
+        elif selects(claim.get("built_by")) and (kind, platform) in release:
+            tier = "built"
+        else:
+            tier = "planned"
+        archs = sorted({a for b in plan.builds if (_kind(b.accelerator), b.platform) == (kind, platform) for a in b.archs},
+                       key=lambda a: (a[:3], int(re.sub(r"\D", "", a) or 0)))  # fmt: skip
+        accs = sorted({c.accelerator for c in cells}, key=lambda a: vkey(a.split("-")[1]) if "-" in a else ())
+        rows.append({
+            "tier": tier, "kind": kind, "platform": platform,
+            "accelerators": [_acc_title(a) for a in accs],
+            "torch": _span([c.torch for c in cells], torches), "python": _span([c.python for c in cells], pythons),
+            "archs": [(a, data["gpu_names"].get(a, "")) for a in archs],
+            "why": claim.get("evidence") if tier != "planned" else claim.get("note") or "no test builds its wheel yet",
+        })  # fmt: skip
+    return rows
+
+
+def support_markdown() -> str:
+    """The support page's tier table and the platforms not supported, with what to do instead."""
+    data = tomllib.loads((ROOT / "builder" / "data" / "support.toml").read_text())
+    out = ["| tier | platform | accelerator | torch | Python | GPU architectures | why this tier |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in support_tiers():
+        archs = ", ".join(f"`{a}` ({name})" if name else f"`{a}`" for a, name in r["archs"]) or "(CPU)"
+        out.append(f"| **{TIERS[r['tier']]}** | `{r['platform']}` | {', '.join(r['accelerators'])} | {r['torch']} "
+                   f"| {r['python']} | {_cell(archs)} | {_cell(r['why'] or '')} |")  # fmt: skip
+    out += ["", "**Not supported:**", ""]
+    out += [f"- **{u['platform']}**: {u['instead']}." for u in data["unsupported"]]
+    return "\n".join(out) + "\n"
+
+
+def plan_counts_markdown() -> str:
+    """The benchmarks page's plan row (what `benchmarks/collapse.py plan` prints), from the plan of this checkout."""
+    from builder.plan import load_plan
+
+    classic, plan = load_plan(stable=False), load_plan(stable=True)
+    stable = [b for b in plan.builds if b.stable]
+    served = len(plan.cells) - (len(plan.builds) - len(stable))
+    compiles = len({(b.image, b.archs) for b in plan.builds})  # kernels compile once per (image, arch list)
+    per = f", {served // len(stable)} each" if stable and served % len(stable) == 0 else ""
+    n, c = len(classic.cells), len(classic.builds)
+    return (f"| default matrix: cells / builds (generated from this checkout's plan) | {n} / {c} = {n / c:.1f} classic; "
+            f"{len(plan.cells)} / {len(plan.builds)} = {len(plan.cells) / len(plan.builds):.2f} with the stable plan "
+            f"({len(stable)} stable builds serve {served} cells{per}); kernels compile once per image and arch list: "
+            f"{compiles} times |\n")  # fmt: skip
+
+
 def profiles_markdown() -> str:
     """matrix.toml's profiles: name, what it builds (its description), its projects."""
     from builder import compat as compat_mod
@@ -458,6 +540,8 @@ GENERATORS = {
     "exit-codes-doctor": lambda: exit_codes_markdown("doctor"),
     "env-vars": env_markdown,
     "platform-support": platform_markdown,
+    "support-tiers": support_markdown,
+    "plan-counts": plan_counts_markdown,
     "platform-support-upstream": upstream_markdown,
     "profiles": profiles_markdown,
     "recipe-list": recipes_markdown,

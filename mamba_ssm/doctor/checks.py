@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -12,6 +14,8 @@ from .._untrusted import paste, paste_env
 from .classify import Context, classify, install_line
 
 OK, INFO, WARN, PROBLEM = "ok", "info", "warn", "problem"
+# Upstream's line as the farm builds it (recipes/*.toml): the version a fix pins when nothing says otherwise.
+UPSTREAM = {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"}
 LOOKUP_TIMEOUT_S = 5.0  # the doctor asks the index whether a wheel exists; it must not hang on a dead network
 
 
@@ -37,11 +41,16 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
     torch, mm = facts["torch"], facts["mamba_ssm"]
     variant = torch.get("variant") or {}
     exts = mm.get("extensions") or []
+    key, label = variant.get("key"), variant.get("label")
+    if wheel is None and wheel_available is None and variant.get("served_by_stable") and not is_upstream(facts):
+        # Not looked up (offline, the index unreachable): name what the default release builds for this torch,
+        # the stable-ABI wheel (a classic label of this torch is built by no default release).
+        key, label = variant.get("stable_key"), variant.get("stable_label")
     return Context(
         torch_version=torch.get("version"),
         torch_cxx11abi=torch.get("cxx11abi"),
-        variant_key=variant.get("key"),
-        variant_label=variant.get("label"),
+        variant_key=key,
+        variant_label=label,
         mamba_version=mm.get("public_version"),
         index_url=index_url,
         wheel_available=wheel_available,
@@ -50,6 +59,47 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
         archs=exts[0].get("archs") if exts else None,
         python=sys.executable,
     )
+
+
+def is_upstream(facts: dict) -> bool:
+    """Whether the install is upstream's line: its mamba-ssm, or its causal-conv1d without any mamba-ssm."""
+    mm, cc = facts["mamba_ssm"], facts.get("causal_conv1d") or {}
+    return mm.get("line") == "upstream" or (not mm.get("installed_version") and bool(cc.get("installed_version")))
+
+
+def pip_install_line(python: str, requirements: list[str], page: str | None = None, *options: str) -> str:
+    """The one place a printed pip command is made: every word shell-quoted."""
+    more = ["--extra-index-url", page] if page else []
+    return shlex.join([python, "-m", "pip", "install", *options, *requirements, *more])
+
+
+def _index_root(index_url: str | None) -> str:
+    return _prebuilt.normalize_root(index_url or os.environ.get(_prebuilt.ENV_INDEX) or _prebuilt.default_index_url()).rstrip("/")
+
+
+def upstream_pins(facts: dict, ctx: Context, listed: tuple[str, str] | None) -> list[str]:
+    """project==version+label for each of upstream's projects installed (both when neither is): the version the
+    index lists, else the installed one; the label this torch needs (upstream builds no stable-ABI wheel)."""
+    have = {name: (facts["mamba_ssm"] if name == "mamba-ssm" else facts.get("causal_conv1d") or {}) for name in UPSTREAM}
+    names = [n for n in UPSTREAM if have[n].get("installed_version")] or list(UPSTREAM)
+    label = (facts["torch"].get("variant") or {}).get("label") or "<label>"
+    listed_mamba = _prebuilt.parse_wheel_name(listed[0]) if listed else None
+    pins = []
+    for name in names:
+        version = listed_mamba.public if listed_mamba and name == "mamba-ssm" else have[name].get("public_version") or UPSTREAM[name]
+        pins.append(f"{name}=={version}+{label}")
+    return pins
+
+
+def upstream_fix(facts: dict, ctx: Context, listed: tuple[str, str] | None, available: bool | None) -> str:
+    key = (facts["torch"].get("variant") or {}).get("key") or "<variant>"
+    pins = upstream_pins(facts, ctx, listed)
+    root = f"{_index_root(ctx.index_url)}/upstream"
+    if available is False:
+        plain = [p.split("+", 1)[0] for p in pins]
+        return (f"no prebuilt wheel of upstream's line is indexed for {key} (every cell: {root}/); its sdist compiles "
+                f"(15 to 35 minutes): {pip_install_line(ctx.python, plain, None, '--no-build-isolation')}")  # fmt: skip
+    return pip_install_line(ctx.python, pins, f"{root}/{key}/", "--force-reinstall", "--no-deps")
 
 
 def wheel_lookup(facts: dict, index_url: str | None, offline: bool) -> tuple[bool | None, str]:
@@ -63,6 +113,8 @@ def _lookup(facts: dict, index_url: str | None, offline: bool) -> tuple[bool | N
     torch, mm = facts["torch"], facts["mamba_ssm"]
     if offline or not torch.get("version") or not mm.get("public_version"):
         return None, "not looked up", None
+    if is_upstream(facts):  # upstream's line has an index of its own
+        index_url = f"{_index_root(index_url)}/upstream"
     try:
         variant = _variant.from_values(
             torch["version"], cuda=torch.get("cuda"), hip=torch.get("hip"), cxx11abi=torch.get("cxx11abi")
@@ -99,7 +151,14 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     available, lookup_note, listed = _lookup(facts, index_url, offline)
     # The fix pins the wheel the index lists (for torch >= the stable floor that is the stable-ABI wheel).
     ctx = context_for(facts, index_url, available, listed)
-    extra = {"wheel_available": available, "wheel_lookup": lookup_note}
+    extra = {"wheel_available": available, "wheel_lookup": lookup_note, "line": "upstream" if is_upstream(facts) else "checkout"}
+    if is_upstream(facts):
+        reinstall = upstream_fix(facts, ctx, listed, available)
+        own = install_line(ctx)
+        retarget = lambda fix: fix.replace(own, reinstall) if fix else fix  # classify's fixes name this line's wheel
+    else:
+        reinstall = _reinstall_or_build(ctx, available)
+        retarget = lambda fix: fix
 
     # torch
     if not torch.get("installed"):
@@ -126,21 +185,26 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
             findings.append(Finding(
                 "label", PROBLEM, f"installed mamba-ssm is for {label}, this torch needs {want['label']}",
                 "the wheel was built for a different torch / CUDA major / C++ ABI than the one installed",
-                _reinstall_or_build(ctx, available), "variant-mismatch"))
+                reinstall, "variant-mismatch"))
     elif not label and mm.get("installed_version"):
         findings.append(Finding("label", INFO, f"installed mamba-ssm {mm['installed_version']} carries no variant label",
                                 "a source build (or an upstream wheel); its extension is checked below"))
+    cc_label = (facts.get("causal_conv1d") or {}).get("label")
+    if cc_label and want.get("label") and cc_label != want["label"]:
+        findings.append(Finding(
+            "label", PROBLEM, f"installed causal-conv1d is for {cc_label}, this torch needs {want['label']}",
+            "the wheel was built for a different torch / CUDA major / C++ ABI than the one installed",
+            reinstall, "variant-mismatch"))  # fmt: skip
 
     # the machine the installed files are built for
-    findings += _machine_findings(mm, facts.get("platform", {}).get("machine"), _reinstall_or_build(ctx, available))
+    findings += _machine_findings(mm, facts.get("platform", {}).get("machine"), reinstall)
 
     # the extension
     exts = mm.get("extensions") or []
-    findings += _extension_builds(mm, _reinstall_or_build(ctx, available))
+    findings += _extension_builds(mm, reinstall)
     if not exts:
-        fix = _reinstall_or_build(ctx, available)
         findings.append(Finding("extension", PROBLEM, "no compiled mamba-ssm extension is installed",
-                                f"looked under {mm.get('location')}; the CPU/GPU kernels are missing", fix, "extension-missing"))
+                                f"looked under {mm.get('location')}; the CPU/GPU kernels are missing", reinstall, "extension-missing"))
     for ext in exts:
         imp = ext.get("import", {})
         if imp.get("ok"):
@@ -150,10 +214,10 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
             if diags:
                 d = diags[0]
                 findings.append(Finding("extension", PROBLEM, f"{ext['module']} does not import: {d.title}",
-                                        f"{d.why}. Error: {imp.get('error')}", d.fix, d.kind))
+                                        f"{d.why}. Error: {imp.get('error')}", retarget(d.fix), d.kind))
             else:
                 findings.append(Finding("extension", PROBLEM, f"{ext['module']} does not import",
-                                        imp.get("error") or "", install_line(ctx), "import-error"))
+                                        imp.get("error") or "", retarget(install_line(ctx)), "import-error"))
         # GPU arch coverage
         archs = ext.get("archs") or {}
         for gpu in torch.get("gpus") or []:

@@ -19,7 +19,10 @@ from pathlib import Path
 from .. import _elf, _prebuilt, _variant
 
 # Compiled modules of this package. Names we know; anything else compiled under mamba_ssm/ is found by scanning.
-EXTENSION_HINTS = ("selective_scan_cuda", "selective_scan_cpu", "mamba_ssm._C", "mamba_ssm._ops")
+# Upstream's mamba-ssm puts selective_scan_cuda at the top level, upstream's causal-conv1d causal_conv1d_cuda.
+EXTENSION_HINTS = ("selective_scan_cuda", "selective_scan_cpu", "causal_conv1d_cuda", "mamba_ssm._C", "mamba_ssm._ops")
+# A file only this repository's mamba-ssm has: a mamba-ssm without it is upstream's line.
+OWN_LINE_MARK = "mamba_ssm/_variant.py"
 _EXT_SUFFIXES = tuple(s for s in (sysconfig.get_config_var("EXT_SUFFIX"), ".abi3.so", ".so") if s)
 
 
@@ -87,7 +90,8 @@ def _described(t: _variant.TorchFacts) -> dict:
            "ngc": _variant.is_ngc(t.version), "location": t.location}  # fmt: skip
     try:
         v = _variant.from_values(t.version, cuda=t.cuda, hip=t.hip, cxx11abi=t.cxx11abi)
-        out["variant"] = {"key": v.key, "label": v.label, "stable_key": v.as_stable().key, "stable_label": v.as_stable().label}
+        out["variant"] = {"key": v.key, "label": v.label, "stable_key": v.as_stable().key, "stable_label": v.as_stable().label,
+                          "served_by_stable": v.served_by_stable}  # fmt: skip
     except _variant.VariantError as e:
         out["variant_error"] = str(e)
     return out
@@ -263,20 +267,40 @@ def machine_facts(dist_name: str = "mamba-ssm") -> dict:
     return out
 
 
+def _canonical_label(local: str) -> str:
+    """packaging lower-cases local labels (cxx11abitrue); give them back their canonical spelling."""
+    return re.sub(r"cxx11abi(true|false)$", lambda m: "cxx11abi" + m.group(1).upper(), local, flags=re.IGNORECASE)
+
+
+def _line(pkg_dir: Path | None) -> str:
+    """'checkout' for this repository's mamba-ssm, 'upstream' for upstream's (built here or anywhere)."""
+    return "checkout" if pkg_dir and (pkg_dir.parent / OWN_LINE_MARK).is_file() else "upstream"
+
+
+def dist_facts(name: str) -> dict:
+    """An installed distribution's version and local label (None when it is not installed)."""
+    try:
+        version = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return {"installed_version": None}
+    public, _, local = version.partition("+")
+    return {"installed_version": version, "public_version": public, "label": _canonical_label(local) if local else None}
+
+
 def mamba_facts() -> dict:
     pkg_dir = _package_dir()
     out: dict = {"location": str(pkg_dir) if pkg_dir else None, "installed_version": None, "label": None}
     try:
         version = importlib.metadata.version("mamba-ssm")
         out["installed_version"] = version
+        out["line"] = _line(pkg_dir)
         public, _, local = version.partition("+")
         out["public_version"] = public
         if not local:  # a PEP 825 variant wheel (the farm's variants/ root): the variant label names the build
             out["variant_label"] = _variant_label()
             local = _label_of_variant(out["variant_label"])
         if local:
-            # packaging lower-cases local labels (cxx11abitrue); give them back their canonical spelling.
-            local = re.sub(r"cxx11abi(true|false)$", lambda m: "cxx11abi" + m.group(1).upper(), local, flags=re.IGNORECASE)
+            local = _canonical_label(local)
             out["label"] = local
             try:
                 out["label_parts"] = _variant.parse_label(local)
@@ -311,6 +335,7 @@ def gather() -> dict:
         "cuda_toolkit": cuda_toolkit_facts(),
         "compiler": compiler_facts(need_cxx20=mm is not None and mm >= (2, 14)),
         "mamba_ssm": mamba_facts(),
+        "causal_conv1d": dist_facts("causal-conv1d"),
     }
 
 

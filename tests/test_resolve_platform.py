@@ -1,0 +1,47 @@
+"""``resolve --platform``: asked for another machine than the one it runs on (an aarch64 user, from an x86_64
+host), resolve names that machine's wheel, never this host's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from wheelmaker import make_mamba_wheel
+
+from builder.index import build_index
+
+REPO = Path(__file__).resolve().parents[1]
+LABEL = "cu13torch2.14cxx11abiTRUE"
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("platform")
+    for plat in ("manylinux_2_28_x86_64", "manylinux_2_28_aarch64"):
+        make_mamba_wheel(root / "wheels", LABEL, "cp311", platform=plat)
+    build_index(root / "wheels", root / "index")
+    return root / "index"
+
+
+def _resolve(index: Path, *more: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "builder", "resolve", "--torch", "2.14", "--cuda", "13.0", "--python", "3.11",
+           "--index", str(index), *more]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("platform,machine", [("aarch64", "aarch64"), ("linux_aarch64", "aarch64"),
+                                              ("arm64", "aarch64"), ("x86_64", "x86_64")])  # fmt: skip
+def test_resolve_names_the_wheel_of_the_platform_asked_for(index, platform, machine):
+    proc = _resolve(index, "--platform", platform)
+    assert proc.returncode == 0, proc.stderr
+    wheel = f"mamba_ssm-2.3.0+{LABEL.lower()}-cp311-cp311-manylinux_2_28_{machine}.whl"
+    assert wheel.lower() in proc.stdout.lower(), proc.stdout
+    other = {"aarch64": "x86_64", "x86_64": "aarch64"}[machine]
+    assert f"manylinux_2_28_{other}" not in proc.stdout
+
+
+def test_an_unknown_platform_is_a_usage_error(index):
+    proc = _resolve(index, "--platform", "win_amd64")
+    assert proc.returncode == 2 and "expected x86_64 or aarch64" in proc.stderr and "Traceback" not in proc.stderr
