@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -68,9 +67,9 @@ def is_upstream(facts: dict) -> bool:
 
 
 def pip_install_line(python: str, requirements: list[str], page: str | None = None, *options: str) -> str:
-    """The one place a printed pip command is made: every word shell-quoted."""
+    """A printed pip command: every word shell-quoted and shown safely (the layer's paste)."""
     more = ["--extra-index-url", page] if page else []
-    return shlex.join([python, "-m", "pip", "install", *options, *requirements, *more])
+    return paste([python, "-m", "pip", "install", *options, *requirements, *more])
 
 
 def _index_root(index_url: str | None) -> str:
