@@ -98,7 +98,9 @@ class _Recorded:
             g["hashes"] = {"sha256": hashlib.sha256(g["filename"].encode()).hexdigest()}
             self.projects[project].append(g)
             if f["filename"] in self.metadata:
-                self.metadata[g["filename"]] = self.metadata[f["filename"]].replace(f"Version: {old}", f"Version: {new}")
+                self.metadata[g["filename"]] = self.metadata[f["filename"]].replace(
+                    f"Version: {old}", f"Version: {new}"
+                )
 
     def add_sdist(self, project: str, filename: str, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()
@@ -182,7 +184,11 @@ def drift(farm: Path, index: str, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "builder", "drift", "--index", index, "--torch-data", str(farm / "torch.toml"),
            "--matrix", str(farm / "matrix.toml"), "--recipes", str(farm / "recipes"), "--cache", str(farm / "cache"),
            *extra]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"))
+    }
     return subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -212,7 +218,9 @@ def test_new_minor_is_reported_and_written_as_a_row_and_a_torch_axis_value(farm)
                          "2.15.0 (py3.11-3.15; x86_64 cu132, aarch64 cu132; released 2026-10-28)"]], report.stdout  # fmt: skip
         assert (farm / "torch.toml").read_text() == before  # no --write: nothing written
         wrote = drift(farm, index, "--write")
-        assert wrote.returncode == DRIFT_EXIT and wrote.stdout.splitlines()[1].rstrip().endswith("written"), wrote.stdout
+        assert wrote.returncode == DRIFT_EXIT and wrote.stdout.splitlines()[1].rstrip().endswith("written"), (
+            wrote.stdout
+        )
         again = drift(farm, index)
         assert (seen["whole_wheels"], again.returncode) == (0, 0), again.stdout + again.stderr
         assert again.stdout.startswith("no drift (torch 2.8..2.15, causal-conv1d 1.7.0, mamba-ssm 2.3.2.post1;")
@@ -282,7 +290,10 @@ def test_new_recipe_sdist_whose_patches_apply_moves_the_pin(farm):
         assert "written (all 3 patches apply)" in wrote.stdout
         assert drift(farm, index, "--since", "2.15").returncode == 0
     removed, added = changed(before, recipe.read_text())
-    assert removed == ['version = "1.7.0"', 'sha256 = "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"']
+    assert removed == [
+        'version = "1.7.0"',
+        'sha256 = "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"',
+    ]
     assert added == ['version = "1.7.1"', f'sha256 = "{sha}"']
     assert (farm / "cache" / "sdists" / sha / "causal_conv1d-1.7.1.tar.gz").is_file()  # fetched, hash checked
 
@@ -340,7 +351,9 @@ def _record() -> None:
     for f in chosen.values():
         msg = ix.metadata(f)
         lines = [f"{k}: {msg[k]}" for k in ("Metadata-Version", "Name", "Version", "Requires-Python") if msg[k]]
-        rec["metadata"][f.filename] = "\n".join(lines + [f"Requires-Dist: {r}" for r in msg.get_all("Requires-Dist") or []]) + "\n"
+        rec["metadata"][f.filename] = (
+            "\n".join(lines + [f"Requires-Dist: {r}" for r in msg.get_all("Requires-Dist") or []]) + "\n"
+        )
 
     def entry(f):
         return {"filename": f.filename, "url": f"../../files/{f.filename}", "hashes": {"sha256": f.sha256},
@@ -404,3 +417,28 @@ def test_an_oversized_metadata_is_refused_before_it_is_read(farm, where):
     assert report.returncode == 9, report.stdout + report.stderr
     assert "MiB" in report.stderr and "Traceback" not in report.stderr
     assert seen["whole_wheels"] == 0
+
+
+@pytest.mark.parametrize("kind", ["absolute", "dotdot", "local-file", "upper-hex"])
+def test_a_listed_sha256_names_a_cache_file_only_as_64_hex_digits(farm, kind):
+    """The listing's sha256 became a file name in the metadata cache unchecked: an absolute path or ``..`` wrote
+    a file the index chose outside --cache (and made its folders); a name hitting a local file was read as the
+    wheel's METADATA. Now: refused before anything is read or written."""
+    outside = farm / "outside"
+    victim = farm / "victim.METADATA"
+    victim.write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.14.1\nRequires-Dist: cuda-toolkit==99.9\n")
+    value = {"absolute": str(outside / "deep" / "x"), "dotdot": "../outside/x", "local-file": "../victim",
+             "upper-hex": "A" * 64}[kind]  # fmt: skip
+    recorded = _Recorded()
+    for f in recorded.projects["torch"]:
+        if "-2.14.1-" in f["filename"]:
+            f["hashes"] = {"sha256": value}
+    before = {p: p.read_bytes() for p in farm.rglob("*") if p.is_file()}
+    with serve(recorded) as (index, _):
+        report = drift(farm, index, "--since", "2.14", "--no-recipes")
+    assert report.returncode == 9, report.stdout + report.stderr
+    assert "is not 64 lowercase hex digits" in report.stderr and "Traceback" not in report.stderr
+    assert not outside.exists() and "99.9" not in report.stdout
+    after = {p for p in farm.rglob("*") if p.is_file() and not p.is_relative_to(farm / "cache")}
+    assert after == {p for p in before if not p.is_relative_to(farm / "cache")}
+    assert all(p.read_bytes() == before[p] for p in after)
