@@ -55,11 +55,11 @@ from mamba_ssm._untrusted import (
     Deadline,
     TooLarge,
     Untrusted,
+    env_seconds,
     is_web_url,
     load_json,
     open_regular,
     read_capped,
-    seconds_from_env,
     shown,
 )
 
@@ -69,11 +69,22 @@ REQUEST_DEADLINE_S = 30.0  # a listing, a METADATA or a manifest: seconds on a g
 DOWNLOAD_DEADLINE_FACTOR = 10  # an sdist download may take ten requests' time
 
 
+COMMAND_DEADLINE_S = 1800.0  # one command's reading of indexes (drift: ~40 requests, a few sdists)
+
+
+def command_deadline() -> float:
+    """The overall limit of one command's network reads (``MAMBA_FARM_COMMAND_DEADLINE`` seconds, default 1800)."""
+    try:
+        return env_seconds("MAMBA_FARM_COMMAND_DEADLINE", COMMAND_DEADLINE_S)
+    except Untrusted as err:
+        raise UsageError(str(err)) from None
+
+
 def request_deadline() -> float:
     """The overall limit of one request (``MAMBA_FARM_REQUEST_DEADLINE`` seconds, default 30): connect,
     headers and body together. A socket timeout alone never trips on a server sending a byte every 2 s."""
     try:
-        return seconds_from_env("MAMBA_FARM_REQUEST_DEADLINE", REQUEST_DEADLINE_S)
+        return env_seconds("MAMBA_FARM_REQUEST_DEADLINE", REQUEST_DEADLINE_S)
     except Untrusted as err:
         raise UsageError(str(err)) from None
 

@@ -155,7 +155,7 @@ class Deadline:
                 signal.signal(signal.SIGALRM, Deadline._saved_handler or signal.SIG_DFL)
 
 
-def seconds_from_env(name: str, default: float) -> float:
+def env_seconds(name: str, default: float) -> float:
     """A positive number of seconds from the environment (a deadline), or Untrusted naming the variable."""
     raw = os.environ.get(name, "").strip()
     if not raw:
