@@ -200,6 +200,28 @@ def is_web_url(url: object) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
+# What a URL spliced into a page or a printed command may hold: RFC 3986's unreserved and path characters,
+# percent escapes; nothing a shell or an HTML attribute would read as syntax. (The index's --base-url and
+# --files-url, a manifest's base_url.)
+PLAIN_URL_RE = re.compile(r"[A-Za-z0-9._~:/%@+=,-]+")
+# PEP 427/491: a wheel's filename is ASCII letters, digits and ``_ . + -`` (``!`` of an epoch). Anything else
+# (``#``, ``?``, spaces, U+202E) is a name pip does not make, and one that breaks the links pages give it.
+WHEEL_FILENAME_RE = re.compile(r"[A-Za-z0-9_.+!-]{1,251}\.whl")
+
+
+def plain_url(url: object) -> str | None:
+    """An absolute http(s) URL with no query, fragment, spaces, quotes or shell syntax, normalised; else None."""
+    if not isinstance(url, str) or len(url) > 2048 or not PLAIN_URL_RE.fullmatch(url.strip()):
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        return None
+    if parts.scheme not in ("https", "http") or not parts.netloc or parts.query or parts.fragment:
+        return None
+    return urllib.parse.urlunsplit(parts)
+
+
 def web_url(url: object, what: str = "URL") -> str:
     """``url`` if it is an http(s) URL (:func:`is_web_url`), else Untrusted."""
     if not is_web_url(url):
@@ -339,23 +361,23 @@ def check_zip_directory(f, what: str) -> None:
     tail = f.read(tail_len)
     i = tail.rfind(_EOCD)
     if i < 0 or len(tail) - i < 22:
-        raise Untrusted(f"{shown(what, 300)}: not a readable zip (no end of central directory record)")
+        raise Untrusted(f"{shown(what, 300)}: not a readable zip file (no end of central directory record)")
     _sig, _disk, _cd_disk, _n_disk, count, cd_size, cd_offset, _clen = struct.unpack_from("<IHHHHIIH", tail, i)
     j = i - 20
     if j >= 0 and tail[j : j + 4] == _EOCD64_LOC:
         (loc_offset,) = struct.unpack_from("<Q", tail, j + 8)
         if loc_offset + 56 > size:
-            raise Untrusted(f"{shown(what, 300)}: not a readable zip (its zip64 record lies past the end)")
+            raise Untrusted(f"{shown(what, 300)}: not a readable zip file (its zip64 record lies past the end)")
         f.seek(loc_offset)
         rec = f.read(56)
         if rec[:4] != _EOCD64:
-            raise Untrusted(f"{shown(what, 300)}: not a readable zip (bad zip64 record)")
+            raise Untrusted(f"{shown(what, 300)}: not a readable zip file (bad zip64 record)")
         _, count, cd_size, cd_offset = struct.unpack_from("<QQQQ", rec, 24)
     if cd_size > MAX_ZIP_DIRECTORY or count > MAX_ZIP_MEMBERS:
         raise TooLarge(f"{shown(what, 300)}: its central directory claims {cd_size} bytes and {count} members, "
                        f"over the caps ({MAX_ZIP_DIRECTORY >> 20} MiB, {MAX_ZIP_MEMBERS} members)")  # fmt: skip
     if cd_offset + cd_size > size:
-        raise Untrusted(f"{shown(what, 300)}: not a readable zip (its central directory claims {cd_size} bytes at "
+        raise Untrusted(f"{shown(what, 300)}: not a readable zip file (its central directory claims {cd_size} bytes at "
                         f"{cd_offset}, the file has {size})")  # fmt: skip
     f.seek(0)
 
@@ -378,7 +400,7 @@ def open_zip(source, what: str) -> zipfile.ZipFile:
     except _ZIP_ERRORS as err:
         if f is not source:
             f.close()
-        raise Untrusted(f"{shown(what, 300)}: not a readable zip ({shown(err, 200)})") from None
+        raise Untrusted(f"{shown(what, 300)}: not a readable zip file ({shown(err, 200)})") from None
 
 
 def zip_read(zf: zipfile.ZipFile, name: str | zipfile.ZipInfo, limit: int, what: str) -> bytes:
