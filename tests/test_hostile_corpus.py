@@ -496,6 +496,18 @@ def _matrix_nested(world: World, scratch: Path) -> list[str]:
     return ["render", "--matrix", str(scratch / "matrix.toml"), "--out", str(scratch / "out")]
 
 
+def _rehearse(*flags: str):
+    def make(world: World, scratch: Path) -> list[str]:
+        return ["rehearse", "--work", str(scratch / "work"), *flags]
+
+    return make
+
+
+def _rehearse_work_file(world: World, scratch: Path) -> list[str]:
+    (scratch / "work").write_text("a file")
+    return ["rehearse", "--work", str(scratch / "work")]
+
+
 CASES = [
     # --- sdists: unpacked by `recipe prepare` (the build's own step)
     Case("sdist-symlink-chain-cve-2025-4517", 11, "refused to unpack", _sdist_case(lambda tf, s, w: "chain")),
@@ -617,6 +629,14 @@ CASES = [
     Case("index-metadata-over-16-MiB", 2, "unpacks to more than 16 MiB", _index_case(_huge_metadata)),
     # --- render (the matrix through the same reader as plan)
     Case("render-matrix-deep-nesting", 2, "nested too deeply", _matrix_nested),
+    # --- rehearse: what reaches git, act and the work folder
+    Case("rehearse-tag-is-an-option", 2, "not a tag or version", _rehearse("--release", "--push", "--tag=--list")),
+    Case("rehearse-version-is-an-option", 2, "not a tag or version",
+         _rehearse("--release", "--push", "--version", "--upload-pack=touch marker")),
+    Case("rehearse-port-99999", 2, "not a TCP port", _rehearse("--port", "99999")),
+    Case("rehearse-workflow-outside", 2, "not a workflow of", _rehearse("--workflow", "../../../etc/passwd")),
+    Case("rehearse-workflow-missing", 2, "not a workflow of", _rehearse("--workflow", "nothere.yml")),
+    Case("rehearse-work-a-file", 2, "is not a folder", _rehearse_work_file),
 ]  # fmt: skip
 LABEL_KEY = "cu12-torch2.6-cxx11abiFALSE"
 
@@ -687,3 +707,56 @@ def test_hostile_input(world: World, case: Case):
         assert err.startswith("error: ") or "\nerror: " in err, err
     assert not outside, f"written outside the scratch folder (or the cache changed): {outside[:5]}"
     assert not published and world.victim.read_bytes() and not reached
+
+
+# --------------------------------------------------------------------------- the rule for new surfaces (issue 28)
+
+# Every command of builder/cli.py's registry: each input it reads from outside the process, and the prefixes of
+# the cases above that attack it (a reader two commands share counts for both: `build` unpacks sdists with
+# `recipe prepare`'s code and reads the matrix with `plan`'s). A new command, or a new input, lands with its case.
+SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
+    "plan": {"matrix.toml": ("matrix-",), "recipes": ("recipe-",)},
+    "render": {"matrix.toml": ("render-", "matrix-")},
+    "build": {
+        "matrix.toml": ("matrix-",),
+        "recipes": ("recipe-",),
+        "sdists": ("sdist-",),
+        "index pages": ("fetch_",),
+        "smoke cache": ("cache-",),
+    },
+    "index": {
+        "wheels": ("index-",),
+        "sidecars": ("index-fifo-sidecar",),
+        "--base-url": ("index-base-url-",),
+        "zip members": ("index-zip-", "index-metadata-"),
+    },
+    "resolve": {"manifest": ("resolve-",)},
+    "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",)},
+    "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-")},
+    "cache": {"smoke cache": ("cache-",), "--budget": ("cache-budget-",)},
+    "rehearse": {
+        "--tag/--version": ("rehearse-tag-", "rehearse-version-"),
+        "--port": ("rehearse-port-",),
+        "--workflow": ("rehearse-workflow-",),
+        "--work": ("rehearse-work-",),
+    },
+}  # fmt: skip
+# Commands that read nothing from outside the process, or whose input has no case yet (with the reason).
+NO_OUTSIDE_DATA = {
+    "hip-compile": "reads this checkout's own csrc/ and the ROCm toolchain it runs; no outside data",
+    "base-image": "reads --ca-bundle (a host file the operator names) and Docker; no case yet (issue 28's report)",
+    "release": "reads the plan's own JSON made by a run of this farm, in CI; no case yet (issue 28's report)",
+}
+
+
+def test_every_command_that_reads_outside_data_has_a_hostile_case_per_input():
+    from builder.cli import COMMANDS
+
+    names = [c.name for c in CASES]
+    missing = [c for c in COMMANDS if c not in SURFACES and c not in NO_OUTSIDE_DATA]
+    assert not missing, f"commands with no entry in SURFACES (each input and its hostile cases): {missing}"
+    assert not set(SURFACES) & set(NO_OUTSIDE_DATA) and set(SURFACES) | set(NO_OUTSIDE_DATA) <= set(COMMANDS)
+    for command, inputs in SURFACES.items():
+        for what, prefixes in inputs.items():
+            hits = [n for n in names if n.startswith(prefixes)]
+            assert hits, f"{command}: no hostile case for its input {what} (a case named {' or '.join(prefixes)}...)"
