@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from builder.errors import FarmError
+from builder.errors import FarmError, UsageError
 from mamba_ssm._untrusted import Untrusted, shown
 
 # command name -> the module that implements it; order is the order of ``--help``.
@@ -29,9 +29,6 @@ COMMANDS = {
     "cache": "builder.cache",
     "rehearse": "builder.rehearse",
 }
-
-
-UNTRUSTED_EXIT = 2  # outside data that breaks a rule, where the command has no more precise code (as UsageError)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -60,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except Untrusted as err:  # outside data a command did not wrap in its own error: still one line and a code
         print(f"error: {shown(err, 20_000, keep_newlines=True)}", file=sys.stderr)
-        return UNTRUSTED_EXIT
+        return UsageError.exit_code  # outside data that breaks a rule, where the command has no more precise code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

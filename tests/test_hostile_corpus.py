@@ -634,6 +634,7 @@ CASES = [
     Case("rehearse-version-is-an-option", 2, "not a tag or version",
          _rehearse("--release", "--push", "--version", "--upload-pack=touch marker")),
     Case("rehearse-port-99999", 2, "not a TCP port", _rehearse("--port", "99999")),
+    Case("rehearse-version-regex-escape", 2, "not a tag or version", _rehearse("--release", "--push", "--version", "2.3\\g<0>")),
     Case("rehearse-workflow-outside", 2, "not a workflow of", _rehearse("--workflow", "../../../etc/passwd")),
     Case("rehearse-workflow-missing", 2, "not a workflow of", _rehearse("--workflow", "nothere.yml")),
     Case("rehearse-work-a-file", 2, "is not a folder", _rehearse_work_file),
