@@ -255,6 +255,10 @@ def test_cache_state(tmp_path_factory, layout):
     root.mkdir()
     for kind, parts in layout:
         p = root.joinpath(*parts)
+        if any(q.is_symlink() for q in [p, *p.parents] if q.is_relative_to(root)):
+            continue  # (the test itself never writes through a link it made)
+        if os.path.lexists(p) or os.path.lexists(p / ".complete"):
+            continue  # (never write through what an earlier entry made: a FIFO would block the test itself)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
             if kind == "dir":
