@@ -56,14 +56,8 @@ def _elf_so() -> bytes:
 
 def test_variant_form_changes_only_the_dist_info(tmp_path):
     so = _elf_so()
-    src = make_wheel(
-        tmp_path,
-        "mamba-ssm",
-        "2.3.0+cputorchstable",
-        "cp310-abi3-linux_x86_64",
-        requires=("torch>=2.10",),
-        files={"mamba_ssm/__init__.py": b"", "mamba_ssm/_C.abi3.so": so},
-    )
+    src = make_wheel(tmp_path, "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
+                     requires=("torch>=2.10",), files={"mamba_ssm/__init__.py": b"", "mamba_ssm/_C.abi3.so": so})
     out = variants.to_variant(src, tmp_path / "out")
     plain = variants.to_plain(src, tmp_path / "out")
     assert out.name == "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl"
@@ -79,39 +73,20 @@ def test_variant_form_changes_only_the_dist_info(tmp_path):
     with pytest.raises(variantlib.errors.ValidationError):
         VariantDistInfo(raw, expected_label="cu13")
     # pip installs the rewritten wheel's RECORD as consistent (it checks every hash)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            "--target",
-            str(tmp_path / "t"),
-            str(tmp_path / "out" / out.name.replace("-null", "")),
-        ],
-        check=True,
-        env=isolated_env(tmp_path),
-    )
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                    str(tmp_path / "t"), str(tmp_path / "out" / out.name.replace("-null", ""))], check=True,
+                   env=isolated_env(tmp_path))
 
 
 def test_form_of_names_what_each_build_needs():
     cu13 = variants.form_of(_variant.Variant.from_label("cu13torchstable"), ["sm_80", "sm_90a"], ["compute_90"])
     assert cu13.label == "cu13"
-    assert cu13.lines() == [
-        "nvidia :: cuda_version_lower_bound :: 13.0",
-        "nvidia :: sm_arch :: 80_real",
-        "nvidia :: sm_arch :: 90_virtual",
-        "nvidia :: sm_arch :: 90a_real",
-    ]
+    assert cu13.lines() == ["nvidia :: cuda_version_lower_bound :: 13.0", "nvidia :: sm_arch :: 80_real",
+                            "nvidia :: sm_arch :: 90_virtual", "nvidia :: sm_arch :: 90a_real"]
     assert variants.form_of(_variant.Variant.from_label("cputorchstable")) == variants.Form("null", {})
-    for label, archs, why in [
-        ("cu13torchstable", (), "no GPU code"),
-        ("cu12torch2.6cxx11abiFALSE", ("sm_80",), "classic per-torch wheel"),
-        ("hip62torch2.5cxx11abiFALSE", (), "no variant form"),
-    ]:
+    for label, archs, why in [("cu13torchstable", (), "no GPU code"),
+                              ("cu12torch2.6cxx11abiFALSE", ("sm_80",), "classic per-torch wheel"),
+                              ("hip62torch2.5cxx11abiFALSE", (), "no variant form")]:
         with pytest.raises(VerificationError, match=why):
             variants.form_of(_variant.Variant.from_label(label), archs)
     doc = variants.metadata([cu13, variants.Form("null", {})])
@@ -119,28 +94,20 @@ def test_form_of_names_what_each_build_needs():
     assert set(parsed.variants) == {"cu13", "null"} and parsed.namespace_priorities == ["nvidia"]
 
 
-@pytest.mark.parametrize(
-    "name,base,label",
-    [
-        ("mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-cu13.whl", "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl", "cu13"),
-        ("mamba_ssm-2.3.0-1-cp310-abi3-linux_x86_64-null.whl", "mamba_ssm-2.3.0-1-cp310-abi3-linux_x86_64.whl", "null"),
-        ("mamba_ssm-2.3.0-1-cp310-abi3-linux_x86_64.whl", None, None),  # a build tag, not a variant label
-        ("mamba_ssm-2.3.0+cu13torchstable-cp310-abi3-linux_x86_64.whl", None, None),
-        ("mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-CU13.whl", None, None),  # labels are lower case
-    ],
-)
+@pytest.mark.parametrize("name,base,label", [
+    ("mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-cu13.whl", "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl", "cu13"),
+    ("mamba_ssm-2.3.0-1-cp310-abi3-linux_x86_64-null.whl", "mamba_ssm-2.3.0-1-cp310-abi3-linux_x86_64.whl", "null"),
+    ("mamba_ssm-2.3.0-1-cp310-abi3-linux_x86_64.whl", None, None),  # a build tag, not a variant label
+    ("mamba_ssm-2.3.0+cu13torchstable-cp310-abi3-linux_x86_64.whl", None, None),
+    ("mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-CU13.whl", None, None),  # labels are lower case
+])
 def test_split_label(name, base, label):
     assert variants.split_label(name) == (base or name, label)
 
 
 def test_an_extension_that_is_no_elf_has_no_variant_form(tmp_path):
-    src = make_wheel(
-        tmp_path,
-        "mamba-ssm",
-        "2.3.0+cu13torchstable",
-        "cp310-abi3-linux_x86_64",
-        files={"mamba_ssm/_C.abi3.so": b"not an ELF"},
-    )
+    src = make_wheel(tmp_path, "mamba-ssm", "2.3.0+cu13torchstable", "cp310-abi3-linux_x86_64",
+                     files={"mamba_ssm/_C.abi3.so": b"not an ELF"})
     with pytest.raises(VerificationError, match="_C.abi3.so: .*not an ELF"):
         variants.form_of_wheel(src)
 
@@ -165,47 +132,25 @@ def test_stable_wheels_without_a_variant_form_are_left_out_with_their_reason(tmp
     build_index(wheels, tmp_path / "index")
     manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
     record = manifest["wheel_variants"]
-    assert sorted(record["files"]) == [
-        "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl",
-        "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl",
-    ]
+    assert sorted(record["files"]) == ["mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl",
+                                       "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl"]
     assert "no GPU code" in record["skipped"][cu.name]
     page = (tmp_path / "index" / "variants" / "mamba-ssm" / "index.html").read_text()
     assert "mamba_ssm-2.3.0-variants.json#sha256=" in page and "-cu13.whl" not in page
     # the coverage page and `builder resolve` show the variant line
     cover = (tmp_path / "index" / "index.html").read_text()
-    assert (
-        'uv pip install --preview-features wheel-variants mamba-ssm --index-url <span class="base">./</span>'
-        "variants/</code>"
-    ) in cover
+    assert ('uv pip install --preview-features wheel-variants mamba-ssm --index-url <span class="base">./</span>'
+            "variants/</code>") in cover
     assert "takes <code>mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl</code> there, the CPU build" in cover
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "builder",
-            "resolve",
-            "--index",
-            str(tmp_path / "index"),
-            "--torch",
-            "2.13",
-            "--python",
-            "3.11",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    out = subprocess.run([sys.executable, "-m", "builder", "resolve", "--index", str(tmp_path / "index"), "--torch",
+                          "2.13", "--python", "3.11"], check=False, capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     url = (tmp_path / "index").absolute().as_uri()
     assert f"variant-aware: uv pip install --preview-features wheel-variants mamba-ssm --index-url {url}/variants/" in (
-        out.stdout.splitlines()
-    )
+        out.stdout.splitlines())
 
 
 # --------------------------------------------------------------------------- the farm's wheels, real installers
-
 
 def needs_farm(test):
     """The farm's CUDA build compiles with nvcc 13.0; the venvs are Python 3.11 (the local torch wheels')."""
@@ -224,15 +169,8 @@ def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("variants-site")
     dist = root / "dist"
     env = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS", "2")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "builder", "build", "--profile", "ci-stable", "--executor", "host", "--dist", str(dist)],
-        cwd=REPO,
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=3000,
-    )
+    proc = subprocess.run([sys.executable, "-m", "builder", "build", "--profile", "ci-stable", "--executor", "host",
+                           "--dist", str(dist)], cwd=REPO, check=False, capture_output=True, text=True, env=env, timeout=3000)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     with serve(dist) as url:
         yield url, dist / "index"
@@ -247,9 +185,8 @@ def _torch_dir(version: str) -> Path:
         if not (cache / "torch").is_dir():
             tmp = cache.with_name(cache.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
-            subprocess.run(
-                [sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp), f"torch=={version}"], check=True
-            )
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp), f"torch=={version}"],
+                           check=True)
             tmp.rename(cache)
     return cache
 
@@ -284,23 +221,19 @@ def _run(vpy: Path) -> dict:
     proc = subprocess.run([str(vpy), "-I", "-c", _RUN], check=False, capture_output=True, text=True, timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT ") :])
+    return json.loads(lines[-1][len("RESULT "):])
 
 
 def _variant_label(res: dict) -> str | None:
     return next(iter(json.loads(res["variant"])["variants"])) if res["variant"] else None
 
 
-@pytest.mark.parametrize(
-    "driver,sm,want",
-    [
-        ("13.0", "8.0", "cu13"),  # the CUDA 13 build: a 13.0 driver on an sm_80 GPU
-        ("12.8", "8.0", "null"),  # its driver is too old for cuda_version_lower_bound 13.0
-        ("13.0", "7.5", "null"),  # a second CUDA 13 property set: sm_75 is not among the build's sm_arch
-        (None, None, "null"),  # no driver at all: the null variant, the CPU build
-    ],
-    ids=["driver13-sm80", "driver12.8", "driver13-sm75", "no-driver"],
-)
+@pytest.mark.parametrize("driver,sm,want", [
+    ("13.0", "8.0", "cu13"),  # the CUDA 13 build: a 13.0 driver on an sm_80 GPU
+    ("12.8", "8.0", "null"),  # its driver is too old for cuda_version_lower_bound 13.0
+    ("13.0", "7.5", "null"),  # a second CUDA 13 property set: sm_75 is not among the build's sm_arch
+    (None, None, "null"),  # no driver at all: the null variant, the CPU build
+], ids=["driver13-sm80", "driver12.8", "driver13-sm75", "no-driver"])
 @needs_farm
 def test_uv_with_the_preview_picks_the_build_by_itself(site, tmp_path, driver, sm, want):
     url, _index = site
@@ -309,25 +242,11 @@ def test_uv_with_the_preview_picks_the_build_by_itself(site, tmp_path, driver, s
         env.pop(k, None)
     if driver:
         env.update(NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION=driver, NV_VARIANT_PROVIDER_FORCE_SM_ARCH=sm)
-    torch_site = (
-        next((cudakit.torch_cuda_venv() / "lib").glob("python3.*")) / "site-packages"
-        if want != "null"
-        else _torch_dir(TORCH_CPU)
-    )
+    torch_site = (next((cudakit.torch_cuda_venv() / "lib").glob("python3.*")) / "site-packages" if want != "null"
+                  else _torch_dir(TORCH_CPU))
     vpy = _fresh_venv(tmp_path / "venv", torch_site, env)
-    cmd = [
-        uv_bin(),
-        "pip",
-        "install",
-        "--python",
-        str(vpy),
-        "--preview-features",
-        "wheel-variants",
-        "--index-url",
-        f"{url}/index/{variants.ROOT}/",
-        "--no-deps",
-        "mamba-ssm",
-    ]
+    cmd = [uv_bin(), "pip", "install", "--python", str(vpy), "--preview-features", "wheel-variants",
+           "--index-url", f"{url}/index/{variants.ROOT}/", "--no-deps", "mamba-ssm"]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     res = _run(vpy)
@@ -346,27 +265,17 @@ def test_pip_without_variant_support_takes_the_plain_cpu_wheel(site, tmp_path):
     url, index = site
     env = isolated_env(tmp_path)
     env.update(NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION="13.0", NV_VARIANT_PROVIDER_FORCE_SM_ARCH="8.0")
-    plain = [
-        n
-        for n in json.loads((index / "manifest.json").read_text())["wheel_variants"]["files"]
-        if variants.split_label(n)[1] is None
-    ]
+    plain = [n for n in json.loads((index / "manifest.json").read_text())["wheel_variants"]["files"]
+             if variants.split_label(n)[1] is None]
     assert len(plain) == 1
     for which in ("current", "23"):
         vpy = _fresh_venv(tmp_path / which, _torch_dir(TORCH_CPU), env)
         if which == "23":  # the pip that Python 3.11.7's ensurepip seeds
             subprocess.run([str(vpy), "-m", "ensurepip"], check=True, env=env)
-            version = subprocess.run(
-                [str(vpy), "-m", "pip", "--version"], check=False, capture_output=True, text=True
-            ).stdout
+            version = subprocess.run([str(vpy), "-m", "pip", "--version"], check=False, capture_output=True, text=True).stdout
             assert version.startswith("pip 23."), version
-            proc = subprocess.run(
-                [str(vpy), "-m", "pip", "install", "--index-url", f"{url}/index/{variants.ROOT}/", "mamba-ssm"],
-                check=False,
-                capture_output=True,
-                text=True,
-                env=env,
-            )
+            proc = subprocess.run([str(vpy), "-m", "pip", "install", "--index-url", f"{url}/index/{variants.ROOT}/",
+                                   "mamba-ssm"], check=False, capture_output=True, text=True, env=env)
             assert proc.returncode == 0, proc.stdout + proc.stderr
         else:
             proc = pip(vpy, ["install", "--index-url", f"{url}/index/{variants.ROOT}/", "mamba-ssm"], env)
@@ -390,9 +299,7 @@ def test_variantlib_and_the_verifier_accept_every_variant_wheel(site, tmp_path):
     labels = {variants.split_label(p.name)[1]: p for p in made}
     assert sorted(labels) == sorted(listing.variants) == ["cu13", "null"]
     assert [p.to_str() for p in listing.variants["cu13"].properties] == [
-        "nvidia :: cuda_version_lower_bound :: 13.0",
-        "nvidia :: sm_arch :: 80_real",
-    ]
+        "nvidia :: cuda_version_lower_bound :: 13.0", "nvidia :: sm_arch :: 80_real"]
     plan = load_plan(profile="ci-stable")
     for label, wheel in labels.items():
         with zipfile.ZipFile(wheel) as zf:
@@ -414,12 +321,7 @@ def test_the_doctor_names_the_build_of_an_installed_variant_wheel():
     from mamba_ssm.doctor import facts
 
     assert [facts._label_of_variant(v) for v in ("null", "cu13", "cu13_aarch64", "x86_64_v3", None)] == [
-        "cputorchstable",
-        "cu13torchstable",
-        "cu13torchstable",
-        "",
-        "",
-    ]
+        "cputorchstable", "cu13torchstable", "cu13torchstable", "", ""]
 
 
 # --------------------------------------------------------------------------- hostile wheels (issue 28)
