@@ -284,8 +284,9 @@ def test_cache_state(tmp_path_factory, layout):
     assert (outside / "torch-envs" / "py3.11.1-0" / ".complete").read_text() == "torch==2.14.1\n"
 
 
-def test_the_ci_profile_bounds_every_fuzzer():
-    """The CI set's fuzzers are bounded: the profile's examples and deadline (conftest.py registers it)."""
-    s = settings()
-    if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci":
-        assert s.max_examples <= 50 and s.deadline is not None
+def test_the_ci_profile_bounds_every_fuzzer(request):
+    """The CI set's fuzzers are bounded (conftest.py registers the profiles): few examples, each under a deadline;
+    the long run is the ``slow`` profile, loaded only with --run-slow."""
+    ci, slow = settings.get_profile("ci"), settings.get_profile("slow")
+    assert ci.max_examples <= 50 and ci.deadline is not None and slow.max_examples >= 1000
+    assert settings().max_examples == (slow if request.config.getoption("--run-slow") else ci).max_examples
