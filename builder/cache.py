@@ -13,6 +13,10 @@ A CUDA torch venv is about 5.4 GB, and the smoke test keeps one per (Python, tor
   would go past the budget, before it starts (:func:`preflight`).
 
 ``python -m builder cache [show|prune]`` lists them and prunes to the budget (or ``--all``).
+
+What is on disk is read as outside data (:mod:`mamba_ssm._untrusted`): a slot, ``torch-envs`` folder or venv
+that is a link is not the cache's (its target lives elsewhere: it is listed as linked, never pruned), a
+``.complete`` must be a small regular file (a FIFO or a link to /dev/zero is refused, never waited on).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import argparse
 import filecmp
 import os
 import re
-import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +34,14 @@ from filelock import FileLock, Timeout
 
 from builder import hostenv
 from builder.errors import UsageError
+from mamba_ssm._untrusted import Untrusted, read_regular, remove_tree, shown
 
 DEFAULT_BUDGET = 40 * 1024**3  # about 7 CUDA torch venvs of different releases, a fraction of a 100 GB disk
 CUDA_TORCH_BYTES = 5_400_000_000  # measured: torch 2.14.1 / 2.15.0 (CUDA 13) with their nvidia-* wheels
 CPU_TORCH_BYTES = 1_000_000_000
 _SHARE_MIN = 1 << 20  # files below 1 MB are not worth a link
-_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?", re.I)
+_SIZE_RE = re.compile(r"(\d{1,15}(?:\.\d{1,6})?)\s*([KMGT]?)i?B?", re.IGNORECASE)  # 15 digits: past any disk
+_COMPLETE_BYTES = 4096  # ".complete" holds one requirement line
 
 
 def smoke_root() -> Path:
@@ -43,9 +49,9 @@ def smoke_root() -> Path:
 
 
 def parse_size(text: str) -> int:
-    m = _SIZE_RE.fullmatch(text.strip())
+    m = _SIZE_RE.fullmatch(text.strip()) if len(text) < 40 else None
     if not m:
-        raise UsageError(f"{text!r} is not a size (write 40G, 500M, 1.5T or a number of bytes)")
+        raise UsageError(f"{shown(repr(text), 60)} is not a size (write 40G, 500M, 1.5T or a number of bytes)")
     return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
 
 
@@ -82,15 +88,52 @@ def _files(root: Path):
                 yield p, st
 
 
-def entries(root: Path | None = None) -> list[Entry]:
-    """Every complete torch venv under the smoke cache, least recently used first."""
+def _real_dirs(folder: Path):
+    """The sub-folders of FOLDER that are folders themselves, not links to one (lstat, never followed)."""
+    try:
+        with os.scandir(folder) as it:
+            return sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def linked(root: Path | None = None) -> list[Path]:
+    """Slots, torch-envs folders and venvs under the smoke cache that are links: not the cache's to prune."""
     root = root or smoke_root()
     out = []
-    for done in root.glob("*/torch-envs/*/.complete"):
-        venv = done.parent
-        used = venv / ".last-used"
-        last = (used if used.exists() else done).stat().st_mtime
-        out.append(Entry(venv, done.read_text().strip(), last, sum(st.st_size for _, st in _files(venv))))
+    for slot in sorted(root.glob("*")):
+        for p in [slot, slot / "torch-envs", *((slot / "torch-envs").glob("*") if not slot.is_symlink() else ())]:
+            if p.is_symlink():
+                out.append(p)
+    return out
+
+
+def entries(root: Path | None = None, warn=None) -> list[Entry]:
+    """Every complete torch venv under the smoke cache, least recently used first. Only real folders are
+    walked (a link to a folder elsewhere is not the cache's); a ``.complete`` that is not a small regular
+    file is not a complete venv (``warn`` is told)."""
+    root = root or smoke_root()
+    out = []
+    for slot in _real_dirs(root):
+        envs = slot / "torch-envs"
+        if envs.is_symlink():
+            continue
+        for venv in _real_dirs(envs):
+            done = venv / ".complete"
+            if not os.path.lexists(done):
+                continue
+            try:
+                requirement = read_regular(done, _COMPLETE_BYTES).decode("utf-8").strip()
+            except (Untrusted, UnicodeDecodeError) as err:
+                if warn:
+                    warn(f"cache: {done}: skipped, not a complete venv ({shown(err, 200)})")
+                continue
+            used = venv / ".last-used"
+            try:
+                last = (used if used.is_file() else done).lstat().st_mtime
+            except OSError:
+                continue
+            out.append(Entry(venv, requirement, last, sum(st.st_size for _, st in _files(venv))))
     return sorted(out, key=lambda e: e.last_used)
 
 
@@ -145,6 +188,7 @@ def share(new: Path, others: list[Path]) -> int:
 
 def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, log=print) -> list[Entry]:
     """Remove least recently used venvs (never those in KEEP) until the cache fits LIMIT; the removed ones."""
+    root = root or smoke_root()
     live = entries(root)
     removed = []
     total = real_bytes([e.path for e in live])
@@ -160,13 +204,18 @@ def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, l
         except Timeout:
             continue
         try:
-            shutil.rmtree(e.path, ignore_errors=True)
+            gone = remove_tree(e.path, root)  # never through a link: what a link reaches is not the cache's
+        except OSError as err:
+            log(f"cache: {e.path}: not removed ({err.strerror or err})")
+            continue
         finally:
             lock.release()
+        if not gone:
+            continue
         live.remove(e)
         removed.append(e)
         total = real_bytes([x.path for x in live])
-        log(f"cache: removed {e.path} ({e.requirement}, last used {time.strftime('%Y-%m-%d', time.localtime(e.last_used))}): "
+        log(f"cache: removed {shown(e.path)} ({shown(e.requirement, 200)}, last used {time.strftime('%Y-%m-%d', time.localtime(e.last_used))}): "
             f"over the {human(limit)} budget (MAMBA_FARM_CACHE_BUDGET)")  # fmt: skip
     return removed
 
@@ -204,7 +253,7 @@ def preflight(needs: list[tuple[str, str, bool]], root: Path | None = None) -> s
     the run would add (the ones not cached yet, one per torch: Pythons share) take the cache past the
     budget; None when it fits."""
     root = root or smoke_root()
-    have = {p.parent.parent.name for p in root.glob("*/torch-envs/*/.complete")}  # "cp311-torch2.14.1"
+    have = {e.path.parent.parent.name for e in entries(root)}  # "cp311-torch2.14.1"
     missing = {(py, torch, cuda) for py, torch, cuda in needs if f"{py}-torch{torch}" not in have}
     if not missing:
         return None
@@ -240,12 +289,18 @@ def run_command(args: argparse.Namespace) -> int:
     if args.action == "prune":
         removed = evict(0 if args.all else limit)
         print(f"cache: removed {len(removed)} torch venv(s)")
-    live = entries()
+    live = entries(warn=lambda m: print(f"warning: {m}", file=sys.stderr))
     total = real_bytes([e.path for e in live])
     print(f"{'last used':<17} {'files':>9}  torch venv")
     for e in reversed(live):
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
-        print(f"{when:<17} {human(e.apparent):>9}  {e.path.relative_to(smoke_root())}  ({e.requirement})")
+        print(
+            f"{when:<17} {human(e.apparent):>9}  {shown(e.path.relative_to(smoke_root()))}  ({shown(e.requirement, 200)})"
+        )
+    for p in linked():
+        print(
+            f"{'linked':<17} {'-':>9}  {shown(p.relative_to(smoke_root()))} -> {shown(os.readlink(p))}  (not the cache's: never pruned)"
+        )
     print(f"{len(live)} torch venv(s), {human(total)} on disk (shared files once), budget {human(limit)} "
           f"under {smoke_root()}")  # fmt: skip
     return 0

@@ -11,7 +11,8 @@ import argparse
 import importlib
 import sys
 
-from builder.errors import FarmError
+from builder.errors import FarmError, UsageError
+from mamba_ssm._untrusted import Untrusted, shown
 
 # command name -> the module that implements it; order is the order of ``--help``.
 COMMANDS = {
@@ -49,10 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except FarmError as err:
-        print(f"error: {err}", file=sys.stderr)
+        # the one place messages are printed: what they quote (an index's names, a manifest's fields, a cache
+        # file) is shown with control and bidi characters escaped, so it cannot draw over the terminal
+        print(f"error: {shown(err, 20_000, keep_newlines=True)}", file=sys.stderr)
         if err.hint:
-            print(f"hint: {err.hint}", file=sys.stderr)
+            print(f"hint: {shown(err.hint, 5000, keep_newlines=True)}", file=sys.stderr)
         return err.exit_code
+    except Untrusted as err:  # outside data a command did not wrap in its own error: still one line and a code
+        print(f"error: {shown(err, 20_000, keep_newlines=True)}", file=sys.stderr)
+        return UsageError.exit_code  # outside data that breaks a rule, where the command has no more precise code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

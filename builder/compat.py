@@ -155,8 +155,10 @@ class Compat:
                 return f"torch {torch} has no CUDA {acc.major}.x build{where} (its CUDA builds: {have})"
             ceiling = self.torch_cuda_ceiling(acc)
             if all(vtuple(v) > vtuple(ceiling) for v in same_major) and acc.toolkit in self.cuda:
-                return (f"torch {torch}'s CUDA {acc.major}.x builds{where} ({', '.join(same_major)}) are newer than "
-                        f"toolkit {acc.toolkit} was checked against ({ceiling}; toolkits.toml torch_cuda_max)")
+                return (
+                    f"torch {torch}'s CUDA {acc.major}.x builds{where} ({', '.join(same_major)}) are newer than "
+                    f"toolkit {acc.toolkit} was checked against ({ceiling}; toolkits.toml torch_cuda_max)"
+                )
         elif acc.kind == "rocm":
             if vtuple(acc.toolkit) < vtuple(self.rocm_minimum):
                 return f"the HIP kernels need ROCm >= {self.rocm_minimum}"
@@ -267,12 +269,16 @@ def image_setting_key(kind: str, source: str) -> str:
     return kind
 
 
+def _read(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
 @functools.lru_cache(maxsize=1)
 def load() -> Compat:
-    def read(name: str) -> dict:
-        with open(DATA_DIR / name, "rb") as f:
-            return tomllib.load(f)
+    return load_with(_read(DATA_DIR / "torch.toml"))
 
-    with open(BUILD_DATA, "rb") as f:
-        build = tomllib.load(f)
-    return Compat(read("torch.toml"), read("toolkits.toml"), read("images.toml"), build)
+
+def load_with(torch: dict) -> Compat:
+    """The data with this torch.toml document in place of the file's (drift --write proves its edit with it)."""
+    return Compat(torch, _read(DATA_DIR / "toolkits.toml"), _read(DATA_DIR / "images.toml"), _read(BUILD_DATA))

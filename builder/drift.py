@@ -12,9 +12,13 @@ reads of the wheel; never a whole wheel) and compares:
   CUDA build alone, and says so.
 - recipes: the newest final release of each recipe's sdist (version, sha256) against its pin.
 
-Drift exits :data:`DRIFT_EXIT` with a short table. ``--write`` edits the TOML in place with
-tomlkit (comments and layout kept): a new minor gets a row (and joins ``matrix.toml``'s torch
-axis, so the release builds it); changed facts are replaced. A recipe's pin moves only after the
+Drift exits :data:`DRIFT_EXIT` with a short table. ``--write`` edits the TOML with tomlkit (comments
+and layout kept): a new minor gets a row (and joins ``matrix.toml``'s torch axis, so the release builds
+it); changed facts are replaced. It proves what it writes first: the edits go to copies beside the files,
+the copies are loaded with the farm's own loaders and planned (every profile) as ``builder plan`` would,
+and only then replace the files (atomically); data the farm cannot load or plan is never written, and the
+command exits with :class:`~builder.errors.UnprovenWrite`'s code. What the index says is checked before it
+is data: a CUDA pin is a dotted number, an upload time a date. A recipe's pin moves only after the
 new sdist was fetched (its hash checked) and every patch was applied to a fresh copy of it;
 a patch that no longer applies keeps the old pin, is named in the table, and the command exits
 with :class:`~builder.errors.PatchError`'s code.
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import shutil
 import sys
@@ -39,13 +44,18 @@ from packaging.version import Version
 
 from builder import hostenv
 from builder.compat import DATA_DIR, PLATFORMS, vtuple
-from builder.errors import FarmError, PatchError, SourceFetchError, UsageError
+from builder.errors import FarmError, PatchError, SourceFetchError, UnprovenWrite, UsageError
 from builder.pypi import File, Index
+from builder.sources import command_deadline
+from mamba_ssm._untrusted import Deadline, Untrusted, shown
 
 DRIFT_EXIT = 13  # the data is behind the index (not a failure of the farm); errors.py lists every code
 ROOT = Path(__file__).resolve().parent.parent
 _MACHINE = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64"}
 _CUDA_PINS = re.compile(r"cuda-toolkit|nvidia-cuda-runtime(?:-cu\d+)?")
+_CUDA_VERSION = re.compile(r"(\d{1,3})\.(\d{1,3})(?:\.\d{1,6}){0,2}")  # 13.2.2, 12.8.90: what a CUDA pin is
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+MAX_MINORS = 64  # torch minors read from the oldest row up (2.8..2.15 today): a listing cannot make it endless
 
 
 # ---------------------------------------------------------------------------
@@ -84,8 +94,12 @@ def cuda_build(requires_dist: list[str], platform: str, python: str) -> str:
         if _CUDA_PINS.fullmatch(canonicalize_name(req.name)):
             pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
             if pins:
-                major, minor = pins[0].split(".")[:2]
-                return f"cu{major}{minor}"
+                # only a dotted number is a CUDA version: `===13.0x.y` (arbitrary equality) is not one
+                m = _CUDA_VERSION.fullmatch(pins[0])
+                if not m:
+                    raise SourceFetchError(f"Requires-Dist {shown(repr(line), 200)}: {shown(repr(pins[0]), 60)} is not a "
+                                           "CUDA version (a dotted number); the farm takes no data from it")  # fmt: skip
+                return f"cu{int(m.group(1))}{int(m.group(2))}"
     return "cpu"
 
 
@@ -102,6 +116,10 @@ def torch_facts(index: Index, oldest: str) -> dict[str, TorchFacts]:
     for v in releases:
         minor = f"{v.major}.{v.minor}"
         latest[minor] = max(latest.get(minor, v), v)
+    if len(latest) > MAX_MINORS:  # each minor costs a metadata read per platform
+        raise SourceFetchError(f"{index.url}/torch/: the listing names {len(latest)} torch minors from {oldest} up; "
+                               f"the check reads at most {MAX_MINORS}: not a listing of PyPI's",
+                               hint="pass --since MINOR to compare fewer")  # fmt: skip
     out = {}
     for minor, v in sorted(latest.items(), key=lambda kv: vtuple(kv[0])):
         files = releases[v]
@@ -117,8 +135,9 @@ def torch_facts(index: Index, oldest: str) -> dict[str, TorchFacts]:
             first = min(on, key=lambda f: vtuple(f.cpython()))
             meta = index.metadata(first)
             pypi[plat] = cuda_build(meta.get_all("Requires-Dist") or [], plat, first.cpython())
-        times = sorted(f.upload_time for f in files if f.upload_time)
-        out[minor] = TorchFacts(minor, str(v), (pythons[0], pythons[-1]), pypi, glibc, times[0][:10] if times else "")
+        # an upload time is data only as a date: what else it holds (control characters) never reaches a TOML comment
+        times = sorted(f.upload_time[:10] for f in files if f.upload_time and _DATE.fullmatch(f.upload_time[:10]))
+        out[minor] = TorchFacts(minor, str(v), (pythons[0], pythons[-1]), pypi, glibc, times[0] if times else "")
     return out
 
 
@@ -292,7 +311,8 @@ def check_patches(recipe, tree: Path) -> str | None:
     return None
 
 
-def write_recipe(index: Index, recipe, drift: Drift, cache_root: Path | None) -> None:
+def write_recipe(index: Index, recipe, drift: Drift, cache_root: Path | None, out: Path | None = None) -> None:
+    """Move the recipe's pin (to ``out``, a staged copy, when given) once the new sdist's patches apply."""
     import tomlkit
 
     from builder.sources import Fetcher, SdistPin, SourceCache
@@ -314,8 +334,83 @@ def write_recipe(index: Index, recipe, drift: Drift, cache_root: Path | None) ->
     doc = tomlkit.parse(recipe.path.read_text())
     _set(doc["source"], "version", pin.version)
     _set(doc["source"], "sha256", pin.sha256)
-    recipe.path.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
+    (out or recipe.path).write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
     drift.status = f"written (all {len(recipe.patches)} patches apply)"
+
+
+# ---------------------------------------------------------------------------
+# Proving what --write writes.
+
+
+class Staged:
+    """Copies beside the files --write edits: edited, loaded and planned, then put in place atomically (or
+    removed, the files untouched). A copy's name is hidden and not ``*.toml``: no loader finds it by a glob."""
+
+    def __init__(self) -> None:
+        self.copies: dict[Path, Path] = {}
+
+    def __getitem__(self, path: Path) -> Path:
+        """A copy beside ``path`` (so the matrix's relative paths resolve as the file's do)."""
+        if path not in self.copies:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".drift", dir=path.parent)
+            with os.fdopen(fd, "wb") as out:
+                out.write(path.read_bytes())
+            self.copies[path] = Path(tmp)
+        return self.copies[path]
+
+    def named(self, path: Path) -> Path:
+        """A copy with ``path``'s own name, in a hidden folder beside it (a recipe's name must be its file's)."""
+        if path not in self.copies:
+            folder = Path(tempfile.mkdtemp(prefix=".drift-", dir=path.parent))
+            shutil.copyfile(path, folder / path.name)
+            self.copies[path] = folder / path.name
+        return self.copies[path]
+
+    def drop(self, path: Path) -> None:
+        tmp = self.copies.pop(path)
+        tmp.unlink(missing_ok=True)
+        if tmp.parent.name.startswith(".drift-"):
+            shutil.rmtree(tmp.parent, ignore_errors=True)
+
+    def discard(self) -> None:
+        for path in list(self.copies):
+            self.drop(path)
+
+    def commit(self) -> None:
+        for path, tmp in list(self.copies.items()):
+            shutil.copymode(path, tmp)
+            os.replace(tmp, path)
+            self.drop(path)
+
+
+def prove(staged: Staged, torch_data: Path, matrix: Path, recipes: dict) -> None:
+    """Load the staged data with the farm's own loaders and plan every profile from it, as ``builder plan``
+    would after the write; UnprovenWrite (nothing is written) when any of it fails, whatever the failure."""
+    from builder import compat as compat_mod
+    from builder.matrix import load_matrix
+    from builder.plan import load_plan
+    from builder.recipes import load_recipe
+
+    step = "loading the new data"
+    try:
+        for path, tmp in staged.copies.items():
+            if any(r.path == path for r in recipes.values()):
+                step = f"loading the new {path.name}"
+                load_recipe(tmp)
+        step = f"loading the new {torch_data.name}"
+        torch_doc = _read_toml(staged.copies.get(torch_data, torch_data))
+        compat = compat_mod.load_with(torch_doc)
+        matrix_file = staged.copies.get(matrix, matrix)
+        step = f"loading the new {matrix.name}"
+        profiles = [None, *sorted(load_matrix(matrix_file, compat).profiles)]
+        for name in profiles:
+            step = f"planning {'the profile ' + name if name else 'the whole matrix'} from the new data"
+            load_plan(matrix_file, profile=name, compat=compat)
+    except Exception as err:  # noqa: BLE001 (any failure of the farm's loaders on this data refuses the write)
+        raise UnprovenWrite(
+            f"--write: nothing written: {step} failed ({type(err).__name__}: {shown(err, 500)})",
+            hint="the index published something the farm cannot take as data; the table says what drifted",
+        ) from None
 
 
 # ---------------------------------------------------------------------------
@@ -366,26 +461,57 @@ def run_command(args: argparse.Namespace) -> int:
     oldest = min(data, key=vtuple)
     if args.since:
         if not re.fullmatch(r"\d+\.\d+", args.since):
-            raise UsageError(f"--since {args.since!r}: write a torch minor such as 2.13")
+            raise UsageError(f"--since {shown(repr(args.since), 60)}: write a torch minor such as 2.13")
         oldest = max(oldest, args.since, key=vtuple)
-    facts = torch_facts(index, oldest)
-    drifts = compare_torch(data, facts)
-    recipes = {} if args.no_recipes else load_recipes(args.recipes)
-    recipe_drifts = [(r, d) for r in recipes.values() if (d := compare_recipe(index, r))]
-    if args.write:
-        today = datetime.date.today().isoformat()
-        if drifts:
-            write_torch(args.torch_data, drifts, facts, today)
-            new = [d.subject.split()[1] for d in drifts if d.what == "new-minor"]
-            if new:
-                write_matrix_axis(args.matrix, new)
-        for recipe, d in recipe_drifts:
+    staged = Staged()
+    try:
+        # everything read from the index (and the new sdists --write fetches) under one deadline for the command
+        with Deadline(command_deadline(), "python -m builder drift"):
+            facts = torch_facts(index, oldest)
+            drifts = compare_torch(data, facts)
+            recipes = {} if args.no_recipes else load_recipes(args.recipes)
+            recipe_drifts = [(r, d) for r in recipes.values() if (d := compare_recipe(index, r))]
+            if args.write:
+                _write(args, index, drifts, facts, recipe_drifts, staged)
+        every = drifts + [d for _, d in recipe_drifts]
+        if args.write:
             try:
-                write_recipe(index, recipe, d, args.cache)
-            except FarmError as err:  # the new sdist could not be fetched or unpacked: the pin stays
-                d.status = f"not written: {err}"
-                d.detail["exit"] = err.exit_code
-    every = drifts + [d for _, d in recipe_drifts]
+                prove(staged, args.torch_data, args.matrix, recipes)
+            except UnprovenWrite:
+                for d in every:
+                    if d.status.startswith("written"):
+                        d.status = "not written: the new data does not load (below)"
+                _report(args, index, every, facts, recipes)
+                raise
+            staged.commit()
+    except Untrusted as err:  # the command's deadline
+        raise SourceFetchError(str(err)) from None
+    finally:
+        staged.discard()
+    return _report(args, index, every, facts, recipes)
+
+
+def _write(args, index: Index, drifts: list[Drift], facts: dict, recipe_drifts: list, staged: Staged) -> None:
+    """Every edit --write makes, onto the staged copies (:class:`Staged`)."""
+    today = datetime.date.today().isoformat()
+    if drifts:
+        write_torch(staged[args.torch_data], drifts, facts, today)
+        new = [d.subject.split()[1] for d in drifts if d.what == "new-minor"]
+        if new:
+            write_matrix_axis(staged[args.matrix], new)
+    for recipe, d in recipe_drifts:
+        try:
+            write_recipe(index, recipe, d, args.cache, out=staged.named(recipe.path))
+        except FarmError as err:  # the new sdist could not be fetched or unpacked: the pin stays
+            staged.drop(recipe.path)
+            d.status = f"not written: {err}"
+            d.detail["exit"] = err.exit_code
+        else:
+            if not d.status.startswith("written"):  # a broken patch: the pin stays
+                staged.drop(recipe.path)
+
+
+def _report(args, index: Index, every: list[Drift], facts: dict, recipes: dict) -> int:
     checked = f"torch {min(facts, key=vtuple, default='-')}..{max(facts, key=vtuple, default='-')}, " + (
         ", ".join(f"{r.name} {r.source.version}" for r in recipes.values()) or "no recipes"
     )
@@ -406,7 +532,8 @@ def _table(drifts: list[Drift], checked: str, cost: str, wrote: bool) -> None:
         print(f"no drift ({checked}; {cost})")
         return
     head = ["subject", "drift", "data", "index"] + (["--write"] if wrote else [])
-    rows = [[d.subject, d.what, d.data, d.index] + ([d.status or "-"] if wrote else []) for d in drifts]
+    rows = [[shown(c, 300) for c in [d.subject, d.what, d.data, d.index] + ([d.status or "-"] if wrote else [])]
+            for d in drifts]  # fmt: skip
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - (1 if wrote else 0))]
     for r in [head, *rows]:
         cells = [c.ljust(w) for c, w in zip(r, widths)] + r[len(widths) :]

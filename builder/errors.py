@@ -102,6 +102,13 @@ class RehearsalError(FarmError):
     exit_code = 12
 
 
+class UnprovenWrite(FarmError):
+    """``drift --write``: the data it would write does not load or plan with the farm's own loaders, so
+    nothing was written (the files are as they were)."""
+
+    exit_code = 14
+
+
 # ``python -m builder drift`` exits 13 (builder.drift.DRIFT_EXIT; 11 is an unsafe sdist, 12 a rehearsal) when the data is behind the index:
 # not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
 

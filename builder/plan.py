@@ -87,6 +87,7 @@ def load_plan(
     only: list[str] | None = None,
     stable: bool | None = None,
     projects: list[str] | None = None,
+    compat: compat_mod.Compat | None = None,
 ) -> Plan:
     """Load, validate and expand matrix.toml into the plan. Raises MatrixError.
 
@@ -96,8 +97,9 @@ def load_plan(
     Every stage that takes build ids (build, render, --only) must load the plan with
     the same profile and setting, or the ids differ.
     projects: build these projects (CHECKOUT, recipe names) instead of the profile's.
+    compat: the data to plan with (default: the files'; drift --write plans from its edit before writing it).
     """
-    compat = compat_mod.load()
+    compat = compat or compat_mod.load()
     matrix = load_matrix(Path(matrix_file) if matrix_file else DEFAULT_MATRIX, compat)
     prof = matrix.profile(profile)
     if stable is None:
@@ -137,7 +139,9 @@ def _projects(matrix: Matrix, prof: Profile | None, projects: list[str] | None) 
         mean = f'; did you mean "{close[0]}"?' if close else ""
         message = f"no recipe {root / (name + '.toml')}{mean} (projects: {', '.join(known)})"
         if projects:
-            raise MatrixError(f"--projects {json.dumps(name)}: {message}", hint=f"add the recipe, or use one of: {', '.join(known)}")
+            raise MatrixError(
+                f"--projects {json.dumps(name)}: {message}", hint=f"add the recipe, or use one of: {', '.join(known)}"
+            )
         raise matrix.error(("profiles", prof.name, "projects", i), message)
     return chosen
 

@@ -9,20 +9,25 @@
   a server that ignores ``Range`` is refused rather than downloaded in full;
 - metadata read once is kept under ``<farm cache>/metadata/<sha256>.METADATA`` (a wheel's bytes,
   hence its metadata, never change under one hash).
+
+Everything the index says is outside data (:mod:`mamba_ssm._untrusted`): a listing's fields are type-checked,
+its sha256 becomes a cache file name only as 64 hex digits, every request has an overall deadline
+(``MAMBA_FARM_REQUEST_DEADLINE``, not only a socket timeout) and one run makes at most
+:data:`MAX_REQUESTS` of them; the remote zip's directory and its METADATA member are capped by what they really
+hold, not by what their headers claim.
 """
 
 from __future__ import annotations
 
 import email.parser
+import http.client
 import io
-import json
 import os
 import re
 import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,9 +36,26 @@ from packaging.version import InvalidVersion, Version
 
 from builder import hostenv
 from builder.errors import SourceFetchError
-from builder.sources import DEFAULT_INDEX, MAX_PAGE_BYTES, Fetcher, TooLarge, is_web_url, read_capped
+from builder.sources import DEFAULT_INDEX, MAX_PAGE_BYTES, Fetcher, request_deadline
+from mamba_ssm._untrusted import (
+    Deadline,
+    Untrusted,
+    expect,
+    is_web_url,
+    load_json,
+    open_zip,
+    read_capped,
+    read_regular,
+    sha256_name,
+    shown,
+    zip_read,
+)
 
 MAX_METADATA_BYTES = 16 << 20  # a wheel's METADATA (torch's is about 40 kB): an endless or bomb-sized one stops here
+MAX_REQUESTS = (
+    2000  # one drift run: ~40 today (listings, metadata files, a few ranges); a listing cannot make it endless
+)
+MAX_RANGE_BYTES = 64 << 20  # one ranged read of a remote wheel (its central directory is capped as much)
 _GLIBC_OF = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014": "2.17"}
 _MANYLINUX_RE = re.compile(r"(manylinux_(\d+)_(\d+)|manylinux1|manylinux2010|manylinux2014)_(x86_64|aarch64)")
 
@@ -137,97 +159,132 @@ class Index:
         self.requests = 0  # HTTP requests made (listings, metadata, ranges): what the report says it cost
         self.bytes = 0
 
-    def _get(self, url: str, headers: dict | None = None):
+    def _request(self, url: str, headers: dict | None, limit: int, ranged: bool = False) -> tuple[int, str, bytes]:
+        """(status, content type, body) of one GET, the body capped at ``limit`` bytes and the whole request
+        (connect, headers, body) under one deadline: a server that trickles a byte at a time is cut off."""
         # A listing names its files' URLs: only http(s) ones are read (a file:// link would read this host's files).
         if not is_web_url(url):
-            raise SourceFetchError(f"{url}: not an http(s) URL; the drift check reads only the index's web files")
+            raise SourceFetchError(f"{shown(repr(url), 300)}: not an http(s) URL; the drift check reads only the "
+                                   "index's web files")  # fmt: skip
+        if self.requests >= MAX_REQUESTS:
+            raise SourceFetchError(f"{self.url}: more than {MAX_REQUESTS} requests in one run; "
+                                   "no listing of PyPI's needs that many")  # fmt: skip
         req = urllib.request.Request(url, headers={"User-Agent": "mamba-farm", **(headers or {})})
         self.requests += 1
+        seconds = request_deadline()
         try:
-            resp = self.fetcher._opener().open(req, timeout=self.fetcher.timeout)
-            if not is_web_url(resp.geturl()):  # a redirect to another scheme
-                resp.close()
-                raise SourceFetchError(f"{url}: redirected to {resp.geturl()}, not an http(s) URL")
-            return resp
+            with Deadline(seconds, f"{shown(url, 300)}") as deadline:
+                resp = self.fetcher._opener().open(req, timeout=min(self.fetcher.timeout, seconds))
+                with resp:
+                    if not is_web_url(resp.geturl()):  # a redirect to another scheme
+                        raise SourceFetchError(f"{shown(url, 300)}: redirected to {shown(repr(resp.geturl()), 300)}, "
+                                               "not an http(s) URL")  # fmt: skip
+                    if ranged and resp.status != 206:  # refused before a byte of the body is read
+                        raise SourceFetchError(f"{shown(url, 300)}: the server ignores range requests (HTTP "
+                                               f"{resp.status}); the drift check does not download whole wheels")  # fmt: skip
+                    body = read_capped(resp, limit, deadline)
+                    return resp.status, resp.headers.get("Content-Type", ""), body
         except urllib.error.HTTPError as err:
-            raise SourceFetchError(f"{url}: HTTP {err.code} {err.reason}") from None
-        except (urllib.error.URLError, OSError) as err:
-            raise SourceFetchError(f"{url}: {getattr(err, 'reason', err)}",
+            raise SourceFetchError(f"{shown(url, 300)}: HTTP {err.code} {shown(err.reason, 200)}") from None
+        except Untrusted as err:
+            raise SourceFetchError(f"{shown(url, 300)}: {err}: not a listing or METADATA this check reads") from None
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as err:
+            raise SourceFetchError(f"{shown(url, 300)}: {shown(getattr(err, 'reason', err), 300)}",
                                    hint="check the host's pip settings (index-url, cert, proxy: `pip config list`)") from None  # fmt: skip
 
     def files(self, project: str) -> list[File]:
-        """Every file the index lists for ``project`` (PEP 691 JSON)."""
+        """Every file the index lists for ``project`` (PEP 691 JSON), each field type-checked."""
         url = f"{self.url}/{project}/"
-        with self._get(url, {"Accept": "application/vnd.pypi.simple.v1+json"}) as resp:
-            body, ctype = self._read(resp, url, MAX_PAGE_BYTES), resp.headers.get("Content-Type", "")
+        _status, ctype, body = self._request(url, {"Accept": "application/vnd.pypi.simple.v1+json"}, MAX_PAGE_BYTES)
         self.bytes += len(body)
         if "json" not in ctype:
-            raise SourceFetchError(f"{url}: answered {ctype or 'no content type'}, not PEP 691 JSON")
+            raise SourceFetchError(f"{url}: answered {shown(ctype, 100) or 'no content type'}, not PEP 691 JSON")
         try:
-            data = json.loads(body)
-        except ValueError as err:
-            raise SourceFetchError(f"{url}: not JSON: {err}") from None
-        out = []
-        for f in data.get("files", []):
-            if not isinstance(f, dict) or "filename" not in f or "url" not in f:
-                continue
-            meta = f.get("core-metadata", f.get("dist-info-metadata", False))
-            out.append(File(
-                filename=f["filename"],
-                url=urllib.parse.urljoin(url, f["url"]),
-                sha256=(f.get("hashes") or {}).get("sha256"),
-                size=f.get("size"),
-                requires_python=f.get("requires-python"),
-                upload_time=f.get("upload-time"),
-                yanked=bool(f.get("yanked")),
-                core_metadata=bool(meta),
-            ))  # fmt: skip
-        return out
-
-    @staticmethod
-    def _read(resp, url: str, limit: int) -> bytes:
-        try:
-            return read_capped(resp, limit)
-        except TooLarge as err:
-            raise SourceFetchError(f"{url}: {err}: not a listing or METADATA this check reads") from None
+            data = expect(load_json(body, url), dict, f"{url}: the listing")
+            return [_file(f, i, url) for i, f in enumerate(expect(data.get("files", []), list, f"{url}: files"))]
+        except Untrusted as err:
+            raise SourceFetchError(f"{err}; not a PEP 691 listing this check reads") from None
 
     def read_range(self, url: str, start: int, length: int) -> bytes:
-        with self._get(url, {"Range": f"bytes={start}-{start + length - 1}"}) as resp:
-            if resp.status != 206:
-                raise SourceFetchError(f"{url}: the server ignores range requests (HTTP {resp.status}); "
-                                       "the drift check does not download whole wheels")  # fmt: skip
-            data = resp.read(length + 1)
+        if length > MAX_RANGE_BYTES:
+            raise SourceFetchError(f"{shown(url, 300)}: a read of {length} bytes asked of a remote wheel; "
+                                   f"the check reads at most {MAX_RANGE_BYTES >> 20} MiB at once")  # fmt: skip
+        _status, _ctype, data = self._request(url, {"Range": f"bytes={start}-{start + length - 1}"}, length, True)
         self.bytes += len(data)
         return data[:length]
 
     def metadata(self, f: File) -> email.message.Message:
-        """The wheel's METADATA: PEP 658 file, else ranged reads of the wheel's zip; cached by sha256."""
-        cached = self.cache / f"{f.sha256}.METADATA" if f.sha256 else None
-        if cached is not None and cached.is_file():
-            return email.parser.BytesParser().parsebytes(cached.read_bytes())
+        """The wheel's METADATA: PEP 658 file, else ranged reads of the wheel's zip; cached by sha256.
+
+        The listing's sha256 names the cache file only as 64 hex digits (an absolute path, ``..`` or any
+        other name is refused before anything is read or written)."""
+        cached = None
+        if f.sha256 is not None:
+            try:
+                cached = self.cache / f"{sha256_name(f.sha256, f'{f.filename}: the listed sha256')}.METADATA"
+            except Untrusted as err:
+                raise SourceFetchError(f"{err}; nothing of it is read or cached") from None
+        if cached is not None and os.path.lexists(cached):
+            try:
+                return _parse(read_regular(cached, MAX_METADATA_BYTES))
+            except Untrusted as err:
+                raise SourceFetchError(f"{err}: not a METADATA the check reads from its cache",
+                                       hint=f"remove {shown(cached)}; the next run reads it again") from None  # fmt: skip
         if f.core_metadata:
-            with self._get(f.url + ".metadata") as resp:
-                raw = self._read(resp, f.url + ".metadata", MAX_METADATA_BYTES)
+            _status, _ctype, raw = self._request(f.url + ".metadata", None, MAX_METADATA_BYTES)
             self.bytes += len(raw)
         else:
             if not f.size:
-                raise SourceFetchError(f"{f.filename}: the listing gives no size, so its metadata cannot be read "
-                                       "without downloading the whole wheel")  # fmt: skip
+                raise SourceFetchError(f"{shown(f.filename)}: the listing gives no size, so its metadata cannot be "
+                                       "read without downloading the whole wheel")  # fmt: skip
             try:
-                with zipfile.ZipFile(io.BufferedReader(_RangeFile(self, f.url, f.size), buffer_size=1 << 16)) as zf:
+                with open_zip(
+                    io.BufferedReader(_RangeFile(self, f.url, f.size), buffer_size=1 << 16), f.filename
+                ) as zf:
                     names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
                     if len(names) != 1:
-                        raise SourceFetchError(f"{f.filename}: {len(names)} .dist-info/METADATA files in the wheel")
+                        raise SourceFetchError(
+                            f"{shown(f.filename)}: {len(names)} .dist-info/METADATA files in the wheel"
+                        )
                     if zf.getinfo(names[0]).file_size > MAX_METADATA_BYTES:
-                        raise SourceFetchError(f"{f.filename}: its METADATA unpacks to more than "
+                        raise SourceFetchError(f"{shown(f.filename)}: its METADATA unpacks to more than "
                                                f"{MAX_METADATA_BYTES >> 20} MiB")  # fmt: skip
-                    raw = zf.read(names[0])
-            except (zipfile.BadZipFile, EOFError) as err:
-                raise SourceFetchError(f"{f.filename}: not a readable wheel: {err}") from None
+                    raw = zip_read(
+                        zf, names[0], MAX_METADATA_BYTES, f.filename
+                    )  # capped as inflated, whatever the header says
+            except Untrusted as err:
+                raise SourceFetchError(f"{err}: not a wheel the check reads") from None
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=cached.parent, prefix=".partial-")
             with os.fdopen(fd, "wb") as out:
                 out.write(raw)
             os.replace(tmp, cached)
-        return email.parser.BytesParser().parsebytes(raw)
+        return _parse(raw)
+
+
+def _parse(raw: bytes) -> email.message.Message:
+    return email.parser.BytesParser().parsebytes(raw)
+
+
+def _file(f: object, i: int, url: str) -> File:
+    """One listing entry, its fields checked for type (a wrong one refuses the listing, with its place)."""
+    where = f"{url}: files[{i}]"
+    f = expect(f, dict, where)
+    hashes = expect(f.get("hashes") or {}, dict, f"{where}.hashes")
+    meta = f.get("core-metadata", f.get("dist-info-metadata", False))
+    yanked = f.get("yanked")
+    try:
+        link = urllib.parse.urljoin(url, expect(f.get("url"), str, f"{where}.url"))
+    except ValueError as err:  # urljoin's own refusals (a bracketed host that is no IPv6 address)
+        raise Untrusted(f"{where}.url: {err}") from None
+    return File(
+        filename=expect(f.get("filename"), str, f"{where}.filename"),
+        url=link,
+        sha256=expect(hashes.get("sha256"), (str, type(None)), f"{where}.hashes.sha256"),
+        size=expect(f.get("size"), (int, type(None)), f"{where}.size"),
+        requires_python=expect(f.get("requires-python"), (str, type(None)), f"{where}.requires-python"),
+        upload_time=expect(f.get("upload-time"), (str, type(None)), f"{where}.upload-time"),
+        yanked=bool(expect(yanked, (bool, str, type(None)), f"{where}.yanked")),
+        core_metadata=bool(expect(meta, (bool, dict), f"{where}.core-metadata")),
+    )

@@ -41,11 +41,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import RecipeError
-
 from builder.matrix import DIST_RE, RELPATH_RE
-from builder.sources import SHA256_RE, SdistPin
+from builder.sources import SdistPin
 from builder.tomlcheck import TomlChecker, read_toml, show, type_name
 from builder.tomllines import TomlLines
+from mamba_ssm._untrusted import SHA256_RE
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO / "recipes"

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.errors import RehearsalError, UsageError
+from mamba_ssm._untrusted import shown
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -244,6 +245,7 @@ def rehearse(
     (default v<version>, VERSION committed first when given), pushed (the release profile) or, with a
     PROFILE, ONLY_IDS or PROJECTS, a manual run on that tag (it publishes too). The work folder keeps the clone and
     the stand-ins' state, so a second call with the same WORK is the next release."""
+    act = _act()  # found before anything is cloned or made
     actions = actions or shared_actions(root)
     if not actions.is_dir():
         raise RehearsalError(
@@ -281,7 +283,7 @@ def rehearse(
     (work / "event.json").write_text(json.dumps(event_payload(ref, inputs)))
     workflows = sorted((repo / ".github" / "workflows").glob("*.y*ml"))
     cmd = [
-        _act(), event, "-W", str(repo / WORKFLOWS / workflow), "-C", str(repo), "-e", str(work / "event.json"),
+        act, event, "-W", str(repo / WORKFLOWS / workflow), "-C", str(repo), "-e", str(work / "event.json"),
         "-P", "ubuntu-24.04=-self-hosted", "--action-offline-mode", "--action-cache-path", str(work / "act"),
         "--no-cache-server", "--artifact-server-addr", "127.0.0.1", "--artifact-server-port", str(free_port()),
         "--artifact-server-path", str(artifacts), "--var", f"INDEX_URL={index_url}", "--var", "PYPI_PROJECT=mamba-ssm",
@@ -354,7 +356,28 @@ def add_command(subparsers) -> None:
     p.set_defaults(func=run_command)
 
 
+_REF_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,127}")  # a tag or version git and PEP 440 take: never an option
+_WORKFLOW_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.ya?ml")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What reaches git, act and the work folder, checked before anything is cloned, made or run."""
+    for flag, value in (("--tag", args.tag), ("--version", args.version)):
+        if value is not None and (not _REF_RE.fullmatch(value) or ".." in value):
+            raise UsageError(f"{flag} {shown(repr(value), 100)}: not a tag or version (letters, digits, . _ + - /, "
+                             "not starting with '-')")  # fmt: skip
+    if args.port is not None and not 1 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: not a TCP port (1-65535)")
+    if not _WORKFLOW_RE.fullmatch(args.workflow) or not (ROOT / WORKFLOWS / args.workflow).is_file():
+        known = ", ".join(sorted(p.name for p in (ROOT / WORKFLOWS).glob("*.y*ml")))
+        raise UsageError(f"--workflow {shown(repr(args.workflow), 200)}: not a workflow of {WORKFLOWS} ({known})")
+    if args.work.exists() and not args.work.is_dir():
+        raise UsageError(f"--work {shown(args.work)}: exists and is not a folder")
+    _act()
+
+
 def run_command(args: argparse.Namespace) -> int:
+    check_args(args)
     if (args.version or args.tag) and not args.release:
         raise UsageError("--version and --tag go with --release", hint="add --release, or drop them for a dry run")
     if args.release and not (args.profile or args.only_ids or args.projects or args.push):

@@ -13,27 +13,88 @@ import base64
 import email.parser
 import hashlib
 import os
+import stat
 import zipfile
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from builder.errors import VerificationError
+from mamba_ssm._untrusted import Untrusted, open_zip, shown, zip_read
 
 
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+MAX_MEMBER_BYTES = (1 << 30) - 1  # one member read into memory; the cap is on the bytes really inflated
+_HASHES = ("sha256", "sha384", "sha512")
+
+
+def _member_name_ok(name: str) -> bool:
+    """A member name a wheel may hold: relative, no ``..``, no backslash or NUL (what the index refuses too)."""
+    parts = name.rstrip("/").split("/")
+    return bool(name) and not name.startswith("/") and "\\" not in name and "\0" not in name and ".." not in parts \
+        and ":" not in parts[0] and all(parts)  # fmt: skip
+
+
 def read_members(wheel: Path) -> tuple[list[zipfile.ZipInfo], dict[str, bytes], str]:
-    """(zip entries, name -> bytes, the .dist-info folder) of WHEEL."""
-    with zipfile.ZipFile(wheel) as src:
-        infos = src.infolist()
-        members = {i.filename: src.read(i) for i in infos}
+    """(zip entries, name -> bytes, the .dist-info folder) of WHEEL, read as outside data: every member a plain
+    file or folder under a relative name (no link, no ``..``, no absolute path, none twice), each capped as
+    inflated, and each file's bytes the hash its RECORD lists (a fresh RECORD written later then vouches only
+    for what the old one did). VerificationError otherwise."""
+    try:
+        with open_zip(wheel, wheel.name) as src:
+            infos = src.infolist()
+            seen = set()
+            for i in infos:
+                if not _member_name_ok(i.filename) or i.filename in seen:
+                    raise VerificationError(f"{wheel.name}: member {shown(repr(i.filename), 200)} is absolute, climbs "
+                                            "out with '..', or comes twice: not a wheel the farm rewrites")  # fmt: skip
+                if stat.S_ISLNK(i.external_attr >> 16):
+                    raise VerificationError(f"{wheel.name}: member {shown(repr(i.filename), 200)} is a symbolic link: "
+                                            "not a wheel the farm rewrites")  # fmt: skip
+                seen.add(i.filename)
+            members = {i.filename: zip_read(src, i, MAX_MEMBER_BYTES, wheel.name) for i in infos}
+    except Untrusted as err:
+        raise VerificationError(str(err)) from None
     info_dirs = {n.split("/")[0] for n in members if n.count("/") == 1 and n.endswith(".dist-info/METADATA")}
     if len(info_dirs) != 1:
         raise VerificationError(f"{wheel.name}: expected one *.dist-info/METADATA, found {len(info_dirs)}")
-    return infos, members, info_dirs.pop()
+    info_dir = info_dirs.pop()
+    _check_record(wheel, members, info_dir)
+    return infos, members, info_dir
+
+
+def _check_record(wheel: Path, members: dict[str, bytes], info_dir: str) -> None:
+    """Every file member's bytes against its RECORD row (PEP 376/427), before anything is rewritten."""
+    import csv
+    import io
+
+    record_name = f"{info_dir}/RECORD"
+    raw = members.get(record_name)
+    if raw is None:
+        raise VerificationError(f"{wheel.name}: no {record_name}")
+    try:
+        rows = list(csv.reader(io.StringIO(raw.decode("utf-8"))))
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise VerificationError(f"{wheel.name}: {record_name} is not readable ({err})") from None
+    listed = {}
+    for row in rows:
+        if row:
+            listed[row[0]] = row[1] if len(row) > 1 else ""
+    for name, data in members.items():
+        if name == record_name or name.endswith("/") or name.endswith((".jws", ".p7s")) and name.startswith(info_dir):
+            continue
+        want = listed.get(name)
+        algo, _, digest = (want or "").partition("=")
+        if algo not in _HASHES:
+            raise VerificationError(f"{wheel.name}: {shown(repr(name), 200)} has no hash in {record_name}: "
+                                    "its RECORD does not vouch for it")  # fmt: skip
+        got = base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode()
+        if got != digest.rstrip("="):
+            raise VerificationError(f"{wheel.name}: {shown(repr(name), 200)} does not match its {record_name} hash: "
+                                    "the file was changed after the wheel was built")  # fmt: skip
 
 
 def write_wheel(infos: list[zipfile.ZipInfo], members: dict[str, bytes], info_dir: str, dest: Path) -> Path:

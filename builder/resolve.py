@@ -10,8 +10,9 @@ The core (:func:`resolve`) is pure: a manifest and a Variant in, a Resolution ou
 from __future__ import annotations
 
 import argparse
-
+import http.client
 import json
+import os
 import re
 import sys
 import urllib.error
@@ -25,8 +26,19 @@ from packaging.utils import canonicalize_name
 from builder import variants
 from builder.errors import NoMatchingWheel, UsageError
 from builder.index.model import PROJECT, Entry, Manifest, install_command
+from builder.sources import request_deadline
 from mamba_ssm import _variant
 from mamba_ssm._elf import tag_machine
+from mamba_ssm._untrusted import (
+    PLAIN_URL_RE,
+    Deadline,
+    Untrusted,
+    load_json,
+    plain_url,
+    read_capped,
+    read_regular,
+    shown,
+)
 
 DEFAULT_INDEX = "dist/index"
 
@@ -97,7 +109,6 @@ def _nearest(manifest: Manifest, want: _variant.Variant, project: str, limit: in
 MAX_MANIFEST_BYTES = 256 << 20  # a 5,000-wheel manifest is a few MB
 _STR_FIELDS = ("filename", "version", "label", "key", "accelerator", "torch", "python", "abi", "platform", "sha256")
 _TEXT_RE = re.compile(r"[A-Za-z0-9._+!=<>~,*-]*")  # what the fields that reach a command may hold
-_URL_RE = re.compile(r"[A-Za-z0-9._~:/%@+=,-]+")  # no shell or HTML syntax (builder.index.generation's rule)
 
 
 def _bad(where: str, what: str):
@@ -159,41 +170,48 @@ def check_manifest(doc, where: str) -> dict:
 
 
 def _http_url(url: str) -> bool:
-    parts = urllib.parse.urlsplit(url)
-    return (
-        parts.scheme in ("http", "https") and bool(parts.netloc) and not parts.query and not parts.fragment
-        and bool(_URL_RE.fullmatch(url))
-    )  # fmt: skip
+    return plain_url(url) is not None
 
 
 def load(index: str) -> tuple[dict, str]:
-    """The manifest of an index (a folder or an http(s)/file URL) and the base URL for commands."""
+    """The manifest of an index (a folder or an http(s)/file URL) and the base URL for commands.
+
+    Read as outside data (:mod:`mamba_ssm._untrusted`): a local manifest must be a regular file (a FIFO or
+    a device is refused, never waited on), a remote one is read under one deadline, both capped and parsed
+    with a depth limit."""
     if "://" in index:
-        if not _http_url(index) and not index.startswith("file://"):
-            raise UsageError(f"--index {index!r}: not an http(s) or file:// URL", hint="give the index root URL")
+        if index.startswith("file://"):
+            folder = urllib.parse.unquote(urllib.parse.urlsplit(index).path)
+            doc, _ = _load_folder(Path(folder), index)
+            return doc, doc.get("base_url") or index.rstrip("/")
+        if not _http_url(index):
+            raise UsageError(f"--index {shown(repr(index), 300)}: not an http(s) or file:// URL",
+                             hint="give the index root URL")  # fmt: skip
         url = index.rstrip("/") + "/manifest.json"
         try:
-            with urllib.request.urlopen(url, timeout=30) as r:
-                body = r.read(MAX_MANIFEST_BYTES + 1)
-            if len(body) > MAX_MANIFEST_BYTES:
-                raise ValueError(f"larger than {MAX_MANIFEST_BYTES >> 20} MiB")
-            doc = json.loads(body)
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            raise UsageError(f"--index {index}: cannot read {url} ({err})", hint="give the index root URL") from None
+            seconds = request_deadline()
+            with Deadline(seconds, url) as deadline, urllib.request.urlopen(url, timeout=min(30, seconds)) as r:
+                body = read_capped(r, MAX_MANIFEST_BYTES, deadline)
+            doc = load_json(body, url)
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as err:
+            raise UsageError(f"--index {shown(index, 300)}: cannot read {shown(url, 300)} ({shown(err, 300)})",
+                             hint="give the index root URL") from None  # fmt: skip
         doc = check_manifest(doc, url)
         return doc, doc.get("base_url") or index.rstrip("/")
-    path = Path(index)
+    return _load_folder(Path(index), index)
+
+
+def _load_folder(path: Path, index: str) -> tuple[dict, str]:
     mf = path / "manifest.json"
-    if not mf.is_file():
+    if not os.path.lexists(mf):
         raise UsageError(
-            f"--index {index}: no manifest.json there", hint="point --index at the OUT of `python -m builder index`"
+            f"--index {shown(index, 300)}: no manifest.json there",
+            hint="point --index at the OUT of `python -m builder index`",
         )
     try:
-        if mf.stat().st_size > MAX_MANIFEST_BYTES:
-            raise ValueError(f"larger than {MAX_MANIFEST_BYTES >> 20} MiB")
-        doc = json.loads(mf.read_bytes())
-    except (ValueError, OSError) as err:
-        raise UsageError(f"{mf}: not valid JSON ({err})") from None
+        doc = load_json(read_regular(mf, MAX_MANIFEST_BYTES), str(mf))
+    except Untrusted as err:
+        raise UsageError(f"{err}: not a manifest this builder can read") from None
     doc = check_manifest(doc, str(mf))
     return doc, doc.get("base_url") or path.absolute().as_uri()
 
@@ -268,7 +286,7 @@ def _run(args) -> int:
             hint="name one of its projects, or point --index at the index that publishes it",
         )
     res = resolve(manifest, variant, project)
-    if res.entry is not None and not (_http_url(base) or base.startswith("file://") and _URL_RE.fullmatch(base)):
+    if res.entry is not None and not (_http_url(base) or base.startswith("file://") and PLAIN_URL_RE.fullmatch(base)):
         raise UsageError(
             f"--index {args.index}: its base URL {base!r} is not an http(s) URL; no command is printed with it",
             hint="point --index at an index whose base_url is http(s)",

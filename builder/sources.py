@@ -31,12 +31,10 @@ import contextlib
 import gzip
 import hashlib
 import html.parser
-import json
 import os
 import re
 import shutil
 import ssl
-import stat
 import tarfile
 import tempfile
 import time
@@ -52,10 +50,43 @@ from packaging.version import InvalidVersion, Version
 
 from builder import hostenv
 from builder.errors import SourceFetchError, SourceIntegrityError, UnsafeArchiveError, UsageError
+from mamba_ssm._untrusted import (
+    SHA256_RE,
+    Deadline,
+    TooLarge,
+    Untrusted,
+    env_seconds,
+    is_web_url,
+    load_json,
+    open_regular,
+    read_capped,
+    shown,
+)
 
 DEFAULT_INDEX = "https://pypi.org/simple"
-SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
+REQUEST_DEADLINE_S = 30.0  # a listing, a METADATA or a manifest: seconds on a good link; a trickling server ends here
+DOWNLOAD_DEADLINE_FACTOR = 10  # an sdist download may take ten requests' time
+
+
+COMMAND_DEADLINE_S = 1800.0  # one command's reading of indexes (drift: ~40 requests, a few sdists)
+
+
+def command_deadline() -> float:
+    """The overall limit of one command's network reads (``MAMBA_FARM_COMMAND_DEADLINE`` seconds, default 1800)."""
+    try:
+        return env_seconds("MAMBA_FARM_COMMAND_DEADLINE", COMMAND_DEADLINE_S)
+    except Untrusted as err:
+        raise UsageError(str(err)) from None
+
+
+def request_deadline() -> float:
+    """The overall limit of one request (``MAMBA_FARM_REQUEST_DEADLINE`` seconds, default 30): connect,
+    headers and body together. A socket timeout alone never trips on a server sending a byte every 2 s."""
+    try:
+        return env_seconds("MAMBA_FARM_REQUEST_DEADLINE", REQUEST_DEADLINE_S)
+    except Untrusted as err:
+        raise UsageError(str(err)) from None
 
 
 # ---------------------------------------------------------------------------
@@ -227,27 +258,34 @@ class Fetcher:
             try:
                 if base.startswith("file://"):
                     page = Path(urllib.parse.unquote(urllib.parse.urlparse(base).path)) / "index.html"
-                    if not page.is_file():
+                    if not page.exists():
                         continue
-                    listed = _from_html(page.read_text(encoding="utf-8", errors="replace"), page.as_uri())
+                    with open_regular(page) as f:  # a FIFO or a device is refused, never waited on
+                        body = read_capped(f, MAX_PAGE_BYTES)
+                    listed = _from_html(body.decode("utf-8", errors="replace"), page.as_uri())
                 else:
-                    with self.open(base) as resp:
-                        body = read_capped(resp, MAX_PAGE_BYTES)
+                    with Deadline(request_deadline(), base) as deadline, self.open(base) as resp:
+                        body = read_capped(resp, MAX_PAGE_BYTES, deadline)
                         ctype = resp.headers.get("Content-Type", "")
                     if "json" in ctype:
-                        listed = _from_json(json.loads(body), base)
+                        doc = load_json(body, base)
+                        if not isinstance(doc, dict):
+                            raise Untrusted(f"{base}: a PEP 691 answer that is not an object")
+                        listed = _from_json(doc, base)
                     else:
                         listed = _from_html(body.decode("utf-8", errors="replace"), base)
                     # a remote page links remote files only: never file://, never another scheme
                     off = [c for c in listed if not is_web_url(c.url) and pin.matches_filename(c.filename)]
-                    errors += [f"{base}: links {c.url!r}, not an http(s) URL: ignored" for c in off]
+                    errors += [f"{base}: links {shown(repr(c.url), 300)}, not an http(s) URL: ignored" for c in off]
                     listed = [c for c in listed if is_web_url(c.url)]
             except urllib.error.HTTPError as err:
                 if err.code != 404:
                     errors.append(f"{base}: HTTP {err.code} {err.reason}")
                 continue
             except (urllib.error.URLError, OSError, ValueError, TooLarge, AttributeError, TypeError) as err:
-                errors.append(f"{base}: {getattr(err, 'reason', err)}")  # one dead mirror does not hide the others
+                errors.append(
+                    f"{base}: {shown(getattr(err, 'reason', err), 300)}"
+                )  # one dead mirror does not hide the others
                 continue
             found += [(index, c) for c in listed if pin.matches_filename(c.filename)]
         return found, errors
@@ -255,10 +293,6 @@ class Fetcher:
 
 # ---------------------------------------------------------------------------
 # The cache.
-
-
-class TooLarge(Exception):
-    """A download or a page went past its cap."""
 
 
 def max_sdist_bytes() -> int:
@@ -270,27 +304,18 @@ def max_sdist_bytes() -> int:
 MAX_PAGE_BYTES = 64 << 20  # an index page (PyPI's largest project pages are a few MB)
 
 
-def _sha256_copy(src, dst, limit: int | None = None) -> str:
+def _sha256_copy(src, dst, limit: int | None = None, deadline: Deadline | None = None) -> str:
     h = hashlib.sha256()
     total = 0
     while chunk := src.read(_CHUNK):
+        if deadline is not None:
+            deadline.left()
         total += len(chunk)
         if limit is not None and total > limit:
             raise TooLarge(f"more than {limit >> 20} MiB")
         h.update(chunk)
         dst.write(chunk)
     return h.hexdigest()
-
-
-def read_capped(resp, limit: int) -> bytes:
-    body = resp.read(limit + 1)
-    if len(body) > limit:
-        raise TooLarge(f"more than {limit >> 20} MiB")
-    return body
-
-
-def is_web_url(url: str) -> bool:
-    return urllib.parse.urlsplit(url).scheme in ("http", "https")
 
 
 def _sha256_file(path: Path) -> str:
@@ -362,8 +387,9 @@ class SourceCache:
             try:
                 with os.fdopen(fd, "wb") as out:
                     try:
-                        with self._open(cand.url) as src:
-                            digest = _sha256_copy(src, out, cap)
+                        seconds = request_deadline() * DOWNLOAD_DEADLINE_FACTOR
+                        with Deadline(seconds, f"{cand.url}: the download") as deadline, self._open(cand.url) as src:
+                            digest = _sha256_copy(src, out, cap, deadline)
                     except TooLarge as err:
                         mismatches.append(
                             f"{cand.url} ({err}, over the cap: MAMBA_FARM_MAX_SDIST_MB raises it); nothing was kept"
@@ -396,12 +422,7 @@ class SourceCache:
 
     def _open(self, url: str):
         if url.startswith("file://"):
-            path = urllib.parse.unquote(urllib.parse.urlparse(url).path)
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # /dev/zero, a FIFO, a folder: never read
-                os.close(fd)
-                raise OSError(f"{path} is not a regular file")
-            return os.fdopen(fd, "rb")
+            return open_regular(urllib.parse.unquote(urllib.parse.urlparse(url).path))  # /dev/zero, a FIFO: never read
         if not is_web_url(url):
             raise ValueError(f"{url!r} is neither http(s) nor file://")
         resp = self.fetcher.open(url)

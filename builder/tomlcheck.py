@@ -55,6 +55,8 @@ def read_toml(path: Path, error: type[FarmError], missing: str, missing_hint: st
         raise error(f"{path}:{line}: not UTF-8 text (byte {err.start})") from None
     try:
         return text, tomllib.loads(text)
+    except RecursionError:  # tomllib recurses on nested arrays and inline tables
+        raise error(f"{path}: nested too deeply to be a farm TOML file") from None
     except tomllib.TOMLDecodeError as err:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(err))
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(err)) or "invalid TOML"

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from builder.errors import VerificationError
 from builder.relabel import read_members, write_wheel
@@ -273,8 +274,14 @@ def build_root(index, store: Path, previous: dict) -> tuple[dict[str, str], dict
     files: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     groups: dict[tuple[str, str], list] = {}
+    spelled: dict[tuple[str, Version], str] = {}  # one -variants.json per version: 2.3.0 and 2.3.0.0 are one
     for fn, e in sorted(index.files.items()):
         if e.stable and (e.accelerator == "cpu" or e.accelerator.startswith("cu")):
+            first = spelled.setdefault((e.project, Version(e.release)), e.release)
+            if first != e.release:
+                skipped[fn] = (f"release {e.release} is {first} spelled another way: one {variants_json_name(e.project, first)} "
+                               "per version (an installer would see two)")  # fmt: skip
+                continue
             groups.setdefault((e.project, e.release), []).append((fn, e))
     pages: dict[str, str] = {}
     releases: dict[str, list[str]] = {}

@@ -11,12 +11,16 @@ pip takes them together, and so does this reader.
 from __future__ import annotations
 
 import functools
-import zipfile
+import io
 from typing import NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+
+from mamba_ssm._untrusted import Untrusted, open_zip, zip_read
+
+MAX_METADATA_BYTES = 16 << 20  # a wheel's METADATA or WHEEL (torch's METADATA is about 40 kB)
 
 
 class MetadataError(ValueError):
@@ -38,23 +42,23 @@ def read(src, *, wheel_tags: bool = False) -> WheelMetadata:
     """Read the dist-info of the wheel ``src`` (a path, a file or a buffer): the central directory, then
     only METADATA (and WHEEL with ``wheel_tags``). Raises MetadataError."""
     try:
-        with zipfile.ZipFile(src) as zf:
+        with open_zip(io.BytesIO(src) if isinstance(src, bytes | bytearray) else src, "the wheel") as zf:
             names = tuple(zf.namelist())
             infos = [n[: -len("/METADATA")] for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             if len(infos) != 1:
                 raise MetadataError(f"expected one *.dist-info/METADATA, found {len(infos)}")
             (info,) = infos
-            raw = zf.read(f"{info}/METADATA")
+            raw = zip_read(zf, f"{info}/METADATA", MAX_METADATA_BYTES, "the wheel")  # capped as inflated
             tags = None
             if wheel_tags:
                 if f"{info}/WHEEL" not in names:
                     raise MetadataError(f"no {info}/WHEEL")
-                text = zf.read(f"{info}/WHEEL").decode("utf-8", "replace")
+                text = zip_read(zf, f"{info}/WHEEL", MAX_METADATA_BYTES, "the wheel").decode("utf-8", "replace")
                 tags = tuple(
                     sorted(v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines()) if k == "Tag")
                 )
-    except zipfile.BadZipFile as err:
-        raise MetadataError(f"not a readable zip file ({err})") from None
+    except Untrusted as err:
+        raise MetadataError(str(err).removeprefix("the wheel: ")) from None
     headers = parse_headers(raw)
     return WheelMetadata(
         names=names,

@@ -10,11 +10,15 @@ and cuobjdump are usually absent. It imports neither torch nor builder. Only 64-
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from mamba_ssm._untrusted import Untrusted, read_regular, shown
 
 _SHT_SYMTAB, _SHT_DYNSYM = 2, 11
 SYMBOL_TABLES = (_SHT_SYMTAB, _SHT_DYNSYM)
@@ -22,8 +26,47 @@ _SHN_UNDEF = 0
 EM_AMDGPU = 224
 
 
-class NotAnElf(ValueError):
-    pass
+MAX_ELF_BYTES = 4 << 30  # the largest extension read whole (a CUDA build with many archs is a few hundred MB)
+
+
+class NotAnElf(Untrusted):
+    """The one error of this reader: the file is not an ELF image it can read (whatever is broken in it)."""
+
+
+# What a malformed image makes the parsing below raise: offsets past the end, tables too short, counts that
+# do not fit. Each public reader turns them into NotAnElf, so a caller catches one type.
+_MALFORMED = (IndexError, struct.error, OverflowError, ValueError, UnicodeDecodeError, MemoryError, KeyError)
+
+
+def _refusing(fn):
+    """Map whatever a malformed image makes ``fn`` raise to NotAnElf (generators included)."""
+
+    def refuse(err: BaseException):
+        return NotAnElf(f"not a readable ELF image ({type(err).__name__}: {shown(err, 200)})")
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except NotAnElf:
+                raise
+            except _MALFORMED as err:
+                raise refuse(err) from None
+
+        return gen
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except NotAnElf:
+            raise
+        except _MALFORMED as err:
+            raise refuse(err) from None
+
+    return wrapper
 
 
 # --------------------------------------------------------------------------- ELF
@@ -41,10 +84,11 @@ class Section:
 class Elf:
     """The section table and symbol tables of one ELF image (a file, or a code object held in memory)."""
 
+    @_refusing
     def __init__(self, data: bytes, name: str = "ELF image"):
         if data[:4] != b"\x7fELF":
             raise NotAnElf(f"{name}: not an ELF file")
-        if data[4] != 2 or data[5] != 1:
+        if len(data) < 0x40 or data[4] != 2 or data[5] != 1:
             raise NotAnElf(f"{name}: only 64-bit little-endian ELF is supported")
         try:
             (self.machine,) = struct.unpack_from("<H", data, 0x12)
@@ -62,17 +106,24 @@ class Elf:
 
     @classmethod
     def read(cls, path: str | Path) -> Elf:
-        return cls(Path(path).read_bytes(), Path(path).name)
+        """The ELF file at ``path``: a regular file (a FIFO or a device is refused, never read) under the cap."""
+        try:
+            data = read_regular(path, MAX_ELF_BYTES)
+        except Untrusted as err:
+            raise NotAnElf(str(err)) from None
+        return cls(data, Path(path).name)
 
     def _slice(self, off: int, size: int) -> bytes:
         if off + size > len(self.data):
             raise NotAnElf(f"{self.name}: a section runs past the end of the file")
         return self.data[off : off + size]
 
+    @_refusing
     def section(self, name: str) -> bytes | None:
         sec = next((s for s in self.sections if s.name == name), None)
         return self._slice(sec.offset, sec.size) if sec and sec.type != 8 else None  # 8: SHT_NOBITS
 
+    @_refusing
     def symbols(self, types: tuple[int, ...] = (_SHT_DYNSYM,)) -> Iterator[tuple[str, int]]:
         """(name, section index) of every named symbol in the symbol tables of these types."""
         for sec in self.sections:
@@ -254,6 +305,7 @@ class Archs:
         return {"sass": self.sass, "ptx": self.ptx, "hip": self.hip, "notes": self.notes}
 
 
+@_refusing
 def _cuda_archs(blob: bytes, archs: Archs) -> None:
     """Each fatbin's entry headers (uncompressed even when the payload is): kind, arch, flags.
 
@@ -296,6 +348,7 @@ def target_arch(target: str) -> str:
     return tid.split(":")[0]
 
 
+@_refusing
 def offload_bundles(blob: bytes) -> list[OffloadEntry]:
     """The device entries of every uncompressed clang offload bundle in ``blob`` (host entries left out)."""
     out, i = [], 0
@@ -314,6 +367,7 @@ def offload_bundles(blob: bytes) -> list[OffloadEntry]:
     return out
 
 
+@_refusing
 def hip_code_objects(elf: Elf) -> tuple[list[OffloadEntry], list[str]]:
     """(code objects, notes) of a HIP build: the bundles in ``.hip_fatbin``, or, in a ``-fgpu-rdc`` object,
     one ``__CLANG_OFFLOAD_BUNDLE__<target>`` section per target."""
@@ -335,6 +389,7 @@ def archs_of(path: str | Path) -> Archs:
     return archs_in(Elf.read(path))
 
 
+@_refusing
 def archs_in(elf: Elf) -> Archs:
     archs = Archs()
     for name in (".nv_fatbin", "__nv_relfatbin"):

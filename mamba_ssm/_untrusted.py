@@ -6,7 +6,12 @@ pasted text, command-line paths) goes through these rules, so that one rule has 
 - a read is capped in size, and a request or command has an overall deadline (a socket timeout alone
   never trips on a server that trickles a byte at a time);
 - text shown to a person has its control and bidi characters made visible, never obeyed;
-- a command printed for people to paste is quoted.
+- a command printed for people to paste is quoted;
+- a file opened by path is a regular file (a FIFO or a device is refused, never waited on or read forever);
+- JSON and TOML are parsed with a depth cap and their values checked for type;
+- a zip is read with its central directory and each member's inflated bytes capped, and every way it can be
+  broken (bad CRC, encryption, unknown compression, truncation) is one refusal;
+- a tree is deleted only inside its root, never through a link.
 
 Standard library only, and no import of torch or builder: the doctor, setup.py's prebuilt lookup and the
 farm all import it.
@@ -14,10 +19,22 @@ farm all import it.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
 import shlex
+import shutil
+import signal
+import stat
+import struct
+import threading
 import time
 import unicodedata
+import urllib.parse
+import zipfile
+import zlib
+from pathlib import Path
 
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 # A file name the farm reads or writes on an index's word: PEP 427/625 names use only these.
@@ -26,6 +43,14 @@ FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}")
 
 class Untrusted(ValueError):
     """Outside data that breaks a rule; the message names the value (shown safely) and the rule."""
+
+
+class TooLarge(Untrusted):
+    """A read went past its cap."""
+
+
+class TimedOut(Untrusted):
+    """A request or a command went past its overall deadline."""
 
 
 def sha256_name(value: object, what: str = "sha256") -> str:
@@ -68,20 +93,76 @@ def paste(args: list[str] | tuple[str, ...]) -> str:
     return shown(shlex.join(str(a) for a in args), limit=10_000)
 
 
+_ARMED: list[Deadline] = []  # the deadlines entered in the main thread, innermost last
+
+
+def _alarm(signum, frame) -> None:
+    now = time.monotonic()
+    late = [d for d in _ARMED if d.end <= now + 0.001]
+    if late:
+        d = min(late, key=lambda d: d.end)
+        raise TimedOut(f"{d.what}: no answer within {d.seconds:g} s")
+    _arm()
+
+
+def _arm() -> None:
+    if _ARMED:
+        left = min(d.end for d in _ARMED) - time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+    else:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
 class Deadline:
-    """An overall time limit for one request or one command, checked between reads."""
+    """An overall time limit for one request or one command.
+
+    Checked between reads (:meth:`left`), and, used as a context manager in the main thread, enforced by a
+    timer: a read blocked on a server that sends a byte every few seconds (a socket timeout never trips) is
+    interrupted with :class:`TimedOut` when the deadline passes. Deadlines nest: the nearest one fires.
+    """
+
+    _saved_handler = None
 
     def __init__(self, seconds: float, what: str) -> None:
         self.seconds = seconds
         self.what = what
         self.end = time.monotonic() + seconds
+        self._armed = False
 
     def left(self) -> float:
-        """Seconds left (for a socket timeout), or Untrusted once the deadline has passed."""
+        """Seconds left (for a socket timeout), or TimedOut once the deadline has passed."""
         left = self.end - time.monotonic()
         if left <= 0:
-            raise Untrusted(f"{self.what}: no answer within {self.seconds:g} s")
+            raise TimedOut(f"{self.what}: no answer within {self.seconds:g} s")
         return left
+
+    def __enter__(self) -> Deadline:  # noqa: PYI034 (3.10 has no typing.Self)
+        self.end = time.monotonic() + self.seconds
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+            if not _ARMED:
+                Deadline._saved_handler = signal.signal(signal.SIGALRM, _alarm)
+            _ARMED.append(self)
+            self._armed = True
+            _arm()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._armed:
+            self._armed = False
+            _ARMED.remove(self)
+            _arm()
+            if not _ARMED:
+                signal.signal(signal.SIGALRM, Deadline._saved_handler or signal.SIG_DFL)
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A positive number of seconds from the environment (a deadline), or Untrusted naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not re.fullmatch(r"\d{1,6}(\.\d{1,3})?", raw) or float(raw) <= 0:
+        raise Untrusted(f"{name}={shown(repr(raw), 40)}: expected a positive number of seconds")
+    return float(raw)
 
 
 def read_capped(stream, limit: int, deadline: Deadline | None = None, chunk: int = 1 << 16) -> bytes:
@@ -95,7 +176,7 @@ def read_capped(stream, limit: int, deadline: Deadline | None = None, chunk: int
             return b"".join(parts)
         total += len(block)
         if total > limit:
-            raise Untrusted(f"more than {limit >> 20} MiB" if limit >= 1 << 20 else f"more than {limit} bytes")
+            raise TooLarge(_more_than(limit))
         parts.append(block)
 
 
@@ -120,3 +201,270 @@ def paste_env(env: dict[str, str], args: list[str] | tuple[str, ...]) -> str:
             raise Untrusted(f"environment name {shown(repr(name), 80)} is not a shell variable name")
     assigns = " ".join(f"{name}={shlex.quote(str(value))}" for name, value in env.items())
     return shown(f"{assigns} {shlex.join(str(a) for a in args)}" if assigns else shlex.join(str(a) for a in args), limit=10_000)
+def _more_than(limit: int) -> str:
+    return f"more than {limit >> 20} MiB" if limit >= 1 << 20 else f"more than {limit} bytes"
+
+
+# --------------------------------------------------------------------------- URLs
+
+_URL_RE = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+")  # RFC 3986's characters: no space, CR, LF, quote
+
+
+def is_web_url(url: object) -> bool:
+    """An http(s) URL with a host and no whitespace or control character (what a listing may link)."""
+    if not isinstance(url, str) or len(url) > 8192 or not _URL_RE.fullmatch(url):
+        return False
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+# What a URL spliced into a page or a printed command may hold: RFC 3986's unreserved and path characters,
+# percent escapes; nothing a shell or an HTML attribute would read as syntax. (The index's --base-url and
+# --files-url, a manifest's base_url.)
+PLAIN_URL_RE = re.compile(r"[A-Za-z0-9._~:/%@+=,-]+")
+# PEP 427/491: a wheel's filename is ASCII letters, digits and ``_ . + -`` (``!`` of an epoch). Anything else
+# (``#``, ``?``, spaces, U+202E) is a name pip does not make, and one that breaks the links pages give it.
+WHEEL_FILENAME_RE = re.compile(r"[A-Za-z0-9_.+!-]{1,251}\.whl")
+
+
+def plain_url(url: object) -> str | None:
+    """An absolute http(s) URL with no query, fragment, spaces, quotes or shell syntax, normalised; else None."""
+    if not isinstance(url, str) or len(url) > 2048 or not PLAIN_URL_RE.fullmatch(url.strip()):
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        return None
+    if parts.scheme not in ("https", "http") or not parts.netloc or parts.query or parts.fragment:
+        return None
+    return urllib.parse.urlunsplit(parts)
+
+
+def web_url(url: object, what: str = "URL") -> str:
+    """``url`` if it is an http(s) URL (:func:`is_web_url`), else Untrusted."""
+    if not is_web_url(url):
+        raise Untrusted(f"{what} {shown(repr(url), 200)} is not an http(s) URL")
+    return url
+
+
+# --------------------------------------------------------------------------- files opened by path
+
+
+def open_regular(path: str | os.PathLike, what: str | None = None):
+    """A binary file object for ``path``, refused (Untrusted) unless it is a regular file.
+
+    Opened with O_NONBLOCK, then checked with fstat on the open descriptor: a FIFO is never waited on and a
+    device (/dev/zero, a link to it) never read; the check is on what was opened, not on a name looked up
+    again later."""
+    name = what or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise Untrusted(f"{shown(name, 300)}: {err.strerror or err}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "a device"
+            raise Untrusted(f"{shown(name, 300)}: not a regular file ({kind})")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | os.PathLike, limit: int, what: str | None = None) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (:func:`open_regular`), else Untrusted."""
+    with open_regular(path, what) as f:
+        try:
+            return read_capped(f, limit)
+        except TooLarge as err:
+            raise TooLarge(f"{shown(what or str(path), 300)}: {err}") from None
+
+
+def text(raw: bytes, what: str) -> str:
+    """UTF-8 text, or Untrusted naming where the bad bytes are."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise Untrusted(f"{shown(what, 300)}: not UTF-8 text (byte {err.start})") from None
+
+
+# --------------------------------------------------------------------------- JSON and TOML
+
+MAX_DEPTH = 32  # the farm's documents nest 4 or 5 levels; json and tomllib recurse, so depth is bounded here
+
+
+def _depth_ok(value: object, limit: int) -> bool:
+    todo = [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if d > limit:
+            return False
+        if isinstance(v, dict):
+            todo += [(x, d + 1) for x in v.values()]
+        elif isinstance(v, list):
+            todo += [(x, d + 1) for x in v]
+    return True
+
+
+def _nesting(raw: str, limit: int) -> bool:
+    """Whether brackets nest deeper than ``limit`` anywhere (a fast over-estimate: strings are not skipped,
+    so only a document that passes is trusted without the exact walk)."""
+    depth = best = 0
+    for m in re.finditer(r"[\[{]|[\]}]", raw):
+        depth = depth + 1 if m.group() in "[{" else depth - 1
+        best = max(best, depth)
+        if best > limit:
+            return True
+    return False
+
+
+def load_json(raw: bytes | str, what: str, max_depth: int = MAX_DEPTH) -> object:
+    """A JSON document, refused (Untrusted) when it is not UTF-8, not JSON, or nested deeper than ``max_depth``."""
+    s = text(raw, what) if isinstance(raw, bytes | bytearray) else raw
+    try:
+        doc = json.loads(s)
+    except RecursionError:
+        raise Untrusted(f"{shown(what, 300)}: nested deeper than {max_depth} levels") from None
+    except ValueError as err:
+        raise Untrusted(f"{shown(what, 300)}: not JSON ({shown(err, 200)})") from None
+    if _nesting(s, max_depth) and not _depth_ok(doc, max_depth):
+        raise Untrusted(f"{shown(what, 300)}: nested deeper than {max_depth} levels")
+    return doc
+
+
+def load_toml(raw: bytes | str, what: str, max_depth: int = MAX_DEPTH) -> dict:
+    """A TOML document, refused (Untrusted) when it is not UTF-8, not TOML, or nested deeper than ``max_depth``."""
+    import tomllib
+
+    s = text(raw, what) if isinstance(raw, bytes | bytearray) else raw
+    try:
+        doc = tomllib.loads(s)
+    except RecursionError:
+        raise Untrusted(f"{shown(what, 300)}: nested deeper than {max_depth} levels") from None
+    except tomllib.TOMLDecodeError as err:
+        raise Untrusted(f"{shown(what, 300)}: not valid TOML: {shown(err, 300)}") from None
+    if not _depth_ok(doc, max_depth):
+        raise Untrusted(f"{shown(what, 300)}: nested deeper than {max_depth} levels")
+    return doc
+
+
+def expect(value: object, types: type | tuple[type, ...], what: str) -> object:
+    """``value`` when it has one of ``types`` (a bool is not an int here), else Untrusted naming it."""
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        ok = False
+    else:
+        ok = isinstance(value, types)
+    if not ok:
+        names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+        raise Untrusted(f"{shown(what, 300)}: expected {names}, got {type(value).__name__}")
+    return value
+
+
+# --------------------------------------------------------------------------- zip files
+
+MAX_ZIP_DIRECTORY = 64 << 20  # torch's wheel (15,000 members) has a 2 MB central directory
+MAX_ZIP_MEMBERS = 200_000
+_EOCD, _EOCD64, _EOCD64_LOC = b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"
+
+
+def check_zip_directory(f, what: str) -> None:
+    """Refuse a zip whose end record claims a central directory larger than the file, or past the caps,
+    before :mod:`zipfile` allocates it (it reads the claimed size in one call)."""
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    tail_len = min(size, 22 + 0xFFFF)
+    f.seek(size - tail_len)
+    tail = f.read(tail_len)
+    i = tail.rfind(_EOCD)
+    if i < 0 or len(tail) - i < 22:
+        raise Untrusted(f"{shown(what, 300)}: not a readable zip file (no end of central directory record)")
+    _sig, _disk, _cd_disk, _n_disk, count, cd_size, cd_offset, _clen = struct.unpack_from("<IHHHHIIH", tail, i)
+    j = i - 20
+    if j >= 0 and tail[j : j + 4] == _EOCD64_LOC:
+        (loc_offset,) = struct.unpack_from("<Q", tail, j + 8)
+        if loc_offset + 56 > size:
+            raise Untrusted(f"{shown(what, 300)}: not a readable zip file (its zip64 record lies past the end)")
+        f.seek(loc_offset)
+        rec = f.read(56)
+        if rec[:4] != _EOCD64:
+            raise Untrusted(f"{shown(what, 300)}: not a readable zip file (bad zip64 record)")
+        _, count, cd_size, cd_offset = struct.unpack_from("<QQQQ", rec, 24)
+    if cd_size > MAX_ZIP_DIRECTORY or count > MAX_ZIP_MEMBERS:
+        raise TooLarge(f"{shown(what, 300)}: its central directory claims {cd_size} bytes and {count} members, "
+                       f"over the caps ({MAX_ZIP_DIRECTORY >> 20} MiB, {MAX_ZIP_MEMBERS} members)")  # fmt: skip
+    if cd_offset + cd_size > size:
+        raise Untrusted(f"{shown(what, 300)}: not a readable zip file (its central directory claims {cd_size} bytes at "
+                        f"{cd_offset}, the file has {size})")  # fmt: skip
+    f.seek(0)
+
+
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, NotImplementedError, RuntimeError,
+               OSError, ValueError, struct.error, OverflowError, UnicodeDecodeError)  # fmt: skip
+
+
+def open_zip(source, what: str) -> zipfile.ZipFile:
+    """A :class:`zipfile.ZipFile` for a path or a seekable binary file, its directory checked first; every way
+    it can be broken is Untrusted."""
+    f = open_regular(source, what) if isinstance(source, str | os.PathLike) else source
+    try:
+        check_zip_directory(f, what)
+        return zipfile.ZipFile(f)
+    except Untrusted:
+        if f is not source:
+            f.close()
+        raise
+    except _ZIP_ERRORS as err:
+        if f is not source:
+            f.close()
+        raise Untrusted(f"{shown(what, 300)}: not a readable zip file ({shown(err, 200)})") from None
+
+
+def zip_read(zf: zipfile.ZipFile, name: str | zipfile.ZipInfo, limit: int, what: str) -> bytes:
+    """One member's bytes, the cap applied to the bytes really inflated (not to what its header claims);
+    a bad CRC, an encrypted or unsupported member, a truncated stream: Untrusted."""
+    label = f"{what}: {name.filename if isinstance(name, zipfile.ZipInfo) else name}"
+    try:
+        with zf.open(name) as member:
+            return read_capped(member, limit)
+    except TooLarge as err:
+        raise TooLarge(f"{shown(label, 300)}: unpacks to {err}") from None
+    except Untrusted:
+        raise
+    except _ZIP_ERRORS + (KeyError,) as err:
+        raise Untrusted(f"{shown(label, 300)}: cannot be read ({shown(err, 200)})") from None
+
+
+# --------------------------------------------------------------------------- deleting
+
+
+def inside(root: str | os.PathLike, path: str | os.PathLike) -> bool:
+    """Whether ``path`` lies under ``root`` without passing through a link on the way down from ``root``
+    (``root`` itself may be a link: a cache moved to a bigger disk)."""
+    root, path = Path(os.path.abspath(root)), Path(os.path.abspath(path))
+    if path == root or not path.is_relative_to(root):
+        return False
+    cur = root
+    for part in path.relative_to(root).parts:
+        cur = cur / part
+        try:
+            if stat.S_ISLNK(os.lstat(cur).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def remove_tree(path: str | os.PathLike, root: str | os.PathLike) -> bool:
+    """Delete the folder ``path`` if it lies inside ``root`` by real folders only (:func:`inside`); links in it
+    are removed as links, never followed. False (nothing deleted) when it does not: a folder reached through a
+    link belongs to whoever made the link."""
+    if not inside(root, path):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(path)  # rmtree never follows links inside the tree (and refuses a link at the top)
+    return True

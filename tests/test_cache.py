@@ -120,3 +120,53 @@ def test_the_host_executors_build_venv_and_the_smoke_venv_of_one_torch_share_fil
     assert (build / ".mamba-farm-shared").exists()
     assert cache.real_bytes([smoke, build]) < cache.real_bytes([smoke]) + 64 * 1024
     assert cache.build_venvs() == [build]
+
+
+def test_prune_never_deletes_through_a_link_out_of_the_cache(tmp_path):
+    """People link caches to bigger disks: a slot, a torch-envs folder or a venv that is a link elsewhere is
+    not the cache's. Before the fix, `prune --all` deleted the venvs in the link's target."""
+    root = tmp_path / "farm"
+    elsewhere = tmp_path / "bigger-disk"
+    mine = make_venv(root / "smoke", "3.11", "2.14.1", {"x.so": blob("a")}, time.time() - 30)
+    slot = make_venv(elsewhere / "slot", "3.12", "2.15.0", {"x.so": blob("b")}, time.time() - 20)
+    (root / "smoke" / "cp312-torch2.15.0").symlink_to(slot.parent.parent)  # the whole slot is a link
+    envs = make_venv(elsewhere / "envs", "3.13", "2.15.0", {"x.so": blob("c")}, time.time() - 10)
+    (root / "smoke" / "cp313-torch2.15.0").mkdir()
+    (root / "smoke" / "cp313-torch2.15.0" / "torch-envs").symlink_to(envs.parent)  # its torch-envs is a link
+    venv = make_venv(elsewhere / "venv", "3.10", "2.13.0", {"x.so": blob("d")}, time.time())
+    (root / "smoke" / "cp310-torch2.13.0" / "torch-envs").mkdir(parents=True)
+    (root / "smoke" / "cp310-torch2.13.0" / "torch-envs" / venv.name).symlink_to(venv)  # the venv is a link
+    env = {**os.environ, "MAMBA_FARM_CACHE": str(root)}
+    run = subprocess.run([sys.executable, "-m", "builder", "cache", "prune", "--all"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert run.returncode == 0 and "removed 1 torch venv(s)" in run.stdout, run.stdout + run.stderr
+    assert not mine.exists()
+    for target in (slot, envs, venv):
+        assert (target / "lib").is_dir() and (target / ".complete").is_file(), target
+    assert run.stdout.count("never pruned") == 3, run.stdout
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "not-utf8"])
+def test_a_complete_marker_that_is_not_a_small_file_is_refused_not_read(tmp_path, kind):
+    root = tmp_path / "farm"
+    venv = make_venv(root / "smoke", "3.11", "2.14.1", {"x.so": blob("a")}, time.time())
+    done = venv / ".complete"
+    done.unlink()
+    if kind == "fifo":
+        os.mkfifo(done)
+    elif kind == "dev-zero":
+        done.symlink_to("/dev/zero")
+    else:
+        done.write_bytes(b"torch==\xff\xfe\x1b[2J")
+    env = {**os.environ, "MAMBA_FARM_CACHE": str(root)}
+    run = subprocess.run([sys.executable, "-m", "builder", "cache"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=30, check=False)  # fmt: skip
+    assert run.returncode == 0 and "0 torch venv(s)" in run.stdout, run.stdout + run.stderr
+    assert "skipped, not a complete venv" in run.stderr and "Traceback" not in run.stderr
+    assert "\x1b" not in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("text", ["9" * 400, "1e400G", "inf", "nan", "-1G", "12G; rm -rf /"])
+def test_a_size_that_is_not_one_is_a_usage_error(text):
+    with pytest.raises(cache.UsageError, match="is not a size"):
+        cache.parse_size(text)

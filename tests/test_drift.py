@@ -98,7 +98,9 @@ class _Recorded:
             g["hashes"] = {"sha256": hashlib.sha256(g["filename"].encode()).hexdigest()}
             self.projects[project].append(g)
             if f["filename"] in self.metadata:
-                self.metadata[g["filename"]] = self.metadata[f["filename"]].replace(f"Version: {old}", f"Version: {new}")
+                self.metadata[g["filename"]] = self.metadata[f["filename"]].replace(
+                    f"Version: {old}", f"Version: {new}"
+                )
 
     def add_sdist(self, project: str, filename: str, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()
@@ -175,6 +177,8 @@ def farm(tmp_path):
         shutil.copy(p, tmp_path / "recipes" / p.name)
     shutil.copy(ROOT / "builder" / "data" / "torch.toml", tmp_path / "torch.toml")
     shutil.copy(ROOT / "matrix.toml", tmp_path / "matrix.toml")
+    (tmp_path / "mamba_ssm").mkdir()  # the version file the matrix names: --write plans from what it writes
+    shutil.copy(ROOT / "mamba_ssm" / "__init__.py", tmp_path / "mamba_ssm" / "__init__.py")
     return tmp_path
 
 
@@ -182,7 +186,11 @@ def drift(farm: Path, index: str, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "builder", "drift", "--index", index, "--torch-data", str(farm / "torch.toml"),
            "--matrix", str(farm / "matrix.toml"), "--recipes", str(farm / "recipes"), "--cache", str(farm / "cache"),
            *extra]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"))
+    }
     return subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -212,7 +220,9 @@ def test_new_minor_is_reported_and_written_as_a_row_and_a_torch_axis_value(farm)
                          "2.15.0 (py3.11-3.15; x86_64 cu132, aarch64 cu132; released 2026-10-28)"]], report.stdout  # fmt: skip
         assert (farm / "torch.toml").read_text() == before  # no --write: nothing written
         wrote = drift(farm, index, "--write")
-        assert wrote.returncode == DRIFT_EXIT and wrote.stdout.splitlines()[1].rstrip().endswith("written"), wrote.stdout
+        assert wrote.returncode == DRIFT_EXIT and wrote.stdout.splitlines()[1].rstrip().endswith("written"), (
+            wrote.stdout
+        )
         again = drift(farm, index)
         assert (seen["whole_wheels"], again.returncode) == (0, 0), again.stdout + again.stderr
         assert again.stdout.startswith("no drift (torch 2.8..2.15, causal-conv1d 1.7.0, mamba-ssm 2.3.2.post1;")
@@ -282,7 +292,10 @@ def test_new_recipe_sdist_whose_patches_apply_moves_the_pin(farm):
         assert "written (all 3 patches apply)" in wrote.stdout
         assert drift(farm, index, "--since", "2.15").returncode == 0
     removed, added = changed(before, recipe.read_text())
-    assert removed == ['version = "1.7.0"', 'sha256 = "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"']
+    assert removed == [
+        'version = "1.7.0"',
+        'sha256 = "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"',
+    ]
     assert added == ['version = "1.7.1"', f'sha256 = "{sha}"']
     assert (farm / "cache" / "sdists" / sha / "causal_conv1d-1.7.1.tar.gz").is_file()  # fetched, hash checked
 
@@ -340,7 +353,9 @@ def _record() -> None:
     for f in chosen.values():
         msg = ix.metadata(f)
         lines = [f"{k}: {msg[k]}" for k in ("Metadata-Version", "Name", "Version", "Requires-Python") if msg[k]]
-        rec["metadata"][f.filename] = "\n".join(lines + [f"Requires-Dist: {r}" for r in msg.get_all("Requires-Dist") or []]) + "\n"
+        rec["metadata"][f.filename] = (
+            "\n".join(lines + [f"Requires-Dist: {r}" for r in msg.get_all("Requires-Dist") or []]) + "\n"
+        )
 
     def entry(f):
         return {"filename": f.filename, "url": f"../../files/{f.filename}", "hashes": {"sha256": f.sha256},
@@ -404,3 +419,146 @@ def test_an_oversized_metadata_is_refused_before_it_is_read(farm, where):
     assert report.returncode == 9, report.stdout + report.stderr
     assert "MiB" in report.stderr and "Traceback" not in report.stderr
     assert seen["whole_wheels"] == 0
+
+
+@pytest.mark.parametrize("kind", ["absolute", "dotdot", "local-file", "upper-hex"])
+def test_a_listed_sha256_names_a_cache_file_only_as_64_hex_digits(farm, kind):
+    """The listing's sha256 became a file name in the metadata cache unchecked: an absolute path or ``..`` wrote
+    a file the index chose outside --cache (and made its folders); a name hitting a local file was read as the
+    wheel's METADATA. Now: refused before anything is read or written."""
+    outside = farm / "outside"
+    victim = farm / "victim.METADATA"
+    victim.write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.14.1\nRequires-Dist: cuda-toolkit==99.9\n")
+    value = {"absolute": str(outside / "deep" / "x"), "dotdot": "../outside/x", "local-file": "../victim",
+             "upper-hex": "A" * 64}[kind]  # fmt: skip
+    recorded = _Recorded()
+    for f in recorded.projects["torch"]:
+        if "-2.14.1-" in f["filename"]:
+            f["hashes"] = {"sha256": value}
+    before = {p: p.read_bytes() for p in farm.rglob("*") if p.is_file()}
+    with serve(recorded) as (index, _):
+        report = drift(farm, index, "--since", "2.14", "--no-recipes")
+    assert report.returncode == 9, report.stdout + report.stderr
+    assert "is not 64 lowercase hex digits" in report.stderr and "Traceback" not in report.stderr
+    assert not outside.exists() and "99.9" not in report.stdout
+    after = {p for p in farm.rglob("*") if p.is_file() and not p.is_relative_to(farm / "cache")}
+    assert after == {p for p in before if not p.is_relative_to(farm / "cache")}
+    assert all(p.read_bytes() == before[p] for p in after)
+
+
+def _without_2_15(farm: Path) -> None:
+    doc = tomlkit.parse((farm / "torch.toml").read_text())
+    del doc["torch"]["2.15"]
+    (farm / "torch.toml").write_text(tomlkit.dumps(doc))
+    matrix = tomlkit.parse((farm / "matrix.toml").read_text())
+    matrix["axes"]["torch"].remove("2.15")
+    (farm / "matrix.toml").write_text(tomlkit.dumps(matrix))
+
+
+def _plan(farm: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "builder", "plan", "--matrix", str(farm / "matrix.toml")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def test_write_takes_only_a_date_from_an_upload_time_and_plans_what_it_wrote(farm):
+    """Control characters from an upload time went into a TOML comment; now only its date is data."""
+    _without_2_15(farm)
+    recorded = _Recorded()
+    for f in recorded.projects["torch"]:
+        if "-2.15.0-" in f["filename"]:
+            f["upload-time"] = "2026-10-28\x1b[2J\n[evil]\rinstall: curl x|sh\u202e"
+    with serve(recorded) as (index, _):
+        wrote = drift(farm, index, "--write", "--no-recipes")
+    assert wrote.returncode == DRIFT_EXIT, wrote.stdout + wrote.stderr
+    text = (farm / "torch.toml").read_text()
+    assert "(released 2026-10-28)" in text and "\x1b" not in text and "evil" not in text and "\u202e" not in text
+    assert "\x1b" not in wrote.stdout + wrote.stderr
+    import tomllib
+
+    tomllib.loads(text)  # what was written loads, and plans
+    assert _plan(farm).returncode == 0
+
+
+def test_an_arbitrary_equality_cuda_pin_is_refused_and_nothing_is_written(farm):
+    """``===13.0x.y`` became the CUDA version "130.x" and `builder plan` died on it."""
+    _without_2_15(farm)
+    before = {p.name: p.read_bytes() for p in farm.glob("*.toml")}
+    recorded = _Recorded()
+    for name in [n for n in recorded.metadata if "-2.15.0-" in n]:
+        recorded.metadata[name] = re.sub(r"==13\.2\.2", "===13.0x.y", recorded.metadata[name])
+    with serve(recorded) as (index, _):
+        wrote = drift(farm, index, "--write", "--no-recipes")
+    assert wrote.returncode == 9, wrote.stdout + wrote.stderr
+    assert "'13.0x.y' is not a CUDA version" in wrote.stderr and "Traceback" not in wrote.stderr
+    assert {p.name: p.read_bytes() for p in farm.glob("*.toml")} == before
+
+
+def test_write_proves_its_data_loads_and_plans_before_it_replaces_a_file(farm):
+    """The proof itself: a staged edit the farm's loaders refuse (a CUDA list the plan cannot take) is never
+    written, whatever the reason it got there; a good one replaces the file atomically and plans."""
+    from builder import drift as drift_mod
+    from builder.errors import UnprovenWrite
+
+    before = (farm / "torch.toml").read_bytes()
+    staged = drift_mod.Staged()
+    copy = staged[farm / "torch.toml"]
+    doc = tomlkit.parse(copy.read_text())
+    doc["torch"]["2.15"]["cuda"] = ["130.x"]
+    copy.write_text(tomlkit.dumps(doc))
+    with pytest.raises(UnprovenWrite, match="nothing written"):
+        drift_mod.prove(staged, farm / "torch.toml", farm / "matrix.toml", {})
+    staged.discard()
+    assert (farm / "torch.toml").read_bytes() == before and sorted(
+        p.name for p in farm.iterdir() if p.name.startswith(".")
+    ) == []
+    staged = drift_mod.Staged()
+    copy = staged[farm / "torch.toml"]
+    copy.write_text(before.decode().replace('latest = "2.15.0"', 'latest = "2.15.1"'))
+    drift_mod.prove(staged, farm / "torch.toml", farm / "matrix.toml", {})
+    staged.commit()
+    assert 'latest = "2.15.1"' in (farm / "torch.toml").read_text() and _plan(farm).returncode == 0
+
+
+def test_a_listing_of_100000_minors_costs_bounded_requests(farm):
+    recorded = _Recorded()
+    template = next(
+        f for f in recorded.projects["torch"] if "-2.15.0-cp311-cp311-manylinux_2_28_x86_64" in f["filename"]
+    )
+    for minor in range(16, 100_016):
+        g = dict(template, filename=template["filename"].replace("2.15.0", f"2.{minor}.0"),
+                 url=template["url"].replace("2.15.0", f"2.{minor}.0"))  # fmt: skip
+        recorded.projects["torch"].append(g)
+    with serve(recorded) as (index, _):
+        report = drift(farm, index, "--no-recipes", "--format", "json")
+    assert report.returncode == 9, report.stdout[-2000:] + report.stderr
+    assert "names 100008 torch minors" in report.stderr or "torch minors from" in report.stderr, report.stderr
+    assert "Traceback" not in report.stderr
+
+
+def test_a_server_that_trickles_a_byte_every_2_s_ends_at_the_request_deadline(farm):
+    """The socket timeout never trips on a byte every 2 s: only an overall deadline per request ends it."""
+    import time
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.pypi.simple.v1+json\r\n\r\n")
+                for _ in range(60):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(2)
+            except OSError:
+                pass
+
+    with running(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)) as url:
+        env = {**os.environ, "MAMBA_FARM_REQUEST_DEADLINE": "5"}
+        cmd = [sys.executable, "-m", "builder", "drift", "--index", f"{url}/simple", "--torch-data",
+               str(farm / "torch.toml"), "--no-recipes", "--cache", str(farm / "cache")]  # fmt: skip
+        start = time.monotonic()
+        report = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env, check=False)
+        took = time.monotonic() - start
+    assert report.returncode == 9 and "no answer within 5 s" in report.stderr, report.stderr
+    assert took < 20 and "Traceback" not in report.stderr

@@ -8,6 +8,7 @@ against torch's headers, and by asking the farm's verifier and the doctor for th
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import struct
@@ -238,3 +239,51 @@ def test_the_reader_is_stdlib_only(tmp_path):
     p = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(root)}, cwd=tmp_path,
                        capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
     assert p.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- malformed images (issue 28)
+
+
+def _header(shoff: int, shnum: int, shstrndx: int, shentsize: int = 64) -> bytearray:
+    h = bytearray(64)
+    h[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<H", h, 0x12, 62)
+    struct.pack_into("<Q", h, 0x28, shoff)
+    struct.pack_into("<HHH", h, 0x3A, shentsize, shnum, shstrndx)
+    return h
+
+
+def _section(typ: int, off: int, size: int, link: int = 0, name: int = 0) -> bytes:
+    return struct.pack("<IIQQQQIIQQ", name, typ, 0, 0, off, size, link, 0, 0, 24)
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        pytest.param(bytes(_header(64, 1, 5)) + _section(3, 0, 0), id="shstrndx-past-the-table"),  # IndexError
+        pytest.param(bytes(_header(64, 2, 0)) + _section(3, 0, 0) + _section(11, 0, 24, link=9), id="symtab-link-past"),
+        pytest.param(bytes(_header(60, 1, 0)), id="table-past-the-end"),
+        pytest.param(b"\x7fELF\x02\x01", id="six-bytes"),
+    ],
+)
+def test_a_malformed_elf_is_one_clear_error_never_an_index_or_struct_error(image):
+    """Before: IndexError and struct.error escaped from these (and the doctor and the verifier crashed)."""
+    with pytest.raises(_elf.NotAnElf):
+        elf = _elf.Elf(image, "bad.so")
+        elf.undefined_symbols()
+        _elf.archs_in(elf)
+
+
+def test_a_truncated_fatbin_or_offload_bundle_is_one_clear_error():
+    with pytest.raises(_elf.NotAnElf):
+        _elf._cuda_archs(struct.pack("<I", 0xBA55ED50) + b"\x01", _elf.Archs())
+    with pytest.raises(_elf.NotAnElf):
+        _elf.offload_bundles(b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<Q", 3) + b"\x00" * 5)
+
+
+def test_an_extension_path_that_is_a_fifo_or_a_device_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "x.so"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(_elf.NotAnElf, match="not a regular file"):
+            _elf.Elf.read(path)

@@ -8,7 +8,11 @@ refused archive's own cache folder and ``sdists/quarantine/`` excepted: a refuse
 
 Cases by surface: ``sdist-*`` (archives unpacked by ``recipe prepare``), ``fetch-*`` (indexes and downloads,
 ``recipe fetch`` against a page served on 127.0.0.1), ``recipe-*`` (``recipe explain``), ``matrix-*`` (``plan``),
-``index-*`` (``index`` into the published index), ``resolve-*`` (``resolve`` of a hostile manifest). Add a case with each new surface.
+``index-*`` (``index`` into the published index), ``resolve-*`` (``resolve`` of a hostile manifest), ``drift-*``
+(``drift`` of a hostile listing), ``cache-*`` (``cache`` of a hostile smoke cache), ``render-*``, ``build-*``,
+``rehearse-*`` (issue 28). Add a case with each new surface: :data:`SURFACES` names, for every command of
+``builder/cli.py``'s registry, each input it reads from outside and the cases that attack it, and
+``test_every_command_that_reads_outside_data_has_a_hostile_case_per_input`` fails when one has none.
 
 ``HOSTILE_CORPUS_CODE=DIR`` runs the corpus against another tree's builder (e.g. an export of main), and
 ``HOSTILE_CORPUS_REPORT=FILE`` appends one JSON line per case (what happened), for the closing note's table.
@@ -115,7 +119,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         data = path.read_bytes()
         self.send_response(200)
         ctype = "text/html" if path.suffix == ".html" else "application/octet-stream"
-        if data.startswith(b"["):  # a PEP 691 answer that is not an object
+        if data.startswith((b"[", b"{")):  # a PEP 691 answer (an object, or one that is not)
             ctype = "application/vnd.pypi.simple.v1+json"
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
@@ -345,6 +349,165 @@ def _first(doc):
     return next(iter(doc["files"].values()))
 
 
+# --- issue 28: the surfaces that landed after the first corpus
+
+
+def _resolve_raw(build):
+    """``resolve`` of an index folder whose manifest.json ``build(path)`` makes (any bytes, a FIFO...)."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        (scratch / "idx").mkdir()
+        build(scratch / "idx" / "manifest.json")
+        return [*RESOLVE, str(scratch / "idx")]
+
+    return make
+
+
+def _resolve_fifo_url(world: World, scratch: Path) -> list[str]:
+    (scratch / "idx").mkdir()
+    os.mkfifo(scratch / "idx" / "manifest.json")
+    return [*RESOLVE, (scratch / "idx").as_uri()]
+
+
+def _listing(files: list[dict] | str | bytes) -> bytes:
+    if isinstance(files, bytes):
+        return files
+    body = (
+        files
+        if isinstance(files, str)
+        else json.dumps({"meta": {"api-version": "1.1"}, "name": "torch", "files": files})
+    )
+    return body.encode() if isinstance(body, str) else body
+
+
+def _torch_file(**changes) -> dict:
+    f = {"filename": "torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl", "url": "torch-2.15.0.whl",
+         "hashes": {"sha256": "a" * 64}, "size": 1000, "upload-time": "2026-10-28T00:00:00Z", "yanked": False,
+         "core-metadata": True}  # fmt: skip
+    f.update(changes)
+    return f
+
+
+def _drift_case(listing, metadata: bytes | None = None):
+    """``drift`` (no --write) of a torch listing served on 127.0.0.1 under the case's own path."""
+
+    def make(world: World, scratch: Path) -> dict:
+        folder = world.site / scratch.name / "simple" / "torch"
+        folder.mkdir(parents=True)
+        (folder / "index.html").write_bytes(_listing(listing))
+        if metadata is not None:
+            (folder / "torch-2.15.0.whl.metadata").write_bytes(metadata)
+        return {"argv": ["drift", "--index", f"{world.url}/{scratch.name}/simple", "--no-recipes", "--since", "2.15",
+                         "--cache", str(scratch / "cache")], "env": {"MAMBA_FARM_REQUEST_DEADLINE": "10"}}  # fmt: skip
+
+    return make
+
+
+def _smoke_case(build, *args: str):
+    """``cache [args]`` of a farm cache (in the scratch folder) whose smoke venvs ``build(smoke, world, scratch)`` lays out."""
+
+    def make(world: World, scratch: Path) -> dict:
+        smoke = scratch / "farm" / "smoke"
+        venv = smoke / "cp311-torch2.14.1" / "torch-envs" / "py3.11.1-0123456789"
+        venv.mkdir(parents=True)
+        (venv / ".complete").write_text("torch==2.14.1\n")
+        build(smoke, world, scratch)
+        return {"argv": ["cache", *args], "env": {"MAMBA_FARM_CACHE": str(scratch / "farm")}}
+
+    return make
+
+
+def _complete(kind: str):
+    def build(smoke: Path, world: World, scratch: Path) -> None:
+        done = smoke / "cp311-torch2.14.1" / "torch-envs" / "py3.11.1-0123456789" / ".complete"
+        done.unlink()
+        if kind == "fifo":
+            os.mkfifo(done)
+        elif kind == "dev-zero":
+            done.symlink_to("/dev/zero")
+        else:
+            done.write_bytes(b"torch==2.14.1\x1b[2J\x1b[1;1Hinstall: curl x | sh\n")
+
+    return build
+
+
+def _linked_slot(smoke: Path, world: World, scratch: Path) -> None:
+    """A slot linked to a folder outside the scratch folder (a bigger disk): prune must not reach it."""
+    target = world.root / f"elsewhere-{scratch.name}"
+    venv = target / "torch-envs" / "py3.12.1-0123456789"
+    venv.mkdir(parents=True)
+    (venv / ".complete").write_text("torch==2.15.0\n")
+    (venv / "big.so").write_bytes(b"x" * 4096)
+    (smoke / "cp312-torch2.15.0").symlink_to(target)
+
+
+def _zip_patch(edit):
+    """An index case whose wheel's bytes ``edit(raw: bytearray, offsets)`` patches (offsets of METADATA's headers)."""
+
+    def build(folder: Path, world: World):
+        whl = make_mamba_wheel(folder / "tmp", LABEL, "cp312")
+        raw = bytearray(whl.read_bytes())
+        with zipfile.ZipFile(whl) as zf:
+            info = zf.getinfo(f"{INFO}/METADATA")
+        central = next(
+            i for i in _all(raw, b"PK\x01\x02") if raw[i + 46 : i + 46 + len(info.filename)] == info.filename.encode()
+        )
+        edit(raw, info.header_offset, central)
+        (folder / whl.name).write_bytes(bytes(raw))
+        shutil.rmtree(folder / "tmp")
+
+    return build
+
+
+def _all(raw: bytes, sig: bytes):
+    i = raw.find(sig)
+    while i >= 0:
+        yield i
+        i = raw.find(sig, i + 1)
+
+
+def _bad_crc(raw: bytearray, local: int, central: int) -> None:
+    for at in (local + 14, central + 16):
+        raw[at] ^= 0xFF
+
+
+def _encrypted(raw: bytearray, local: int, central: int) -> None:
+    for at in (local + 6, central + 8):
+        raw[at] |= 0x01
+
+
+def _unsupported(raw: bytearray, local: int, central: int) -> None:
+    for at in (local + 8, central + 10):
+        raw[at : at + 2] = (99).to_bytes(2, "little")
+
+
+def _huge_directory(raw: bytearray, local: int, central: int) -> None:
+    end = raw.rfind(b"PK\x05\x06")
+    raw[end + 12 : end + 16] = (3 << 30).to_bytes(4, "little")  # a 3 GiB central directory, claimed
+
+
+def _huge_metadata(folder: Path, world: World) -> None:
+    meta = (b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: 2.3.0+" + LABEL.encode() + b"\n\n") + b"x" * (17 << 20)
+    _wheel_with(folder, {f"{INFO}/METADATA": meta})
+
+
+def _matrix_nested(world: World, scratch: Path) -> list[str]:
+    (scratch / "matrix.toml").write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    return ["render", "--matrix", str(scratch / "matrix.toml"), "--out", str(scratch / "out")]
+
+
+def _rehearse(*flags: str):
+    def make(world: World, scratch: Path) -> list[str]:
+        return ["rehearse", "--work", str(scratch / "work"), *flags]
+
+    return make
+
+
+def _rehearse_work_file(world: World, scratch: Path) -> list[str]:
+    (scratch / "work").write_text("a file")
+    return ["rehearse", "--work", str(scratch / "work")]
+
+
 CASES = [
     # --- sdists: unpacked by `recipe prepare` (the build's own step)
     Case("sdist-symlink-chain-cve-2025-4517", 11, "refused to unpack", _sdist_case(lambda tf, s, w: "chain")),
@@ -431,6 +594,50 @@ CASES = [
          _resolve_case(lambda d: {**d, "base_url": "javascript:alert(1)//"})),
     Case("resolve-base-url-shell", 2, "is not an http(s) URL",
          _resolve_case(lambda d: {**d, "base_url": "https://x.example/$(touch marker)"})),
+    # --- issue 28: resolve's manifest as bytes, a FIFO, a file:// FIFO
+    Case("resolve-fifo-manifest", 2, "not a regular file", _resolve_raw(os.mkfifo)),
+    Case("resolve-fifo-manifest-file-url", 2, "not a regular file", _resolve_fifo_url),
+    Case("resolve-deep-nesting", 2, "nested deeper", _resolve_raw(lambda p: p.write_text("[" * 100000 + "]" * 100000))),
+    Case("resolve-bad-utf8", 2, "not UTF-8", _resolve_raw(lambda p: p.write_bytes(b'{"schema": "\xff\xfe"}'))),
+    Case("resolve-dev-zero", 2, "not a regular file", _resolve_raw(lambda p: p.symlink_to("/dev/zero"))),
+    # --- drift: a hostile listing (the metadata cache is the case's own --cache)
+    Case("drift-sha256-dotdot", 9, "is not 64 lowercase hex digits",
+         _drift_case([_torch_file(hashes={"sha256": "../../../escape"})], b"Metadata-Version: 2.1\nName: torch\n")),
+    Case("drift-sha256-absolute", 9, "is not 64 lowercase hex digits",
+         _drift_case([_torch_file(hashes={"sha256": "/tmp/hostile-drift-escape"})], b"Name: torch\n")),
+    Case("drift-wrong-types", 9, "expected str", _drift_case([_torch_file(filename=12)])),
+    Case("drift-hashes-a-list", 9, "expected dict", _drift_case([_torch_file(hashes=["x"])])),
+    Case("drift-deep-nesting", 9, "nested deeper", _drift_case('{"files": ' + "[" * 50000 + "]" * 50000 + "}")),
+    Case("drift-bad-utf8", 9, "not UTF-8", _drift_case(b'{"files": "\xff\xfe"}')),
+    Case("drift-url-crlf", 9, "not an http(s) URL", _drift_case([_torch_file(url="http://x.example/a\r\nSet-Cookie: 1")])),
+    Case("drift-url-space", 9, "not an http(s) URL", _drift_case([_torch_file(url="http://x.example/a b.whl")])),
+    Case("drift-arbitrary-equality-cuda", 9, "is not a CUDA version",
+         _drift_case([_torch_file()], b"Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0\n"
+                     b"Requires-Dist: cuda-toolkit===13.0x.y\n")),
+    Case("drift-escape-in-listing", 9, "expected str", _drift_case([_torch_file(filename=["\x1b[2J\x1b]0;pwned\x07"])])),
+    # --- cache: hostile smoke-cache state
+    Case("cache-fifo-complete", 0, "skipped, not a complete venv", _smoke_case(_complete("fifo"))),
+    Case("cache-dev-zero-complete", 0, "skipped, not a complete venv", _smoke_case(_complete("dev-zero"))),
+    Case("cache-escape-in-complete", 0, "torch venv(s)", _smoke_case(_complete("escape"))),
+    Case("cache-prune-linked-slot", 0, "never pruned", _smoke_case(_linked_slot, "prune", "--all")),
+    Case("cache-budget-400-digits", 2, "is not a size", _smoke_case(lambda s, w, c: None, "--budget", "9" * 400)),
+    # --- the index: zips that lie
+    Case("index-zip-3-GiB-directory", 2, "central directory claims", _index_case(_zip_patch(_huge_directory))),
+    Case("index-zip-bad-crc", 2, "Bad CRC", _index_case(_zip_patch(_bad_crc))),
+    Case("index-zip-encrypted-member", 2, "encrypted", _index_case(_zip_patch(_encrypted))),
+    Case("index-zip-unsupported-compression", 2, "compression", _index_case(_zip_patch(_unsupported))),
+    Case("index-metadata-over-16-MiB", 2, "unpacks to more than 16 MiB", _index_case(_huge_metadata)),
+    # --- render (the matrix through the same reader as plan)
+    Case("render-matrix-deep-nesting", 2, "nested too deeply", _matrix_nested),
+    # --- rehearse: what reaches git, act and the work folder
+    Case("rehearse-tag-is-an-option", 2, "not a tag or version", _rehearse("--release", "--push", "--tag=--list")),
+    Case("rehearse-version-is-an-option", 2, "not a tag or version",
+         _rehearse("--release", "--push", "--version", "--upload-pack=touch marker")),
+    Case("rehearse-port-99999", 2, "not a TCP port", _rehearse("--port", "99999")),
+    Case("rehearse-version-regex-escape", 2, "not a tag or version", _rehearse("--release", "--push", "--version", "2.3\\g<0>")),
+    Case("rehearse-workflow-outside", 2, "not a workflow of", _rehearse("--workflow", "../../../etc/passwd")),
+    Case("rehearse-workflow-missing", 2, "not a workflow of", _rehearse("--workflow", "nothere.yml")),
+    Case("rehearse-work-a-file", 2, "is not a folder", _rehearse_work_file),
 ]  # fmt: skip
 LABEL_KEY = "cu12-torch2.6-cxx11abiFALSE"
 
@@ -468,7 +675,10 @@ def test_hostile_input(world: World, case: Case):
         shutil.rmtree(world.published)  # starts from the same published index
         subprocess.run(["cp", "-al", str(world.pristine), str(world.published)], check=True)
     made = case.make(world, scratch)
-    argv, env = (made, {}) if isinstance(made[0], str) else (made[0], {"PIP_INDEX_URL": made[1]})
+    if isinstance(made, dict):  # {"argv": [...], "env": {...}}: a case with its own environment
+        argv, env = made["argv"], made.get("env", {})
+    else:
+        argv, env = (made, {}) if isinstance(made[0], str) else (made[0], {"PIP_INDEX_URL": made[1]})
     env = {"MAMBA_FARM_CACHE": str(world.farm), **case.env, **env}
     before = snapshot(world.root, skip=(scratch, world.pristine))
     rc, out, err = _run(argv, env, scratch)
@@ -485,11 +695,13 @@ def test_hostile_input(world: World, case: Case):
         "traceback": "Traceback" in err, "written_outside": outside, "published_changed": published,
         "reached_shell": reached, "stderr": err.strip().splitlines()[-1:] if err.strip() else [],
         "error_line": err.startswith("error: ") or "\nerror: " in err,
+        "escape": any(c in out + err for c in "\x1b\x07\r\u202e"),  # a raw control or bidi character printed
     }  # fmt: skip
     if REPORT:
         with open(REPORT, "a") as f:
             f.write(json.dumps(result) + "\n")
     assert result["traceback"] is False, err
+    assert result["escape"] is False, (out[-2000:], err[-2000:])
     assert rc == case.expect, (rc, out[-2000:], err[-2000:])
     assert result["clear"], err
     if case.expect:
@@ -678,3 +890,55 @@ def test_doctor_hostile_input(doctor_world: DoctorWorld, case: DoctorCase):
     assert not result["raw_control"], result["raw_control"]
     assert not outside, f"written outside the scratch folder: {outside[:5]}"
     assert not list(scratch.rglob("MARK*")), "a printed value reached a shell"
+# --------------------------------------------------------------------------- the rule for new surfaces (issue 28)
+
+# Every command of builder/cli.py's registry: each input it reads from outside the process, and the prefixes of
+# the cases above that attack it (a reader two commands share counts for both: `build` unpacks sdists with
+# `recipe prepare`'s code and reads the matrix with `plan`'s). A new command, or a new input, lands with its case.
+SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
+    "plan": {"matrix.toml": ("matrix-",), "recipes": ("recipe-",)},
+    "render": {"matrix.toml": ("render-", "matrix-")},
+    "build": {
+        "matrix.toml": ("matrix-",),
+        "recipes": ("recipe-",),
+        "sdists": ("sdist-",),
+        "index pages": ("fetch_",),
+        "smoke cache": ("cache-",),
+    },
+    "index": {
+        "wheels": ("index-",),
+        "sidecars": ("index-fifo-sidecar",),
+        "--base-url": ("index-base-url-",),
+        "zip members": ("index-zip-", "index-metadata-"),
+    },
+    "resolve": {"manifest": ("resolve-",)},
+    "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",)},
+    "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-")},
+    "cache": {"smoke cache": ("cache-",), "--budget": ("cache-budget-",)},
+    "rehearse": {
+        "--tag/--version": ("rehearse-tag-", "rehearse-version-"),
+        "--port": ("rehearse-port-",),
+        "--workflow": ("rehearse-workflow-",),
+        "--work": ("rehearse-work-",),
+    },
+}  # fmt: skip
+# Commands that read nothing from outside the process, or whose input has no case yet (with the reason).
+NO_OUTSIDE_DATA = {
+    "hip-compile": "reads this checkout's own csrc/ and the ROCm toolchain it runs; no outside data",
+    "doctor-dist": "packs this checkout's own mamba_ssm/doctor and the modules it imports; no outside data",
+    "base-image": "reads --ca-bundle (a host file the operator names) and Docker; no case yet (issue 28's report)",
+    "release": "reads the plan's own JSON made by a run of this farm, in CI; no case yet (issue 28's report)",
+}
+
+
+def test_every_command_that_reads_outside_data_has_a_hostile_case_per_input():
+    from builder.cli import COMMANDS
+
+    names = [c.name for c in CASES]
+    missing = [c for c in COMMANDS if c not in SURFACES and c not in NO_OUTSIDE_DATA]
+    assert not missing, f"commands with no entry in SURFACES (each input and its hostile cases): {missing}"
+    assert not set(SURFACES) & set(NO_OUTSIDE_DATA) and set(SURFACES) | set(NO_OUTSIDE_DATA) <= set(COMMANDS)
+    for command, inputs in SURFACES.items():
+        for what, prefixes in inputs.items():
+            hits = [n for n in names if n.startswith(prefixes)]
+            assert hits, f"{command}: no hostile case for its input {what} (a case named {' or '.join(prefixes)}...)"

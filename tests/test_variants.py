@@ -322,3 +322,59 @@ def test_the_doctor_names_the_build_of_an_installed_variant_wheel():
 
     assert [facts._label_of_variant(v) for v in ("null", "cu13", "cu13_aarch64", "x86_64_v3", None)] == [
         "cputorchstable", "cu13torchstable", "cu13torchstable", "", ""]
+
+
+# --------------------------------------------------------------------------- hostile wheels (issue 28)
+
+
+def _tampered(tmp_path: Path, change) -> Path:
+    """A farm stable wheel, rewritten member by member with ``change(name, info, data)`` -> [(info, data)]."""
+    src = make_wheel(tmp_path / "src", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
+                     requires=("torch>=2.10",), files={"mamba_ssm/__init__.py": b"", "mamba_ssm/_C.abi3.so": _elf_so()})  # fmt: skip
+    out = tmp_path / src.name
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            for zi, data in change(info.filename, info, zin.read(info)):
+                zout.writestr(zi, data)
+    return out
+
+
+def _extra(name: str, data: bytes = b"import os\n", link: bool = False):
+    def change(n, info, data_):
+        yield info, data_
+        if n.endswith("/RECORD"):
+            zi = zipfile.ZipInfo(name)
+            if link:
+                zi.external_attr = (0o120777) << 16
+            yield zi, data
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (_extra("../x.pth"), "climbs out"),
+        (_extra("/etc/x.pth"), "is absolute"),
+        (_extra("mamba_ssm/evil", b"/etc/passwd", link=True), "is a symbolic link"),
+        (lambda n, i, d: [(i, d + b"# tampered\n" if n == "mamba_ssm/__init__.py" else d)], "does not match its"),
+        (_extra("mamba_ssm/unlisted.py"), "has no hash in"),
+    ],
+    ids=["dotdot", "absolute", "symlink", "record-lies", "not-in-record"],
+)
+def test_the_rewriter_refuses_what_the_index_refuses_elsewhere(tmp_path, change, message):
+    """Before: the variant form republished these, and its fresh RECORD vouched for the tampered file."""
+    wheel = _tampered(tmp_path, change)
+    with pytest.raises(VerificationError, match=message):
+        variants.to_variant(wheel, tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_a_member_is_capped_by_what_it_inflates_to_not_what_its_header_says(tmp_path, monkeypatch):
+    from builder import relabel
+
+    monkeypatch.setattr(relabel, "MAX_MEMBER_BYTES", 1 << 20)  # (the real cap is 1 GiB; same code path)
+    big = b"\0" * (3 << 20)
+    wheel = _tampered(tmp_path, lambda n, i, d: [(i, big if n == "mamba_ssm/__init__.py" else d)])
+    with pytest.raises(VerificationError, match="unpacks to more than 1 MiB"):
+        variants.to_variant(wheel, tmp_path / "out")

@@ -11,7 +11,6 @@ import contextlib
 import gc
 import hashlib
 import os
-import re
 import shutil
 import stat
 import sys
@@ -30,6 +29,7 @@ from builder.errors import IndexIntegrityError, UsageError
 from builder.index import store
 from builder.index.model import SCHEMA, Entry, Index, entries_from_json
 from builder.index.pages import Pages
+from mamba_ssm._untrusted import plain_url, shown
 
 LOCK_TIMEOUT_S = 600
 
@@ -117,16 +117,10 @@ def build_index(
 
 def _http_url(url: str, flag: str, what: str, hint: str) -> str:
     """An absolute http(s) URL with no query, fragment, spaces or quotes, normalised; else UsageError naming the flag."""
-    parts = urllib.parse.urlsplit(url.strip())
-    if (
-        parts.scheme not in ("https", "http")
-        or not parts.netloc
-        or parts.query
-        or parts.fragment
-        or not _URL_TEXT_RE.fullmatch(url.strip())
-    ):
-        raise UsageError(f"{flag} {url!r} is not an http(s) {what}", hint=hint)
-    return urllib.parse.urlunsplit(parts)
+    plain = plain_url(url)
+    if plain is None:
+        raise UsageError(f"{flag} {shown(repr(url), 300)} is not an http(s) {what}", hint=hint)
+    return plain
 
 
 def _check_files_url(url: str | None) -> str | None:
@@ -152,11 +146,6 @@ def _check_base_url(url: str | None) -> str | None:
         "give the absolute URL the index is served from, e.g. https://OWNER.github.io/REPO/ "
         "(no query, no #fragment, no spaces or quotes), or leave it out for relative links",
     )
-
-
-# What a base URL may hold: RFC 3986's unreserved and path characters, percent escapes; nothing a shell or an
-# HTML attribute would read as syntax (it lands in pages and in printed pip commands).
-_URL_TEXT_RE = re.compile(r"[A-Za-z0-9._~:/%@+=,-]+")
 
 
 def _wheel_url(files_url: str, name: str) -> str:

@@ -9,10 +9,8 @@ Paths are plain strings here: pathlib's overhead shows at 5,000 wheels.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
-import stat
 from typing import NamedTuple
 
 from packaging.tags import Tag, parse_tag
@@ -23,6 +21,7 @@ from builder import wheelmeta
 from builder.errors import UsageError
 from builder.index.model import CHECKOUT, PROJECT, Wheel, parse_version
 from mamba_ssm import _variant
+from mamba_ssm._untrusted import WHEEL_FILENAME_RE, Untrusted, load_json, read_regular
 
 
 class Named(NamedTuple):
@@ -35,10 +34,8 @@ class Named(NamedTuple):
     shown: str  # the version as commands print it (the farm's spelling of the label)
 
 
-# PEP 427/491: a wheel's filename is ASCII letters, digits and ``_ . + -`` (``!`` of an epoch); each tag part
-# letters, digits and ``_`` (``.`` joins compressed tag sets). Anything else (``#``, ``?``, spaces, U+202E) is
-# a name pip does not make, and one that breaks the links the pages give it.
-_FILENAME_RE = re.compile(r"[A-Za-z0-9_.+!-]+\.whl")
+# A wheel's filename: the layer's alphabet (mamba_ssm._untrusted.WHEEL_FILENAME_RE); each tag part letters,
+# digits and ``_`` (``.`` joins compressed tag sets).
 _TAG_PART_RE = re.compile(r"[A-Za-z0-9_]+")
 _MAX_SIDECAR_BYTES = 1 << 20  # a BuildSpec's JSON is a few kB
 _SOURCE_RE = re.compile(r"checkout|sdist:(?P<name>[A-Za-z0-9._-]+)==[^@\s]+@sha256:[0-9a-f]{64}")
@@ -97,7 +94,7 @@ def _variant_fields(v: _variant.Variant) -> dict:
 def check_name(path: str) -> Named:
     """What the filename says, or a UsageError naming the file (before anything is read)."""
     filename = os.path.basename(path)
-    if not _FILENAME_RE.fullmatch(filename) or len(filename) > 255:
+    if not WHEEL_FILENAME_RE.fullmatch(filename):
         raise UsageError(
             f"{path!a}: not a wheel filename pip makes (PEP 427: ASCII letters, digits and _ . + - only)",
             hint="index wheels as the farm builds and names them",
@@ -183,21 +180,12 @@ def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
 
 def read_sidecar(sidecar: str) -> dict | None:
     """The build's sidecar (the farm's BuildSpec.to_json()), None if the wheel has none."""
-    try:
-        fd = os.open(sidecar, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the locked run
-    except FileNotFoundError:
+    if not os.path.lexists(sidecar):
         return None
-    except OSError as err:
-        raise UsageError(f"{sidecar}: cannot be read ({err.strerror or err})", hint="remove it") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_SIDECAR_BYTES:
-            os.close(fd)
-            raise UsageError(f"{sidecar}: not a regular file of at most 1 MiB", hint="rebuild the wheel, or remove it")
-        with open(fd, encoding="utf-8") as f:
-            spec = json.load(f)
-    except (ValueError, OSError) as err:
-        raise UsageError(f"{sidecar}: not readable JSON ({err})", hint="rebuild the wheel, or remove it") from None
+    try:  # a FIFO must not block the locked run; a device is never read
+        spec = load_json(read_regular(sidecar, _MAX_SIDECAR_BYTES), sidecar)
+    except Untrusted as err:
+        raise UsageError(f"{err}: not a build spec the index reads", hint="rebuild the wheel, or remove it") from None
     if not isinstance(spec, dict):
         raise UsageError(f"{sidecar}: expected a JSON object (the build's spec)", hint="rebuild the wheel")
     return spec
