@@ -106,6 +106,23 @@ class RehearsalError(FarmError):
 # not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
 
 
+# --- Reproducibility (builder/verify.py: ``python -m builder verify --rebuild``) ---
+
+
+class NotReproducible(FarmError):
+    """A rebuild of the spec from its recorded inputs gave other bytes than the wheel given: the members
+    that differ are listed (a compromised runner or cache, or a source of difference not yet fixed)."""
+
+    exit_code = 14
+
+
+class RebuildFailed(FarmError):
+    """The spec could not be rebuilt (unknown id, inputs that no longer match, a failed build, a wheel
+    that could not be read): nothing was compared, so nothing is said about the wheel."""
+
+    exit_code = 15
+
+
 class NoMatchingWheel(FarmError):
     """The index has no wheel for this environment (the nearest ones are listed)."""
 
