@@ -10,6 +10,7 @@ compiled a third time). The member-level comparison itself is tested without Doc
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 import zipfile
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from farmkit import REPO, docker_client, run_build
 
-from builder import relabel
+from builder import provenance, relabel
 
 pytestmark = pytest.mark.docker
 
@@ -60,6 +61,9 @@ def test_cpu_wheel_rebuilds_to_the_same_bytes(profile: str, tmp_path: Path) -> N
     )
     assert first.rc == 0, first.out[-4000:]
     (wheel,) = (tmp_path / "a" / "wheels").glob("*.whl")
+    # what built it, in the wheel and in the index's sidecar alike
+    sidecar = json.loads(Path(f"{wheel}.spec.json").read_text())
+    assert sidecar["provenance"] == provenance.read_wheel(wheel) and sidecar["provenance"]["id"] == spec.id
 
     same = _verify("--rebuild", spec.id, str(wheel), "--executor", "docker", "--keep", str(tmp_path / "b"))
     assert same.returncode == 0, same.stdout + same.stderr[-4000:]

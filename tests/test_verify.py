@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -139,3 +140,30 @@ def test_verify_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
         proc = _cli(*args)
         assert proc.returncode == code, (args, proc.stderr)
         assert text in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> None:
+    from builder import provenance, wheels
+    from builder.plan import load_plan
+
+    spec = next(b for b in load_plan(profile="ci").builds if b.accelerator == "cpu")
+    rec = provenance.record(spec, epoch=1700000000, commit=provenance.checkout_commit(REPO))
+    assert rec["source"] == {"kind": "checkout", "commit": rec["source"]["commit"]} and len(rec["source"]["commit"]) == 40
+    assert rec["inputs_hash"] == spec.inputs_hash and rec["image"] == spec.image
+    assert str(tmp_path) not in json.dumps(rec) and str(REPO) not in json.dumps(rec)  # no host path
+    raw = make_wheel(tmp_path / "raw", "mamba-ssm", "2.3.0", "cp311-cp311-linux_x86_64")
+    out = wheels.retag(raw, "linux_x86_64", tmp_path / "out", epoch=1700000000, extra={provenance.NAME: provenance.dumps(rec)})
+    again = wheels.retag(raw, "linux_x86_64", tmp_path / "again", epoch=1700000000, extra={provenance.NAME: provenance.dumps(rec)})
+    assert out.read_bytes() == again.read_bytes()  # the record keeps the wheel reproducible
+    with zipfile.ZipFile(out) as zf:
+        record_file = zf.read("mamba_ssm-2.3.0.dist-info/RECORD").decode()
+    assert f"mamba_ssm-2.3.0.dist-info/{provenance.NAME},sha256=" in record_file
+    assert provenance.read_wheel(out) == rec
+
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(out)], check=True)
+    code = "from mamba_ssm.doctor import facts, report; print(report._built_from(facts.provenance_facts()))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{site}"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"commit {rec['source']['commit'][:12]}, build {spec.id}, inputs {spec.inputs_hash}"
