@@ -35,10 +35,14 @@ def add_command(subparsers) -> None:
     p = subparsers.add_parser(
         "verify", help="rebuild one spec from its recorded inputs and compare it byte for byte with a wheel"
     )
-    p.add_argument(
-        "--rebuild", required=True, metavar="ID", help="the spec id that made the wheel (its .spec.json's id)"
-    )
-    p.add_argument("wheel", metavar="WHEEL", help="the wheel to check: a path, or an http(s) URL with --sha256")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--rebuild", metavar="ID", help="the spec id that made WHEEL (its .spec.json's id)")
+    what.add_argument(
+        "--one-per-kind", type=Path, metavar="DIR",
+        help="rebuild one wheel of each kind (CPU, CUDA, stable-ABI, recipe) among DIR's wheels with .spec.json sidecars",
+    )  # fmt: skip
+    p.add_argument("wheel", metavar="WHEEL", nargs="?", help="with --rebuild: a path, or an http(s) URL with --sha256")
+    p.add_argument("--projects", nargs="+", default=None, metavar="NAME", help="as for build (a recipe's ids)")
     p.add_argument("--sha256", default=None, help="the wheel's expected sha256 (required for a URL)")
     p.add_argument("--profile", default=None, help="the matrix profile that plans ID (default: the first that does)")
     p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
@@ -163,7 +167,40 @@ def _given_wheel(args: argparse.Namespace, scratch: Path) -> Path:
     return dest
 
 
-def _profile_of(spec_id: str, matrix: Path | None, profile: str | None) -> str | None:
+KINDS = ("cpu", "cuda", "stable", "recipe")
+
+
+def kind_of(sidecar: dict) -> str:
+    """What kind of build made a wheel (its sidecar, the BuildSpec's JSON): the release checks one of each."""
+    if sidecar.get("source", "checkout") != "checkout":
+        return "recipe"
+    if sidecar.get("stable"):
+        return "stable"
+    return "cuda" if str(sidecar.get("accelerator", "")).startswith("cu") else "cpu"
+
+
+def one_per_kind(folder: Path, machine: str) -> list[tuple[str, Path]]:
+    """[(spec id, wheel)]: the first wheel (by name) of each kind in FOLDER (searched recursively) that this
+    MACHINE builds natively; a wheel without a readable sidecar is skipped (the release refuses those)."""
+    import json
+
+    from builder.images import machine_of
+
+    picked: dict[str, tuple[str, Path]] = {}
+    for wheel in sorted(Path(folder).rglob("*.whl"), key=lambda p: p.name):
+        try:
+            side = json.loads(Path(f"{wheel}.spec.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(side, dict) or not isinstance(side.get("id"), str):
+            continue
+        if machine_of(str(side.get("platform", ""))) != machine:
+            continue
+        picked.setdefault(kind_of(side), (side["id"], wheel))
+    return [picked[k] for k in KINDS if k in picked]
+
+
+def _profile_of(spec_id: str, matrix: Path | None, profile: str | None, projects=None) -> str:
     """The profile whose plan has SPEC_ID (the given one, else the default plan's, else each profile's)."""
     from builder import compat
     from builder.matrix import load_matrix
@@ -172,7 +209,7 @@ def _profile_of(spec_id: str, matrix: Path | None, profile: str | None) -> str |
     tried = [profile] if profile else [None, *load_matrix(Path(matrix or DEFAULT_MATRIX), compat.load()).profiles]
     for p in tried:
         try:
-            if any(b.id == spec_id for b in load_plan(matrix_file=matrix, profile=p).builds):
+            if any(b.id == spec_id for b in load_plan(matrix_file=matrix, profile=p, projects=projects).builds):
                 return p or ""
         except FarmError:
             continue
@@ -182,11 +219,12 @@ def _profile_of(spec_id: str, matrix: Path | None, profile: str | None) -> str |
     )
 
 
-def _rebuild(args: argparse.Namespace, profile: str, dist: Path) -> Path:
+def _rebuild(args: argparse.Namespace, spec_id: str, profile: str, dist: Path) -> Path:
     from builder.cli import build_parser
 
-    argv = ["build", "--only", args.rebuild, "--dist", str(dist), "--no-smoke", "--executor", args.executor]
+    argv = ["build", "--only", spec_id, "--dist", str(dist), "--no-smoke", "--executor", args.executor]
     argv += ["--profile", profile] if profile else []
+    argv += ["--projects", *args.projects] if args.projects else []
     argv += ["--matrix", str(args.matrix)] if args.matrix else []
     argv += ["--source", str(args.source)] if args.source else []
     for wh in args.wheelhouse or []:
@@ -195,31 +233,65 @@ def _rebuild(args: argparse.Namespace, profile: str, dist: Path) -> Path:
     try:
         build_args.func(build_args)
     except FarmError as err:
-        raise RebuildFailed(f"the rebuild of {args.rebuild} failed: {err}", hint=err.hint) from None
+        raise RebuildFailed(f"the rebuild of {spec_id} failed: {err}", hint=err.hint) from None
     made = sorted((dist / "wheels").glob("*.whl"))
     if len(made) != 1:
-        raise RebuildFailed(f"the rebuild of {args.rebuild} made {len(made)} wheels, not one")
+        raise RebuildFailed(f"the rebuild of {spec_id} made {len(made)} wheels, not one")
     return made[0]
+
+
+def check(args: argparse.Namespace, spec_id: str, given: Path, dist: Path) -> None:
+    """Rebuild SPEC_ID into DIST and compare with GIVEN: prints ``identical`` or raises NotReproducible."""
+    profile = _profile_of(spec_id, args.matrix, args.profile, args.projects)
+    rebuilt = _rebuild(args, spec_id, profile, dist)
+    if rebuilt.name != given.name:
+        raise NotReproducible(f"the rebuild of {spec_id} is {rebuilt.name}, not {given.name}")
+    diffs = compare(given, rebuilt)
+    if diffs:
+        raise NotReproducible(
+            f"{given.name}: the rebuild of {spec_id} differs in {len(diffs)} place(s):\n"
+            + "\n".join(d.line() for d in diffs),
+            hint="a difference in an extension module's bytes is the build's; in zip entries, the packaging's",
+        )
+    sha = hashlib.sha256(given.read_bytes()).hexdigest()
+    print(f"identical: {given.name} (sha256 {sha}) is what {spec_id} rebuilds to", flush=True)
 
 
 def run_command(args: argparse.Namespace) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="mamba-farm-verify-"))
     try:
-        given = _given_wheel(args, scratch)
-        profile = _profile_of(args.rebuild, args.matrix, args.profile)
-        dist = args.keep.absolute() if args.keep else scratch / "dist"
-        rebuilt = _rebuild(args, profile, dist)
-        if rebuilt.name != given.name:
-            raise NotReproducible(f"the rebuild of {args.rebuild} is {rebuilt.name}, not {given.name}")
-        diffs = compare(given, rebuilt)
-        if diffs:
-            raise NotReproducible(
-                f"{given.name}: the rebuild of {args.rebuild} differs in {len(diffs)} place(s):\n"
-                + "\n".join(d.line() for d in diffs),
-                hint="a difference in an extension module's bytes is the build's; in zip entries, the packaging's",
-            )
-        sha = hashlib.sha256(given.read_bytes()).hexdigest()
-        print(f"identical: {given.name} (sha256 {sha}) is what {args.rebuild} rebuilds to", file=sys.stdout)
-        return 0
+        if args.rebuild is not None:
+            if args.wheel is None:
+                raise UsageError("--rebuild ID needs the WHEEL to compare with")
+            given = _given_wheel(args, scratch)
+            check(args, args.rebuild, given, args.keep.absolute() if args.keep else scratch / "dist")
+            return 0
+        if args.wheel is not None or args.sha256 is not None:
+            raise UsageError("--one-per-kind DIR takes no WHEEL or --sha256: the wheels are DIR's")
+        return _one_per_kind(args, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _one_per_kind(args: argparse.Namespace, scratch: Path) -> int:
+    """The release's check: every picked wheel rebuilt and compared, each reported, then one verdict."""
+    from builder.images import host_machine
+
+    if not args.one_per_kind.is_dir():
+        raise UsageError(f"--one-per-kind {shown(args.one_per_kind, 200)}: no such folder")
+    picks = one_per_kind(args.one_per_kind, host_machine())
+    if not picks:
+        raise RebuildFailed(f"{shown(args.one_per_kind, 200)}: no wheel with a sidecar for this machine to rebuild")
+    failures: list[FarmError] = []
+    root = args.keep.absolute() if args.keep else scratch
+    for spec_id, wheel in picks:
+        try:
+            check(args, spec_id, wheel, root / f"dist-{spec_id}")
+        except FarmError as err:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            failures.append(err)
+    if not failures:
+        return 0
+    # A difference outranks a rebuild that could not run: the release must say which wheel differs.
+    worst = next((e for e in failures if isinstance(e, NotReproducible)), failures[0])
+    raise type(worst)(f"{len(failures)} of {len(picks)} rebuild(s) did not match (each is listed above)")

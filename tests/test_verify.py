@@ -148,12 +148,18 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
 
     spec = next(b for b in load_plan(profile="ci").builds if b.accelerator == "cpu")
     rec = provenance.record(spec, epoch=1700000000, commit=provenance.checkout_commit(REPO))
-    assert rec["source"] == {"kind": "checkout", "commit": rec["source"]["commit"]} and len(rec["source"]["commit"]) == 40
+    assert (
+        rec["source"] == {"kind": "checkout", "commit": rec["source"]["commit"]} and len(rec["source"]["commit"]) == 40
+    )
     assert rec["inputs_hash"] == spec.inputs_hash and rec["image"] == spec.image
     assert str(tmp_path) not in json.dumps(rec) and str(REPO) not in json.dumps(rec)  # no host path
     raw = make_wheel(tmp_path / "raw", "mamba-ssm", "2.3.0", "cp311-cp311-linux_x86_64")
-    out = wheels.retag(raw, "linux_x86_64", tmp_path / "out", epoch=1700000000, extra={provenance.NAME: provenance.dumps(rec)})
-    again = wheels.retag(raw, "linux_x86_64", tmp_path / "again", epoch=1700000000, extra={provenance.NAME: provenance.dumps(rec)})
+    out = wheels.retag(
+        raw, "linux_x86_64", tmp_path / "out", epoch=1700000000, extra={provenance.NAME: provenance.dumps(rec)}
+    )
+    again = wheels.retag(
+        raw, "linux_x86_64", tmp_path / "again", epoch=1700000000, extra={provenance.NAME: provenance.dumps(rec)}
+    )
     assert out.read_bytes() == again.read_bytes()  # the record keeps the wheel reproducible
     with zipfile.ZipFile(out) as zf:
         record_file = zf.read("mamba_ssm-2.3.0.dist-info/RECORD").decode()
@@ -161,9 +167,43 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
     assert provenance.read_wheel(out) == rec
 
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(out)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(out)], check=True
+    )
     code = "from mamba_ssm.doctor import facts, report; print(report._built_from(facts.provenance_facts()))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                           env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{site}"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"commit {rec['source']['commit'][:12]}, build {spec.id}, inputs {spec.inputs_hash}"
+
+
+def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_path: Path) -> None:
+    from builder.images import host_machine
+    from builder.plan import load_plan
+
+    here = f"linux_{host_machine()}"
+    other = "linux_aarch64" if here == "linux_x86_64" else "linux_x86_64"
+    specs = load_plan(profile="ci").builds + load_plan(profile="ci-stable").builds
+    for spec in specs:
+        (tmp_path / f"{spec.id}.whl").write_bytes(b"")
+        (tmp_path / f"{spec.id}.whl.spec.json").write_text(json.dumps(spec.to_json()))
+    foreign = {"id": "elsewhere", "platform": other, "accelerator": "cpu", "source": "checkout"}
+    (tmp_path / "a-first-by-name.whl").write_bytes(b"")
+    (tmp_path / "a-first-by-name.whl.spec.json").write_text(json.dumps(foreign))
+    (tmp_path / "a-no-sidecar.whl").write_bytes(b"")
+    recipe = {
+        "id": "causal-conv1d-x",
+        "platform": here,
+        "accelerator": "cu13",
+        "source": "sdist:causal-conv1d==1.7.0@sha256:0",
+    }
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.whl").write_bytes(b"")
+    (tmp_path / "sub" / "c.whl.spec.json").write_text(json.dumps(recipe))
+    picks = verify.one_per_kind(tmp_path, host_machine())
+    kinds = [verify.kind_of(json.loads(Path(f"{w}.spec.json").read_text())) for _id, w in picks]
+    assert kinds == ["cpu", "cuda", "stable", "recipe"]
+    assert all(i != "elsewhere" for i, _w in picks)
+    assert dict(picks)["causal-conv1d-x"] == tmp_path / "sub" / "c.whl"
+    proc = _cli("--one-per-kind", str(tmp_path / "nothing-here"))
+    assert proc.returncode == 2 and "no such folder" in proc.stderr
