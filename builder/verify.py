@@ -179,14 +179,14 @@ def kind_of(sidecar: dict) -> str:
     return "cuda" if str(sidecar.get("accelerator", "")).startswith("cu") else "cpu"
 
 
-def one_per_kind(folder: Path, machine: str) -> list[tuple[str, Path]]:
-    """[(spec id, wheel)]: the first wheel (by name) of each kind in FOLDER (searched recursively) that this
+def one_per_kind(folder: Path, machine: str) -> list[tuple[str, Path, str]]:
+    """[(spec id, wheel, its --projects name)]: the first wheel (by name) of each kind in FOLDER (searched recursively) that this
     MACHINE builds natively; a wheel without a readable sidecar is skipped (the release refuses those)."""
     import json
 
     from builder.images import machine_of
 
-    picked: dict[str, tuple[str, Path]] = {}
+    picked: dict[str, tuple[str, Path, str]] = {}
     for wheel in sorted(Path(folder).rglob("*.whl"), key=lambda p: p.name):
         try:
             side = json.loads(Path(f"{wheel}.spec.json").read_text())
@@ -196,7 +196,8 @@ def one_per_kind(folder: Path, machine: str) -> list[tuple[str, Path]]:
             continue
         if machine_of(str(side.get("platform", ""))) != machine:
             continue
-        picked.setdefault(kind_of(side), (side["id"], wheel))
+        kind = kind_of(side)
+        picked.setdefault(kind, (side["id"], wheel, str(side.get("project")) if kind == "recipe" else "checkout"))
     return [picked[k] for k in KINDS if k in picked]
 
 
@@ -219,12 +220,12 @@ def _profile_of(spec_id: str, matrix: Path | None, profile: str | None, projects
     )
 
 
-def _rebuild(args: argparse.Namespace, spec_id: str, profile: str, dist: Path) -> Path:
+def _rebuild(args: argparse.Namespace, spec_id: str, profile: str, dist: Path, projects=None) -> Path:
     from builder.cli import build_parser
 
     argv = ["build", "--only", spec_id, "--dist", str(dist), "--no-smoke", "--executor", args.executor]
     argv += ["--profile", profile] if profile else []
-    argv += ["--projects", *args.projects] if args.projects else []
+    argv += ["--projects", *projects] if projects else []
     argv += ["--matrix", str(args.matrix)] if args.matrix else []
     argv += ["--source", str(args.source)] if args.source else []
     for wh in args.wheelhouse or []:
@@ -240,10 +241,11 @@ def _rebuild(args: argparse.Namespace, spec_id: str, profile: str, dist: Path) -
     return made[0]
 
 
-def check(args: argparse.Namespace, spec_id: str, given: Path, dist: Path) -> None:
+def check(args: argparse.Namespace, spec_id: str, given: Path, dist: Path, projects=None) -> None:
     """Rebuild SPEC_ID into DIST and compare with GIVEN: prints ``identical`` or raises NotReproducible."""
-    profile = _profile_of(spec_id, args.matrix, args.profile, args.projects)
-    rebuilt = _rebuild(args, spec_id, profile, dist)
+    projects = projects or args.projects
+    profile = _profile_of(spec_id, args.matrix, args.profile, projects)
+    rebuilt = _rebuild(args, spec_id, profile, dist, projects)
     if rebuilt.name != given.name:
         raise NotReproducible(f"the rebuild of {spec_id} is {rebuilt.name}, not {given.name}")
     diffs = compare(given, rebuilt)
@@ -284,9 +286,9 @@ def _one_per_kind(args: argparse.Namespace, scratch: Path) -> int:
         raise RebuildFailed(f"{shown(args.one_per_kind, 200)}: no wheel with a sidecar for this machine to rebuild")
     failures: list[FarmError] = []
     root = args.keep.absolute() if args.keep else scratch
-    for spec_id, wheel in picks:
+    for spec_id, wheel, project in picks:
         try:
-            check(args, spec_id, wheel, root / f"dist-{spec_id}")
+            check(args, spec_id, wheel, root / f"dist-{spec_id}", [project])
         except FarmError as err:
             print(f"error: {err}", file=sys.stderr, flush=True)
             failures.append(err)

@@ -193,6 +193,7 @@ def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_
     (tmp_path / "a-no-sidecar.whl").write_bytes(b"")
     recipe = {
         "id": "causal-conv1d-x",
+        "project": "causal-conv1d",
         "platform": here,
         "accelerator": "cu13",
         "source": "sdist:causal-conv1d==1.7.0@sha256:0",
@@ -201,9 +202,10 @@ def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_
     (tmp_path / "sub" / "c.whl").write_bytes(b"")
     (tmp_path / "sub" / "c.whl.spec.json").write_text(json.dumps(recipe))
     picks = verify.one_per_kind(tmp_path, host_machine())
-    kinds = [verify.kind_of(json.loads(Path(f"{w}.spec.json").read_text())) for _id, w in picks]
+    kinds = [verify.kind_of(json.loads(Path(f"{w}.spec.json").read_text())) for _id, w, _p in picks]
     assert kinds == ["cpu", "cuda", "stable", "recipe"]
-    assert all(i != "elsewhere" for i, _w in picks)
-    assert dict(picks)["causal-conv1d-x"] == tmp_path / "sub" / "c.whl"
+    assert all(i != "elsewhere" for i, _w, _p in picks)
+    assert ("causal-conv1d-x", tmp_path / "sub" / "c.whl", "causal-conv1d") in picks
+    assert {p for _i, _w, p in picks} == {"checkout", "causal-conv1d"}
     proc = _cli("--one-per-kind", str(tmp_path / "nothing-here"))
     assert proc.returncode == 2 and "no such folder" in proc.stderr
