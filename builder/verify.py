@@ -29,6 +29,7 @@ from mamba_ssm._untrusted import Deadline, Untrusted, read_capped, sha256_name, 
 # A published wheel read from a URL: capped (CUDA wheels are hundreds of MB) and deadline-bound.
 MAX_WHEEL_BYTES = 2 << 30
 FETCH_SECONDS = 900.0
+MAX_UNPACKED_BYTES = 8 << 30  # what compare() may read of one wheel's members (a zip bomb stops here)
 
 
 def add_command(subparsers) -> None:
@@ -161,9 +162,19 @@ def _given_wheel(args: argparse.Namespace, scratch: Path) -> Path:
         dest = Path(args.wheel)
         if not dest.is_file() or not dest.name.endswith(".whl"):
             raise UsageError(f"{shown(args.wheel, 200)}: no such wheel file")
+    if dest.stat().st_size > MAX_WHEEL_BYTES:
+        raise UsageError(f"{shown(dest.name, 200)}: more than {MAX_WHEEL_BYTES >> 20} MiB, not a wheel the farm makes")
     got = hashlib.sha256(dest.read_bytes()).hexdigest()
     if want is not None and got != want:
         raise RebuildFailed(f"{dest.name}: its sha256 is {got}, not the {want} given; nothing compared")
+    # Read before anything is rebuilt: a broken or inflating zip is refused in a second, not after a build.
+    try:
+        with zipfile.ZipFile(dest) as zf:
+            unpacked = sum(i.file_size for i in zf.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        raise UsageError(f"{shown(dest.name, 200)}: not a readable wheel (zip): {shown(err, 200)}") from None
+    if unpacked > MAX_UNPACKED_BYTES:
+        raise UsageError(f"{shown(dest.name, 200)}: its members unpack to more than {MAX_UNPACKED_BYTES >> 20} MiB")
     return dest
 
 
