@@ -108,7 +108,9 @@ def test_cuda_wheel_built_twice(profile: str, project: str, tmp_path: Path, caps
     again = _verify("--rebuild", spec.id, str(wheel), "--profile", profile, *projects, "--executor", "docker",
                     "--keep", str(tmp_path / "b"))  # fmt: skip
     with capsys.disabled():
-        print(f"\n{spec.id}: verify exit {again.returncode}\n{again.stdout}{again.stderr.split('error: ', 1)[-1][:4000]}")
+        print(
+            f"\n{spec.id}: verify exit {again.returncode}\n{again.stdout}{again.stderr.split('error: ', 1)[-1][:4000]}"
+        )
     if project == "checkout":
         assert again.returncode == 0, again.stderr[-4000:]
         assert f"identical: {wheel.name}" in again.stdout
