@@ -252,10 +252,44 @@ def _rebuild(args: argparse.Namespace, spec_id: str, profile: str, dist: Path, p
     return made[0]
 
 
-def check(args: argparse.Namespace, spec_id: str, given: Path, dist: Path, projects=None) -> None:
+def recorded_source(given: Path, scratch: Path) -> Path | None:
+    """A clean checkout of the commit GIVEN's provenance names (a shared clone of this repository: no copy of
+    its objects, nothing written into it), so the rebuild uses the wheel's recorded source, not this tree's
+    HEAD or its uncommitted edits; None when the wheel records no commit (its own tree is rebuilt then)."""
+    import subprocess
+
+    from builder import provenance
+    from builder.build import REPO
+
+    rec = provenance.read_wheel(given) or {}
+    commit = (rec.get("source") or {}).get("commit") if isinstance(rec.get("source"), dict) else None
+    if not isinstance(commit, str) or len(commit) != 40 or not all(c in "0123456789abcdef" for c in commit):
+        return None
+    tree = scratch / f"src-{commit[:12]}"
+    if not tree.exists():
+        for cmd in (
+            ["clone", "-q", "--shared", "--no-checkout", str(REPO), str(tree)],
+            ["-C", str(tree), "checkout", "-q", "--detach", commit],
+        ):
+            proc = subprocess.run(["git", *cmd], capture_output=True, text=True, check=False, timeout=600)
+            if proc.returncode:
+                raise RebuildFailed(
+                    f"{given.name} was built from commit {commit}, which this checkout cannot give: {shown(proc.stderr.strip(), 300)}",
+                    hint="git fetch the commit (or pass --source a tree of it)",
+                )
+    return tree
+
+
+def check(
+    args: argparse.Namespace, spec_id: str, given: Path, dist: Path, projects=None, scratch: Path | None = None
+) -> None:
     """Rebuild SPEC_ID into DIST and compare with GIVEN: prints ``identical`` or raises NotReproducible."""
     projects = projects or args.projects
     profile = _profile_of(spec_id, args.matrix, args.profile, projects)
+    if args.source is None and scratch is not None:
+        source = recorded_source(given, scratch)
+        if source is not None:
+            args = argparse.Namespace(**{**vars(args), "source": source})
     rebuilt = _rebuild(args, spec_id, profile, dist, projects)
     if rebuilt.name != given.name:
         raise NotReproducible(f"the rebuild of {spec_id} is {rebuilt.name}, not {given.name}")
@@ -277,7 +311,7 @@ def run_command(args: argparse.Namespace) -> int:
             if args.wheel is None:
                 raise UsageError("--rebuild ID needs the WHEEL to compare with")
             given = _given_wheel(args, scratch)
-            check(args, args.rebuild, given, args.keep.absolute() if args.keep else scratch / "dist")
+            check(args, args.rebuild, given, args.keep.absolute() if args.keep else scratch / "dist", scratch=scratch)
             return 0
         if args.wheel is not None or args.sha256 is not None:
             raise UsageError("--one-per-kind DIR takes no WHEEL or --sha256: the wheels are DIR's")
@@ -299,7 +333,7 @@ def _one_per_kind(args: argparse.Namespace, scratch: Path) -> int:
     root = args.keep.absolute() if args.keep else scratch
     for spec_id, wheel, project in picks:
         try:
-            check(args, spec_id, wheel, root / f"dist-{spec_id}", [project])
+            check(args, spec_id, wheel, root / f"dist-{spec_id}", [project], scratch=scratch)
         except FarmError as err:
             print(f"error: {err}", file=sys.stderr, flush=True)
             failures.append(err)

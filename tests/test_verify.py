@@ -209,3 +209,25 @@ def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_
     assert {p for _i, _w, p in picks} == {"checkout", "causal-conv1d"}
     proc = _cli("--one-per-kind", str(tmp_path / "nothing-here"))
     assert proc.returncode == 2 and "no such folder" in proc.stderr
+
+
+def test_the_rebuild_uses_the_commit_the_wheel_records(tmp_path: Path) -> None:
+    from builder import provenance, wheels
+    from builder.errors import RebuildFailed
+
+    def wheel_of(commit: str, name: str) -> Path:
+        raw = make_wheel(tmp_path / name, "demo", "1.0", "cp311-cp311-linux_x86_64")
+        rec = {"source": {"kind": "checkout", "commit": commit}}
+        return wheels.retag(
+            raw, "linux_x86_64", tmp_path / f"{name}-out", extra={provenance.NAME: provenance.dumps(rec)}
+        )
+
+    head = provenance.checkout_commit(REPO)
+    tree = verify.recorded_source(wheel_of(head, "h"), tmp_path / "scratch")
+    assert provenance.checkout_commit(tree) == head and (tree / "setup.py").is_file()
+    assert not subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain"], capture_output=True, text=True, check=True
+    ).stdout
+    with pytest.raises(RebuildFailed, match="which this checkout cannot give"):
+        verify.recorded_source(wheel_of("0" * 40, "z"), tmp_path / "scratch")
+    assert verify.recorded_source(_wheel(tmp_path / "plain", b"x"), tmp_path / "scratch") is None
