@@ -285,11 +285,12 @@ def check(
 ) -> None:
     """Rebuild SPEC_ID into DIST and compare with GIVEN: prints ``identical`` or raises NotReproducible."""
     projects = projects or args.projects
-    profile = _profile_of(spec_id, args.matrix, args.profile, projects)
     if args.source is None and scratch is not None:
         source = recorded_source(given, scratch)
-        if source is not None:
-            args = argparse.Namespace(**{**vars(args), "source": source})
+        if source is not None:  # that commit's matrix too: its plan (ids, inputs hash) is the wheel's
+            matrix = args.matrix or (source / "matrix.toml" if (source / "matrix.toml").is_file() else None)
+            args = argparse.Namespace(**{**vars(args), "source": source, "matrix": matrix})
+    profile = _profile_of(spec_id, args.matrix, args.profile, projects)
     rebuilt = _rebuild(args, spec_id, profile, dist, projects)
     if rebuilt.name != given.name:
         raise NotReproducible(f"the rebuild of {spec_id} is {rebuilt.name}, not {given.name}")
