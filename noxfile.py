@@ -90,6 +90,13 @@ def build_matrix(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def verify(session: nox.Session) -> None:
+    """Rebuild and compare byte for byte: nox -s verify -- --rebuild ID WHEEL (or --one-per-kind DIR, the release's check)."""
+    _farm(session)
+    session.run("python", "-m", "builder", "verify", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def rehearse(session: nox.Session) -> None:
     """Run .github/workflows/release.yml under act on this host: nox -s rehearse (a dry run), -- --release for a tag."""
     session.install(*nox.project.dependency_groups(PYPROJECT, "farm", "rehearse"))

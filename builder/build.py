@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from builder import schedule
+from builder import provenance, reproducible, schedule
 from builder.errors import BuildFailed, FarmError, UsageError
 from builder.executors import BuildOptions
 from builder.executors.choose import EXECUTORS, select
@@ -124,6 +124,9 @@ def run_command(args: argparse.Namespace) -> int:
     source = run_dir / "src"
     if any(not s.from_recipe for s in todo):
         copy_source(args.source.absolute(), source)
+        # The clone's mtimes are the time it was made: the snapshot carries the commit's instead.
+        reproducible.stamp(source, reproducible.checkout_epoch(args.source.absolute()))
+    commit = provenance.checkout_commit(args.source.absolute()) if any(not s.from_recipe for s in todo) else None
 
     def on_signal(signum, frame):
         # Stop launching, remove containers / kill build processes now, then unwind.
@@ -150,6 +153,7 @@ def run_command(args: argparse.Namespace) -> int:
             def finish(spec, result):
                 return _verify_and_publish(
                     spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke,
+                    epoch=reproducible.tree_epoch(trees.get(spec.id, source)), image=plan.images.get(spec.image), commit=commit,
                     allow_newer_manylinux=executor.newer_glibc(spec), recipe=plan.recipe_of(spec),
                     emulated_smoke=getattr(executor, "smoke", None), log_path=logs_dir / f"{spec.id}.log", log=log,
                 )
@@ -226,6 +230,8 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
             f" (skipped: {', '.join(prep.skipped) or 'none'})\n"
         )
         log(f"{spec.id}: source ready, patches {', '.join(prep.applied) or 'none'}")
+        # Patching gave the files it edited the clock's time: the whole tree gets the sdist's.
+        reproducible.stamp(prep.tree, reproducible.sdist_epoch(prep.tree))
         trees[spec.id] = prep.tree
     return trees, refused
 
@@ -259,7 +265,8 @@ def _clear_stale(work: Path, wheels_dir: Path) -> None:
 
 def _verify_and_publish(
     spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False,
-    recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print,
+    recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print, epoch: int | None = None,
+    image=None, commit: str | None = None,
 ) -> Path:
     """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename.
 
@@ -270,8 +277,13 @@ def _verify_and_publish(
     from builder.images import host_machine, machine_of
 
     workdir.mkdir(parents=True, exist_ok=True)
+    # What built it, inside the wheel and in its sidecar alike (no clock time, no host path).
+    record = provenance.record(spec, epoch=epoch or reproducible.ZIP_FLOOR, image=image, commit=commit, recipe=recipe)
     good = Path(
-        wheels.verify_wheel(raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux)
+        wheels.verify_wheel(
+            raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux, epoch=epoch,
+            provenance=record,
+        )
     )
     foreign = machine_of(spec.platform) != host_machine()
     if smoke and foreign:
@@ -305,7 +317,7 @@ def _verify_and_publish(
     staged = workdir / (good.name + ".staged")
     shutil.copyfile(good, staged)
     sidecar = workdir / (good.name + ".spec.json")
-    sidecar.write_text(json.dumps(spec.to_json(), indent=2, sort_keys=True))
+    sidecar.write_text(json.dumps({**spec.to_json(), "provenance": record}, indent=2, sort_keys=True))
     os.replace(sidecar, wheels_dir / sidecar.name)
     dest = wheels_dir / good.name
     os.replace(staged, dest)

@@ -20,6 +20,7 @@ COMMANDS = {
     "render": "builder.render",
     "base-image": "builder.base_image",
     "build": "builder.build",
+    "verify": "builder.verify",
     "index": "builder.index",
     "resolve": "builder.resolve",
     "hip-compile": "builder.hip",

@@ -106,11 +106,28 @@ class UnprovenWrite(FarmError):
     """``drift --write``: the data it would write does not load or plan with the farm's own loaders, so
     nothing was written (the files are as they were)."""
 
-    exit_code = 14
+    exit_code = 16
 
 
 # ``python -m builder drift`` exits 13 (builder.drift.DRIFT_EXIT; 11 is an unsafe sdist, 12 a rehearsal) when the data is behind the index:
 # not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
+
+
+# --- Reproducibility (builder/verify.py: ``python -m builder verify --rebuild``) ---
+
+
+class NotReproducible(FarmError):
+    """A rebuild of the spec from its recorded inputs gave other bytes than the wheel given: the members
+    that differ are listed (a compromised runner or cache, or a source of difference not yet fixed)."""
+
+    exit_code = 14
+
+
+class RebuildFailed(FarmError):
+    """The spec could not be rebuilt (unknown id, inputs that no longer match, a failed build, a wheel
+    that could not be read): nothing was compared, so nothing is said about the wheel."""
+
+    exit_code = 15
 
 
 class NoMatchingWheel(FarmError):

@@ -20,6 +20,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from builder.errors import VerificationError
+from builder.reproducible import zip_entries, zip_time
 from mamba_ssm._untrusted import Untrusted, open_zip, shown, zip_read
 
 
@@ -97,19 +98,24 @@ def _check_record(wheel: Path, members: dict[str, bytes], info_dir: str) -> None
                                     "the file was changed after the wheel was built")  # fmt: skip
 
 
-def write_wheel(infos: list[zipfile.ZipInfo], members: dict[str, bytes], info_dir: str, dest: Path) -> Path:
-    """Write MEMBERS (in the order of INFOS) to DEST with a RECORD that hashes them; atomic."""
+def write_wheel(
+    infos: list[zipfile.ZipInfo], members: dict[str, bytes], info_dir: str, dest: Path, *, epoch: int | None = None
+) -> Path:
+    """Write MEMBERS to DEST with a RECORD that hashes them; atomic. Reproducible: entries in a fixed
+    order and mode (builder/reproducible.py), every one stamped EPOCH (SOURCE_DATE_EPOCH) when given,
+    else each keeping its time (a rewrite of an already stamped wheel stays stamped)."""
     record_name = f"{info_dir}/RECORD"
-    rows = [f"{n},{_record_hash(d)},{len(d)}" for n, d in members.items() if n != record_name and not n.endswith("/")]
+    names = sorted(n for n in members if n != record_name and not n.endswith("/"))
+    rows = [f"{n},{_record_hash(members[n])},{len(members[n])}" for n in names]  # sorted: no walk order shows
     members = {**members, record_name: ("\n".join([*rows, f"{record_name},,"]) + "\n").encode()}
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
+    if record_name not in {i.filename for i in infos}:
+        infos = [*infos, zipfile.ZipInfo(record_name, date_time=infos[0].date_time if infos else (1980, 1, 1, 0, 0, 0))]
+    date_time = zip_time(epoch) if epoch is not None else None
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for info in infos:
-            zi = zipfile.ZipInfo(info.filename, date_time=info.date_time)
-            zi.external_attr = info.external_attr
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(zi, members[info.filename])
+        for zi in zip_entries(infos, info_dir, date_time):
+            zf.writestr(zi, members[zi.filename])
     os.replace(tmp, dest)
     return dest
 

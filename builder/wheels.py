@@ -22,6 +22,7 @@ the CPU scan against the pure-PyTorch reference.
 
 from __future__ import annotations
 
+import calendar
 import fnmatch
 import hashlib
 import os
@@ -40,6 +41,7 @@ from packaging.version import Version
 
 from builder import cache, variants, wheelmeta
 from builder import compat as compat_mod
+from builder import provenance as provenance_mod
 from builder.errors import VerificationError
 from builder.relabel import pin_torch, read_members, write_wheel
 from builder.spec import BuildSpec
@@ -319,10 +321,15 @@ def _arch_msg(what: str, found: set[str], want: set[str]) -> str:
 # --------------------------------------------------------------------------- repair and retag
 
 
-def retag(wheel: Path, platform: str, out_dir: Path, *, version: str | None = None) -> Path:
+def retag(
+    wheel: Path, platform: str, out_dir: Path, *, version: str | None = None, epoch: int | None = None,
+    extra: dict[str, bytes] | None = None,
+) -> Path:
     """Rewrite ``wheel`` with exactly one platform tag (filename, WHEEL and RECORD agree).
 
-    ``version`` respells the filename's version (same version, other case: ``cxx11abiTRUE``).
+    ``version`` respells the filename's version (same version, other case: ``cxx11abiTRUE``);
+    ``epoch`` (SOURCE_DATE_EPOCH) stamps every entry (None: each keeps its time); ``extra``: files
+    added to the dist-info (the provenance record), listed in RECORD like any other.
     """
     _name, parsed, _build, tags = parse_wheel_filename(wheel.name)
     if version is not None and Version(version) != parsed:
@@ -339,7 +346,12 @@ def retag(wheel: Path, platform: str, out_dir: Path, *, version: str | None = No
     wheel_txt = members[f"{info_dir}/WHEEL"].decode()
     lines = [ln for ln in wheel_txt.splitlines() if not ln.startswith("Tag:")] + [f"Tag: {ia}-{platform}"]
     members[f"{info_dir}/WHEEL"] = ("\n".join(lines) + "\n").encode()
-    return write_wheel(infos, members, info_dir, out_dir / new_name)
+    for name, data in (extra or {}).items():
+        full = f"{info_dir}/{name}"
+        if full not in members:
+            infos.append(zipfile.ZipInfo(full))
+        members[full] = data
+    return write_wheel(infos, members, info_dir, out_dir / new_name, epoch=epoch)
 
 
 def _auditwheel(*args: str) -> subprocess.CompletedProcess:
@@ -455,12 +467,21 @@ class VerifyReport:
     archs: str = ""
 
 
-def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_manylinux: bool = False) -> Path:
+def verify_wheel(
+    wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_manylinux: bool = False, epoch: int | None = None,
+    provenance: dict | None = None,
+) -> Path:
     """Check ``wheel`` against ``spec``, repair and retag it; return the verified wheel (in workdir/verified).
 
-    Raises VerificationError naming exactly what disagrees.
+    ``epoch``: the source's SOURCE_DATE_EPOCH, which every entry of the verified wheel gets (auditwheel
+    stamps the time of the repair); None takes the raw wheel's newest entry (bdist_wheel stamps
+    SOURCE_DATE_EPOCH, which the executors set). ``provenance``: the record (builder/provenance.py) the
+    verified wheel carries in its dist-info. Raises VerificationError naming exactly what disagrees.
     """
     wheel, workdir = Path(wheel), Path(workdir)
+    if epoch is None:
+        with zipfile.ZipFile(wheel) as zf:
+            epoch = max((calendar.timegm((*i.date_time, 0, 0, 0)) for i in zf.infolist()), default=None)
     workdir.mkdir(parents=True, exist_ok=True)
     if spec.from_recipe:  # upstream's METADATA requires any torch: pin the minor it was built against
         wheel = pin_torch(wheel, spec.torch_version, workdir / "relabelled")
@@ -508,7 +529,10 @@ def verify_wheel(wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_man
 
     repaired, platform = repair(wheel, spec, workdir, allow_newer_manylinux=allow_newer_manylinux)
     canonical = f"{facts.version.partition('+')[0]}+{spec.label}"
-    final = retag(repaired, platform, workdir / "verified", version=canonical)
+    final = retag(
+        repaired, platform, workdir / "verified", version=canonical, epoch=epoch,
+        extra={provenance_mod.NAME: provenance_mod.dumps(provenance)} if provenance else None,
+    )  # fmt: skip
     after = read_facts(final, spec.project)
     check_machine(final, platform)  # what auditwheel grafted in too
     if after.filename_tags != (expected_tag(spec, platform),) or after.wheel_tags != after.filename_tags:

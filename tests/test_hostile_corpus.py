@@ -642,6 +642,42 @@ CASES = [
 LABEL_KEY = "cu12-torch2.6-cxx11abiFALSE"
 
 
+def _verify_case(make_wheel):
+    """`verify --rebuild` of a hostile wheel: refused before anything is rebuilt (the id is a real one)."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        return ["verify", "--rebuild", "cpu-torch2.13-cxx11abiTRUE-cp311-linux_x86_64", *make_wheel(world, scratch)]
+
+    return make
+
+
+def _fifo_wheel(world: World, scratch: Path) -> list[str]:
+    os.mkfifo(scratch / "w.whl")
+    return [str(scratch / "w.whl")]
+
+
+def _zero_link_wheel(world: World, scratch: Path) -> list[str]:
+    (scratch / "w.whl").symlink_to("/dev/zero")
+    return [str(scratch / "w.whl")]
+
+
+def _junk_wheel(world: World, scratch: Path) -> list[str]:
+    (scratch / "w.whl").write_bytes(b"PK\x03\x04 not a zip")
+    return [str(scratch / "w.whl")]
+
+
+CASES += [
+    # --- verify: the wheel to compare, by path or URL
+    Case("verify-fifo", 2, "no such wheel file", _verify_case(_fifo_wheel)),
+    Case("verify-dev-zero-link", 2, "no such wheel file", _verify_case(_zero_link_wheel)),
+    Case("verify-not-a-zip", 2, "not a readable wheel", _verify_case(_junk_wheel)),
+    Case("verify-url-without-sha256", 2, "needs --sha256", _verify_case(lambda w, s: [f"{w.url}/x.whl"])),
+    Case("verify-url-file-scheme", 2, "no such wheel file", _verify_case(lambda w, s: ["file:///etc/passwd.whl"])),
+    Case("verify-url-endless", 15, "not the", _verify_case(lambda w, s: [f"{w.url}/endless/x.whl", "--sha256", "0" * 64])),
+    Case("verify-url-404", 15, "could not read", _verify_case(lambda w, s: [f"{w.url}/none.whl", "--sha256", "0" * 64])),
+]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("hostile"))

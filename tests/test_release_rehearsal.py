@@ -175,6 +175,9 @@ def test_the_dry_run_runs_the_whole_job_graph(dry):
     builds = sorted(j for j in dry.jobs if j.startswith("build "))
     assert len(builds) == 2 and all(dry.jobs[j] == "succeeded" for j in builds), dry.jobs
     assert dry.jobs["plan"] == dry.jobs["publish"] == "succeeded"
+    # the release checked itself before publishing: a wheel rebuilt in a second job, the same bytes
+    assert dry.jobs["reproduce"] == "succeeded", dry.jobs
+    assert re.search(r"identical: mamba_ssm-\S+\.whl \(sha256 [0-9a-f]{64}\)", dry.log.read_text()), "no rebuild compared"
     # A dry run publishes nothing: no release, no Pages, no sdist for PyPI.
     assert not {"pages", "sdist", "pypi"} & set(dry.jobs), dry.jobs
     assert sorted(p.parent.name for p in dry.artifacts.glob("*/*/*.zip")) == sorted(
@@ -263,7 +266,8 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
     for v, r in runs.items():
         assert r.rc == 0, f"v{v}: {r.jobs}\n{r.log.read_text()[-6000:]}"
         assert {j: e for j, e in r.jobs.items() if not j.startswith("build ")} == {
-            "plan": "succeeded", "publish": "succeeded", "pages": "succeeded", "sdist": "succeeded", "pypi": "succeeded"
+            "plan": "succeeded", "reproduce": "succeeded", "publish": "succeeded", "pages": "succeeded",
+            "sdist": "succeeded", "pypi": "succeeded",
         }, r.jobs  # fmt: skip
     assets = work / "github" / OWNER_REPO / "releases" / "download"
     published = {v: sorted(p.name for p in (assets / f"v{v}").glob("*.whl")) for v in versions}

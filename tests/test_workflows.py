@@ -940,3 +940,31 @@ def test_every_nox_session_the_workflows_call_exists():
     called = {m for p in all_workflows() for m in re.findall(r"\bnox -s ([\w-]+)", p.read_text())}
     assert called >= {"plan", "build_matrix", "index", "tests"}
     assert called <= _nox_sessions()
+
+
+@pytest.mark.parametrize("profile", ["", "release"])
+def test_reproduce_rebuilds_one_wheel_per_kind_between_build_and_publish(tmp_path, profile):
+    """The release checks itself: `reproduce` runs after the x86_64 builds, on their wheels, asks the farm for
+    `verify --one-per-kind` under the plan's profile, and publish does not run when it failed (a difference)."""
+    from builder.cli import build_parser
+
+    jobs = load(RELEASE)["jobs"]
+    job = jobs["reproduce"]
+    assert set(job["needs"]) == {"plan", "build-x86_64"} and job["permissions"] == {"contents": "read"}
+    assert "reproduce" in jobs["publish"]["needs"] and "needs.reproduce.result != 'failure'" in jobs["publish"]["if"]
+    download = next(s for s in job["steps"] if "download-artifact" in s.get("uses", ""))
+    assert download["with"] == {"pattern": "wheel-*", "path": "artifacts/wheels"}
+    step = next(s for s in job["steps"] if "nox -s verify" in s.get("run", ""))
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "nox"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$NOX_ARGS"\n')
+    fake.chmod(0o755)
+    env = base_env(tmp_path, {k: render(v, {"needs.plan.outputs.profile": profile}) for k, v in step["env"].items()})
+    env["NOX_ARGS"] = str(tmp_path / "args")
+    proc = run_step(step, env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[:3] == ["-s", "verify", "--"]
+    parsed = build_parser(["verify", *args[3:]]).parse_args(["verify", *args[3:]])
+    assert parsed.one_per_kind == Path("artifacts/wheels") and parsed.executor == "docker"
+    assert parsed.profile == (profile or None)

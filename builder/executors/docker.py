@@ -48,6 +48,7 @@ from builder.images import (
     owner,
 )
 from builder.render import render
+from builder.reproducible import tree_epoch
 
 PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
 
@@ -331,6 +332,7 @@ class DockerExecutor:
                 self._tars[source] = source_tar(source)
             self._ensure_volume(kernel_cache_name(spec.image))
             env, volumes = self._build_config(spec, volume)
+            env["SOURCE_DATE_EPOCH"] = str(tree_epoch(source))  # the source's time, never the clock's
             remaining = max(60.0, timeout - (time.monotonic() - started))
             wheel_dir = Path(tempfile.mkdtemp(prefix="out-", dir=out_dir.parent if out_dir.parent.exists() else None))
             try:

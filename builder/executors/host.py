@@ -24,6 +24,7 @@ from builder.errors import EngineUnavailable
 from builder.executors import BUILD_SCRIPT, BuildOptions, BuildResult, collect_wheel, source_files, spec_env
 from builder.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
 from builder.render import load_packages
+from builder.reproducible import tree_epoch
 
 VENVS = CACHE_ROOT / "venvs"
 TOOLKITS = CACHE_ROOT / "toolkits"
@@ -146,6 +147,7 @@ class HostExecutor:
             copy_source(source, src)
             raw = Path(tmp) / "out"
             env = self.build_env(spec, py, src, raw)
+            env["SOURCE_DATE_EPOCH"] = str(tree_epoch(source))  # the source's time, never the clock's
             Path(env["MAMBA_KERNEL_CACHE"]).mkdir(parents=True, exist_ok=True)
             with open(log_path, "wb") as log:
                 with self._lock:

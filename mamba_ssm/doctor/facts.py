@@ -231,6 +231,17 @@ def _variant_label() -> str | None:
     return labels[0] if len(labels) == 1 else None
 
 
+def provenance_facts(dist_name: str = "mamba-ssm") -> dict | None:
+    """What built the installed wheel: its ``*.dist-info/farm-provenance.json`` (builder/provenance.py), the
+    record the index's sidecar carries too; None for a wheel the farm did not build."""
+    try:
+        raw = importlib.metadata.distribution(dist_name).read_text("farm-provenance.json")
+        rec = json.loads(raw) if raw and len(raw) < 1 << 16 else None
+    except (ValueError, OSError, importlib.metadata.PackageNotFoundError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
 def _label_of_variant(variant_label: str | None) -> str:
     """The farm label a variant label stands for (builder/variants.py): ``null`` is the CPU stable-ABI build,
     ``cu13`` (``cu13_<machine>``) the CUDA 13 one; "" for any other."""
@@ -322,6 +333,7 @@ def mamba_facts() -> dict:
         exts.append(ext)
     out["extensions"] = exts
     out.update(machine_facts())
+    out["provenance"] = provenance_facts()
     return out
 
 

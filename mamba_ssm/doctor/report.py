@@ -14,6 +14,18 @@ from .._untrusted import shown
 MARK = {"ok": "ok  ", "info": "info", "warn": "warn", "problem": "FAIL"}
 
 
+def _built_from(rec) -> str | None:
+    """The wheel's provenance record (builder/provenance.py) in one line; shown safely: it is the wheel's word."""
+    if not isinstance(rec, dict):
+        return None
+    src = rec.get("source") if isinstance(rec.get("source"), dict) else {}
+    if src.get("kind") == "sdist":
+        what = f"sdist {src.get('name')}=={src.get('version')} sha256 {str(src.get('sha256'))[:12]}"
+    else:
+        what = f"commit {str(src.get('commit') or '?')[:12]}"
+    return shown(f"{what}, build {rec.get('id')}, inputs {rec.get('inputs_hash')}", 300)
+
+
 def _line(label: str, value) -> str:
     return f"  {label:<22} {value if value not in (None, '', []) else '-'}"
 
@@ -48,6 +60,7 @@ def render_text(facts: dict, findings: list, extra: dict) -> str:
     out.append(_line("installed", mm.get("installed_version") or "not installed as a distribution"))
     out.append(_line("location", mm.get("location")))
     out.append(_line("variant label", mm.get("label")))
+    out.append(_line("built from", _built_from(mm.get("provenance"))))
     for ext in mm.get("extensions") or []:
         a = ext.get("archs") or {}
         archs = ", ".join(a.get("sass", []) + a.get("ptx", []) + a.get("hip", [])) or "none (CPU build)"

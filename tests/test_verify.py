@@ -1,0 +1,233 @@
+"""Reproducible wheels without Docker: the one rewriter's layout, the source's time, and `verify`'s comparison.
+
+The Docker rebuilds of our CPU wheels are tests/test_reproducible.py; here the parts each of them rests on:
+- relabel.write_wheel gives the same bytes whatever order, times and modes its input had (auditwheel's
+  walk order, the repair's clock, a builder's umask), and stamps SOURCE_DATE_EPOCH;
+- the epoch comes from the source (a checkout's commit time, an sdist's PKG-INFO), never the clock;
+- `builder verify` names the member that differs (size, sha256, offset, ELF section), names the zip field
+  when only the container differs, and exits 15, not 14, when it cannot compare at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from wheelmaker import make_wheel
+
+from builder import relabel, reproducible, verify
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _real_elf() -> bytes:
+    """A real shared object of this interpreter (a C extension module of the standard library)."""
+    for mod in ("_decimal", "_ctypes", "_json", "_sqlite3", "_ssl", "_hashlib"):
+        path = getattr(importlib.import_module(mod), "__file__", None) or ""
+        if path.endswith(".so"):
+            return Path(path).read_bytes()
+    pytest.skip("this Python has no C extension module on disk")
+
+
+def _wheel(tmp: Path, so: bytes) -> Path:
+    return make_wheel(tmp, "demo", "1.0", "cp311-cp311-linux_x86_64", files={"demo/__init__.py": b"", "demo/_C.so": so})
+
+
+def _shuffled(wheel: Path, dest: Path, *, when, mode: int) -> Path:
+    """WHEEL's members rewritten by a careless tool: reversed order, another time, another umask."""
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in reversed(src.infolist()):
+            zi = zipfile.ZipInfo(info.filename, date_time=when)
+            zi.external_attr = mode << 16
+            out.writestr(zi, src.read(info))
+    return dest
+
+
+def test_the_rewriter_gives_one_layout_whatever_it_is_given(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path / "w", b"\x7fELF not really")
+    a = _shuffled(wheel, tmp_path / "a.whl", when=(2026, 12, 2, 4, 0, 0), mode=0o100664)
+    b = _shuffled(wheel, tmp_path / "b.whl", when=(2027, 1, 1, 0, 0, 1), mode=0o100600)
+    assert a.read_bytes() != b.read_bytes()
+    epoch = 1764633600  # 2025-12-02 00:00:00 UTC
+    outs = [
+        relabel.write_wheel(*relabel.read_members(w), tmp_path / n / "demo.whl", epoch=epoch)
+        for w, n in ((a, "x"), (b, "y"))
+    ]
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+    with zipfile.ZipFile(outs[0]) as zf:
+        infos = zf.infolist()
+    assert {i.date_time for i in infos} == {(2025, 12, 2, 0, 0, 0)}
+    assert {(i.external_attr >> 16) for i in infos} == {0o100644}
+    names = [i.filename for i in infos]
+    assert names[-1].endswith(".dist-info/RECORD") and names.index("demo/_C.so") < names.index(
+        "demo-1.0.dist-info/METADATA"
+    )
+
+
+def test_the_epoch_comes_from_the_source_not_the_clock(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "setup.py").write_text("")
+    env = {**os.environ, "GIT_COMMITTER_DATE": "2024-05-06T07:08:09Z", "GIT_AUTHOR_DATE": "2024-05-06T07:08:09Z"}
+    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(repo), *cmd], check=True, env=env)
+    assert reproducible.checkout_epoch(repo) == 1714979289
+    assert reproducible.checkout_epoch(tmp_path) == reproducible.ZIP_FLOOR  # not a checkout: a fixed time, not now
+    sdist = tmp_path / "sdist"
+    sdist.mkdir()
+    (sdist / "PKG-INFO").write_text("Name: x\n")
+    os.utime(sdist / "PKG-INFO", (1700000000, 1700000000))
+    (sdist / "setup.py").write_text("patched just now\n")
+    assert reproducible.sdist_epoch(sdist) == 1700000000
+    reproducible.stamp(sdist, 1700000000)
+    assert {int(p.stat().st_mtime) for p in [sdist, *sdist.iterdir()]} == {1700000000}
+    assert reproducible.tree_epoch(sdist) == 1700000000
+
+
+def test_compare_names_the_member_its_bytes_and_the_elf_section(tmp_path: Path) -> None:
+    so = _real_elf()
+    good = relabel.write_wheel(*relabel.read_members(_wheel(tmp_path / "g", so)), tmp_path / "good" / "d.whl", epoch=0)
+    bad_so = bytearray(so)
+    bad_so[len(so) // 2] ^= 0xFF
+    bad = relabel.write_wheel(
+        *relabel.read_members(_wheel(tmp_path / "b", bytes(bad_so))), tmp_path / "bad" / "d.whl", epoch=0
+    )
+    assert verify.compare(good, good) == []
+    diffs = {d.member: d.how for d in verify.compare(good, bad)}
+    assert set(diffs) == {"demo/_C.so", "demo-1.0.dist-info/RECORD"}
+    how = diffs["demo/_C.so"]
+    assert f"size {len(so)} vs {len(so)}" in how and f"first difference at byte {len(so) // 2}" in how
+    assert "ELF section ." in how or "ELF section (outside" in how
+
+
+def test_compare_names_the_zip_field_when_only_the_container_differs(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path / "w", b"payload")
+    a = relabel.write_wheel(*relabel.read_members(wheel), tmp_path / "a" / "d.whl", epoch=1700000000)
+    b = relabel.write_wheel(*relabel.read_members(wheel), tmp_path / "b" / "d.whl", epoch=1700000002)
+    diffs = verify.compare(a, b)
+    assert diffs and all("zip entry: date_time" in d.how for d in diffs)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "builder", "verify", *args], cwd=REPO, capture_output=True, text=True, check=False
+    )
+
+
+def test_verify_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path, b"x")
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    cases = [
+        (("--rebuild", "no-such-id", str(wheel)), 15, "no plan has a build no-such-id"),
+        (("--rebuild", "x", str(wheel), "--sha256", "0" * 64), 15, f"its sha256 is {sha}"),
+        (("--rebuild", "x", str(wheel), "--sha256", "nothex"), 2, "is not 64 lowercase hex digits"),
+        (("--rebuild", "x", "https://127.0.0.1:9/demo.whl"), 2, "needs --sha256"),
+        (("--rebuild", "x", str(tmp_path / "missing.whl")), 2, "no such wheel file"),
+        (
+            ("--rebuild", "x", "http://127.0.0.1:9/d.whl", "--sha256", sha),
+            15,
+            "could not read http://127.0.0.1:9/d.whl",
+        ),
+    ]
+    for args, code, text in cases:
+        proc = _cli(*args)
+        assert proc.returncode == code, (args, proc.stderr)
+        assert text in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> None:
+    from builder import provenance, wheels
+    from builder.plan import load_plan
+
+    spec = next(b for b in load_plan(profile="ci").builds if b.accelerator == "cpu")
+    rec = provenance.record(spec, epoch=1700000000, commit=provenance.checkout_commit(REPO))
+    assert (
+        rec["source"] == {"kind": "checkout", "commit": rec["source"]["commit"]} and len(rec["source"]["commit"]) == 40
+    )
+    assert rec["inputs_hash"] == spec.inputs_hash and rec["image"] == spec.image
+    assert str(tmp_path) not in json.dumps(rec) and str(REPO) not in json.dumps(rec)  # no host path
+    raw = make_wheel(tmp_path / "raw", "mamba-ssm", "2.3.0", "cp311-cp311-linux_x86_64")
+    out = wheels.retag(
+        raw, "linux_x86_64", tmp_path / "out", epoch=1700000000, extra={provenance.NAME: provenance.dumps(rec)}
+    )
+    again = wheels.retag(
+        raw, "linux_x86_64", tmp_path / "again", epoch=1700000000, extra={provenance.NAME: provenance.dumps(rec)}
+    )
+    assert out.read_bytes() == again.read_bytes()  # the record keeps the wheel reproducible
+    with zipfile.ZipFile(out) as zf:
+        record_file = zf.read("mamba_ssm-2.3.0.dist-info/RECORD").decode()
+    assert f"mamba_ssm-2.3.0.dist-info/{provenance.NAME},sha256=" in record_file
+    assert provenance.read_wheel(out) == rec
+
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(out)], check=True
+    )
+    code = "from mamba_ssm.doctor import facts, report; print(report._built_from(facts.provenance_facts()))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{site}"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"commit {rec['source']['commit'][:12]}, build {spec.id}, inputs {spec.inputs_hash}"
+
+
+def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_path: Path) -> None:
+    from builder.images import host_machine
+    from builder.plan import load_plan
+
+    here = f"linux_{host_machine()}"
+    other = "linux_aarch64" if here == "linux_x86_64" else "linux_x86_64"
+    specs = load_plan(profile="ci").builds + load_plan(profile="ci-stable").builds
+    for spec in specs:
+        (tmp_path / f"{spec.id}.whl").write_bytes(b"")
+        (tmp_path / f"{spec.id}.whl.spec.json").write_text(json.dumps(spec.to_json()))
+    foreign = {"id": "elsewhere", "platform": other, "accelerator": "cpu", "source": "checkout"}
+    (tmp_path / "a-first-by-name.whl").write_bytes(b"")
+    (tmp_path / "a-first-by-name.whl.spec.json").write_text(json.dumps(foreign))
+    (tmp_path / "a-no-sidecar.whl").write_bytes(b"")
+    recipe = {
+        "id": "causal-conv1d-x",
+        "project": "causal-conv1d",
+        "platform": here,
+        "accelerator": "cu13",
+        "source": "sdist:causal-conv1d==1.7.0@sha256:0",
+    }
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.whl").write_bytes(b"")
+    (tmp_path / "sub" / "c.whl.spec.json").write_text(json.dumps(recipe))
+    picks = verify.one_per_kind(tmp_path, host_machine())
+    kinds = [verify.kind_of(json.loads(Path(f"{w}.spec.json").read_text())) for _id, w, _p in picks]
+    assert kinds == ["cpu", "cuda", "stable", "recipe"]
+    assert all(i != "elsewhere" for i, _w, _p in picks)
+    assert ("causal-conv1d-x", tmp_path / "sub" / "c.whl", "causal-conv1d") in picks
+    assert {p for _i, _w, p in picks} == {"checkout", "causal-conv1d"}
+    proc = _cli("--one-per-kind", str(tmp_path / "nothing-here"))
+    assert proc.returncode == 2 and "no such folder" in proc.stderr
+
+
+def test_the_rebuild_uses_the_commit_the_wheel_records(tmp_path: Path) -> None:
+    from builder import provenance, wheels
+    from builder.errors import RebuildFailed
+
+    def wheel_of(commit: str, name: str) -> Path:
+        raw = make_wheel(tmp_path / name, "demo", "1.0", "cp311-cp311-linux_x86_64")
+        rec = {"source": {"kind": "checkout", "commit": commit}}
+        return wheels.retag(
+            raw, "linux_x86_64", tmp_path / f"{name}-out", extra={provenance.NAME: provenance.dumps(rec)}
+        )
+
+    head = provenance.checkout_commit(REPO)
+    tree = verify.recorded_source(wheel_of(head, "h"), tmp_path / "scratch")
+    assert provenance.checkout_commit(tree) == head and (tree / "setup.py").is_file()
+    assert not subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain"], capture_output=True, text=True, check=True
+    ).stdout
+    with pytest.raises(RebuildFailed, match="which this checkout cannot give"):
+        verify.recorded_source(wheel_of("0" * 40, "z"), tmp_path / "scratch")
+    assert verify.recorded_source(_wheel(tmp_path / "plain", b"x"), tmp_path / "scratch") is None
