@@ -948,6 +948,7 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
         "zip members": ("index-zip-", "index-metadata-"),
     },
     "resolve": {"manifest": ("resolve-",)},
+    "verify": {"wheel": ("verify-",)},
     "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",)},
     "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-")},
     "cache": {"smoke cache": ("cache-",), "--budget": ("cache-budget-",)},
