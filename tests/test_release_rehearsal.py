@@ -178,7 +178,7 @@ def test_the_dry_run_runs_the_whole_job_graph(dry):
     # A dry run publishes nothing: no release, no Pages, no sdist for PyPI.
     assert not {"pages", "sdist", "pypi"} & set(dry.jobs), dry.jobs
     assert sorted(p.parent.name for p in dry.artifacts.glob("*/*/*.zip")) == sorted(
-        ["index"] + [f"wheel-{j.split()[1].rsplit('-', 1)[0]}" for j in builds]
+        ["index", "release-assets"] + [f"wheel-{j.split()[1].rsplit('-', 1)[0]}" for j in builds]
         + [f"log-{j.split()[1].rsplit('-', 1)[0]}" for j in builds]
     )  # fmt: skip
 
@@ -199,6 +199,33 @@ def test_pip_installs_from_the_dry_run_site(dry, tmp_path):
         _run([str(py), "-m", *shlex.split(cmd)], env)
     out = _run([str(py), "-I", "-c", SCAN], env).stdout
     assert "scan ok" in out and str(tmp_path / "venv") in out
+
+
+def test_the_dry_runs_publish_lists_the_variant_files_and_skips_the_gpu_gate(dry, tmp_path):
+    """What a tag release would attach: every wheel and sidecar, and the variant root's files made from them
+    (the CPU null variant, its plain fallback, the cu13 variant, -variants.json), the same bytes as the site's
+    variants/ pages link. No GPU_RUNNER here: the gate did not run, and publish says so."""
+    import hashlib
+
+    assert dry.rc == 0
+    site = dry.artifact("index", tmp_path / "site")
+    listing = dry.artifact("release-assets", tmp_path / "assets") / "release-assets.sha256"
+    assets = {line.split()[1]: line.split()[0] for line in listing.read_text().splitlines()}
+    variant_assets = {name.removeprefix("variant-assets/"): sha for name, sha in assets.items()
+                      if name.startswith("variant-assets/")}  # fmt: skip
+    page = (site / "variants" / "mamba-ssm" / "index.html").read_text()
+    linked = dict((n, sha) for sha, n in re.findall(r'<a href="[^"#]*#sha256=([0-9a-f]{64})"[^>]*>([^<]+)</a>', page))
+    assert sorted(variant_assets) == sorted(linked), (variant_assets, linked)
+    assert {n.rsplit("-", 1)[-1] for n in linked if n.endswith(".whl")} >= {"null.whl", "cu13.whl"}
+    for name, sha in variant_assets.items():
+        assert sha == linked[name]
+        if name.endswith(".whl"):
+            served = site / "files" / name
+            assert hashlib.sha256(served.read_bytes()).hexdigest() == sha
+            assert (site / "files" / (name + ".metadata")).is_file()  # PEP 658, as the other pages
+    assert sum(n.startswith("wheels/") and n.endswith(".whl") for n in assets) == 2
+    assert "gpu-gate" not in dry.jobs
+    assert "GPU gate: skipped (no GPU_RUNNER repository variable" in dry.log.read_text()
 
 
 @pytest.mark.slow
