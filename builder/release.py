@@ -1,4 +1,4 @@
-"""``python -m builder release collect|split|variant-files``: what the release's publish job does with the build jobs' wheels.
+"""``python -m builder release collect|split|variant-files|gate``: what the release's publish job does with the build jobs' wheels.
 
 A build job may make several wheels (a recipe's CUDA Pythons share one job: ``plan.github_jobs``), so which
 planned build made a wheel is read from the wheels' sidecars (``<wheel>.spec.json``, the BuildSpec: ``id``),
@@ -143,10 +143,21 @@ def add_command(subparsers) -> None:
     )
     q.add_argument("--index", type=Path, required=True, help="the index (`builder index --out`)")
     q.add_argument("--wheels", type=Path, required=True, help="this run's wheels (indexed into --index)")
+    q = sub.add_parser(
+        "gate", help="the GPU gate: install each CUDA wheel from the staged index and run its check (builder.gpugate)"
+    )
+    q.add_argument("--lines", type=Path, required=True, help="`release split --out`'s folder (checkout/, upstream/)")
+    q.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: the checks' dry run")
+    q.add_argument("--out", type=Path, required=True, help="a work folder: the staged index, venvs, results/")
+    q.add_argument("--summary", type=Path, help="append the results table here ($GITHUB_STEP_SUMMARY)")
     p.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.release_command == "gate":
+        from builder import gpugate
+
+        return gpugate.run_command(args)
     if not args.wheels.is_dir():
         raise UsageError(f"--wheels {args.wheels}: no such folder", hint="name the folder the wheels were put in")
     if args.release_command == "collect":
