@@ -214,7 +214,7 @@ def test_the_dry_runs_publish_lists_the_variant_files_and_skips_the_gpu_gate(dry
     variant_assets = {name.removeprefix("variant-assets/"): sha for name, sha in assets.items()
                       if name.startswith("variant-assets/")}  # fmt: skip
     page = (site / "variants" / "mamba-ssm" / "index.html").read_text()
-    linked = dict((n, sha) for sha, n in re.findall(r'<a href="[^"#]*#sha256=([0-9a-f]{64})"[^>]*>([^<]+)</a>', page))
+    linked = {n: sha for sha, n in re.findall(r'<a href="[^"#]*#sha256=([0-9a-f]{64})"[^>]*>([^<]+)</a>', page)}
     assert sorted(variant_assets) == sorted(linked), (variant_assets, linked)
     assert {n.rsplit("-", 1)[-1] for n in linked if n.endswith(".whl")} >= {"null.whl", "cu13.whl"}
     for name, sha in variant_assets.items():
@@ -430,6 +430,43 @@ def test_one_failing_build_still_publishes_the_others_and_the_summary_names_it(t
     assert f"{tag[1:]}+cputorchstable" in (tmp_path / "r" / "records" / "pages" / "index.html").read_text()
     logs = r.artifact(f"log-{job_id}", tmp_path / "log")
     assert "rehearsal: a CUDA-only compile error" in "".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broken", [False, True], ids=["passing", "broken-wheel"])
+def test_the_gpu_gate_runs_each_cuda_wheel_before_publish(tmp_path, broken):
+    """vars.GPU_RUNNER set (this host, GPU_CHECK_DEVICE=cpu: gpu_check's dry run): the gate installs the cu13 wheel
+    from its staged index as its cell says and runs the numerics; then publish. Broken: delta_bias shifted in the
+    op's Python wrapper (committed in the scratch clone), which the farm's smoke (no delta_bias) lets through and
+    the numerics catch: the gate fails naming the wheel, and publish does not run."""
+    from builder.rehearse import scratch_clone
+
+    docker_client()
+    if broken:
+        repo = scratch_clone(REPO, tmp_path / "r" / "repo")
+        ssi = repo / "mamba_ssm" / "ops" / "selective_scan_interface.py"
+        text = ssi.read_text()
+        old = "delta_bias = delta_bias.float().contiguous() if delta_bias is not None else None"
+        assert old in text
+        ssi.write_text(text.replace(old, "delta_bias = (delta_bias.float() + 0.05).contiguous() if delta_bias is not None else None"))
+        subprocess.run(["git", "-C", str(repo), "commit", "-qam", "break delta_bias"], check=True)
+    r = rehearse(tmp_path / "r", actions=ACTIONS, profile=DRY_RUN_PROFILE, python=_python311(), gpu_runner="gpu")
+    print(f"gpu gate ({'broken' if broken else 'passing'}): {len(r.jobs)} jobs in {r.seconds:.0f} s: {r.jobs}")
+    log = r.log.read_text()
+    builds = [j for j in r.jobs if j.startswith("build ")]
+    assert len(builds) == 2 and all(r.jobs[j] == "succeeded" for j in builds), r.jobs
+    (cu13,) = re.findall(r"gate: (mamba_ssm-2\.3\.0\+cu13torchstable-[^ ]+\.whl): installing", log)
+    if not broken:
+        assert r.rc == 0 and r.jobs["gpu-gate"] == r.jobs["publish"] == "succeeded", r.jobs
+        assert f"gate: {cu13}: passed" in log and "gate: 1 CUDA wheel(s) passed on cpu" in log
+        assert "GPU gate: passed." in log
+        assert "gate: mamba_ssm-2.3.0+cputorchstable" not in log  # CUDA wheels only
+    else:
+        assert r.rc != 0 and r.jobs["gpu-gate"] == "failed" and "publish" not in r.jobs, r.jobs
+        assert f"::error::GPU gate: {cu13} failed its gpu_check numerics" in log or (
+            f"error: GPU gate: 1 of 1 CUDA wheel(s) failed: {cu13}" in log
+        ), log[-4000:]
+        assert not list(r.artifacts.glob("*/index/*.zip")), "nothing published, no site kept"
 
 
 # --------------------------------------------------------------------------- ci.yml, the same way
