@@ -53,6 +53,12 @@ SCAN = (
     "print('scan ok', mamba_ssm.__file__)\n"
 )
 
+# the installed mamba-ssm's version, and whether it is a variant wheel (its dist-info holds variant.json)
+VARIANT_INFO = (
+    "import importlib.metadata as m; d = m.distribution('mamba-ssm'); "
+    "print(d.version, d.read_text('variant.json') is not None)"
+)
+
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.skipif(
@@ -293,8 +299,15 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
             "plan": "succeeded", "publish": "succeeded", "pages": "succeeded", "sdist": "succeeded", "pypi": "succeeded"
         }, r.jobs  # fmt: skip
     assets = work / "github" / OWNER_REPO / "releases" / "download"
-    published = {v: sorted(p.name for p in (assets / f"v{v}").glob("*.whl")) for v in versions}
+    published = {v: sorted(p.name for p in (assets / f"v{v}").glob("*+*.whl")) for v in versions}
     assert all(len(w) == 2 for w in published.values()), published  # the CPU and the CUDA stable wheel
+    # beside them their variant files (PEP 825): the CPU null variant, its plain fallback, the cu13 variant
+    made = {v: sorted(p.name for p in (assets / f"v{v}").iterdir() if p.suffix in (".whl", ".json") and "+" not in p.name
+                      and p.name != "release.json") for v in versions}  # fmt: skip
+    for v, names in made.items():
+        stem = f"mamba_ssm-{v}-cp311-abi3-linux_x86_64"
+        want = [f"{stem}-cu13.whl", f"{stem}-null.whl", f"{stem}.whl", f"mamba_ssm-{v}-variants.json"]
+        assert names == sorted(want), names
     calls = _calls(work / "records")
 
     # The site after the second release holds both releases' wheels, each linked to its own release's asset.
@@ -306,7 +319,7 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
                 href = urllib.parse.unquote(href)  # the index percent-encodes the local label's "+"
                 links.setdefault(href.rsplit("/", 1)[1], set()).add(href)
     for v, wheels in published.items():
-        for w in wheels:
+        for w in [*wheels, *(n for n in made[v] if n.endswith(".whl"))]:  # the variants/ pages' links too
             assert links.get(w) == {f"https://github.com/{OWNER_REPO}/releases/download/v{v}/{w}"}, (w, links.get(w))
     assert not list(site.rglob("files/*.whl"))  # a release's site carries no wheels (Pages' 1 GB)
 
@@ -315,7 +328,8 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
 
     for v, wheels in published.items():
         (att,) = [c for c in calls if c["kind"] == "attest" and c["ref"] == f"refs/tags/v{v}"]
-        assert att["subjects"] == {w: hashlib.sha256((assets / f"v{v}" / w).read_bytes()).hexdigest() for w in wheels}
+        attested = [*wheels, *(n for n in made[v] if n.endswith(".whl"))]  # the variant wheels are attested too
+        assert att["subjects"] == {w: hashlib.sha256((assets / f"v{v}" / w).read_bytes()).hexdigest() for w in attested}
 
     # PyPI got exactly each release's sdist, and only after its pages deployment.
     for v in versions:
@@ -350,6 +364,39 @@ def test_pip_installs_each_release_through_its_asset_links(releases, tmp_path):
                 asked
             )
         assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout
+
+
+@pytest.mark.slow
+def test_uv_and_pip_install_from_a_released_sites_variants_root(releases, tmp_path):
+    """The released site's variants/ root (the second release's site, both releases on it): uv's preview picks
+    the cu13 variant for a 13.0 driver on sm_80 and the null variant without a driver, pip takes the plain CPU
+    wheel; every file comes from its release's assets (the asset-host stand-in), none from the site."""
+    from indexkit import isolated_env, make_venv, uv_bin
+
+    work, runs, versions = releases
+    v = versions[1]
+    port = int(runs[versions[0]].index_url.rsplit(":", 1)[1])
+    root = f"http://127.0.0.1:{port}/variants/"
+    certs = make_certs(tmp_path / "certs")
+    with serve(work / "records" / "pages", port), github_assets(work / "github", certs) as (proxy, asked):
+        env = through_assets(isolated_env(tmp_path), proxy, certs[0])
+        for k in ("NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION", "NV_VARIANT_PROVIDER_FORCE_SM_ARCH"):
+            env.pop(k, None)
+        for driver, want in (("13.0", "cu13"), (None, "null")):
+            venv_env = {**env, **({"NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION": driver,
+                                   "NV_VARIANT_PROVIDER_FORCE_SM_ARCH": "8.0"} if driver else {})}  # fmt: skip
+            vpy = make_venv(tmp_path / f"uv-{want}", _python311(), venv_env)
+            _run([uv_bin(), "pip", "install", "--python", str(vpy), "--preview-features", "wheel-variants", "--no-deps",
+                  "--index-url", root, f"mamba-ssm=={v}"], venv_env)  # fmt: skip
+            info = _run([str(vpy), "-I", "-c", VARIANT_INFO], venv_env).stdout.split()
+            assert info == [v, "True"], info
+            wheel = f"/{OWNER_REPO}/releases/download/v{v}/mamba_ssm-{v}-cp311-abi3-linux_x86_64-{want}.whl"
+            assert wheel in [urllib.parse.unquote(p) for p in asked], asked
+        py = venv_with_torch(tmp_path / "pip", _python311(), TORCH_CPU, dict(os.environ))
+        _run([str(py), "-m", "pip", "install", "--no-deps", "--index-url", root, f"mamba-ssm=={v}"], env)
+        assert f"/{OWNER_REPO}/releases/download/v{v}/mamba_ssm-{v}-cp311-abi3-linux_x86_64.whl" in [
+            urllib.parse.unquote(p) for p in asked]  # fmt: skip
+        assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout  # the plain wheel is the CPU build
 
 
 @pytest.mark.slow
