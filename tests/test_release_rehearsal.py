@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from farmkit import docker_client
 from indexkit import find_python, serve
-from releasekit import github_assets, make_certs, through_assets, venv_with_torch
+from releasekit import git_http, github_assets, make_certs, through_assets, venv_with_torch
 
 from builder.rehearse import (
     DRY_RUN_PROFILE,
@@ -535,3 +535,91 @@ def test_ci_profile_job_runs_under_act(tmp_path):
     assert r.rc == 0 and r.jobs == {"ci-profile": "succeeded"}, r.log.read_text()[-4000:]
     dist = r.artifact("ci-profile-dist", tmp_path / "dist")
     assert len(list(dist.glob("wheels/*.whl"))) == 3
+
+
+# --------------------------------------------------------------------------- drift.yml, the same way
+
+DRIFT_BRANCH = "farm/drift"  # drift.yml's env.BRANCH
+DATA_FILES = {"builder/data/torch.toml", "matrix.toml"}
+
+
+def _drift_run(work: Path, recorded) -> tuple:
+    """drift.yml under act (a manual run on the scratch clone's branch): `builder drift` reads RECORDED (PyPI's
+    recorded answers, tests/test_drift.py's stand-in) through the runner's pip settings (PIP_INDEX_URL), the PR
+    job pushes through git's own smart HTTP on 127.0.0.1 (the github.com URL rewritten there by git's
+    url.<base>.insteadOf, the token in it unchanged), and calls the gh stand-in's `pr list/create/edit`.
+    Returns (result, the remote's bare repository, the stand-in's pull requests, the push requests)."""
+    from test_drift import serve as serve_index
+
+    from builder.rehearse import _git, scratch_clone
+
+    repo = scratch_clone(REPO, work / "repo")
+    base = _git(repo, "rev-parse", "--abbrev-ref", "HEAD")
+    remotes = work / "remotes"
+    bare = remotes / "wheels.git"
+    if not bare.exists():  # the repository on "github.com": the branch drift runs on, as pushed before
+        subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+        subprocess.run(["git", "-C", str(repo), "push", "-q", str(bare), f"HEAD:refs/heads/{base}"], check=True)
+    with serve_index(recorded) as (index, _seen), git_http(remotes) as (git_url, pushes):
+        env = {
+            "PIP_INDEX_URL": index, "MAMBA_FARM_CACHE": str(work / "farm-cache"),
+            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{git_url}/wheels.git.insteadOf",
+            "GIT_CONFIG_VALUE_0": f"https://x-access-token:rehearsal-token-stand-in@github.com/{OWNER_REPO}.git",
+        }  # fmt: skip
+        r = rehearse(work, actions=ACTIONS, workflow="drift.yml", python=_python311(), env=env)
+    print(f"drift.yml: {len(r.jobs)} jobs in {r.seconds:.0f} s, act exit {r.rc}: {r.jobs}")
+    pulls_file = work / "github" / OWNER_REPO / "pulls.json"
+    pulls = json.loads(pulls_file.read_text()) if pulls_file.exists() else []
+    return r, bare, base, pulls, pushes
+
+
+def _pr_files(bare: Path, base: str) -> set[str]:
+    out = subprocess.run(["git", "--git-dir", str(bare), "diff", "--name-only", base, DRIFT_BRANCH],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return set(out.split())
+
+
+@pytest.fixture(scope="module")
+def drift_work(tmp_path_factory):
+    return tmp_path_factory.mktemp("rehearsal-drift") / "r"
+
+
+def test_drift_yml_opens_a_pr_holding_only_the_data_files(drift_work):
+    """Run 1: PyPI (recorded) has torch minors beyond builder/data/torch.toml: the check exits 13 (drift, all
+    written), the PR job pushes farm/drift with the data files only and opens one PR whose body is the table."""
+    from test_drift import _Recorded
+
+    r, bare, base, pulls, pushes = _drift_run(drift_work, _Recorded())
+    assert r.rc == 0 and r.jobs == {"check": "succeeded", "pull-request": "succeeded"}, r.log.read_text()[-6000:]
+    assert pushes, "the branch went through git's smart HTTP"
+    files = _pr_files(bare, base)
+    assert files and files <= DATA_FILES, files
+    (pr,) = pulls
+    assert (pr["head"], pr["base"], pr["state"], pr["edits"]) == (DRIFT_BRANCH, base, "open", 0)
+    assert "python -m builder drift --write" in pr["body"] and "2.15" in pr["body"], pr["body"]
+
+
+@pytest.mark.slow
+def test_drift_yml_refreshes_its_pr_then_fails_on_a_broken_patch(drift_work):
+    """Run 2: the same drift refreshes the PR (gh pr edit), no second one. Run 3: a new causal-conv1d sdist
+    whose setup.py lost a line a patch edits: the check exits 10, the PR is still refreshed with the table
+    naming the patch, and the run fails after it."""
+    from test_drift import _recipe_setup_py, _Recorded, _sdist
+
+    if not (drift_work / "remotes").exists():
+        pytest.skip("needs run 1 (test_drift_yml_opens_a_pr_holding_only_the_data_files) first, in this session")
+    r, bare, base, pulls, _ = _drift_run(drift_work, _Recorded())
+    assert r.rc == 0 and r.jobs == {"check": "succeeded", "pull-request": "succeeded"}, r.log.read_text()[-6000:]
+    (pr,) = pulls
+    assert pr["edits"] == 1 and _pr_files(bare, base) <= DATA_FILES
+
+    recorded = _Recorded()
+    recipe = REPO / "recipes" / "causal-conv1d.toml"
+    data = _sdist("causal_conv1d", "1.7.1", _recipe_setup_py(recipe, drop='"cxx": ["-O3"],'))
+    recorded.add_sdist("causal-conv1d", "causal_conv1d-1.7.1.tar.gz", data)
+    r, bare, base, pulls, _ = _drift_run(drift_work, recorded)
+    assert r.rc != 0 and r.jobs == {"check": "succeeded", "pull-request": "failed"}, r.jobs
+    (pr,) = pulls
+    assert pr["edits"] == 2 and "patch 'cxx20' no longer applies" in pr["body"], pr["body"]
+    assert "a recipe's new sdist breaks one of its patches" in r.log.read_text()
