@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import os
 import platform
 import shlex
 import subprocess
@@ -185,8 +184,8 @@ def run_command(args) -> int:
     bad = [o for o in outcomes if not o.ok]
     for o in bad:
         print(o.detail, file=sys.stderr)
-        if os.environ.get("GITHUB_ACTIONS"):
-            print(f"::error::GPU gate: {o.wheel} failed its {o.check} (installed from {o.variant}/)")
+        # a GitHub annotation (elsewhere a plain line): the run's page names the wheel
+        print(f"::error::GPU gate: {o.wheel} failed its {o.check} (installed from {o.variant}/)")
     if bad:
         raise VerificationError(
             f"GPU gate: {len(bad)} of {len(outcomes)} CUDA wheel(s) failed: {', '.join(o.wheel for o in bad)}",
