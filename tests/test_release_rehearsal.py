@@ -540,6 +540,13 @@ def test_ci_profile_job_runs_under_act(tmp_path):
 # --------------------------------------------------------------------------- drift.yml, the same way
 
 DRIFT_BRANCH = "farm/drift"  # drift.yml's env.BRANCH
+
+
+def _extra_indexes() -> list[str]:
+    """This host's pip extra-index-url (its wheelhouses): kept beside PyPI when the drift run sets its own."""
+    from builder.hostenv import pip_config
+
+    return (pip_config().get("extra-index-url") or "").split()
 DATA_FILES = {"builder/data/torch.toml", "matrix.toml"}
 
 
@@ -562,7 +569,10 @@ def _drift_run(work: Path, recorded) -> tuple:
         subprocess.run(["git", "-C", str(repo), "push", "-q", str(bare), f"HEAD:refs/heads/{base}"], check=True)
     with serve_index(recorded) as (index, _seen), git_http(remotes) as (git_url, pushes):
         env = {
+            # drift reads the first index of the runner's pip settings; pip still finds the farm's packages
+            # in the others (PyPI, this host's wheelhouses)
             "PIP_INDEX_URL": index, "MAMBA_FARM_CACHE": str(work / "farm-cache"),
+            "PIP_EXTRA_INDEX_URL": " ".join(["https://pypi.org/simple", *_extra_indexes()]),
             "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
             "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{git_url}/wheels.git.insteadOf",
             "GIT_CONFIG_VALUE_0": f"https://x-access-token:rehearsal-token-stand-in@github.com/{OWNER_REPO}.git",
@@ -585,19 +595,29 @@ def drift_work(tmp_path_factory):
     return tmp_path_factory.mktemp("rehearsal-drift") / "r"
 
 
-def test_drift_yml_opens_a_pr_holding_only_the_data_files(drift_work):
-    """Run 1: PyPI (recorded) has torch minors beyond builder/data/torch.toml: the check exits 13 (drift, all
-    written), the PR job pushes farm/drift with the data files only and opens one PR whose body is the table."""
+def _patch_release():
+    """PyPI (recorded) with torch 2.15.1 beyond builder/data/torch.toml's 2.15.0 latest."""
     from test_drift import _Recorded
 
-    r, bare, base, pulls, pushes = _drift_run(drift_work, _Recorded())
+    recorded = _Recorded()
+    recorded.add_release("torch", "2.15.0", "2.15.1", "2026-11-25")
+    return recorded
+
+
+def test_drift_yml_opens_a_pr_holding_only_the_data_files(drift_work):
+    """Run 1: a torch patch release on PyPI: the check exits 13 (drift, all written), the PR job pushes
+    farm/drift with the data file only (through git's smart HTTP) and opens one PR whose body is the table."""
+    r, bare, base, pulls, pushes = _drift_run(drift_work, _patch_release())
     assert r.rc == 0 and r.jobs == {"check": "succeeded", "pull-request": "succeeded"}, r.log.read_text()[-6000:]
     assert pushes, "the branch went through git's smart HTTP"
     files = _pr_files(bare, base)
-    assert files and files <= DATA_FILES, files
+    assert files == {"builder/data/torch.toml"}, files
+    diff = subprocess.run(["git", "--git-dir", str(bare), "diff", base, DRIFT_BRANCH], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+    assert '-latest = "2.15.0"' in diff and '+latest = "2.15.1"' in diff, diff
     (pr,) = pulls
     assert (pr["head"], pr["base"], pr["state"], pr["edits"]) == (DRIFT_BRANCH, base, "open", 0)
-    assert "python -m builder drift --write" in pr["body"] and "2.15" in pr["body"], pr["body"]
+    assert "python -m builder drift --write" in pr["body"] and "2.15.1 (released 2026-11-25)" in pr["body"], pr["body"]
 
 
 @pytest.mark.slow
@@ -605,16 +625,16 @@ def test_drift_yml_refreshes_its_pr_then_fails_on_a_broken_patch(drift_work):
     """Run 2: the same drift refreshes the PR (gh pr edit), no second one. Run 3: a new causal-conv1d sdist
     whose setup.py lost a line a patch edits: the check exits 10, the PR is still refreshed with the table
     naming the patch, and the run fails after it."""
-    from test_drift import _recipe_setup_py, _Recorded, _sdist
+    from test_drift import _recipe_setup_py, _sdist
 
     if not (drift_work / "remotes").exists():
         pytest.skip("needs run 1 (test_drift_yml_opens_a_pr_holding_only_the_data_files) first, in this session")
-    r, bare, base, pulls, _ = _drift_run(drift_work, _Recorded())
+    r, bare, base, pulls, _ = _drift_run(drift_work, _patch_release())
     assert r.rc == 0 and r.jobs == {"check": "succeeded", "pull-request": "succeeded"}, r.log.read_text()[-6000:]
     (pr,) = pulls
     assert pr["edits"] == 1 and _pr_files(bare, base) <= DATA_FILES
 
-    recorded = _Recorded()
+    recorded = _patch_release()
     recipe = REPO / "recipes" / "causal-conv1d.toml"
     data = _sdist("causal_conv1d", "1.7.1", _recipe_setup_py(recipe, drop='"cxx": ["-O3"],'))
     recorded.add_sdist("causal-conv1d", "causal_conv1d-1.7.1.tar.gz", data)
