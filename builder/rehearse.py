@@ -241,9 +241,9 @@ def rehearse(
 ) -> Result:
     """Run release.yml under act. A dry run (workflow_dispatch on a branch) by default; RELEASE: tag TAG
     (default v<version>, VERSION committed first when given), pushed (the release profile) or, with a
-    PROFILE, ONLY_IDS or PROJECTS, a manual run on that tag (it publishes too). GPU_RUNNER: the GPU gate's
-    runner label (vars.GPU_RUNNER), run on this host with GPU_CHECK_DEVICE=cpu (the checks' dry run). The work folder keeps the clone and
-    the stand-ins' state, so a second call with the same WORK is the next release."""
+    PROFILE, ONLY_IDS or PROJECTS, a manual run on that tag (it publishes too). The work folder keeps the clone and
+    the stand-ins' state, so a second call with the same WORK is the next release. GPU_RUNNER: the GPU gate's
+    runner label (vars.GPU_RUNNER), run on this host with GPU_CHECK_DEVICE=cpu (the checks' dry run)."""
     actions = actions or shared_actions(root)
     if not actions.is_dir():
         raise RehearsalError(
