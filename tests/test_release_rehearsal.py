@@ -495,7 +495,11 @@ def test_the_gpu_gate_runs_each_cuda_wheel_before_publish(tmp_path, broken):
         text = ssi.read_text()
         old = "delta_bias = delta_bias.float().contiguous() if delta_bias is not None else None"
         assert old in text
-        ssi.write_text(text.replace(old, "delta_bias = (delta_bias.float() + 0.05).contiguous() if delta_bias is not None else None"))
+        ssi.write_text(
+            text.replace(
+                old, "delta_bias = (delta_bias.float() + 0.05).contiguous() if delta_bias is not None else None"
+            )
+        )
         subprocess.run(["git", "-C", str(repo), "commit", "-qam", "break delta_bias"], check=True)
     r = rehearse(tmp_path / "r", actions=ACTIONS, profile=DRY_RUN_PROFILE, python=_python311(), gpu_runner="gpu")
     print(f"gpu gate ({'broken' if broken else 'passing'}): {len(r.jobs)} jobs in {r.seconds:.0f} s: {r.jobs}")
@@ -540,6 +544,7 @@ def test_ci_profile_job_runs_under_act(tmp_path):
 # --------------------------------------------------------------------------- drift.yml, the same way
 
 DRIFT_BRANCH = "farm/drift"  # drift.yml's env.BRANCH
+DATA_FILES = {"builder/data/torch.toml", "matrix.toml"}
 
 
 def _extra_indexes() -> list[str]:
@@ -547,7 +552,6 @@ def _extra_indexes() -> list[str]:
     from builder.hostenv import pip_config
 
     return (pip_config().get("extra-index-url") or "").split()
-DATA_FILES = {"builder/data/torch.toml", "matrix.toml"}
 
 
 def _drift_run(work: Path, recorded) -> tuple:

@@ -149,7 +149,7 @@ def cmd_pr_edit(args) -> None:
     pulls = _pulls()
     hits = [p for p in pulls if p["head"] == args.pr and p["state"] == "open"]
     if not hits:
-        _fail(f"no pull requests found for branch \"{args.pr}\"")
+        _fail(f'no pull requests found for branch "{args.pr}"')
     hits[0]["body"] = Path(args.body_file).read_text()
     hits[0]["edits"] += 1
     _save_pulls(pulls)
