@@ -239,12 +239,14 @@ def rehearse(
     env: dict[str, str] | None = None,
     workflow: str = "release.yml",
     job: str | None = None,
+    gpu_runner: str | None = None,
     stream=None,
 ) -> Result:
     """Run release.yml under act. A dry run (workflow_dispatch on a branch) by default; RELEASE: tag TAG
     (default v<version>, VERSION committed first when given), pushed (the release profile) or, with a
     PROFILE, ONLY_IDS or PROJECTS, a manual run on that tag (it publishes too). The work folder keeps the clone and
-    the stand-ins' state, so a second call with the same WORK is the next release."""
+    the stand-ins' state, so a second call with the same WORK is the next release. GPU_RUNNER: the GPU gate's
+    runner label (vars.GPU_RUNNER), run on this host with GPU_CHECK_DEVICE=cpu (the checks' dry run)."""
     act = _act()  # found before anything is cloned or made
     actions = actions or shared_actions(root)
     if not actions.is_dir():
@@ -294,6 +296,15 @@ def rehearse(
         cmd += ["--input", f"{k}={v}"]
     if job:
         cmd += ["-j", job]
+    if gpu_runner:  # the GPU gate on: its runner label is this host too, the checks in their CPU dry run
+        cmd += [
+            "--var",
+            f"GPU_RUNNER={gpu_runner}",
+            "--var",
+            "GPU_CHECK_DEVICE=cpu",
+            "-P",
+            f"{gpu_runner}=-self-hosted",
+        ]
     cmd += [a for spec in local_actions(workflows, actions, STANDINS / "actions") for a in ("--local-repository", spec)]
     runner_env = {
         # The stand-ins (builder/standins/) and the records of what the services got. GITHUB_SERVER_URL stays

@@ -1,4 +1,4 @@
-"""``python -m builder release collect|split``: what the release's publish job does with the build jobs' wheels.
+"""``python -m builder release collect|split|variant-files|gate``: what the release's publish job does with the build jobs' wheels.
 
 A build job may make several wheels (a recipe's CUDA Pythons share one job: ``plan.github_jobs``), so which
 planned build made a wheel is read from the wheels' sidecars (``<wheel>.spec.json``, the BuildSpec: ``id``),
@@ -89,6 +89,30 @@ def split(folder: Path, out: Path) -> dict[str, list[Path]]:
     return placed
 
 
+def variant_files(index: Path, wheels: Path) -> list[Path]:
+    """The variant root's files (PEP 825 variant wheels, their plain fallback, each release's -variants.json)
+    that INDEX made from the wheels under WHEELS (this run's): what a tag release uploads beside its wheels,
+    where the variant pages link them (builder.variants.variant_url). Read from the index's live manifest."""
+    from builder import variants
+    from builder.index.model import Manifest
+
+    try:
+        doc = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+        files, record = Manifest.from_json(doc).files, doc.get("wheel_variants") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise UsageError(f"--index {index}: no index manifest ({type(err).__name__}: {err})",
+                         hint="pass the folder `python -m builder index --out` made") from None  # fmt: skip
+    ours = {w.name for w in wheels_in(wheels)}
+    out, releases = [], set()
+    for name, made in sorted((record.get("files") or {}).items()):
+        if made.get("from") in ours and made["from"] in files:
+            out.append(index / "files" / name)
+            releases.add((files[made["from"]].project, files[made["from"]].release))
+    for project, release in sorted(releases):
+        out.append(index / variants.ROOT / project / variants.variants_json_name(project, release))
+    return out
+
+
 def _place(src: Path, dest: Path) -> None:
     # A hard link: a release's wheels are gigabytes, and the runner's disk is small.
     try:
@@ -114,15 +138,35 @@ def add_command(subparsers) -> None:
         "--wheels", type=Path, required=True, help="wheels with their .spec.json sidecars (searched recursively)"
     )
     q.add_argument("--out", type=Path, required=True, help="a new folder: OUT/<line>/ for each line with wheels")
+    q = sub.add_parser(
+        "variant-files", help="print the variant root's files an index made from --wheels (a release's assets)"
+    )
+    q.add_argument("--index", type=Path, required=True, help="the index (`builder index --out`)")
+    q.add_argument("--wheels", type=Path, required=True, help="this run's wheels (indexed into --index)")
+    q = sub.add_parser(
+        "gate", help="the GPU gate: install each CUDA wheel from the staged index and run its check (builder.gpugate)"
+    )
+    q.add_argument("--lines", type=Path, required=True, help="`release split --out`'s folder (checkout/, upstream/)")
+    q.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: the checks' dry run")
+    q.add_argument("--out", type=Path, required=True, help="a work folder: the staged index, venvs, results/")
+    q.add_argument("--summary", type=Path, help="append the results table here ($GITHUB_STEP_SUMMARY)")
     p.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.release_command == "gate":
+        from builder import gpugate
+
+        return gpugate.run_command(args)
     if not args.wheels.is_dir():
         raise UsageError(f"--wheels {args.wheels}: no such folder", hint="name the folder the wheels were put in")
     if args.release_command == "collect":
         for build_id, job, built in collect(planned(args.matrix), args.wheels):
             print(build_id, job, "built" if built else "failed")
+        return 0
+    if args.release_command == "variant-files":
+        for path in variant_files(args.index, args.wheels):
+            print(path)
         return 0
     placed = split(args.wheels, args.out)
     for line in (line for line in LINES if line in placed):

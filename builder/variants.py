@@ -39,6 +39,7 @@ import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -308,9 +309,14 @@ def build_root(index, store: Path, previous: dict) -> tuple[dict[str, str], dict
         rows = []
         for name, _form, fn in sorted(made):
             e = index.files[fn]
-            href = html.escape(index.href("", 2) + name)
+            url = variant_url(index, fn, name)
             rp = f' data-requires-python="{html.escape(e.requires_python)}"' if e.requires_python else ""
-            rows.append(f'    <a href="{href}#sha256={files[name]["sha256"]}"{rp}>{html.escape(name)}</a><br>\n')
+            if e.url is None:  # PEP 658, as the other pages: the .metadata file is served next to the wheel in files/
+                md = f"sha256={files[name]['metadata_sha256']}"
+                rp += f' data-dist-info-metadata="{md}" data-core-metadata="{md}"'
+            rows.append(
+                f'    <a href="{html.escape(url)}#sha256={files[name]["sha256"]}"{rp}>{html.escape(name)}</a><br>\n'
+            )
         digest = hashlib.sha256(doc.encode()).hexdigest()
         rows.append(f'    <a href="{vj}#sha256={digest}">{vj}</a><br>\n')
         key = f"{ROOT}/{project}/"
@@ -327,19 +333,40 @@ def build_root(index, store: Path, previous: dict) -> tuple[dict[str, str], dict
     return pages, {"files": files, "skipped": skipped, "releases": releases}
 
 
+def variant_url(index, fn: str, name: str) -> str:
+    """Where variant file ``name`` (made from the index's wheel ``fn``) is downloaded from: next to its source
+    wheel, so ``files/`` on the farm's own index, and the same release's assets for a wheel linked there
+    (``--files-url``: a tag release's site has no files/, and the publish job uploads the variant files)."""
+    e = index.files[fn]
+    if e.url:
+        return e.url.rpartition("/")[0] + "/" + quote(name)
+    return index.href("", 2) + quote(name)
+
+
 def _made(src: Path, store: Path, form: Form | None, source_sha: str, before: dict, files: dict) -> str:
-    """The variant (or plain, ``form`` None) file of store file ``src`` in ``store``, made unless an earlier
-    run made it from the same bytes; its name."""
+    """The variant (or plain, ``form`` None) file of store file ``src`` in ``store``, with its PEP 658
+    ``.metadata`` beside it, made unless an earlier run made both from the same bytes; its name."""
     from builder.index.store import sha256_of
 
     name = _target_name(src.name, form)
     old = before.get(name)
     path = store / name
-    if old and old.get("from_sha256") == source_sha and path.is_file() and path.stat().st_size == old["size"]:
+    md_path = store / (name + ".metadata")
+    if (
+        old
+        and old.get("from_sha256") == source_sha
+        and path.is_file()
+        and path.stat().st_size == old["size"]
+        and md_path.is_file()
+        and "metadata_sha256" in old
+    ):
         files[name] = old
         return name
     made = to_variant(src, store, form) if form is not None else to_plain(src, store)
     assert made.name == name, (made.name, name)
+    with zipfile.ZipFile(made) as zf:  # the wheel just written by to_variant/to_plain: one METADATA
+        (meta,) = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        md_path.write_bytes(zf.read(meta))
     files[name] = {
         "from": src.name,
         "from_sha256": source_sha,
@@ -347,6 +374,7 @@ def _made(src: Path, store: Path, form: Form | None, source_sha: str, before: di
         "properties": form.lines() if form else [],
         "sha256": sha256_of(str(made)),
         "size": made.stat().st_size,
+        "metadata_sha256": sha256_of(str(md_path)),
     }
     return name
 

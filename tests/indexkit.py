@@ -16,8 +16,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    requests: list | None = None  # (serve's ``log``) every GET's path, for tests of what an installer fetched
+
     def log_message(self, *args) -> None:  # keep pytest output readable
         pass
+
+    def do_GET(self) -> None:
+        if self.requests is not None:
+            self.requests.append(self.path)
+        super().do_GET()
 
 
 @contextmanager
@@ -33,10 +40,10 @@ def running(server: http.server.HTTPServer):
 
 
 @contextmanager
-def serve(directory: Path, port: int = 0):
+def serve(directory: Path, port: int = 0, log: list | None = None):
     """http://127.0.0.1:<port>/ over ``directory`` (symlinks followed, as a static host would after rsync -L);
-    PORT 0 takes a free one."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
+    PORT 0 takes a free one; ``log``: a list that gets each GET's path."""
+    handler = functools.partial(type("_Handler", (_QuietHandler,), {"requests": log}), directory=str(directory))
     with running(http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)) as url:
         yield url
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import select
 import socket
 import ssl
@@ -127,3 +128,50 @@ def venv_with_torch(path: Path, python: str, torch_req: str, env: dict, *more: s
     if proc.returncode:
         raise AssertionError(f"installing {torch_req} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return py
+
+
+class _GitHttp(http.server.BaseHTTPRequestHandler):
+    """git's smart HTTP, by git itself: each request handed to ``git http-backend`` (CGI) over ``root``."""
+
+    root: Path
+    pushes: list[str]
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _cgi(self) -> None:
+        path, _, query = self.path.partition("?")
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        env = {
+            "PATH": os.environ.get("PATH", ""), "GIT_PROJECT_ROOT": str(self.root), "GIT_HTTP_EXPORT_ALL": "1",
+            "REQUEST_METHOD": self.command, "PATH_INFO": path, "QUERY_STRING": query,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
+            "REMOTE_USER": "rehearsal", "REMOTE_ADDR": "127.0.0.1",  # REMOTE_USER: receive-pack (push) is on
+        }  # fmt: skip
+        if self.headers.get("Content-Encoding") == "gzip":
+            env["HTTP_CONTENT_ENCODING"] = "gzip"
+        if path.endswith("/git-receive-pack"):
+            self.pushes.append(path)
+        out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, check=False).stdout
+        head, _, payload = out.partition(b"\r\n\r\n")
+        headers = [ln.split(":", 1) for ln in head.decode("latin-1").splitlines() if ":" in ln]
+        status = next((v.strip() for k, v in headers if k.lower() == "status"), "200 OK")
+        self.send_response(int(status.split()[0]))
+        for k, v in headers:
+            if k.lower() != "status":
+                self.send_header(k, v.strip())
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = _cgi
+
+
+@contextmanager
+def git_http(root: Path):
+    """http://127.0.0.1:<port>/ serving the bare repositories under ROOT for fetch and push (git's own
+    http-backend); yields (base URL, the list of push requests)."""
+    pushes: list[str] = []
+    handler = type("Handler", (_GitHttp,), {"root": root, "pushes": pushes})
+    with running(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as url:
+        yield url, pushes

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from farmkit import docker_client
 from indexkit import find_python, serve
-from releasekit import github_assets, make_certs, through_assets, venv_with_torch
+from releasekit import git_http, github_assets, make_certs, through_assets, venv_with_torch
 
 from builder.rehearse import (
     DRY_RUN_PROFILE,
@@ -51,6 +51,12 @@ SCAN = (
     "out=selective_scan_fn(u,d,A,B,C); ref=selective_scan_ref(u,d,A,B,C)\n"
     "assert torch.allclose(out, ref, atol=1e-4), (out-ref).abs().max()\n"
     "print('scan ok', mamba_ssm.__file__)\n"
+)
+
+# the installed mamba-ssm's version, and whether it is a variant wheel (its dist-info holds variant.json)
+VARIANT_INFO = (
+    "import importlib.metadata as m; d = m.distribution('mamba-ssm'); "
+    "print(d.version, d.read_text('variant.json') is not None)"
 )
 
 pytestmark = [
@@ -181,7 +187,7 @@ def test_the_dry_run_runs_the_whole_job_graph(dry):
     # A dry run publishes nothing: no release, no Pages, no sdist for PyPI.
     assert not {"pages", "sdist", "pypi"} & set(dry.jobs), dry.jobs
     assert sorted(p.parent.name for p in dry.artifacts.glob("*/*/*.zip")) == sorted(
-        ["index"] + [f"wheel-{j.split()[1].rsplit('-', 1)[0]}" for j in builds]
+        ["index", "release-assets"] + [f"wheel-{j.split()[1].rsplit('-', 1)[0]}" for j in builds]
         + [f"log-{j.split()[1].rsplit('-', 1)[0]}" for j in builds]
     )  # fmt: skip
 
@@ -202,6 +208,33 @@ def test_pip_installs_from_the_dry_run_site(dry, tmp_path):
         _run([str(py), "-m", *shlex.split(cmd)], env)
     out = _run([str(py), "-I", "-c", SCAN], env).stdout
     assert "scan ok" in out and str(tmp_path / "venv") in out
+
+
+def test_the_dry_runs_publish_lists_the_variant_files_and_skips_the_gpu_gate(dry, tmp_path):
+    """What a tag release would attach: every wheel and sidecar, and the variant root's files made from them
+    (the CPU null variant, its plain fallback, the cu13 variant, -variants.json), the same bytes as the site's
+    variants/ pages link. No GPU_RUNNER here: the gate did not run, and publish says so."""
+    import hashlib
+
+    assert dry.rc == 0
+    site = dry.artifact("index", tmp_path / "site")
+    listing = dry.artifact("release-assets", tmp_path / "assets") / "release-assets.sha256"
+    assets = {line.split()[1]: line.split()[0] for line in listing.read_text().splitlines()}
+    variant_assets = {name.removeprefix("variant-assets/"): sha for name, sha in assets.items()
+                      if name.startswith("variant-assets/")}  # fmt: skip
+    page = (site / "variants" / "mamba-ssm" / "index.html").read_text()
+    linked = {n: sha for sha, n in re.findall(r'<a href="[^"#]*#sha256=([0-9a-f]{64})"[^>]*>([^<]+)</a>', page)}
+    assert sorted(variant_assets) == sorted(linked), (variant_assets, linked)
+    assert {n.rsplit("-", 1)[-1] for n in linked if n.endswith(".whl")} >= {"null.whl", "cu13.whl"}
+    for name, sha in variant_assets.items():
+        assert sha == linked[name]
+        if name.endswith(".whl"):
+            served = site / "files" / name
+            assert hashlib.sha256(served.read_bytes()).hexdigest() == sha
+            assert (site / "files" / (name + ".metadata")).is_file()  # PEP 658, as the other pages
+    assert sum(n.startswith("wheels/") and n.endswith(".whl") for n in assets) == 2
+    assert "gpu-gate" not in dry.jobs
+    assert "GPU gate: skipped (no GPU_RUNNER repository variable" in dry.log.read_text()
 
 
 @pytest.mark.slow
@@ -270,8 +303,15 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
             "sdist": "succeeded", "pypi": "succeeded",
         }, r.jobs  # fmt: skip
     assets = work / "github" / OWNER_REPO / "releases" / "download"
-    published = {v: sorted(p.name for p in (assets / f"v{v}").glob("*.whl")) for v in versions}
+    published = {v: sorted(p.name for p in (assets / f"v{v}").glob("*+*.whl")) for v in versions}
     assert all(len(w) == 2 for w in published.values()), published  # the CPU and the CUDA stable wheel
+    # beside them their variant files (PEP 825): the CPU null variant, its plain fallback, the cu13 variant
+    made = {v: sorted(p.name for p in (assets / f"v{v}").iterdir() if p.suffix in (".whl", ".json") and "+" not in p.name
+                      and p.name != "release.json") for v in versions}  # fmt: skip
+    for v, names in made.items():
+        stem = f"mamba_ssm-{v}-cp311-abi3-linux_x86_64"
+        want = [f"{stem}-cu13.whl", f"{stem}-null.whl", f"{stem}.whl", f"mamba_ssm-{v}-variants.json"]
+        assert names == sorted(want), names
     calls = _calls(work / "records")
 
     # The site after the second release holds both releases' wheels, each linked to its own release's asset.
@@ -283,7 +323,7 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
                 href = urllib.parse.unquote(href)  # the index percent-encodes the local label's "+"
                 links.setdefault(href.rsplit("/", 1)[1], set()).add(href)
     for v, wheels in published.items():
-        for w in wheels:
+        for w in [*wheels, *(n for n in made[v] if n.endswith(".whl"))]:  # the variants/ pages' links too
             assert links.get(w) == {f"https://github.com/{OWNER_REPO}/releases/download/v{v}/{w}"}, (w, links.get(w))
     assert not list(site.rglob("files/*.whl"))  # a release's site carries no wheels (Pages' 1 GB)
 
@@ -292,7 +332,8 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
 
     for v, wheels in published.items():
         (att,) = [c for c in calls if c["kind"] == "attest" and c["ref"] == f"refs/tags/v{v}"]
-        assert att["subjects"] == {w: hashlib.sha256((assets / f"v{v}" / w).read_bytes()).hexdigest() for w in wheels}
+        attested = [*wheels, *(n for n in made[v] if n.endswith(".whl"))]  # the variant wheels are attested too
+        assert att["subjects"] == {w: hashlib.sha256((assets / f"v{v}" / w).read_bytes()).hexdigest() for w in attested}
 
     # PyPI got exactly each release's sdist, and only after its pages deployment.
     for v in versions:
@@ -327,6 +368,39 @@ def test_pip_installs_each_release_through_its_asset_links(releases, tmp_path):
                 asked
             )
         assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout
+
+
+@pytest.mark.slow
+def test_uv_and_pip_install_from_a_released_sites_variants_root(releases, tmp_path):
+    """The released site's variants/ root (the second release's site, both releases on it): uv's preview picks
+    the cu13 variant for a 13.0 driver on sm_80 and the null variant without a driver, pip takes the plain CPU
+    wheel; every file comes from its release's assets (the asset-host stand-in), none from the site."""
+    from indexkit import isolated_env, make_venv, uv_bin
+
+    work, runs, versions = releases
+    v = versions[1]
+    port = int(runs[versions[0]].index_url.rsplit(":", 1)[1])
+    root = f"http://127.0.0.1:{port}/variants/"
+    certs = make_certs(tmp_path / "certs")
+    with serve(work / "records" / "pages", port), github_assets(work / "github", certs) as (proxy, asked):
+        env = through_assets(isolated_env(tmp_path), proxy, certs[0])
+        for k in ("NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION", "NV_VARIANT_PROVIDER_FORCE_SM_ARCH"):
+            env.pop(k, None)
+        for driver, want in (("13.0", "cu13"), (None, "null")):
+            venv_env = {**env, **({"NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION": driver,
+                                   "NV_VARIANT_PROVIDER_FORCE_SM_ARCH": "8.0"} if driver else {})}  # fmt: skip
+            vpy = make_venv(tmp_path / f"uv-{want}", _python311(), venv_env)
+            _run([uv_bin(), "pip", "install", "--python", str(vpy), "--preview-features", "wheel-variants", "--no-deps",
+                  "--index-url", root, f"mamba-ssm=={v}"], venv_env)  # fmt: skip
+            info = _run([str(vpy), "-I", "-c", VARIANT_INFO], venv_env).stdout.split()
+            assert info == [v, "True"], info
+            wheel = f"/{OWNER_REPO}/releases/download/v{v}/mamba_ssm-{v}-cp311-abi3-linux_x86_64-{want}.whl"
+            assert wheel in [urllib.parse.unquote(p) for p in asked], asked
+        py = venv_with_torch(tmp_path / "pip", _python311(), TORCH_CPU, dict(os.environ))
+        _run([str(py), "-m", "pip", "install", "--no-deps", "--index-url", root, f"mamba-ssm=={v}"], env)
+        assert f"/{OWNER_REPO}/releases/download/v{v}/mamba_ssm-{v}-cp311-abi3-linux_x86_64.whl" in [
+            urllib.parse.unquote(p) for p in asked]  # fmt: skip
+        assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout  # the plain wheel is the CPU build
 
 
 @pytest.mark.slow
@@ -409,6 +483,47 @@ def test_one_failing_build_still_publishes_the_others_and_the_summary_names_it(t
     assert "rehearsal: a CUDA-only compile error" in "".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("broken", [False, True], ids=["passing", "broken-wheel"])
+def test_the_gpu_gate_runs_each_cuda_wheel_before_publish(tmp_path, broken):
+    """vars.GPU_RUNNER set (this host, GPU_CHECK_DEVICE=cpu: gpu_check's dry run): the gate installs the cu13 wheel
+    from its staged index as its cell says and runs the numerics; then publish. Broken: delta_bias shifted in the
+    op's Python wrapper (committed in the scratch clone), which the farm's smoke (no delta_bias) lets through and
+    the numerics catch: the gate fails naming the wheel, and publish does not run."""
+    from builder.rehearse import scratch_clone
+
+    docker_client()
+    if broken:
+        repo = scratch_clone(REPO, tmp_path / "r" / "repo")
+        ssi = repo / "mamba_ssm" / "ops" / "selective_scan_interface.py"
+        text = ssi.read_text()
+        old = "delta_bias = delta_bias.float().contiguous() if delta_bias is not None else None"
+        assert old in text
+        ssi.write_text(
+            text.replace(
+                old, "delta_bias = (delta_bias.float() + 0.05).contiguous() if delta_bias is not None else None"
+            )
+        )
+        subprocess.run(["git", "-C", str(repo), "commit", "-qam", "break delta_bias"], check=True)
+    r = rehearse(tmp_path / "r", actions=ACTIONS, profile=DRY_RUN_PROFILE, python=_python311(), gpu_runner="gpu")
+    print(f"gpu gate ({'broken' if broken else 'passing'}): {len(r.jobs)} jobs in {r.seconds:.0f} s: {r.jobs}")
+    log = r.log.read_text()
+    builds = [j for j in r.jobs if j.startswith("build ")]
+    assert len(builds) == 2 and all(r.jobs[j] == "succeeded" for j in builds), r.jobs
+    (cu13,) = re.findall(r"gate: (mamba_ssm-2\.3\.0\+cu13torchstable-[^ ]+\.whl): installing", log)
+    if not broken:
+        assert r.rc == 0 and r.jobs["gpu-gate"] == r.jobs["publish"] == "succeeded", r.jobs
+        assert f"gate: {cu13}: passed" in log and "gate: 1 CUDA wheel(s) passed on cpu" in log
+        assert "GPU gate: passed." in log
+        assert "gate: mamba_ssm-2.3.0+cputorchstable" not in log  # CUDA wheels only
+    else:
+        assert r.rc != 0 and r.jobs["gpu-gate"] == "failed" and "publish" not in r.jobs, r.jobs
+        assert f"::error::GPU gate: {cu13} failed its gpu_check numerics" in log or (
+            f"error: GPU gate: 1 of 1 CUDA wheel(s) failed: {cu13}" in log
+        ), log[-4000:]
+        assert not list(r.artifacts.glob("*/index/*.zip")), "nothing published, no site kept"
+
+
 # --------------------------------------------------------------------------- ci.yml, the same way
 
 
@@ -428,3 +543,111 @@ def test_ci_profile_job_runs_under_act(tmp_path):
     assert r.rc == 0 and r.jobs == {"ci-profile": "succeeded"}, r.log.read_text()[-4000:]
     dist = r.artifact("ci-profile-dist", tmp_path / "dist")
     assert len(list(dist.glob("wheels/*.whl"))) == 3
+
+
+# --------------------------------------------------------------------------- drift.yml, the same way
+
+DRIFT_BRANCH = "farm/drift"  # drift.yml's env.BRANCH
+DATA_FILES = {"builder/data/torch.toml", "matrix.toml"}
+
+
+def _extra_indexes() -> list[str]:
+    """This host's pip extra-index-url (its wheelhouses): kept beside PyPI when the drift run sets its own."""
+    from builder.hostenv import pip_config
+
+    return (pip_config().get("extra-index-url") or "").split()
+
+
+def _drift_run(work: Path, recorded) -> tuple:
+    """drift.yml under act (a manual run on the scratch clone's branch): `builder drift` reads RECORDED (PyPI's
+    recorded answers, tests/test_drift.py's stand-in) through the runner's pip settings (PIP_INDEX_URL), the PR
+    job pushes through git's own smart HTTP on 127.0.0.1 (the github.com URL rewritten there by git's
+    url.<base>.insteadOf, the token in it unchanged), and calls the gh stand-in's `pr list/create/edit`.
+    Returns (result, the remote's bare repository, the stand-in's pull requests, the push requests)."""
+    from test_drift import serve as serve_index
+
+    from builder.rehearse import _git, scratch_clone
+
+    repo = scratch_clone(REPO, work / "repo")
+    base = _git(repo, "rev-parse", "--abbrev-ref", "HEAD")
+    remotes = work / "remotes"
+    bare = remotes / "wheels.git"
+    if not bare.exists():  # the repository on "github.com": the branch drift runs on, as pushed before
+        subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+        subprocess.run(["git", "-C", str(repo), "push", "-q", str(bare), f"HEAD:refs/heads/{base}"], check=True)
+    with serve_index(recorded) as (index, _seen), git_http(remotes) as (git_url, pushes):
+        env = {
+            # drift reads the first index of the runner's pip settings; pip still finds the farm's packages
+            # in the others (PyPI, this host's wheelhouses)
+            "PIP_INDEX_URL": index, "MAMBA_FARM_CACHE": str(work / "farm-cache"),
+            "PIP_EXTRA_INDEX_URL": " ".join(["https://pypi.org/simple", *_extra_indexes()]),
+            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{git_url}/wheels.git.insteadOf",
+            "GIT_CONFIG_VALUE_0": f"https://x-access-token:rehearsal-token-stand-in@github.com/{OWNER_REPO}.git",
+        }  # fmt: skip
+        r = rehearse(work, actions=ACTIONS, workflow="drift.yml", python=_python311(), env=env)
+    print(f"drift.yml: {len(r.jobs)} jobs in {r.seconds:.0f} s, act exit {r.rc}: {r.jobs}")
+    pulls_file = work / "github" / OWNER_REPO / "pulls.json"
+    pulls = json.loads(pulls_file.read_text()) if pulls_file.exists() else []
+    return r, bare, base, pulls, pushes
+
+
+def _pr_files(bare: Path, base: str) -> set[str]:
+    out = subprocess.run(["git", "--git-dir", str(bare), "diff", "--name-only", base, DRIFT_BRANCH],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return set(out.split())
+
+
+@pytest.fixture(scope="module")
+def drift_work(tmp_path_factory):
+    return tmp_path_factory.mktemp("rehearsal-drift") / "r"
+
+
+def _patch_release():
+    """PyPI (recorded) with torch 2.15.1 beyond builder/data/torch.toml's 2.15.0 latest."""
+    from test_drift import _Recorded
+
+    recorded = _Recorded()
+    recorded.add_release("torch", "2.15.0", "2.15.1", "2026-11-25")
+    return recorded
+
+
+def test_drift_yml_opens_a_pr_holding_only_the_data_files(drift_work):
+    """Run 1: a torch patch release on PyPI: the check exits 13 (drift, all written), the PR job pushes
+    farm/drift with the data file only (through git's smart HTTP) and opens one PR whose body is the table."""
+    r, bare, base, pulls, pushes = _drift_run(drift_work, _patch_release())
+    assert r.rc == 0 and r.jobs == {"check": "succeeded", "pull-request": "succeeded"}, r.log.read_text()[-6000:]
+    assert pushes, "the branch went through git's smart HTTP"
+    files = _pr_files(bare, base)
+    assert files == {"builder/data/torch.toml"}, files
+    diff = subprocess.run(["git", "--git-dir", str(bare), "diff", base, DRIFT_BRANCH], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+    assert '-latest = "2.15.0"' in diff and '+latest = "2.15.1"' in diff, diff
+    (pr,) = pulls
+    assert (pr["head"], pr["base"], pr["state"], pr["edits"]) == (DRIFT_BRANCH, base, "open", 0)
+    assert "python -m builder drift --write" in pr["body"] and "2.15.1 (released 2026-11-25)" in pr["body"], pr["body"]
+
+
+@pytest.mark.slow
+def test_drift_yml_refreshes_its_pr_then_fails_on_a_broken_patch(drift_work):
+    """Run 2: the same drift refreshes the PR (gh pr edit), no second one. Run 3: a new causal-conv1d sdist
+    whose setup.py lost a line a patch edits: the check exits 10, the PR is still refreshed with the table
+    naming the patch, and the run fails after it."""
+    from test_drift import _recipe_setup_py, _sdist
+
+    if not (drift_work / "remotes").exists():
+        pytest.skip("needs run 1 (test_drift_yml_opens_a_pr_holding_only_the_data_files) first, in this session")
+    r, bare, base, pulls, _ = _drift_run(drift_work, _patch_release())
+    assert r.rc == 0 and r.jobs == {"check": "succeeded", "pull-request": "succeeded"}, r.log.read_text()[-6000:]
+    (pr,) = pulls
+    assert pr["edits"] == 1 and _pr_files(bare, base) <= DATA_FILES
+
+    recorded = _patch_release()
+    recipe = REPO / "recipes" / "causal-conv1d.toml"
+    data = _sdist("causal_conv1d", "1.7.1", _recipe_setup_py(recipe, drop='"cxx": ["-O3"],'))
+    recorded.add_sdist("causal-conv1d", "causal_conv1d-1.7.1.tar.gz", data)
+    r, bare, base, pulls, _ = _drift_run(drift_work, recorded)
+    assert r.rc != 0 and r.jobs == {"check": "succeeded", "pull-request": "failed"}, r.jobs
+    (pr,) = pulls
+    assert pr["edits"] == 2 and "patch 'cxx20' no longer applies" in pr["body"], pr["body"]
+    assert "a recipe's new sdist breaks one of its patches" in r.log.read_text()

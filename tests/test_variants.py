@@ -150,6 +150,78 @@ def test_stable_wheels_without_a_variant_form_are_left_out_with_their_reason(tmp
         out.stdout.splitlines())
 
 
+def _placeholder_index(tmp_path, **kw) -> Path:
+    from builder.index import build_index
+
+    wheels = tmp_path / "wheels"
+    make_mamba_wheel(wheels, "cputorchstable", "cp310")
+    build_index(wheels, tmp_path / "index", **kw)
+    return tmp_path / "index"
+
+
+def test_uv_reads_the_variant_roots_metadata_files_not_the_wheels(tmp_path):
+    """PEP 658 on the variant root, as the other pages: each variant file is linked with its ``.metadata``
+    (data-dist-info-metadata / data-core-metadata), so real uv (the preview) resolves mamba-ssm's dependencies
+    from 127.0.0.1 without downloading a wheel, and installs what it resolved; the .metadata is the variant wheel's own METADATA."""
+    index = _placeholder_index(tmp_path)
+    page = (index / variants.ROOT / "mamba-ssm" / "index.html").read_text()
+    record = json.loads((index / "manifest.json").read_text())["wheel_variants"]["files"]
+    for name, f in record.items():
+        md = f"sha256={f['metadata_sha256']}"
+        assert f'{name}#sha256={f["sha256"]}" data-requires-python="&gt;=3.10" data-dist-info-metadata="{md}" ' \
+               f'data-core-metadata="{md}">' in page
+        with zipfile.ZipFile(index / "files" / name) as zf:
+            assert (index / "files" / (name + ".metadata")).read_bytes() == zf.read("mamba_ssm-2.3.0.dist-info/METADATA")
+    env = isolated_env(tmp_path)
+    vpy = make_venv(tmp_path / "venv", sys.executable, env)
+    torch = make_wheel(tmp_path / "deps", "torch", "2.13.0")  # (resolving needs mamba-ssm's Requires-Dist)
+    log: list[str] = []
+    with serve(index, log=log) as url:
+        cmd = [uv_bin(), "pip", "install", "--python", str(vpy), "--preview-features", "wheel-variants",
+               "--index-url", f"{url}/{variants.ROOT}/", "--find-links", str(torch.parent), "mamba-ssm"]
+        dry = subprocess.run([*cmd, "--dry-run"], check=False, capture_output=True, text=True, env=env)
+        assert dry.returncode == 0, dry.stderr
+        assert "mamba-ssm==2.3.0" in dry.stderr, dry.stderr
+        fetched = [p.rsplit("/", 1)[-1] for p in log]
+        assert "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl.metadata" in fetched, log
+        assert not [p for p in fetched if p.endswith(".whl")], log  # no whole wheel for a resolution
+        real = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
+        assert real.returncode == 0, real.stderr
+    assert "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl" in [p.rsplit("/", 1)[-1] for p in log]
+    assert installed_version(vpy) == "2.3.0"
+
+
+def installed_version(vpy: Path) -> str:
+    code = "import importlib.metadata as m; print(m.version('mamba-ssm'))"
+    return subprocess.run([str(vpy), "-I", "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_a_released_variant_root_links_the_release_assets(tmp_path):
+    """A wheel linked to a release's assets (``--files-url``: a tag release's site has no files/) has its
+    variant files linked beside it, among the same release's assets, which the publish job uploads; no PEP 658
+    attribute there, as on the other pages (the asset host serves no .metadata)."""
+    assets = "https://github.com/o/r/releases/download/v2.3.0"
+    index = _placeholder_index(tmp_path, files_url=assets, base_url="https://o.github.io/r")
+    page = (index / variants.ROOT / "mamba-ssm" / "index.html").read_text()
+    record = json.loads((index / "manifest.json").read_text())["wheel_variants"]["files"]
+    assert sorted(record) == ["mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl",
+                              "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl"]
+    for name, f in record.items():
+        assert f'<a href="{assets}/{name}#sha256={f["sha256"]}" data-requires-python="&gt;=3.10">' in page
+    assert "files/" not in page and "data-core-metadata" not in page
+    # what the publish job uploads beside the release's wheels: exactly what those links name, and they exist
+    def listed(wheels: Path) -> list[str]:
+        out = subprocess.run([sys.executable, "-m", "builder", "release", "variant-files", "--index", str(index),
+                              "--wheels", str(wheels)], check=True, capture_output=True, text=True, cwd=REPO).stdout
+        return out.splitlines()
+
+    uploads = listed(tmp_path / "wheels")
+    assert [Path(u).name for u in uploads] == [*sorted(record), "mamba_ssm-2.3.0-variants.json"]
+    assert all(Path(u).is_file() for u in uploads)
+    (tmp_path / "other").mkdir()
+    assert listed(tmp_path / "other") == []  # another run's wheels: none of these
+
+
 # --------------------------------------------------------------------------- the farm's wheels, real installers
 
 def needs_farm(test):

@@ -340,8 +340,14 @@ def test_build_jobs_are_the_plan_matrix():
         assert all(u.get("if") in ("${{ !cancelled() }}", "always()") for u in uploads)
     assert jobs["build-x86_64"]["steps"] == jobs["build-aarch64"]["steps"]
     publish = jobs["publish"]
-    assert publish["needs"] == ["plan", *BUILD_JOBS]
+    assert publish["needs"][: 1 + len(BUILD_JOBS)] == ["plan", *BUILD_JOBS]
     assert "!cancelled()" in publish["if"], "a failed build must not stop the others from being published"
+    # The GPU gate: optional (a repository variable), between the builds and publish; a failure stops publish,
+    # a skip does not.
+    gate = jobs["gpu-gate"]
+    assert "gpu-gate" in publish["needs"] and "needs.gpu-gate.result != 'failure'" in publish["if"]
+    assert "vars.GPU_RUNNER != ''" in gate["if"] and gate["runs-on"] == ["self-hosted", "${{ vars.GPU_RUNNER }}"]
+    assert set(gate["needs"]) == {"plan", "build-x86_64"}
     used = {s.get("uses", "").split("@")[0] for job in jobs.values() for s in job["steps"]}
     assert {"actions/attest-build-provenance", "actions/deploy-pages", "pypa/gh-action-pypi-publish"} <= used
 
@@ -718,6 +724,8 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
         "github.token": "not-a-token",
         "needs.plan.outputs.index_url": INDEX_URL,
         "vars.PYPI_PROJECT": "",  # no PyPI project named: the release notes say the sdist is not on PyPI
+        "needs.gpu-gate.result": "skipped",  # no GPU_RUNNER: the gate's skip path
+        "vars.GPU_RUNNER": "",
     }
     decide = {
         "needs.plan.outputs.publish == 'true'": publish,
@@ -745,9 +753,13 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
         if uses == "actions/download-artifact":
             lay_out_artifacts(step, artifacts, ws)
         elif uses == "actions/attest-build-provenance":
-            subjects = sorted(ws.glob(step["with"]["subject-path"]))
+            subjects = sorted(p for line in step["with"]["subject-path"].split() for p in ws.glob(line))
             assert subjects, "attest-build-provenance would find no wheel"
             done.append(("attest", [p.name for p in subjects]))
+        elif uses == "actions/upload-artifact" and step["with"]["name"] == "release-assets":
+            listing = ws / step["with"]["path"]
+            assert listing.is_file(), f"{uses}: no {listing}"
+            done.append(("release-assets", listing))
         elif uses in ("actions/upload-pages-artifact", "actions/upload-artifact"):
             site = ws / step["with"]["path"]
             assert (site / "index.html").is_file(), f"{uses}: {site} holds no index"
@@ -846,10 +858,19 @@ def test_publish_dry_run_indexes_each_line_apart_and_lists_each_failed_build(tmp
     notes = (ws / "dist" / "summary.md").read_text()  # what a release's notes would say: both lines' installs
     assert f"--extra-index-url {INDEX_URL}/<variant>/" in notes
     assert f"--extra-index-url {INDEX_URL}/upstream/<variant>/" in notes
+    # the gate's skip path: the notes say the CUDA wheels were not run on a GPU
+    assert "GPU gate: skipped (no GPU_RUNNER repository variable" in notes
+    # the assets a release would attach: every wheel and sidecar, and the variant files made from ours (none
+    # here: these wheels are classic; the act dry run has stable ones)
+    listed = {line.split()[1] for line in dict(done)["release-assets"].read_text().splitlines()}
+    made = json.loads((ws / "dist" / "index" / "manifest.json").read_text())["wheel_variants"]["files"]
+    assert listed == {f"wheels/{w.name}" for w in (ws / "dist" / "wheels").iterdir()} | {
+        f"variant-assets/{n}" for n in [*made, *(["mamba_ssm-2.3.0-variants.json"] if made else [])]
+    }
     assert (ws / "dist" / "logs" / f"log-{FAILED}" / f"{FAILED}.log").is_file()
     assert (ws / "dist" / "logs" / f"log-{GROUP_JOB}" / f"{GROUP_FAILED}.log").is_file()
     assert calls == [], "a dry run touches no release"
-    assert [d[0] for d in done if not isinstance(d[1], subprocess.CompletedProcess)] == ["actions/upload-artifact"]
+    assert [d[0] for d in done if not isinstance(d[1], subprocess.CompletedProcess)] == ["actions/upload-artifact", "release-assets"]
 
 
 def _links_in(page: Path) -> list[str]:

@@ -383,7 +383,8 @@ def _collect_store(store_fd: int, files: dict, *wheel_variants: dict | None) -> 
     Safe under the run's lock: no other run writes the store meanwhile."""
     listed = {n for fn in files for n in (fn, fn + ".metadata")}
     for record in wheel_variants:
-        listed.update(((record or {}).get("files") or {}).keys())
+        for name in (record or {}).get("files") or {}:
+            listed.update((name, name + ".metadata"))
     with os.scandir(store_fd) as it:
         orphans = [e.name for e in it if e.name not in listed and not e.is_dir(follow_symlinks=False)]
     for name in orphans:

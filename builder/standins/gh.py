@@ -1,9 +1,10 @@
-"""A stand-in for the GitHub CLI's ``gh release`` commands, for a release rehearsed under act.
+"""A stand-in for the GitHub CLI's ``gh release`` and ``gh pr`` commands, for workflows rehearsed under act.
 
 GitHub's releases API cannot be reached from a rehearsal, so this keeps releases in a folder laid out as
 GitHub serves their assets: ``$GH_STANDIN_HOME/<owner>/<repo>/releases/download/<tag>/<file>`` (served on
 127.0.0.1, those are the asset URLs) with ``release.json`` beside them. Only what ``release.yml`` calls:
-``release list|view|create|upload|download``, with the options it passes. Every call is appended to
+``release list|view|create|upload|download``, with the options it passes; and what ``drift.yml`` calls,
+``pr list|create|edit``, keeping pull requests in ``$GH_STANDIN_HOME/<owner>/<repo>/pulls.json``. Every call is appended to
 ``$GH_STANDIN_HOME/calls.jsonl``. Standard library only: the runner's Python runs it.
 """
 
@@ -33,10 +34,17 @@ def _home() -> Path:
 
 
 def _repo_dir() -> Path:
-    repo = os.environ.get("GH_REPO", "")
+    repo = os.environ.get("GH_REPO", "") or _origin_repo()
     if repo.count("/") != 1 or not all(repo.split("/")):
         _fail(f"gh (rehearsal stand-in): GH_REPO must be OWNER/REPO, got {repo!r}", 4)
     return _home() / repo / "releases" / "download"
+
+
+def _origin_repo() -> str:
+    """OWNER/REPO of the checkout's github.com origin, as gh reads it without GH_REPO (drift.yml's PR job)."""
+    url = subprocess.run(["git", "remote", "get-url", "origin"], capture_output=True, text=True, check=False).stdout
+    url = url.strip().removesuffix(".git")
+    return url.split("github.com/", 1)[1] if "github.com/" in url else ""
 
 
 def _release(tag: str) -> Path:
@@ -106,6 +114,47 @@ def cmd_download(args) -> None:
         shutil.copyfile(src / n, out / n)
 
 
+def _pulls_file() -> Path:
+    return _repo_dir().parent.parent / "pulls.json"  # $GH_STANDIN_HOME/<owner>/<repo>/pulls.json
+
+
+def _pulls() -> list[dict]:
+    path = _pulls_file()
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def _save_pulls(pulls: list[dict]) -> None:
+    _pulls_file().parent.mkdir(parents=True, exist_ok=True)
+    _pulls_file().write_text(json.dumps(pulls, indent=1))
+
+
+def cmd_pr_list(args) -> None:
+    if args.json != "number" or args.jq != "length":
+        _fail("gh (rehearsal stand-in): pr list supports only --json number --jq length", 2)
+    print(len([p for p in _pulls() if p["head"] == args.head and p["state"] == args.state]))
+
+
+def cmd_pr_create(args) -> None:
+    pulls = _pulls()
+    if any(p["head"] == args.head and p["state"] == "open" for p in pulls):
+        _fail(f'a pull request for branch "{args.head}" into branch "{args.base}" already exists')
+    body = Path(args.body_file).read_text()
+    pulls.append({"number": len(pulls) + 1, "head": args.head, "base": args.base, "title": args.title, "body": body,
+                  "state": "open", "edits": 0})  # fmt: skip
+    _save_pulls(pulls)
+    print(f"https://github.com/{os.environ.get('GH_REPO')}/pull/{len(pulls)}")
+
+
+def cmd_pr_edit(args) -> None:
+    pulls = _pulls()
+    hits = [p for p in pulls if p["head"] == args.pr and p["state"] == "open"]
+    if not hits:
+        _fail(f'no pull requests found for branch "{args.pr}"')
+    hits[0]["body"] = Path(args.body_file).read_text()
+    hits[0]["edits"] += 1
+    _save_pulls(pulls)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gh")
     top = p.add_subparsers(dest="group", required=True)
@@ -135,6 +184,23 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--dir")
     q.add_argument("--pattern", action="append")
     q.set_defaults(func=cmd_download)
+    pr = top.add_parser("pr").add_subparsers(dest="command", required=True)
+    q = pr.add_parser("list")
+    q.add_argument("--head", required=True)
+    q.add_argument("--state", default="open")
+    q.add_argument("--json", default="")
+    q.add_argument("--jq", default="")
+    q.set_defaults(func=cmd_pr_list)
+    q = pr.add_parser("create")
+    q.add_argument("--head", required=True)
+    q.add_argument("--base", required=True)
+    q.add_argument("--title", required=True)
+    q.add_argument("--body-file", required=True)
+    q.set_defaults(func=cmd_pr_create)
+    q = pr.add_parser("edit")
+    q.add_argument("pr", help="the PR's head branch (as drift.yml names it)")
+    q.add_argument("--body-file", required=True)
+    q.set_defaults(func=cmd_pr_edit)
     return p
 
 

@@ -1,0 +1,66 @@
+"""The release's GPU gate (builder/gpugate.py, release.yml's ``gpu-gate`` job), on placeholder wheels: it
+indexes them, serves the index on 127.0.0.1 and installs each CUDA wheel in a fresh venv with real pip, as the
+coverage page's command says, after the torch its cell names (torch 2.13 from this machine's wheelhouse).
+The placeholder wheel holds no extension, so the numerics check cannot import it: the broken wheel's path (named,
+exit 4, nothing else gated away). The passing path, on the farm's real wheels under act:
+tests/test_release_rehearsal.py (--run-slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from wheelmaker import make_mamba_wheel
+
+from builder import gpugate
+from builder.release import split
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _lines(tmp_path: Path) -> Path:
+    wheels = tmp_path / "wheels"
+    for label in ("cu13torch2.13cxx11abiTRUE", "cputorch2.13cxx11abiTRUE"):
+        w = make_mamba_wheel(wheels, label)
+        acc, torch = label.split("torch")[0], "2.13"
+        Path(f"{w}.spec.json").write_text(json.dumps({"id": f"{acc}-torch{torch}-cxx11abiTRUE-cp311-linux_x86_64"}))
+    split(wheels, tmp_path / "lines")
+    return tmp_path / "lines"
+
+
+def test_the_gate_picks_the_cuda_wheels_and_the_cell_users_install_from(tmp_path):
+    from builder.index import build_index
+
+    lines = _lines(tmp_path)
+    build_index(lines / "checkout", tmp_path / "index")
+    picked = gpugate.cuda_wheels(tmp_path / "index", "x86_64")
+    assert [(fn, key) for fn, key, _ in picked] == [
+        ("mamba_ssm-2.3.0+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl", "cu13-torch2.13-cxx11abiTRUE")
+    ]
+    assert gpugate.cuda_wheels(tmp_path / "index", "aarch64") == []  # not this runner's platform
+
+
+@pytest.mark.slow  # a torch install in a fresh venv: minutes on a loaded 2-core machine
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the wheels are cp311")
+def test_a_broken_cuda_wheel_fails_the_gate_and_is_named(tmp_path):
+    lines = _lines(tmp_path)
+    summary = tmp_path / "summary.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "builder", "release", "gate", "--lines", str(lines), "--device", "cpu",
+         "--out", str(tmp_path / "gate"), "--summary", str(summary)],
+        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    name = "mamba_ssm-2.3.0+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert f"error: GPU gate: 1 of 1 CUDA wheel(s) failed: {name}" in proc.stderr
+    assert "Traceback" not in proc.stderr.split("gpu_check exited")[0]  # (the check's own output follows)
+    assert f"| `{name}` | `cu13-torch2.13-cxx11abiTRUE/` | gpu_check numerics | **failed** |" in summary.read_text()
+    (res,) = json.loads((tmp_path / "gate" / "results" / "gate.json").read_text())
+    assert res["ok"] is False and res["detail"].startswith("gpu_check exited 1")
+    log = (tmp_path / "gate" / "results" / name.removesuffix(".whl") / "log.txt").read_text()
+    # installed as users install it: the exact pin from its cell's page on the staged index
+    assert "-m pip install mamba-ssm==2.3.0+cu13torch2.13cxx11abiTRUE --extra-index-url http://127.0.0.1:" in log
+    assert "/checkout/cu13-torch2.13-cxx11abiTRUE/" in log
