@@ -177,6 +177,9 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
     return ctx
 
 
+_COMPILER_TAGS = ("manylinux_2_17", "manylinux2014", "manylinux_2_12", "manylinux2010")
+
+
 def compiler_overlay(image: ImageSpec, osdef: dict, pins: dict) -> dict | None:
     """For another machine's CUDA image: the build host's compiler programs to lay over the toolkit.
 
@@ -195,7 +198,7 @@ def compiler_overlay(image: ImageSpec, osdef: dict, pins: dict) -> dict | None:
         "debian_arch": arch,
         "packages": [f'"{p}"' for p in pins["compiler"]],
         # pip's --platform takes exact tags: those NVIDIA's compiler wheels carry (manylinux2014, 2010).
-        "platform_args": " ".join(f"--platform {t}_{host}" for t in ("manylinux_2_17", "manylinux2014", "manylinux_2_12", "manylinux2010")),
+        "platform_args": " ".join(f"--platform {t}_{host}" for t in _COMPILER_TAGS),
     }
 
 
