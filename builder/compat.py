@@ -111,6 +111,7 @@ class Compat:
         self.cuda: dict[str, dict] = toolkits["cuda"]
         self.rocm: dict[str, dict] = toolkits["rocm"]
         self.cuda_extra_arch: dict[str, dict] = toolkits.get("cuda_extra_arch", {})
+        self.gpu_names: dict[str, str] = toolkits.get("gpus", {})
         self.images: dict[str, dict] = {k: v for k, v in images.items() if k != "debian_glibc"}
         self.debian_glibc: dict[str, str] = images["debian_glibc"]
         lo = min((vtuple(r.python[0]) for r in self.torch.values()), default=(3, 8))
@@ -216,6 +217,10 @@ class Compat:
         cuda = [a["arch"] for a in self.cuda_arch] + list(self.cuda_extra_arch)
         rocm = sorted({a for t in self.rocm.values() for a in t["archs"]})
         return sorted(cuda, key=lambda a: int(a[3:].rstrip("af"))) + rocm
+
+    def gpus(self, archs) -> dict[str, str]:
+        """ARCHS (sm_121, gfx942 ...) with the GPUs people know them by (toolkits.toml [gpus]); unnamed ones left out."""
+        return {a: self.gpu_names[a] for a in archs if a in self.gpu_names}
 
     def can_compile(self, acc: Accelerator, arch: str) -> bool:
         """Whether ACC's toolkit can compile for ARCH (profiles may narrow to any such arch)."""

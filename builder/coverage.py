@@ -73,7 +73,8 @@ def model(index: Index, project: str = PROJECT) -> dict:
         if v.stable:
             floors = {files[fn].requires_torch for fn in pages[v.key]}
             floor = ", ".join(sorted(f for f in floors if f))
-        out_rows.append({"torch": torch, "accelerator": acc, "machine": machine, "floor": floor, "cells": cells})
+        archs = _row_archs(files[fn] for fn in pages[v.key] if files[fn].machine == machine)
+        out_rows.append({"torch": torch, "accelerator": acc, "machine": machine, "floor": floor, "cells": cells, "archs": archs})
     columns = [{"python": f"{py[2]}.{py[3:]}", "abi": abi} for py in pythons for abi in abis]
     sources = sorted(s for p, s in index.sources if p == project)
     return {
@@ -90,6 +91,16 @@ def model(index: Index, project: str = PROJECT) -> dict:
         "n_variants": len(pages),
         "sources": [describe_source(s) for s in sources],
     }
+
+
+def _row_archs(entries) -> list[dict]:
+    """The GPU code of a row's wheels (their sidecars' archs), each with the GPUs it is known by (GB10 for sm_121)."""
+    from builder import compat
+
+    names = compat.load().gpu_names
+    found = {a for e in entries for a in e.archs}
+    key = lambda a: (a[:2] != "sm", int("".join(c for c in a if c.isdigit()) or 0, 16 if a.startswith("gfx") else 10), a)
+    return [{"arch": a, "gpus": names.get(a, "")} for a in sorted(found, key=key)]
 
 
 def _cell(index: Index, key: str, py: str, base: str, project: str, machine: str | None = None) -> Cell | None:

@@ -20,6 +20,7 @@ import tomllib
 from builder.errors import UsageError
 from builder.hostenv import pyenv_pythons
 from builder.images import (
+    DEBIAN_ARCH,
     LABEL,
     effective_toolkit_source,
     fallback_suite,
@@ -161,6 +162,7 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
                 )
             ctx["cuda_packages"] = [f'"{p}"' for p in pins["packages"]]
             ctx["cuda_home"] = f"/opt/cuda-pypi/nvidia/cu{major}"
+            ctx["cuda_compiler"] = compiler_overlay(image, osdef, pins)
         elif source == "debian":
             if family != "debian":
                 raise UsageError(f"image {image.id}: toolkit_source debian needs a Debian base, not {base}")
@@ -173,6 +175,31 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
         if source == "base":  # AMD's toolkit: rocm_patch/apply.sh refuses < 6.0 and fixes 6.0's header
             ctx["rocm_patch"] = True
     return ctx
+
+
+_COMPILER_TAGS = ("manylinux_2_17", "manylinux2014", "manylinux_2_12", "manylinux2010")
+
+
+def compiler_overlay(image: ImageSpec, osdef: dict, pins: dict) -> dict | None:
+    """For another machine's CUDA image: the build host's compiler programs to lay over the toolkit.
+
+    Under emulation nvcc takes minutes per kernel (115 s against 4.3 s natively, measured); the kernel
+    runs this host's own binaries natively inside the emulated container, given their loader and libc.
+    Only the programs are the host's; headers, libraries, setup.py, pip and torch stay the target's,
+    so an sdist builds with no change to its code. None for a native image (nothing to lay over), and
+    where the base has no multiarch loader to offer (a manylinux base: nvcc then runs emulated, slowly)."""
+    machine, host = machine_of(image.platform), host_machine()
+    arch = DEBIAN_ARCH.get(host)
+    if machine == host or osdef["family"] != "debian" or arch is None or not pins.get("compiler"):
+        return None
+    return {
+        "machine": host,
+        "target": machine,
+        "debian_arch": arch,
+        "packages": [f'"{p}"' for p in pins["compiler"]],
+        # pip's --platform takes exact tags: those NVIDIA's compiler wheels carry (manylinux2014, 2010).
+        "platform_args": " ".join(f"--platform {t}_{host}" for t in _COMPILER_TAGS),
+    }
 
 
 def context_files(ctx: dict) -> dict[str, Path]:

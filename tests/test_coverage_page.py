@@ -117,3 +117,30 @@ def test_coverage_page_shows_each_project_with_its_own_commands(tmp_path):
     assert "upstream's published sdist" in body["causal-conv1d"] and CAUSAL_CONV1D in body["causal-conv1d"]
     assert 'href="files/causal_conv1d-1.7.0+cu13torch2.14cxx11abitrue-cp312-cp312-linux_x86_64.whl"' in html
     assert re.search(r'<nav class="projects">.*href="#causal-conv1d"', html)
+
+
+def test_the_rows_name_their_gpu_code_and_the_gpus_it_is_for(tmp_path):
+    """The aarch64 CUDA row says which GPUs its wheel has code for (its sidecar's archs, named from
+    toolkits.toml: GB10 for sm_121), and keeps saying so when the index is rebuilt from its manifest."""
+    import json
+
+    from builder.errors import UsageError
+
+    wheels = tmp_path / "wheels"
+    arm = make_mamba_wheel(wheels, "cu13torchstable", "cp310", platform="manylinux_2_28_aarch64")
+    sidecar = {"serves": ["cu13-torch2.14-cxx11abiTRUE"], "archs": ["sm_90", "sm_121"], "source": "checkout"}
+    Path(str(arm) + ".spec.json").write_text(json.dumps(sidecar))
+    make_mamba_wheel(wheels, "cu13torch2.14cxx11abiTRUE", "cp311")  # no sidecar: no archs shown
+    out = tmp_path / "www" / "index"
+    for _ in range(2):  # the second run reads the first one's manifest
+        build_index(wheels, out)
+        html = (out / "index.html").read_text()
+        arm_row = html.split('data-machine="aarch64">', 1)[1].split("</tr>", 1)[0]
+        assert '<span data-arch="sm_90" title="H100, H200, GH200">sm_90 (H100, H200, GH200)</span>' in arm_row
+        assert '<span data-arch="sm_121" title="DGX Spark (GB10)">sm_121 (DGX Spark (GB10))</span>' in arm_row
+        assert html.count('class="archs"') == 1
+    # a sidecar's archs are names checked before use, never markup
+    sidecar["archs"] = ["sm_90", "<script>alert(1)</script>"]
+    Path(str(arm) + ".spec.json").write_text(json.dumps(sidecar))
+    with pytest.raises(UsageError, match="'archs' is not a list of GPU architectures"):
+        build_index(wheels, tmp_path / "www2" / "index")

@@ -233,3 +233,11 @@ def test_every_error_has_its_own_exit_code(monkeypatch, capsys) -> None:
     assert cli.main(["fail"]) == errors.BuildFailed.exit_code
     err = capsys.readouterr().err
     assert "error: 1 of 1 build(s) failed" in err and "hint: read its log" in err
+
+
+def test_every_gpu_architecture_the_farm_compiles_has_the_names_people_know_it_by() -> None:
+    """The support and coverage pages say which GPUs a wheel runs on: DGX Spark's GB10 is sm_121, GH200 sm_90."""
+    c = compat_mod.load()
+    assert set(c.known_archs()) <= set(c.gpu_names), sorted(set(c.known_archs()) - set(c.gpu_names))
+    assert c.gpus(["sm_121", "sm_90", "sm_999"]) == {"sm_121": "DGX Spark (GB10)", "sm_90": "H100, H200, GH200"}
+    assert "GB200" in c.gpu_names["sm_100"] and "GB300" in c.gpu_names["sm_103"] and c.gpu_names["sm_110"] == "Jetson Thor"

@@ -1,11 +1,15 @@
 """linux_aarch64 on this x86_64 host, under emulation (qemu-user-static registered with the F flag).
 
-The ci-aarch64 profile's one build, the aarch64 CPU stable-ABI wheel (torch 2.10, PyPI's CPU-only
-aarch64 build), through `python -m builder build --executor docker`: built in the farm's arm64
-image, verified (its ELF files are AArch64, as its tag says), smoke-tested in that image (the CPU
-scan against the float64 reference, so the kernel's aarch64 vector code runs), indexed. Then, in
+The ci-aarch64 profile's two builds, through `python -m builder build --executor docker`:
+- the aarch64 CPU stable-ABI wheel (torch 2.10, PyPI's CPU-only aarch64 build);
+- the aarch64 CUDA 13 stable-ABI wheel for sm_90 (GH200), against PyPI's aarch64 CUDA torch 2.11,
+  its device code compiled at native speed: the arm64 image's nvcc, cudafe++, cicc and ptxas are
+  x86_64 programs (builder/render.py compiler_overlay), everything else is aarch64.
+Each is built in the farm's arm64 image, verified (its ELF files are AArch64, as its tag says; the
+CUDA wheel's SASS exactly sm_90, read from the aarch64 objects), smoke-tested in that image (the
+CPU scan against the float64 reference, so the kernel's aarch64 vector code runs), indexed. Then, in
 an arm64 container: `resolve` against the index served on 127.0.0.1, real pip installs the wheel
-it names next to torch 2.10, the op runs, and the doctor finds every compiled file AArch64.
+it names next to torch, the op runs, and the doctor finds every compiled file AArch64.
 
 A host without emulation skips, printing the reason the farm gives.
 """
@@ -28,11 +32,22 @@ pytestmark = pytest.mark.docker
 PROFILE = "ci-aarch64"
 
 
-def _spec():
+def _spec(accelerator: str = "cpu"):
     from builder.plan import load_plan
 
-    (spec,) = load_plan(profile=PROFILE).builds
+    (spec,) = [b for b in load_plan(profile=PROFILE).builds if b.accelerator == accelerator]
     return spec
+
+
+def _image(client, spec):
+    """SPEC's toolchain image: the newest with its label (an earlier render's may linger)."""
+    images = client.images.list(filters={"label": f"org.mamba-farm.image={spec.image}"})
+    return max(images, key=lambda i: i.attrs["Created"])
+
+
+def _wheel(dist, spec):
+    (wheel,) = sorted((dist / "wheels").glob(f"*+{spec.label}-*.whl"))
+    return wheel
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +56,17 @@ def aarch64_run(tmp_path_factory):
     if reason is not None:
         pytest.skip(f"no aarch64 emulation on this host: {reason} ({emulation.SETUP_HINT})")
     client = docker_client()
-    spec = _spec()
+    spec, cuda = _spec(), _spec("cu13")
     dist = tmp_path_factory.mktemp("farm-aarch64") / "dist"
     run = run_build("--profile", PROFILE, "--executor", "docker", "--dist", str(dist), "--jobs", "1", timeout=5400)
-    print(f"\naarch64 build (emulated), verify, smoke, index: {run.seconds:.0f}s")
-    return SimpleNamespace(client=client, spec=spec, dist=dist, run=run)
+    print(f"\naarch64 CPU and CUDA builds (emulated), verify, smoke, index: {run.seconds:.0f}s")
+    return SimpleNamespace(client=client, spec=spec, cuda=cuda, dist=dist, run=run)
 
 
 def test_the_aarch64_wheel_is_built_verified_smoke_tested_and_indexed(aarch64_run):
     run, dist, spec = aarch64_run.run, aarch64_run.dist, aarch64_run.spec
     assert run.rc == 0, run.out[-5000:]
-    (wheel,) = sorted((dist / "wheels").glob("*.whl"))
+    wheel = _wheel(dist, spec)
     assert re.search(r"-cp310-abi3-manylinux_2_\d+_aarch64\.whl$", wheel.name), wheel.name
     # the smoke test ran in the arm64 image, against the float64 reference
     assert f"{spec.id}: smoke ok: torch 2.10.0" in run.out and "(under emulation," in run.out
@@ -70,16 +85,67 @@ def test_the_aarch64_wheel_is_built_verified_smoke_tested_and_indexed(aarch64_ru
     assert 'data-machine="aarch64"' in (dist / "index" / "index.html").read_text()
 
 
+def test_the_aarch64_cuda_wheel_compiled_natively_holds_aarch64_code_and_sm_90_sass_only(aarch64_run):
+    """GH200's wheel: cu13 stable ABI, SASS exactly sm_90 read from its AArch64 objects, torch's and
+    CUDA's libraries left to torch, smoke-tested against PyPI's aarch64 CUDA torch (no GPU needed)."""
+    import zipfile
+
+    from mamba_ssm import _elf
+
+    run, dist, spec = aarch64_run.run, aarch64_run.dist, aarch64_run.cuda
+    assert run.rc == 0, run.out[-5000:]
+    wheel = _wheel(dist, spec)
+    assert re.fullmatch(r"mamba_ssm-2\.3\.0\+cu13torchstable-cp310-abi3-manylinux_2_\d+_aarch64\.whl", wheel.name), wheel.name
+    assert f"{spec.id}: smoke ok: torch 2.11.0" in run.out and "(under emulation," in run.out
+    with zipfile.ZipFile(wheel) as zf:
+        elves = {n: zf.read(n) for n in zf.namelist() if zf.read(n)[:4] == b"\x7fELF"}
+    assert elves and {_elf.machine_of(b[:20]) for b in elves.values()} == {"aarch64"}, list(elves)
+    archs = [_elf.archs_in(_elf.Elf(b, n)) for n, b in elves.items()]
+    assert {a for r in archs for a in r.sass} == {"sm_90"}, archs
+    assert {a for r in archs for a in r.ptx} <= {"compute_90"}, archs
+    bundled = [n for n in elves if re.search(r"/(libtorch|libc10|libcudart|libcublas|libnvrtc)", n)]
+    assert not bundled, bundled
+
+
+_COMPILER_PROBE = r"""
+set -euo pipefail
+echo "machine $(uname -m)"
+for f in "$CUDA_HOME/bin/nvcc" "$CUDA_HOME/bin/ptxas" "$CUDA_HOME/nvvm/bin/cicc" "$CUDA_HOME/lib/libcudart.so.13" "$(command -v g++)"; do
+  echo "$(basename "$f") $(head -c 20 "$(readlink -f "$f")" | od -An -tx1 | tr -d ' \n')"
+done
+"""
+
+
+def test_the_arm64_cuda_image_runs_x86_64_device_compilers_and_aarch64_everything_else(aarch64_run):
+    """Why the build is fast: the device compiler programs are this host's, run natively in the
+    emulated container; the runtime and host compiler stay the target's."""
+    from mamba_ssm import _elf
+
+    client, spec = aarch64_run.client, aarch64_run.cuda
+    image = _image(client, spec)
+    out = client.containers.run(image.id, ["bash", "-c", _COMPILER_PROBE], platform="linux/arm64", remove=True).decode()
+    found = dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
+    assert found.pop("machine") == "aarch64"
+    machines = {name: _elf.machine_of(bytes.fromhex(head)) for name, head in found.items()}
+    assert machines == {"nvcc": "x86_64", "ptxas": "x86_64", "cicc": "x86_64", "libcudart.so.13": "aarch64", "g++": "aarch64"}
+
+
 # In the arm64 container: resolve names the wheel, pip installs it next to torch, the op runs, the doctor agrees.
+# $TORCH: a pip requirement to install, or empty where the build's torch volume (/torch/site) serves.
 _INSTALL = r"""
 set -euo pipefail
 py=/opt/python/cp311-cp311/bin/python
 [ "$(uname -m)" = aarch64 ]
-PYTHONPATH=/repo "$py" -m builder resolve --index "$INDEX" --torch 2.10 --python 3.11 --format json > /tmp/resolve.json
+PYTHONPATH=/repo "$py" -m builder resolve --index "$INDEX" $RESOLVE --python 3.11 --format json > /tmp/resolve.json
 echo "== resolve"; cat /tmp/resolve.json; echo "== end resolve"
 read -r -a cmd < <("$py" -c 'import json; print(json.load(open("/tmp/resolve.json"))["command"])')
 "$py" -m venv /v
-/v/bin/python -m pip install -q torch==2.10.0 "${cmd[@]:2}"
+if [ -n "$TORCH" ]; then
+  /v/bin/python -m pip install -q "$TORCH" "${cmd[@]:2}"
+else
+  echo /torch/site > "$(/v/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_torch.pth"
+  /v/bin/python -m pip install -q "${cmd[@]:2}"
+fi
 cd /
 /v/bin/python - <<'EOF'
 import platform, torch, mamba_ssm
@@ -91,35 +157,45 @@ out = ssi.selective_scan_fn(u, delta, A, B, C)
 ref = ssi.selective_scan_ref(*(t.double() for t in (u, delta, A, B, C)))
 err = (out.double() - ref).abs().max().item()
 assert err < 1e-4, err
-print(f"op ok on {platform.machine()}: mamba_ssm {mamba_ssm.__version__}, torch {torch.__version__}, max abs error {err:.2e}")
+print(f"op ok on {platform.machine()}: mamba_ssm {mamba_ssm.__version__}, torch {torch.__version__}, cuda {torch.version.cuda}, max abs error {err:.2e}")
 EOF
 /v/bin/python -m mamba_ssm.doctor --offline --json > /tmp/doctor.json || true
 /v/bin/python -c 'import json; d = json.load(open("/tmp/doctor.json")); print("doctor:", [(f["verdict"], f["title"]) for f in d["findings"] if f["check"] == "machine"])'
 """
 
+_CASES = {
+    # torch 2.10 from pip: PyPI's CPU-only aarch64 build
+    "cpu": ("--torch 2.10", "torch==2.10.0", "cpu-torch2.10-cxx11abiTRUE", "torch 2.10.0, cuda None"),
+    # PyPI's aarch64 CUDA 13 torch 2.11 (GBs with its nvidia-* wheels): the build's torch volume serves it
+    "cu13": ("--torch 2.11 --cuda 13.0", "", "cu13-torch2.11-cxx11abiTRUE", "torch 2.11.0, cuda 13.0"),
+}
 
-def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(aarch64_run):
-    assert aarch64_run.run.rc == 0, "the build failed: see the test above"
+
+@pytest.mark.parametrize("case", sorted(_CASES))
+def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(aarch64_run, case):
+    assert aarch64_run.run.rc == 0, "the build failed: see the tests above"
     from builder.hostenv import host_pip_settings
-    from builder.images import image_repo
 
-    client, spec, dist = aarch64_run.client, aarch64_run.spec, aarch64_run.dist
-    (image,) = [i for i in client.images.list(filters={"label": f"org.mamba-farm.image={spec.image}"})
-                if any(t.startswith(image_repo("cpu") + ":") for t in i.tags)]  # fmt: skip
+    resolve, torch_req, variant, versions = _CASES[case]
+    client, dist = aarch64_run.client, aarch64_run.dist
+    spec = aarch64_run.spec if case == "cpu" else aarch64_run.cuda
+    image = _image(client, spec)
     pip = host_pip_settings([])
     volumes = {str(REPO): {"bind": "/repo", "mode": "ro"}, "mamba-farm-pip-cache": {"bind": "/root/.cache/pip", "mode": "rw"}}
     volumes |= {str(d): {"bind": str(d), "mode": "ro"} for d in pip.local_dirs}
+    if not torch_req:
+        torch_volume = f"mamba-farm-torch-{spec.python_tag}-{spec.torch_version}-{spec.accelerator}-aarch64"
+        volumes[torch_volume] = {"bind": "/torch", "mode": "ro"}
+    env = {**pip.env(), "PIP_CACHE_DIR": "/root/.cache/pip", "PIP_NO_CACHE_DIR": "0", "RESOLVE": resolve, "TORCH": torch_req}
     t0 = time.monotonic()
     with serve(dist) as url:
         out = client.containers.run(
             image.id, ["bash", "-c", _INSTALL], platform="linux/arm64", network_mode="host", remove=True,
-            environment={**pip.env(), "INDEX": f"{url}/index", "PIP_CACHE_DIR": "/root/.cache/pip", "PIP_NO_CACHE_DIR": "0"},
-            volumes=volumes, stdout=True, stderr=True,
+            environment={**env, "INDEX": f"{url}/index"}, volumes=volumes, stdout=True, stderr=True,
         ).decode()  # fmt: skip
-    print(f"\nresolve + pip install + op in the arm64 container: {time.monotonic() - t0:.0f}s\n{out[-1500:]}")
+    print(f"\n{case}: resolve + pip install + op in the arm64 container: {time.monotonic() - t0:.0f}s\n{out[-1500:]}")
     resolved = json.loads(out.split("== resolve\n", 1)[1].split("== end resolve", 1)[0])
-    (wheel,) = sorted((dist / "wheels").glob("*.whl"))
-    # the stable wheel, listed on the torch 2.10 page it serves
-    assert resolved["wheel"] == wheel.name and resolved["variant"] == "cpu-torch2.10-cxx11abiTRUE", resolved
-    assert "op ok on aarch64: mamba_ssm 2.3.0, torch 2.10.0" in out, out[-3000:]
+    # the stable wheel, listed on the page of the torch it serves
+    assert resolved["wheel"] == _wheel(dist, spec).name and resolved["variant"] == variant, resolved
+    assert f"op ok on aarch64: mamba_ssm 2.3.0, {versions}" in out, out[-3000:]
     assert "doctor: [('ok', " in out and "all built for aarch64" in out, out[-2000:]

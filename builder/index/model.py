@@ -72,6 +72,7 @@ class Wheel:
     serves_declared: Sequence[str] | None = None  # a stable wheel's sidecar ``serves`` (None: no sidecar)
     project: str = PROJECT  # the canonical distribution name
     source: str = CHECKOUT  # what it was built from (its sidecar's ``source``): see source_line
+    archs: Sequence[str] = ()  # the GPU code in it (its sidecar's ``archs``: sm_90, gfx942); () for none or unknown
 
     @classmethod
     def make(cls, **fields_):
@@ -155,11 +156,13 @@ class Entry(Wheel):
             del d["project"]
         if d.get("source") == CHECKOUT:
             del d["source"]
+        if "archs" in d and not d["archs"]:
+            del d["archs"]
         d["serves"] = serves
         return d
 
 
-_OPTIONAL = frozenset({"serves_declared", "url", "replaced", "project", "source"})
+_OPTIONAL = frozenset({"serves_declared", "url", "replaced", "project", "source", "archs"})
 _FIELD_NAMES = frozenset(f.name for f in fields(Entry))
 _VALID_KEYS: set[tuple] = set()  # (class, key sequence) already checked: a run repeats a few
 

@@ -174,8 +174,20 @@ def describe(path: str, zsrc, named: Named) -> tuple[Wheel, bytes]:
         serves_declared=declared,
         project=named.project,
         source=read_source(sidecar, spec, named.project),
+        archs=_read_archs(sidecar, spec),
     )
     return wheel, meta.raw
+
+
+_ARCH_RE = re.compile(r"(sm|compute)_\d{2,3}[af]?|gfx[0-9a-f]{3,5}")
+
+
+def _read_archs(sidecar: str, spec: dict | None) -> tuple[str, ...]:
+    """The GPU architectures a sidecar says the wheel holds (the coverage page shows them); () if it says none."""
+    archs = [] if spec is None else spec.get("archs", [])
+    if not isinstance(archs, list) or len(archs) > 64 or not all(isinstance(a, str) and _ARCH_RE.fullmatch(a) for a in archs):
+        raise UsageError(f"{sidecar}: 'archs' is not a list of GPU architectures such as sm_90 or gfx942", hint="rebuild the wheel")
+    return tuple(archs)
 
 
 def read_sidecar(sidecar: str) -> dict | None:
