@@ -224,3 +224,18 @@ def test_every_pin_is_a_pool_path_with_a_sha256_for_both_machines():
             arch = {"x86_64": "amd64", "aarch64": "arm64"}[machine]
             assert all(p.filename.endswith((f"_{arch}.deb", "_all.deb")) for p in it.pins)
             assert all(p.url.startswith(interpreters.mirror() + "/pool/main/") for p in it.pins)
+
+
+@pytest.mark.slow
+def test_provided_arm64_314_runs_under_emulation_with_its_own_c_library():
+    """The arm64 images' interpreter, provided on this x86_64 host (fetch and unpack need no emulation) and
+    run under qemu-user: aarch64, forky's glibc, ssl and ctypes loaded from its private lib folder."""
+    from builder import emulation
+
+    reason = emulation.unavailable("aarch64")
+    if reason or not _mirror_reachable():
+        pytest.skip(reason or f"{interpreters.mirror()} unreachable")
+    it = interpreters.provide(interpreters.interpreter("3.14", "aarch64"))
+    code = "import platform, ssl, ctypes, venv; print(platform.machine(), platform.libc_ver()[1])"
+    out = subprocess.run([str(it.python), "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.stdout.split() == ["aarch64", "2.43"], out.stderr[-2000:]
