@@ -58,11 +58,16 @@ def test_cp314_wheel_is_built_verified_and_smoke_tested_with_the_bases_manylinux
     assert run.rc == 0, run.out[-5000:]
     spec = _spec()
     (wheel,) = (dist / "wheels").glob("*.whl")
-    assert wheel.name.endswith(f"+{spec.label}-cp314-cp314-{spec.manylinux}.whl"), (wheel.name, spec.manylinux)
+    # the plan's manylinux on a manylinux base; on the farm's own bookworm base (no registry here) what its
+    # glibc 2.36 symbols reach, as for every other Python there (docs/maintainer/farm-host.md): never forky's 2.43
+    tag = re.fullmatch(rf"mamba_ssm-[^-]+\+{spec.label}-cp314-cp314-(manylinux_(\d+)_(\d+)_x86_64)\.whl", wheel.name)
+    assert tag, wheel.name
+    floor = (2, 36) if "cannot pull" in run.out else tuple(int(x) for x in re.search(r"_(\d+)_(\d+)_", spec.manylinux).groups())
+    assert (int(tag.group(2)), int(tag.group(3))) <= floor, (wheel.name, floor)
+    assert tag.group(1) == spec.manylinux or "cannot pull" in run.out
     log = (dist / "logs" / f"{spec.id}.log").read_text(errors="replace")
     assert "smoke ok" in run.out or "smoke ok" in log, run.out[-3000:]
-    # the extension asks for no glibc symbol newer than the base's (bookworm's 2.36 here, 2.28 on manylinux)
-    floor = tuple(int(x) for x in re.search(r"manylinux_(\d+)_(\d+)", spec.manylinux).groups())
+    # the extension asks for no glibc symbol newer than that
     with zipfile.ZipFile(wheel) as z:
         so = next(n for n in z.namelist() if n.startswith("mamba_ssm/_C") and n.endswith(".so"))
         (tmp_path / "ext.so").write_bytes(z.read(so))
