@@ -299,11 +299,10 @@ def _verify_and_publish(
     elif smoke:
         from filelock import FileLock
 
-        from builder.hostenv import CACHE_ROOT, pyenv_pythons
+        from builder.hostenv import CACHE_ROOT
+        from builder.interpreters import python_prefix
 
-        python = pyenv_pythons().get(spec.python)
-        if python is None:
-            raise FarmError(f"no Python {spec.python} on this host to smoke-test {good.name}", hint="pyenv install it, or pass --no-smoke")
+        python = python_prefix(spec.python, log=log)  # pyenv's, else the farm's own (exit 14 when neither)
         # torch for the smoke test is installed once per (Python, torch) and kept across runs.
         smoke_dir = CACHE_ROOT / "smoke" / f"{spec.python_tag}-torch{spec.torch_version}"
         smoke_dir.mkdir(parents=True, exist_ok=True)

@@ -291,6 +291,55 @@ def write_matrix_axis(path: Path, minors: list[str]) -> None:
     path.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
 
 
+# --- the matrix's Python axis against the Pythons torch ships (issue 30) ---------------------------------
+
+
+def compare_python_axis(matrix: dict, data: dict, facts: dict[str, TorchFacts]) -> list[Drift]:
+    """A Python that a torch of the matrix's torch axis ships wheels for (the index's facts where read, the
+    data's rows otherwise) but the Python axis lacks is drift (``python-axis``: --write adds it); the floor
+    is the axis's oldest Python, a choice. An axis Python that no such torch ships is reported
+    (``python-unshipped``), never removed by --write."""
+    axes = matrix.get("axes", {})
+    axis = list(axes.get("python", []))
+    torches = [*axes.get("torch", []), *(m for m in facts if m not in data and m not in axes.get("torch", []))]  # new minors too
+    if not axis or not torches:
+        return []
+    ranges = {m: tuple(facts[m].python) if m in facts else tuple(data[m]["python"]) for m in torches if m in facts or m in data}
+    shipped: dict[str, list[str]] = {}
+    for minor, (lo, hi) in ranges.items():
+        for x in range(vtuple(lo)[1], vtuple(hi)[1] + 1):
+            shipped.setdefault(f"3.{x}", []).append(minor)
+    floor = min(axis, key=vtuple)
+    out = []
+    for py in sorted(shipped, key=vtuple):
+        if py not in axis and vtuple(py) >= vtuple(floor):
+            on = shipped[py]
+            out.append(Drift(f"python {py}", "python-axis", f"axis {axis[0]}..{axis[-1]}",
+                             f"torch {on[0]}..{on[-1]} ship cp{py.replace('.', '')}", detail={"python": py}))  # fmt: skip
+    for py in axis:
+        if py not in shipped:
+            out.append(Drift(f"python {py}", "python-unshipped", f"axis {axis[0]}..{axis[-1]}",
+                             f"no torch {torches[0]}..{torches[-1]} ships it", status="not written"))  # fmt: skip
+    return out
+
+
+def write_python_axis(path: Path, drifts: list[Drift]) -> None:
+    """The shipped Pythons the axis lacks join matrix.toml's Python axis, in version order (comments kept)."""
+    import tomlkit
+
+    add = [d for d in drifts if d.what == "python-axis"]
+    if not add:
+        return
+    doc = tomlkit.parse(path.read_text())
+    axis = doc["axes"]["python"]
+    merged = sorted({*axis, *(d.detail["python"] for d in add)}, key=vtuple)
+    axis.clear()
+    axis.extend(merged)
+    path.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
+    for d in add:
+        d.status = "written"
+
+
 def check_patches(recipe, tree: Path) -> str | None:
     """None when every patch of the recipe applies to a fresh copy of ``tree``; else the PatchError's text."""
     from builder.prepare import apply_patch, placeholder_values
@@ -469,11 +518,12 @@ def run_command(args: argparse.Namespace) -> int:
         with Deadline(command_deadline(), "python -m builder drift"):
             facts = torch_facts(index, oldest)
             drifts = compare_torch(data, facts)
+            py_drifts = compare_python_axis(_read_toml(args.matrix), data, facts)
             recipes = {} if args.no_recipes else load_recipes(args.recipes)
             recipe_drifts = [(r, d) for r in recipes.values() if (d := compare_recipe(index, r))]
             if args.write:
-                _write(args, index, drifts, facts, recipe_drifts, staged)
-        every = drifts + [d for _, d in recipe_drifts]
+                _write(args, index, drifts + py_drifts, facts, recipe_drifts, staged)
+        every = drifts + py_drifts + [d for _, d in recipe_drifts]
         if args.write:
             try:
                 prove(staged, args.torch_data, args.matrix, recipes)
@@ -494,11 +544,15 @@ def run_command(args: argparse.Namespace) -> int:
 def _write(args, index: Index, drifts: list[Drift], facts: dict, recipe_drifts: list, staged: Staged) -> None:
     """Every edit --write makes, onto the staged copies (:class:`Staged`)."""
     today = datetime.date.today().isoformat()
+    python_axis = [d for d in drifts if d.what == "python-axis"]
+    drifts = [d for d in drifts if d.what not in ("python-axis", "python-unshipped")]
     if drifts:
         write_torch(staged[args.torch_data], drifts, facts, today)
         new = [d.subject.split()[1] for d in drifts if d.what == "new-minor"]
         if new:
             write_matrix_axis(staged[args.matrix], new)
+    if python_axis:
+        write_python_axis(staged[args.matrix], python_axis)
     for recipe, d in recipe_drifts:
         try:
             write_recipe(index, recipe, d, args.cache, out=staged.named(recipe.path))

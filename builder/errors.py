@@ -109,6 +109,12 @@ class UnprovenWrite(FarmError):
     exit_code = 16
 
 
+class InterpreterUnavailable(FarmError):
+    """A CPython the plan needs is neither on the host nor one the farm can provide (builder/interpreters.py)."""
+
+    exit_code = 17
+
+
 # ``python -m builder drift`` exits 13 (builder.drift.DRIFT_EXIT; 11 is an unsafe sdist, 12 a rehearsal) when the data is behind the index:
 # not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
 

@@ -576,13 +576,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def github_jobs(builds: list[BuildSpec]) -> list[dict]:
-    """The release's build jobs, in plan order: one per build, but one per compile group for the builds
-    that compile through ccache (all its Pythons in one `build --only`: a job restores no cache another workflow
-    can write, so sharing compiled objects happens inside one job). ``id`` names the job and its
+    """The release's build jobs, in plan order: one per build, but one per compile group for the classic
+    CUDA builds, which share compiled kernels across Pythons (a recipe's through ccache, the checkout's through the
+    image's kernel cache): all its Pythons in one `build --only`, since a job restores no cache another
+    workflow can write, so sharing compiled objects happens inside one job. ``id`` names the job and its
     artifacts (the group's name for a group); ``ids`` lists the builds it makes, space-separated."""
     groups: dict[str, list[BuildSpec]] = {}
     for b in builds:
-        groups.setdefault(b.compile_group if b.compiles_through_ccache else b.id, []).append(b)
+        groups.setdefault(b.compile_group if b.accelerator.startswith("cu") and not b.stable else b.id, []).append(b)
     jobs = []
     for name, members in groups.items():
         job = github_job(members[0])

@@ -17,7 +17,8 @@ from pathlib import Path
 import jinja2
 import tomllib
 
-from builder.errors import UsageError
+from builder import interpreters
+from builder.errors import InterpreterUnavailable, UsageError
 from builder.hostenv import pyenv_pythons
 from builder.images import (
     DEBIAN_ARCH,
@@ -41,6 +42,7 @@ class PythonInstall:
     version: str  # "3.11"
     tag: str  # "cp311"
     prefix: str  # where the interpreter lives, host and image alike
+    farm: str = ""  # a farm-provided interpreter (builder/interpreters.py): the digest of its pins; "" otherwise
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,17 @@ def template_name(image: ImageSpec) -> str:
     return f"{name}.Dockerfile.j2"
 
 
-def python_installs(versions: tuple[str, ...], host: dict[str, Path]) -> tuple[PythonInstall, ...]:
+def python_installs(versions: tuple[str, ...], host: dict[str, Path], machine: str) -> tuple[PythonInstall, ...]:
+    """Each Python's install: the host's (pyenv), else the farm's own where it provides one for MACHINE."""
     out = []
     for v in versions:
         tag = "cp" + v.replace(".", "")
         prefix = host.get(v)
-        # A Python the host lacks still renders (to a conventional prefix); building it fails clearly.
+        if prefix is None and interpreters.known(v, machine):
+            it = interpreters.interpreter(v, machine)
+            out.append(PythonInstall(v, tag, str(it.prefix), it.digest))
+            continue
+        # A Python neither has still renders (to a conventional prefix); building it fails clearly.
         out.append(PythonInstall(v, tag, str(prefix) if prefix else f"/opt/cpython/{v}"))
     return tuple(out)
 
@@ -121,12 +128,14 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
     mode = python_mode(image, osdef)
     if mode == "system":
         have = osdef.get("system_python")
-        other = [p.version for p in pythons if p.version != have]
+        other = [p.version for p in pythons if p.version != have and not p.farm]
         if other:
-            raise UsageError(
+            raise InterpreterUnavailable(
                 f"image {image.id} ({image.platform}) needs Python {', '.join(other)}: the host's pyenv "
-                f"installs are {host_machine()}, and Debian {os_key} has only Python {have or 'none'}",
-                hint=f"build {image.platform} for Python {have} here (--only), or on a native {machine_of(image.platform)} host",
+                f"installs are {host_machine()}, Debian {os_key} has only Python {have or 'none'}, and the farm "
+                f"provides {', '.join(interpreters.provided()) or 'none'}",
+                hint=f"build {image.platform} for Python {have} here (--only), on a native {machine_of(image.platform)} "
+                f"host, or add the Python's packages to {interpreters.DATA}",
             )
         packages += list(osdef["system_python_packages"])
     # Debian's hipcc/libamdhip64-dev are the toolkit only where Debian provides it, never on AMD's image.
@@ -143,7 +152,7 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
         "apt_sources": "",
         "python_include": f"_python_{mode}.Dockerfile.j2",
         "bootstrap_python": osdef.get("bootstrap_python", "python3"),
-        "pythons": [{"tag": p.tag, "prefix": p.prefix, "version": p.version} for p in pythons],
+        "pythons": [{"tag": p.tag, "prefix": p.prefix, "version": p.version, "farm": bool(p.farm)} for p in pythons],
         "helper_python": f"/opt/python/{first}-{first}",
         "python_packages": [f'"{p}"' for p in data["python"]["packages"]],
         "tool_packages": [f'"{p}"' for p in data["python"]["tools"]],
@@ -232,7 +241,7 @@ def render(image: ImageSpec, *, base: str | None = None, host_pythons: dict[str,
     base = base or image.base
     foreign = machine_of(image.platform) != host_machine()
     host = {} if foreign else pyenv_pythons() if host_pythons is None else host_pythons
-    pythons = python_installs(image.pythons, host)
+    pythons = python_installs(image.pythons, host, machine_of(image.platform))
     ctx = context(image, base, pythons)
     try:
         text = render_template(template_name(image), **ctx)
@@ -245,6 +254,8 @@ def render(image: ImageSpec, *, base: str | None = None, host_pythons: dict[str,
     material = {"dockerfile": text, "pythons": [p.prefix for p in pythons]}
     if files:  # only then: the tags of images without extra files stay as they were
         material["files"] = files_digest(files)
+    if any(p.farm for p in pythons):  # likewise: a new pin of a farm-provided interpreter is a new image
+        material["farm_pythons"] = {p.tag: p.farm for p in pythons if p.farm}
     tag = image_tag(image.kind, stable_hash(material, 16))
     staged = ctx["python_include"] == "_python_copy.Dockerfile.j2"
     return Rendered(image, text, base, pythons, tag, files, staged)

@@ -140,6 +140,28 @@ class SdistPin:
         return filename.endswith(".tar.gz") and name == self.project and version == Version(self.version)
 
 
+@dataclass(frozen=True)
+class FilePin:
+    """A file at one URL (a Debian package on the apt mirror: builder/interpreters.py), pinned by its
+    name, version and sha256; fetched, cached and checked exactly as an sdist is."""
+
+    name: str
+    version: str
+    sha256: str
+    url: str  # http(s) only: is_web_url is checked before anything is opened
+
+    @property
+    def project(self) -> str:
+        return self.name
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version} ({self.filename}, sha256 {self.sha256[:12]}…)"
+
+
 Source = CheckoutSource | SdistPin
 
 
@@ -241,6 +263,8 @@ class Fetcher:
 
     def candidates(self, pin: SdistPin) -> tuple[list[tuple[str, Candidate]], list[str]]:
         """([(where, candidate)] for every file named like the pin's sdist, find-links first; [unreachable indexes])."""
+        if isinstance(pin, FilePin):  # one known URL, no index to ask
+            return [(pin.url, Candidate(pin.url, pin.filename, None))], []
         found: list[tuple[str, Candidate]] = []
         errors: list[str] = []
         for link in self.find_links:

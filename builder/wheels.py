@@ -344,7 +344,8 @@ def retag(
     new_name = "-".join([*stem[:-3], *ia.split("-"), platform]) + ".whl"
     infos, members, info_dir = read_members(wheel)
     wheel_txt = members[f"{info_dir}/WHEEL"].decode()
-    lines = [ln for ln in wheel_txt.splitlines() if not ln.startswith("Tag:")] + [f"Tag: {ia}-{platform}"]
+    # blank lines dropped: setuptools 84 ends WHEEL with one, and a Tag after it is no header to pip check
+    lines = [ln for ln in wheel_txt.splitlines() if ln.strip() and not ln.startswith("Tag:")] + [f"Tag: {ia}-{platform}"]
     members[f"{info_dir}/WHEEL"] = ("\n".join(lines) + "\n").encode()
     for name, data in (extra or {}).items():
         full = f"{info_dir}/{name}"

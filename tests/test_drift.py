@@ -246,6 +246,36 @@ def test_new_minor_is_reported_and_written_as_a_row_and_a_torch_axis_value(farm)
     assert m_removed[0].startswith("torch = [") and '"2.15"' not in m_removed[0]
 
 
+def test_a_python_torch_ships_but_the_axis_lacks_is_drift_and_written_and_the_reverse_reported(farm):
+    """torch 2.9..2.14 ship cp314 and 2.15 cp315 (the index's facts, the data's rows for the rest): an axis that
+    stops at 3.13 drifts, same table and exit code; --write puts them back in order. An axis Python no torch
+    ships is reported and left alone."""
+    text = (farm / "matrix.toml").read_text()
+    axis = re.search(r"^python = \[.*\]$", text, re.M).group(0)
+    assert axis == 'python = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]'
+    (farm / "matrix.toml").write_text(text.replace(axis, 'python = ["3.10", "3.11", "3.12", "3.13", "3.16"]', 1))
+    with serve(_Recorded()) as (index, _seen):
+        report = drift(farm, index, "--no-recipes")
+        assert report.returncode == DRIFT_EXIT, report.stderr
+        assert _table_rows(report.stdout) == [
+            ["python 3.14", "python-axis", "axis 3.10..3.16", "torch 2.9..2.15 ship cp314"],
+            ["python 3.15", "python-axis", "axis 3.10..3.16", "torch 2.15..2.15 ship cp315"],
+            ["python 3.16", "python-unshipped", "axis 3.10..3.16", "no torch 2.4..2.15 ships it"],
+        ], report.stdout
+        wrote = drift(farm, index, "--no-recipes", "--write")
+        assert wrote.returncode == DRIFT_EXIT
+        assert [r[-1] for r in _table_rows(wrote.stdout)] == ["written", "written", "not written"], wrote.stdout
+        assert re.search(r"^python = \[.*\]$", (farm / "matrix.toml").read_text(), re.M).group(0) == (
+            'python = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15", "3.16"]'
+        )
+        again = drift(farm, index, "--no-recipes")
+        assert _table_rows(again.stdout) == [["python 3.16", "python-unshipped", "axis 3.10..3.16", "no torch 2.4..2.15 ships it"]]
+    # the default matrix itself has no Python drift
+    (farm / "matrix.toml").write_text(text)
+    with serve(_Recorded()) as (index, _seen):
+        assert drift(farm, index, "--no-recipes").returncode == 0
+
+
 def test_new_patch_release_moves_latest_and_keeps_the_comments(farm):
     recorded = _Recorded()
     recorded.add_release("torch", "2.15.0", "2.15.1", "2026-11-25")

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT = (REPO / "matrix.toml").read_text()
 # The [axes] torch line as it is today (`builder drift --write` appends new minors to it).
 TORCH_AXIS = re.search(r"^torch = \[.*\]$", DEFAULT, re.M).group(0)
+PYTHON_AXIS = re.search(r"^python = \[.*\]$", DEFAULT, re.M).group(0)
 
 
 def run_cli(args: list[str]) -> tuple[int, str, str]:
@@ -116,17 +117,17 @@ CASES = [
     ("float-torch", 'torch = ["2.4",', "torch = [2.4,", "torch = [2.4,", ["axes.torch#1", "float", '"2.4"']),
     (
         "string-not-array",
-        'python = ["3.10", "3.11", "3.12", "3.13"]',
+        PYTHON_AXIS,
         'python = "3.11"',
         'python = "3.11"',
         ["axes.python", "must be an array"],
     ),
     ("bool-not-string", "prefer_pypi = true", 'prefer_pypi = "yes"', "prefer_pypi", ["true or false", '"yes"']),
-    ("int-python", '"3.12", "3.13"]', '"3.12", 313]', '"3.12", 313]', ["axes.python#4", "integer 313"]),
+    ("int-python", '"3.14", "3.15"]', '"3.14", 315]', '"3.14", 315]', ["axes.python#6", "integer 315"]),
     ("unparsable-torch", 'torch = ["2.4",', 'torch = ["2.x",', 'torch = ["2.x",', ['"2.x"', "major.minor"]),
     ("patch-torch", 'torch = ["2.4",', 'torch = ["2.4.1",', 'torch = ["2.4.1",', ['"2.4.1"', "major.minor"]),
     ("nonexistent-torch", 'torch = ["2.4",', 'torch = ["2.99",', 'torch = ["2.99",', ["torch 2.99", "known: 2.0"]),
-    ("nonexistent-python", '"3.12", "3.13"]', '"3.12", "3.19"]', '"3.19"', ["Python 3.19", "known: 3.8"]),
+    ("nonexistent-python", '"3.14", "3.15"]', '"3.14", "3.19"]', '"3.19"', ["Python 3.19", "known: 3.8"]),
     ("unknown-accelerator", '"cuda-11.8",', '"cuda-11.7",', '"cuda-11.7"', ['"cuda-11.7"', 'did you mean "cuda-11.8"']),
     ("bad-accelerator", '"cuda-11.8",', '"tpu",', '"tpu"', ['"tpu"', "cuda-X.Y"]),
     (
@@ -137,7 +138,7 @@ CASES = [
         ["include#1.platform", 'did you mean "linux_aarch64"'],
     ),
     ("abi-string", "cxx11abi = true", 'cxx11abi = "TRUE"', 'cxx11abi = "TRUE"', ['"TRUE"', "true or false"]),
-    ("shell-python", '"3.12", "3.13"]', '"3.12", "3.13; rm -rf /"]', "rm -rf", ['"3.13; rm -rf /"', "axes.python#4"]),
+    ("shell-python", '"3.14", "3.15"]', '"3.14", "3.15; rm -rf /"]', "rm -rf", ['"3.15; rm -rf /"', "axes.python#6"]),
     (
         "shell-base-space",
         'base = "nvidia/cuda:{toolkit_full}-devel-rockylinux8"',
@@ -233,7 +234,7 @@ CASES = [
         '"3.9"',
         ["profiles.ci.select#2.python#2", '"3.9"'],
     ),
-    ("duplicate-axis-value", '"3.12", "3.13"]', '"3.12", "3.12"]', '"3.12", "3.12"]', ['"3.12" is listed twice']),
+    ("duplicate-axis-value", '"3.14", "3.15"]', '"3.14", "3.14"]', '"3.14", "3.14"]', ['"3.14" is listed twice']),
     (
         "duplicate-cuda-major",
         '"cuda-12.9", "cuda-13.0"',
@@ -328,7 +329,7 @@ def test_bad_matrix_is_exit_2_naming_file_line_key_value(mdir: Path, case) -> No
     _, old, new, marker, fragments = case
     text = mutate(DEFAULT, old, new)
     if case[0] == "nothing-to-build":
-        text = mutate(text, 'python = ["3.10", "3.11", "3.12", "3.13"]', 'python = ["3.13"]')
+        text = mutate(text, PYTHON_AXIS, 'python = ["3.13"]')
         text = text.replace('torch = ["2.4", "2.5", "2.6"]\n', 'torch = ["2.4"]\n').replace('torch = "2.6"\n', 'torch = "2.4"\n')
         text = text[: text.index("[profiles.ci]")]
     path = mdir / "matrix.toml"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_matrix import DEFAULT, REPO, TORCH_AXIS, make_dir, mutate, run_cli
+from test_matrix import DEFAULT, PYTHON_AXIS, REPO, TORCH_AXIS, make_dir, mutate, run_cli
 
 from builder.compat import load as load_compat
 from builder.compat import vtuple
@@ -135,6 +135,29 @@ def test_impossible_cells_are_dropped_with_a_reason(full, classic) -> None:
     assert len(classic.cells) == len(classic.builds)  # without the collapse: one build per cell
 
 
+def test_release_serves_every_python_torch_ships() -> None:
+    """The Python axis follows torch's own rows (builder/data/torch.toml): upstream's packages get cp314
+    on torch 2.9..2.15 and cp315 on 2.15, both platforms; every Python cell left out says which torch
+    lacks it."""
+    plan = load_plan(profile="release")
+    compat = load_compat()
+    for project in ("causal-conv1d", "mamba-ssm"):
+        have = {(c.torch, c.python, c.platform) for b in plan.builds if b.project == project and b.from_recipe
+                for c in served_cells(plan, b)}  # fmt: skip
+        for platform in ("linux_x86_64", "linux_aarch64"):
+            for torch in ("2.9", "2.10", "2.11", "2.12", "2.13", "2.14", "2.15"):
+                assert (torch, "3.14", platform) in have, (project, torch, platform)
+            assert ("2.15", "3.15", platform) in have, (project, platform)
+            assert not {t for t, py, pl in have if py == "3.15" and pl == platform} - {"2.15"}
+    for cell, reason in plan.dropped:
+        if not compat.torch[cell.torch].supports_python(cell.python):
+            lo, hi = compat.torch[cell.torch].python
+            assert reason == f"torch {cell.torch} has wheels for Python {lo}-{hi} only", (cell, reason)
+    served = {c.python for c in plan.cells}
+    shipped = {py for row in compat.torch.values() for py in compat.pythons if row.supports_python(py)}
+    assert served == {py for py in shipped if vtuple(py) >= (3, 10)}, "every Python torch ships from 3.10 up"
+
+
 def test_images_one_per_toolchain_with_every_python_needed(full) -> None:
     keys = [(i.kind, i.base, i.toolkit, i.toolkit_source, i.platform) for i in full.images.values()]
     assert len(keys) == len(set(keys))
@@ -145,7 +168,7 @@ def test_images_one_per_toolchain_with_every_python_needed(full) -> None:
         assert image.platform == b.platform
     cu12 = full.images[full.build("cu12-torch2.6-cxx11abiFALSE-cp310-linux_x86_64").image]
     assert cu12.base == "nvidia/cuda:12.9.1-devel-rockylinux8" and cu12.toolkit_source == "base"
-    assert cu12.pythons == ("3.10", "3.11", "3.12", "3.13")
+    assert cu12.pythons == ("3.10", "3.11", "3.12", "3.13", "3.14")  # torch 2.9 on ship cp314
     rocm = full.images[full.build("hip62-torch2.6-cxx11abiFALSE-cp310-linux_x86_64").image]
     assert rocm.base == "rocm/dev-ubuntu-22.04:6.2.4-complete"
     assert sorted(full.images) == list(full.images)
@@ -175,7 +198,9 @@ def test_json_and_github_formats(ci) -> None:
     assert rows == [b.to_json() for b in ci.builds]
     rc, out, _ = run_cli(["plan", "--profile", "ci", "--format", "github", "--explain"])
     gh = json.loads(out)  # --explain goes to stderr for machine formats
-    assert [j["id"] for j in gh["include"]] == CI_IDS
+    # the CUDA builds that differ only in Python share a job, named by their compile group
+    assert [j["id"] for j in gh["include"]] == [CI_IDS[0], "cu13-torch2.14-cxx11abiTRUE-linux_x86_64"]
+    assert gh["include"][1]["ids"].split() == CI_IDS[1:]
     assert gh["include"][0]["runs_on"] == "ubuntu-24.04"
 
 
@@ -200,7 +225,7 @@ def narrow_matrix(root: Path, torch: str, python: str, accelerator: str, platfor
         TORCH_AXIS,
         f"torch = {torch}",
     )
-    text = mutate(text, 'python = ["3.10", "3.11", "3.12", "3.13"]', f"python = {python}")
+    text = mutate(text, PYTHON_AXIS, f"python = {python}")
     text = mutate(
         text,
         'accelerator = ["cpu", "cuda-11.8", "cuda-12.9", "cuda-13.0", "rocm-6.2", "rocm-6.4", "rocm-7.2"]',
@@ -369,9 +394,10 @@ def test_release_profiles_split_the_full_plan_under_githubs_job_cap(full) -> Non
     assert sorted(b.id for p in parts for b in p.builds) == sorted(b.id for b in full.builds)
 
 
-def test_github_jobs_compile_each_recipe_cuda_group_once_the_rest_one_job_per_build() -> None:
-    """`plan --format github` for the release: a recipe's CUDA builds that differ only in Python share one
-    job (named by their compile group, listing exactly those ids); every other build has its own job."""
+def test_github_jobs_compile_each_cuda_group_once_the_rest_one_job_per_build() -> None:
+    """`plan --format github` for the release: CUDA builds that differ only in Python (a recipe's and the
+    checkout's) share one job (named by their compile group, listing exactly those ids); every other build
+    (CPU, ROCm) has its own job."""
     from builder.plan import github_jobs
 
     plan = load_plan(profile="release")
@@ -384,7 +410,7 @@ def test_github_jobs_compile_each_recipe_cuda_group_once_the_rest_one_job_per_bu
     for j in jobs:
         members = [by_id[i] for i in j["ids"].split()]
         first = members[0]
-        if first.from_recipe and first.accelerator.startswith("cu"):
+        if first.accelerator.startswith("cu") and not first.stable:
             groups += 1
             assert j["id"] == first.compile_group
             assert j["ids"].split() == [b.id for b in plan.builds if b.compile_group == j["id"]]
@@ -392,9 +418,10 @@ def test_github_jobs_compile_each_recipe_cuda_group_once_the_rest_one_job_per_bu
             assert {(b.project, b.variant, b.platform, b.image, b.archs) for b in members} == {
                 (first.project, first.variant, first.platform, first.image, first.archs)
             }
-        else:  # the checkout's (classic ones with several Pythons too) and ROCm recipe builds
+        else:  # CPU, ROCm and stable-ABI builds (hipcc shares no kernels; a stable build has no siblings)
             assert j["id"] == j["ids"] == first.id and j["python"] == first.python
-    assert groups and max(len(j["ids"].split()) for j in jobs) == 4  # cp310..cp313
+    assert groups and max(len(j["ids"].split()) for j in jobs) == 5  # cp310..cp314 (torch 2.9..2.14)
+    assert any(not by_id[j["ids"].split()[0]].from_recipe and len(j["ids"].split()) > 1 for j in jobs)
     assert any(j["accelerator"].startswith("hip") and j["farm_project"] != "checkout" for j in jobs)
 
 
@@ -419,8 +446,8 @@ def test_github_format_warns_per_platform_over_the_job_cap(monkeypatch) -> None:
 
     monkeypatch.setattr(plan_mod, "GITHUB_MATRIX_LIMIT", 2)
     rc, out, err = run_cli(["plan", "--profile", "ci", "--projects", "checkout", "mamba-ssm", "--format", "github"])
-    assert rc == 0 and len(json.loads(out)["include"]) == 4  # 3 checkout jobs, 1 for mamba-ssm's group
-    assert "warning: 4 linux_x86_64 jobs exceed GitHub's 2-job matrix limit" in err
+    assert rc == 0 and len(json.loads(out)["include"]) == 3  # 2 checkout jobs (CPU, the cu13 group), mamba-ssm's
+    assert "warning: 3 linux_x86_64 jobs exceed GitHub's 2-job matrix limit" in err
 
 
 def test_torch_build_choice_for_a_cuda_toolkit() -> None:

@@ -227,6 +227,30 @@ def test_canary_stable_wheel_runs_under_the_newest_torch_on_pypi(wheel_test_torc
           + ", ".join(f"{k} {v['out']:.1e}/{v['grads']:.1e}" for k, v in res["cases"].items()))
 
 
+def test_stable_wheel_runs_under_python_314_with_a_torch_that_ships_it(wheel_test_torch, tmp_path):
+    """cp310-abi3 serves Python 3.14 too: the CPU stable wheel built on the suite's cp311 torch passes the
+    numerics check under CPython 3.14 (the host's, else the one the farm provides itself:
+    builder/interpreters.py) and torch 2.14.1, which ships cp314. Its venv is the farm's smoke venv for
+    (cp314, torch 2.14.1), whose large files builder/cache.py hard-links to the other torch venvs'."""
+    from filelock import FileLock
+
+    from builder import hostenv, interpreters, wheels
+    from builder.errors import InterpreterUnavailable
+
+    try:
+        prefix = interpreters.python_prefix("3.14")
+    except InterpreterUnavailable as err:
+        pytest.skip(f"no CPython 3.14 here: {err}")
+    smoke = hostenv.CACHE_ROOT / "smoke" / "cp314-torch2.14.1"
+    smoke.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(smoke) + ".lock"):  # the lock builder/build.py's smoke test takes
+        venv = wheels._torch_base(str(prefix / "bin" / "python3"), "torch==2.14.1", smoke / "torch-envs")
+    res = _run_check(str(venv / "bin" / "python"), wheel_test_torch, tmp_path)
+    _assert_correct(res, "2.14.1", tmp_path / "site")
+    assert wheel_test_torch.name.endswith("-cp310-abi3-linux_x86_64.whl")
+    print(f"{wheel_test_torch.name} ok under Python 3.14 ({prefix}) with torch {res['torch']}")
+
+
 @pytest.mark.cuda_build
 @pytest.mark.skipif(not cudakit.NVCC.is_file(), reason="needs the CUDA 13.0 toolkit")
 def test_cuda_stable_wheel_builds_against_214_and_loads_without_gpu(venv214, tmp_path):

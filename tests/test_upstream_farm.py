@@ -154,6 +154,23 @@ CAUSAL_ID = f"causal-conv1d-{'cu13-torch2.14-cxx11abiTRUE'}-cp311-linux_x86_64"
 CPU_ID = "cpu-torch2.13-cxx11abiTRUE-cp311-linux_x86_64"
 
 
+@pytest.mark.slow
+@pytest.mark.docker
+@pytest.mark.cuda_build
+def test_causal_conv1d_cp314_through_its_recipe_with_the_farms_own_interpreter(tmp_path_factory):
+    """Upstream's causal-conv1d for Python 3.14, which neither the host nor the base image has: the farm's own
+    CPython (builder/interpreters.py) builds it from the pinned sdist; verified, smoke-tested (its recipe's
+    imports under torch 2.14.1, which ships cp314) and tagged for the base's glibc as the cp311 wheel is."""
+    from builder.plan import load_plan
+
+    dist, first, second = _upstream_build(tmp_path_factory, "ci-upstream-cp314", "3.14")
+    assert first.rc == 0, first.out[-6000:]
+    (spec,) = load_plan(profile="ci-upstream-cp314").builds
+    (wheel,) = (dist / "wheels").glob("*.whl")
+    assert wheel.name == f"causal_conv1d-{VERSIONS['causal-conv1d']}+{LABEL.lower()}-cp314-cp314-{spec.manylinux}.whl"
+    assert second.rc == 0 and "0 to build" in second.out
+
+
 def test_a_cached_sdist_whose_bytes_are_not_the_pin_is_refused(tmp_path):
     spec = load_plan(profile="ci-upstream", only=[CAUSAL_ID]).builds[0]
     sha = spec.source.rsplit("@sha256:", 1)[1]

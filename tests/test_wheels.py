@@ -409,3 +409,21 @@ def test_verify_refuses_a_stale_extension_module(sos, tmp_path):
     from builder.wheels import check_names
 
     assert check_names(read_facts(whl), STABLE_SPEC, ("linux_x86_64",)) == []
+
+
+def test_retag_keeps_the_tag_a_header_when_wheel_ends_with_a_blank_line(tmp_path):
+    """setuptools 84 (what a cp314 image installs) ends WHEEL with a blank line: the retagged WHEEL must keep
+    Tag among its headers, or pip check calls the wheel unsupported on every platform (seen in ci-py314)."""
+    from email.parser import Parser
+
+    from builder.wheels import read_members, write_wheel
+
+    whl = make_wheel(tmp_path, "mamba-ssm", "2.3.0+cpu", "cp314-cp314-linux_x86_64")
+    infos, members, info_dir = read_members(whl)
+    members[f"{info_dir}/WHEEL"] = members[f"{info_dir}/WHEEL"].rstrip(b"\n") + b"\n\n"
+    (tmp_path / "st").mkdir()
+    padded = write_wheel(infos, members, info_dir, tmp_path / "st" / whl.name)
+    out = retag(padded, "manylinux_2_34_x86_64", tmp_path / "out")
+    with zipfile.ZipFile(out) as zf:
+        text = zf.read(f"{info_dir}/WHEEL").decode()
+    assert Parser().parsestr(text).get_all("Tag") == ["cp314-cp314-manylinux_2_34_x86_64"], text

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from builder import interpreters
 from builder.base_image import resolve_base
 from builder.engine import build_image, image_exists
 from builder.errors import FarmError, InfrastructureError
@@ -162,11 +163,15 @@ class DockerExecutor:
             raise FarmError("no CA bundle found for the image", hint="pass --ca-bundle FILE")
         self.log(f"image {r.image.id}: building {r.tag} from {r.base}")
 
-        def stage(ctx: Path) -> None:
-            for py in r.pythons if r.staged else ():
-                stage_python(Path(py.prefix), ctx / "pythons" / py.tag, py.version)
-
         machine = machine_of(r.image.platform)
+
+        def stage(ctx: Path) -> None:
+            for py in r.pythons:
+                if py.farm:  # fetched and unpacked once per Python and machine, kept in the farm cache
+                    interpreters.provide(interpreters.interpreter(py.version, machine), log=self.log)
+                if r.staged or py.farm:
+                    stage_python(Path(py.prefix), ctx / "pythons" / py.tag, py.version)
+
         seconds = build_image(
             self.client, r.tag, r.dockerfile, what=f"image {r.image.id}",
             labels={IMAGE_LABEL: r.image.id},

@@ -22,6 +22,7 @@ from filelock import FileLock
 
 from builder.errors import EngineUnavailable
 from builder.executors import BUILD_SCRIPT, BuildOptions, BuildResult, collect_wheel, source_files, spec_env
+from builder import interpreters
 from builder.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
 from builder.render import load_packages
 from builder.reproducible import tree_epoch
@@ -63,11 +64,8 @@ class HostExecutor:
                     f"{spec.id}: the host executor builds with this {host_machine()} host's toolchain, not for {spec.platform}",
                     hint="use --executor docker (another machine's image runs under emulation), or build on a native host",
                 )
-            if spec.python not in self.pythons:
-                raise EngineUnavailable(
-                    f"Python {spec.python} (for {spec.id}) is not installed on this host",
-                    hint=f"pyenv install {spec.python}, or use --executor docker",
-                )
+            if spec.python not in self.pythons:  # the farm provides it (or says why it cannot: exit 14)
+                self.pythons[spec.python] = interpreters.python_prefix(spec.python, log=self.log)
             if spec.accelerator.startswith("hip"):
                 raise EngineUnavailable(
                     f"{spec.id}: the host executor does not build ROCm wheels", hint="use --executor docker"
