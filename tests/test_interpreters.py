@@ -190,7 +190,7 @@ def _cli(args: list[str], env: dict) -> subprocess.CompletedProcess:
                           env={**os.environ, **env}, timeout=300)  # fmt: skip
 
 
-def test_an_unreachable_mirror_is_exit_14_naming_the_python_and_the_ways_to_provide_it(tmp_path):
+def test_an_unreachable_mirror_is_exit_17_naming_the_python_and_the_ways_to_provide_it(tmp_path):
     """The host executor needs cp314 (no pyenv 3.14 here), the farm cache lacks it and the mirror does not
     answer: one error line, exit 17, nothing left in the cache but the empty download folder."""
     if "3.14" in __import__("builder.hostenv", fromlist=["x"]).pyenv_pythons():
