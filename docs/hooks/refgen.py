@@ -401,9 +401,11 @@ def _kind(accelerator: str) -> str:
 def support_tiers() -> list[dict]:
     """One row per (accelerator kind, platform) of the default plan: its tier (builder/data/support.toml, each
     claim checked against the profile it names), accelerators, torch releases, Pythons and GPU architectures."""
+    from builder import compat as compat_mod
     from builder.plan import load_plan
 
     data = tomllib.loads((ROOT / "builder" / "data" / "support.toml").read_text())
+    gpu_names = compat_mod.load().gpu_names
     plan = load_plan()
     release = {(_kind(b.accelerator), b.platform) for b in load_plan(profile="release").builds}
     torches = list(plan.matrix.axes.torch)
@@ -431,7 +433,7 @@ def support_tiers() -> list[dict]:
             "tier": tier, "kind": kind, "platform": platform,
             "accelerators": [_acc_title(a) for a in accs],
             "torch": _span([c.torch for c in cells], torches), "python": _span([c.python for c in cells], pythons),
-            "archs": [(a, data["gpu_names"].get(a, "")) for a in archs],
+            "archs": [(a, gpu_names.get(a, "")) for a in archs],
             "why": claim.get("evidence") if tier != "planned" else claim.get("note") or "no test builds its wheel yet",
         })  # fmt: skip
     return rows
