@@ -47,6 +47,7 @@ from packaging.version import Version
 from builder.errors import VerificationError
 from builder.relabel import read_members, write_wheel
 from mamba_ssm import _elf, _variant
+from mamba_ssm._untrusted import Untrusted
 
 # The format version with ``providers`` (PEP 850's draft), as uv 0.13.9 names it; variantlib 0.2.2 writes the same
 # layout under ".../v0.2.0.json" and does not check the URL, while uv logs that one as an unknown schema.
@@ -359,6 +360,7 @@ def _made(src: Path, store: Path, form: Form | None, source_sha: str, before: di
         and path.stat().st_size == old["size"]
         and md_path.is_file()
         and "metadata_sha256" in old
+        and _still_made_from(path, form, old)
     ):
         files[name] = old
         return name
@@ -377,6 +379,24 @@ def _made(src: Path, store: Path, form: Form | None, source_sha: str, before: di
         "metadata_sha256": sha256_of(str(md_path)),
     }
     return name
+
+
+def _still_made_from(path: Path, form: Form | None, old: dict) -> bool:
+    """Whether an earlier run's file is still what this run would make: the bytes the manifest recorded, and
+    (a variant file) the variant its own variant.json declares is the one -variants.json is written from. The
+    manifest and the store are files on disk, not proof: a file that says sm_120 while -variants.json, made
+    from the source wheel's extension, says sm_90 is made again, never republished."""
+    from builder.index.store import sha256_of
+
+    if sha256_of(str(path)) != old.get("sha256"):
+        return False
+    if form is None:
+        return True
+    try:
+        declared = read_form(path)
+    except (VerificationError, Untrusted):
+        return False
+    return declared.label == form.label and declared.lines() == form.lines()
 
 
 def _target_name(filename: str, form: Form | None) -> str:

@@ -450,3 +450,47 @@ def test_a_member_is_capped_by_what_it_inflates_to_not_what_its_header_says(tmp_
     wheel = _tampered(tmp_path, lambda n, i, d: [(i, big if n == "mamba_ssm/__init__.py" else d)])
     with pytest.raises(VerificationError, match="unpacks to more than 1 MiB"):
         variants.to_variant(wheel, tmp_path / "out")
+
+
+def test_a_variant_file_that_declares_another_variant_than_variants_json_is_made_again(tmp_path):
+    """The store and the manifest are files on disk: a variant file whose own variant.json was rewritten (here to
+    claim sm_120) with the manifest's record made to match it is not republished as it is. The next index run
+    makes it again from its source wheel, so the file and -variants.json say the same variant."""
+    import base64
+    import hashlib
+
+    from builder.index import build_index
+
+    index = _placeholder_index(tmp_path)
+    name = "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl"
+    path = index / "files" / name
+    honest = variants.read_form(path)
+    with zipfile.ZipFile(path) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+    vj = "mamba_ssm-2.3.0.dist-info/variant.json"
+    doc = json.loads(members[vj])
+    doc["variants"]["null"] = {"nvidia": {"sm_arch": ["120"]}}
+    members[vj] = json.dumps(doc).encode()
+    # a careful tamperer: RECORD vouches for the new variant.json (the rewriter checks RECORD, so it must)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(members[vj]).digest()).rstrip(b"=").decode()
+    record = "mamba_ssm-2.3.0.dist-info/RECORD"
+    members[record] = "\n".join(
+        f"{vj},sha256={digest},{len(members[vj])}" if ln.startswith(vj + ",") else ln
+        for ln in members[record].decode().splitlines()
+    ).encode() + b"\n"
+    path.unlink()  # the store hard-links its files: a new inode, as a tampering writer would make
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, data in members.items():
+            zf.writestr(n, data)
+    assert variants.read_form(path) != honest
+    manifest_path = index / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    rec = manifest["wheel_variants"]["files"][name]
+    rec["size"], rec["sha256"] = path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
+    make_mamba_wheel(tmp_path / "wheels", "cputorch2.13cxx11abiTRUE", "cp311")  # the next run that publishes
+    build_index(tmp_path / "wheels", index)
+    again = index / "files" / name
+    assert variants.read_form(again) == honest
+    listed = json.loads((index / variants.ROOT / "mamba-ssm" / "mamba_ssm-2.3.0-variants.json").read_text())
+    assert listed["variants"]["null"] == honest.properties
