@@ -109,7 +109,7 @@ def test_split_refuses_a_wheel_without_its_sidecar(made, tmp_path):
 @pytest.mark.parametrize(
     ("sidecar", "message"),
     [
-        ("{not json", "not readable JSON"),
+        ("{not json", "not JSON"),
         ('{"source": "checkout"}', "with an 'id'"),
         ('{"id": "x", "source": "git:x"}', "not a source identity"),
     ],
