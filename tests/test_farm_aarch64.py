@@ -39,10 +39,12 @@ def _spec(accelerator: str = "cpu"):
     return spec
 
 
-def _image(client, spec):
-    """SPEC's toolchain image: the newest with its label (an earlier render's may linger)."""
-    images = client.images.list(filters={"label": f"org.mamba-farm.image={spec.image}"})
-    return max(images, key=lambda i: i.attrs["Created"])
+def _image(client, run, spec):
+    """SPEC's toolchain image: the one the run built or reused, as its log names it (another checkout's render
+    can leave a newer image with the same label)."""
+    used = re.search(rf"image {re.escape(spec.image)}: (?:reusing|building|built) (\S+)", run.out)
+    assert used, run.out[-3000:]
+    return client.images.get(used.group(1))
 
 
 def _wheel(dist, spec):
@@ -122,7 +124,7 @@ def test_the_arm64_cuda_image_runs_x86_64_device_compilers_and_aarch64_everythin
     from mamba_ssm import _elf
 
     client, spec = aarch64_run.client, aarch64_run.cuda
-    image = _image(client, spec)
+    image = _image(client, aarch64_run.run, spec)
     out = client.containers.run(image.id, ["bash", "-c", _COMPILER_PROBE], platform="linux/arm64", remove=True).decode()
     found = dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
     assert found.pop("machine") == "aarch64"
@@ -179,7 +181,7 @@ def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(aarch64_ru
     resolve, torch_req, variant, versions = _CASES[case]
     client, dist = aarch64_run.client, aarch64_run.dist
     spec = aarch64_run.spec if case == "cpu" else aarch64_run.cuda
-    image = _image(client, spec)
+    image = _image(client, aarch64_run.run, spec)
     pip = host_pip_settings([])
     volumes = {str(REPO): {"bind": "/repo", "mode": "ro"}, "mamba-farm-pip-cache": {"bind": "/root/.cache/pip", "mode": "rw"}}
     volumes |= {str(d): {"bind": str(d), "mode": "ro"} for d in pip.local_dirs}
