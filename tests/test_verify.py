@@ -153,7 +153,10 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
     )
     assert rec["inputs_hash"] == spec.inputs_hash and rec["image"] == spec.image
     assert str(tmp_path) not in json.dumps(rec) and str(REPO) not in json.dumps(rec)  # no host path
-    raw = make_wheel(tmp_path / "raw", "mamba-ssm", "2.3.0", "cp311-cp311-linux_x86_64")
+    # No mamba_ssm/__init__.py in the wheel: the doctor imported is the checkout's, its metadata the wheel's.
+    raw = make_wheel(
+        tmp_path / "raw", "mamba-ssm", "2.3.0", "cp311-cp311-linux_x86_64", files={"mamba_ssm/py.typed": b""}
+    )
     out = wheels.retag(
         raw, "linux_x86_64", tmp_path / "out", epoch=1700000000, extra={provenance.NAME: provenance.dumps(rec)}
     )
@@ -166,13 +169,15 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
     assert f"mamba_ssm-2.3.0.dist-info/{provenance.NAME},sha256=" in record_file
     assert provenance.read_wheel(out) == rec
 
+    # The wheel's folder comes first: an editable install leaves mamba_ssm.egg-info in the checkout, and
+    # importlib.metadata takes the first mamba-ssm it meets on the path.
     site = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(out)], check=True
     )
     code = "from mamba_ssm.doctor import facts, report; print(report._built_from(facts.provenance_facts()))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{site}"})  # fmt: skip
+                          env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPO}"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"commit {rec['source']['commit'][:12]}, build {spec.id}, inputs {spec.inputs_hash}"
 
