@@ -169,14 +169,15 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
     assert f"mamba_ssm-2.3.0.dist-info/{provenance.NAME},sha256=" in record_file
     assert provenance.read_wheel(out) == rec
 
-    # The wheel's folder comes first: an editable install leaves mamba_ssm.egg-info in the checkout, and
-    # importlib.metadata takes the first mamba-ssm it meets on the path.
+    # The wheel's folder comes first, and the checkout is not the working folder (`-c` puts it first on the
+    # path): an editable install leaves mamba_ssm.egg-info there, and importlib.metadata takes the first
+    # mamba-ssm it meets.
     site = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(out)], check=True
     )
     code = "from mamba_ssm.doctor import facts, report; print(report._built_from(facts.provenance_facts()))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPO}"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"commit {rec['source']['commit'][:12]}, build {spec.id}, inputs {spec.inputs_hash}"
