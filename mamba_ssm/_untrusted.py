@@ -323,34 +323,34 @@ def _nesting(raw: str, limit: int) -> bool:
     return False
 
 
-def load_json(raw: bytes | str, what: str, max_depth: int = MAX_DEPTH) -> object:
-    """A JSON document, refused (Untrusted) when it is not UTF-8, not JSON, or nested deeper than ``max_depth``."""
+def _load(parse, not_valid, raw: bytes | str, what: str, max_depth: int, precheck: bool) -> object:
+    """``parse(raw)``, refused (Untrusted) when it is not UTF-8, fails to parse (``not_valid`` is the parser's
+    error type and how to say it), or nests deeper than ``max_depth``; ``precheck`` scans the text's brackets
+    first, so that a flat document skips the walk."""
     s = text(raw, what) if isinstance(raw, bytes | bytearray) else raw
+    error_type, say = not_valid
     try:
-        doc = json.loads(s)
+        doc = parse(s)
     except RecursionError:
         raise Untrusted(f"{shown(what, 300)}: nested deeper than {max_depth} levels") from None
-    except ValueError as err:
-        raise Untrusted(f"{shown(what, 300)}: not JSON ({shown(err, 200)})") from None
-    if _nesting(s, max_depth) and not _depth_ok(doc, max_depth):
+    except error_type as err:
+        raise Untrusted(f"{shown(what, 300)}: {say(err)}") from None
+    if (not precheck or _nesting(s, max_depth)) and not _depth_ok(doc, max_depth):
         raise Untrusted(f"{shown(what, 300)}: nested deeper than {max_depth} levels")
     return doc
+
+
+def load_json(raw: bytes | str, what: str, max_depth: int = MAX_DEPTH) -> object:
+    """A JSON document, refused (Untrusted) when it is not UTF-8, not JSON, or nested deeper than ``max_depth``."""
+    return _load(json.loads, (ValueError, lambda e: f"not JSON ({shown(e, 200)})"), raw, what, max_depth, True)
 
 
 def load_toml(raw: bytes | str, what: str, max_depth: int = MAX_DEPTH) -> dict:
     """A TOML document, refused (Untrusted) when it is not UTF-8, not TOML, or nested deeper than ``max_depth``."""
     import tomllib
 
-    s = text(raw, what) if isinstance(raw, bytes | bytearray) else raw
-    try:
-        doc = tomllib.loads(s)
-    except RecursionError:
-        raise Untrusted(f"{shown(what, 300)}: nested deeper than {max_depth} levels") from None
-    except tomllib.TOMLDecodeError as err:
-        raise Untrusted(f"{shown(what, 300)}: not valid TOML: {shown(err, 300)}") from None
-    if not _depth_ok(doc, max_depth):
-        raise Untrusted(f"{shown(what, 300)}: nested deeper than {max_depth} levels")
-    return doc
+    bad = (tomllib.TOMLDecodeError, lambda e: f"not valid TOML: {shown(e, 300)}")
+    return _load(tomllib.loads, bad, raw, what, max_depth, False)
 
 
 def expect(value: object, types: type | tuple[type, ...], what: str) -> object:
