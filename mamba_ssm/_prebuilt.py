@@ -66,7 +66,7 @@ def default_index_url() -> str:
         url = Path(__file__).with_name(INDEX_STAMP).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return DEFAULT_INDEX_URL
-    return url if _sibling("_untrusted").is_web_url(url) else DEFAULT_INDEX_URL
+    return url if _untrusted.is_web_url(url) else DEFAULT_INDEX_URL
 
 
 def _sibling(name: str):

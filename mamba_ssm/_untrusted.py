@@ -323,12 +323,11 @@ def _nesting(raw: str, limit: int) -> bool:
     return False
 
 
-def _load(parse, not_valid, raw: bytes | str, what: str, max_depth: int, precheck: bool) -> object:
-    """``parse(raw)``, refused (Untrusted) when it is not UTF-8, fails to parse (``not_valid`` is the parser's
-    error type and how to say it), or nests deeper than ``max_depth``; ``precheck`` scans the text's brackets
-    first, so that a flat document skips the walk."""
+def _load(parse, error_type, say, raw: bytes | str, what: str, max_depth: int, precheck: bool) -> object:
+    """``parse(raw)``, refused (Untrusted) when it is not UTF-8, raises ``error_type`` (told as ``say(err)``),
+    or nests deeper than ``max_depth``. ``precheck`` scans the text's brackets first so that a flat document
+    skips the walk (JSON only: TOML nests by dotted keys, which no bracket shows)."""
     s = text(raw, what) if isinstance(raw, bytes | bytearray) else raw
-    error_type, say = not_valid
     try:
         doc = parse(s)
     except RecursionError:
@@ -342,15 +341,15 @@ def _load(parse, not_valid, raw: bytes | str, what: str, max_depth: int, prechec
 
 def load_json(raw: bytes | str, what: str, max_depth: int = MAX_DEPTH) -> object:
     """A JSON document, refused (Untrusted) when it is not UTF-8, not JSON, or nested deeper than ``max_depth``."""
-    return _load(json.loads, (ValueError, lambda e: f"not JSON ({shown(e, 200)})"), raw, what, max_depth, True)
+    return _load(json.loads, ValueError, lambda e: f"not JSON ({shown(e, 200)})", raw, what, max_depth, True)
 
 
 def load_toml(raw: bytes | str, what: str, max_depth: int = MAX_DEPTH) -> dict:
     """A TOML document, refused (Untrusted) when it is not UTF-8, not TOML, or nested deeper than ``max_depth``."""
     import tomllib
 
-    bad = (tomllib.TOMLDecodeError, lambda e: f"not valid TOML: {shown(e, 300)}")
-    return _load(tomllib.loads, bad, raw, what, max_depth, False)
+    say = lambda e: f"not valid TOML: {shown(e, 300)}"
+    return _load(tomllib.loads, tomllib.TOMLDecodeError, say, raw, what, max_depth, False)
 
 
 def expect(value: object, types: type | tuple[type, ...], what: str) -> object:
