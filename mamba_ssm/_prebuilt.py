@@ -40,6 +40,9 @@ from pathlib import Path
 # over this default: the published sdist looks where its own wheels are.
 DEFAULT_INDEX_URL = "https://mamba-ssm.github.io/wheels"
 INDEX_STAMP = "_index_url.txt"
+# Where this project's source is, with a `v<version>` tag per release: a source build of this line starts
+# there (docs/user/install-source.md clones it), never from PyPI, whose `mamba-ssm` is upstream's sdist.
+SOURCE_REPOSITORY = "https://github.com/mamba-ssm/wheels"
 
 ENV_INDEX = "MAMBA_WHEEL_INDEX"
 ENV_FORCE_BUILD = "MAMBA_FORCE_BUILD"

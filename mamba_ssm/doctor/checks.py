@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import _elf, _prebuilt, _variant
-from .._untrusted import paste, paste_env
-from .classify import Context, classify, install_line
+from .._untrusted import paste
+from .classify import Context, classify, install_line, source_build_line, source_requirement
 
 OK, INFO, WARN, PROBLEM = "ok", "info", "warn", "problem"
 # Upstream's line as the farm builds it (recipes/*.toml): the version a fix pins when nothing says otherwise.
@@ -57,6 +57,7 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
         gpus=torch.get("gpus") or [],
         archs=exts[0].get("archs") if exts else None,
         python=sys.executable,
+        source=f"mamba-ssm=={mm.get('public_version') or UPSTREAM['mamba-ssm']}" if is_upstream(facts) else None,
     )
 
 
@@ -225,7 +226,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                 if gfx and archs.get("hip") and gfx not in archs["hip"]:
                     findings.append(Finding("gpu-arch", PROBLEM, f"GPU {gpu['index']} ({gpu['name']}, {gfx}) is not among the extension's targets {archs['hip']}",
                                             "HIP code objects run only on the gfx target they were built for",
-                                            classify_fix_source(ctx, {"PYTORCH_ROCM_ARCH": gfx}), "no-kernel-image"))
+                                            source_build_line(ctx, {"PYTORCH_ROCM_ARCH": gfx}), "no-kernel-image"))
                 continue
             if archs.get("sass") or archs.get("ptx"):
                 if _gpu_runs(gpu["capability"], archs):
@@ -236,7 +237,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                         f"GPU {gpu['index']} ({gpu['name']}, compute capability {gpu['capability']}) has no kernel image in the extension",
                         f"the extension carries SASS {archs.get('sass')} and PTX {archs.get('ptx')}: kernels would fail with "
                         "'no kernel image is available for execution on the device'",
-                        classify_fix_source(ctx, {"TORCH_CUDA_ARCH_LIST": gpu["capability"]}), "no-kernel-image"))
+                        source_build_line(ctx, {"TORCH_CUDA_ARCH_LIST": gpu["capability"]}), "no-kernel-image"))
 
     # source-build readiness: problems only when a source build is the way forward
     need_build = any(f.verdict == PROBLEM and f.check in {"extension", "label"} for f in findings) and available is not True
@@ -259,7 +260,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     if torch.get("installed") and not torch.get("import_error"):
         findings.append(Finding("build-isolation", INFO, "source builds need --no-build-isolation",
                                 "torch is not a build requirement: an isolated build cannot see this torch",
-                                paste([sys.executable, "-m", "pip", "install", "--no-build-isolation", "mamba-ssm"])))
+                                paste([sys.executable, "-m", "pip", "install", "--no-build-isolation", source_requirement(ctx)])))
     return findings, extra
 
 
@@ -345,10 +346,7 @@ def _reinstall_or_build(ctx: Context, available: bool | None) -> str:
     if available is True:
         return install_line(ctx)
     if available is False:
-        return f"no prebuilt wheel is indexed for {ctx.variant_key}; build it: {classify_fix_source(ctx)}"
-    return f"{install_line(ctx)}  (if the index has your variant; else build: {classify_fix_source(ctx)})"
+        return f"no prebuilt wheel is indexed for {ctx.variant_key}; build it: {source_build_line(ctx)}"
+    return f"{install_line(ctx)}  (if the index has your variant; else build: {source_build_line(ctx)})"
 
 
-def classify_fix_source(ctx: Context, env: dict | None = None) -> str:
-    argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", "mamba-ssm"]
-    return paste_env({**(env or {}), "MAMBA_FORCE_BUILD": "TRUE"}, argv)

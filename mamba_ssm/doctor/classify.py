@@ -54,6 +54,9 @@ class Context:
     gpus: list[dict] = field(default_factory=list)  # [{"name", "capability": "8.6"}]
     archs: dict | None = None  # _elf.Archs.as_dict() of the installed extension
     python: str = "python"
+    # What a source build installs: None is this repository's line (its tagged source); upstream's line sets its
+    # pinned PyPI sdist ("mamba-ssm==2.3.2.post1"). Never a bare name: on PyPI that is upstream's newest sdist.
+    source: str | None = None
 
 
 @dataclass
@@ -105,9 +108,17 @@ def _own_version() -> str:
     return __version__.split("+", 1)[0]
 
 
-def _source_build_line(ctx: Context, env: dict | None = None) -> str:
+def source_requirement(ctx: Context) -> str:
+    """The one requirement a source build names: upstream's pinned sdist, or this line's release tag as a PEP 508
+    direct reference (pip clones it; PyPI's `mamba-ssm` is another project's code)."""
+    from .. import _prebuilt
+
+    return ctx.source or f"mamba-ssm @ git+{_prebuilt.SOURCE_REPOSITORY}@v{ctx.mamba_version or _own_version()}"
+
+
+def source_build_line(ctx: Context, env: dict | None = None) -> str:
     """The source build, every word quoted (the interpreter's path and ``env``'s values come from outside)."""
-    argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", "mamba-ssm"]
+    argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", source_requirement(ctx)]
     return paste_env({**(env or {}), "MAMBA_FORCE_BUILD": "TRUE"}, argv)
 
 
@@ -123,29 +134,29 @@ def _variant_hint(ctx: Context) -> str:
 def _fix(kind: str, ctx: Context, groups: dict) -> str:
     reinstall = install_line(ctx) + _variant_hint(ctx)
     if ctx.wheel_available is False:
-        reinstall = f"no prebuilt wheel is indexed for {ctx.variant_key}; build one: " + _source_build_line(ctx)
+        reinstall = f"no prebuilt wheel is indexed for {ctx.variant_key}; build one: " + source_build_line(ctx)
     if kind in {"reinstall-variant", "abi", "other-torch"}:
         return reinstall
     if kind == "older-glibc":
-        return f"build against this system's glibc: {_source_build_line(ctx)} (or run in a newer distro/container)"
+        return f"build against this system's glibc: {source_build_line(ctx)} (or run in a newer distro/container)"
     if kind == "newer-libstdcxx":
         return (
             "put a newer libstdc++ first: in conda `conda install -c conda-forge 'libstdcxx-ng>=12'`; "
             "elsewhere `export LD_LIBRARY_PATH=$(dirname $(g++ -print-file-name=libstdc++.so.6)):$LD_LIBRARY_PATH`; "
-            f"or build here: {_source_build_line(ctx)}"
+            f"or build here: {source_build_line(ctx)}"
         )
     if kind == "gpu-arch":
         cc = ",".join(sorted({g["capability"] for g in ctx.gpus if g.get("capability")})) or "<major.minor of your GPU>"
-        return f"build for this GPU: {_source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': cc})}"
+        return f"build for this GPU: {source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': cc})}"
     if kind == "no-build-isolation":
-        return f"{paste([ctx.python, '-m', 'pip', 'install', '--no-build-isolation', 'mamba-ssm'])}  (with torch already installed)"
+        return f"{paste([ctx.python, '-m', 'pip', 'install', '--no-build-isolation', source_requirement(ctx)])}  (with torch already installed)"
     if kind == "install-torch":
         return f"{paste([ctx.python, '-m', 'pip', 'install', 'torch'])}  (the build you want, e.g. from https://download.pytorch.org/whl/cu126), then mamba-ssm"
     if kind == "matching-nvcc":
         torch_major = (groups.get("torch") or "").split(".")[0] or "<torch's CUDA major>"
         return (
             f"point the build at a CUDA {torch_major}.x toolkit: "
-            f"{_source_build_line(ctx, {'CUDA_HOME': '/usr/local/cuda-' + (groups.get('torch') or 'X.Y')})}; "
+            f"{source_build_line(ctx, {'CUDA_HOME': '/usr/local/cuda-' + (groups.get('torch') or 'X.Y')})}; "
             f"or skip compiling: {install_line(ctx)}{_variant_hint(ctx)}"
         )
     if kind == "install-nvcc":
@@ -157,17 +168,17 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
     if kind == "arch-list":
         return (
             "limit the build to archs this toolkit knows, e.g. "
-            f"{_source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': '8.0;9.0'})}; or use a newer CUDA toolkit"
+            f"{source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': '8.0;9.0'})}; or use a newer CUDA toolkit"
         )
     if kind == "cxx20":
         return (
             "use GCC >= 10 (or clang >= 10) and a mamba-ssm whose setup.py passes -std=c++20 for torch >= 2.14: "
-            f"{_source_build_line(ctx, {'CC': 'gcc-12', 'CXX': 'g++-12'})}; or take the prebuilt wheel: {install_line(ctx)}{_variant_hint(ctx)}"
+            f"{source_build_line(ctx, {'CC': 'gcc-12', 'CXX': 'g++-12'})}; or take the prebuilt wheel: {install_line(ctx)}{_variant_hint(ctx)}"
         )
     if kind == "older-gcc":
         mx = groups.get("max") or "N"
         compilers = {"NVCC_CCBIN": f"g++-{mx}", "CC": f"gcc-{mx}", "CXX": f"g++-{mx}"}
-        return f"use a host compiler nvcc supports: {_source_build_line(ctx, compilers)}"
+        return f"use a host compiler nvcc supports: {source_build_line(ctx, compilers)}"
     return reinstall
 
 
