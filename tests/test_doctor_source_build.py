@@ -146,3 +146,15 @@ def test_the_printed_source_build_runs_as_typed_and_installs_this_line(tmp_path)
     # this line's code, labelled for the torch it was built against, from the tag the fix named
     assert version.startswith("2.3.0+cpu") and direct["url"] == _prebuilt.SOURCE_REPOSITORY, (version, direct)
     assert direct["vcs_info"]["requested_revision"] == "v2.3.0" and direct["vcs_info"]["vcs"] == "git", direct
+
+
+def test_the_doctors_offline_upstream_versions_are_the_recipes_pins():
+    """The doctor pins upstream's line to these when no index answers: they must be what the farm builds (a pin
+    that drift --write moved in recipes/ without moving this would send users to wheels no index holds)."""
+    import tomllib
+
+    pins = {}
+    for recipe in sorted((REPO / "recipes").glob("*.toml")):
+        data = tomllib.loads(recipe.read_text())
+        pins[data["project"]["name"]] = data["source"]["version"]
+    assert pins == UPSTREAM
