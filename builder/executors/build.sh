@@ -18,6 +18,15 @@ export PATH
 # there itself), its objects in the image's kernel cache, which every build of the image mounts.
 # The checkout's own build has its own kernel cache (mamba_build/kernels.py) and no wrapper.
 ccache_log=""
+# Code we do not own, compiled by nvcc (FARM_CCACHE marks those builds): nvcc's temp names
+# (tmpxft_<pid>_*) land in every object unless it makes its temp files beside the object, named after
+# it. Our own kernels pass the flag themselves (mamba_build/kernels.py). An nvcc without it is left be.
+if [ "${FARM_CCACHE:-}" = nvcc ] && "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --help 2> /dev/null | grep -q -- --objdir-as-tempdir; then
+  export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:+$NVCC_APPEND_FLAGS }--objdir-as-tempdir"
+  # ccache hashes the command line, not NVCC_APPEND_FLAGS: objects made without the flag stay apart.
+  export CCACHE_NAMESPACE=objdir-as-tempdir
+  echo "== nvcc: NVCC_APPEND_FLAGS=$NVCC_APPEND_FLAGS"
+fi
 if [ "${FARM_CCACHE:-}" = nvcc ] && [ -n "${MAMBA_KERNEL_CACHE:-}" ] && command -v ccache > /dev/null; then
   export CCACHE_DIR="$MAMBA_KERNEL_CACHE/ccache"
   # nvcc's bytes, not its mtime: each image of one toolchain installs the same nvcc at its own time.
