@@ -8,7 +8,7 @@ when every member agrees, the zip entries' own fields (time, mode, order) are na
 
 Exit codes: 0 identical, 14 (NotReproducible) different, 15 (RebuildFailed) when nothing could be
 compared (unknown id, a failed build, a wheel that could not be read or whose sha256 is not the one
-given), 2 for bad arguments.
+given, a wheel built from a tree with uncommitted changes and no --source), 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -280,11 +280,37 @@ def recorded_source(given: Path, scratch: Path) -> Path | None:
     return tree
 
 
+def built_dirty(given: Path, source: Path | None) -> None:
+    """A wheel built from a tree with uncommitted changes (provenance ``dirty``) has no recorded source to
+    rebuild: its commit lacks the changes. Refused (exit 15) rather than compared, since a difference would
+    blame the build for what the edits did; with --source (the tree it was built from, on the caller's word)
+    it is compared, and the warning says what that proves."""
+    from builder import provenance
+
+    src = (provenance.read_wheel(given) or {}).get("source")
+    if not (isinstance(src, dict) and src.get("dirty") is True):
+        return
+    commit = shown(str(src.get("commit") or "?")[:12], 20)
+    if source is None:
+        raise RebuildFailed(
+            f"{given.name} was built from commit {commit} with uncommitted changes (its provenance says dirty): "
+            "no commit holds that source, so a rebuild cannot promise the same bytes; nothing compared",
+            hint="rebuild and publish from a clean checkout, or pass --source the very tree it was built from",
+        )
+    print(
+        f"warning: {given.name} was built from commit {commit} with uncommitted changes; it is compared with a "
+        f"rebuild of --source {shown(source, 200)} as given, which only you can say is that tree",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def check(
     args: argparse.Namespace, spec_id: str, given: Path, dist: Path, projects=None, scratch: Path | None = None
 ) -> None:
     """Rebuild SPEC_ID into DIST and compare with GIVEN: prints ``identical`` or raises NotReproducible."""
     projects = projects or args.projects
+    built_dirty(given, args.source)
     if args.source is None and scratch is not None:
         source = recorded_source(given, scratch)
         if source is not None:  # that commit's matrix too: its plan (ids, inputs hash) is the wheel's
