@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import shutil
 import sys
 import tempfile
@@ -40,7 +41,7 @@ def add_command(subparsers) -> None:
     what.add_argument("--rebuild", metavar="ID", help="the spec id that made WHEEL (its .spec.json's id)")
     what.add_argument(
         "--one-per-kind", type=Path, metavar="DIR",
-        help="rebuild one wheel of each kind (CPU, CUDA, stable-ABI, recipe) among DIR's wheels with .spec.json sidecars",
+        help="rebuild one wheel of each kind (CPU, CUDA, each stable-ABI, recipe) among DIR's wheels with .spec.json sidecars",
     )  # fmt: skip
     p.add_argument("wheel", metavar="WHEEL", nargs="?", help="with --rebuild: a path, or an http(s) URL with --sha256")
     p.add_argument("--projects", nargs="+", default=None, metavar="NAME", help="as for build (a recipe's ids)")
@@ -178,23 +179,22 @@ def _given_wheel(args: argparse.Namespace, scratch: Path) -> Path:
     return dest
 
 
-KINDS = ("cpu", "cuda", "stable", "recipe")
+# Each is its own build path: CPU and CUDA compile different objects (nvcc's are the ones with temp names and
+# recorded folders), the stable ABI another binding, a recipe someone else's setup.py.
+KINDS = ("cpu", "cuda", "cpu-stable", "cuda-stable", "recipe")
 
 
 def kind_of(sidecar: dict) -> str:
     """What kind of build made a wheel (its sidecar, the BuildSpec's JSON): the release checks one of each."""
     if sidecar.get("source", "checkout") != "checkout":
         return "recipe"
-    if sidecar.get("stable"):
-        return "stable"
-    return "cuda" if str(sidecar.get("accelerator", "")).startswith("cu") else "cpu"
+    base = "cuda" if str(sidecar.get("accelerator", "")).startswith("cu") else "cpu"
+    return f"{base}-stable" if sidecar.get("stable") else base
 
 
 def one_per_kind(folder: Path, machine: str) -> list[tuple[str, Path, str]]:
     """[(spec id, wheel, its --projects name)]: the first wheel (by name) of each kind in FOLDER (searched recursively) that this
     MACHINE builds natively; a wheel without a readable sidecar is skipped (the release refuses those)."""
-    import json
-
     from builder.images import machine_of
 
     picked: dict[str, tuple[str, Path, str]] = {}
@@ -358,13 +358,17 @@ def _one_per_kind(args: argparse.Namespace, scratch: Path) -> int:
         raise RebuildFailed(f"{shown(args.one_per_kind, 200)}: no wheel with a sidecar for this machine to rebuild")
     failures: list[FarmError] = []
     root = args.keep.absolute() if args.keep else scratch
+    kinds = {}
     for spec_id, wheel, project in picks:
+        kinds[spec_id] = kind_of(json.loads(Path(f"{wheel}.spec.json").read_text()))
         try:
             check(args, spec_id, wheel, root / f"dist-{spec_id}", [project], scratch=scratch)
         except FarmError as err:
             print(f"error: {err}", file=sys.stderr, flush=True)
             failures.append(err)
     if not failures:
+        named = ", ".join(f"{k} ({i})" for i, k in kinds.items())
+        print(f"reproduce: {len(picks)} of {len(picks)} rebuilt identical, one per kind: {named}", flush=True)
         return 0
     # A difference outranks a rebuild that could not run: the release must say which wheel differs.
     worst = next((e for e in failures if isinstance(e, NotReproducible)), failures[0])

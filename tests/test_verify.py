@@ -209,7 +209,7 @@ def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_
     (tmp_path / "sub" / "c.whl.spec.json").write_text(json.dumps(recipe))
     picks = verify.one_per_kind(tmp_path, host_machine())
     kinds = [verify.kind_of(json.loads(Path(f"{w}.spec.json").read_text())) for _id, w, _p in picks]
-    assert kinds == ["cpu", "cuda", "stable", "recipe"]
+    assert kinds == ["cpu", "cuda", "cpu-stable", "cuda-stable", "recipe"]
     assert all(i != "elsewhere" for i, _w, _p in picks)
     assert ("causal-conv1d-x", tmp_path / "sub" / "c.whl", "causal-conv1d") in picks
     assert {p for _i, _w, p in picks} == {"checkout", "causal-conv1d"}

@@ -23,8 +23,6 @@ ccache_log=""
 # it. Our own kernels pass the flag themselves (mamba_build/kernels.py). An nvcc without it is left be.
 if [ "${FARM_CCACHE:-}" = nvcc ] && "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --help 2> /dev/null | grep -q -- --objdir-as-tempdir; then
   export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:+$NVCC_APPEND_FLAGS }--objdir-as-tempdir"
-  # ccache hashes the command line, not NVCC_APPEND_FLAGS: objects made without the flag stay apart.
-  export CCACHE_NAMESPACE=objdir-as-tempdir
   echo "== nvcc: NVCC_APPEND_FLAGS=$NVCC_APPEND_FLAGS"
 fi
 if [ "${FARM_CCACHE:-}" = nvcc ] && [ -n "${MAMBA_KERNEL_CACHE:-}" ] && command -v ccache > /dev/null; then
@@ -36,6 +34,11 @@ if [ "${FARM_CCACHE:-}" = nvcc ] && [ -n "${MAMBA_KERNEL_CACHE:-}" ] && command 
   ccache_log="$(mktemp)"
   export CCACHE_STATSLOG="$ccache_log"
   export PYTORCH_NVCC="ccache ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
+  # ccache hashes the command line, not NVCC_APPEND_FLAGS: a file holding it joins the hash (by content), so
+  # an object made without --objdir-as-tempdir (a tmpxft_<pid> name inside) is never taken for one made with it.
+  ccache_extra="$(mktemp)"
+  echo "NVCC_APPEND_FLAGS=${NVCC_APPEND_FLAGS:-}" > "$ccache_extra"
+  export CCACHE_EXTRAFILES="$ccache_extra"
   echo "== $(ccache --version | head -n 1) in front of nvcc and c++, objects in $CCACHE_DIR"
 else
   if [ -n "${FARM_CCACHE:-}" ]; then echo "== no ccache on PATH here: this build compiles every object itself"; fi
@@ -65,7 +68,7 @@ children_cpu
 echo "== compile cpu: $(awk -v a="$cpu_before" -v b="$cpu" 'BEGIN { printf "%.1f", b - a }') s (pip wheel and its processes, user + sys)"
 if [ -n "$ccache_log" ]; then
   echo "== ccache: $(grep -c -E '^(direct|preprocessed)_cache_hit$' "$ccache_log") hits, $(grep -c -x cache_miss "$ccache_log") misses"
-  rm -f "$ccache_log"
+  rm -f "$ccache_log" "$ccache_extra"
 fi
 ls -l "$FARM_OUT"
 echo "== $(date +%T) done"
