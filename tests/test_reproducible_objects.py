@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -142,3 +143,24 @@ def test_host_builds_of_one_spec_use_one_fixed_folder_emptied_before_and_after(t
         assert list(root.iterdir()) == []
     with pytest.raises(ValueError, match="not a plain file name"), host.build_root("../escape"):  # no path from an id
         pass
+
+
+@pytest.mark.parametrize("knows", [True, False], ids=["nvcc-with-the-flag", "older-nvcc"])
+def test_build_sh_gives_a_recipes_nvcc_objdir_as_tempdir_when_it_knows_it(tmp_path: Path, knows: bool) -> None:
+    """build.sh's probe, with an nvcc whose help is longer than a pipe holds and names the flag early: grep stopping
+    at the first match must not make the probe fail (pipefail and SIGPIPE did, in a real causal-conv1d build)."""
+    from builder.executors import BUILD_SCRIPT
+
+    flag = "--objdir-as-tempdir" if knows else "--output-directory"
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text(f'#!/bin/sh\necho "{flag}"\nyes "a line of help" | head -n 20000\n')
+    nvcc.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "FARM_BUILD_ID": "x", "FARM_PYTHON": "/bin/false", "FARM_TORCH_REQ": "",
+           "FARM_CCACHE": "nvcc", "CUDA_HOME": str(tmp_path / "cuda"), "FARM_OUT": str(tmp_path / "out")}  # fmt: skip
+    for _ in range(5):  # the race went either way from one run to the next
+        run = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        out = run.stdout
+        assert ("== nvcc: NVCC_APPEND_FLAGS=--objdir-as-tempdir" in out) is knows, out[-2000:]

@@ -21,7 +21,10 @@ ccache_log=""
 # Code we do not own, compiled by nvcc (FARM_CCACHE marks those builds): nvcc's temp names
 # (tmpxft_<pid>_*) land in every object unless it makes its temp files beside the object, named after
 # it. Our own kernels pass the flag themselves (mamba_build/kernels.py). An nvcc without it is left be.
-if [ "${FARM_CCACHE:-}" = nvcc ] && "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --help 2> /dev/null | grep -q -- --objdir-as-tempdir; then
+# (Its help is read whole first: `nvcc --help | grep -q` under pipefail fails when grep stops early.)
+nvcc_help=""
+if [ "${FARM_CCACHE:-}" = nvcc ]; then nvcc_help="$("${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --help 2> /dev/null)"; fi
+if [[ "$nvcc_help" == *--objdir-as-tempdir* ]]; then
   export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:+$NVCC_APPEND_FLAGS }--objdir-as-tempdir"
   echo "== nvcc: NVCC_APPEND_FLAGS=$NVCC_APPEND_FLAGS"
 fi
