@@ -92,6 +92,31 @@ def _elf_section(data: bytes, offset: int, name: str) -> str | None:
     return "(outside every section: ELF headers or padding)"
 
 
+def _elf_sections_differing(a: bytes, b: bytes, name: str, limit: int = 8) -> str | None:
+    """The named sections whose bytes differ between two ELF files (a section that grew shifts every offset
+    after it, so the first differing byte alone says little: ELF headers). None when either is no ELF."""
+    try:
+        ea, eb = _elf.Elf(a, name), _elf.Elf(b, name)
+    except _elf.NotAnElf:
+        return None
+
+    def body(data: bytes, sec) -> bytes:
+        return b"" if sec.type == 8 else data[sec.offset : sec.offset + sec.size]  # SHT_NOBITS: no bytes
+
+    sb = {sec.name: sec for sec in eb.sections}
+    out = []
+    for sec in ea.sections:
+        other = sb.get(sec.name)
+        if other is None:
+            out.append(f"{sec.name or '(unnamed)'} only in the given")
+        elif body(a, sec) != body(b, other):
+            out.append(f"{sec.name or '(unnamed)'} {sec.size} vs {other.size} bytes")
+    out += [f"{n or '(unnamed)'} only in the rebuild" for n in sb.keys() - {sec.name for sec in ea.sections}]
+    if not out:
+        return None
+    return ", ".join(shown(x, 80) for x in out[:limit]) + (f" and {len(out) - limit} more" if len(out) > limit else "")
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -114,7 +139,9 @@ def compare(expected: Path, rebuilt: Path) -> list[Difference]:
             off = _first_offset(a, b)
             how = f"size {len(a)} vs {len(b)}, sha256 {_sha(a)[:16]} vs {_sha(b)[:16]}, first difference at byte {off}"
             section = _elf_section(a, off, name) if a[:4] == b"\x7fELF" else None
-            out.append(Difference(name, how + (f" (ELF section {section})" if section else "")))
+            sections = _elf_sections_differing(a, b, name) if section else None
+            how += f" (ELF section {section})" if section else ""
+            out.append(Difference(name, how + (f"; sections that differ: {sections}" if sections else "")))
         if not out:  # every member's bytes agree: the zip container itself differs
             for name in sorted(ia.keys() & ib.keys()):
                 x, y = ia[name], ib[name]

@@ -23,6 +23,7 @@ import pytest
 from wheelmaker import make_wheel
 
 from builder import relabel, reproducible, verify
+from mamba_ssm import _elf
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -105,6 +106,9 @@ def test_compare_names_the_member_its_bytes_and_the_elf_section(tmp_path: Path) 
     how = diffs["demo/_C.so"]
     assert f"size {len(so)} vs {len(so)}" in how and f"first difference at byte {len(so) // 2}" in how
     assert "ELF section ." in how or "ELF section (outside" in how
+    # and every section whose bytes differ, by name: a section that grew moves all offsets after it
+    flipped = next(sec for sec in _elf.Elf(so, "so").sections if sec.offset <= len(so) // 2 < sec.offset + sec.size)
+    assert f"; sections that differ: {flipped.name} {flipped.size} vs {flipped.size} bytes" in how, how
 
 
 def test_compare_names_the_zip_field_when_only_the_container_differs(tmp_path: Path) -> None:
