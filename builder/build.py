@@ -127,6 +127,7 @@ def run_command(args: argparse.Namespace) -> int:
         # The clone's mtimes are the time it was made: the snapshot carries the commit's instead.
         reproducible.stamp(source, reproducible.checkout_epoch(args.source.absolute()))
     commit = provenance.checkout_commit(args.source.absolute()) if any(not s.from_recipe for s in todo) else None
+    dirty = provenance.checkout_dirty(args.source.absolute()) if commit else None
 
     def on_signal(signum, frame):
         # Stop launching, remove containers / kill build processes now, then unwind.
@@ -154,7 +155,7 @@ def run_command(args: argparse.Namespace) -> int:
                 return _verify_and_publish(
                     spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke,
                     epoch=reproducible.tree_epoch(trees.get(spec.id, source)), image=plan.images.get(spec.image), commit=commit,
-                    allow_newer_manylinux=executor.newer_glibc(spec), recipe=plan.recipe_of(spec),
+                    dirty=dirty, allow_newer_manylinux=executor.newer_glibc(spec), recipe=plan.recipe_of(spec),
                     emulated_smoke=getattr(executor, "smoke", None), log_path=logs_dir / f"{spec.id}.log", log=log,
                 )
 
@@ -266,7 +267,7 @@ def _clear_stale(work: Path, wheels_dir: Path) -> None:
 def _verify_and_publish(
     spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False,
     recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print, epoch: int | None = None,
-    image=None, commit: str | None = None,
+    image=None, commit: str | None = None, dirty: bool | None = None,
 ) -> Path:
     """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename.
 
@@ -278,7 +279,9 @@ def _verify_and_publish(
 
     workdir.mkdir(parents=True, exist_ok=True)
     # What built it, inside the wheel and in its sidecar alike (no clock time, no host path).
-    record = provenance.record(spec, epoch=epoch or reproducible.ZIP_FLOOR, image=image, commit=commit, recipe=recipe)
+    record = provenance.record(
+        spec, epoch=epoch or reproducible.ZIP_FLOOR, image=image, commit=commit, dirty=dirty, recipe=recipe
+    )
     good = Path(
         wheels.verify_wheel(
             raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux, epoch=epoch,

@@ -1,6 +1,7 @@
 """What built a wheel, recorded inside it: ``<name>.dist-info/farm-provenance.json``, listed in its RECORD.
 
-The record says the source (this checkout's commit, or the sdist's name, version and sha256), the recipe
+The record says the source (this checkout's commit and whether the tree had changes no commit holds, or the
+sdist's name, version and sha256), the recipe
 and its applied patches' sha256s, the toolchain image and toolkit, the torch built against, the spec id and
 its inputs hash, and SOURCE_DATE_EPOCH (the source's time). It holds nothing of the machine or the moment
 that built it (no clock time, no host path), so it does not break reproducibility: a rebuild writes the
@@ -32,14 +33,32 @@ def checkout_commit(repo: Path) -> str | None:
     return out if proc.returncode == 0 and len(out) == 40 else None
 
 
+def checkout_dirty(repo: Path) -> bool | None:
+    """Whether REPO's tree differs from its HEAD commit in what a build takes: a tracked file changed, staged,
+    deleted, or an untracked file git does not ignore (the build's snapshot takes those too:
+    ``git ls-files -co --exclude-standard``, builder/executors). Ignored files never reach a build, so they
+    do not count. None outside git."""
+    try:
+        proc = subprocess.run(  # --no-optional-locks: reading the state writes nothing into the checkout
+            ["git", "--no-optional-locks", "-C", str(repo), "status", "--porcelain", "-z", "--untracked-files=all"],
+            check=False,
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return bool(proc.stdout.strip(b"\0")) if proc.returncode == 0 else None
+
+
 def _patch_sha256(patch) -> str:
     edits = [{"search": e.search, "replace": e.replace, "count": e.count} for e in patch.edits]
     blob = json.dumps({"name": patch.name, "file": patch.file, "edits": edits}, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
 
 
-def record(spec, *, epoch: int, image=None, commit: str | None = None, recipe=None) -> dict:
-    """The provenance of SPEC's wheel. IMAGE: its ImageSpec; RECIPE: its Recipe (a recipe build)."""
+def record(spec, *, epoch: int, image=None, commit: str | None = None, dirty: bool | None = None, recipe=None) -> dict:
+    """The provenance of SPEC's wheel. IMAGE: its ImageSpec; RECIPE: its Recipe (a recipe build); DIRTY: the
+    checkout had changes COMMIT does not hold (checkout_dirty), so COMMIT alone does not give its source."""
     if spec.from_recipe and recipe is not None:
         from builder.prepare import decide
         from builder.recipes import CellFacts
@@ -54,6 +73,8 @@ def record(spec, *, epoch: int, image=None, commit: str | None = None, recipe=No
         }
     else:
         source = {"kind": "checkout", "commit": commit}
+        if dirty:  # said only when it is so: a clean tree's record (and wheel) is what it was before the field
+            source["dirty"] = True
         recipe_rec = None
     return {
         "schema": SCHEMA,
@@ -93,4 +114,5 @@ def summary(rec: dict) -> str:
         what = f"sdist {src.get('name')}=={src.get('version')} (sha256 {str(src.get('sha256'))[:12]})"
     else:
         what = f"checkout {str(src.get('commit') or 'unknown commit')[:12]}"
+        what += " with uncommitted changes" if src.get("dirty") is True else ""
     return f"{what}, build {rec.get('id')} (inputs {rec.get('inputs_hash')}), image {rec.get('image')}"

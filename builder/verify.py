@@ -8,13 +8,14 @@ when every member agrees, the zip entries' own fields (time, mode, order) are na
 
 Exit codes: 0 identical, 14 (NotReproducible) different, 15 (RebuildFailed) when nothing could be
 compared (unknown id, a failed build, a wheel that could not be read or whose sha256 is not the one
-given), 2 for bad arguments.
+given, a wheel built from a tree with uncommitted changes and no --source), 2 for bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import shutil
 import sys
 import tempfile
@@ -40,7 +41,7 @@ def add_command(subparsers) -> None:
     what.add_argument("--rebuild", metavar="ID", help="the spec id that made WHEEL (its .spec.json's id)")
     what.add_argument(
         "--one-per-kind", type=Path, metavar="DIR",
-        help="rebuild one wheel of each kind (CPU, CUDA, stable-ABI, recipe) among DIR's wheels with .spec.json sidecars",
+        help="rebuild one wheel of each kind (CPU, CUDA, each stable-ABI, recipe) among DIR's wheels with .spec.json sidecars",
     )  # fmt: skip
     p.add_argument("wheel", metavar="WHEEL", nargs="?", help="with --rebuild: a path, or an http(s) URL with --sha256")
     p.add_argument("--projects", nargs="+", default=None, metavar="NAME", help="as for build (a recipe's ids)")
@@ -91,6 +92,31 @@ def _elf_section(data: bytes, offset: int, name: str) -> str | None:
     return "(outside every section: ELF headers or padding)"
 
 
+def _elf_sections_differing(a: bytes, b: bytes, name: str, limit: int = 8) -> str | None:
+    """The named sections whose bytes differ between two ELF files (a section that grew shifts every offset
+    after it, so the first differing byte alone says little: ELF headers). None when either is no ELF."""
+    try:
+        ea, eb = _elf.Elf(a, name), _elf.Elf(b, name)
+    except _elf.NotAnElf:
+        return None
+
+    def body(data: bytes, sec) -> bytes:
+        return b"" if sec.type == 8 else data[sec.offset : sec.offset + sec.size]  # SHT_NOBITS: no bytes
+
+    sb = {sec.name: sec for sec in eb.sections}
+    out = []
+    for sec in ea.sections:
+        other = sb.get(sec.name)
+        if other is None:
+            out.append(f"{sec.name or '(unnamed)'} only in the given")
+        elif body(a, sec) != body(b, other):
+            out.append(f"{sec.name or '(unnamed)'} {sec.size} vs {other.size} bytes")
+    out += [f"{n or '(unnamed)'} only in the rebuild" for n in sb.keys() - {sec.name for sec in ea.sections}]
+    if not out:
+        return None
+    return ", ".join(shown(x, 80) for x in out[:limit]) + (f" and {len(out) - limit} more" if len(out) > limit else "")
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -113,7 +139,9 @@ def compare(expected: Path, rebuilt: Path) -> list[Difference]:
             off = _first_offset(a, b)
             how = f"size {len(a)} vs {len(b)}, sha256 {_sha(a)[:16]} vs {_sha(b)[:16]}, first difference at byte {off}"
             section = _elf_section(a, off, name) if a[:4] == b"\x7fELF" else None
-            out.append(Difference(name, how + (f" (ELF section {section})" if section else "")))
+            sections = _elf_sections_differing(a, b, name) if section else None
+            how += f" (ELF section {section})" if section else ""
+            out.append(Difference(name, how + (f"; sections that differ: {sections}" if sections else "")))
         if not out:  # every member's bytes agree: the zip container itself differs
             for name in sorted(ia.keys() & ib.keys()):
                 x, y = ia[name], ib[name]
@@ -178,23 +206,22 @@ def _given_wheel(args: argparse.Namespace, scratch: Path) -> Path:
     return dest
 
 
-KINDS = ("cpu", "cuda", "stable", "recipe")
+# Each is its own build path: CPU and CUDA compile different objects (nvcc's are the ones with temp names and
+# recorded folders), the stable ABI another binding, a recipe someone else's setup.py.
+KINDS = ("cpu", "cuda", "cpu-stable", "cuda-stable", "recipe")
 
 
 def kind_of(sidecar: dict) -> str:
     """What kind of build made a wheel (its sidecar, the BuildSpec's JSON): the release checks one of each."""
     if sidecar.get("source", "checkout") != "checkout":
         return "recipe"
-    if sidecar.get("stable"):
-        return "stable"
-    return "cuda" if str(sidecar.get("accelerator", "")).startswith("cu") else "cpu"
+    base = "cuda" if str(sidecar.get("accelerator", "")).startswith("cu") else "cpu"
+    return f"{base}-stable" if sidecar.get("stable") else base
 
 
 def one_per_kind(folder: Path, machine: str) -> list[tuple[str, Path, str]]:
     """[(spec id, wheel, its --projects name)]: the first wheel (by name) of each kind in FOLDER (searched recursively) that this
     MACHINE builds natively; a wheel without a readable sidecar is skipped (the release refuses those)."""
-    import json
-
     from builder.images import machine_of
 
     picked: dict[str, tuple[str, Path, str]] = {}
@@ -280,11 +307,37 @@ def recorded_source(given: Path, scratch: Path) -> Path | None:
     return tree
 
 
+def built_dirty(given: Path, source: Path | None) -> None:
+    """A wheel built from a tree with uncommitted changes (provenance ``dirty``) has no recorded source to
+    rebuild: its commit lacks the changes. Refused (exit 15) rather than compared, since a difference would
+    blame the build for what the edits did; with --source (the tree it was built from, on the caller's word)
+    it is compared, and the warning says what that proves."""
+    from builder import provenance
+
+    src = (provenance.read_wheel(given) or {}).get("source")
+    if not (isinstance(src, dict) and src.get("dirty") is True):
+        return
+    commit = shown(str(src.get("commit") or "?")[:12], 20)
+    if source is None:
+        raise RebuildFailed(
+            f"{given.name} was built from commit {commit} with uncommitted changes (its provenance says dirty): "
+            "no commit holds that source, so a rebuild cannot promise the same bytes; nothing compared",
+            hint="rebuild and publish from a clean checkout, or pass --source the very tree it was built from",
+        )
+    print(
+        f"warning: {given.name} was built from commit {commit} with uncommitted changes; it is compared with a "
+        f"rebuild of --source {shown(source, 200)} as given, which only you can say is that tree",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def check(
     args: argparse.Namespace, spec_id: str, given: Path, dist: Path, projects=None, scratch: Path | None = None
 ) -> None:
     """Rebuild SPEC_ID into DIST and compare with GIVEN: prints ``identical`` or raises NotReproducible."""
     projects = projects or args.projects
+    built_dirty(given, args.source)
     if args.source is None and scratch is not None:
         source = recorded_source(given, scratch)
         if source is not None:  # that commit's matrix too: its plan (ids, inputs hash) is the wheel's
@@ -332,13 +385,17 @@ def _one_per_kind(args: argparse.Namespace, scratch: Path) -> int:
         raise RebuildFailed(f"{shown(args.one_per_kind, 200)}: no wheel with a sidecar for this machine to rebuild")
     failures: list[FarmError] = []
     root = args.keep.absolute() if args.keep else scratch
+    kinds = {}
     for spec_id, wheel, project in picks:
+        kinds[spec_id] = kind_of(json.loads(Path(f"{wheel}.spec.json").read_text()))
         try:
             check(args, spec_id, wheel, root / f"dist-{spec_id}", [project], scratch=scratch)
         except FarmError as err:
             print(f"error: {err}", file=sys.stderr, flush=True)
             failures.append(err)
     if not failures:
+        named = ", ".join(f"{k} ({i})" for i, k in kinds.items())
+        print(f"reproduce: {len(picks)} of {len(picks)} rebuilt identical, one per kind: {named}", flush=True)
         return 0
     # A difference outranks a rebuild that could not run: the release must say which wheel differs.
     worst = next((e for e in failures if isinstance(e, NotReproducible)), failures[0])

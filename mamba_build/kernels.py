@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 CPU_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-Wno-psabi")
@@ -59,16 +61,39 @@ def _key_arg(arg: str, csrc: Path, aliases: dict[str, str]) -> str:
     return os.path.relpath(arg, csrc) if os.path.isabs(arg) and Path(arg).is_relative_to(csrc) else arg
 
 
-def _make_job(csrc: Path, source: Path, argv: list[str], deps: list[Path], aliases: dict[str, str] | None = None) -> KernelJob:
-    rel = [_key_arg(a, csrc, aliases or {}) for a in argv]
+def prefix_map(csrc: Path) -> str:
+    """GCC's (and nvcc's host compiler's) flag that writes the source tree's root as "." wherever a path is
+    recorded (__FILE__ in asserts, debug info): the folder a build ran in does not reach the object."""
+    return f"-ffile-prefix-map={csrc.parent}=."
+
+
+@lru_cache(maxsize=8)
+def nvcc_has_objdir_as_tempdir(nvcc: str) -> bool:
+    """Whether NVCC knows --objdir-as-tempdir (asked, not assumed from a version: older ones reject it)."""
+    try:
+        out = subprocess.run([nvcc, "--help"], check=False, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--objdir-as-tempdir" in out
+
+
+def _make_job(
+    csrc: Path, source: Path, argv: list[str], deps: list[Path], aliases: dict[str, str] | None = None, *, where: bool = False
+) -> KernelJob:
+    """``where``: the object's bytes depend on the folder it is compiled in (nvcc: see cuda_jobs), so the
+    key names that folder and a build elsewhere never reuses it."""
+    mapped = prefix_map(csrc)
+    rel = ["-ffile-prefix-map=<root>=." if a == mapped else _key_arg(a, csrc, aliases or {}) for a in argv]
     material = {"argv": rel, "compiler": compiler_id(argv[0]), "sources": _digest(deps)}
+    if where:
+        material["folder"] = str(csrc)
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:20]
     return KernelJob(source=source, argv=tuple(argv), key=key)
 
 
 def cpu_job(csrc: Path, cxx: list[str]) -> KernelJob:
     src = csrc / "selective_scan_cpu.cpp"
-    argv = [*cxx, *CPU_FLAGS, "-I", str(csrc), "-c", str(src), "-o", "{obj}"]
+    argv = [*cxx, *CPU_FLAGS, prefix_map(csrc), "-I", str(csrc), "-c", str(src), "-o", "{obj}"]
     deps = [src, csrc / "selective_scan.h", *csrc.glob("*.inc")]
     return _make_job(csrc, src, argv, deps)
 
@@ -78,21 +103,29 @@ def binding_job(csrc: Path, cxx: list[str], flags: list[str], include_dirs: dict
     (``torch 2.14.1+cu130 <git sha>``, the nvcc release): the key names those, not the venv's path."""
     src = csrc / "binding.cpp"
     includes = [a for d in include_dirs for a in ("-isystem", d)]
-    argv = [*cxx, *flags, "-fPIC", "-DNDEBUG", *includes, "-I", str(csrc), "-c", str(src), "-o", "{obj}"]
+    argv = [*cxx, *flags, "-fPIC", "-DNDEBUG", prefix_map(csrc), *includes, "-I", str(csrc), "-c", str(src), "-o", "{obj}"]
     deps = [src, csrc / "binding_common.h", csrc / "selective_scan.h"]
     return _make_job(csrc, src, argv, deps, {d: f"<{name}>" for d, name in include_dirs.items()})
 
 
 def cuda_jobs(csrc: Path, nvcc: Path, nvcc_flags: list[str], gencode: list[str], threads: int, ccbin: str | None) -> list[KernelJob]:
+    """nvcc's objects record the folder they were compiled in: -lineinfo writes the absolute source folder
+    into the cubin (ptxas has no prefix map) and nvcc hashes the source's absolute path into
+    anonymous-namespace names. So the key names the folder (``where``): the farm builds in a fixed folder
+    (Docker's /src, the host executor's per-spec build root), which makes the bytes repeatable there."""
     deps_common = [csrc / "selective_scan.h", *(csrc / "cuda").glob("*.cuh"), *(csrc / "cuda").glob("*.h")]
     jobs = []
     for src in sorted((csrc / "cuda").glob("*.cu")):
         argv = [str(nvcc), *nvcc_flags, "--threads", str(threads), *gencode,
-                "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden"]
+                "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden", "-Xcompiler", prefix_map(csrc)]
+        if nvcc_has_objdir_as_tempdir(str(nvcc)):
+            # nvcc's intermediate files (tmpxft_<pid>_<n>-*) are named after the object instead of the
+            # process, and those names land in the object (its fatbin's module id): no pid in the bytes.
+            argv.append("--objdir-as-tempdir")
         if ccbin:
             argv += ["-ccbin", ccbin]
         argv += ["-I", str(csrc), "-c", str(src), "-o", "{obj}"]
-        jobs.append(_make_job(csrc, src, argv, [src, *deps_common]))
+        jobs.append(_make_job(csrc, src, argv, [src, *deps_common], where=True))
     return jobs
 
 
@@ -123,22 +156,28 @@ def build(jobs: list[KernelJob], out_dir: Path, max_jobs: int, log=log_line) -> 
         if obj.is_file():
             log(f"mamba-ssm: reusing {obj.name}")
             return obj
-        # A unique name: builds in other containers share this folder and may have our pid.
-        fd, name = tempfile.mkstemp(prefix=obj.stem + ".", suffix=".tmp.o", dir=out_dir)
-        os.close(fd)
-        tmp = Path(name)
+        # A folder of its own (builds in other containers share out_dir and may have our pid), and in it
+        # the object's final name: nvcc names its intermediate files after the object's name
+        # (--objdir-as-tempdir) and those names land in the object, so a random name would too.
+        private = Path(tempfile.mkdtemp(prefix=obj.stem + ".", suffix=".tmp", dir=out_dir))
+        tmp = private / obj.name
         cmd = job.command(tmp)
         log("mamba-ssm: " + " ".join(cmd))
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
+        try:
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+            made = proc.returncode == 0 and tmp.is_file()
+            if made:
+                os.replace(tmp, obj)  # never leave a half-written object under its final name
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        if not made:
+            why = f"exit {proc.returncode}" if proc.returncode else "it wrote no object"
             raise SystemExit(
-                f"mamba-ssm build error: compiling {job.source.name} failed (exit {proc.returncode}).\n"
+                f"mamba-ssm build error: compiling {job.source.name} failed ({why}).\n"
                 f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
             )
         if proc.stderr.strip():
             log(proc.stderr.rstrip())
-        os.replace(tmp, obj)  # never leave a half-written object under its final name
         return obj
 
     with ThreadPoolExecutor(max_workers=max(1, max_jobs)) as pool:

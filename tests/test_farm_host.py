@@ -22,7 +22,7 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     from builder.executors.host import KERNEL_CACHES
 
     cache = KERNEL_CACHES / spec.image
-    compiled_into = re.compile(rf"-o {re.escape(str(cache))}/(\S+)\.\w+\.tmp\.o\b")  # kernels.py's mkstemp names
+    compiled_into = re.compile(rf"-o {re.escape(str(cache))}/(\S+)\.\w+\.tmp/\S+\.o\b")  # kernels.py's private folders
     compiled = {m.group(1) for m in compiled_into.finditer(log)}
     used = [o for o in cache.glob("selective_scan_cpu-*.o") if f"reusing {o.name}" in log or o.stem in compiled]
     assert len(used) == 1, log[-3000:]

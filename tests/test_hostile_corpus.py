@@ -666,8 +666,19 @@ def _junk_wheel(world: World, scratch: Path) -> list[str]:
     return [str(scratch / "w.whl")]
 
 
+def _dirty_escapes_wheel(world: World, scratch: Path) -> list[str]:
+    """A wheel whose provenance says it was built from a dirty tree, its commit a terminal escape sequence."""
+    from wheelmaker import make_wheel
+
+    rec = {"source": {"kind": "checkout", "commit": "\x1b]0;owned\x07\x1b[2J\u202e" * 40, "dirty": True}}
+    info = "demo-1.0.dist-info/farm-provenance.json"
+    files = {"demo/__init__.py": b"", info: json.dumps(rec).encode()}
+    return [str(make_wheel(scratch, "demo", "1.0", "cp311-cp311-linux_x86_64", files=files))]
+
+
 CASES += [
     # --- verify: the wheel to compare, by path or URL
+    Case("verify-dirty-provenance-escapes", 15, "with uncommitted changes", _verify_case(_dirty_escapes_wheel)),
     Case("verify-fifo", 2, "no such wheel file", _verify_case(_fifo_wheel)),
     Case("verify-dev-zero-link", 2, "no such wheel file", _verify_case(_zero_link_wheel)),
     Case("verify-not-a-zip", 2, "not a readable wheel", _verify_case(_junk_wheel)),

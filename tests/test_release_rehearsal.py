@@ -651,3 +651,78 @@ def test_drift_yml_refreshes_its_pr_then_fails_on_a_broken_patch(drift_work):
     (pr,) = pulls
     assert pr["edits"] == 2 and "patch 'cxx20' no longer applies" in pr["body"], pr["body"]
     assert "a recipe's new sdist breaks one of its patches" in r.log.read_text()
+
+
+# --------------------------------------------------------------------------- the release checks itself (issue 33)
+
+
+def _wheel_kinds(r, dest: Path) -> dict[str, str]:
+    """{wheel name: kind} of the run's build artifacts (their sidecars, as the reproduce job reads them)."""
+    from builder.verify import kind_of
+
+    out = {}
+    for zipped in sorted(r.artifacts.glob("*/wheel-*/*.zip")):
+        got = r.artifact(zipped.parent.name, dest / zipped.parent.name)
+        for wheel in got.rglob("*.whl"):
+            out[wheel.name] = kind_of(json.loads(Path(f"{wheel}.spec.json").read_text()))
+    return out
+
+
+def test_the_dry_runs_reproduce_job_rebuilt_one_wheel_of_each_kind_identical(dry, tmp_path):
+    """The reproduce job compared one wheel of every kind the run built (here the CPU and the CUDA stable-ABI
+    wheels: the CUDA one is an nvcc build), each the same bytes, before publish ran."""
+    log = dry.log.read_text()
+    kinds = _wheel_kinds(dry, tmp_path)
+    assert len(set(kinds.values())) == len(kinds) == 2, kinds  # ci-stable: one wheel of each of two kinds
+    assert dry.jobs["reproduce"] == "succeeded" and dry.jobs["publish"] == "succeeded", dry.jobs
+    for wheel in kinds:
+        assert re.search(rf"identical: {re.escape(wheel)} \(sha256 [0-9a-f]{{64}}\)", log), wheel
+    (verdict,) = re.findall(r"reproduce: (\d+) of (\d+) rebuilt identical, one per kind: (.*)", log)
+    assert verdict[:2] == (str(len(kinds)), str(len(kinds)))
+    assert sorted(k.split(" ")[0] for k in verdict[2].strip().split(", ")) == sorted(kinds.values()), verdict
+
+
+# A compromised build step, committed in the scratch clone: after the farm's build (and its verification), one
+# byte of each wheel's extension is flipped and RECORD made to agree, so only a rebuild can tell.
+TAMPER = """
+import sys
+from pathlib import Path
+from builder import relabel
+for wheel in sorted(Path("dist/wheels").glob("*.whl")):
+    infos, members, info_dir = relabel.read_members(wheel)
+    so = next(n for n in members if n.endswith(".so"))
+    data = bytearray(members[so])
+    data[len(data) // 2] ^= 0xFF
+    members[so] = bytes(data)
+    relabel.write_wheel(infos, members, info_dir, wheel)
+    print("tampered:", wheel.name, so, file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_a_tampered_wheel_fails_reproduce_and_nothing_is_published(tmp_path):
+    """The build jobs' wheels are altered after the build (a compromised runner, committed here as a noxfile
+    step): the reproduce job's rebuild differs, it fails naming the member and its ELF section, and publish
+    does not run."""
+    from builder.rehearse import scratch_clone
+
+    docker_client()
+    repo = scratch_clone(REPO, tmp_path / "r" / "repo")
+    nox_file = repo / "noxfile.py"
+    text = nox_file.read_text()
+    build = '    session.run("python", "-m", "builder", "build", *session.posargs)\n'
+    assert text.count(build) == 1
+    nox_file.write_text(text.replace(build, build + f"    session.run('python', '-c', {TAMPER!r})\n"))
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "a build step that alters the wheels"], check=True)
+    r = rehearse(tmp_path / "r", actions=ACTIONS, profile=DRY_RUN_PROFILE, python=_python311())
+    print(f"tampered: {len(r.jobs)} jobs in {r.seconds:.0f} s: {r.jobs}")
+    log = r.log.read_text()
+    builds = [j for j in r.jobs if j.startswith("build ")]
+    assert len(builds) == 2 and all(r.jobs[j] == "succeeded" for j in builds), r.jobs
+    assert r.rc != 0 and r.jobs["reproduce"] == "failed" and "publish" not in r.jobs, r.jobs
+    kinds = _wheel_kinds(r, tmp_path / "wheels")
+    for wheel in kinds:  # each compared wheel is named, with the members that differ (the .so, RECORD) and where
+        assert re.search(rf"{re.escape(wheel)}: the rebuild of \S+ differs in 2 place", log), (wheel, log[-6000:])
+    assert re.search(r"mamba_ssm/_C\.abi3\.so: size \d+ vs \d+, .*first difference at byte \d+ \(ELF section ", log)
+    assert f"{len(kinds)} of {len(kinds)} rebuild(s) did not match" in log
+    assert not list(r.artifacts.glob("*/index/*.zip")), "nothing published, no site kept"

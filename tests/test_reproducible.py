@@ -1,6 +1,6 @@
 """Reproducible wheels, for real: our CPU classic and CPU stable wheels, built twice in Docker, are the same bytes.
 
-For each kind, `builder build` makes the wheel once (dist A); then `builder verify --rebuild ID WHEEL`
+For each kind, `builder build` makes the wheel once (dist A, from a clean clone of HEAD); then `builder verify --rebuild ID WHEEL`
 rebuilds the spec in another dist folder (B, later, with the kernel cache the first build warmed) and must
 say "identical". The same wheel with one byte of its extension changed must be reported as different
 (exit 14) with that member named; that check reuses B's build (its ledger says up to date: nothing is
@@ -41,6 +41,20 @@ def _verify(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _clean_clone(dest: Path) -> Path:
+    """HEAD's tree alone, in a folder of its own: the wheel records HEAD without `dirty` (a developer's
+    uncommitted edits would make verify refuse it, exit 15), and the rebuild comes from another clone."""
+    from builder import provenance
+
+    head = provenance.checkout_commit(REPO)
+    for cmd in (
+        ["clone", "-q", "--shared", "--no-checkout", str(REPO), str(dest)],
+        ["-C", str(dest), "checkout", "-q", head],
+    ):
+        subprocess.run(["git", *cmd], check=True, capture_output=True, timeout=600)
+    return dest
+
+
 def _one_byte_changed(wheel: Path, dest: Path) -> str:
     """WHEEL with one byte of its extension module flipped, RECORD made to agree: only the bytes tell."""
     infos, members, info_dir = relabel.read_members(wheel)
@@ -56,14 +70,14 @@ def _one_byte_changed(wheel: Path, dest: Path) -> str:
 def test_cpu_wheel_rebuilds_to_the_same_bytes(profile: str, tmp_path: Path) -> None:
     docker_client()
     spec = _spec(profile)
-    first = run_build(
-        "--profile", profile, "--only", spec.id, "--executor", "docker", "--no-smoke", "--dist", str(tmp_path / "a")
-    )
+    first = run_build("--profile", profile, "--only", spec.id, "--executor", "docker", "--no-smoke",
+                      "--dist", str(tmp_path / "a"), "--source", str(_clean_clone(tmp_path / "src")))  # fmt: skip
     assert first.rc == 0, first.out[-4000:]
     (wheel,) = (tmp_path / "a" / "wheels").glob("*.whl")
     # what built it, in the wheel and in the index's sidecar alike
     sidecar = json.loads(Path(f"{wheel}.spec.json").read_text())
     assert sidecar["provenance"] == provenance.read_wheel(wheel) and sidecar["provenance"]["id"] == spec.id
+    assert sidecar["provenance"]["source"] == {"kind": "checkout", "commit": provenance.checkout_commit(REPO)}
 
     same = _verify("--rebuild", spec.id, str(wheel), "--executor", "docker", "--keep", str(tmp_path / "b"))
     assert same.returncode == 0, same.stdout + same.stderr[-4000:]
@@ -102,7 +116,8 @@ def test_cuda_wheel_built_twice(profile: str, project: str, tmp_path: Path, caps
     spec = _cuda_spec(profile, project)
     projects = () if project == "checkout" else ("--projects", project)
     first = run_build("--profile", profile, *projects, "--only", spec.id, "--executor", "docker", "--no-smoke",
-                      "--dist", str(tmp_path / "a"), timeout=7200)  # fmt: skip
+                      "--dist", str(tmp_path / "a"), "--source", str(_clean_clone(tmp_path / "src")),
+                      timeout=7200)  # fmt: skip
     assert first.rc == 0, first.out[-4000:]
     (wheel,) = (tmp_path / "a" / "wheels").glob("*.whl")
     again = _verify("--rebuild", spec.id, str(wheel), "--profile", profile, *projects, "--executor", "docker",

@@ -18,6 +18,16 @@ export PATH
 # there itself), its objects in the image's kernel cache, which every build of the image mounts.
 # The checkout's own build has its own kernel cache (mamba_build/kernels.py) and no wrapper.
 ccache_log=""
+# Code we do not own, compiled by nvcc (FARM_CCACHE marks those builds): nvcc's temp names
+# (tmpxft_<pid>_*) land in every object unless it makes its temp files beside the object, named after
+# it. Our own kernels pass the flag themselves (mamba_build/kernels.py). An nvcc without it is left be.
+# (Its help is read whole first: `nvcc --help | grep -q` under pipefail fails when grep stops early.)
+nvcc_help=""
+if [ "${FARM_CCACHE:-}" = nvcc ]; then nvcc_help="$("${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --help 2> /dev/null)"; fi
+if [[ "$nvcc_help" == *--objdir-as-tempdir* ]]; then
+  export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:+$NVCC_APPEND_FLAGS }--objdir-as-tempdir"
+  echo "== nvcc: NVCC_APPEND_FLAGS=$NVCC_APPEND_FLAGS"
+fi
 if [ "${FARM_CCACHE:-}" = nvcc ] && [ -n "${MAMBA_KERNEL_CACHE:-}" ] && command -v ccache > /dev/null; then
   export CCACHE_DIR="$MAMBA_KERNEL_CACHE/ccache"
   # nvcc's bytes, not its mtime: each image of one toolchain installs the same nvcc at its own time.
@@ -27,6 +37,11 @@ if [ "${FARM_CCACHE:-}" = nvcc ] && [ -n "${MAMBA_KERNEL_CACHE:-}" ] && command 
   ccache_log="$(mktemp)"
   export CCACHE_STATSLOG="$ccache_log"
   export PYTORCH_NVCC="ccache ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
+  # ccache hashes the command line, not NVCC_APPEND_FLAGS: a file holding it joins the hash (by content), so
+  # an object made without --objdir-as-tempdir (a tmpxft_<pid> name inside) is never taken for one made with it.
+  ccache_extra="$(mktemp)"
+  echo "NVCC_APPEND_FLAGS=${NVCC_APPEND_FLAGS:-}" > "$ccache_extra"
+  export CCACHE_EXTRAFILES="$ccache_extra"
   echo "== $(ccache --version | head -n 1) in front of nvcc and c++, objects in $CCACHE_DIR"
 else
   if [ -n "${FARM_CCACHE:-}" ]; then echo "== no ccache on PATH here: this build compiles every object itself"; fi
@@ -56,7 +71,7 @@ children_cpu
 echo "== compile cpu: $(awk -v a="$cpu_before" -v b="$cpu" 'BEGIN { printf "%.1f", b - a }') s (pip wheel and its processes, user + sys)"
 if [ -n "$ccache_log" ]; then
   echo "== ccache: $(grep -c -E '^(direct|preprocessed)_cache_hit$' "$ccache_log") hits, $(grep -c -x cache_miss "$ccache_log") misses"
-  rm -f "$ccache_log"
+  rm -f "$ccache_log" "$ccache_extra"
 fi
 ls -l "$FARM_OUT"
 echo "== $(date +%T) done"

@@ -3,8 +3,8 @@
 A venv per (Python, torch) under ~/.cache/mamba-farm/venvs, made from the host's
 pyenv interpreter; the CUDA toolkit is the machine's when its version matches the
 spec, else the PyPI one (CUDA 13.x) installed into a cached toolkit dir. Each
-build copies the source to a scratch dir (the checkout stays clean) and runs
-``pip wheel --no-build-isolation`` through the same build.sh as containers.
+build copies the source into its spec's fixed build root (the checkout stays clean) and
+runs ``pip wheel --no-build-isolation`` through the same build.sh as containers.
 """
 
 from __future__ import annotations
@@ -16,20 +16,41 @@ import signal
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from filelock import FileLock
 
+from builder import interpreters
 from builder.errors import EngineUnavailable
 from builder.executors import BUILD_SCRIPT, BuildOptions, BuildResult, collect_wheel, source_files, spec_env
-from builder import interpreters
 from builder.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
 from builder.render import load_packages
 from builder.reproducible import tree_epoch
+from mamba_ssm._untrusted import file_name, remove_tree
 
 VENVS = CACHE_ROOT / "venvs"
 TOOLKITS = CACHE_ROOT / "toolkits"
 KERNEL_CACHES = CACHE_ROOT / "kcache"  # one folder per image id, shared by that image's builds
+# One fixed folder per spec, where its source is copied and built: nvcc writes the folder it compiled in
+# into the objects (mamba_build/kernels.py), so a random scratch folder would make every build's bytes new.
+BUILD_ROOTS = CACHE_ROOT / "build"
+
+
+@contextmanager
+def build_root(spec_id: str) -> Iterator[Path]:
+    """SPEC_ID's build folder, the same path every time, emptied before and after the build. A lock beside
+    it makes a second build of the same spec on this machine (another farm run) wait for the first."""
+    BUILD_ROOTS.mkdir(parents=True, exist_ok=True)
+    root = BUILD_ROOTS / file_name(spec_id, "build id")
+    with FileLock(str(root) + ".lock"):
+        remove_tree(root, BUILD_ROOTS)  # what a killed build left
+        root.mkdir()
+        try:
+            yield root
+        finally:
+            remove_tree(root, BUILD_ROOTS)
 
 
 def copy_source(source: Path, dest: Path) -> None:
@@ -78,7 +99,7 @@ class HostExecutor:
         nvcc = shutil.which("nvcc")
         if nvcc:
             real = _real_nvcc(Path(nvcc))
-            out = subprocess.run([str(real), "--version"], capture_output=True, text=True).stdout
+            out = subprocess.run([str(real), "--version"], check=False, capture_output=True, text=True).stdout
             m = re.search(r"release (\d+\.\d+)", out)
             if m and m.group(1) == toolkit:
                 self.log(f"host: CUDA {toolkit} from this machine ({real.parent.parent})")
@@ -98,7 +119,7 @@ class HostExecutor:
             py = next(iter(self.pythons.values()))
             run = subprocess.run(
                 [str(py / "bin" / "python3"), "-m", "pip", "install", "--no-compile", "--target", str(tmp), *pins["packages"]],
-                capture_output=True, text=True,
+                check=False, capture_output=True, text=True,
             )
             if run.returncode != 0:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -140,10 +161,10 @@ class HostExecutor:
         except subprocess.CalledProcessError as err:
             log_path.write_text(f"== could not make the build venv: {err}\n{(err.stderr or b'').decode(errors='replace')}")
             return BuildResult(False, None, log_path, "venv creation failed", infrastructure=True)
-        with tempfile.TemporaryDirectory(prefix=f"mamba-farm-{spec.id}-") as tmp:
-            src = Path(tmp) / "src"
+        with build_root(spec.id) as root:
+            src = root / "src"
             copy_source(source, src)
-            raw = Path(tmp) / "out"
+            raw = root / "out"
             env = self.build_env(spec, py, src, raw)
             env["SOURCE_DATE_EPOCH"] = str(tree_epoch(source))  # the source's time, never the clock's
             Path(env["MAMBA_KERNEL_CACHE"]).mkdir(parents=True, exist_ok=True)

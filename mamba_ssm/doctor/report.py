@@ -23,6 +23,7 @@ def _built_from(rec) -> str | None:
         what = f"sdist {src.get('name')}=={src.get('version')} sha256 {str(src.get('sha256'))[:12]}"
     else:
         what = f"commit {str(src.get('commit') or '?')[:12]}"
+        what += " + uncommitted changes" if src.get("dirty") is True else ""
     return shown(f"{what}, build {rec.get('id')}, inputs {rec.get('inputs_hash')}", 300)
 
 
