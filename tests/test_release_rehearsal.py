@@ -526,13 +526,13 @@ def test_the_gpu_gate_runs_each_cuda_wheel_before_publish(tmp_path, broken):
 
 # --------------------------------------------------------------------------- cost, and a recipe's compile group
 
-# a build job's row (release cost --job, in the act log): | `<build id>` | wall | CPU | measured by |
+# a build job's row (release cost --job, in the act log, whose job names act pads): | `<build id>` | wall | CPU | by |
 COST_ROW = re.compile(
     r"^\[release/(?P<job>build [^\]]+)\]\s+\|\s*\| `(?P<id>[^`]+)` \| (?P<wall>\d+) \| (?P<cpu>\d+) \| (?P<by>\w+) \|$",
     re.MULTILINE,
 )
 TOTAL_ROW = re.compile(
-    r"^\[release/publish\]\s+\|\s*\| \*\*total: (\d+) jobs\*\* \| (\d+) \| (\d+) \| (\d+) \|$", re.MULTILINE
+    r"^\[release/publish\s*\]\s+\|\s*\| \*\*total: (\d+) jobs\*\* \| (\d+) \| (\d+) \| (\d+) \|$", re.MULTILINE
 )
 # the installed causal-conv1d's version and its extension files
 INSTALLED = (
