@@ -266,6 +266,13 @@ def test_the_doctors_fix_installs_what_the_site_serves(dry, tmp_path):
 # --------------------------------------------------------------------------- tag releases (stand-ins)
 
 
+def _variant_stem(release: Path, v: str) -> str:
+    """The variant files' name stem in a release's assets: its stable wheels' tags (cp310-abi3, repaired to the
+    base's manylinux) without the local label, as builder.variants names them."""
+    (cpu,) = release.glob(f"mamba_ssm-{v}+cputorchstable-*.whl")
+    return f"mamba_ssm-{v}-" + cpu.name.split("-", 2)[2].removesuffix(".whl")
+
+
 def _calls(records: Path) -> list[dict]:
     path = records / "calls.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -309,7 +316,7 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
     made = {v: sorted(p.name for p in (assets / f"v{v}").iterdir() if p.suffix in (".whl", ".json") and "+" not in p.name
                       and p.name != "release.json") for v in versions}  # fmt: skip
     for v, names in made.items():
-        stem = f"mamba_ssm-{v}-cp311-abi3-linux_x86_64"
+        stem = _variant_stem(assets / f"v{v}", v)
         want = [f"{stem}-cu13.whl", f"{stem}-null.whl", f"{stem}.whl", f"mamba_ssm-{v}-variants.json"]
         assert names == sorted(want), names
     calls = _calls(work / "records")
@@ -321,7 +328,7 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
         for href in re.findall(r'<a href="([^"#]+)(?:#[^"]*)?"', page.read_text()):
             if href.endswith(".whl"):
                 href = urllib.parse.unquote(href)  # the index percent-encodes the local label's "+"
-                links.setdefault(href.rsplit("/", 1)[1], set()).add(href)
+                links.setdefault(href.rsplit("/", 1)[-1], set()).add(href)  # the doctor/ page links its own file
     for v, wheels in published.items():
         for w in [*wheels, *(n for n in made[v] if n.endswith(".whl"))]:  # the variants/ pages' links too
             assert links.get(w) == {f"https://github.com/{OWNER_REPO}/releases/download/v{v}/{w}"}, (w, links.get(w))
@@ -379,6 +386,7 @@ def test_uv_and_pip_install_from_a_released_sites_variants_root(releases, tmp_pa
 
     work, runs, versions = releases
     v = versions[1]
+    stem = _variant_stem(work / "github" / OWNER_REPO / "releases" / "download" / f"v{v}", v)
     port = int(runs[versions[0]].index_url.rsplit(":", 1)[1])
     root = f"http://127.0.0.1:{port}/variants/"
     certs = make_certs(tmp_path / "certs")
@@ -394,11 +402,11 @@ def test_uv_and_pip_install_from_a_released_sites_variants_root(releases, tmp_pa
                   "--index-url", root, f"mamba-ssm=={v}"], venv_env)  # fmt: skip
             info = _run([str(vpy), "-I", "-c", VARIANT_INFO], venv_env).stdout.split()
             assert info == [v, "True"], info
-            wheel = f"/{OWNER_REPO}/releases/download/v{v}/mamba_ssm-{v}-cp311-abi3-linux_x86_64-{want}.whl"
+            wheel = f"/{OWNER_REPO}/releases/download/v{v}/{stem}-{want}.whl"
             assert wheel in [urllib.parse.unquote(p) for p in asked], asked
         py = venv_with_torch(tmp_path / "pip", _python311(), TORCH_CPU, dict(os.environ))
         _run([str(py), "-m", "pip", "install", "--no-deps", "--index-url", root, f"mamba-ssm=={v}"], env)
-        assert f"/{OWNER_REPO}/releases/download/v{v}/mamba_ssm-{v}-cp311-abi3-linux_x86_64.whl" in [
+        assert f"/{OWNER_REPO}/releases/download/v{v}/{stem}.whl" in [
             urllib.parse.unquote(p) for p in asked]  # fmt: skip
         assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout  # the plain wheel is the CPU build
 
