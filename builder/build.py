@@ -5,6 +5,7 @@ Layout of ``--dist`` (default ``dist``)::
     dist/wheels/<wheel>            verified wheels only, each moved in with one rename
     dist/wheels/<wheel>.spec.json  the BuildSpec that made it (the index reads ``serves``)
     dist/logs/<id>.log             one log per build (image builds: image-<image id>.log)
+    dist/logs/<id>.cost.json       what the build cost: wall and compile CPU seconds (builder.cost)
     dist/index/                    the resolver index (builder.index)
     dist/.ledger.json              resume ledger: inputs_hash -> verified wheel + sha256
     dist/.work/                    scratch for raw and repaired wheels (never published)
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from builder import provenance, reproducible, schedule
+from builder import cost, provenance, reproducible, schedule
 from builder.errors import BuildFailed, FarmError, UsageError
 from builder.executors import BuildOptions
 from builder.executors.choose import EXECUTORS, select
@@ -149,7 +150,12 @@ def run_command(args: argparse.Namespace) -> int:
                 # a recipe build's log starts with its patches: kept
                 if attempt == 1 and log_path.exists() and spec.id not in trees:
                     log_path.unlink()
-                return executor.build(spec, trees.get(spec.id, source), raw, log_path, args.timeout)
+                started = time.monotonic()
+                result = executor.build(spec, trees.get(spec.id, source), raw, log_path, args.timeout)
+                # what it cost, beside its log (which every release job uploads, failed or not)
+                cost.write_build_record(logs_dir, spec.id, wall=time.monotonic() - started, cpu=result.cpu_seconds,
+                                        measured=result.measured, attempt=attempt)  # fmt: skip
+                return result
 
             def finish(spec, result):
                 return _verify_and_publish(

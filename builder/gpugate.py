@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import platform
 import shlex
 import subprocess
@@ -71,13 +72,19 @@ def cuda_wheels(index: Path, machine: str) -> list[tuple[str, str, object]]:
 def _run(cmd: list[str], log, cwd: Path | str | None = None) -> subprocess.CompletedProcess:
     log.write(f"$ {shlex.join(cmd)}\n")
     log.flush()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=STEP_TIMEOUT, check=False)
+    # the venv's own packages only: a PYTHONPATH (this checkout's, say) would put another mamba_ssm under test
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT, check=False)
+    except OSError as err:  # a step that cannot start fails that wheel, with its reason, never a traceback
+        proc = subprocess.CompletedProcess(cmd, 127, "", f"cannot run {cmd[0]}: {err.strerror or err}\n")
     log.write(proc.stdout + proc.stderr)
     return proc
 
 
-def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python: str) -> Outcome:
-    """Install wheel FN as its cell says (from BASE, the staged index) in a fresh venv and run its check."""
+def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python: str, venv: Path) -> Outcome:
+    """Install wheel FN as its cell says (from BASE, the staged index) in a fresh VENV and run its check; its log
+    and results go to WORK (the job's artifact: the venv, torch and all, stays out of it)."""
     from builder.index.model import CHECKOUT, install_command
     from builder.recipes import load_recipes
     from mamba_ssm._variant import Variant
@@ -86,7 +93,6 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
     ours = entry.source == CHECKOUT
     check = "gpu_check numerics" if ours else "recipe tests"
     work.mkdir(parents=True, exist_ok=True)
-    venv = work / "venv"
     with open(work / "log.txt", "w", encoding="utf-8") as log:
 
         def failed(what: str, proc: subprocess.CompletedProcess) -> Outcome:
@@ -123,6 +129,7 @@ def gate(lines: Path, device: str, out: Path, python: str = sys.executable) -> l
 
     if not lines.is_dir():
         raise UsageError(f"--lines {lines}: no such folder", hint="pass the folder `release split --out` made")
+    out = out.absolute()  # the checks run from / (never this checkout's mamba_ssm/): every path they get is absolute
     www = out / "www"
     www.mkdir(parents=True, exist_ok=True)
     found = []
@@ -145,8 +152,9 @@ def gate(lines: Path, device: str, out: Path, python: str = sys.executable) -> l
         for line in found:
             for fn, key, entry in cuda_wheels(out / f"index-{line}", platform.machine()):
                 print(f"gate: {fn}: installing from {url}/{line}/{key}/, then its check ({device})", flush=True)
+                name = fn.removesuffix(".whl")
                 res = run_one(
-                    fn, key, entry, f"{url}/{line}", device, out / "results" / fn.removesuffix(".whl"), python
+                    fn, key, entry, f"{url}/{line}", device, out / "results" / name, python, out / "venvs" / name
                 )
                 print(f"gate: {fn}: {'passed' if res.ok else 'FAILED'} in {res.seconds:.0f} s", flush=True)
                 outcomes.append(res)

@@ -1,4 +1,4 @@
-"""``python -m builder release collect|split|variant-files|gate``: what the release's publish job does with the build jobs' wheels.
+"""``python -m builder release collect|split|variant-files|gate|cost``: what the release's publish job does with the build jobs' wheels.
 
 A build job may make several wheels (a recipe's CUDA Pythons share one job: ``plan.github_jobs``), so which
 planned build made a wheel is read from the wheels' sidecars (``<wheel>.spec.json``, the BuildSpec: ``id``),
@@ -150,7 +150,41 @@ def add_command(subparsers) -> None:
     q.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: the checks' dry run")
     q.add_argument("--out", type=Path, required=True, help="a work folder: the staged index, venvs, results/")
     q.add_argument("--summary", type=Path, help="append the results table here ($GITHUB_STEP_SUMMARY)")
+    q = sub.add_parser(
+        "cost", help="what the builds cost: one build job's (--job), or the release's from every job's (--jobs)"
+    )
+    which = q.add_mutually_exclusive_group(required=True)
+    which.add_argument("--job", help="this build job's id: its builds' records in --logs into LOGS/job-cost.json")
+    which.add_argument("--jobs", type=Path, help="the downloaded log artifacts: add up every job-cost.json under it")
+    q.add_argument("--logs", type=Path, default=Path("dist/logs"), help="with --job: the farm's logs (dist/logs)")
+    q.add_argument("--wall", type=float, help="with --job: the farm step's wall time, in seconds")
+    q.add_argument("--summary", type=Path, help="append the table here ($GITHUB_STEP_SUMMARY)")
     p.set_defaults(func=run_command)
+
+
+def cost_command(args: argparse.Namespace) -> int:
+    from builder import cost
+
+    if args.job is not None:
+        if args.wall is None or not 0 <= args.wall <= cost.MAX_SECONDS:
+            raise UsageError(f"--wall {args.wall}: not a number of seconds", hint="pass the farm step's wall time")
+        args.logs.mkdir(parents=True, exist_ok=True)
+        record = cost.job_record(args.job, args.wall, args.logs)
+        (args.logs / cost.JOB_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        text = cost.job_markdown(record)
+    else:
+        if not args.jobs.is_dir():
+            raise UsageError(f"--jobs {args.jobs}: no such folder", hint="name the folder the log artifacts went to")
+        jobs = cost.read_jobs(args.jobs)
+        if not jobs:
+            raise UsageError(f"--jobs {args.jobs}: no {cost.JOB_RECORD} in it",
+                             hint="each build job writes one into its log artifact (release cost --job)")  # fmt: skip
+        text = cost.release_markdown(jobs)
+    print(text, end="")
+    if args.summary is not None:
+        with open(args.summary, "a", encoding="utf-8") as f:
+            f.write("\n" + text)
+    return 0
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -158,6 +192,8 @@ def run_command(args: argparse.Namespace) -> int:
         from builder import gpugate
 
         return gpugate.run_command(args)
+    if args.release_command == "cost":
+        return cost_command(args)
     if not args.wheels.is_dir():
         raise UsageError(f"--wheels {args.wheels}: no such folder", hint="name the folder the wheels were put in")
     if args.release_command == "collect":

@@ -27,5 +27,11 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     used = [o for o in cache.glob("selective_scan_cpu-*.o") if f"reusing {o.name}" in log or o.stem in compiled]
     assert len(used) == 1, log[-3000:]
     assert partial_files(dist) == []
+    # what it cost: build.sh's process tree (os.wait4), at least what its own `times` saw of pip wheel
+    from builder.cost import read_build_record
+
+    record = read_build_record(dist / "logs" / f"{spec.id}.cost.json")
+    pip_wheel = float(re.search(r"^== compile cpu: ([\d.]+) s", log, re.MULTILINE).group(1))
+    assert record["measured"] == "rusage" and record["cpu_s"] >= pip_wheel > 0 and record["wall_s"] > 0, record
     proc = import_check(wheel, tmp_path / "site")
     assert proc.returncode == 0, proc.stderr

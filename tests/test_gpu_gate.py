@@ -8,6 +8,7 @@ tests/test_release_rehearsal.py (--run-slow)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,12 +47,14 @@ def test_the_gate_picks_the_cuda_wheels_and_the_cell_users_install_from(tmp_path
 @pytest.mark.slow  # a torch install in a fresh venv: minutes on a loaded 2-core machine
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the wheels are cp311")
 def test_a_broken_cuda_wheel_fails_the_gate_and_is_named(tmp_path):
-    lines = _lines(tmp_path)
+    _lines(tmp_path)
     summary = tmp_path / "summary.md"
+    # relative folders, as release.yml passes them (dist/lines, dist/gate); the checks themselves run from /
     proc = subprocess.run(
-        [sys.executable, "-m", "builder", "release", "gate", "--lines", str(lines), "--device", "cpu",
-         "--out", str(tmp_path / "gate"), "--summary", str(summary)],
-        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False,
+        [sys.executable, "-m", "builder", "release", "gate", "--lines", "lines", "--device", "cpu",
+         "--out", "gate", "--summary", str(summary)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800,
+        check=False,
     )  # fmt: skip
     name = "mamba_ssm-2.3.0+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
     assert proc.returncode == 4, proc.stdout + proc.stderr
@@ -64,3 +67,5 @@ def test_a_broken_cuda_wheel_fails_the_gate_and_is_named(tmp_path):
     # installed as users install it: the exact pin from its cell's page on the staged index
     assert "-m pip install mamba-ssm==2.3.0+cu13torch2.13cxx11abiTRUE --extra-index-url http://127.0.0.1:" in log
     assert "/checkout/cu13-torch2.13-cxx11abiTRUE/" in log
+    # the results are the job's artifact: logs and the check's output, never a venv (torch is gigabytes)
+    assert not list((tmp_path / "gate" / "results").rglob("pyvenv.cfg"))

@@ -689,6 +689,45 @@ CASES += [
 ]  # fmt: skip
 
 
+def _cost_case(fill, *, job: bool = False):
+    """``release cost``: --jobs over a log-artifacts folder that ``fill(folder)`` fills (publish's reading of the
+    build jobs' job-cost.json), or --job over a logs folder of build records (a build job's)."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        folder = scratch / "logs"
+        folder.mkdir()
+        fill(folder)
+        if job:
+            return ["release", "cost", "--job", "j", "--wall", "1", "--logs", str(folder)]
+        return ["release", "cost", "--jobs", str(folder)]
+
+    return make
+
+
+def _cost_record(name: str, doc) -> callable:
+    return lambda f: (f / name).write_text(doc if isinstance(doc, str) else json.dumps(doc))
+
+
+CASES += [
+    # --- release cost: the cost records the build jobs upload (publish reads them back) and the farm's own
+    Case("release-cost-fifo", 2, "not a regular file", _cost_case(lambda f: os.mkfifo(f / "job-cost.json"))),
+    Case("release-cost-dev-zero-link", 2, "not a regular file",
+         _cost_case(lambda f: (f / "job-cost.json").symlink_to("/dev/zero"))),
+    Case("release-cost-huge", 2, "more than", _cost_case(_cost_record("job-cost.json", " " * (1 << 20)))),
+    Case("release-cost-deep", 2, "nested deeper", _cost_case(_cost_record("job-cost.json", "[" * 20_000 + "]" * 20_000))),
+    Case("release-cost-nan", 2, "not a number of seconds",
+         _cost_case(_cost_record("job-cost.json", '{"job": "j", "wall_s": NaN, "cpu_s": 1}'))),
+    Case("release-cost-table-injection", 2, "not a build or job id",
+         _cost_case(_cost_record("job-cost.json", {"job": "x |\n| evil", "wall_s": 1, "cpu_s": 1}))),
+    Case("release-cost-escape", 2, "not a build or job id",
+         _cost_case(_cost_record("job-cost.json", {"job": "\x1b[2Jx", "wall_s": 1, "cpu_s": 1}))),
+    Case("release-cost-build-record-fifo", 2, "not a regular file",
+         _cost_case(lambda f: os.mkfifo(f / "b.cost.json"), job=True)),
+    Case("release-cost-build-record-bad-cpu", 2, "not a number of seconds",
+         _cost_case(_cost_record("b.cost.json", {"id": "b", "wall_s": 1, "cpu_s": -5}), job=True)),
+]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("hostile"))
@@ -963,6 +1002,9 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",)},
     "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-")},
     "cache": {"smoke cache": ("cache-",), "--budget": ("cache-budget-",)},
+    # release: only `release cost`'s records have cases; collect/split/variant-files/gate read the plan's own JSON
+    # and the sidecars (the index's cases), made by this farm in CI (issue 28's report)
+    "release": {"cost records": ("release-cost-",)},
     "rehearse": {
         "--tag/--version": ("rehearse-tag-", "rehearse-version-"),
         "--port": ("rehearse-port-",),
@@ -975,7 +1017,6 @@ NO_OUTSIDE_DATA = {
     "hip-compile": "reads this checkout's own csrc/ and the ROCm toolchain it runs; no outside data",
     "doctor-dist": "packs this checkout's own mamba_ssm/doctor and the modules it imports; no outside data",
     "base-image": "reads --ca-bundle (a host file the operator names) and Docker; no case yet (issue 28's report)",
-    "release": "reads the plan's own JSON made by a run of this farm, in CI; no case yet (issue 28's report)",
 }
 
 

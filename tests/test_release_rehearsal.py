@@ -266,6 +266,13 @@ def test_the_doctors_fix_installs_what_the_site_serves(dry, tmp_path):
 # --------------------------------------------------------------------------- tag releases (stand-ins)
 
 
+def _variant_stem(release: Path, v: str) -> str:
+    """The variant files' name stem in a release's assets: its stable wheels' tags (cp310-abi3, repaired to the
+    base's manylinux) without the local label, as builder.variants names them."""
+    (cpu,) = release.glob(f"mamba_ssm-{v}+cputorchstable-*.whl")
+    return f"mamba_ssm-{v}-" + cpu.name.split("-", 2)[2].removesuffix(".whl")
+
+
 def _calls(records: Path) -> list[dict]:
     path = records / "calls.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -309,7 +316,7 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
     made = {v: sorted(p.name for p in (assets / f"v{v}").iterdir() if p.suffix in (".whl", ".json") and "+" not in p.name
                       and p.name != "release.json") for v in versions}  # fmt: skip
     for v, names in made.items():
-        stem = f"mamba_ssm-{v}-cp311-abi3-linux_x86_64"
+        stem = _variant_stem(assets / f"v{v}", v)
         want = [f"{stem}-cu13.whl", f"{stem}-null.whl", f"{stem}.whl", f"mamba_ssm-{v}-variants.json"]
         assert names == sorted(want), names
     calls = _calls(work / "records")
@@ -321,7 +328,7 @@ def test_two_releases_in_a_row_publish_everything(releases, tmp_path):
         for href in re.findall(r'<a href="([^"#]+)(?:#[^"]*)?"', page.read_text()):
             if href.endswith(".whl"):
                 href = urllib.parse.unquote(href)  # the index percent-encodes the local label's "+"
-                links.setdefault(href.rsplit("/", 1)[1], set()).add(href)
+                links.setdefault(href.rsplit("/", 1)[-1], set()).add(href)  # the doctor/ page links its own file
     for v, wheels in published.items():
         for w in [*wheels, *(n for n in made[v] if n.endswith(".whl"))]:  # the variants/ pages' links too
             assert links.get(w) == {f"https://github.com/{OWNER_REPO}/releases/download/v{v}/{w}"}, (w, links.get(w))
@@ -379,6 +386,7 @@ def test_uv_and_pip_install_from_a_released_sites_variants_root(releases, tmp_pa
 
     work, runs, versions = releases
     v = versions[1]
+    stem = _variant_stem(work / "github" / OWNER_REPO / "releases" / "download" / f"v{v}", v)
     port = int(runs[versions[0]].index_url.rsplit(":", 1)[1])
     root = f"http://127.0.0.1:{port}/variants/"
     certs = make_certs(tmp_path / "certs")
@@ -394,11 +402,11 @@ def test_uv_and_pip_install_from_a_released_sites_variants_root(releases, tmp_pa
                   "--index-url", root, f"mamba-ssm=={v}"], venv_env)  # fmt: skip
             info = _run([str(vpy), "-I", "-c", VARIANT_INFO], venv_env).stdout.split()
             assert info == [v, "True"], info
-            wheel = f"/{OWNER_REPO}/releases/download/v{v}/mamba_ssm-{v}-cp311-abi3-linux_x86_64-{want}.whl"
+            wheel = f"/{OWNER_REPO}/releases/download/v{v}/{stem}-{want}.whl"
             assert wheel in [urllib.parse.unquote(p) for p in asked], asked
         py = venv_with_torch(tmp_path / "pip", _python311(), TORCH_CPU, dict(os.environ))
         _run([str(py), "-m", "pip", "install", "--no-deps", "--index-url", root, f"mamba-ssm=={v}"], env)
-        assert f"/{OWNER_REPO}/releases/download/v{v}/mamba_ssm-{v}-cp311-abi3-linux_x86_64.whl" in [
+        assert f"/{OWNER_REPO}/releases/download/v{v}/{stem}.whl" in [
             urllib.parse.unquote(p) for p in asked]  # fmt: skip
         assert "scan ok" in _run([str(py), "-I", "-c", SCAN], env).stdout  # the plain wheel is the CPU build
 
@@ -522,6 +530,91 @@ def test_the_gpu_gate_runs_each_cuda_wheel_before_publish(tmp_path, broken):
             f"error: GPU gate: 1 of 1 CUDA wheel(s) failed: {cu13}" in log
         ), log[-4000:]
         assert not list(r.artifacts.glob("*/index/*.zip")), "nothing published, no site kept"
+
+
+# --------------------------------------------------------------------------- cost, and a recipe's compile group
+
+# a build job's row (release cost --job, in the act log, whose job names act pads): | `<build id>` | wall | CPU | by |
+COST_ROW = re.compile(
+    r"^\[release/(?P<job>build [^\]]+)\]\s+\|\s*\| `(?P<id>[^`]+)` \| (?P<wall>\d+) \| (?P<cpu>\d+) \| (?P<by>\w+) \|$",
+    re.MULTILINE,
+)
+TOTAL_ROW = re.compile(
+    r"^\[release/publish\s*\]\s+\|\s*\| \*\*total: (\d+) jobs\*\* \| (\d+) \| (\d+) \| (\d+) \|$", re.MULTILINE
+)
+# the installed causal-conv1d's version and its extension files
+INSTALLED = (
+    "import importlib.metadata as m; d = m.distribution('causal-conv1d'); "
+    "print(d.version, [str(f) for f in d.files if str(f).endswith('.so')])"
+)
+
+
+def _costs(log: str) -> tuple[dict[str, tuple[str, int, int, str]], tuple[int, ...]]:
+    rows = {m["id"]: (m["job"], int(m["wall"]), int(m["cpu"]), m["by"]) for m in COST_ROW.finditer(log)}
+    totals = TOTAL_ROW.findall(log)
+    assert len(totals) == 1, totals
+    return rows, tuple(map(int, totals[0]))
+
+
+def test_each_build_job_and_publish_report_what_the_builds_cost(dry):
+    """Every build's wall time and compile CPU seconds in its job's summary, measured in its container (the
+    cgroup), non-zero; publish's table adds the jobs up (its CPU total is the sum of the builds')."""
+    assert dry.rc == 0
+    log = dry.log.read_text()
+    rows, (jobs, builds, wall, cpu) = _costs(log)
+    planned = {re.sub(r"-\d+$", "", j.split()[1]) for j in dry.jobs if j.startswith("build ")}  # act's "-1", "-2"
+    assert set(rows) == planned, (rows, planned)  # one build per job here: the job id is the build id
+    for build, (_job, b_wall, b_cpu, by) in rows.items():
+        assert by == "cgroup" and b_wall > 0 and b_cpu > 0, (build, rows[build])
+    assert re.search(r"Wall time of the farm step: [1-9]\d* s \(", log)
+    assert (jobs, builds) == (len(planned), len(planned))
+    assert wall >= sum(r[1] for r in rows.values()) * 0.9 > 0
+    assert abs(cpu - sum(r[2] for r in rows.values())) <= len(rows), (cpu, rows)  # each row is rounded
+    print(f"dry run cost: {rows}; total {wall} s wall, {cpu} CPU-seconds")
+
+
+@pytest.mark.slow
+def test_a_recipes_compile_group_is_one_job_and_pip_installs_both_from_the_site(tmp_path):
+    """causal-conv1d for cp311 and cp312 (the ci profile's cu13 cells, projects=causal-conv1d): one build job,
+    the kernels compiled once (cp312 takes every nvcc object from the image's ccache: only the binding, which
+    includes Python.h, compiles again), both wheels under the site's upstream/, and pip installs each from
+    there into its own Python (cp311 next to torch 2.14.1, where the extension imports)."""
+    docker_client()
+    r = rehearse(tmp_path / "r", actions=ACTIONS, profile="ci", projects="causal-conv1d", python=_python311())
+    print(f"compile group: {len(r.jobs)} jobs in {r.seconds:.0f} s: {r.jobs}")
+    assert r.rc == 0, r.log.read_text()[-6000:]
+    (build,) = [j for j in r.jobs if j.startswith("build ")]
+    job = re.sub(r"-\d+$", "", build.split()[1])  # act numbers a matrix's jobs when it has several
+    assert job == "causal-conv1d-cu13-torch2.14-cxx11abiTRUE-linux_x86_64" and r.jobs["publish"] == "succeeded"
+    logs = r.artifact(f"log-{job}", tmp_path / "logs")
+    text = {py: next(logs.rglob(f"causal-conv1d-*-{py}-linux_x86_64.log")).read_text() for py in ("cp311", "cp312")}
+    cu = len(re.findall(r"^\s*\[\d+/\d+\] ccache \S*nvcc ", text["cp311"], re.MULTILINE))
+    hits, misses = map(int, re.search(r"^== ccache: (\d+) hits, (\d+) misses$", text["cp312"], re.MULTILINE).groups())
+    assert cu > 0 and hits >= cu and misses <= 2, (cu, hits, misses)
+    rows, (jobs, builds, _wall, cpu) = _costs(r.log.read_text())
+    assert (jobs, builds) == (1, 2) and cpu > 0, rows
+    site = r.artifact("index", tmp_path / "site")
+    variant = "cu13-torch2.14-cxx11abiTRUE"
+    served = sorted(p.name for p in (site / "upstream" / "files").glob("*.whl"))
+    assert [w.split("-")[2] for w in served] == ["cp311", "cp312"], served
+    port = int(r.index_url.rsplit(":", 1)[1])
+    pin = "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
+    pythons = {"311": venv_with_torch(tmp_path / "cp311", _python311(), "torch==2.14.1", dict(os.environ))}
+    if find_python("3.12"):  # no torch there: the job's smoke test imported the cp312 wheel already
+        subprocess.run([find_python("3.12"), "-m", "venv", str(tmp_path / "cp312")], check=True)
+        pythons["312"] = tmp_path / "cp312" / "bin" / "python"
+    with serve(site, port):
+        for tag, py in pythons.items():
+            _run([str(py), "-m", "pip", "install", "--no-deps", "--index-url", f"{r.index_url}/upstream/{variant}/",
+                  pin], env)  # fmt: skip
+            got = _run([str(py), "-I", "-c", INSTALLED], env).stdout
+            assert got.startswith("1.7.0+cu13torch2.14cxx11abitrue ") and f"cpython-{tag}" in got, got
+    assert len(pythons) == 2, "no Python 3.12 here to install the cp312 wheel into"
+    py311 = pythons["311"]
+    out = _run([str(py311), "-I", "-c", "import torch, causal_conv1d_cuda; print(torch.__version__)"], env).stdout
+    assert out.strip().startswith("2.14.1"), out
 
 
 # --------------------------------------------------------------------------- ci.yml, the same way

@@ -697,6 +697,12 @@ def build_artifacts(tmp: Path, *, sidecars: bool = True) -> dict[str, dict[str, 
                 whl = make_recipe_wheel(tmp / "made", project, version, UPSTREAM_LABEL, py)
                 arts[f"wheel-{job}"][whl.name] = whl.read_bytes()
                 arts[f"wheel-{job}"][whl.name + ".spec.json"] = spec_json(group_id(job, py), source)
+    # each job's cost (`release cost --job`, failed jobs too): 100 s of wall and 150 CPU-seconds per build
+    for name, files in arts.items():
+        if name.startswith("log-"):
+            builds = [f.removesuffix(".log") for f in files]
+            record = {"job": name[4:], "wall_s": 100.0 * len(builds), "cpu_s": 150.0 * len(builds), "builds": builds}
+            files["job-cost.json"] = json.dumps(record).encode()
     return arts
 
 
@@ -845,11 +851,16 @@ def test_publish_dry_run_indexes_each_line_apart_and_lists_each_failed_build(tmp
     assert_steps_succeeded(done)
     # every planned build id is built or failed, a group's Pythons one by one (by the sidecars' ids)
     assert out["built"] == "5" and out["failed"] == "2"
+    # every job's cost, failed ones too, added up in the summary
+    (cost,) = [proc.stdout for name, proc in done if name == "Add up what the builds cost"]
+    jobs = len([n for n in build_artifacts(tmp_path / "again") if n.startswith("log-")])
+    assert f"| **total: {jobs} jobs** | 7 | 700 | 1050 |" in cost, cost
     summary = (tmp_path / "summary").read_text()
     assert "5 wheels from 5 of 7 planned builds: 2 of this repository's mamba-ssm, 3 of upstream's packages" in summary
     assert f"| `{FAILED}` | `log-{FAILED}` |" in summary
     assert f"| `{GROUP_FAILED}` | `log-{GROUP_JOB}` |" in summary, "a group's failed Python points at its job's log"
-    assert summary.count("\n| `") == 2, "one row per failed build"
+    failed_table = summary.split("### Failed builds")[1].split("\n\n")[1]
+    assert failed_table.count("\n| `") == 2, "one row per failed build"
     ours, theirs = by_line(sorted((ws / "dist" / "wheels").glob("*.whl")))
     assert len(ours) == 2 and len(theirs) == 3
     # two indexes: this checkout's at the site's root, upstream's (its own mamba-ssm too) under upstream/

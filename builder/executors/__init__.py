@@ -36,6 +36,8 @@ class BuildResult:
     reason: str = ""  # one line for the summary when not ok
     infrastructure: bool = False  # failed for reasons other than the code: retry is allowed
     timed_out: bool = False
+    cpu_seconds: float | None = None  # the build's compile CPU (builder.cost), None where no counter was read
+    measured: str = "none"  # how: "cgroup" (its container), "rusage" (its process tree on the host)
 
 
 # build.sh exits with this when the build could not run (network, disk): the one retried failure.

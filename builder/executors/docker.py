@@ -22,6 +22,7 @@ from pathlib import Path
 
 from builder import interpreters
 from builder.base_image import resolve_base
+from builder.cost import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu
 from builder.engine import build_image, image_exists
 from builder.errors import FarmError, InfrastructureError
 from builder.executors import (
@@ -271,10 +272,11 @@ class DockerExecutor:
             except docker.errors.NotFound:
                 self.client.volumes.create(name, labels={LABEL: "1"})
 
-    def _run(self, spec, command, env, extra_volumes, log_path, timeout, archive=None, out_dir=None):
+    def _run(self, spec, command, env, extra_volumes, log_path, timeout, archive=None, out_dir=None, on_exit=None):
         """Run one container to completion; returns its exit code (or a BuildResult via exceptions).
 
-        The container is tracked from creation and removed in ``finally``.
+        The container is tracked from creation and removed in ``finally``; ``on_exit(container)`` reads what it
+        left (its stopped filesystem) before that.
         """
         container = None
         try:
@@ -315,6 +317,8 @@ class DockerExecutor:
                 raise _Interrupted
             if code == 0 and out_dir is not None:
                 _copy_wheel_out(container, out_dir)
+            if on_exit is not None:
+                on_exit(container)
             return code
         finally:
             if container is not None:
@@ -340,12 +344,17 @@ class DockerExecutor:
             env["SOURCE_DATE_EPOCH"] = str(tree_epoch(source))  # the source's time, never the clock's
             remaining = max(60.0, timeout - (time.monotonic() - started))
             wheel_dir = Path(tempfile.mkdtemp(prefix="out-", dir=out_dir.parent if out_dir.parent.exists() else None))
+            cpu: list[float | None] = [None]
             try:
+                # build.sh, then the container's own CPU counter, read while its cgroup still exists
+                command = ["bash", "-c", f"bash /farm/build.sh; rc=$?; {CGROUP_CPU_SH}; exit $rc"]
                 code = self._run(
-                    spec, ["bash", "/farm/build.sh"], env, volumes,
-                    log_path, remaining, archive=self._tars[source], out_dir=wheel_dir,
+                    spec, command, env, volumes, log_path, remaining, archive=self._tars[source], out_dir=wheel_dir,
+                    on_exit=lambda c: cpu.__setitem__(0, _cgroup_cpu(c)),
                 )
-                return collect_wheel(code, wheel_dir, out_dir, log_path)
+                result = collect_wheel(code, wheel_dir, out_dir, log_path)
+                result.cpu_seconds, result.measured = cpu[0], "cgroup" if cpu[0] is not None else "none"
+                return result
             finally:
                 shutil.rmtree(wheel_dir, ignore_errors=True)
         except _Interrupted:
@@ -435,6 +444,18 @@ def _pump_logs(container, log_path: Path) -> None:
                 f.flush()
         except Exception:
             pass
+
+
+def _cgroup_cpu(container) -> float | None:
+    """The CPU seconds the build's container used (builder.cost.CGROUP_CPU_SH's file), None if it left none."""
+    try:
+        stream, _ = container.get_archive(CGROUP_CPU_FILE)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream)[: 1 << 16])) as tar:
+            member = tar.next()
+            data = tar.extractfile(member).read(256) if member is not None and member.isfile() else b""
+    except Exception:  # no counter on this engine: the build stands, without a figure
+        return None
+    return parse_cgroup_cpu(data.decode("ascii", "replace"))
 
 
 def _copy_wheel_out(container, out_dir: Path) -> Path | None:

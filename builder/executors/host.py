@@ -23,6 +23,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from builder import interpreters
+from builder.cost import wait_with_rusage
 from builder.errors import EngineUnavailable
 from builder.executors import BUILD_SCRIPT, BuildOptions, BuildResult, collect_wheel, source_files, spec_env
 from builder.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
@@ -178,7 +179,7 @@ class HostExecutor:
                     )
                     self._procs.add(proc)
                 try:
-                    code = proc.wait(timeout=timeout)
+                    code, cpu = wait_with_rusage(proc, timeout)  # this build's CPU, not the run's other builds'
                 except subprocess.TimeoutExpired:
                     _kill_group(proc)
                     return BuildResult(False, None, log_path, f"timed out after {timeout:.0f}s", timed_out=True)
@@ -191,7 +192,9 @@ class HostExecutor:
                 from builder import cache
 
                 cache.share_build_venv(py.parent.parent, log=self.options.log)
-            return collect_wheel(code, raw, out_dir, log_path)
+            result = collect_wheel(code, raw, out_dir, log_path)
+            result.cpu_seconds, result.measured = cpu, "rusage"
+            return result
 
     def build_env(self, spec, py: Path, src: Path, out: Path) -> dict[str, str]:
         """The environment build.sh runs SPEC's build with."""

@@ -1,0 +1,237 @@
+"""What the release's builds cost: wall time and the farm's compile CPU seconds, per build and per job.
+
+Measured where the CPU is spent:
+
+- a Docker build: its container's own cgroup counter (cgroup v2 ``cpu.stat`` ``usage_usec``, v1
+  ``cpuacct.usage``), read inside the container as build.sh ends (:data:`CGROUP_CPU_SH`), so before the
+  container (and its cgroup) is removed; every process of the build is in it, however it was started;
+- a host build: build.sh's own rusage from ``os.wait4`` (:func:`wait_with_rusage`): its children and theirs,
+  and only this build's (``RUSAGE_CHILDREN`` would mix in the parallel builds and smoke tests of the run).
+
+Each build's figures go beside its log, ``dist/logs/<id>.cost.json`` (failed builds too: a failed compile is
+a cost), because the log folder is what every build job uploads, failed or not. ``release cost --job`` turns
+one job's records into its step summary and ``dist/logs/job-cost.json``; publish's ``release cost --jobs``
+reads those from the log artifacts and adds them up. Records read back are outside data
+(``mamba_ssm/_untrusted.py``): capped, regular files, checked shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from builder.errors import UsageError
+from mamba_ssm._untrusted import Untrusted, expect, load_json, read_regular, shown
+
+RECORD_SUFFIX = ".cost.json"
+JOB_RECORD = "job-cost.json"
+MAX_RECORD_BYTES = 64 << 10
+MAX_SECONDS = 30 * 24 * 3600.0  # a month: more than any job GitHub runs (6 h), less than nonsense
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # the farm's build and job ids
+
+# Where the container leaves its counter, and the shell that writes it (run by bash inside the container).
+# v2: the container's own cgroup, named by /proc/self/cgroup ("0::/" under a private cgroup namespace);
+# v1: cpuacct, which Docker mounts as the container's own. Nothing found: no file, so no figure.
+CGROUP_CPU_FILE = "/tmp/farm-cgroup-cpu"
+CGROUP_CPU_SH = (
+    "( cg=$(sed -n 's/^0:://p' /proc/self/cgroup 2>/dev/null); f=/sys/fs/cgroup${cg%/}/cpu.stat; "
+    'if [ -n "$cg" ] && [ -r "$f" ]; then awk \'$1 == "usage_usec" { print "usec", $2 }\' "$f"; exit 0; fi; '
+    "for f in /sys/fs/cgroup/cpuacct/cpuacct.usage /sys/fs/cgroup/cpu,cpuacct/cpuacct.usage; do "
+    'if [ -r "$f" ]; then echo "nsec $(cat "$f")"; exit 0; fi; done )'
+    f" > {CGROUP_CPU_FILE} 2>/dev/null"
+)
+
+
+def parse_cgroup_cpu(text: str) -> float | None:
+    """CPU seconds from what :data:`CGROUP_CPU_SH` wrote (``usec N`` or ``nsec N``); None when it found none."""
+    m = re.fullmatch(r"\s*(usec|nsec) (\d{1,20})\s*", text)
+    if not m:
+        return None
+    return int(m.group(2)) / (1e6 if m.group(1) == "usec" else 1e9)
+
+
+def wait_with_rusage(proc: subprocess.Popen, timeout: float, poll: float = 0.2) -> tuple[int, float | None]:
+    """Wait for PROC (at most TIMEOUT seconds: subprocess.TimeoutExpired) and return its exit code and the
+    CPU seconds (user + system) it and its waited-for descendants used, from ``os.wait4`` on its own pid
+    (None when another thread reaped it first: the executor's cleanup, on a signal)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            return (proc.returncode if proc.returncode is not None else -9), None
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+            return proc.returncode, usage.ru_utime + usage.ru_stime
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(poll)
+
+
+def write_build_record(logs_dir: Path, build_id: str, *, wall: float, cpu: float | None, measured: str,
+                       attempt: int) -> Path:  # fmt: skip
+    """``<logs_dir>/<build_id>.cost.json``: one build's wall and compile CPU seconds; a retry adds to the first
+    attempt's figures (both ran on the job's runner)."""
+    path = logs_dir / f"{build_id}{RECORD_SUFFIX}"
+    record = {"id": build_id, "attempts": attempt, "wall_s": round(wall, 1), "measured": measured,
+              "cpu_s": None if cpu is None else round(cpu, 1)}  # fmt: skip
+    if attempt > 1 and path.exists():
+        try:
+            before = read_build_record(path)
+            record["wall_s"] = round(before["wall_s"] + record["wall_s"], 1)
+            if before["cpu_s"] is not None and record["cpu_s"] is not None:
+                record["cpu_s"] = round(before["cpu_s"] + record["cpu_s"], 1)
+        except UsageError:
+            pass  # our own file, damaged: this attempt's figures stand
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------------- records read back (outside data)
+
+
+def _load(path: Path) -> dict:
+    try:
+        doc = load_json(read_regular(path, MAX_RECORD_BYTES), str(path))
+        return expect(doc, dict, f"{path}: the record")
+    except Untrusted as err:
+        raise UsageError(f"{err}: not a cost record", hint="records are what the farm and `release cost` write; "
+                         "remove the file, or rerun the job that made it") from None  # fmt: skip
+
+
+def _seconds(doc: dict, key: str, path: Path, *, optional: bool = False) -> float | None:
+    value = doc.get(key)
+    if value is None and optional:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not (0 <= value <= MAX_SECONDS)
+    ):
+        raise UsageError(
+            f"{shown(path, 300)}: {key!r} is {shown(repr(value), 80)}, not a number of seconds (0 to {MAX_SECONDS:.0f})",
+            hint="remove the file, or rerun the job that made it",
+        )
+    return float(value)
+
+
+def _id(doc: dict, key: str, path: Path) -> str:
+    value = doc.get(key)
+    if not isinstance(value, str) or not _ID_RE.fullmatch(value):
+        raise UsageError(f"{shown(path, 300)}: {key!r} is {shown(repr(value), 120)}, not a build or job id",
+                         hint="ids are letters, digits and . _ + -; remove the file, or rerun the job")  # fmt: skip
+    return value
+
+
+def read_build_record(path: Path) -> dict:
+    doc = _load(path)
+    measured = doc.get("measured")
+    return {
+        "id": _id(doc, "id", path),
+        "wall_s": _seconds(doc, "wall_s", path),
+        "cpu_s": _seconds(doc, "cpu_s", path, optional=True),
+        "measured": measured if measured in ("cgroup", "rusage") else "none",
+    }
+
+
+def read_job_record(path: Path) -> dict:
+    doc = _load(path)
+    builds = expect(doc.get("builds"), list, f"{path}: 'builds'") if "builds" in doc else []
+    if len(builds) > 256 or not all(isinstance(b, str) and _ID_RE.fullmatch(b) for b in builds):
+        raise UsageError(f"{shown(path, 300)}: 'builds' is not a list of build ids", hint="rerun the job")
+    return {
+        "job": _id(doc, "job", path),
+        "wall_s": _seconds(doc, "wall_s", path),
+        "cpu_s": _seconds(doc, "cpu_s", path),
+        "unmeasured": int(_seconds(doc, "unmeasured", path, optional=True) or 0),
+        "builds": builds,
+    }
+
+
+# --------------------------------------------------------------------------- a job, and the release
+
+
+def job_record(job: str, wall: float, logs: Path) -> dict:
+    """One job's cost from the farm's build records under LOGS: its wall time (the farm step's, given), the
+    CPU seconds of its builds, and how many ran without a figure (an engine that exposes no counter)."""
+    if not _ID_RE.fullmatch(job):
+        raise UsageError(f"--job {shown(repr(job), 120)}: not a job id", hint="pass the matrix's id")
+    records = [read_build_record(p) for p in sorted(logs.glob(f"*{RECORD_SUFFIX}"))]
+    return {
+        "job": job,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(sum(r["cpu_s"] or 0.0 for r in records), 1),
+        "unmeasured": sum(r["cpu_s"] is None for r in records),
+        "builds": [r["id"] for r in records],
+        "per_build": records,
+    }
+
+
+def _hms(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def job_markdown(record: dict) -> str:
+    lines = [
+        f"### Cost of `{record['job']}`",
+        "",
+        (
+            f"Wall time of the farm step: {record['wall_s']:.0f} s ({_hms(record['wall_s'])}); compile CPU: "
+            f"{record['cpu_s']:.0f} CPU-seconds over {len(record['builds'])} build(s)."
+        ),
+        "",
+        "| build | wall (s) | CPU (s) | measured by |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for r in record.get("per_build", []):
+        cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s']:.0f}"
+        lines.append(f"| `{r['id']}` | {r['wall_s']:.0f} | {cpu} | {r['measured']} |")
+    return "\n".join(lines) + "\n"
+
+
+def release_markdown(jobs: list[dict]) -> str:
+    """Publish's table: each build job's wall and CPU seconds, and the release's total (runner- and CPU-hours:
+    the figures the paper estimate gave, 89 runner-hours and 219 CPU-hours for a full release)."""
+    wall = sum(j["wall_s"] for j in jobs)
+    cpu = sum(j["cpu_s"] for j in jobs)
+    unmeasured = sum(j["unmeasured"] for j in jobs)
+    lines = [
+        "### What the builds cost",
+        "",
+        "| job | builds | wall (s) | CPU (s) |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for j in sorted(jobs, key=lambda j: j["job"]):
+        lines.append(f"| `{j['job']}` | {len(j['builds'])} | {j['wall_s']:.0f} | {j['cpu_s']:.0f} |")
+    lines.append(f"| **total: {len(jobs)} jobs** | {sum(len(j['builds']) for j in jobs)} | {wall:.0f} | {cpu:.0f} |")
+    lines += [
+        "",
+        (
+            f"{len(jobs)} build jobs: {wall / 3600:.2f} runner-hours of farm steps, {cpu / 3600:.2f} CPU-hours "
+            "of compiling (the farm's build containers and processes)."
+        ),
+    ]
+    if unmeasured:
+        lines.append(f"{unmeasured} build(s) ran where no CPU counter could be read: not counted.")
+    return "\n".join(lines) + "\n"
+
+
+def read_jobs(folder: Path) -> list[dict]:
+    """Every job record under FOLDER (the downloaded log artifacts: log-<job>/job-cost.json); one per job."""
+    jobs: dict[str, dict] = {}
+    for path in sorted(folder.rglob(JOB_RECORD)):
+        record = read_job_record(path)
+        if record["job"] in jobs:
+            raise UsageError(f"{shown(path, 300)}: a second record of job {record['job']!r}",
+                             hint="each build job uploads one log artifact; remove the copy")  # fmt: skip
+        jobs[record["job"]] = record
+    return list(jobs.values())
