@@ -19,7 +19,7 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     log = (dist / "logs" / f"{spec.id}.log").read_text()
     assert log.strip().endswith("done")
     # the CPU kernel object lives in the image's shared cache: compiled there once, reused by later builds
-    from builder.executors.host import KERNEL_CACHES
+    from builder.building.executors.host import KERNEL_CACHES
 
     cache = KERNEL_CACHES / spec.image
     compiled_into = re.compile(rf"-o {re.escape(str(cache))}/(\S+)\.\w+\.tmp\.o\b")  # kernels.py's mkstemp names

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 from wheelmaker import make_wheel
 
-from builder import relabel, reproducible, verify
+from builder.building import verify
+from builder.sourcing import reproducible
+from builder.verifying import relabel
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -143,8 +145,8 @@ def test_verify_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
 
 
 def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> None:
-    from builder import provenance, wheels
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
+    from builder.verifying import provenance, wheels
 
     spec = next(b for b in load_plan(profile="ci").builds if b.accelerator == "cpu")
     rec = provenance.record(spec, epoch=1700000000, commit=provenance.checkout_commit(REPO))
@@ -184,8 +186,8 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
 
 
 def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_path: Path) -> None:
-    from builder.images import host_machine
-    from builder.plan import load_plan
+    from builder.building.images import host_machine
+    from builder.planning.plan import load_plan
 
     here = f"linux_{host_machine()}"
     other = "linux_aarch64" if here == "linux_x86_64" else "linux_x86_64"
@@ -218,8 +220,8 @@ def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_
 
 
 def test_the_rebuild_uses_the_commit_the_wheel_records(tmp_path: Path) -> None:
-    from builder import provenance, wheels
     from builder.errors import RebuildFailed
+    from builder.verifying import provenance, wheels
 
     def wheel_of(commit: str, name: str) -> Path:
         raw = make_wheel(tmp_path / name, "demo", "1.0", "cp311-cp311-linux_x86_64")
