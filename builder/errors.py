@@ -59,7 +59,7 @@ class IndexIntegrityError(FarmError):
     exit_code = 5
 
 
-# --- Third-party sources and recipes (builder/sourcing/sources.py, builder/sourcing/recipes.py, builder/sourcing/prepare.py) ---
+# --- Third-party sources and recipes (builder/sourcing/sources.py, builder/planning/recipes.py, builder/sourcing/prepare.py) ---
 
 
 class SourceIntegrityError(FarmError):

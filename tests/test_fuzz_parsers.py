@@ -100,7 +100,7 @@ RECIPE = min((ROOT / "recipes").glob("*.toml"))
 @settings(**SETTINGS)
 @given(mutated(RECIPE.read_bytes()))
 def test_recipe(tmp_path_factory, raw):
-    from builder.sourcing.recipes import load_recipe
+    from builder.planning.recipes import load_recipe
 
     path = tmp_path_factory.mktemp("recipe") / RECIPE.name
     path.write_bytes(raw)

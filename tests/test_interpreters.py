@@ -29,7 +29,7 @@ from indexkit import serve
 from builder.building import interpreters
 from builder.building.images import host_machine
 from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeArchiveError
-from builder.sourcing.sources import FilePin
+from builder.facts.spec import FilePin
 
 REPO = Path(__file__).resolve().parent.parent
 

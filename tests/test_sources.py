@@ -20,7 +20,8 @@ from hostilekit import chain_archive, corrupt_gzip
 from recipekit import CAUSAL, MAMBA, fetched_cache
 
 from builder.errors import SourceFetchError, SourceIntegrityError, UsageError
-from builder.sourcing.sources import Fetcher, SdistPin, SourceCache
+from builder.facts.spec import SdistPin
+from builder.sourcing.sources import Fetcher, SourceCache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -398,7 +399,7 @@ def test_a_corrupt_gzip_fails_its_build_alone_and_the_run_exits_8(tmp_path, monk
 
     from builder.building import build
     from builder.facts import hostenv
-    from builder.sourcing.recipes import load_recipe
+    from builder.planning.recipes import load_recipe
 
     monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path / "farm")
     recipes = {}

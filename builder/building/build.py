@@ -208,7 +208,7 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
     (builder/sourcing/prepare.py); the executor builds it as it builds the checkout, with the spec's env.
     """
     from builder.sourcing.prepare import prepare
-    from builder.sourcing.recipes import CellFacts
+    from builder.planning.recipes import CellFacts
 
     trees: dict[str, Path] = {}
     refused: dict[str, tuple[schedule.Outcome, FarmError]] = {}

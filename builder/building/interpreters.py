@@ -34,7 +34,8 @@ import tomllib
 
 from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeArchiveError
 from builder.facts import hostenv
-from builder.sourcing.sources import FilePin, SourceCache, is_web_url, max_unpacked_bytes
+from builder.facts.spec import FilePin
+from builder.sourcing.sources import SourceCache, is_web_url, max_unpacked_bytes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "interpreters.toml"
 ROOT = hostenv.CACHE_ROOT / "interpreters"

@@ -3,7 +3,8 @@
 ``BuildSpec`` is the farm's unit of work (one wheel). ``ImageSpec`` is one
 toolchain image, shared by every build that can use it. Both are pure data;
 ``builder.planning.plan`` makes them from matrix.toml, nothing else constructs them from
-user input.
+user input. What a build is made from (this checkout, an sdist's pin, a pinned file) is here too:
+a recipe (the plan's) names its pin, builder.sourcing.sources fetches it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
+from packaging.version import InvalidVersion, Version
 
 
 def stable_hash(obj: object, length: int = 12) -> str:
@@ -98,3 +103,79 @@ class BuildSpec:
         d["env"] = dict(self.env)
         d["unset"] = list(self.unset)
         return d
+
+
+# ---------------------------------------------------------------------------
+# What a build is made from.
+
+
+@dataclass(frozen=True)
+class CheckoutSource:
+    """This repository's own tree (today's default source)."""
+
+    root: Path
+
+    @property
+    def identity(self) -> str:
+        """What the index compares to refuse two different sources under one distribution name."""
+        return "checkout"
+
+    def describe(self) -> str:
+        return f"this checkout ({self.root})"
+
+
+@dataclass(frozen=True)
+class SdistPin:
+    """A published sdist: ``name==version`` whose archive must have ``sha256``."""
+
+    name: str  # distribution name as the index knows it ("mamba-ssm" or "mamba_ssm")
+    version: str
+    sha256: str
+
+    @property
+    def project(self) -> str:
+        return canonicalize_name(self.name)
+
+    @property
+    def filename(self) -> str:
+        """The PEP 625 name of the archive (what the cache stores it as)."""
+        return f"{self.project.replace('-', '_')}-{self.version}.tar.gz"
+
+    @property
+    def identity(self) -> str:
+        return f"sdist:{self.project}=={self.version}@sha256:{self.sha256}"
+
+    def describe(self) -> str:
+        return f"{self.project} {self.version} (sdist sha256 {self.sha256[:12]}…)"
+
+    def matches_filename(self, filename: str) -> bool:
+        try:
+            name, version = parse_sdist_filename(filename)
+        except (InvalidSdistFilename, InvalidVersion):
+            return False
+        return filename.endswith(".tar.gz") and name == self.project and version == Version(self.version)
+
+
+@dataclass(frozen=True)
+class FilePin:
+    """A file at one URL (a Debian package on the apt mirror: builder/building/interpreters.py), pinned by its
+    name, version and sha256; fetched, cached and checked exactly as an sdist is."""
+
+    name: str
+    version: str
+    sha256: str
+    url: str  # http(s) only: is_web_url is checked before anything is opened
+
+    @property
+    def project(self) -> str:
+        return self.name
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version} ({self.filename}, sha256 {self.sha256[:12]}…)"
+
+
+Source = CheckoutSource | SdistPin

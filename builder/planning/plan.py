@@ -40,10 +40,9 @@ from builder.planning.matrix import (
     load_matrix,
     toolkit_source_for,
 )
-from builder.sourcing.prepare import explain as explain_recipe
-from builder.sourcing.prepare import inputs as prepare_inputs
-from builder.sourcing.prepare import supported
-from builder.sourcing.recipes import CellFacts, Recipe, recipe_for
+from builder.planning.recipes import CellFacts, Recipe, recipe_for, supported
+from builder.planning.recipes import explain as explain_recipe
+from builder.planning.recipes import inputs as prepare_inputs
 from mamba_ssm._variant import Variant
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """Checking a TOML document's shape with errors that name file:line: key (matrix.toml, recipes).
 
-The validators of `builder/planning/matrix.py` and `builder/sourcing/recipes.py` share this vocabulary: how a value,
+The validators of `builder/planning/matrix.py` and `builder/planning/recipes.py` share this vocabulary: how a value,
 its type and a key path are shown, and the checks every table needs (a table, its keys with a
 did-you-mean, a string matching a pattern). Each subclass names its error class and adds its own checks.
 """

@@ -6,10 +6,10 @@ env. Each build gets its own fresh tree; the cache only ever holds the archive, 
 reach it. A patch that no longer applies raises :class:`~builder.errors.PatchError` naming the
 recipe line, the patch, the edit and the file: that build fails, nothing is skipped silently.
 
-``explain()`` says, without touching the network or the disk, which patches apply to a cell
-and why (``python -m builder recipe explain``; the plan's ``--explain`` shows the same lines).
+What a recipe says for a cell (which patches apply and why, the env, the inputs hash) is the
+plan's, in builder.planning.recipes: ``python -m builder recipe explain`` prints its ``explain()``.
 
-Fetching (builder.sourcing.sources), recipes (builder.sourcing.recipes) and relabelling (builder.verifying.wheels) stay
+Fetching (builder.sourcing.sources), recipes (builder.planning.recipes) and relabelling (builder.verifying.wheels) stay
 separate: this module only joins the first two for one build.
 """
 
@@ -25,103 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.errors import PatchError, RecipeError, UsageError
-from builder.planning.matrix import ARCH_RE
-from builder.sourcing.recipes import PLACEHOLDER_RE, CellFacts, Patch, Recipe, recipe_for
+from builder.planning.recipes import (
+    CellFacts,
+    Patch,
+    Recipe,
+    decide,
+    explain,
+    inputs,
+    placeholder_values,
+    recipe_for,
+    render,
+    supported,
+)
 from builder.sourcing.sources import SourceCache
-
-# ---------------------------------------------------------------------------
-# Placeholders: the cell's facts, in the forms setup.py files want them.
-
-
-def _cuda_sm(arch: str) -> tuple[str, str]:
-    """sm_90a -> ("90a", "9.0a"): the compute/sm suffix and the TORCH_CUDA_ARCH_LIST form."""
-    m = re.fullmatch(r"sm_(\d+)(\d)([af]?)", arch)
-    if not m:
-        raise RecipeError(f"{arch!r} is not a CUDA arch such as sm_80")
-    return f"{m.group(1)}{m.group(2)}{m.group(3)}", f"{m.group(1)}.{m.group(2)}{m.group(3)}"
-
-
-def placeholder_values(facts: CellFacts) -> dict[str, str]:
-    """``${name}`` -> text for this cell. Arch-list placeholders exist only for cells of their kind."""
-    for arch in facts.archs:
-        prefix = {"cuda": "sm_", "rocm": "gfx"}.get(facts.kind)
-        if not ARCH_RE.fullmatch(arch) or prefix is None or not arch.startswith(prefix):
-            raise RecipeError(f"{facts.describe()}: {arch!r} is not a {facts.kind} architecture")
-    values = {
-        "label": facts.label,
-        "cxx11abi": "TRUE" if facts.cxx11abi else "FALSE",
-        "torch": facts.torch,
-        "toolkit": facts.toolkit or "",
-    }
-    if facts.kind in ("cuda", "rocm") and not facts.archs:
-        raise RecipeError(f"{facts.describe()}: a {facts.kind} build needs its architectures (none given)")
-    if facts.kind == "cuda":
-        sms = [_cuda_sm(a) for a in facts.archs]
-        values["gencode"] = json.dumps([f for sm, _ in sms for f in ("-gencode", f"arch=compute_{sm},code=sm_{sm}")])
-        values["cuda_arch_list"] = ";".join(dotted for _, dotted in sms)
-    elif facts.kind == "rocm":
-        values["offload_arch"] = json.dumps([f"--offload-arch={a}" for a in facts.archs])
-    return values
-
-
-def render(template: str, values: dict[str, str]) -> str:
-    def one(m: re.Match) -> str:
-        if m.group(1) not in values:  # the loader only lets kind-specific ones into patches of that kind
-            raise RecipeError(f"${{{m.group(1)}}} has no value for this cell")
-        return values[m.group(1)]
-
-    return PLACEHOLDER_RE.sub(one, template)
-
-
-# ---------------------------------------------------------------------------
-# Which patches apply, and why.
-
-
-@dataclass(frozen=True)
-class Decision:
-    patch: Patch
-    applies: bool
-    reasons: tuple[str, ...]
-
-
-def decide(recipe: Recipe, facts: CellFacts) -> list[Decision]:
-    out = []
-    for patch in recipe.patches:
-        ok, reasons = patch.when.check(facts)
-        out.append(Decision(patch, ok, tuple(reasons)))
-    return out
-
-
-def supported(recipe: Recipe, facts: CellFacts) -> tuple[bool, str]:
-    """(can the recipe build this cell at all, why not): the plan drops a cell that fails it."""
-    ok, reasons = recipe.requires.check(facts)
-    if ok:
-        return True, ""
-    why = f" ({recipe.requires_why})" if recipe.requires_why else ""
-    return False, f"{recipe.name} {recipe.source.version} cannot be built for it: {'; '.join(reasons)}{why}"
-
-
-def explain(recipe: Recipe, facts: CellFacts) -> list[str]:
-    """Human lines: the source, the cell, each patch with applies/skipped and the reason, the env."""
-    lines = [f"{recipe.name}: {recipe.source.describe()} ({recipe.path.name})", f"  cell: {facts.describe()}"]
-    ok, why = supported(recipe, facts)
-    if not ok:
-        return [*lines, f"  refused: {why}"]
-    for d in decide(recipe, facts):
-        edits = f"{len(d.patch.edits)} edit{'s' if len(d.patch.edits) != 1 else ''}"
-        verdict = "applies" if d.applies else "skipped"
-        lines.append(f"  patch {d.patch.name} ({d.patch.file}, {edits}): {verdict}: {'; '.join(d.reasons)}")
-    env = build_env_vars(recipe, facts)
-    lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
-    if recipe.unset:
-        lines.append("  unset: " + " ".join(recipe.unset))
-    return lines
-
-
-def build_env_vars(recipe: Recipe, facts: CellFacts) -> dict[str, str]:
-    values = placeholder_values(facts)
-    return {k: render(v, values) for k, v in recipe.env.items()}
-
 
 # ---------------------------------------------------------------------------
 # Applying.
@@ -197,17 +113,6 @@ def prepare(recipe: Recipe, facts: CellFacts, workdir: Path, cache: SourceCache 
     return Prepared(tree, env, recipe.unset, tuple(applied), tuple(skipped), inputs(recipe, facts))
 
 
-def inputs(recipe: Recipe, facts: CellFacts) -> dict:
-    """What a build's inputs hash must cover, known without fetching: the plan can hash it."""
-    return {
-        "source": recipe.source.identity,
-        "recipe_sha256": recipe.digest,
-        "patches": [d.patch.name for d in decide(recipe, facts) if d.applies],
-        "env": build_env_vars(recipe, facts),
-        "unset": list(recipe.unset),
-    }
-
-
 # ---------------------------------------------------------------------------
 # python -m builder recipe {explain,prepare,fetch}
 
@@ -256,7 +161,7 @@ def add_command(subparsers) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from builder.sourcing.recipes import RECIPES_DIR
+    from builder.planning.recipes import RECIPES_DIR
 
     recipe = recipe_for(args.project, args.recipes or RECIPES_DIR)
     if args.recipe_command == "fetch":

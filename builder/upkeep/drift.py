@@ -342,8 +342,8 @@ def write_python_axis(path: Path, drifts: list[Drift]) -> None:
 
 def check_patches(recipe, tree: Path) -> str | None:
     """None when every patch of the recipe applies to a fresh copy of ``tree``; else the PatchError's text."""
-    from builder.sourcing.prepare import apply_patch, placeholder_values
-    from builder.sourcing.recipes import CellFacts
+    from builder.planning.recipes import CellFacts, placeholder_values
+    from builder.sourcing.prepare import apply_patch
 
     values = {}
     for facts in (CellFacts("2.14.1", "cuda", "13.0", True, ("sm_80",), "cu13"),
@@ -364,7 +364,8 @@ def write_recipe(index: Index, recipe, drift: Drift, cache_root: Path | None, ou
     """Move the recipe's pin (to ``out``, a staged copy, when given) once the new sdist's patches apply."""
     import tomlkit
 
-    from builder.sourcing.sources import Fetcher, SdistPin, SourceCache
+    from builder.facts.spec import SdistPin
+    from builder.sourcing.sources import Fetcher, SourceCache
 
     if not drift.detail.get("sha256"):
         drift.status = "not written: the index lists no sha256"
@@ -438,7 +439,7 @@ def prove(staged: Staged, torch_data: Path, matrix: Path, recipes: dict) -> None
     from builder.facts import compat as compat_mod
     from builder.planning.matrix import load_matrix
     from builder.planning.plan import load_plan
-    from builder.sourcing.recipes import load_recipe
+    from builder.planning.recipes import load_recipe
 
     step = "loading the new data"
     try:
@@ -500,7 +501,7 @@ def _read_toml(path: Path) -> dict:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from builder.sourcing.recipes import load_recipes
+    from builder.planning.recipes import load_recipes
 
     cache_root = args.cache or hostenv.CACHE_ROOT
     index = Index(args.index, cache=cache_root / "metadata")

@@ -41,8 +41,7 @@ def _patch_sha256(patch) -> str:
 def record(spec, *, epoch: int, image=None, commit: str | None = None, recipe=None) -> dict:
     """The provenance of SPEC's wheel. IMAGE: its ImageSpec; RECIPE: its Recipe (a recipe build)."""
     if spec.from_recipe and recipe is not None:
-        from builder.sourcing.prepare import decide
-        from builder.sourcing.recipes import CellFacts
+        from builder.planning.recipes import CellFacts, decide
 
         pin = recipe.source
         source = {"kind": "sdist", "name": pin.project, "version": pin.version, "sha256": pin.sha256}

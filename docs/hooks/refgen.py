@@ -518,7 +518,7 @@ def recipes_markdown() -> str:
 
 
 def placeholders_markdown() -> str:
-    from builder.sourcing.recipes import PLACEHOLDERS
+    from builder.planning.recipes import PLACEHOLDERS
 
     lines = ["| placeholder | what it becomes |", "|---|---|"]
     lines += [f"| `${{{name}}}` | {_cell(text)} |" for name, text in PLACEHOLDERS.items()]
@@ -526,7 +526,7 @@ def placeholders_markdown() -> str:
 
 
 def denied_env_markdown() -> str:
-    from builder.sourcing import recipes
+    from builder.planning import recipes
 
     names = ", ".join(f"`{n}`" for n in sorted(getattr(recipes, "DENIED_ENV", ())))
     prefixes = ", ".join(f"`{p}*`" for p in getattr(recipes, "DENIED_ENV_PREFIXES", ()))

@@ -68,7 +68,7 @@ def _parse_filename(name: str):
 @functools.cache
 def projects() -> tuple[str, ...]:
     """The projects the farm builds, so the ones an index takes: this repository's, then one per recipe."""
-    from builder.sourcing.recipes import RECIPES_DIR  # (only for a wheel that is not mamba-ssm)
+    from builder.planning.recipes import RECIPES_DIR  # (only for a wheel that is not mamba-ssm)
 
     return (PROJECT, *sorted({canonicalize_name(p.stem) for p in RECIPES_DIR.glob("*.toml")} - {PROJECT}))
 

@@ -24,13 +24,19 @@ every Python of one (torch, toolkit, ABI, archs), so that the kernels compile on
 Placeholders ``${name}`` (in ``[build] env`` values and in edits' ``replace``) take the cell's
 facts; the list is :data:`PLACEHOLDERS`. Every invalid input raises
 :class:`~builder.errors.RecipeError` naming ``file:line: key:``, as matrix.toml's errors do.
+
+A recipe is the plan's input, as matrix.toml is: this module also says what a recipe does for one cell
+(``supported``, ``decide``, ``explain``, ``inputs``), without the network or the disk, so the plan owns
+it; builder.sourcing.prepare fetches, unpacks and patches.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import re
+import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +47,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import RecipeError
-from builder.planning.matrix import DIST_RE, RELPATH_RE
+from builder.facts.spec import SdistPin
+from builder.planning.matrix import ARCH_RE, DIST_RE, RELPATH_RE
 from builder.planning.tomlcheck import TomlChecker, read_toml, show, type_name
 from builder.planning.tomllines import TomlLines
-from builder.sourcing.sources import SdistPin
 from mamba_ssm._untrusted import SHA256_RE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -466,3 +472,111 @@ def recipe_for(name: str, folder: Path = RECIPES_DIR) -> Recipe:
         raise RecipeError(f"no recipe for {show(name)}{mean} (recipes: {', '.join(known) or 'none'})",
                           hint=f"add {path}")  # fmt: skip
     return load_recipe(path)
+
+
+# ---------------------------------------------------------------------------
+# What a recipe says for one cell, known without fetching or unpacking anything: the plan reads it (which
+# cells a recipe serves, its builds' inputs hash, --explain), builder.sourcing.prepare applies it.
+#
+# Placeholders: the cell's facts, in the forms setup.py files want them.
+
+
+def _cuda_sm(arch: str) -> tuple[str, str]:
+    """sm_90a -> ("90a", "9.0a"): the compute/sm suffix and the TORCH_CUDA_ARCH_LIST form."""
+    m = re.fullmatch(r"sm_(\d+)(\d)([af]?)", arch)
+    if not m:
+        raise RecipeError(f"{arch!r} is not a CUDA arch such as sm_80")
+    return f"{m.group(1)}{m.group(2)}{m.group(3)}", f"{m.group(1)}.{m.group(2)}{m.group(3)}"
+
+
+def placeholder_values(facts: CellFacts) -> dict[str, str]:
+    """``${name}`` -> text for this cell. Arch-list placeholders exist only for cells of their kind."""
+    for arch in facts.archs:
+        prefix = {"cuda": "sm_", "rocm": "gfx"}.get(facts.kind)
+        if not ARCH_RE.fullmatch(arch) or prefix is None or not arch.startswith(prefix):
+            raise RecipeError(f"{facts.describe()}: {arch!r} is not a {facts.kind} architecture")
+    values = {
+        "label": facts.label,
+        "cxx11abi": "TRUE" if facts.cxx11abi else "FALSE",
+        "torch": facts.torch,
+        "toolkit": facts.toolkit or "",
+    }
+    if facts.kind in ("cuda", "rocm") and not facts.archs:
+        raise RecipeError(f"{facts.describe()}: a {facts.kind} build needs its architectures (none given)")
+    if facts.kind == "cuda":
+        sms = [_cuda_sm(a) for a in facts.archs]
+        values["gencode"] = json.dumps([f for sm, _ in sms for f in ("-gencode", f"arch=compute_{sm},code=sm_{sm}")])
+        values["cuda_arch_list"] = ";".join(dotted for _, dotted in sms)
+    elif facts.kind == "rocm":
+        values["offload_arch"] = json.dumps([f"--offload-arch={a}" for a in facts.archs])
+    return values
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    def one(m: re.Match) -> str:
+        if m.group(1) not in values:  # the loader only lets kind-specific ones into patches of that kind
+            raise RecipeError(f"${{{m.group(1)}}} has no value for this cell")
+        return values[m.group(1)]
+
+    return PLACEHOLDER_RE.sub(one, template)
+
+
+# ---------------------------------------------------------------------------
+# Which patches apply, and why.
+
+
+@dataclass(frozen=True)
+class Decision:
+    patch: Patch
+    applies: bool
+    reasons: tuple[str, ...]
+
+
+def decide(recipe: Recipe, facts: CellFacts) -> list[Decision]:
+    out = []
+    for patch in recipe.patches:
+        ok, reasons = patch.when.check(facts)
+        out.append(Decision(patch, ok, tuple(reasons)))
+    return out
+
+
+def supported(recipe: Recipe, facts: CellFacts) -> tuple[bool, str]:
+    """(can the recipe build this cell at all, why not): the plan drops a cell that fails it."""
+    ok, reasons = recipe.requires.check(facts)
+    if ok:
+        return True, ""
+    why = f" ({recipe.requires_why})" if recipe.requires_why else ""
+    return False, f"{recipe.name} {recipe.source.version} cannot be built for it: {'; '.join(reasons)}{why}"
+
+
+def explain(recipe: Recipe, facts: CellFacts) -> list[str]:
+    """Human lines: the source, the cell, each patch with applies/skipped and the reason, the env."""
+    lines = [f"{recipe.name}: {recipe.source.describe()} ({recipe.path.name})", f"  cell: {facts.describe()}"]
+    ok, why = supported(recipe, facts)
+    if not ok:
+        return [*lines, f"  refused: {why}"]
+    for d in decide(recipe, facts):
+        edits = f"{len(d.patch.edits)} edit{'s' if len(d.patch.edits) != 1 else ''}"
+        verdict = "applies" if d.applies else "skipped"
+        lines.append(f"  patch {d.patch.name} ({d.patch.file}, {edits}): {verdict}: {'; '.join(d.reasons)}")
+    env = build_env_vars(recipe, facts)
+    lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
+    if recipe.unset:
+        lines.append("  unset: " + " ".join(recipe.unset))
+    return lines
+
+
+def build_env_vars(recipe: Recipe, facts: CellFacts) -> dict[str, str]:
+    values = placeholder_values(facts)
+    return {k: render(v, values) for k, v in recipe.env.items()}
+
+
+def inputs(recipe: Recipe, facts: CellFacts) -> dict:
+    """What a build's inputs hash must cover, known without fetching: the plan can hash it."""
+    return {
+        "source": recipe.source.identity,
+        "recipe_sha256": recipe.digest,
+        "patches": [d.patch.name for d in decide(recipe, facts) if d.applies],
+        "env": build_env_vars(recipe, facts),
+        "unset": list(recipe.unset),
+    }
