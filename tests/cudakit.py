@@ -223,14 +223,14 @@ def newest_torch(python: str = "3.11") -> str:
 
 
 def canary_venv(version: str) -> Path:
-    """The farm's own smoke-test torch venv for cp311 and torch==VERSION (builder/verifying/wheels.py's, under
-    <farm cache>/smoke/, so builds and the canary share it and builder/building/cache.py's budget covers it): made
+    """The farm's own smoke-test torch venv for cp311 and torch==VERSION (builder/building/cache.py's, under
+    <farm cache>/smoke/, so builds and the canary share it and the cache's budget covers it): made
     once, with whatever build the host's indexes give (the CPU one where the PyTorch CPU index is
     configured, as in CI; PyPI's CUDA build elsewhere, 5.4 GB for 2.15.0, most of it hard-linked to the
     other torch venvs' identical files). The host's torch cap (a pip constraint) is lifted for this one
     install: the canary exists to run torch releases newer than the ones the farm pins."""
+    from builder.building import cache
     from builder.facts import hostenv
-    from builder.verifying import wheels
 
     smoke = hostenv.CACHE_ROOT / "smoke" / f"cp311-torch{version}"
     smoke.mkdir(parents=True, exist_ok=True)
@@ -240,7 +240,7 @@ def canary_venv(version: str) -> Path:
     with FileLock(str(smoke) + ".lock"):  # the lock builder/building/build.py's smoke test takes
         os.environ["PIP_CONSTRAINT"] = str(empty)
         try:
-            return wheels._torch_base(python311(), f"torch=={version}", smoke / "torch-envs")
+            return cache.torch_venv(python311(), f"torch=={version}", smoke / "torch-envs")
         finally:
             if old is None:
                 os.environ.pop("PIP_CONSTRAINT", None)

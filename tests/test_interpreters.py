@@ -27,8 +27,8 @@ import pytest
 from indexkit import serve
 
 from builder.building import interpreters
-from builder.building.images import host_machine
 from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeArchiveError
+from builder.facts.hostenv import host_machine
 from builder.facts.spec import FilePin
 
 REPO = Path(__file__).resolve().parent.parent

@@ -189,8 +189,8 @@ def test_one_index_serves_each_machine_its_own_wheel(tmp_path):
 def test_emulation_is_refused_with_the_reason(tmp_path):
     """What binfmt_misc says, in the words the farm refuses a linux_aarch64 build with."""
     from builder.building import emulation
-    from builder.building.images import host_machine
     from builder.errors import EngineUnavailable
+    from builder.facts.hostenv import host_machine
 
     if host_machine() != "x86_64":
         pytest.skip("the emulation rules are for an x86_64 host")
@@ -218,7 +218,7 @@ def test_emulation_is_refused_with_the_reason(tmp_path):
 
 
 def test_the_host_executor_refuses_another_machine_without_a_traceback(tmp_path):
-    from builder.building.images import host_machine
+    from builder.facts.hostenv import host_machine
 
     if host_machine() != "x86_64":
         pytest.skip("needs an x86_64 host")

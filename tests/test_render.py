@@ -13,9 +13,10 @@ import pytest
 
 from builder.building import interpreters
 from builder.building.base_image import local_name
-from builder.building.images import DEBIAN_ARCH, host_machine, machine_of
+from builder.building.images import DEBIAN_ARCH, machine_of
 from builder.building.render import DOCKER_DIR, environment, fallback_suite, load_packages, os_table, render
 from builder.errors import InterpreterUnavailable, UsageError
+from builder.facts.hostenv import host_machine
 from builder.facts.spec import ImageSpec
 from builder.planning.plan import load_plan
 

@@ -234,10 +234,9 @@ def test_stable_wheel_runs_under_python_314_with_a_torch_that_ships_it(wheel_tes
     (cp314, torch 2.14.1), whose large files builder/building/cache.py hard-links to the other torch venvs'."""
     from filelock import FileLock
 
-    from builder.building import interpreters
+    from builder.building import cache, interpreters
     from builder.errors import InterpreterUnavailable
     from builder.facts import hostenv
-    from builder.verifying import wheels
 
     try:
         prefix = interpreters.python_prefix("3.14")
@@ -246,7 +245,7 @@ def test_stable_wheel_runs_under_python_314_with_a_torch_that_ships_it(wheel_tes
     smoke = hostenv.CACHE_ROOT / "smoke" / "cp314-torch2.14.1"
     smoke.mkdir(parents=True, exist_ok=True)
     with FileLock(str(smoke) + ".lock"):  # the lock builder/building/build.py's smoke test takes
-        venv = wheels._torch_base(str(prefix / "bin" / "python3"), "torch==2.14.1", smoke / "torch-envs")
+        venv = cache.torch_venv(str(prefix / "bin" / "python3"), "torch==2.14.1", smoke / "torch-envs")
     res = _run_check(str(venv / "bin" / "python"), wheel_test_torch, tmp_path)
     _assert_correct(res, "2.14.1", tmp_path / "site")
     assert wheel_test_torch.name.endswith("-cp310-abi3-linux_x86_64.whl")

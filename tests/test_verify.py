@@ -186,7 +186,7 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
 
 
 def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_path: Path) -> None:
-    from builder.building.images import host_machine
+    from builder.facts.hostenv import host_machine
     from builder.planning.plan import load_plan
 
     here = f"linux_{host_machine()}"

@@ -309,6 +309,7 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
 
     import torch
 
+    from builder.building import cache
     from builder.verifying.wheels import smoke_test
     from mamba_ssm import _variant
 
@@ -348,10 +349,12 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
     from mamba_ssm import __version__
 
     assert final.name.startswith(f"mamba_ssm-{__version__}+{v.label}-{v.python}-{v.python}-manylinux_")
+    torch_venv = cache.torch_venv(sys._base_executable, f"torch=={spec.torch_version}", tmp_path / "smoke" / "torch-envs")
     line = smoke_test(
         final,
         spec,
         python=sys._base_executable,
+        torch_venv=torch_venv,
         torch_requirement=f"torch=={spec.torch_version}",
         workdir=tmp_path / "smoke",
     )
@@ -363,6 +366,7 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
             broken,
             spec,
             python=sys._base_executable,
+            torch_venv=torch_venv,
             torch_requirement=f"torch=={spec.torch_version}",
             workdir=tmp_path / "smoke",
         )

@@ -26,7 +26,6 @@ from builder.building.images import (
     DEFAULT_SUITE,
     SUITES,
     docker_platform,
-    host_machine,
     is_local_base,
     local_machine,
     local_name,
@@ -35,7 +34,7 @@ from builder.building.images import (
     suite_for,
 )
 from builder.errors import EngineUnavailable, UsageError
-from builder.facts.hostenv import find_ca_bundle
+from builder.facts.hostenv import find_ca_bundle, host_machine
 
 MIRROR = "http://deb.debian.org/debian"
 

@@ -207,8 +207,8 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
     The tree is ``<run dir>/<id>/source/src``: the pinned sdist, hash-checked, unpacked and patched
     (builder/sourcing/prepare.py); the executor builds it as it builds the checkout, with the spec's env.
     """
-    from builder.sourcing.prepare import prepare
     from builder.planning.recipes import CellFacts
+    from builder.sourcing.prepare import prepare
 
     trees: dict[str, Path] = {}
     refused: dict[str, tuple[schedule.Outcome, FarmError]] = {}
@@ -275,7 +275,8 @@ def _verify_and_publish(
     Another machine's wheel (linux_aarch64 on x86_64) is smoke-tested in its own image under emulation
     (EMULATED_SMOKE: the Docker executor's ``smoke``); without one it cannot be, and is refused.
     """
-    from builder.building.images import host_machine, machine_of
+    from builder.building.images import machine_of
+    from builder.facts.hostenv import host_machine
     from builder.verifying import wheels
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -301,6 +302,7 @@ def _verify_and_publish(
     elif smoke:
         from filelock import FileLock
 
+        from builder.building import cache
         from builder.building.interpreters import python_prefix
         from builder.facts.hostenv import CACHE_ROOT
 
@@ -308,10 +310,11 @@ def _verify_and_publish(
         # torch for the smoke test is installed once per (Python, torch) and kept across runs.
         smoke_dir = CACHE_ROOT / "smoke" / f"{spec.python_tag}-torch{spec.torch_version}"
         smoke_dir.mkdir(parents=True, exist_ok=True)
+        python3, torch_requirement = str(python / "bin" / "python3"), f"torch=={spec.torch_version}"
         with FileLock(str(smoke_dir) + ".lock"):
             wheels.smoke_test(
-                good, spec, python=str(python / "bin" / "python3"),
-                torch_requirement=f"torch=={spec.torch_version}", workdir=smoke_dir,
+                good, spec, python=python3, torch_requirement=torch_requirement, workdir=smoke_dir,
+                torch_venv=cache.torch_venv(python3, torch_requirement, smoke_dir / "torch-envs"),
                 imports=recipe.imports if recipe else (), commands=recipe.commands if recipe else (),
             )
     # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.

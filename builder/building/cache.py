@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import hashlib
 import os
 import re
+import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -32,7 +35,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from builder.errors import UsageError
+from builder.errors import UsageError, VerificationError
 from builder.facts import hostenv
 from mamba_ssm._untrusted import Untrusted, read_regular, remove_tree, shown
 
@@ -246,6 +249,34 @@ def after_create(venv: Path, root: Path | None = None, log=print) -> None:
         log(f"cache: {venv.name} shares {human(saved)} with the other torch venvs (hard links)")
     touch(venv)
     evict(budget(), keep={venv}, root=root, log=log)
+
+
+def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
+    """A venv holding only ``torch_requirement`` (from wherever pip is configured to find it), made once under
+    ROOT and touched on each use; a new one shares its files with the others and the budget is kept (the
+    venv a smoke test installs its wheel beside: builder.verifying.wheels.smoke_test)."""
+    from builder.verifying.wheels import run_step  # here: `builder cache` alone never loads the verifier
+
+    ver = subprocess.run(
+        [python, "-c", "import sys; print(sys.version.split()[0])"], check=False, capture_output=True, text=True
+    )
+    if ver.returncode:
+        raise VerificationError(f"smoke test: cannot run --python {python}: {ver.stderr.strip()[-200:]}")
+    base = root / f"py{ver.stdout.strip()}-{hashlib.sha256(torch_requirement.encode()).hexdigest()[:10]}"
+    if (base / ".complete").exists():
+        touch(base)
+        return base
+    tmp = root / f".{base.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    run_step([python, "-m", "venv", str(tmp)], "create the torch venv")
+    run_step([str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", torch_requirement], f"install {torch_requirement}")
+    shutil.rmtree(base, ignore_errors=True)
+    os.rename(tmp, base)  # only `bin/python -m ...` is used: that survives the move (console scripts would not)
+    (base / ".complete").write_text(torch_requirement + "\n")
+    # share its files with the other torch venvs there, then fit the cache budget (after_create)
+    after_create(base, root=root.parent.parent, log=lambda msg: print(msg, file=sys.stderr))
+    return base
 
 
 def preflight(needs: list[tuple[str, str, bool]], root: Path | None = None) -> str | None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.building.images import host_machine
 from builder.errors import EngineUnavailable
+from builder.facts.hostenv import host_machine
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 SETUP_HINT = "run scripts/bootstrap-host.sh as root (it installs qemu-user-static and registers it), or build on a native host"

@@ -15,6 +15,7 @@ import os
 import socket
 
 from builder.errors import EngineUnavailable
+from builder.facts.hostenv import host_machine
 from builder.facts.spec import ImageSpec
 
 REPO = "mamba-farm"
@@ -51,14 +52,6 @@ def owner() -> str:
 # Wheel platform machine -> Debian (and docker) architecture name.
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 MACHINE_OF = {v: k for k, v in DEBIAN_ARCH.items()}
-
-
-def host_machine() -> str:
-    """This host's machine as wheel platform tags spell it (x86_64, aarch64)."""
-    import platform
-
-    m = platform.machine().lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
 
 
 def machine_of(platform_tag: str) -> str:

@@ -122,7 +122,7 @@ def interpreter(version: str, machine: str) -> Interpreter:
 
 def python_prefix(version: str, machine: str | None = None, log=print) -> Path:
     """The prefix of CPython VERSION on this host: pyenv's, else the farm's own (provided now if need be)."""
-    from builder.building.images import host_machine
+    from builder.facts.hostenv import host_machine
 
     machine = machine or host_machine()
     if machine == host_machine():
@@ -182,7 +182,7 @@ def provide(interp: Interpreter, log=print) -> Interpreter:
 
 
 def _runs_here(interp: Interpreter) -> bool:
-    from builder.building.images import host_machine
+    from builder.facts.hostenv import host_machine
 
     return interp.machine == host_machine()
 

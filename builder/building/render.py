@@ -23,13 +23,12 @@ from builder.building.images import (
     LABEL,
     effective_toolkit_source,
     fallback_suite,
-    host_machine,
     image_tag,
     local_name,
     machine_of,
 )
 from builder.errors import InterpreterUnavailable, UsageError
-from builder.facts.hostenv import pyenv_pythons
+from builder.facts.hostenv import host_machine, pyenv_pythons
 from builder.facts.spec import ImageSpec, stable_hash
 
 REPO = Path(__file__).resolve().parents[2]

@@ -323,7 +323,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _one_per_kind(args: argparse.Namespace, scratch: Path) -> int:
     """The release's check: every picked wheel rebuilt and compared, each reported, then one verdict."""
-    from builder.building.images import host_machine
+    from builder.facts.hostenv import host_machine
 
     if not args.one_per_kind.is_dir():
         raise UsageError(f"--one-per-kind {shown(args.one_per_kind, 200)}: no such folder")

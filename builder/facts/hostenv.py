@@ -1,4 +1,4 @@
-"""What the build host offers to builds: its CA bundle, its pip settings, its Pythons.
+"""What the build host offers to builds: its CA bundle, its pip settings, its Pythons, its machine.
 
 Builds inherit these so they behave like a ``pip install`` typed on the host would,
 behind the same corporate proxy and with the same local wheelhouses.
@@ -169,3 +169,11 @@ def url_reachable(url: str, timeout: float = 8.0) -> bool:
         return True  # it answered
     except Exception:
         return False
+
+
+def host_machine() -> str:
+    """This host's machine as wheel platform tags spell it (x86_64, aarch64)."""
+    import platform
+
+    m = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)

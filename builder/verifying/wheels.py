@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import calendar
 import fnmatch
-import hashlib
 import os
 import re
 import shutil
@@ -39,9 +38,9 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from builder.building import cache
 from builder.errors import VerificationError
 from builder.facts import compat as compat_mod
+from builder.facts.hostenv import host_machine
 from builder.facts.spec import BuildSpec
 from builder.verifying import provenance as provenance_mod
 from builder.verifying import variants, wheelmeta
@@ -380,7 +379,7 @@ def repair(wheel: Path, spec: BuildSpec, workdir: Path, *, allow_newer_manylinux
     shutil.rmtree(out, ignore_errors=True)
     excludes = [a for pat in TORCH_PROVIDED for a in ("--exclude", pat)]
     target = spec.manylinux
-    if _elf.tag_machine(target) != _host_machine():
+    if _elf.tag_machine(target) != host_machine():
         return _repair_foreign(wheel, target, out, excludes, allow_newer_manylinux=allow_newer_manylinux)
     proc = _auditwheel("repair", "--plat", target, "--only-plat", *excludes, "-w", str(out), str(wheel))
     if proc.returncode:
@@ -408,12 +407,6 @@ def repair(wheel: Path, spec: BuildSpec, workdir: Path, *, allow_newer_manylinux
         raise VerificationError(f"{wheel.name}: auditwheel produced {len(repaired)} wheels in {out}")
     _check_not_bundled(repaired[0])
     return repaired[0], target
-
-
-def _host_machine() -> str:
-    from builder.building.images import host_machine
-
-    return host_machine()
 
 
 def _repair_foreign(wheel: Path, target: str, out: Path, excludes: list[str], *, allow_newer_manylinux: bool):
@@ -578,7 +571,7 @@ SMOKE_SCRIPT = _SMOKE  # what an emulated smoke test (builder/building/executors
 
 
 def smoke_test(
-    wheel: Path, spec: BuildSpec, *, python: str, torch_requirement: str, workdir: Path,
+    wheel: Path, spec: BuildSpec, *, python: str, torch_venv: Path, torch_requirement: str, workdir: Path,
     imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (),
 ) -> str:
     """Install ``wheel`` into a clean venv made by ``python`` next to ``torch_requirement``; import it,
@@ -588,25 +581,26 @@ def smoke_test(
     triton, transformers...) and proven by the recipe's own ``imports`` and ``commands`` instead, run
     from ``/`` (``python`` in a command is the smoke venv's).
 
-    torch is installed once per (python, requirement) into a base venv under ``workdir``; each smoke
-    test gets a fresh venv that sees the base's site-packages through a .pth file, so the wheel is
-    installed alone into an otherwise empty environment without reinstalling torch (minutes) each time.
+    ``torch_venv`` holds only ``torch_requirement``, made once and kept by the caller (the build: the farm
+    cache's, builder.building.cache.torch_venv); each smoke test gets a fresh venv that sees its
+    site-packages through a .pth file, so the wheel is installed alone into an otherwise empty environment
+    without reinstalling torch (minutes) each time.
     """
     workdir = Path(workdir)
-    base = _torch_base(python, torch_requirement, workdir / "torch-envs")
+    base = Path(torch_venv)
     venv = workdir / f"smoke-{spec.id}"
     shutil.rmtree(venv, ignore_errors=True)
-    _run([python, "-m", "venv", "--without-pip", str(venv)], "create the smoke-test venv")
+    run_step([python, "-m", "venv", "--without-pip", str(venv)], "create the smoke-test venv")
     vpy = str(venv / "bin" / "python")
     (Path(_site_packages(vpy)) / "_torch_base.pth").write_text(_site_packages(str(base / "bin" / "python")) + "\n")
     bpip = [str(base / "bin" / "python"), "-m", "pip", "--python", vpy]
-    _run([*bpip, "install", "-q", "--no-deps", str(wheel)], f"install {wheel.name}")
+    run_step([*bpip, "install", "-q", "--no-deps", str(wheel)], f"install {wheel.name}")
     if spec.from_recipe:
         line = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands)
         shutil.rmtree(venv, ignore_errors=True)
         return line
     # the wheel's own torch pin must accept the torch it is tested with
-    _run([*bpip, "check"], f"pip check (the wheel's Requires-Dist against {torch_requirement})")
+    run_step([*bpip, "check"], f"pip check (the wheel's Requires-Dist against {torch_requirement})")
     proc = subprocess.run(
         [vpy, "-c", _SMOKE], check=False, capture_output=True, text=True, cwd=workdir, env=_clean_env()
     )
@@ -641,37 +635,14 @@ def _site_packages(python: str) -> str:
     return out.stdout.strip()
 
 
-def _torch_base(python: str, torch_requirement: str, root: Path) -> Path:
-    """A venv holding only ``torch_requirement`` (from wherever pip is configured to find it), made once."""
-    ver = subprocess.run(
-        [python, "-c", "import sys; print(sys.version.split()[0])"], check=False, capture_output=True, text=True
-    )
-    if ver.returncode:
-        raise VerificationError(f"smoke test: cannot run --python {python}: {ver.stderr.strip()[-200:]}")
-    base = root / f"py{ver.stdout.strip()}-{hashlib.sha256(torch_requirement.encode()).hexdigest()[:10]}"
-    if (base / ".complete").exists():
-        cache.touch(base)
-        return base
-    tmp = root / f".{base.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
-    _run([python, "-m", "venv", str(tmp)], "create the torch venv")
-    _run([str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", torch_requirement], f"install {torch_requirement}")
-    shutil.rmtree(base, ignore_errors=True)
-    os.rename(tmp, base)  # only `bin/python -m ...` is used: that survives the move (console scripts would not)
-    (base / ".complete").write_text(torch_requirement + "\n")
-    # share its files with the other torch venvs there, then fit the cache budget (builder/building/cache.py)
-    cache.after_create(base, root=root.parent.parent, log=lambda msg: print(msg, file=sys.stderr))
-    return base
-
-
 def _clean_env() -> dict:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)  # the venv must see only what was installed into it
     return env
 
 
-def _run(cmd: list[str], what: str) -> None:
+def run_step(cmd: list[str], what: str) -> None:
+    """One step of a smoke test, in a clean environment; a failure is a VerificationError naming WHAT."""
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_clean_env())
     if proc.returncode:
         tail = (proc.stdout + proc.stderr).strip()[-800:]

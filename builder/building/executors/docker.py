@@ -41,14 +41,13 @@ from builder.building.images import (
     check_substitute,
     docker_platform,
     fallback_suite,
-    host_machine,
     is_local_base,
     machine_of,
     owner,
 )
 from builder.building.render import render
 from builder.errors import FarmError, InfrastructureError
-from builder.facts.hostenv import CACHE_ROOT, host_pip_settings
+from builder.facts.hostenv import CACHE_ROOT, host_machine, host_pip_settings
 from builder.sourcing.reproducible import tree_epoch
 
 PIP_CACHE_VOLUME = "mamba-farm-pip-cache"

@@ -56,7 +56,8 @@ class HostExecutor:
         return True  # the host's glibc, not a manylinux base: the wheel takes the policy it reaches
 
     def prepare(self, images: dict, specs: list) -> None:
-        from builder.building.images import host_machine, machine_of
+        from builder.building.images import machine_of
+        from builder.facts.hostenv import host_machine
 
         for spec in specs:
             if machine_of(spec.platform) != host_machine():
