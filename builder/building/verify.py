@@ -232,7 +232,7 @@ def _profile_of(spec_id: str, matrix: Path | None, profile: str | None, projects
 
 
 def _rebuild(args: argparse.Namespace, spec_id: str, profile: str, dist: Path, projects=None) -> Path:
-    from builder.cli import build_parser
+    from builder.building import build
 
     argv = ["build", "--only", spec_id, "--dist", str(dist), "--no-smoke", "--executor", args.executor]
     argv += ["--profile", profile] if profile else []
@@ -241,7 +241,9 @@ def _rebuild(args: argparse.Namespace, spec_id: str, profile: str, dist: Path, p
     argv += ["--source", str(args.source)] if args.source else []
     for wh in args.wheelhouse or []:
         argv += ["--wheelhouse", str(wh)]
-    build_args = build_parser(argv).parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m builder")  # the CLI's parser, with only `build` in it
+    build.add_command(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
+    build_args = parser.parse_args(argv)
     try:
         build_args.func(build_args)
     except FarmError as err:

@@ -24,6 +24,12 @@ def stable_hash(obj: object, length: int = 12) -> str:
     return hashlib.sha256(blob).hexdigest()[:length]
 
 
+def sha256_of(path) -> str:
+    """A file's sha256 (the index's store and the variant files it makes are recorded by it)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 @dataclass(frozen=True)
 class ImageSpec:
     id: str  # e.g. "cuda13.0-x86_64-<hash>": names the toolchain, hash of everything in it

@@ -45,6 +45,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from builder.errors import VerificationError
+from builder.facts.spec import sha256_of
 from builder.verifying.relabel import read_members, write_wheel
 from mamba_ssm import _elf, _variant
 from mamba_ssm._untrusted import Untrusted
@@ -347,8 +348,6 @@ def variant_url(index, fn: str, name: str) -> str:
 def _made(src: Path, store: Path, form: Form | None, source_sha: str, before: dict, files: dict) -> str:
     """The variant (or plain, ``form`` None) file of store file ``src`` in ``store``, with its PEP 658
     ``.metadata`` beside it, made unless an earlier run made both from the same bytes; its name."""
-    from builder.publishing.index.store import sha256_of
-
     name = _target_name(src.name, form)
     old = before.get(name)
     path = store / name
@@ -386,8 +385,6 @@ def _still_made_from(path: Path, form: Form | None, old: dict) -> bool:
     (a variant file) the variant its own variant.json declares is the one -variants.json is written from. The
     manifest and the store are files on disk, not proof: a file that says sm_120 while -variants.json, made
     from the source wheel's extension, says sm_90 is made again, never republished."""
-    from builder.publishing.index.store import sha256_of
-
     if sha256_of(str(path)) != old.get("sha256"):
         return False
     if form is None:

@@ -25,6 +25,7 @@ import orjson
 from filelock import FileLock, Timeout
 
 from builder.errors import IndexIntegrityError, UsageError
+from builder.facts.spec import sha256_of
 from builder.publishing.index import store
 from builder.publishing.index.model import SCHEMA, Entry, Index, entries_from_json
 from builder.publishing.index.pages import Pages
@@ -215,7 +216,7 @@ def _one_file_per_name(sources: list[tuple[str, str]]) -> list[tuple[str, str]]:
             out.append((name, path))
             continue
         other = first[name]
-        if os.path.getsize(other) != os.path.getsize(path) or store.sha256_of(other) != store.sha256_of(path):
+        if os.path.getsize(other) != os.path.getsize(path) or sha256_of(other) != sha256_of(path):
             raise UsageError(
                 f"two different files named {name} under --wheels: {other} and {path}",
                 hint="a filename is one set of bytes: remove one of them (nothing was changed)",
@@ -261,7 +262,7 @@ def _build_locked(
                 now = [st.st_size, st.st_mtime_ns, st.st_ino]
                 if now == known.source_stat:
                     continue
-                if st.st_size != known.size or store.sha256_of(src) != known.sha256:
+                if st.st_size != known.size or sha256_of(src) != known.sha256:
                     if name in replace_:
                         staged[name] = f".{name}.{uuid.uuid4().hex[:8]}.replacement"
                         new = store.ingest(src, name, store_fd, staged[name])

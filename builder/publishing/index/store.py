@@ -15,16 +15,12 @@ import stat
 from pathlib import Path
 
 from builder.errors import IndexIntegrityError, UsageError
+from builder.facts.spec import sha256_of
 from builder.publishing.index import reader
 from builder.publishing.index.model import Entry
 
 _WHOLE = 64 << 20  # wheels up to this size are read in one go (hash and zip from one buffer)
 _CHUNK = 1 << 20
-
-
-def sha256_of(path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def stat_key(st: os.stat_result) -> list[int]:
