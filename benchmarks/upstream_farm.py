@@ -38,8 +38,8 @@ from builder.building.engine import connect  # noqa: E402
 from builder.building.executors import KERNEL_CACHE_MOUNT, BuildOptions, kernel_cache_name, spec_env  # noqa: E402
 from builder.building.executors.docker import DockerExecutor  # noqa: E402
 from builder.planning.plan import load_plan  # noqa: E402
-from builder.sourcing.prepare import prepare  # noqa: E402
 from builder.planning.recipes import CellFacts, recipe_for  # noqa: E402
+from builder.sourcing.prepare import prepare  # noqa: E402
 
 PROFILES = {"3.11": "ci-upstream", "3.12": "ci-upstream-cp312"}
 CPU_LINE = re.compile(r"^== compile cpu: ([\d.]+) s", re.M)

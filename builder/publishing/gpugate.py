@@ -78,8 +78,8 @@ def _run(cmd: list[str], log, cwd: Path | str | None = None) -> subprocess.Compl
 
 def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python: str) -> Outcome:
     """Install wheel FN as its cell says (from BASE, the staged index) in a fresh venv and run its check."""
-    from builder.publishing.index.model import CHECKOUT, install_command
     from builder.planning.recipes import load_recipes
+    from builder.publishing.index.model import CHECKOUT, install_command
     from mamba_ssm._variant import Variant
 
     start = time.monotonic()
