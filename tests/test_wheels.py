@@ -349,7 +349,9 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
     from mamba_ssm import __version__
 
     assert final.name.startswith(f"mamba_ssm-{__version__}+{v.label}-{v.python}-{v.python}-manylinux_")
-    torch_venv = cache.torch_venv(sys._base_executable, f"torch=={spec.torch_version}", tmp_path / "smoke" / "torch-envs")
+    torch_venv = cache.torch_venv(
+        sys._base_executable, f"torch=={spec.torch_version}", tmp_path / "smoke" / "torch-envs"
+    )
     line = smoke_test(
         final,
         spec,

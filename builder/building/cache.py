@@ -270,7 +270,9 @@ def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
     run_step([python, "-m", "venv", str(tmp)], "create the torch venv")
-    run_step([str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", torch_requirement], f"install {torch_requirement}")
+    run_step(
+        [str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", torch_requirement], f"install {torch_requirement}"
+    )
     shutil.rmtree(base, ignore_errors=True)
     os.rename(tmp, base)  # only `bin/python -m ...` is used: that survives the move (console scripts would not)
     (base / ".complete").write_text(torch_requirement + "\n")
