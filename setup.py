@@ -10,7 +10,7 @@ new enough, CUDA toolkit matching torch, ROCm version, arch list); then the kern
 objects are compiled with a torch-independent command line
 (mamba_build/kernels.py), then the thin torch binding with torch's BuildExtension,
 and they are linked into mamba_ssm._C. Environment variables: see the README,
-"Installing from source". (Not the farm's builder.planning.plan.Plan, which plans many wheels.)
+"Installing from source". (Not the farm's builder.plan.Plan, which plans many wheels.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 compiled into it (the machine it runs on, the C++ ABI of the symbols it needs, CUDA fatbin and HIP
 offload-bundle targets).
 
-The one reader of these facts for the farm's verifier (``builder.verifying.wheels``, ``builder.building.hip``) and the doctor.
+The one reader of these facts for the farm's verifier (``builder.wheels``, ``builder.hip``) and the doctor.
 Standard library only, on purpose: the doctor runs in the broken environment it diagnoses, where pyelftools
 and cuobjdump are usually absent. It imports neither torch nor builder. Only 64-bit little-endian ELF is read
 (x86_64, aarch64, AMDGPU code objects).

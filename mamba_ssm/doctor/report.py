@@ -15,7 +15,7 @@ MARK = {"ok": "ok  ", "info": "info", "warn": "warn", "problem": "FAIL"}
 
 
 def _built_from(rec) -> str | None:
-    """The wheel's provenance record (builder/verifying/provenance.py) in one line; shown safely: it is the wheel's word."""
+    """The wheel's provenance record (builder/provenance.py) in one line; shown safely: it is the wheel's word."""
     if not isinstance(rec, dict):
         return None
     src = rec.get("source") if isinstance(rec.get("source"), dict) else {}
