@@ -1,1 +1,1 @@
-"""matrix.toml to builds: cells, the compat rules, the plan and its GitHub matrix."""
+"""matrix.toml and recipes/*.toml to builds: the cells, what a recipe says for one, the plan."""
