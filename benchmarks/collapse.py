@@ -190,13 +190,13 @@ def cmd_plan(args, work: Path) -> dict:
     """Cells / builds for the plan without and with the stable-ABI collapse, and kernel compiles."""
     import inspect
 
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     classic = load_plan(args.matrix, args.profile, stable=False)  # the collapse is matrix.toml's default
     res = {"cells": len(classic.cells), "classic": {"builds": len(classic.builds),
                                                      "compression": round(len(classic.cells) / len(classic.builds), 2)}}
     if "stable" not in inspect.signature(load_plan).parameters:
-        res["stable"] = "builder.plan has no stable-ABI collapse"
+        res["stable"] = "builder.planning.plan has no stable-ABI collapse"
         return res
     plan = load_plan(args.matrix, args.profile, stable=True)
     stable = [b for b in plan.builds if b.stable]

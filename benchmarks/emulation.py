@@ -25,13 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from builder import wheels
-from builder.engine import connect
-from builder.executors import KERNEL_CACHE_MOUNT, BuildOptions
-from builder.executors.docker import DockerExecutor
-from builder.executors.host import copy_source
-from builder.hostenv import default_wheelhouses, find_ca_bundle
-from builder.plan import load_plan
+from builder.building.engine import connect
+from builder.building.executors import KERNEL_CACHE_MOUNT, BuildOptions
+from builder.building.executors.docker import DockerExecutor
+from builder.building.executors.host import copy_source
+from builder.facts.hostenv import default_wheelhouses, find_ca_bundle
+from builder.planning.plan import load_plan
+from builder.verifying import wheels
 
 PROFILES = {"aarch64": "ci-aarch64", "x86_64": "ci-stable"}
 

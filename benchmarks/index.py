@@ -28,7 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from wheelmaker import make_mamba_wheel
 
-from builder.index import build_index
+from builder.publishing.index import build_index
 
 ACCS = ["cu12", "cu13", "cpu", "hip62", "cu11"]
 TORCHES = ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13"]

@@ -23,9 +23,9 @@ import tomllib
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder import compat
-from builder.matrix import load_matrix
-from builder.plan import DEFAULT_MATRIX, load_plan, source_hash
+from builder.facts import compat
+from builder.planning.matrix import load_matrix
+from builder.planning.plan import DEFAULT_MATRIX, load_plan, source_hash
 
 
 def median_s(fn, repeat: int) -> float:

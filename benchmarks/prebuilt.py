@@ -5,7 +5,7 @@
 Both installs run in the same fresh venv (torch as in the dev venv), from the same sdist, for the
 same variant, in this run: the source build (MAMBA_FORCE_BUILD=TRUE) is the baseline, and the
 figure is the ratio source / prebuilt. The wheel in the index is the real one setup.py builds
-from that sdist, indexed by builder.index.
+from that sdist, indexed by builder.publishing.index.
 
 Also timed, in the same venv: telling the variant from torch's files (what setup.py does, three
 times per install) against importing torch to ask it.
@@ -28,7 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from indexkit import serve
 from sdistkit import COMPILE_MARK, PREBUILT_MARK, build_wheel, install_sdist, make_sdist, torch_venv
 
-from builder.index import build_index
+from builder.publishing.index import build_index
 from mamba_ssm import _variant
 
 

@@ -5,7 +5,7 @@
 
 Hipifies csrc/ with torch.utils.hipify (this Python's torch) and compiles each kernel
 TU with Debian trixie's hipcc 5.7.1 (clang 17) in the farm's hipcc image
-(builder/hip.py), one target per hipcc call, then all targets in one call (what a
+(builder/building/hip.py), one target per hipcc call, then all targets in one call (what a
 build does). Baseline, measured in this run: the same TU compiled for gfx90a alone.
 CPU seconds (hipcc and its children, from bash's `time`) are the figure to compare:
 wall time depends on what else the machine runs.
@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from builder import hip
-from builder.engine import connect
+from builder.building import hip
+from builder.building.engine import connect
 
 BASELINE = "gfx90a"
 

@@ -6,7 +6,7 @@
 For each project, in one run, one build at a time, all in the farm's cu13 image (torch 2.14.1,
 nvcc 13.0, sm_80, the recipe's patches), both cold:
 1. baseline: upstream's own ``pip wheel --no-build-isolation`` of the patched sdist (the tree
-   ``builder.prepare`` makes for the cp311 cell, the recipe's env), with no compiler cache, in a
+   ``builder.sourcing.prepare`` makes for the cp311 cell, the recipe's env), with no compiler cache, in a
    container of the same image and torch volume: what a user who patches the sdist by hand runs.
 2. the farm, cold: ``build --profile ci-upstream --only <project cp311>``, the image's ccache emptied
    first. Its wall covers everything the farm adds: prepare, auditwheel repair, the audits, the
@@ -34,12 +34,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from builder.engine import connect  # noqa: E402
-from builder.executors import KERNEL_CACHE_MOUNT, BuildOptions, kernel_cache_name, spec_env  # noqa: E402
-from builder.executors.docker import DockerExecutor  # noqa: E402
-from builder.plan import load_plan  # noqa: E402
-from builder.prepare import prepare  # noqa: E402
-from builder.recipes import CellFacts, recipe_for  # noqa: E402
+from builder.building.engine import connect  # noqa: E402
+from builder.building.executors import KERNEL_CACHE_MOUNT, BuildOptions, kernel_cache_name, spec_env  # noqa: E402
+from builder.building.executors.docker import DockerExecutor  # noqa: E402
+from builder.planning.plan import load_plan  # noqa: E402
+from builder.planning.recipes import CellFacts, recipe_for  # noqa: E402
+from builder.sourcing.prepare import prepare  # noqa: E402
 
 PROFILES = {"3.11": "ci-upstream", "3.12": "ci-upstream-cp312"}
 CPU_LINE = re.compile(r"^== compile cpu: ([\d.]+) s", re.M)
@@ -104,7 +104,7 @@ def baseline(client, tag: str, torch_volume: str, spec, work: Path, max_jobs: in
     container = client.containers.run(
         tag, ["bash", "/farm/build.sh"], environment=env, detach=True, working_dir="/src",
         volumes={str(tree): {"bind": "/src", "mode": "rw"}, str(out): {"bind": "/out", "mode": "rw"},
-                 str(ROOT / "builder" / "executors"): {"bind": "/farm", "mode": "ro"},
+                 str(ROOT / "builder" / "building" / "executors"): {"bind": "/farm", "mode": "ro"},
                  torch_volume: {"bind": "/torch", "mode": "ro"}},
     )  # fmt: skip
     code = container.wait()["StatusCode"]

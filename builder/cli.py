@@ -16,20 +16,20 @@ from mamba_ssm._untrusted import Untrusted, shown
 
 # command name -> the module that implements it; order is the order of ``--help``.
 COMMANDS = {
-    "plan": "builder.plan",
-    "render": "builder.render",
-    "base-image": "builder.base_image",
-    "build": "builder.build",
-    "verify": "builder.verify",
-    "index": "builder.index",
-    "resolve": "builder.resolve",
-    "hip-compile": "builder.hip",
-    "recipe": "builder.prepare",
-    "release": "builder.release",
-    "drift": "builder.drift",
-    "cache": "builder.cache",
-    "rehearse": "builder.rehearse",
-    "doctor-dist": "builder.doctor_dist",
+    "plan": "builder.planning.plan",
+    "render": "builder.building.render",
+    "base-image": "builder.building.base_image",
+    "build": "builder.building.build",
+    "verify": "builder.building.verify",
+    "index": "builder.publishing.index",
+    "resolve": "builder.publishing.resolve",
+    "hip-compile": "builder.building.hip",
+    "recipe": "builder.sourcing.prepare",
+    "release": "builder.publishing.release",
+    "drift": "builder.upkeep.drift",
+    "cache": "builder.building.cache",
+    "rehearse": "builder.upkeep.rehearse",
+    "doctor-dist": "builder.publishing.doctor_dist",
 }
 
 

@@ -41,7 +41,7 @@ class InfrastructureError(FarmError):
     """The build could not run (engine hiccup, network, disk): worth a retry, unlike a compile error.
 
     The executor catches it and fails only the builds it concerns (the run then ends in BuildFailed).
-    75 is EX_TEMPFAIL, what builder/executors/build.sh exits with for the same cause.
+    75 is EX_TEMPFAIL, what builder/building/executors/build.sh exits with for the same cause.
     """
 
     exit_code = 75
@@ -59,7 +59,7 @@ class IndexIntegrityError(FarmError):
     exit_code = 5
 
 
-# --- Third-party sources and recipes (builder/sources.py, builder/recipes.py, builder/prepare.py) ---
+# --- Third-party sources and recipes (builder/sourcing/sources.py, builder/planning/recipes.py, builder/sourcing/prepare.py) ---
 
 
 class SourceIntegrityError(FarmError):
@@ -93,7 +93,7 @@ class PatchError(FarmError):
     exit_code = 10
 
 
-# --- The release rehearsal (builder/rehearse.py) ---
+# --- The release rehearsal (builder/upkeep/rehearse.py) ---
 
 
 class RehearsalError(FarmError):
@@ -110,16 +110,16 @@ class UnprovenWrite(FarmError):
 
 
 class InterpreterUnavailable(FarmError):
-    """A CPython the plan needs is neither on the host nor one the farm can provide (builder/interpreters.py)."""
+    """A CPython the plan needs is neither on the host nor one the farm can provide (builder/building/interpreters.py)."""
 
     exit_code = 17
 
 
-# ``python -m builder drift`` exits 13 (builder.drift.DRIFT_EXIT; 11 is an unsafe sdist, 12 a rehearsal) when the data is behind the index:
+# ``python -m builder drift`` exits 13 (builder.upkeep.drift.DRIFT_EXIT; 11 is an unsafe sdist, 12 a rehearsal) when the data is behind the index:
 # not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
 
 
-# --- Reproducibility (builder/verify.py: ``python -m builder verify --rebuild``) ---
+# --- Reproducibility (builder/building/verify.py: ``python -m builder verify --rebuild``) ---
 
 
 class NotReproducible(FarmError):

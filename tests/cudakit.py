@@ -212,8 +212,8 @@ def nvcc_object_cost(
 
 def newest_torch(python: str = "3.11") -> str:
     """The newest final torch release with a Linux x86_64 wheel for PYTHON on the host's index, read now
-    (PEP 691 listing through builder.pypi: the host's pip settings, no wheel downloaded)."""
-    from builder.pypi import Index
+    (PEP 691 listing through builder.sourcing.pypi: the host's pip settings, no wheel downloaded)."""
+    from builder.sourcing.pypi import Index
 
     tag = "cp" + python.replace(".", "")
     versions = [f.version for f in Index().files("torch")
@@ -223,23 +223,24 @@ def newest_torch(python: str = "3.11") -> str:
 
 
 def canary_venv(version: str) -> Path:
-    """The farm's own smoke-test torch venv for cp311 and torch==VERSION (builder/wheels.py's, under
-    <farm cache>/smoke/, so builds and the canary share it and builder/cache.py's budget covers it): made
+    """The farm's own smoke-test torch venv for cp311 and torch==VERSION (builder/building/cache.py's, under
+    <farm cache>/smoke/, so builds and the canary share it and the cache's budget covers it): made
     once, with whatever build the host's indexes give (the CPU one where the PyTorch CPU index is
     configured, as in CI; PyPI's CUDA build elsewhere, 5.4 GB for 2.15.0, most of it hard-linked to the
     other torch venvs' identical files). The host's torch cap (a pip constraint) is lifted for this one
     install: the canary exists to run torch releases newer than the ones the farm pins."""
-    from builder import hostenv, wheels
+    from builder.building import cache
+    from builder.facts import hostenv
 
     smoke = hostenv.CACHE_ROOT / "smoke" / f"cp311-torch{version}"
     smoke.mkdir(parents=True, exist_ok=True)
     empty = smoke.parent / ".no-constraints.txt"
     empty.write_text("")
     old = os.environ.get("PIP_CONSTRAINT")
-    with FileLock(str(smoke) + ".lock"):  # the lock builder/build.py's smoke test takes
+    with FileLock(str(smoke) + ".lock"):  # the lock builder/building/build.py's smoke test takes
         os.environ["PIP_CONSTRAINT"] = str(empty)
         try:
-            return wheels._torch_base(python311(), f"torch=={version}", smoke / "torch-envs")
+            return cache.torch_venv(python311(), f"torch=={version}", smoke / "torch-envs")
         finally:
             if old is None:
                 os.environ.pop("PIP_CONSTRAINT", None)

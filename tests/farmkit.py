@@ -50,7 +50,7 @@ def farm_containers(client) -> list:
 
 
 def ci_spec(accelerator: str = "cpu", python: str = "3.11"):
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     return next(b for b in load_plan(profile="ci").builds if b.accelerator == accelerator and b.python == python)
 

@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builder.sources import Fetcher, SdistPin, SourceCache
+from builder.facts.spec import SdistPin
+from builder.sourcing.sources import Fetcher, SourceCache
 
 MAMBA = SdistPin("mamba_ssm", "2.3.2.post1", "104cc47e9101e5401a675fa2b784f2952b9b037f3b1dd83b5ac544394e95d028")
 CAUSAL = SdistPin("causal_conv1d", "1.7.0", "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b")

@@ -1,4 +1,4 @@
-"""builder/cache.py: the smoke-test torch venvs share files across Pythons, fit a budget (least recently
+"""builder/building/cache.py: the smoke-test torch venvs share files across Pythons, fit a budget (least recently
 used out first, never one a running smoke test holds), and a run says before it starts when it would not fit.
 Real files, hard links and `python -m builder cache` on a farm cache made in tmp (never the machine's own)."""
 
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from builder import cache
+from builder.building import cache
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1 << 20
 
 
 def make_venv(root: Path, py: str, torch: str, files: dict[str, bytes], used: float) -> Path:
-    """A complete torch venv laid out as builder/wheels.py makes them: smoke/<cpXY>-torch<v>/torch-envs/py<v>-<h>."""
+    """A complete torch venv laid out as builder/verifying/wheels.py makes them: smoke/<cpXY>-torch<v>/torch-envs/py<v>-<h>."""
     tag = "cp" + py.replace(".", "")
     venv = root / f"{tag}-torch{torch}" / "torch-envs" / f"py{py}.1-0123456789"
     for rel, data in files.items():
@@ -106,7 +106,7 @@ def test_sizes(text, value):
 
 
 def test_the_host_executors_build_venv_and_the_smoke_venv_of_one_torch_share_files(tmp_path, monkeypatch):
-    from builder import hostenv
+    from builder.facts import hostenv
 
     monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path)
     lib = {"torch/lib/libtorch_cuda.so": blob("cuda"), "nvidia/cu13/lib/libcublas.so.13": blob("cublas")}

@@ -1,4 +1,4 @@
-"""What a build costs (builder/cost.py): measured where the CPU is spent, recorded beside the log, summed.
+"""What a build costs (builder/publishing/cost.py): measured where the CPU is spent, recorded beside the log, summed.
 
 Real: os.wait4 on real processes; the container measurement in a real container of the farm's own base
 image (skipped without Docker or without that image); the CLI as the workflow runs it. The release dry run
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import cost
 from builder.cli import main
 from builder.errors import UsageError
+from builder.publishing import cost
 
 # CPU-bound work in a child process: ~1 s of CPU here, whatever the load (it is a count, not a clock)
 BURN = [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass"]
@@ -77,7 +77,7 @@ def test_the_container_counter_is_read_in_its_unit(text, seconds):
 
 
 def _base_image(client) -> str:
-    from builder.images import local_name
+    from builder.building.images import local_name
 
     name = local_name("bookworm")
     if not any(name in (i.tags or []) for i in client.images.list()):
@@ -92,7 +92,7 @@ def test_a_docker_build_is_charged_its_containers_cpu(tmp_path):
     more than the work plus the shell around it; a sleeping container costs next to nothing."""
     from farmkit import docker_client
 
-    from builder.executors.docker import _cgroup_cpu
+    from builder.building.executors.docker import _cgroup_cpu
 
     client = docker_client()
     image = _base_image(client)

@@ -11,7 +11,7 @@ import pytest
 from indexkit import serve
 from wheelmaker import make_mamba_wheel
 
-from builder.index import build_index
+from builder.publishing.index import build_index
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [

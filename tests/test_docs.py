@@ -37,7 +37,7 @@ from wheelmaker import (
     make_standin_sdist,
 )
 
-from builder import doctor_dist
+from builder.publishing import doctor_dist
 from docs.hooks import refgen
 
 REPO = Path(__file__).resolve().parents[1]
@@ -202,7 +202,7 @@ def test_the_readme_set_up_is_what_ci_runs():
 
 def _support_summary() -> str:
     """The README's and the home page's support sentence, made from the default plan."""
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     plan = load_plan()
     vkey = lambda v: tuple(map(int, v.split(".")))
@@ -298,7 +298,7 @@ PIN_RE = re.compile(
 @pytest.fixture(scope="module")
 def loopback(tmp_path_factory):
     """The project's index and upstream's, and a stand-in PyPI with a torch, served on 127.0.0.1."""
-    from builder.index import build_index
+    from builder.publishing.index import build_index
 
     root = tmp_path_factory.mktemp("loopback")
     www = root / "www"
@@ -648,7 +648,7 @@ def test_every_benchmark_is_in_the_docs_with_its_command():
 def test_the_support_page_shows_tiers_gpu_architectures_and_the_served_pythons():
     """Generated from the plan: every Python the plan serves, GPUs named by architecture, ROCm (never built as a
     wheel) not in a built tier, and what to do on the platforms with no wheel."""
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     plan = load_plan()
     rows = refgen.support_tiers()
@@ -672,14 +672,14 @@ def test_the_support_page_shows_tiers_gpu_architectures_and_the_served_pythons()
 
 
 def test_the_data_files_say_the_exit_code_drift_returns():
-    from builder import drift
+    from builder.upkeep import drift
 
     said = re.search(r"exit (\d+) on\n# drift", (REPO / "builder" / "data" / "torch.toml").read_text())
     assert said and int(said.group(1)) == drift.DRIFT_EXIT, "builder/data/torch.toml names another exit code"
 
 
 def test_the_generated_platform_table_counts_every_cell():
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     md = refgen.platform_markdown()
     plan = load_plan()

@@ -3,7 +3,7 @@
 The "other ABI" install is made for real: a small extension that passes a std::string across the torch
 API (it constructs a c10::Error), compiled with -D_GLIBCXX_USE_CXX11_ABI=0 against torch 2.13 (a CXX11
 torch). Importing it fails with the undefined pre-CXX11 symbol users see; the doctor must say so and
-print the reinstall line for the cxx11abiTRUE wheel, found in a real index built by builder.index.
+print the reinstall line for the cxx11abiTRUE wheel, found in a real index built by builder.publishing.index.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def test_healthy_install_exits_0(tmp_path, probes):
 def test_other_abi_install_is_diagnosed_with_the_exact_fix(tmp_path, probes):
     from wheelmaker import make_mamba_wheel
 
-    from builder.index import build_index
+    from builder.publishing.index import build_index
 
     wheels = tmp_path / "wheels"
     make_mamba_wheel(wheels, WANT.label, WANT.python, platform=WANT.platform)
@@ -146,7 +146,7 @@ def test_the_fix_pins_the_stable_wheel_when_that_is_what_the_index_serves(tmp_pa
     must find what the fix names."""
     from wheelmaker import make_mamba_wheel
 
-    from builder.index import build_index
+    from builder.publishing.index import build_index
 
     stable = WANT.as_stable().label
     make_mamba_wheel(tmp_path / "wheels", stable, "cp310", platform=WANT.platform)
@@ -171,7 +171,7 @@ def test_a_stale_module_next_to_the_stable_one_is_a_failure(tmp_path, probes):
     """The bar's contaminated stable wheel, installed: _C.abi3.so and a stale classic _C.cpython-3XY...so."""
     from wheelmaker import make_mamba_wheel
 
-    from builder.index import build_index
+    from builder.publishing.index import build_index
 
     make_mamba_wheel(tmp_path / "wheels", WANT.as_stable().label, "cp310", platform=WANT.platform)
     make_mamba_wheel(tmp_path / "wheels", WANT.label, WANT.python, platform=WANT.platform)

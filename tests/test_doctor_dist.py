@@ -1,4 +1,4 @@
-"""The standalone doctor, ``mamba-doctor`` (builder/doctor_dist.py): the same files as ``mamba_ssm.doctor``, found
+"""The standalone doctor, ``mamba-doctor`` (builder/publishing/doctor_dist.py): the same files as ``mamba_ssm.doctor``, found
 from its imports; installs with no dependency and without touching torch; in a venv that holds upstream's
 mamba-ssm and causal-conv1d and not this repository's, its fix pins upstream's wheels, and that fix installs them.
 
@@ -24,8 +24,8 @@ from wheelmaker import (
     make_wheel,
 )
 
-from builder import doctor_dist
 from builder.errors import UsageError
+from builder.publishing import doctor_dist
 
 REPO = Path(__file__).resolve().parents[1]
 NEEDS = "cu13torch2.14cxx11abiTRUE"  # what the stand-in torch 2.14.1+cu130 needs
@@ -84,7 +84,7 @@ def _versions(vpy: Path) -> dict:
 def site(tmp_path):
     """The farm's site on 127.0.0.1: the doctor's index, upstream's index (the cell PyPI's torch 2.14 needs), and a
     stand-in PyPI holding upstream's sdists."""
-    from builder.index import build_index
+    from builder.publishing.index import build_index
 
     www = tmp_path / "www"
     doctor_dist.publish(www / "doctor")

@@ -353,7 +353,7 @@ def test_bad_input_is_one_line_and_an_exit_code(farm):
 def test_live_index_informative_only(farm, capsys):
     """Informative only: the real index (through this host's pip settings) on the day the suite runs.
     Drift there is news, not a failure: the test passes on 0 (none) and 13 (drift) alike and prints the table."""
-    from builder.sources import Fetcher
+    from builder.sourcing.sources import Fetcher
 
     index = Fetcher.from_host().indexes[0]
     if not index.startswith("http"):
@@ -371,8 +371,8 @@ def _record() -> None:
     import datetime
 
     sys.path.insert(0, str(ROOT))
-    from builder.compat import vtuple
-    from builder.pypi import Index
+    from builder.facts.compat import vtuple
+    from builder.sourcing.pypi import Index
 
     ix = Index()
     keep = {"2.8.0", "2.13.0", "2.14.0", "2.14.1", "2.15.0"}
@@ -411,8 +411,8 @@ def test_the_drift_exit_code_is_no_errors_code():
     sdist, UnsafeArchiveError, once did: 11), a hostile upstream release would read as plain drift."""
     import inspect
 
-    from builder import drift as drift_mod
     from builder import errors
+    from builder.upkeep import drift as drift_mod
 
     codes = {
         cls.__name__: cls.exit_code
@@ -531,8 +531,8 @@ def test_an_arbitrary_equality_cuda_pin_is_refused_and_nothing_is_written(farm):
 def test_write_proves_its_data_loads_and_plans_before_it_replaces_a_file(farm):
     """The proof itself: a staged edit the farm's loaders refuse (a CUDA list the plan cannot take) is never
     written, whatever the reason it got there; a good one replaces the file atomically and plans."""
-    from builder import drift as drift_mod
     from builder.errors import UnprovenWrite
+    from builder.upkeep import drift as drift_mod
 
     before = (farm / "torch.toml").read_bytes()
     staged = drift_mod.Staged()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from builder.errors import VerificationError
-from builder.wheels import audit_cxx_abi
+from builder.verifying.wheels import audit_cxx_abi
 from mamba_ssm import _elf
 
 GXX = shutil.which("g++")
@@ -129,7 +129,7 @@ def torch_built(tmp_path_factory) -> dict[str, Path]:
 
 
 def _farm_verdict(so: Path) -> str | None:
-    """What builder.wheels' verifier says, from the labels it accepts."""
+    """What builder.verifying.wheels' verifier says, from the labels it accepts."""
     accepts = set()
     for cxx11abi in (True, False):
         try:

@@ -1,4 +1,4 @@
-"""builder/engine.py: the one image-build loop the executors and the hipcc image share, on a real engine."""
+"""builder/building/engine.py: the one image-build loop the executors and the hipcc image share, on a real engine."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from farmkit import docker_client
 
-from builder.engine import build_image, connect, image_exists
+from builder.building.engine import build_image, connect, image_exists
+from builder.building.images import IMAGE_LABEL, LABEL, image_tag, local_name
 from builder.errors import EngineUnavailable
-from builder.images import IMAGE_LABEL, LABEL, image_tag, local_name
 
 
 @pytest.fixture(scope="module")

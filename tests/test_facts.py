@@ -1,7 +1,7 @@
 """One home for each fact setup.py and the farm share: mamba_build/build.toml.
 
 setup.py ships in the sdist without builder/, so the shared facts live in the file it reads
-(mamba_build/build.toml, which MANIFEST.in ships) and builder/compat.py reads them from there.
+(mamba_build/build.toml, which MANIFEST.in ships) and builder/facts/compat.py reads them from there.
 Each test reads a fact from that home and checks every consumer against it: the farm's plan
 and verifier on one side, setup.py (through mamba_build/toolchain.py, the functions it calls)
 on the other.
@@ -23,11 +23,13 @@ import tomllib
 from test_matrix import DEFAULT, make_dir
 from test_setup import _load, toolchain
 
-from builder import cli, errors, hip, wheels
-from builder import compat as compat_mod
-from builder.compat import parse_accelerator
-from builder.executors import EXIT_INFRA, spec_env
-from builder.plan import load_plan, stable_floor
+from builder import cli, errors
+from builder.building import hip
+from builder.building.executors import EXIT_INFRA, spec_env
+from builder.facts import compat as compat_mod
+from builder.facts.compat import parse_accelerator
+from builder.planning.plan import load_plan, stable_floor
+from builder.verifying import wheels
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_TOML = ROOT / "mamba_build" / "build.toml"
@@ -204,7 +206,7 @@ def test_the_stable_abi_floors_and_backends_agree(tmp_path: Path, compat) -> Non
 
 
 def test_every_error_has_its_own_exit_code(monkeypatch, capsys) -> None:
-    import builder.resolve  # noqa: F401  (its NoMatchingWheel, exit 6, is a FarmError too)
+    import builder.publishing.resolve  # noqa: F401  (its NoMatchingWheel, exit 6, is a FarmError too)
 
     def every(cls):
         for sub in cls.__subclasses__():

@@ -4,7 +4,7 @@ The ci-aarch64 profile's two builds, through `python -m builder build --executor
 - the aarch64 CPU stable-ABI wheel (torch 2.10, PyPI's CPU-only aarch64 build);
 - the aarch64 CUDA 13 stable-ABI wheel for sm_90 (GH200), against PyPI's aarch64 CUDA torch 2.11,
   its device code compiled at native speed: the arm64 image's nvcc, cudafe++, cicc and ptxas are
-  x86_64 programs (builder/render.py compiler_overlay), everything else is aarch64.
+  x86_64 programs (builder/building/render.py compiler_overlay), everything else is aarch64.
 Each is built in the farm's arm64 image, verified (its ELF files are AArch64, as its tag says; the
 CUDA wheel's SASS exactly sm_90, read from the aarch64 objects), smoke-tested in that image (the
 CPU scan against the float64 reference, so the kernel's aarch64 vector code runs), indexed. Then, in
@@ -26,7 +26,7 @@ import pytest
 from farmkit import REPO, docker_client, run_build
 from indexkit import serve
 
-from builder import emulation
+from builder.building import emulation
 
 pytestmark = pytest.mark.docker
 
@@ -34,7 +34,7 @@ PROFILE = "ci-aarch64"
 
 
 def _spec(accelerator: str = "cpu"):
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     (spec,) = [b for b in load_plan(profile=PROFILE).builds if b.accelerator == accelerator]
     return spec
@@ -193,7 +193,7 @@ _CASES = {
 def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(request, case):
     built = request.getfixturevalue("aarch64_run" if case == "cpu" else "aarch64_cuda_run")
     assert built.run.rc == 0, "the build failed: see the tests above"
-    from builder.hostenv import host_pip_settings
+    from builder.facts.hostenv import host_pip_settings
 
     resolve, variant, versions = _CASES[case]
     client, dist, spec = built.client, built.dist, built.spec

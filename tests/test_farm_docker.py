@@ -120,7 +120,7 @@ def test_second_run_rebuilds_nothing(cpu_runs) -> None:
 def test_ci_profile_end_to_end(tmp_path: Path) -> None:
     """Every ci spec (cpu torch 2.13 py3.11; cu13 torch 2.14 py3.11, py3.12) in containers."""
     docker_client()
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     dist = tmp_path / "dist"
     args = ("--profile", "ci", "--executor", "docker", "--dist", str(dist))

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from farmkit import REPO, ci_spec, docker_client, farm_containers, partial_files, run_build
 
-from builder import schedule
+from builder.building import schedule
+from builder.building.executors import BuildResult
+from builder.building.executors.host import copy_source
 from builder.errors import BuildFailed
-from builder.executors import BuildResult
-from builder.executors.host import copy_source
 
 
 def test_engine_unreachable_is_a_clear_error_with_a_hint(tmp_path: Path) -> None:
@@ -33,8 +33,8 @@ def test_engine_unreachable_is_a_clear_error_with_a_hint(tmp_path: Path) -> None
 
 
 def test_auto_picks_host_when_no_engine_answers(tmp_path: Path, monkeypatch) -> None:
-    from builder.executors import BuildOptions
-    from builder.executors.choose import select
+    from builder.building.executors import BuildOptions
+    from builder.building.executors.choose import select
 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     said: list[str] = []

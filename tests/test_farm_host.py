@@ -19,7 +19,7 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     log = (dist / "logs" / f"{spec.id}.log").read_text()
     assert log.strip().endswith("done")
     # the CPU kernel object lives in the image's shared cache: compiled there once, reused by later builds
-    from builder.executors.host import KERNEL_CACHES
+    from builder.building.executors.host import KERNEL_CACHES
 
     cache = KERNEL_CACHES / spec.image
     compiled_into = re.compile(rf"-o {re.escape(str(cache))}/(\S+)\.\w+\.tmp/\S+\.o\b")  # kernels.py's private folders
@@ -28,7 +28,7 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     assert len(used) == 1, log[-3000:]
     assert partial_files(dist) == []
     # what it cost: build.sh's process tree (os.wait4), at least what its own `times` saw of pip wheel
-    from builder.cost import read_build_record
+    from builder.publishing.cost import read_build_record
 
     record = read_build_record(dist / "logs" / f"{spec.id}.cost.json")
     pip_wheel = float(re.search(r"^== compile cpu: ([\d.]+) s", log, re.MULTILINE).group(1))

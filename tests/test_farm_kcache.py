@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from farmkit import ci_spec
 
-from builder.executors import KERNEL_CACHE_MOUNT, BuildOptions
-from builder.executors.docker import PIP_CACHE_VOLUME, DockerExecutor
-from builder.executors.host import KERNEL_CACHES, HostExecutor
+from builder.building.executors import KERNEL_CACHE_MOUNT, BuildOptions
+from builder.building.executors.docker import PIP_CACHE_VOLUME, DockerExecutor
+from builder.building.executors.host import KERNEL_CACHES, HostExecutor
 
 
 class _NoContainers:
@@ -24,7 +24,7 @@ class _NoContainers:
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch) -> None:
     # spec_env probes torch's index; these tests only look at the config the executors hand out.
-    monkeypatch.setattr("builder.hostenv.url_reachable", lambda url, timeout=8.0: False)
+    monkeypatch.setattr("builder.facts.hostenv.url_reachable", lambda url, timeout=8.0: False)
 
 
 def test_docker_builds_of_one_image_share_its_kernel_cache_volume() -> None:

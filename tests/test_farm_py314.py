@@ -2,7 +2,7 @@
 cp314) through `python -m builder build --executor docker`.
 
 Neither this host's pyenv nor the farm's bookworm base has CPython 3.14: the farm provides its own
-(builder/interpreters.py: Debian forky's packages, pinned by sha256, in the farm cache) and the image
+(builder/building/interpreters.py: Debian forky's packages, pinned by sha256, in the farm cache) and the image
 copies it in. The wheel is built, verified (tags, ABI audit, auditwheel repair) and smoke-tested under
 torch 2.14.1 in the farm's containers; its manylinux tag is the plan's, the base's, as for the other
 Pythons: the interpreter's own newer glibc never reaches the wheel. (PyPI's torch 2.14.1 is a CUDA
@@ -23,7 +23,7 @@ PROFILE = "ci-py314"
 
 
 def _spec():
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     (spec,) = load_plan(profile=PROFILE).builds
     return spec
@@ -38,11 +38,10 @@ def py314_run(tmp_path_factory):
 
 
 def test_the_image_takes_the_farms_own_cpython_314():
-    from builder import interpreters
-    from builder.plan import load_plan
-    from builder.render import render
-
-    from builder.images import fallback_suite
+    from builder.building import interpreters
+    from builder.building.images import fallback_suite
+    from builder.building.render import render
+    from builder.planning.plan import load_plan
 
     plan = load_plan(profile=PROFILE)
     (image,) = plan.images.values()
@@ -71,7 +70,7 @@ def test_cp314_wheel_is_built_verified_and_smoke_tested_with_the_bases_manylinux
     assert tag.group(1) == spec.manylinux or "cannot pull" in run.out
     # only a wheel that passed verify and the smoke test (a clean venv of the farm's 3.14 with torch, the CPU
     # scan against the reference) reaches dist/wheels; the smoke venv of that Python and torch is the proof it ran
-    from builder.hostenv import CACHE_ROOT
+    from builder.facts.hostenv import CACHE_ROOT
 
     assert (CACHE_ROOT / "smoke" / f"cp314-torch{spec.torch_version}").is_dir()
     # the extension asks for no glibc symbol newer than that
@@ -97,8 +96,8 @@ def test_the_images_cp314_runs_with_its_own_c_library_on_the_base(py314_run):
     the compiler links) stays bookworm's."""
     client, dist, run = py314_run
     assert run.rc == 0, run.out[-3000:]
-    from builder.images import IMAGE_LABEL
-    from builder.plan import load_plan
+    from builder.building.images import IMAGE_LABEL
+    from builder.planning.plan import load_plan
 
     (image,) = load_plan(profile=PROFILE).images.values()
     used = re.search(rf"image {re.escape(image.id)}: \w+ (\S+)", run.out)  # the image the run built or reused

@@ -22,9 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wheelmaker import make_mamba_wheel
 
-from builder import cache, drift, resolve, variants, wheelmeta
+from builder.building import cache
 from builder.errors import FarmError
-from builder.pypi import File, _file
+from builder.publishing import resolve
+from builder.sourcing.pypi import File, _file
+from builder.upkeep import drift
+from builder.verifying import variants, wheelmeta
 from mamba_ssm import _elf, _variant
 from mamba_ssm._untrusted import Untrusted, load_json, load_toml
 
@@ -80,8 +83,8 @@ def test_json_and_toml_give_a_document_or_untrusted(raw):
 @settings(**SETTINGS)
 @given(mutated((ROOT / "matrix.toml").read_bytes()))
 def test_matrix(tmp_path_factory, raw):
-    from builder import compat
-    from builder.matrix import load_matrix
+    from builder.facts import compat
+    from builder.planning.matrix import load_matrix
 
     folder = tmp_path_factory.mktemp("matrix")
     (folder / "matrix.toml").write_bytes(raw)
@@ -97,7 +100,7 @@ RECIPE = min((ROOT / "recipes").glob("*.toml"))
 @settings(**SETTINGS)
 @given(mutated(RECIPE.read_bytes()))
 def test_recipe(tmp_path_factory, raw):
-    from builder.recipes import load_recipe
+    from builder.planning.recipes import load_recipe
 
     path = tmp_path_factory.mktemp("recipe") / RECIPE.name
     path.write_bytes(raw)
@@ -112,7 +115,7 @@ def test_recipe(tmp_path_factory, raw):
 
 def _manifest() -> bytes:
     doc = {"schema": 1, "files": {}, "variants": {}, "base_url": None}
-    from builder.index.model import SCHEMA
+    from builder.publishing.index.model import SCHEMA
 
     doc["schema"] = SCHEMA
     return json.dumps(doc).encode()
@@ -169,7 +172,7 @@ def wheel_bytes(tmp_path_factory) -> bytes:
 @given(data=st.data())
 def test_wheel(wheel_bytes, tmp_path_factory, data):
     from builder.errors import VerificationError
-    from builder.relabel import read_members
+    from builder.verifying.relabel import read_members
 
     raw = data.draw(mutated(wheel_bytes))
     try:

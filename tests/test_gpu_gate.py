@@ -1,4 +1,4 @@
-"""The release's GPU gate (builder/gpugate.py, release.yml's ``gpu-gate`` job), on placeholder wheels: it
+"""The release's GPU gate (builder/publishing/gpugate.py, release.yml's ``gpu-gate`` job), on placeholder wheels: it
 indexes them, serves the index on 127.0.0.1 and installs each CUDA wheel in a fresh venv with real pip, as the
 coverage page's command says, after the torch its cell names (torch 2.13 from this machine's wheelhouse).
 The placeholder wheel holds no extension, so the numerics check cannot import it: the broken wheel's path (named,
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from wheelmaker import make_mamba_wheel
 
-from builder import gpugate
-from builder.release import split
+from builder.publishing import gpugate
+from builder.publishing.release import split
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def _lines(tmp_path: Path) -> Path:
 
 
 def test_the_gate_picks_the_cuda_wheels_and_the_cell_users_install_from(tmp_path):
-    from builder.index import build_index
+    from builder.publishing.index import build_index
 
     lines = _lines(tmp_path)
     build_index(lines / "checkout", tmp_path / "index")

@@ -747,7 +747,7 @@ def _probe_shell(scratch: Path) -> bool:
     hook.write_text(f"touch {scratch / 'reached'}\n")
     env = {**os.environ, "BASH_ENV": str(hook), "FARM_PYTHON": "/bin/false", "FARM_BUILD_ID": "probe",
            "FARM_OUT": str(scratch / "o"), "FARM_SRC": str(scratch)}  # fmt: skip
-    subprocess.run(["bash", str(CODE / "builder" / "executors" / "build.sh")], env=env, capture_output=True,
+    subprocess.run(["bash", str(CODE / "builder" / "building" / "executors" / "build.sh")], env=env, capture_output=True,
                    timeout=30, check=False)  # fmt: skip
     return (scratch / "reached").exists()
 

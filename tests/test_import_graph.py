@@ -1,4 +1,5 @@
-"""builder/ has no import cycle, counting every import statement: module-level and inside functions.
+"""builder/'s imports follow its stages, and make no cycle, counting every import statement: module-level
+and inside functions.
 
 A function-local import hides a cycle from Python (it runs after both modules have loaded), not
 from the design: the graph here is read from the source with ``ast``, so it sees both kinds.
@@ -8,9 +9,16 @@ from __future__ import annotations
 
 import ast
 import itertools
+import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+# builder/'s stages, in import order (docs/architecture.md): a module of a stage imports only its own stage,
+# the stages before it and builder.errors. builder's top (cli, __main__) may import anything; errors nothing.
+STAGES = ("facts", "planning", "sourcing", "verifying", "publishing", "building", "upkeep")
+# what builder/ holds besides the stage packages
+TOP = {"__init__.py", "__main__.py", "cli.py", "errors.py", "data", "templates"}
 
 # Cycles that are known and being cut elsewhere. Each entry must still be a cycle: delete it once it is gone.
 ALLOWED: set[frozenset[str]] = set()
@@ -116,12 +124,86 @@ def cycles(graph: dict[str, dict[str, str]], allowed=frozenset()) -> list[str]:
     return out
 
 
+def stage_of(module: str, stages=STAGES) -> str | None:
+    """The stage MODULE lives in (builder.planning.plan -> planning); None at the package's top."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in stages else None
+
+
+def upward_imports(graph: dict[str, dict[str, str]], package: str, stages=STAGES) -> list[str]:
+    """One line per import that goes against the stage order: a stage importing a later stage or the
+    package's top (all but PACKAGE.errors), or PACKAGE.errors importing anything of the package."""
+    rank = {s: i for i, s in enumerate(stages)}
+    errors = f"{package}.errors"
+    out = []
+    for mod, deps in sorted(graph.items()):
+        here = stage_of(mod, stages)
+        for dep, where in sorted(deps.items()):
+            there = stage_of(dep, stages)
+            if mod == errors:
+                out.append(f"{mod} imports {dep} ({where}): the errors are below every stage")
+            elif here is None or dep == errors:
+                continue
+            elif there is None:
+                out.append(f"{mod} ({here}) imports {dep}, the package's top ({where})")
+            elif rank[there] > rank[here]:
+                out.append(f"{mod} ({here}) imports {dep} ({there}), a later stage ({where})")
+    return out
+
+
+def test_builder_imports_follow_the_stage_order() -> None:
+    found = upward_imports(import_graph(REPO, "builder"), "builder")
+    assert not found, "imports against the stage order in builder/ (docs/architecture.md):\n" + "\n".join(found)
+
+
+def test_builder_top_holds_only_the_stages_errors_and_the_cli() -> None:
+    here = {p.name for p in (REPO / "builder").iterdir() if p.name != "__pycache__"}
+    assert here == TOP | set(STAGES), f"not a stage, errors, the CLI, data or templates: {sorted(here - TOP)}"
+    for stage in STAGES:
+        assert (REPO / "builder" / stage / "__init__.py").is_file(), f"builder/{stage}/ is not a package"
+
+
+def test_an_upward_import_is_named(tmp_path: Path) -> None:
+    # the same checker on a copy of builder/ with one hand-made import against the order, inside a function
+    shutil.copytree(REPO / "builder", tmp_path / "builder", ignore=shutil.ignore_patterns("__pycache__"))
+    assert upward_imports(import_graph(tmp_path, "builder"), "builder") == []
+    compat = tmp_path / "builder" / "facts" / "compat.py"
+    lines = compat.read_text().count("\n")
+    compat.write_text(
+        compat.read_text() + "\n\ndef _plan():\n    from builder.planning import plan\n\n    return plan\n"
+    )
+    want = f"builder.facts.compat (facts) imports builder.planning.plan (planning), a later stage (builder/facts/compat.py:{lines + 4})"
+    assert upward_imports(import_graph(tmp_path, "builder"), "builder") == [want]
+
+
+def test_the_stage_order_on_a_small_package(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    for folder in ("", "facts", "planning", "building"):
+        (pkg / folder).mkdir(parents=True, exist_ok=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("")
+    (pkg / "cli.py").write_text("from pkg.building import run\n")  # the top may import any stage
+    (pkg / "facts" / "f.py").write_text("from pkg.errors import E\n")
+    (pkg / "planning" / "p.py").write_text("from pkg.facts import f\nfrom . import q\n")  # earlier, its own
+    (pkg / "planning" / "q.py").write_text("")
+    (pkg / "building" / "run.py").write_text("import pkg.planning.p\n")
+    assert upward_imports(import_graph(tmp_path, "pkg"), "pkg") == []
+    (pkg / "facts" / "f.py").write_text("from ..building import run\n")  # a relative import, against the order
+    (pkg / "planning" / "q.py").write_text("from pkg import cli\n")  # the top
+    (pkg / "errors.py").write_text("from pkg.facts import f\n")  # errors are below everything
+    assert upward_imports(import_graph(tmp_path, "pkg"), "pkg") == [
+        "pkg.errors imports pkg.facts.f (pkg/errors.py:1): the errors are below every stage",
+        "pkg.facts.f (facts) imports pkg.building.run (building), a later stage (pkg/facts/f.py:1)",
+        "pkg.planning.q (planning) imports pkg.cli, the package's top (pkg/planning/q.py:1)",
+    ]
+
+
 def test_builder_has_no_import_cycle() -> None:
     graph = import_graph(REPO, "builder")
     # the reader sees what it must: module-level imports and function-local ones, submodules by name
-    assert "builder.engine" in graph["builder.executors.docker"]
-    assert "builder.plan" in graph["builder.render"]  # imported inside _run()
-    assert "builder.schedule" in graph["builder.build"]  # from builder import schedule
+    assert "builder.building.engine" in graph["builder.building.executors.docker"]
+    assert "builder.planning.plan" in graph["builder.building.render"]  # imported inside _run()
+    assert "builder.building.schedule" in graph["builder.building.build"]  # from builder.building import schedule
     found = cycles(graph, ALLOWED)
     assert not found, "import cycles in builder/:\n" + "\n".join(found)
     gone = [sorted(a) for a in ALLOWED if a not in {frozenset(c) for c in _components(graph)}]

@@ -15,7 +15,7 @@ from wheelmaker import make_mamba_wheel, make_wheel
 
 from builder import cli
 from builder.errors import IndexIntegrityError, UsageError
-from builder.index import build_index
+from builder.publishing.index import build_index
 
 
 def run_cli(argv: list[str]) -> int:
@@ -277,7 +277,7 @@ def test_no_half_written_generation_on_failure(wheels, tmp_path, monkeypatch):
     out = tmp_path / "index"
     build_index(wheels, out)
     live = out.resolve()
-    import builder.index.generation as index_mod
+    import builder.publishing.index.generation as index_mod
 
     def boom(*a, **k):
         raise OSError("disk full")
@@ -387,7 +387,7 @@ def test_failed_replacement_leaves_the_old_bytes_published(wheels, tmp_path, mon
     build_index(wheels, out)
     old_sha, live = _sha(out / "files" / CU12_311), out.resolve()
     _rebuild(wheels, tmp_path)
-    import builder.index.generation as index_mod
+    import builder.publishing.index.generation as index_mod
 
     def boom(*a, **k):
         raise OSError("disk full")
@@ -468,9 +468,9 @@ def test_a_files_url_that_is_not_an_http_folder_is_refused(wheels, tmp_path, cap
 def test_coverage_and_resolve_give_the_same_wheel_for_every_cell(tmp_path):
     """One answer to "which wheel does a user of this cell get": the coverage page and `resolve` agree on
     every cell of one manifest, empty cells included."""
-    from builder import coverage
-    from builder.index.model import Index, Manifest
-    from builder.resolve import resolve
+    from builder.publishing import coverage
+    from builder.publishing.index.model import Index, Manifest
+    from builder.publishing.resolve import resolve
     from mamba_ssm import _variant
 
     w = tmp_path / "wheels"
@@ -508,19 +508,19 @@ def test_coverage_and_resolve_give_the_same_wheel_for_every_cell(tmp_path):
 
 
 def test_coverage_and_resolve_import_the_model_only_and_the_verifier_no_index():
-    """The index <-> coverage cycle is cut: coverage and resolve load builder.index.model, nothing else of the
-    index; builder.wheels reads metadata through builder.wheelmeta without the index."""
+    """The index <-> coverage cycle is cut: coverage and resolve load builder.publishing.index.model, nothing else of the
+    index; builder.verifying.wheels reads metadata through builder.verifying.wheelmeta without the index."""
     import subprocess
     import sys
 
     code = (
-        "import sys; import builder.wheels; a = sorted(m for m in sys.modules if m.startswith('builder.index')); "
-        "import builder.coverage, builder.resolve; "
-        "print(a, sorted(m for m in sys.modules if m.startswith('builder.index')))"
+        "import sys; import builder.verifying.wheels; a = sorted(m for m in sys.modules if m.startswith('builder.publishing.index')); "
+        "import builder.publishing.coverage, builder.publishing.resolve; "
+        "print(a, sorted(m for m in sys.modules if m.startswith('builder.publishing.index')))"
     )
     root = Path(__file__).parents[1]
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
-    assert p.stdout.split() == ["[]", "['builder.index',", "'builder.index.model']"]
+    assert p.stdout.split() == ["[]", "['builder.publishing.index',", "'builder.publishing.index.model']"]
 
 
 def test_a_manifest_entry_off_the_schema_is_an_integrity_error_naming_it(wheels, tmp_path):
@@ -610,7 +610,7 @@ def test_the_index_takes_only_wheels_pip_would_install(tmp_path, case):
 
 
 def test_links_are_percent_encoded_and_base_urls_are_http(wheels, tmp_path):
-    from builder.index.pages import _quote
+    from builder.publishing.index.pages import _quote
 
     assert _quote("a#b?c d\u202e+x!.whl") == "a%23b%3Fc%20d%E2%80%AE+x!.whl"
     for bad in ("javascript:alert(1)", "file:///etc", "https://x/'onmouseover='a", "https://x/a b", "ftp://x/"):

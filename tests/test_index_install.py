@@ -18,8 +18,8 @@ import pytest
 from indexkit import find_python, installed, isolated_env, make_venv, pip, serve, uv_pip
 from wheelmaker import make_fake_torch, make_mamba_wheel, make_wheel
 
-from builder.index import build_index, install_command
-from builder.resolve import resolve
+from builder.publishing.index import build_index, install_command
+from builder.publishing.resolve import resolve
 from mamba_ssm import _variant
 
 LABELS = {

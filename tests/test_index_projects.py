@@ -14,7 +14,7 @@ from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_rec
 
 from builder import cli
 from builder.errors import IndexIntegrityError, UsageError
-from builder.index import Manifest, build_index
+from builder.publishing.index import Manifest, build_index
 
 CU13 = "cu13-torch2.14-cxx11abiTRUE"
 CAUSAL_311 = "causal_conv1d-1.7.0+cu13torch2.14cxx11abitrue-cp311-cp311-linux_x86_64.whl"

@@ -25,7 +25,7 @@ from indexkit import find_python, serve
 from sdistkit import COMPILE_MARK, PREBUILT_MARK, base_env, checked, make_sdist, run
 from wheelmaker import make_wheel
 
-from builder.index import build_index
+from builder.publishing.index import build_index
 from mamba_ssm import _variant as V
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def real_torch_or(python: str, standin: Path) -> Path:
 
 
 def prebuilt_index(root: Path, py: Path) -> Path:
-    """An index (builder.index) holding the wheel this venv's torch needs; its payload is a marker."""
+    """An index (builder.publishing.index) holding the wheel this venv's torch needs; its payload is a marker."""
     info = checked(run([py, "-c", "import sys, sysconfig; print(sys.version_info[0], sys.version_info[1], sysconfig.get_config_var('EXT_SUFFIX'))"]))
     major, minor, suffix = info.stdout.split()
     tag = f"cp{major}{minor}"

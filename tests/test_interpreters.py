@@ -1,4 +1,4 @@
-"""CPythons the farm provides itself (builder/interpreters.py): Debian forky's packages, pinned by sha256.
+"""CPythons the farm provides itself (builder/building/interpreters.py): Debian forky's packages, pinned by sha256.
 
 For real: CPython 3.14 is fetched from the apt mirror into the farm cache (once; later runs find it
 ready), runs on this bookworm host with its own newer C library, makes a venv with pip, and builds a C
@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 from indexkit import serve
 
-from builder import interpreters
+from builder.building import interpreters
 from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeArchiveError
-from builder.images import host_machine
-from builder.sources import FilePin
+from builder.facts.hostenv import host_machine
+from builder.facts.spec import FilePin
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -193,7 +193,7 @@ def _cli(args: list[str], env: dict) -> subprocess.CompletedProcess:
 def test_an_unreachable_mirror_is_exit_17_naming_the_python_and_the_ways_to_provide_it(tmp_path):
     """The host executor needs cp314 (no pyenv 3.14 here), the farm cache lacks it and the mirror does not
     answer: one error line, exit 17, nothing left in the cache but the empty download folder."""
-    if "3.14" in __import__("builder.hostenv", fromlist=["x"]).pyenv_pythons():
+    if "3.14" in __import__("builder.facts.hostenv", fromlist=["x"]).pyenv_pythons():
         pytest.skip("this host's pyenv has 3.14: the farm provides nothing")
     env = {"MAMBA_FARM_CACHE": str(tmp_path / "cache"), "MAMBA_FARM_DEBIAN_MIRROR": "http://127.0.0.1:9/debian"}
     proc = _cli(["build", "--executor", "host", "--no-smoke", "--dist", str(tmp_path / "dist"),
@@ -230,7 +230,7 @@ def test_every_pin_is_a_pool_path_with_a_sha256_for_both_machines():
 def test_provided_arm64_314_runs_under_emulation_with_its_own_c_library():
     """The arm64 images' interpreter, provided on this x86_64 host (fetch and unpack need no emulation) and
     run under qemu-user: aarch64, forky's glibc, ssl and ctypes loaded from its private lib folder."""
-    from builder import emulation
+    from builder.building import emulation
 
     reason = emulation.unavailable("aarch64")
     if reason or not _mirror_reachable():

@@ -3,7 +3,7 @@
 Upstream's state-spaces/mamba 891: an aarch64 wheel shipped an x86_64 ``.so``. Here the x86_64 file
 is a real one (compiled with the host's g++); the aarch64 one is that same file with the AArch64
 e_machine in its header, or, where the cross compiler is installed, a real aarch64-linux-gnu-gcc
-build. The verifier (builder.wheels) and the doctor on the installed files give the same verdict,
+build. The verifier (builder.verifying.wheels) and the doctor on the installed files give the same verdict,
 both through mamba_ssm._elf.
 """
 
@@ -22,7 +22,7 @@ from test_wheels import CPU_SPEC, NO_STRING_SRC, compile_so, needs_gxx, spec_for
 from wheelmaker import _record_hash, make_wheel
 
 from builder.errors import VerificationError
-from builder.wheels import check_machine, verify_wheel
+from builder.verifying.wheels import check_machine, verify_wheel
 from mamba_ssm import _elf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,8 +165,8 @@ def test_one_index_serves_each_machine_its_own_wheel(tmp_path):
 
     from wheelmaker import make_mamba_wheel
 
-    from builder.index.generation import build_index
-    from builder.resolve import resolve
+    from builder.publishing.index.generation import build_index
+    from builder.publishing.resolve import resolve
     from mamba_ssm import _variant
 
     wheels = tmp_path / "wheels"
@@ -188,9 +188,9 @@ def test_one_index_serves_each_machine_its_own_wheel(tmp_path):
 
 def test_emulation_is_refused_with_the_reason(tmp_path):
     """What binfmt_misc says, in the words the farm refuses a linux_aarch64 build with."""
-    from builder import emulation
+    from builder.building import emulation
     from builder.errors import EngineUnavailable
-    from builder.images import host_machine
+    from builder.facts.hostenv import host_machine
 
     if host_machine() != "x86_64":
         pytest.skip("the emulation rules are for an x86_64 host")
@@ -218,7 +218,7 @@ def test_emulation_is_refused_with_the_reason(tmp_path):
 
 
 def test_the_host_executor_refuses_another_machine_without_a_traceback(tmp_path):
-    from builder.images import host_machine
+    from builder.facts.hostenv import host_machine
 
     if host_machine() != "x86_64":
         pytest.skip("needs an x86_64 host")

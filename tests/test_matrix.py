@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builder import compat as compat_mod
 from builder.cli import main
-from builder.compat import PLATFORMS, vtuple
+from builder.facts import compat as compat_mod
+from builder.facts.compat import PLATFORMS, vtuple
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = (REPO / "matrix.toml").read_text()
@@ -503,7 +503,7 @@ def _many_excludes(n: int) -> str:
 def test_ten_thousand_excludes_plan_in_seconds_with_the_same_answer(mdir):
     import time
 
-    from builder.matrix import RuleIndex, expand, load_matrix, native_abi, product_cells
+    from builder.planning.matrix import RuleIndex, expand, load_matrix, native_abi, product_cells
 
     (mdir / "matrix.toml").write_text(DEFAULT + _many_excludes(10_000))
     compat = compat_mod.load()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from farmkit import run_build
 
-from builder.plan import load_plan
+from builder.planning.plan import load_plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.cuda_build]
 NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from test_matrix import DEFAULT, PYTHON_AXIS, REPO, TORCH_AXIS, make_dir, mutate, run_cli
 
-from builder.compat import load as load_compat
-from builder.compat import vtuple
 from builder.errors import MatrixError
-from builder.matrix import Cell
-from builder.plan import load_plan, served_cells, stable_floor
+from builder.facts.compat import load as load_compat
+from builder.facts.compat import vtuple
+from builder.planning.matrix import Cell
+from builder.planning.plan import load_plan, served_cells, stable_floor
 from mamba_ssm._variant import Variant
 
 CI_IDS = [
@@ -281,7 +281,7 @@ def test_ids_and_hashes_are_stable_across_runs_and_profiles(full, classic, ci) -
             assert classic.build(b.id) == b
     assert len({b.inputs_hash for b in full.builds}) == len(full.builds)
     # another process computes the same ids and hashes
-    code = "import json; from builder.plan import load_plan; print(json.dumps([(b.id, b.inputs_hash) for b in load_plan().builds]))"
+    code = "import json; from builder.planning.plan import load_plan; print(json.dumps([(b.id, b.inputs_hash) for b in load_plan().builds]))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert [tuple(x) for x in json.loads(out)] == [(b.id, b.inputs_hash) for b in full.builds]
 
@@ -384,7 +384,7 @@ def test_builds_are_sorted_and_unique(full) -> None:
 
 
 def test_plan_imports_no_torch() -> None:
-    code = "import sys; from builder.plan import load_plan; load_plan(); assert 'torch' not in sys.modules"
+    code = "import sys; from builder.planning.plan import load_plan; load_plan(); assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
@@ -398,7 +398,7 @@ def test_github_jobs_compile_each_cuda_group_once_the_rest_one_job_per_build() -
     """`plan --format github` for the release: CUDA builds that differ only in Python (a recipe's and the
     checkout's) share one job (named by their compile group, listing exactly those ids); every other build
     (CPU, ROCm) has its own job."""
-    from builder.plan import github_jobs
+    from builder.planning.plan import github_jobs
 
     plan = load_plan(profile="release")
     by_id = {b.id: b for b in plan.builds}
@@ -428,7 +428,7 @@ def test_github_jobs_compile_each_cuda_group_once_the_rest_one_job_per_build() -
 def test_release_profile_builds_both_lines_within_githubs_job_cap_per_platform(full) -> None:
     from collections import Counter
 
-    from builder.plan import GITHUB_MATRIX_LIMIT, github_jobs
+    from builder.planning.plan import GITHUB_MATRIX_LIMIT, github_jobs
 
     plan = load_plan(profile="release")
     assert {b.id for b in full.builds} < {b.id for b in plan.builds}, "every checkout build, and upstream's"
@@ -442,7 +442,7 @@ def test_release_profile_builds_both_lines_within_githubs_job_cap_per_platform(f
 
 
 def test_github_format_warns_per_platform_over_the_job_cap(monkeypatch) -> None:
-    import builder.plan as plan_mod
+    import builder.planning.plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "GITHUB_MATRIX_LIMIT", 2)
     rc, out, err = run_cli(["plan", "--profile", "ci", "--projects", "checkout", "mamba-ssm", "--format", "github"])
@@ -451,7 +451,7 @@ def test_github_format_warns_per_platform_over_the_job_cap(monkeypatch) -> None:
 
 
 def test_torch_build_choice_for_a_cuda_toolkit() -> None:
-    from builder.compat import load, parse_accelerator
+    from builder.facts.compat import load, parse_accelerator
 
     c = load()
     pick = c.torch_install
@@ -556,7 +556,7 @@ def test_cli_stable_flags_and_only_agree_with_the_matrix_setting() -> None:
 
 def test_build_command_loads_the_same_plan_as_plan(monkeypatch) -> None:
     """`builder build --only ID` (the farm) must accept every id `plan` lists, with the same profile."""
-    import builder.plan as plan_mod
+    import builder.planning.plan as plan_mod
 
     seen = []
     real = plan_mod.load_plan

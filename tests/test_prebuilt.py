@@ -1,4 +1,4 @@
-"""mamba_ssm._prebuilt: find, download and verify the variant's wheel from a real index (builder.index)
+"""mamba_ssm._prebuilt: find, download and verify the variant's wheel from a real index (builder.publishing.index)
 served on 127.0.0.1; every failure is one line and a source build, never an exception."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from indexkit import serve
 from wheelmaker import make_mamba_wheel
 
-from builder.index import build_index
+from builder.publishing.index import build_index
 from mamba_ssm import _prebuilt as P
 from mamba_ssm import _variant as V
 
@@ -258,7 +258,7 @@ def test_pip_install_of_the_sdist_ships_the_indexed_wheel_without_compiling(sdis
 
 @pytest.mark.slow
 def test_sdist_end_to_end_prebuilt_vs_source_and_a_tampered_index(sdist, tmp_path):
-    """The real CPU wheel (built by setup.py, indexed by builder.index) installs from the sdist byte for byte;
+    """The real CPU wheel (built by setup.py, indexed by builder.publishing.index) installs from the sdist byte for byte;
     a tampered entry builds from source and says why. Times go to /tmp/mamba-ssm-prebuilt-e2e.json."""
     import shutil
 

@@ -1,4 +1,4 @@
-"""recipes/*.toml, builder/recipes.py and builder/prepare.py: validation, --explain, and every patch on the real sdists.
+"""recipes/*.toml, builder/planning/recipes.py and builder/sourcing/prepare.py: validation, --explain, and every patch on the real sdists.
 
 The sdists are the real ones (fetched through the host's pip settings into a temporary cache).
 What the patched setup.py would build is read by running it (tests/recipekit.py): with the
@@ -20,9 +20,10 @@ import pytest
 from recipekit import CAUSAL, MAMBA, UPSTREAM_SMS, fetched_cache, gencode_targets, setup_py_flags
 
 from builder.errors import PatchError, RecipeError
-from builder.prepare import explain, inputs, prepare
-from builder.recipes import RECIPES_DIR, CellFacts, load_recipe, load_recipes, recipe_for
-from builder.sources import SdistPin, SourceCache
+from builder.facts.spec import SdistPin
+from builder.planning.recipes import RECIPES_DIR, CellFacts, explain, inputs, load_recipe, load_recipes, recipe_for
+from builder.sourcing.prepare import prepare
+from builder.sourcing.sources import SourceCache
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_VENV = Path.home() / ".cache" / "mamba-farm" / "venv-torch2.14.1-cp311"

@@ -1,4 +1,4 @@
-"""builder.release: the publish job's bookkeeping, on real wheels (tests/wheelmaker.py) with the farm's sidecars.
+"""builder.publishing.release: the publish job's bookkeeping, on real wheels (tests/wheelmaker.py) with the farm's sidecars.
 
 Which planned build made a wheel is read from the sidecars (a compile group's job makes several), and each wheel
 goes, with its sidecar, to its product line's folder: this checkout's mamba-ssm and upstream's packages share the
@@ -15,7 +15,7 @@ from test_matrix import run_cli
 from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel
 
 from builder.errors import IndexIntegrityError
-from builder.index import build_index
+from builder.publishing.index import build_index
 
 CU13 = "cu13-torch2.14-cxx11abiTRUE"
 

@@ -1,13 +1,13 @@
 """The release rehearsal: ``.github/workflows/release.yml``, as committed, run under act on this host.
 
-``builder/rehearse.py`` (``nox -s rehearse``) runs it. Real here: act and the workflow's own job graph,
+``builder/upkeep/rehearse.py`` (``nox -s rehearse``) runs it. Real here: act and the workflow's own job graph,
 expressions and shell; GitHub's actions at the SHAs the workflow pins (``../shared/actions``); act's artifact
 server (127.0.0.1); the farm's Docker builds; pip installing from the site, served on 127.0.0.1.
 Mapped or stood in for, each because act or this host cannot do it:
 - upload-artifact v6 runs v4.6.2's code: act's artifact server refuses v6's blob upload (nektos/act issue 6021);
 - ``sudo`` runs its arguments (GitHub's runners have passwordless sudo; this host has no sudo);
 - tag releases only: ``gh`` (GitHub's releases API), attest-build-provenance (Sigstore, OIDC), deploy-pages
-  (Pages), gh-action-pypi-publish (PyPI, OIDC): ``builder/standins/``, which record what they were given;
+  (Pages), gh-action-pypi-publish (PyPI, OIDC): ``builder/upkeep/standins/``, which record what they were given;
   github.com's asset downloads: ``tests/releasekit.py``.
 
 The dry run and the cheap failure paths (a mismatched tag, an empty plan) are in the CI set; the tag releases,
@@ -31,7 +31,7 @@ from farmkit import docker_client
 from indexkit import find_python, serve
 from releasekit import git_http, github_assets, make_certs, through_assets, venv_with_torch
 
-from builder.rehearse import (
+from builder.upkeep.rehearse import (
     DRY_RUN_PROFILE,
     UPLOAD_ARTIFACT_V4,
     UPLOAD_ARTIFACT_V6,
@@ -42,7 +42,7 @@ from builder.rehearse import (
 
 REPO = Path(__file__).resolve().parents[1]
 ACTIONS = shared_actions(REPO)  # $REHEARSAL_ACTIONS, else ../shared/actions
-OWNER_REPO = "mamba-ssm/wheels"  # builder.rehearse.ORIGIN
+OWNER_REPO = "mamba-ssm/wheels"  # builder.upkeep.rehearse.ORIGIN
 TORCH_CPU = "torch==2.13.0"
 SCAN = (
     "import torch, mamba_ssm\n"
@@ -98,11 +98,11 @@ def dry(tmp_path_factory):
 
 def test_the_upload_artifact_v6_mapping_is_the_one_act_workaround():
     """Named here: the v6 SHA runs v4.6.2's code (act issue 6021); every other action is its own pinned SHA."""
-    from builder.rehearse import ACT_WORKAROUNDS, local_actions
+    from builder.upkeep.rehearse import ACT_WORKAROUNDS, local_actions
 
     assert ACT_WORKAROUNDS == {UPLOAD_ARTIFACT_V6: UPLOAD_ARTIFACT_V4}
     workflows = sorted((REPO / ".github" / "workflows").glob("*.yml"))
-    specs = dict(s.split("=", 1) for s in local_actions(workflows, ACTIONS, REPO / "builder" / "standins" / "actions"))
+    specs = dict(s.split("=", 1) for s in local_actions(workflows, ACTIONS, REPO / "builder" / "upkeep" / "standins" / "actions"))
     assert specs[UPLOAD_ARTIFACT_V6].endswith(UPLOAD_ARTIFACT_V4)
     # upload-pages-artifact is a composite that pins v4.6.2 itself: act resolves that one too (a tag release
     # failed at "Stage the site for GitHub Pages" without it).
@@ -113,7 +113,7 @@ def test_the_upload_artifact_v6_mapping_is_the_one_act_workaround():
 
 
 def test_a_missing_action_is_named(tmp_path):
-    from builder.rehearse import RehearsalError, local_actions
+    from builder.upkeep.rehearse import RehearsalError, local_actions
 
     with pytest.raises(RehearsalError, match=r"^actions/[\w-]+@[0-9a-f]{40}: no action at "):
         local_actions([REPO / ".github" / "workflows" / "release.yml"], tmp_path, None)
@@ -122,7 +122,7 @@ def test_a_missing_action_is_named(tmp_path):
 def test_the_scratch_clone_follows_the_checkout(tmp_path):
     """A work folder's clone keeps a release's version bump, and is reset when the checkout has moved on
     (a rehearsal never runs a stale commit)."""
-    from builder.rehearse import _git, bump, scratch_clone
+    from builder.upkeep.rehearse import _git, bump, scratch_clone
 
     head = _git(REPO, "rev-parse", "HEAD")
     clone = scratch_clone(REPO, tmp_path / "c")
@@ -139,7 +139,7 @@ def test_the_gh_stand_in_keeps_releases_as_the_workflow_uses_them(tmp_path):
     """The calls release.yml makes, against the stand-in (no act needed): what a second release restores."""
     import sys
 
-    gh = [sys.executable, str(REPO / "builder" / "standins" / "gh.py")]
+    gh = [sys.executable, str(REPO / "builder" / "upkeep" / "standins" / "gh.py")]
     git = tmp_path / "git"
     subprocess.run(["git", "init", "-q", str(git)], check=True)
     subprocess.run(["git", "-C", str(git), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
@@ -268,7 +268,7 @@ def test_the_doctors_fix_installs_what_the_site_serves(dry, tmp_path):
 
 def _variant_stem(release: Path, v: str) -> str:
     """The variant files' name stem in a release's assets: its stable wheels' tags (cp310-abi3, repaired to the
-    base's manylinux) without the local label, as builder.variants names them."""
+    base's manylinux) without the local label, as builder.verifying.variants names them."""
     (cpu,) = release.glob(f"mamba_ssm-{v}+cputorchstable-*.whl")
     return f"mamba_ssm-{v}-" + cpu.name.split("-", 2)[2].removesuffix(".whl")
 
@@ -285,7 +285,7 @@ def releases(tmp_path_factory):
     docker_client()
     work = tmp_path_factory.mktemp("rehearsal-tags") / "r"
     port, py = free_port(), _python311()
-    from builder.rehearse import version_of
+    from builder.upkeep.rehearse import version_of
 
     first = version_of(REPO)
     major, minor, patch = (int(x) for x in first.split(".")[:3])
@@ -461,7 +461,7 @@ def test_one_failing_build_still_publishes_the_others_and_the_summary_names_it(t
     """A compile error in the CUDA kernels only (committed in the scratch clone, as a bad merge would be), then a
     tag release: the CUDA job fails, the CPU wheel is still published (release assets, attestation, site), and
     the summary (the release notes) names the failed build and its log artifact."""
-    from builder.rehearse import scratch_clone, version_of
+    from builder.upkeep.rehearse import scratch_clone, version_of
 
     docker_client()
     repo = scratch_clone(REPO, tmp_path / "r" / "repo")
@@ -498,7 +498,7 @@ def test_the_gpu_gate_runs_each_cuda_wheel_before_publish(tmp_path, broken):
     from its staged index as its cell says and runs the numerics; then publish. Broken: delta_bias shifted in the
     op's Python wrapper (committed in the scratch clone), which the farm's smoke (no delta_bias) lets through and
     the numerics catch: the gate fails naming the wheel, and publish does not run."""
-    from builder.rehearse import scratch_clone
+    from builder.upkeep.rehearse import scratch_clone
 
     docker_client()
     if broken:
@@ -646,7 +646,7 @@ DATA_FILES = {"builder/data/torch.toml", "matrix.toml"}
 
 def _extra_indexes() -> list[str]:
     """This host's pip extra-index-url (its wheelhouses): kept beside PyPI when the drift run sets its own."""
-    from builder.hostenv import pip_config
+    from builder.facts.hostenv import pip_config
 
     return (pip_config().get("extra-index-url") or "").split()
 
@@ -659,7 +659,7 @@ def _drift_run(work: Path, recorded) -> tuple:
     Returns (result, the remote's bare repository, the stand-in's pull requests, the push requests)."""
     from test_drift import serve as serve_index
 
-    from builder.rehearse import _git, scratch_clone
+    from builder.upkeep.rehearse import _git, scratch_clone
 
     repo = scratch_clone(REPO, work / "repo")
     base = _git(repo, "rev-parse", "--abbrev-ref", "HEAD")
@@ -751,7 +751,7 @@ def test_drift_yml_refreshes_its_pr_then_fails_on_a_broken_patch(drift_work):
 
 def _wheel_kinds(r, dest: Path) -> dict[str, str]:
     """{wheel name: kind} of the run's build artifacts (their sidecars, as the reproduce job reads them)."""
-    from builder.verify import kind_of
+    from builder.building.verify import kind_of
 
     out = {}
     for zipped in sorted(r.artifacts.glob("*/wheel-*/*.zip")):
@@ -780,7 +780,7 @@ def test_the_dry_runs_reproduce_job_rebuilt_one_wheel_of_each_kind_identical(dry
 TAMPER = """
 import sys
 from pathlib import Path
-from builder import relabel
+from builder.verifying import relabel
 for wheel in sorted(Path("dist/wheels").glob("*.whl")):
     infos, members, info_dir = relabel.read_members(wheel)
     so = next(n for n in members if n.endswith(".so"))
@@ -797,7 +797,7 @@ def test_a_tampered_wheel_fails_reproduce_and_nothing_is_published(tmp_path):
     """The build jobs' wheels are altered after the build (a compromised runner, committed here as a noxfile
     step): the reproduce job's rebuild differs, it fails naming the member and its ELF section, and publish
     does not run."""
-    from builder.rehearse import scratch_clone
+    from builder.upkeep.rehearse import scratch_clone
 
     docker_client()
     repo = scratch_clone(REPO, tmp_path / "r" / "repo")

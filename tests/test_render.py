@@ -11,13 +11,14 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from builder.base_image import local_name
-from builder import interpreters
+from builder.building import interpreters
+from builder.building.base_image import local_name
+from builder.building.images import DEBIAN_ARCH, machine_of
+from builder.building.render import DOCKER_DIR, environment, fallback_suite, load_packages, os_table, render
 from builder.errors import InterpreterUnavailable, UsageError
-from builder.images import DEBIAN_ARCH, host_machine, machine_of
-from builder.plan import load_plan
-from builder.render import DOCKER_DIR, environment, fallback_suite, load_packages, os_table, render
-from builder.spec import ImageSpec
+from builder.facts.hostenv import host_machine
+from builder.facts.spec import ImageSpec
+from builder.planning.plan import load_plan
 
 REPO = Path(__file__).resolve().parent.parent
 HADOLINT = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
@@ -39,7 +40,7 @@ def test_every_image_renders_and_passes_hadolint(image: ImageSpec, local: bool, 
     base = local_name(fallback_suite(image), machine) if local else None
     if local and machine != host_machine():
         # another machine's image on the farm's base takes Debian's own Python (bookworm 3.11, trixie 3.13)
-        # and the farm's own interpreters (builder/interpreters.py) for the others it provides
+        # and the farm's own interpreters (builder/building/interpreters.py) for the others it provides
         have = os_table(base, load_packages())[1]["system_python"]
         others = [v for v in image.pythons if v != have and not interpreters.known(v, machine)]
         if others:
@@ -90,7 +91,7 @@ def test_tags_are_content_hashes() -> None:
 
 
 def test_hip_toolchain_image_renders_and_passes_hadolint(tmp_path: Path) -> None:
-    from builder import hip
+    from builder.building import hip
 
     text = hip.dockerfile(local_name("trixie"))
     assert text.splitlines()[0] == "FROM mamba-farm/debian:trixie"
@@ -130,7 +131,7 @@ def test_render_command_writes_every_dockerfile(tmp_path: Path) -> None:
 
 
 def test_amd_rocm_image_stages_the_header_patch_and_its_bytes_make_the_tag(tmp_path: Path, monkeypatch) -> None:
-    import builder.render as render_mod
+    import builder.building.render as render_mod
 
     amd = ImageSpec(
         id="rocm6.0-x86_64-test", kind="rocm", base="rocm/dev-ubuntu-22.04:6.0.2-complete", platform="linux_x86_64",

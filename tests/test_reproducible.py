@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from farmkit import REPO, docker_client, run_build
 
-from builder import provenance, relabel
+from builder.verifying import provenance, relabel
 
 pytestmark = pytest.mark.docker
 
 
 def _spec(profile: str):
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     return next(b for b in load_plan(profile=profile).builds if b.accelerator == "cpu")
 
@@ -44,7 +44,7 @@ def _verify(*args: str) -> subprocess.CompletedProcess:
 def _clean_clone(dest: Path) -> Path:
     """HEAD's tree alone, in a folder of its own: the wheel records HEAD without `dirty` (a developer's
     uncommitted edits would make verify refuse it, exit 15), and the rebuild comes from another clone."""
-    from builder import provenance
+    from builder.verifying import provenance
 
     head = provenance.checkout_commit(REPO)
     for cmd in (
@@ -97,7 +97,7 @@ def test_cpu_wheel_rebuilds_to_the_same_bytes(profile: str, tmp_path: Path) -> N
 
 
 def _cuda_spec(profile: str, project: str):
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     projects = None if project == "checkout" else [project]
     return next(

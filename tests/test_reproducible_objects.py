@@ -17,7 +17,7 @@ from pathlib import Path
 import cudakit
 import pytest
 
-from builder.reproducible import stamp
+from builder.sourcing.reproducible import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,7 +126,7 @@ def test_real_nvcc_gives_the_same_object_twice_in_one_folder(tmp_path: Path) -> 
 def test_host_builds_of_one_spec_use_one_fixed_folder_emptied_before_and_after(tmp_path: Path, monkeypatch) -> None:
     """The host executor builds where nvcc records the same folder every time (not a random temp folder),
     and a killed build's leftovers never reach the next build."""
-    from builder.executors import host
+    from builder.building.executors import host
 
     monkeypatch.setattr(host, "BUILD_ROOTS", tmp_path / "build")
     seen = []
@@ -149,7 +149,7 @@ def test_host_builds_of_one_spec_use_one_fixed_folder_emptied_before_and_after(t
 def test_build_sh_gives_a_recipes_nvcc_objdir_as_tempdir_when_it_knows_it(tmp_path: Path, knows: bool) -> None:
     """build.sh's probe, with an nvcc whose help is longer than a pipe holds and names the flag early: grep stopping
     at the first match must not make the probe fail (pipefail and SIGPIPE did, in a real causal-conv1d build)."""
-    from builder.executors import BUILD_SCRIPT
+    from builder.building.executors import BUILD_SCRIPT
 
     flag = "--objdir-as-tempdir" if knows else "--output-directory"
     nvcc = tmp_path / "cuda" / "bin" / "nvcc"

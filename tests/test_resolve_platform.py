@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from wheelmaker import make_mamba_wheel
 
-from builder.index import build_index
+from builder.publishing.index import build_index
 
 REPO = Path(__file__).resolve().parents[1]
 LABEL = "cu13torch2.14cxx11abiTRUE"

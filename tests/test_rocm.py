@@ -2,7 +2,7 @@
 render and lint, ROCm builds are planned, ROCm < 6.0 is refused, ROCm 6.0's header is fixed.
 
 The docker tests compile for real with Debian trixie's hipcc 5.7.1 (clang 17) in the farm's
-cached hipcc image (built once, tagged by content hash): see builder/hip.py.
+cached hipcc image (built once, tagged by content hash): see builder/building/hip.py.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from builder import compat as compat_mod
-from builder import hip
+from builder.building import hip
+from builder.building.render import render
 from builder.cli import main as cli_main
-from builder.compat import parse_accelerator
-from builder.render import render
-from builder.spec import ImageSpec
+from builder.facts import compat as compat_mod
+from builder.facts.compat import parse_accelerator
+from builder.facts.spec import ImageSpec
 
 REPO = Path(__file__).resolve().parent.parent
 ARCHS = ("gfx90a", "gfx942", "gfx1100")
@@ -42,7 +42,7 @@ needs_torch = pytest.mark.skipif(not _has_torch(), reason="torch.utils.hipify ne
 
 @pytest.fixture(scope="module")
 def client():
-    from builder.engine import connect
+    from builder.building.engine import connect
 
     return connect()
 

@@ -1,4 +1,4 @@
-"""builder/sources.py: pinned sdists fetched once through the host's pip settings, hash-checked before every use.
+"""builder/sourcing/sources.py: pinned sdists fetched once through the host's pip settings, hash-checked before every use.
 
 The fetch tests reach the real package index through the host's settings (its proxy CA):
 the two sdists the recipes pin, about 250 kB.
@@ -20,7 +20,8 @@ from hostilekit import chain_archive, corrupt_gzip
 from recipekit import CAUSAL, MAMBA, fetched_cache
 
 from builder.errors import SourceFetchError, SourceIntegrityError, UsageError
-from builder.sources import Fetcher, SdistPin, SourceCache
+from builder.facts.spec import SdistPin
+from builder.sourcing.sources import Fetcher, SourceCache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -224,7 +225,7 @@ def test_a_symlink_chain_that_beats_the_data_filter_is_refused(tmp_path):
 def test_the_cve_chain_is_refused_by_its_links_not_only_its_long_names(tmp_path, monkeypatch):
     """The CVE archive's names are also too long for an sdist; without that limit its links still give it away:
     its PATH_MAX-beating link is created through the one-letter links, which the data filter allows."""
-    from builder import sources
+    from builder.sourcing import sources
 
     chain_archive(tmp_path / "x.tar.gz", "evil-1.0", tmp_path / "out", "..")
     monkeypatch.setattr(sources, "MAX_MEMBER_NAME", 10_000)
@@ -393,11 +394,12 @@ def test_a_killed_downloads_partial_file_is_removed_by_the_next_run(fetched, tmp
 
 
 def test_a_corrupt_gzip_fails_its_build_alone_and_the_run_exits_8(tmp_path, monkeypatch):
-    """builder/build.py's source step: the corrupt archive's build is refused (exit 8), the other one is prepared."""
+    """builder/building/build.py's source step: the corrupt archive's build is refused (exit 8), the other one is prepared."""
     import types
 
-    from builder import build, hostenv
-    from builder.recipes import load_recipe
+    from builder.building import build
+    from builder.facts import hostenv
+    from builder.planning.recipes import load_recipe
 
     monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path / "farm")
     recipes = {}

@@ -25,10 +25,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import cudakit
 import pytest
 from packaging.utils import parse_wheel_filename
 
-import cudakit
 from mamba_ssm import _variant
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -230,12 +230,13 @@ def test_canary_stable_wheel_runs_under_the_newest_torch_on_pypi(wheel_test_torc
 def test_stable_wheel_runs_under_python_314_with_a_torch_that_ships_it(wheel_test_torch, tmp_path):
     """cp310-abi3 serves Python 3.14 too: the CPU stable wheel built on the suite's cp311 torch passes the
     numerics check under CPython 3.14 (the host's, else the one the farm provides itself:
-    builder/interpreters.py) and torch 2.14.1, which ships cp314. Its venv is the farm's smoke venv for
-    (cp314, torch 2.14.1), whose large files builder/cache.py hard-links to the other torch venvs'."""
+    builder/building/interpreters.py) and torch 2.14.1, which ships cp314. Its venv is the farm's smoke venv for
+    (cp314, torch 2.14.1), whose large files builder/building/cache.py hard-links to the other torch venvs'."""
     from filelock import FileLock
 
-    from builder import hostenv, interpreters, wheels
+    from builder.building import cache, interpreters
     from builder.errors import InterpreterUnavailable
+    from builder.facts import hostenv
 
     try:
         prefix = interpreters.python_prefix("3.14")
@@ -243,8 +244,8 @@ def test_stable_wheel_runs_under_python_314_with_a_torch_that_ships_it(wheel_tes
         pytest.skip(f"no CPython 3.14 here: {err}")
     smoke = hostenv.CACHE_ROOT / "smoke" / "cp314-torch2.14.1"
     smoke.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(smoke) + ".lock"):  # the lock builder/build.py's smoke test takes
-        venv = wheels._torch_base(str(prefix / "bin" / "python3"), "torch==2.14.1", smoke / "torch-envs")
+    with FileLock(str(smoke) + ".lock"):  # the lock builder/building/build.py's smoke test takes
+        venv = cache.torch_venv(str(prefix / "bin" / "python3"), "torch==2.14.1", smoke / "torch-envs")
     res = _run_check(str(venv / "bin" / "python"), wheel_test_torch, tmp_path)
     _assert_correct(res, "2.14.1", tmp_path / "site")
     assert wheel_test_torch.name.endswith("-cp310-abi3-linux_x86_64.whl")
@@ -269,15 +270,15 @@ def test_cuda_stable_wheel_builds_against_214_and_loads_without_gpu(venv214, tmp
 def _stable_plan():
     import inspect
 
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     if "stable" not in inspect.signature(load_plan).parameters:
-        pytest.skip("builder.plan has no stable-ABI collapse")
+        pytest.skip("builder.planning.plan has no stable-ABI collapse")
     return load_plan(stable=True), load_plan(stable=False)  # matrix.toml turns the collapse on by default
 
 
 def test_planner_serves_each_cell_once_and_stable_where_it_can():
-    from builder.plan import served_cells, stable_floor
+    from builder.planning.plan import served_cells, stable_floor
 
     stable, classic = _stable_plan()
     assert stable.cells == classic.cells  # the same cells are asked for; fewer builds serve them
@@ -299,7 +300,7 @@ def test_planner_serves_each_cell_once_and_stable_where_it_can():
     assert {"cu13-torch2.10-cxx11abiTRUE", "cu13-torch2.14-cxx11abiTRUE"} <= set(cu13.serves)
     # built on the newest torch that has the abi3 tag's Python (2.14: torch 2.15 has no cp310 wheel); it serves
     # every torch >= the floor on the axes x the axes' Pythons that torch has (2.10-2.14 x 3.10-3.13, 2.15 x 3.11-3.13)
-    from builder.compat import load as load_compat
+    from builder.facts.compat import load as load_compat
 
     compat = load_compat()
     want = [(t, p) for t in stable.matrix.axes.torch if tuple(map(int, t.split("."))) >= floor

@@ -26,7 +26,7 @@ from farmkit import REPO, docker_client, run_build
 from indexkit import find_python, serve
 
 from builder.errors import PatchError, SourceIntegrityError
-from builder.plan import load_plan
+from builder.planning.plan import load_plan
 
 LABEL = "cu13torch2.14cxx11abiTRUE"
 VERSIONS = {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"}
@@ -159,9 +159,9 @@ CPU_ID = "cpu-torch2.13-cxx11abiTRUE-cp311-linux_x86_64"
 @pytest.mark.cuda_build
 def test_causal_conv1d_cp314_through_its_recipe_with_the_farms_own_interpreter(tmp_path_factory):
     """Upstream's causal-conv1d for Python 3.14, which neither the host nor the base image has: the farm's own
-    CPython (builder/interpreters.py) builds it from the pinned sdist; verified, smoke-tested (its recipe's
+    CPython (builder/building/interpreters.py) builds it from the pinned sdist; verified, smoke-tested (its recipe's
     imports under torch 2.14.1, which ships cp314) and tagged for the base's glibc as the cp311 wheel is."""
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     dist, first, second = _upstream_build(tmp_path_factory, "ci-upstream-cp314", "3.14")
     assert first.rc == 0, first.out[-6000:]
@@ -272,7 +272,7 @@ def test_a_profile_naming_an_unknown_project_is_refused_with_its_line(tmp_path):
 
 
 def test_the_build_env_is_the_recipes_set_and_unset():
-    from builder.executors import spec_env
+    from builder.building.executors import spec_env
 
     spec = load_plan(profile="ci-upstream").builds[1]
     env = spec_env(spec, max_jobs=2)
@@ -280,7 +280,7 @@ def test_the_build_env_is_the_recipes_set_and_unset():
     assert "TORCH_CUDA_ARCH_LIST" not in env and env["MAX_JOBS"] == "2"
     assert set(env["FARM_UNSET"].split()) == set(spec.unset)
     # build.sh removes them even where the image (or the host) sets them
-    lines = (REPO / "builder" / "executors" / "build.sh").read_text().splitlines()
+    lines = (REPO / "builder" / "building" / "executors" / "build.sh").read_text().splitlines()
     first = next(i for i, ln in enumerate(lines) if ln.startswith("read -r -a unset_names"))
     snippet = "\n".join(lines[first : first + 2])
     probe = subprocess.run(
@@ -293,7 +293,7 @@ def test_the_build_env_is_the_recipes_set_and_unset():
 
 
 def test_only_recipe_cuda_builds_go_through_ccache():
-    from builder.executors import spec_env
+    from builder.building.executors import spec_env
 
     recipe = load_plan(profile="ci-upstream").builds
     checkout = load_plan(profile="ci").builds
@@ -307,8 +307,8 @@ def test_only_recipe_cuda_builds_go_through_ccache():
 def test_pin_torch_replaces_upstreams_unpinned_torch(tmp_path):
     from wheelmaker import make_wheel
 
-    from builder.relabel import pin_torch
-    from builder.wheels import read_facts
+    from builder.verifying.relabel import pin_torch
+    from builder.verifying.wheels import read_facts
 
     raw = make_wheel(
         tmp_path / "raw", "mamba-ssm", f"2.3.2.post1+{LABEL.lower()}", "cp311-cp311-linux_x86_64",
@@ -324,7 +324,7 @@ def test_pin_torch_replaces_upstreams_unpinned_torch(tmp_path):
     with zipfile.ZipFile(out) as zf:  # RECORD hashes the rewritten METADATA
         record = zf.read(next(n for n in zf.namelist() if n.endswith("RECORD"))).decode()
         assert zf.testzip() is None
-    from builder.relabel import _record_hash
+    from builder.verifying.relabel import _record_hash
 
     with zipfile.ZipFile(out) as zf:
         name = next(n for n in zf.namelist() if n.endswith("METADATA"))
@@ -333,7 +333,7 @@ def test_pin_torch_replaces_upstreams_unpinned_torch(tmp_path):
 
 def test_the_audits_read_the_specs_extension_modules_and_refuse_a_wheel_without_them():
     from builder.errors import VerificationError
-    from builder.wheels import audited_extensions
+    from builder.verifying.wheels import audited_extensions
 
     spec = load_plan(profile="ci-upstream").builds[0]
     so = "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"

@@ -1,4 +1,4 @@
-"""Wheel variants (PEP 825, builder/variants.py): the variant form of the farm's stable-ABI wheels, served from
+"""Wheel variants (PEP 825, builder/verifying/variants.py): the variant form of the farm's stable-ABI wheels, served from
 one root, ``<index>/variants/``, and installed by real installers on 127.0.0.1.
 
 - uv 0.13.x with ``--preview-features wheel-variants`` picks the build by itself from what its vendored NVIDIA
@@ -30,8 +30,8 @@ from filelock import FileLock
 from indexkit import isolated_env, make_venv, pip, serve, uv_bin
 from wheelmaker import make_mamba_wheel, make_wheel
 
-from builder import variants
 from builder.errors import VerificationError
+from builder.verifying import variants
 from mamba_ssm import _variant
 
 variantlib = pytest.importorskip("variantlib")
@@ -124,7 +124,7 @@ def test_a_variant_json_that_names_another_label_is_refused(tmp_path):
 def test_stable_wheels_without_a_variant_form_are_left_out_with_their_reason(tmp_path):
     """An index of placeholder wheels (no extension): the CUDA one has no GPU code to declare, so the variant
     root lists the CPU null variant and the plain fallback only, and the manifest says why."""
-    from builder.index import build_index
+    from builder.publishing.index import build_index
 
     wheels = tmp_path / "wheels"
     make_mamba_wheel(wheels, "cputorchstable", "cp310")
@@ -151,7 +151,7 @@ def test_stable_wheels_without_a_variant_form_are_left_out_with_their_reason(tmp
 
 
 def _placeholder_index(tmp_path, **kw) -> Path:
-    from builder.index import build_index
+    from builder.publishing.index import build_index
 
     wheels = tmp_path / "wheels"
     make_mamba_wheel(wheels, "cputorchstable", "cp310")
@@ -359,8 +359,8 @@ def test_pip_without_variant_support_takes_the_plain_cpu_wheel(site, tmp_path):
 
 @needs_farm
 def test_variantlib_and_the_verifier_accept_every_variant_wheel(site, tmp_path):
-    from builder.plan import load_plan
-    from builder.wheels import verify_wheel
+    from builder.planning.plan import load_plan
+    from builder.verifying.wheels import verify_wheel
 
     _url, index = site
     files = index / "files"
@@ -443,7 +443,7 @@ def test_the_rewriter_refuses_what_the_index_refuses_elsewhere(tmp_path, change,
 
 
 def test_a_member_is_capped_by_what_it_inflates_to_not_what_its_header_says(tmp_path, monkeypatch):
-    from builder import relabel
+    from builder.verifying import relabel
 
     monkeypatch.setattr(relabel, "MAX_MEMBER_BYTES", 1 << 20)  # (the real cap is 1 GiB; same code path)
     big = b"\0" * (3 << 20)
@@ -459,7 +459,7 @@ def test_a_variant_file_that_declares_another_variant_than_variants_json_is_made
     import base64
     import hashlib
 
-    from builder.index import build_index
+    from builder.publishing.index import build_index
 
     index = _placeholder_index(tmp_path)
     name = "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl"

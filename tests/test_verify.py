@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 from wheelmaker import make_wheel
 
-from builder import relabel, reproducible, verify
+from builder.building import verify
+from builder.sourcing import reproducible
+from builder.verifying import relabel
 from mamba_ssm import _elf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -147,8 +149,8 @@ def test_verify_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
 
 
 def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> None:
-    from builder import provenance, wheels
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
+    from builder.verifying import provenance, wheels
 
     spec = next(b for b in load_plan(profile="ci").builds if b.accelerator == "cpu")
     rec = provenance.record(spec, epoch=1700000000, commit=provenance.checkout_commit(REPO))
@@ -188,8 +190,8 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
 
 
 def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_path: Path) -> None:
-    from builder.images import host_machine
-    from builder.plan import load_plan
+    from builder.facts.hostenv import host_machine
+    from builder.planning.plan import load_plan
 
     here = f"linux_{host_machine()}"
     other = "linux_aarch64" if here == "linux_x86_64" else "linux_x86_64"
@@ -222,8 +224,8 @@ def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_
 
 
 def test_the_rebuild_uses_the_commit_the_wheel_records(tmp_path: Path) -> None:
-    from builder import provenance, wheels
     from builder.errors import RebuildFailed
+    from builder.verifying import provenance, wheels
 
     def wheel_of(commit: str, name: str) -> Path:
         raw = make_wheel(tmp_path / name, "demo", "1.0", "cp311-cp311-linux_x86_64")
@@ -247,7 +249,7 @@ def test_a_dirty_tree_is_recorded_and_the_rebuild_refuses_to_promise_identity(tm
     """A build from a checkout with changes its commit lacks says so (provenance `dirty`); `verify --rebuild`
     of such a wheel exits 15 (no commit holds its source) unless --source names the tree, and the doctor's
     "built from" line shows it."""
-    from builder import provenance, wheels
+    from builder.verifying import provenance, wheels
     from mamba_ssm.doctor import report
 
     tree = tmp_path / "clone"
@@ -264,7 +266,7 @@ def test_a_dirty_tree_is_recorded_and_the_rebuild_refuses_to_promise_identity(tm
     assert provenance.checkout_dirty(tree) is True
     assert provenance.checkout_dirty(tmp_path / "not-a-checkout") is None
 
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     spec = next(b for b in load_plan(profile="ci").builds if b.accelerator == "cpu")
     head = provenance.checkout_commit(tree)

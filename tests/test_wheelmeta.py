@@ -1,4 +1,4 @@
-"""builder.wheelmeta: the one METADATA reader, and its torch-pin rule, as the verifier and the index see it."""
+"""builder.verifying.wheelmeta: the one METADATA reader, and its torch-pin rule, as the verifier and the index see it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from wheelmaker import make_wheel
 
 from builder.errors import VerificationError
-from builder.index import build_index
-from builder.resolve import resolve
-from builder.wheels import read_facts
+from builder.publishing.index import build_index
+from builder.publishing.resolve import resolve
+from builder.verifying.wheels import read_facts
 from mamba_ssm import _variant
 
 STABLE = "2.3.0+cu13torchstable"

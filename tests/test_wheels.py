@@ -13,8 +13,8 @@ import pytest
 from wheelmaker import make_wheel
 
 from builder.errors import VerificationError
-from builder.spec import BuildSpec
-from builder.wheels import audit_archs, audit_cxx_abi, read_facts, retag, verify_wheel
+from builder.facts.spec import BuildSpec
+from builder.verifying.wheels import audit_archs, audit_cxx_abi, read_facts, retag, verify_wheel
 from mamba_ssm import _elf
 
 GXX = shutil.which("g++")
@@ -160,7 +160,7 @@ def test_verify_leaves_openmp_to_torchs_libgomp(sos, tmp_path):
         ext = next(n for n in zf.namelist() if n.endswith(".so"))
         assert b"libgomp.so.1" in zf.read(ext)  # still needed, resolved to the copy torch loads
     # and one that did bundle it is refused
-    from builder.wheels import _check_not_bundled
+    from builder.verifying.wheels import _check_not_bundled
 
     bundled = make_wheel(tmp_path / "bad", "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-manylinux_2_28_x86_64",
                          files={"mamba_ssm.libs/libgomp-a34b3233.so.1.0.0": b"\x7fELF"})  # fmt: skip
@@ -309,7 +309,8 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
 
     import torch
 
-    from builder.wheels import smoke_test
+    from builder.building import cache
+    from builder.verifying.wheels import smoke_test
     from mamba_ssm import _variant
 
     repo = Path(__file__).resolve().parents[1]
@@ -348,10 +349,14 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
     from mamba_ssm import __version__
 
     assert final.name.startswith(f"mamba_ssm-{__version__}+{v.label}-{v.python}-{v.python}-manylinux_")
+    torch_venv = cache.torch_venv(
+        sys._base_executable, f"torch=={spec.torch_version}", tmp_path / "smoke" / "torch-envs"
+    )
     line = smoke_test(
         final,
         spec,
         python=sys._base_executable,
+        torch_venv=torch_venv,
         torch_requirement=f"torch=={spec.torch_version}",
         workdir=tmp_path / "smoke",
     )
@@ -363,6 +368,7 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
             broken,
             spec,
             python=sys._base_executable,
+            torch_venv=torch_venv,
             torch_requirement=f"torch=={spec.torch_version}",
             workdir=tmp_path / "smoke",
         )
@@ -406,7 +412,7 @@ def test_verify_refuses_a_stale_extension_module(sos, tmp_path):
     # the clean stable wheel passes the name checks
     whl = make_wheel(tmp_path / "ok", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
                      requires=("torch>=2.10",), files={"mamba_ssm/_C.abi3.so": so})  # fmt: skip
-    from builder.wheels import check_names
+    from builder.verifying.wheels import check_names
 
     assert check_names(read_facts(whl), STABLE_SPEC, ("linux_x86_64",)) == []
 
@@ -416,7 +422,7 @@ def test_retag_keeps_the_tag_a_header_when_wheel_ends_with_a_blank_line(tmp_path
     Tag among its headers, or pip check calls the wheel unsupported on every platform (seen in ci-py314)."""
     from email.parser import Parser
 
-    from builder.wheels import read_members, write_wheel
+    from builder.verifying.wheels import read_members, write_wheel
 
     whl = make_wheel(tmp_path, "mamba-ssm", "2.3.0+cpu", "cp314-cp314-linux_x86_64")
     infos, members, info_dir = read_members(whl)

@@ -35,11 +35,11 @@ EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 BAD_ARTIFACT_CHARS = set('":<>|*?\\/\r\n')
 
 BUILD_JOBS = {"build-x86_64": "linux_x86_64", "build-aarch64": "linux_aarch64"}  # job -> platform
-HAS_PLAN = importlib.util.find_spec("builder.plan") is not None
+HAS_PLAN = importlib.util.find_spec("builder.planning.plan") is not None
 NOXFILE = (ROOT / "noxfile.py").read_text()
 HAS_INDEX_SESSION = re.search(r"^def index\(", NOXFILE, re.MULTILINE) is not None
 needs_plan = pytest.mark.skipif(
-    not HAS_PLAN, reason="needs `python -m builder plan --format github` (builder/plan.py), not in the tree yet"
+    not HAS_PLAN, reason="needs `python -m builder plan --format github` (builder/planning/plan.py), not in the tree yet"
 )
 needs_index = pytest.mark.skipif(
     not HAS_INDEX_SESSION, reason="needs the `nox -s index` session (python -m builder index), not in noxfile.py yet"
@@ -487,7 +487,7 @@ def test_plan_step_output_is_the_matrix_the_build_jobs_read(tmp_path):
 def test_a_tag_push_plans_the_release_both_lines_each_matrix_within_256_jobs(tmp_path, capsys):
     """A pushed v* tag has no inputs: it builds matrix.toml's release profile, this checkout's mamba-ssm and
     upstream's packages, every build once, each runner's matrix within GitHub's 256 jobs."""
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     proc, out = run_plan(tmp_path, tag_push=True)
     assert proc.returncode == 0, proc.stderr
@@ -564,7 +564,7 @@ def test_build_step_asks_the_farm_for_the_plan_jobs_ids(tmp_path, profile, capsy
     (its stable_abi) and each one's archs, so `--only IDS` must see the same plan; a compile
     group's job asks for all of its builds."""
     from builder.cli import main
-    from builder.plan import github_jobs, load_plan
+    from builder.planning.plan import github_jobs, load_plan
 
     step = next(s for s in load(RELEASE)["jobs"]["build-x86_64"]["steps"] if "nox -s build_matrix" in s.get("run", ""))
     (tmp_path / "bin").mkdir()

@@ -68,7 +68,7 @@ def make_mamba_wheel(
     return make_wheel(out_dir, "mamba-ssm", f"{version}+{label}", tag, requires=requires)
 
 
-# The source identities of the two sdists the recipes pin (builder.sources.SdistPin.identity).
+# The source identities of the two sdists the recipes pin (builder.sourcing.sources.SdistPin.identity).
 UPSTREAM_MAMBA = "sdist:mamba-ssm==2.3.2.post1@sha256:104cc47e9101e5401a675fa2b784f2952b9b037f3b1dd83b5ac544394e95d028"
 CAUSAL_CONV1D = "sdist:causal-conv1d==1.7.0@sha256:3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"
 

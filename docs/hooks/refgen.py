@@ -8,7 +8,7 @@ with a marker line of its own, ``<!-- generated: NAME -->``; ``on_page_markdown`
 - ``exit-codes-builder``, ``exit-codes-doctor``: from ``builder/errors.py`` (each FarmError's
   ``exit_code`` and docstring, plus ``OTHER_BUILDER_EXITS``) and the doctor's ``EXIT_CODES``;
 - ``env-vars``: the one list, ``mamba_build/envvars.toml``;
-- ``platform-support``: the cells of the default plan (``builder.plan.load_plan()``);
+- ``platform-support``: the cells of the default plan (``builder.planning.plan.load_plan()``);
 - ``recipe-list``: the recipes in ``recipes/``.
 
 ``tests/test_docs.py`` uses the same functions: what the code defines and the docs lack fails there.
@@ -20,9 +20,10 @@ import argparse
 import ast
 import re
 import sys
-import tomllib
 from collections import defaultdict
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -160,9 +161,10 @@ def cli_markdown(parser: argparse.ArgumentParser, prefix: str) -> str:
 def farm_errors() -> list[type]:
     """Every FarmError class of the farm: builder/errors.py's (base first), then any a command's module
     defines itself (every command module is imported, as `--help` does)."""
+    import importlib
+
     from builder import errors
     from builder.cli import COMMANDS
-    import importlib
 
     for module in COMMANDS.values():
         importlib.import_module(module)
@@ -335,7 +337,7 @@ def _acc_title(acc: str) -> str:
 
 def platform_markdown(profile: str | None = None) -> str:
     """Per platform, a torch × accelerator table of the Pythons each cell has, from the plan."""
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     plan = load_plan(profile=profile)
     cells = plan.cells
@@ -355,7 +357,7 @@ def platform_markdown(profile: str | None = None) -> str:
         "",
     ]
     served_by_stable = set()
-    from builder.plan import served_cells
+    from builder.planning.plan import served_cells
 
     for b in plan.builds:
         if b.stable:
@@ -401,8 +403,8 @@ def _kind(accelerator: str) -> str:
 def support_tiers() -> list[dict]:
     """One row per (accelerator kind, platform) of the default plan: its tier (builder/data/support.toml, each
     claim checked against the profile it names), accelerators, torch releases, Pythons and GPU architectures."""
-    from builder import compat as compat_mod
-    from builder.plan import load_plan
+    from builder.facts import compat as compat_mod
+    from builder.planning.plan import load_plan
 
     data = tomllib.loads((ROOT / "builder" / "data" / "support.toml").read_text())
     gpu_names = compat_mod.load().gpu_names
@@ -455,7 +457,7 @@ def support_markdown() -> str:
 
 def plan_counts_markdown() -> str:
     """The benchmarks page's plan row (what `benchmarks/collapse.py plan` prints), from the plan of this checkout."""
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     classic, plan = load_plan(stable=False), load_plan(stable=True)
     stable = [b for b in plan.builds if b.stable]
@@ -471,9 +473,9 @@ def plan_counts_markdown() -> str:
 
 def profiles_markdown() -> str:
     """matrix.toml's profiles: name, what it builds (its description), its projects."""
-    from builder import compat as compat_mod
-    from builder.matrix import load_matrix
-    from builder.plan import DEFAULT_MATRIX
+    from builder.facts import compat as compat_mod
+    from builder.planning.matrix import load_matrix
+    from builder.planning.plan import DEFAULT_MATRIX
 
     matrix = load_matrix(DEFAULT_MATRIX, compat_mod.load())
     lines = ["| profile | builds | projects |", "|---|---|---|", "| *(none)* | the whole matrix | `checkout` |"]
@@ -485,7 +487,7 @@ def profiles_markdown() -> str:
 
 def upstream_markdown() -> str:
     """Per recipe project of the release profile: which accelerators, torch releases and Pythons it is built for."""
-    from builder.plan import load_plan
+    from builder.planning.plan import load_plan
 
     plan = load_plan(profile="release")
     by: dict[tuple[str, str], list] = defaultdict(list)
@@ -516,7 +518,7 @@ def recipes_markdown() -> str:
 
 
 def placeholders_markdown() -> str:
-    from builder.recipes import PLACEHOLDERS
+    from builder.planning.recipes import PLACEHOLDERS
 
     lines = ["| placeholder | what it becomes |", "|---|---|"]
     lines += [f"| `${{{name}}}` | {_cell(text)} |" for name, text in PLACEHOLDERS.items()]
@@ -524,7 +526,7 @@ def placeholders_markdown() -> str:
 
 
 def denied_env_markdown() -> str:
-    from builder import recipes
+    from builder.planning import recipes
 
     names = ", ".join(f"`{n}`" for n in sorted(getattr(recipes, "DENIED_ENV", ())))
     prefixes = ", ".join(f"`{p}*`" for p in getattr(recipes, "DENIED_ENV_PREFIXES", ()))

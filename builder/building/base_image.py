@@ -1,0 +1,149 @@
+"""A Debian base image made locally, for hosts that cannot reach a container registry.
+
+``python -m builder base-image [--suite bookworm|trixie] [--platform linux_aarch64]`` runs
+``debootstrap --variant=minbase [--arch=arm64] SUITE DIR MIRROR`` and makes the tree an image
+with a ``FROM scratch`` / ``ADD rootfs.tar /`` build (``--platform linux/arm64`` for arm64).
+Another architecture's base is made under emulation (qemu-user-static, F flag: debootstrap's
+second stage runs its programs); where the host cannot emulate it, it is refused with the
+reason. The host CA bundle is baked in so that
+apt and pip inside the image work behind a TLS-intercepting proxy. An image that
+already exists is reused, never rebuilt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from builder.building.engine import build_image, connect, image_exists
+from builder.building.images import (
+    DEBIAN_ARCH,
+    DEFAULT_SUITE,
+    SUITES,
+    docker_platform,
+    is_local_base,
+    local_machine,
+    local_name,
+    local_suite,
+    machine_of,
+    suite_for,
+)
+from builder.errors import EngineUnavailable, UsageError
+from builder.facts.hostenv import find_ca_bundle, host_machine
+
+MIRROR = "http://deb.debian.org/debian"
+
+
+def ensure(
+    client, suite: str, *, ca_bundle: Path | None, log=print, mirror: str = MIRROR, machine: str | None = None
+) -> str:
+    """Return the local base image for SUITE on MACHINE (default: this host's), building it only if it does not exist yet."""
+    from builder.building import emulation
+
+    machine = machine or host_machine()
+    name = local_name(suite, machine)
+    if image_exists(client, name):
+        return name
+    if suite not in SUITES:
+        raise UsageError(f"unknown Debian suite {suite!r}", hint=f"use one of: {', '.join(SUITES)}")
+    if machine not in DEBIAN_ARCH:
+        raise UsageError(f"no Debian base for machine {machine!r}", hint=f"use one of: {', '.join(DEBIAN_ARCH)}")
+    emulation.require(machine, f"the base image {name}")
+    if shutil.which("debootstrap") is None:
+        raise EngineUnavailable(
+            f"cannot make the base image {name}: debootstrap is not installed",
+            hint="apt-get install debootstrap (scripts/bootstrap-host.sh does), or make a registry reachable",
+        )
+    if os.geteuid() != 0:
+        raise EngineUnavailable(f"cannot make the base image {name}: debootstrap needs root", hint="run as root")
+    arch = DEBIAN_ARCH[machine]
+    how = "" if machine == host_machine() else ", under emulation"
+    log(f"base image: making {name} with debootstrap --variant=minbase --arch={arch} {suite} (no registry needed{how})")
+    with tempfile.TemporaryDirectory(prefix="mamba-farm-rootfs-") as tmp:
+        root = Path(tmp) / "rootfs"
+        proc = subprocess.run(
+            ["debootstrap", "--variant=minbase", f"--arch={arch}", suite, str(root), mirror],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stdout.splitlines()[-15:])
+            raise EngineUnavailable(
+                f"debootstrap {suite} failed (exit {proc.returncode}):\n{tail}",
+                hint=f"check that {mirror} is reachable from this host",
+            )
+        if ca_bundle is not None:
+            # Baked in so apt/pip/curl in every derived image trust the proxy's CA.
+            dest = root / "etc/ssl/certs"
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ca_bundle, dest / "ca-certificates.crt")
+        # Keep apt lean and non-interactive in derived images.
+        (root / "etc/apt/apt.conf.d/90mamba-farm").write_text(
+            'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n'
+        )
+        shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
+        (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+        # A build FROM scratch rather than `docker import`: only a build can say which machine the image
+        # is for (import's --platform needs an experimental engine), and an arm64 image must say so.
+        dockerfile = 'FROM scratch\nADD rootfs.tar /\nENV LANG=C.UTF-8\nCMD ["/bin/bash"]\n'
+
+        def stage(ctx: Path) -> None:
+            proc = subprocess.run(["tar", "-C", str(root), "-cf", str(ctx / "rootfs.tar"), "."], capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise EngineUnavailable(f"cannot pack the {suite} tree for {name}: {proc.stderr.strip()[-300:]}")
+
+        build_image(
+            client, name, dockerfile, what=f"the base image {name}", stage=stage,
+            platform=None if machine == host_machine() else docker_platform(machine),
+        )  # fmt: skip
+    log(f"base image: {name} is ready")
+    return name
+
+
+def resolve_base(
+    client, base: str, *, fallback: str | None = None, ca_bundle: Path | None, log=print, machine: str | None = None
+) -> str:
+    """The image to build FROM: BASE if present or pullable, else the farm's own Debian base for MACHINE."""
+    import docker.errors
+
+    if is_local_base(base):
+        return ensure(client, local_suite(base), ca_bundle=ca_bundle, log=log, machine=local_machine(base))
+    if image_exists(client, base):
+        return base
+    try:
+        client.images.pull(base, platform=docker_platform(machine) if machine else None)
+        return base
+    except docker.errors.APIError as err:
+        reason = (err.explanation or str(err)).splitlines()[0][:120]
+    suite = fallback or suite_for(base)
+    log(f"base image: cannot pull {base} ({reason}); using the farm's own Debian {suite} base instead")
+    return ensure(client, suite, ca_bundle=ca_bundle, log=log, machine=machine)
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("base-image", help="make a local Debian base image (debootstrap + docker import)")
+    p.add_argument("--suite", default=DEFAULT_SUITE, choices=SUITES, help=f"Debian suite (default {DEFAULT_SUITE})")
+    p.add_argument(
+        "--platform",
+        default=None,
+        choices=[f"linux_{m}" for m in DEBIAN_ARCH],
+        help="the wheel platform the base is for (default: this host's); another one is made under emulation",
+    )
+    p.add_argument("--ca-bundle", type=Path, default=None, help="CA bundle to bake in (default: the host's)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    client = connect()
+    ca = find_ca_bundle(args.ca_bundle)
+    machine = machine_of(args.platform) if args.platform else None
+    name = ensure(client, args.suite, ca_bundle=ca, log=lambda m: print(m, file=sys.stderr), machine=machine)
+    print(name)
+    return 0

@@ -1,0 +1,386 @@
+"""``python -m builder build``: plan -> images -> builds -> verify -> dist/wheels -> dist/index.
+
+Layout of ``--dist`` (default ``dist``)::
+
+    dist/wheels/<wheel>            verified wheels only, each moved in with one rename
+    dist/wheels/<wheel>.spec.json  the BuildSpec that made it (the index reads ``serves``)
+    dist/logs/<id>.log             one log per build (image builds: image-<image id>.log)
+    dist/logs/<id>.cost.json       what the build cost: wall and compile CPU seconds (builder.publishing.cost)
+    dist/index/                    the resolver index (builder.publishing.index)
+    dist/.ledger.json              resume ledger: inputs_hash -> verified wheel + sha256
+    dist/.work/                    scratch for raw and repaired wheels (never published)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from builder.building import schedule
+from builder.building.executors import BuildOptions
+from builder.building.executors.choose import EXECUTORS, select
+from builder.errors import BuildFailed, FarmError, UsageError
+from builder.publishing import cost
+from builder.sourcing import reproducible
+from builder.verifying import provenance
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("build", help="build, verify and index every wheel of the plan into --dist")
+    p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
+    p.add_argument("--profile", default=None, help="a profile of the matrix (e.g. ci)")
+    p.add_argument("--only", nargs="+", default=None, metavar="ID", help="build only these spec ids")
+    p.add_argument(
+        "--projects", nargs="+", default=None, metavar="NAME",
+        help="build these projects instead of the profile's (checkout and/or recipe names, e.g. causal-conv1d)",
+    )  # fmt: skip
+    p.add_argument("--executor", default="auto", choices=EXECUTORS, help="docker, host, or auto (default: docker when an engine answers, else host)")
+    p.add_argument("--jobs", type=int, default=None, help="builds at once (default: from cores and memory)")
+    p.add_argument(
+        "--wheelhouse", type=Path, action="append", default=None, metavar="DIR",
+        help="a local wheel dir builds install torch from (repeatable; default ~/.cache/mamba-farm/wheelhouse)",
+    )
+    p.add_argument("--dist", type=Path, default=Path("dist"), help="output folder: wheels/, logs/, index/ (default dist)")
+    p.add_argument("--ca-bundle", type=Path, default=None, help="CA bundle for builds (default: the host's pip cert)")
+    p.add_argument("--timeout", type=float, default=5400, help="seconds one build may take (default 5400)")
+    p.add_argument("--retries", type=int, default=1, help="retries after an infrastructure failure (default 1)")
+    p.add_argument("--source", type=Path, default=REPO, help="the package source tree (default: this checkout)")
+    p.add_argument("--no-smoke", action="store_true", help="skip the smoke test in a clean env (verification still runs)")
+    p.set_defaults(func=run_command)
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout}: must be positive")
+    if args.retries < 0:
+        raise UsageError(f"--retries {args.retries}: must be 0 or more")
+    for wh in args.wheelhouse or []:
+        if not wh.is_dir():
+            raise UsageError(f"--wheelhouse {wh}: no such directory", hint="pass a folder of .whl files")
+    if not (args.source / "setup.py").is_file():
+        raise UsageError(f"--source {args.source}: no setup.py there", hint="point --source at the mamba-ssm checkout")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from builder.facts.hostenv import default_wheelhouses, find_ca_bundle
+    from builder.planning.plan import load_plan
+
+    _validate(args)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+    log = lambda msg: console.print(msg, highlight=False, markup=False)
+    t0 = time.monotonic()
+    plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only, projects=args.projects)
+    specs = list(plan.builds)
+    if not specs:
+        raise UsageError("the plan selects no builds", hint="check --profile / --only against `python -m builder plan`")
+
+    dist = args.dist.absolute()
+    wheels_dir, logs_dir, work = dist / "wheels", dist / "logs", dist / ".work"
+    for d in (wheels_dir, logs_dir, work):
+        d.mkdir(parents=True, exist_ok=True)
+    _clear_stale(work, wheels_dir)
+    ledger = schedule.Ledger(dist / ".ledger.json")
+    todo = [s for s in specs if ledger.done(s, wheels_dir) is None]
+    previous = previous_entries(ledger, todo)  # before this run's record() overwrites them
+
+    jobs = args.jobs or schedule.auto_jobs(todo or specs)
+    options = BuildOptions(
+        wheelhouses=args.wheelhouse if args.wheelhouse is not None else default_wheelhouses(),
+        ca_bundle=find_ca_bundle(args.ca_bundle),
+        max_jobs=schedule.compiler_jobs(jobs),
+        logs_dir=logs_dir,
+        log=log,
+    )
+    log(f"plan: {len(specs)} build(s), {len(specs) - len(todo)} up to date, {len(todo)} to build, {jobs} at once")
+    if not args.no_smoke:
+        warning = _cache_preflight(todo)
+        if warning:
+            log(warning)
+
+    outcomes: list[schedule.Outcome] = []
+    stop = threading.Event()
+    executor = None
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
+    # Each recipe build's source first (fetch once, check the hash, unpack, patch: seconds, no compiler):
+    # one that cannot be prepared fails alone, before any toolchain is made for it.
+    trees, refused = _prepare_sources(todo, plan, run_dir, logs_dir, log)
+    runnable = [s for s in specs if s.id not in refused]
+    if any(s.id not in refused for s in todo):
+        executor = select(args.executor, options)
+    # Snapshot the source now, next to the plan's inputs hash: edits made while the run
+    # goes on must not slip into wheels recorded under the old hash.
+    from builder.building.executors.host import copy_source
+
+    source = run_dir / "src"
+    if any(not s.from_recipe for s in todo):
+        copy_source(args.source.absolute(), source)
+        # The clone's mtimes are the time it was made: the snapshot carries the commit's instead.
+        reproducible.stamp(source, reproducible.checkout_epoch(args.source.absolute()))
+    commit = provenance.checkout_commit(args.source.absolute()) if any(not s.from_recipe for s in todo) else None
+    dirty = provenance.checkout_dirty(args.source.absolute()) if commit else None
+
+    def on_signal(signum, frame):
+        # Stop launching, remove containers / kill build processes now, then unwind.
+        stop.set()
+        if executor is not None:
+            executor.cleanup()
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if executor is not None:
+            t_img = time.monotonic()
+            executor.prepare(plan.images, [s for s in todo if s.id not in refused])
+            log(f"toolchains ready in {time.monotonic() - t_img:.1f}s")
+
+            def build_one(spec, attempt):
+                raw = run_dir / spec.id / f"raw{attempt}"
+                log_path = logs_dir / f"{spec.id}.log"
+                # a recipe build's log starts with its patches: kept
+                if attempt == 1 and log_path.exists() and spec.id not in trees:
+                    log_path.unlink()
+                started = time.monotonic()
+                result = executor.build(spec, trees.get(spec.id, source), raw, log_path, args.timeout)
+                # what it cost, beside its log (which every release job uploads, failed or not)
+                cost.write_build_record(logs_dir, spec.id, wall=time.monotonic() - started, cpu=result.cpu_seconds,
+                                        measured=result.measured, attempt=attempt)  # fmt: skip
+                return result
+
+            def finish(spec, result):
+                return _verify_and_publish(
+                    spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke,
+                    epoch=reproducible.tree_epoch(trees.get(spec.id, source)), image=plan.images.get(spec.image), commit=commit,
+                    dirty=dirty, allow_newer_manylinux=executor.newer_glibc(spec), recipe=plan.recipe_of(spec),
+                    emulated_smoke=getattr(executor, "smoke", None), log_path=logs_dir / f"{spec.id}.log", log=log,
+                )
+
+            ran = schedule.run(
+                runnable, build_one, finish, ledger=ledger, wheels_dir=wheels_dir, jobs=jobs,
+                retries=args.retries, console=console, stop=stop,
+            )
+        else:
+            ran = [schedule.Outcome(s, "skipped", ledger.done(s, wheels_dir), reason="up to date") for s in runnable]
+        by_id = {o.spec.id: o for o in ran} | {sid: o for sid, (o, _err) in refused.items()}
+        outcomes = [by_id[s.id] for s in specs if s.id in by_id]
+    except KeyboardInterrupt:
+        stop.set()
+        log("interrupted: build containers/processes removed; nothing partial was published")
+        return 130
+    finally:
+        if executor is not None:
+            executor.cleanup()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    schedule.summary(outcomes, console)
+    index_error = _index(wheels_dir, dist / "index", log, replacements(outcomes, previous))
+    log(f"done in {time.monotonic() - t0:.1f}s: wheels in {wheels_dir}, logs in {logs_dir}, index in {dist / 'index'}")
+    failed = [o for o in outcomes if o.state == "failed"]
+    if failed:
+        parts = [f"{len(failed)} of {len(outcomes)} build(s) failed:"]
+        for o in failed:
+            parts.append(f"\n--- {o.spec.id}: {o.reason}\n    log: {o.log}")
+            cause = schedule.first_error(o.log)
+            if cause:
+                parts.append(f"\n    first error: {cause}")
+            parts.append(f"\n    last lines:\n{_indent(schedule.tail(o.log))}")
+        if index_error:
+            parts.append(f"\nand the index failed: {index_error}")
+        err = BuildFailed("".join(parts), hint="each log above ends with the failing step; fix it and rerun (finished builds are kept)")
+        err.exit_code = _exit_code(failed, refused)
+        raise err
+    if index_error:
+        raise BuildFailed(f"the wheels were built, but the index failed: {index_error}", hint=index_error.hint)
+    return 0
+
+
+def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tuple[dict, dict]:
+    """({id: prepared tree}, {id: (failed Outcome, error)}) for the recipe builds among TODO.
+
+    The tree is ``<run dir>/<id>/source/src``: the pinned sdist, hash-checked, unpacked and patched
+    (builder/sourcing/prepare.py); the executor builds it as it builds the checkout, with the spec's env.
+    """
+    from builder.planning.recipes import CellFacts
+    from builder.sourcing.prepare import prepare
+
+    trees: dict[str, Path] = {}
+    refused: dict[str, tuple[schedule.Outcome, FarmError]] = {}
+    for spec in todo:
+        if not spec.from_recipe:
+            continue
+        log_path = logs_dir / f"{spec.id}.log"
+        t0 = time.monotonic()
+        try:
+            prep = prepare(plan.recipe_of(spec), CellFacts.from_spec(spec), run_dir / spec.id / "source")
+        except FarmError as err:  # PatchError, SourceIntegrityError, SourceFetchError...: this build only
+            kind = f"{type(err).__name__}, exit {err.exit_code}"
+            text = f"== {spec.id}: the source could not be prepared ({kind})\n{err}\n"
+            log_path.write_text(text + (f"hint: {err.hint}\n" if err.hint else ""))
+            log(f"{spec.id}: FAILED before building: {str(err).splitlines()[0]}")
+            reason = f"source: {str(err).splitlines()[0]}"
+            refused[spec.id] = (schedule.Outcome(spec, "failed", None, log_path, reason, time.monotonic() - t0), err)
+            continue
+        log_path.write_text(
+            f"== {spec.id}: {spec.source}\n== patches applied: {', '.join(prep.applied) or 'none'}"
+            f" (skipped: {', '.join(prep.skipped) or 'none'})\n"
+        )
+        log(f"{spec.id}: source ready, patches {', '.join(prep.applied) or 'none'}")
+        # Patching gave the files it edited the clock's time: the whole tree gets the sdist's.
+        reproducible.stamp(prep.tree, reproducible.sdist_epoch(prep.tree))
+        trees[spec.id] = prep.tree
+    return trees, refused
+
+
+def _exit_code(failed: list, refused: dict) -> int:
+    """A refused source outranks everything (nothing was built from it); a run whose every failure is one
+    kind of source error exits with that error's code; anything else is BuildFailed's."""
+    from builder.errors import SourceIntegrityError, UnsafeArchiveError
+
+    errors = [refused[o.spec.id][1] for o in failed if o.spec.id in refused]
+    if any(isinstance(e, UnsafeArchiveError) for e in errors):
+        return UnsafeArchiveError.exit_code
+    if any(isinstance(e, SourceIntegrityError) for e in errors):
+        return SourceIntegrityError.exit_code
+    if len(errors) == len(failed) and len({type(e) for e in errors}) == 1:
+        return errors[0].exit_code
+    return BuildFailed.exit_code
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    | " + line for line in text.splitlines())
+
+
+def _clear_stale(work: Path, wheels_dir: Path) -> None:
+    """Scratch left by a killed run, and any half-moved file, never survive into a new run."""
+    for p in work.glob("run-*"):
+        shutil.rmtree(p, ignore_errors=True)
+    for p in wheels_dir.glob("*.part"):
+        p.unlink(missing_ok=True)
+
+
+def _verify_and_publish(
+    spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False,
+    recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print, epoch: int | None = None,
+    image=None, commit: str | None = None, dirty: bool | None = None,
+) -> Path:
+    """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename.
+
+    Another machine's wheel (linux_aarch64 on x86_64) is smoke-tested in its own image under emulation
+    (EMULATED_SMOKE: the Docker executor's ``smoke``); without one it cannot be, and is refused.
+    """
+    from builder.building.images import machine_of
+    from builder.facts.hostenv import host_machine
+    from builder.verifying import wheels
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    # What built it, inside the wheel and in its sidecar alike (no clock time, no host path).
+    record = provenance.record(
+        spec, epoch=epoch or reproducible.ZIP_FLOOR, image=image, commit=commit, dirty=dirty, recipe=recipe
+    )
+    good = Path(
+        wheels.verify_wheel(
+            raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux, epoch=epoch,
+            provenance=record,
+        )
+    )
+    foreign = machine_of(spec.platform) != host_machine()
+    if smoke and foreign:
+        if emulated_smoke is None or recipe is not None:
+            raise FarmError(
+                f"cannot smoke-test {good.name} on this {host_machine()} host: "
+                + ("a recipe's smoke test does not run under emulation yet" if emulated_smoke else "this executor has no emulated smoke test"),
+                hint="use --executor docker, or pass --no-smoke",
+            )
+        t0 = time.monotonic()
+        line = emulated_smoke(spec, good, log_path or workdir / f"{spec.id}.log")
+        log(f"{spec.id}: {line} (under emulation, {time.monotonic() - t0:.0f}s)")
+    elif smoke:
+        from filelock import FileLock
+
+        from builder.building import cache
+        from builder.building.interpreters import python_prefix
+        from builder.facts.hostenv import CACHE_ROOT
+
+        python = python_prefix(spec.python, log=log)  # pyenv's, else the farm's own (exit 14 when neither)
+        # torch for the smoke test is installed once per (Python, torch) and kept across runs.
+        smoke_dir = CACHE_ROOT / "smoke" / f"{spec.python_tag}-torch{spec.torch_version}"
+        smoke_dir.mkdir(parents=True, exist_ok=True)
+        python3, torch_requirement = str(python / "bin" / "python3"), f"torch=={spec.torch_version}"
+        with FileLock(str(smoke_dir) + ".lock"):
+            wheels.smoke_test(
+                good, spec, python=python3, torch_requirement=torch_requirement, workdir=smoke_dir,
+                torch_venv=cache.torch_venv(python3, torch_requirement, smoke_dir / "torch-envs"),
+                imports=recipe.imports if recipe else (), commands=recipe.commands if recipe else (),
+            )
+    # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.
+    staged = workdir / (good.name + ".staged")
+    shutil.copyfile(good, staged)
+    sidecar = workdir / (good.name + ".spec.json")
+    sidecar.write_text(json.dumps({**spec.to_json(), "provenance": record}, indent=2, sort_keys=True))
+    os.replace(sidecar, wheels_dir / sidecar.name)
+    dest = wheels_dir / good.name
+    os.replace(staged, dest)
+    return dest
+
+
+def _cache_preflight(todo: list) -> str | None:
+    """Whether the smoke tests' torch venvs this run adds would take the farm cache past its budget."""
+    from builder.building import cache
+    from builder.facts.compat import load
+
+    compat = load()
+    needs = []
+    for s in todo:
+        minor = ".".join(s.torch_version.split(".")[:2])
+        row = compat.torch.get(minor)
+        cuda = row is None or row.pypi.get(s.platform, "cpu") != "cpu"  # what `pip install torch==X` gets from PyPI
+        needs.append((s.python_tag, s.torch_version, cuda))
+    return cache.preflight(needs)
+
+
+def previous_entries(ledger: schedule.Ledger, todo: list) -> dict[str, dict]:
+    """What the ledger said about each build about to run: its last inputs_hash and wheel name."""
+    return {s.id: dict(ledger.entries[s.id]) for s in todo if s.id in ledger.entries}
+
+
+def replacements(outcomes: list[schedule.Outcome], previous: dict[str, dict]) -> dict[str, str]:
+    """Wheel name -> why, for wheels this run rebuilt under the name it published before because the
+    spec's inputs_hash changed (sources, torch, toolkit...): the only ones the index may let supersede
+    published bytes. Anything else under a published name with other bytes stays refused."""
+    out = {}
+    for o in outcomes:
+        before = previous.get(o.spec.id)
+        if o.state != "built" or o.wheel is None or not before or before.get("wheel") != o.wheel.name:
+            continue
+        if before.get("inputs_hash") and before["inputs_hash"] != o.spec.inputs_hash:
+            out[o.wheel.name] = f"inputs changed (inputs_hash {before['inputs_hash']} -> {o.spec.inputs_hash})"
+    return out
+
+
+def _index(wheels_dir: Path, out: Path, log, replace: dict[str, str] | None = None) -> FarmError | None:
+    from builder.publishing.index import build_index
+
+    replace = replace or {}
+    try:
+        res = build_index(wheels_dir, out, replace=set(replace))
+    except FarmError as err:
+        return err
+    for name in res.replaced:
+        log(f"replaced {name}: {replace[name]}")
+    log(f"index: {res.files} wheel(s) in {res.variants} variant(s) at {out}")
+    return None

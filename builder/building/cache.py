@@ -1,0 +1,339 @@
+"""The farm's smoke-test torch venvs on disk: shared files, a size budget, least recently used out first.
+
+A CUDA torch venv is about 5.4 GB, and the smoke test keeps one per (Python, torch) under
+``<farm cache>/smoke/<cpXY>-torch<version>/torch-envs/``. Three rules keep that bounded:
+
+- **shared files**: a new venv's large files (the nvidia-* libraries, libtorch_cpu/cuda: all but
+  the few Python-specific ones) are hard-linked to byte-identical files at the same place in the
+  venvs already there, so torch X for cp311, cp312 and cp313 cost little more than one;
+- **a budget**: ``MAMBA_FARM_CACHE_BUDGET`` (``40G``, ``500M``; default :data:`DEFAULT_BUDGET`);
+  after a venv is made, the least recently used others are removed until the real total (each
+  inode once) fits. Each use touches the venv's ``.last-used``;
+- **said before**: ``builder build`` estimates what its smoke tests will add and says when the run
+  would go past the budget, before it starts (:func:`preflight`).
+
+``python -m builder cache [show|prune]`` lists them and prunes to the budget (or ``--all``).
+
+What is on disk is read as outside data (:mod:`mamba_ssm._untrusted`): a slot, ``torch-envs`` folder or venv
+that is a link is not the cache's (its target lives elsewhere: it is listed as linked, never pruned), a
+``.complete`` must be a small regular file (a FIFO or a link to /dev/zero is refused, never waited on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from builder.errors import UsageError, VerificationError
+from builder.facts import hostenv
+from mamba_ssm._untrusted import Untrusted, read_regular, remove_tree, shown
+
+DEFAULT_BUDGET = 40 * 1024**3  # about 7 CUDA torch venvs of different releases, a fraction of a 100 GB disk
+CUDA_TORCH_BYTES = 5_400_000_000  # measured: torch 2.14.1 / 2.15.0 (CUDA 13) with their nvidia-* wheels
+CPU_TORCH_BYTES = 1_000_000_000
+_SHARE_MIN = 1 << 20  # files below 1 MB are not worth a link
+_SIZE_RE = re.compile(r"(\d{1,15}(?:\.\d{1,6})?)\s*([KMGT]?)i?B?", re.IGNORECASE)  # 15 digits: past any disk
+_COMPLETE_BYTES = 4096  # ".complete" holds one requirement line
+
+
+def smoke_root() -> Path:
+    return hostenv.CACHE_ROOT / "smoke"
+
+
+def parse_size(text: str) -> int:
+    m = _SIZE_RE.fullmatch(text.strip()) if len(text) < 40 else None
+    if not m:
+        raise UsageError(f"{shown(repr(text), 60)} is not a size (write 40G, 500M, 1.5T or a number of bytes)")
+    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
+
+
+def budget() -> int:
+    text = os.environ.get("MAMBA_FARM_CACHE_BUDGET")
+    return parse_size(text) if text else DEFAULT_BUDGET
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: Path
+    requirement: str  # what .complete says: "torch==2.14.1"
+    last_used: float
+    apparent: int  # bytes of its files, shared ones included
+
+
+def _files(root: Path):
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            p = Path(dirpath) / name
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            if not p.is_symlink():
+                yield p, st
+
+
+def _real_dirs(folder: Path):
+    """The sub-folders of FOLDER that are folders themselves, not links to one (lstat, never followed)."""
+    try:
+        with os.scandir(folder) as it:
+            return sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def linked(root: Path | None = None) -> list[Path]:
+    """Slots, torch-envs folders and venvs under the smoke cache that are links: not the cache's to prune."""
+    root = root or smoke_root()
+    out = []
+    for slot in sorted(root.glob("*")):
+        for p in [slot, slot / "torch-envs", *((slot / "torch-envs").glob("*") if not slot.is_symlink() else ())]:
+            if p.is_symlink():
+                out.append(p)
+    return out
+
+
+def entries(root: Path | None = None, warn=None) -> list[Entry]:
+    """Every complete torch venv under the smoke cache, least recently used first. Only real folders are
+    walked (a link to a folder elsewhere is not the cache's); a ``.complete`` that is not a small regular
+    file is not a complete venv (``warn`` is told)."""
+    root = root or smoke_root()
+    out = []
+    for slot in _real_dirs(root):
+        envs = slot / "torch-envs"
+        if envs.is_symlink():
+            continue
+        for venv in _real_dirs(envs):
+            done = venv / ".complete"
+            if not os.path.lexists(done):
+                continue
+            try:
+                requirement = read_regular(done, _COMPLETE_BYTES).decode("utf-8").strip()
+            except (Untrusted, UnicodeDecodeError) as err:
+                if warn:
+                    warn(f"cache: {done}: skipped, not a complete venv ({shown(err, 200)})")
+                continue
+            used = venv / ".last-used"
+            try:
+                last = (used if used.is_file() else done).lstat().st_mtime
+            except OSError:
+                continue
+            out.append(Entry(venv, requirement, last, sum(st.st_size for _, st in _files(venv))))
+    return sorted(out, key=lambda e: e.last_used)
+
+
+def real_bytes(paths: list[Path]) -> int:
+    """Disk used by these folders together, each inode once (hard links shared between venvs count once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for root in paths:
+        for _, st in _files(root):
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def touch(venv: Path) -> None:
+    (venv / ".last-used").touch()
+
+
+def _key(rel: Path) -> Path:
+    """lib/python3.11/site-packages/x -> site-packages/x: where a file sits whatever the venv's Python."""
+    parts = rel.parts
+    if len(parts) > 2 and parts[0] == "lib" and parts[1].startswith("python"):
+        return Path(*parts[2:])
+    return rel
+
+
+def share(new: Path, others: list[Path]) -> int:
+    """Hard-link NEW's large files to byte-identical files at the same place in OTHERS; the bytes saved."""
+    index: dict[tuple[Path, int], list[Path]] = {}
+    for other in others:
+        for p, st in _files(other):
+            if st.st_size >= _SHARE_MIN:
+                index.setdefault((_key(p.relative_to(other)), st.st_size), []).append(p)
+    saved = 0
+    for p, st in list(_files(new)):
+        if st.st_size < _SHARE_MIN:
+            continue
+        for cand in index.get((_key(p.relative_to(new)), st.st_size), []):
+            cst = cand.stat()
+            if (cst.st_dev, cst.st_ino) == (st.st_dev, st.st_ino) or cst.st_dev != st.st_dev:
+                break
+            if filecmp.cmp(p, cand, shallow=False):
+                tmp = p.with_name(f".{p.name}.link")
+                os.link(cand, tmp)
+                os.chmod(tmp, st.st_mode)  # same bytes; the link keeps the candidate's mode otherwise
+                os.replace(tmp, p)
+                saved += st.st_size
+                break
+    return saved
+
+
+def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, log=print) -> list[Entry]:
+    """Remove least recently used venvs (never those in KEEP) until the cache fits LIMIT; the removed ones."""
+    root = root or smoke_root()
+    live = entries(root)
+    removed = []
+    total = real_bytes([e.path for e in live])
+    for e in list(live):
+        if total <= limit:
+            break
+        if e.path in keep:
+            continue
+        # a smoke test running now holds its (Python, torch) folder's lock (builder/building/build.py): skip that one
+        lock = FileLock(str(e.path.parent.parent) + ".lock", timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            continue
+        try:
+            gone = remove_tree(e.path, root)  # never through a link: what a link reaches is not the cache's
+        except OSError as err:
+            log(f"cache: {e.path}: not removed ({err.strerror or err})")
+            continue
+        finally:
+            lock.release()
+        if not gone:
+            continue
+        live.remove(e)
+        removed.append(e)
+        total = real_bytes([x.path for x in live])
+        log(f"cache: removed {shown(e.path)} ({shown(e.requirement, 200)}, last used {time.strftime('%Y-%m-%d', time.localtime(e.last_used))}): "
+            f"over the {human(limit)} budget (MAMBA_FARM_CACHE_BUDGET)")  # fmt: skip
+    return removed
+
+
+def build_venvs() -> list[Path]:
+    """The host executor's build venvs (builder/building/executors/host.py): share sources, never evicted here."""
+    return sorted(p for p in (hostenv.CACHE_ROOT / "venvs").glob("*") if p.is_dir())
+
+
+def share_build_venv(venv: Path, log=print) -> None:
+    """Once per build venv (after its first build installed torch): link its files to the smoke venvs'."""
+    marker = venv / ".mamba-farm-shared"
+    if marker.exists() or not venv.is_dir():
+        return
+    saved = share(venv, [e.path for e in entries()])
+    marker.touch()
+    if saved:
+        log(f"cache: build venv {venv.name} shares {human(saved)} with the smoke-test torch venvs (hard links)")
+
+
+def after_create(venv: Path, root: Path | None = None, log=print) -> None:
+    """What the smoke test calls when it made a torch venv: share its files, then fit the budget."""
+    others = [e.path for e in entries(root) if e.path != venv]
+    if root is None or Path(root) == smoke_root():  # the host executor's build venvs hold the same torch files
+        others += build_venvs()
+    saved = share(venv, others)
+    if saved:
+        log(f"cache: {venv.name} shares {human(saved)} with the other torch venvs (hard links)")
+    touch(venv)
+    evict(budget(), keep={venv}, root=root, log=log)
+
+
+def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
+    """A venv holding only ``torch_requirement`` (from wherever pip is configured to find it), made once under
+    ROOT and touched on each use; a new one shares its files with the others and the budget is kept (the
+    venv a smoke test installs its wheel beside: builder.verifying.wheels.smoke_test)."""
+    from builder.verifying.wheels import run_step  # here: `builder cache` alone never loads the verifier
+
+    ver = subprocess.run(
+        [python, "-c", "import sys; print(sys.version.split()[0])"], check=False, capture_output=True, text=True
+    )
+    if ver.returncode:
+        raise VerificationError(f"smoke test: cannot run --python {python}: {ver.stderr.strip()[-200:]}")
+    base = root / f"py{ver.stdout.strip()}-{hashlib.sha256(torch_requirement.encode()).hexdigest()[:10]}"
+    if (base / ".complete").exists():
+        touch(base)
+        return base
+    tmp = root / f".{base.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    run_step([python, "-m", "venv", str(tmp)], "create the torch venv")
+    run_step(
+        [str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", torch_requirement], f"install {torch_requirement}"
+    )
+    shutil.rmtree(base, ignore_errors=True)
+    os.rename(tmp, base)  # only `bin/python -m ...` is used: that survives the move (console scripts would not)
+    (base / ".complete").write_text(torch_requirement + "\n")
+    # share its files with the other torch venvs there, then fit the cache budget (after_create)
+    after_create(base, root=root.parent.parent, log=lambda msg: print(msg, file=sys.stderr))
+    return base
+
+
+def preflight(needs: list[tuple[str, str, bool]], root: Path | None = None) -> str | None:
+    """NEEDS: (python tag, torch version, CUDA build?) per smoke test of a run. A warning when the venvs
+    the run would add (the ones not cached yet, one per torch: Pythons share) take the cache past the
+    budget; None when it fits."""
+    root = root or smoke_root()
+    have = {e.path.parent.parent.name for e in entries(root)}  # "cp311-torch2.14.1"
+    missing = {(py, torch, cuda) for py, torch, cuda in needs if f"{py}-torch{torch}" not in have}
+    if not missing:
+        return None
+    by_torch: dict[str, bool] = {}
+    for _, torch, cuda in missing:
+        by_torch[torch] = by_torch.get(torch, False) or cuda
+    add = sum(CUDA_TORCH_BYTES if cuda else CPU_TORCH_BYTES for cuda in by_torch.values())
+    now = real_bytes([e.path for e in entries(root)])
+    limit = budget()
+    if now + add <= limit:
+        return None
+    return (f"cache: this run's smoke tests add {len(missing)} torch venv(s) for {len(by_torch)} torch release(s), "
+            f"about {human(add)} (Pythons of one torch share files), to the {human(now)} cached: past the "
+            f"{human(limit)} budget. The least recently used venvs will be removed as it goes (set "
+            f"MAMBA_FARM_CACHE_BUDGET to keep more; `python -m builder cache prune` frees space now)")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------
+# The command.
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("cache", help="show or prune the smoke-test torch venvs (size budget, LRU)",
+                              description=__doc__.split("\n\n")[0])  # fmt: skip
+    p.add_argument("action", nargs="?", choices=("show", "prune"), default="show", help="show (default) or prune")
+    p.add_argument("--budget", help="prune to this size (default: MAMBA_FARM_CACHE_BUDGET or 40G)")
+    p.add_argument("--all", action="store_true", help="prune: remove every torch venv")
+    p.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    limit = parse_size(args.budget) if args.budget else budget()
+    if args.action == "prune":
+        removed = evict(0 if args.all else limit)
+        print(f"cache: removed {len(removed)} torch venv(s)")
+    live = entries(warn=lambda m: print(f"warning: {m}", file=sys.stderr))
+    total = real_bytes([e.path for e in live])
+    print(f"{'last used':<17} {'files':>9}  torch venv")
+    for e in reversed(live):
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
+        print(
+            f"{when:<17} {human(e.apparent):>9}  {shown(e.path.relative_to(smoke_root()))}  ({shown(e.requirement, 200)})"
+        )
+    for p in linked():
+        print(
+            f"{'linked':<17} {'-':>9}  {shown(p.relative_to(smoke_root()))} -> {shown(os.readlink(p))}  (not the cache's: never pruned)"
+        )
+    print(f"{len(live)} torch venv(s), {human(total)} on disk (shared files once), budget {human(limit)} "
+          f"under {smoke_root()}")  # fmt: skip
+    return 0

@@ -1,0 +1,502 @@
+"""Builds in containers through the docker SDK.
+
+Images: one per toolchain, tagged by the hash of their rendered Dockerfile, and
+labelled ``org.mamba-farm=1``; an image that exists is reused as is. Builds: a
+fresh container per BuildSpec, the source copied in (never bind-mounted
+writable), the wheel and log copied out, and the container always removed:
+``cleanup()`` runs from ``finally`` and from the signal handlers, and a new run
+first removes leftovers of runs whose process is gone.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from builder.building import interpreters
+from builder.building.base_image import resolve_base
+from builder.building.engine import build_image, image_exists
+from builder.building.executors import (
+    BUILD_SCRIPT,
+    KERNEL_CACHE_MOUNT,
+    BuildOptions,
+    BuildResult,
+    collect_wheel,
+    kernel_cache_name,
+    source_files,
+    spec_env,
+)
+from builder.building.images import (
+    BUILD_LABEL,
+    IMAGE_LABEL,
+    LABEL,
+    OWNER_LABEL,
+    check_substitute,
+    docker_platform,
+    fallback_suite,
+    is_local_base,
+    machine_of,
+    owner,
+)
+from builder.building.render import render
+from builder.errors import FarmError, InfrastructureError
+from builder.facts.hostenv import CACHE_ROOT, host_machine, host_pip_settings
+from builder.publishing.cost import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu
+from builder.sourcing.reproducible import tree_epoch
+
+PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers(client, log=print) -> int:
+    """Remove farm containers whose owning process on this host is gone (a killed earlier run)."""
+    removed = 0
+    host = socket.gethostname()
+    # Only build containers carry an owner; image-build intermediates (which inherit the
+    # image's labels) belong to whoever is building that image and are left alone.
+    for c in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+        h, _, pid = c.labels.get(OWNER_LABEL, "").rpartition(":")
+        if h == host and pid.isdigit() and _pid_alive(int(pid)):
+            continue  # a concurrent run's container: not ours to touch
+        try:
+            c.remove(force=True)
+            removed += 1
+        except Exception:
+            pass
+    if removed:
+        log(f"docker: removed {removed} container(s) left by an earlier run")
+    return removed
+
+
+def source_tar(source: Path) -> bytes:
+    """The source tree as a tar rooted at src/, plus the build script at farm/build.sh."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for rel in source_files(source):
+            tar.add(source / rel, arcname=f"src/{rel}", recursive=False)
+        tar.add(BUILD_SCRIPT, arcname="farm/build.sh")
+    return buf.getvalue()
+
+
+class DockerExecutor:
+    name = "docker"
+
+    def __init__(self, client, options: BuildOptions) -> None:
+        self.client = client
+        self.options = options
+        self.log = options.log
+        self.tags: dict[str, str] = {}  # ImageSpec.id -> image tag
+        self.bases: dict[str, str] = {}  # ImageSpec.id -> the base it was built FROM
+        self.pythons: dict[str, dict[str, str]] = {}  # ImageSpec.id -> {"3.11": "/opt/python/cp311-cp311/bin/python"}
+        self.machines: dict[str, str] = {}  # ImageSpec.id -> the machine its containers run (aarch64: emulated here)
+        self._containers: set[str] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._tars: dict[Path, bytes] = {}
+        self._volume_locks: dict[str, threading.Lock] = {}
+        self.failed_images: dict[str, str] = {}
+        self.pip = host_pip_settings(options.wheelhouses)
+        remove_leftovers(client, self.log)
+
+    def newer_glibc(self, spec) -> bool:
+        """Built on the farm's own Debian base: the wheel may need a newer manylinux than planned."""
+        return is_local_base(self.bases.get(spec.image, ""))
+
+    # -- images ---------------------------------------------------------------------------
+    def prepare(self, images: dict, specs: list) -> None:
+        from builder.building import emulation
+
+        needed = sorted({s.image for s in specs})
+        bases: dict[tuple[str, str, str], str] = {}
+        for image_id in needed:
+            image = images[image_id]
+            machine = machine_of(image.platform)
+            if machine != host_machine():
+                # Another machine's image runs under emulation (qemu-user, F flag), or not at all.
+                ids = ", ".join(s.id for s in specs if s.image == image_id)
+                emulation.require(machine, f"image {image_id} (builds: {ids})")
+            self.machines[image_id] = machine
+            key = (image.base, fallback_suite(image), machine)
+            if key not in bases:  # one pull attempt per configured base per run
+                bases[key] = resolve_base(
+                    self.client, image.base, fallback=key[1], ca_bundle=self.options.ca_bundle, log=self.log,
+                    machine=machine,
+                )
+            check_substitute(image, bases[key])
+            r = render(image, base=bases[key])
+            self.tags[image_id] = r.tag
+            self.bases[image_id] = bases[key]
+            if image_exists(self.client, r.tag):
+                self.log(f"image {image_id}: reusing {r.tag}")
+            else:
+                try:
+                    self._build_image(r)
+                except InfrastructureError as err:  # only the builds of this image fail
+                    self.log(f"image {image_id}: FAILED; its builds are skipped (log: {self._image_log(image_id)})")
+                    self.failed_images[image_id] = str(err).splitlines()[0]
+            self.pythons[image_id] = {
+                v: f"/opt/python/cp{v.replace('.', '')}-cp{v.replace('.', '')}/bin/python" for v in image.pythons
+            }
+
+    def _image_log(self, image_id: str) -> Path | None:
+        return self.options.logs_dir / f"image-{image_id}.log" if self.options.logs_dir else None
+
+    def _build_image(self, r) -> None:
+        """Build R's image from a context of its Dockerfile, the CA bundle, the trimmed Pythons and R.files."""
+        if self.options.ca_bundle is None:
+            raise FarmError("no CA bundle found for the image", hint="pass --ca-bundle FILE")
+        self.log(f"image {r.image.id}: building {r.tag} from {r.base}")
+
+        machine = machine_of(r.image.platform)
+
+        def stage(ctx: Path) -> None:
+            for py in r.pythons:
+                if py.farm:  # fetched and unpacked once per Python and machine, kept in the farm cache
+                    interpreters.provide(interpreters.interpreter(py.version, machine), log=self.log)
+                if r.staged or py.farm:
+                    stage_python(Path(py.prefix), ctx / "pythons" / py.tag, py.version)
+
+        seconds = build_image(
+            self.client, r.tag, r.dockerfile, what=f"image {r.image.id}",
+            labels={IMAGE_LABEL: r.image.id},
+            files={"ca-bundle.crt": self.options.ca_bundle, **r.files},  # r.files: what else it COPYs (rocm_patch/)
+            stage=stage, log_path=self._image_log(r.image.id), error=InfrastructureError,
+            platform=docker_platform(machine) if machine != host_machine() else None,
+        )  # fmt: skip
+        self.log(f"image {r.image.id}: built {r.tag} in {seconds:.0f}s")
+
+    # -- builds ---------------------------------------------------------------------------
+    def _mounts(self) -> dict:
+        vols = {PIP_CACHE_VOLUME: {"bind": "/root/.cache/pip", "mode": "rw"}}
+        for i, wh in enumerate(self.options.wheelhouses):
+            vols[str(Path(wh).resolve())] = {"bind": str(Path(wh).resolve()), "mode": "ro"}
+        for d in self.pip.local_dirs:
+            vols[str(d)] = {"bind": str(d), "mode": "ro"}
+        for host_dir, mount in self.options.cache_mounts.items():
+            vols[str(host_dir)] = {"bind": mount, "mode": "rw"}
+        return vols
+
+    def _torch_volume(self, spec, log_path: Path, timeout: float) -> tuple[str, BuildResult | None]:
+        """A volume holding torch (with all its deps) for SPEC's Python, filled once and reused.
+
+        Builds mount it read-only: the GBs of a CUDA torch are installed once per
+        (Python, torch) instead of once per build, and survive across runs.
+        """
+        import docker.errors
+        from filelock import FileLock
+
+        name = f"mamba-farm-torch-{spec.python_tag}-{spec.torch_version}-{spec.accelerator}"
+        if machine_of(spec.platform) != host_machine():
+            name += f"-{machine_of(spec.platform)}"
+        with self._lock:
+            lock = self._volume_locks.setdefault(name, threading.Lock())
+        # The volume is the engine's, shared by every farm run on this host (two jobs of a rehearsed release,
+        # two maintainers): a host-wide lock, or one run's refill (rm -rf /torch/site) pulls torch from under
+        # another run's build ("No module named 'torch'", seen in the release rehearsal).
+        locks = CACHE_ROOT / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with lock, FileLock(str(locks / f"{name}.lock")):
+            try:
+                self.client.volumes.get(name)
+                probe = self._run(spec, ["test", "-f", "/torch/.ready"], {}, {name: {"bind": "/torch", "mode": "ro"}}, None, 120)
+                if probe == 0:
+                    return name, None
+            except docker.errors.NotFound:
+                self.client.volumes.create(name, labels={LABEL: "1"})
+            # Builds mount the volume read-only, so Python cannot cache bytecode there: natively torch's
+            # import compiles its .py files in seconds, under emulation in a minute and a half (measured),
+            # three times a build and its smoke test. Another machine's volume gets them compiled once.
+            compile_flag = "--no-compile" if machine_of(spec.platform) == host_machine() else "--compile"
+            script = (
+                f'rm -rf /torch/site /torch/.ready && "$FARM_PYTHON" -m pip install {compile_flag} --target /torch/site '
+                '$FARM_TORCH_PIP_ARGS "$FARM_TORCH_REQ" && touch /torch/.ready || exit 75'
+            )
+            env = self._env(spec)
+            with open(log_path, "ab") as f:
+                f.write(f"== installing {env['FARM_TORCH_REQ']} for {spec.python_tag} into volume {name} (once)\n".encode())
+            code = self._run(spec, ["bash", "-c", script], env, {name: {"bind": "/torch", "mode": "rw"}}, log_path, timeout)
+            if code != 0:
+                return name, BuildResult(
+                    False, None, log_path, f"could not install {env['FARM_TORCH_REQ']} (exit {code})", infrastructure=True
+                )
+            return name, None
+
+    def _env(self, spec) -> dict[str, str]:
+        env = {**self.pip.env(), **spec_env(spec, max_jobs=self.options.max_jobs)}
+        env.update(
+            FARM_PYTHON=self.pythons[spec.image][spec.python],
+            FARM_SRC="/src",
+            FARM_OUT="/out",
+            PIP_CACHE_DIR="/root/.cache/pip",
+            PIP_NO_CACHE_DIR="0",
+        )
+        return env
+
+    def _build_config(self, spec, torch_volume: str) -> tuple[dict[str, str], dict]:
+        """Environment and extra volumes of SPEC's build container (besides ``_mounts()``)."""
+        env = self._env(spec)
+        # torch is already in the volume: build.sh skips its install step.
+        env.update(FARM_TORCH_REQ="", PYTHONPATH="/torch/site", MAMBA_KERNEL_CACHE=KERNEL_CACHE_MOUNT)
+        volumes = {
+            torch_volume: {"bind": "/torch", "mode": "ro"},
+            # shared by every build of this image: kernels compile once, only the binding per variant
+            kernel_cache_name(spec.image): {"bind": KERNEL_CACHE_MOUNT, "mode": "rw"},
+        }
+        return env, volumes
+
+    def _ensure_volume(self, name: str) -> None:
+        """Create volume NAME with the farm's label unless it exists (docker would make it unlabelled)."""
+        import docker.errors
+
+        with self._lock:
+            try:
+                self.client.volumes.get(name)
+            except docker.errors.NotFound:
+                self.client.volumes.create(name, labels={LABEL: "1"})
+
+    def _run(self, spec, command, env, extra_volumes, log_path, timeout, archive=None, out_dir=None, on_exit=None):
+        """Run one container to completion; returns its exit code (or a BuildResult via exceptions).
+
+        The container is tracked from creation and removed in ``finally``; ``on_exit(container)`` reads what it
+        left (its stopped filesystem) before that.
+        """
+        container = None
+        try:
+            with self._lock:
+                if self._closed:
+                    raise _Interrupted
+                machine = self.machines.get(spec.image, host_machine())
+                container = self.client.containers.create(
+                    self.tags[spec.image],
+                    **({"platform": docker_platform(machine)} if machine != host_machine() else {}),
+                    command=command,
+                    environment=env,
+                    labels={LABEL: "1", OWNER_LABEL: owner(), BUILD_LABEL: spec.id},
+                    volumes={**self._mounts(), **extra_volumes},
+                    working_dir="/src",
+                    detach=True,
+                )
+                self._containers.add(container.id)
+            if archive is not None:
+                container.put_archive("/", archive)
+            container.start()
+            pump = None
+            if log_path is not None:
+                pump = threading.Thread(target=_pump_logs, args=(container, log_path), daemon=True)
+                pump.start()
+            try:
+                code = int(container.wait(timeout=timeout).get("StatusCode", 1))
+            except Exception as err:  # requests' ReadTimeout: past its limit (or removed by cleanup)
+                if self._closed:
+                    raise _Interrupted from None
+                if "timed out" in str(err).lower() or "timeout" in type(err).__name__.lower():
+                    container.kill()
+                    raise _TimedOut from None
+                raise
+            if pump is not None:
+                pump.join(30)
+            if self._closed:
+                raise _Interrupted
+            if code == 0 and out_dir is not None:
+                _copy_wheel_out(container, out_dir)
+            if on_exit is not None:
+                on_exit(container)
+            return code
+        finally:
+            if container is not None:
+                self._remove(container.id)
+
+    def build(self, spec, source: Path, out_dir: Path, log_path: Path, timeout: float) -> BuildResult:
+        import docker.errors
+
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        if spec.image in self.failed_images:
+            image_log = self._image_log(spec.image)
+            log_path.write_text(f"== the toolchain image failed to build: {self.failed_images[spec.image]}\n== see {image_log}\n")
+            return BuildResult(False, None, log_path, f"image {spec.image} failed to build")
+        started = time.monotonic()
+        try:
+            volume, failed = self._torch_volume(spec, log_path, timeout)
+            if failed is not None:
+                return failed
+            if source not in self._tars:
+                self._tars[source] = source_tar(source)
+            self._ensure_volume(kernel_cache_name(spec.image))
+            env, volumes = self._build_config(spec, volume)
+            env["SOURCE_DATE_EPOCH"] = str(tree_epoch(source))  # the source's time, never the clock's
+            remaining = max(60.0, timeout - (time.monotonic() - started))
+            wheel_dir = Path(tempfile.mkdtemp(prefix="out-", dir=out_dir.parent if out_dir.parent.exists() else None))
+            cpu: list[float | None] = [None]
+            try:
+                # build.sh, then the container's own CPU counter, read while its cgroup still exists
+                command = ["bash", "-c", f"bash /farm/build.sh; rc=$?; {CGROUP_CPU_SH}; exit $rc"]
+                code = self._run(
+                    spec, command, env, volumes, log_path, remaining, archive=self._tars[source], out_dir=wheel_dir,
+                    on_exit=lambda c: cpu.__setitem__(0, _cgroup_cpu(c)),
+                )
+                result = collect_wheel(code, wheel_dir, out_dir, log_path)
+                result.cpu_seconds, result.measured = cpu[0], "cgroup" if cpu[0] is not None else "none"
+                return result
+            finally:
+                shutil.rmtree(wheel_dir, ignore_errors=True)
+        except _Interrupted:
+            return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
+        except _TimedOut:
+            return BuildResult(False, None, log_path, f"timed out after {timeout:.0f}s", timed_out=True)
+        except (docker.errors.DockerException, OSError) as err:
+            if self._closed:
+                return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
+            with open(log_path, "a") as f:
+                f.write(f"\n== container engine error: {err}\n")
+            return BuildResult(False, None, log_path, f"engine error: {str(err)[:160]}", infrastructure=True)
+
+    # -- smoke test under emulation --------------------------------------------------------
+    def smoke(self, spec, wheel: Path, log_path: Path, timeout: float = 1800) -> str:
+        """Smoke-test WHEEL in a container of SPEC's own image (another machine's, under emulation): a
+        fresh venv that sees only the torch volume the build used, the wheel installed alone, ``pip check``,
+        then builder.verifying.wheels' smoke script (the CPU scan against the float64 reference). Returns its line."""
+        from builder.errors import VerificationError
+        from builder.verifying.wheels import SMOKE_SCRIPT
+
+        volume, failed = self._torch_volume(spec, log_path, timeout)
+        if failed is not None:
+            raise VerificationError(f"{wheel.name}: smoke test: {failed.reason}")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(wheel, arcname=f"smoke/{wheel.name}")
+            data = SMOKE_SCRIPT.encode()
+            info = tarfile.TarInfo("smoke/smoke.py")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        script = (
+            'set -e; "$FARM_PYTHON" -m venv --without-pip /smoke/venv; '
+            'echo /torch/site > "$(/smoke/venv/bin/python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')/_torch.pth"; '
+            f'"$FARM_PYTHON" -m pip --python /smoke/venv/bin/python install -q --no-deps /smoke/{wheel.name}; '
+            '"$FARM_PYTHON" -m pip --python /smoke/venv/bin/python check; '
+            "cd / && /smoke/venv/bin/python /smoke/smoke.py"
+        )
+        env = {k: v for k, v in self._env(spec).items() if k != "PYTHONPATH"}
+        out = log_path.with_name(log_path.stem + ".smoke.log")
+        out.write_text(f"== smoke test of {wheel.name} in {self.tags[spec.image]} ({self.machines.get(spec.image)})\n")
+        try:
+            code = self._run(spec, ["bash", "-c", script], env, {volume: {"bind": "/torch", "mode": "ro"}}, out, timeout,
+                             archive=buf.getvalue())  # fmt: skip
+        except _TimedOut:
+            raise VerificationError(f"{wheel.name}: smoke test under emulation timed out after {timeout:.0f}s") from None
+        lines = [ln for ln in out.read_text(errors="replace").splitlines() if ln.strip()]
+        if code != 0:
+            raise VerificationError(f"{wheel.name}: smoke test failed in {self.tags[spec.image]}: {lines[-1] if lines else code} (log: {out})")
+        return next((ln for ln in reversed(lines) if ln.startswith("smoke ok")), lines[-1] if lines else "smoke ok")
+
+    def _remove(self, cid: str) -> None:
+        try:
+            self.client.api.remove_container(cid, force=True, v=True)
+        except Exception:
+            pass
+        with self._lock:
+            self._containers.discard(cid)
+
+    def cleanup(self) -> None:
+        """Remove every container this run started (idempotent; safe from a signal handler)."""
+        with self._lock:
+            self._closed = True
+            ids = list(self._containers)
+        for cid in ids:
+            self._remove(cid)
+        try:  # anything labelled with our owner that slipped through (created, not yet tracked)
+            for c in self.client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner()}"}):
+                c.remove(force=True)
+        except Exception:
+            pass
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class _TimedOut(Exception):
+    pass
+
+
+def _pump_logs(container, log_path: Path) -> None:
+    with open(log_path, "ab") as f:
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                f.write(chunk)
+                f.flush()
+        except Exception:
+            pass
+
+
+def _cgroup_cpu(container) -> float | None:
+    """The CPU seconds the build's container used (builder.publishing.cost.CGROUP_CPU_SH's file), None if it left none."""
+    try:
+        stream, _ = container.get_archive(CGROUP_CPU_FILE)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream)[: 1 << 16])) as tar:
+            member = tar.next()
+            data = tar.extractfile(member).read(256) if member is not None and member.isfile() else b""
+    except Exception:  # no counter on this engine: the build stands, without a figure
+        return None
+    return parse_cgroup_cpu(data.decode("ascii", "replace"))
+
+
+def _copy_wheel_out(container, out_dir: Path) -> Path | None:
+    stream, _ = container.get_archive("/out")
+    buf = io.BytesIO(b"".join(stream))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = None
+    with tarfile.open(fileobj=buf) as tar:
+        for m in tar.getmembers():
+            if m.isfile() and m.name.endswith(".whl"):
+                data = tar.extractfile(m).read()
+                dest = out_dir / Path(m.name).name
+                tmp = dest.with_suffix(".whl.part")
+                tmp.write_bytes(data)
+                os.replace(tmp, dest)
+                found = dest
+    return found
+
+
+# Parts of a pyenv install a build never needs (the test suite, GUI toolkits, the
+# host's installed packages: ensurepip gives the image a clean pip).
+_SKIP_DIRS = {"test", "tests", "site-packages", "idlelib", "tkinter", "turtledemo", "__pycache__", "ensurepip_skip"}
+
+
+def stage_python(prefix: Path, dest: Path, version: str) -> None:
+    if not (prefix / "bin" / "python3").exists():
+        raise FarmError(
+            f"Python {version} is not installed on this host (looked for {prefix})",
+            hint=f"pyenv install {version}, or drop Python {version} from the profile",
+        )
+    libdir = f"lib/python{version}"
+
+    def ignore(dirpath: str, names: list[str]) -> set[str]:
+        rel = os.path.relpath(dirpath, prefix)
+        skip = set()
+        if rel == libdir:
+            skip |= {n for n in names if n in _SKIP_DIRS}
+        if rel == "bin":
+            skip |= {n for n in names if not n.startswith("python")}  # ensurepip writes pip anew
+        if rel.startswith(f"{libdir}/config-"):
+            skip |= {n for n in names if n.endswith(".a")}
+        skip |= {n for n in names if n == "__pycache__"}
+        return skip
+
+    shutil.copytree(prefix, dest, symlinks=True, ignore=ignore)
+    (dest / libdir / "site-packages").mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,187 @@
+"""The plan's vocabulary: frozen specs that every later stage reads.
+
+``BuildSpec`` is the farm's unit of work (one wheel). ``ImageSpec`` is one
+toolchain image, shared by every build that can use it. Both are pure data;
+``builder.planning.plan`` makes them from matrix.toml, nothing else constructs them from
+user input. What a build is made from (this checkout, an sdist's pin, a pinned file) is here too:
+a recipe (the plan's) names its pin, builder.sourcing.sources fetches it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
+from packaging.version import InvalidVersion, Version
+
+
+def stable_hash(obj: object, length: int = 12) -> str:
+    """A short sha256 of a JSON-able object, identical across runs and machines."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def sha256_of(path) -> str:
+    """A file's sha256 (the index's store and the variant files it makes are recorded by it)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    id: str  # e.g. "cuda13.0-x86_64-<hash>": names the toolchain, hash of everything in it
+    kind: str  # "cpu" | "cuda" | "rocm"
+    base: str  # base image reference (registry image, or a local one the farm makes)
+    platform: str  # "linux_x86_64" | "linux_aarch64"
+    toolkit: str | None  # "13.0", "12.4", "6.2"; None for cpu
+    toolkit_source: str  # "base" (already in the base image) | "pypi" | "debian" | "none"
+    pythons: tuple[str, ...]  # "3.11", ... every Python any build of this image needs
+    template: str  # docker/<template>.j2
+    extra: dict = field(default_factory=dict, compare=False, hash=False)  # template-only settings
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["pythons"] = list(self.pythons)
+        return d
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    # stable: "<variant>-<cpXY>-<platform>" (cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_64) for the checkout,
+    # "<project>-<variant>-<cpXY>-<platform>" for a recipe's build
+    id: str
+    torch: str  # major.minor ("2.14"), or "stable"
+    torch_version: str  # the exact release installed for the build ("2.14.1")
+    python: str  # "3.11"
+    accelerator: str  # "cpu" | "cu11" | "cu12" | "cu13" | "hip62" ...
+    toolkit: str | None  # "12.9", "13.0", "6.2"; None for cpu
+    cxx11abi: bool
+    platform: str  # "linux_x86_64"
+    variant: str  # "cu12-torch2.6-cxx11abiFALSE"
+    label: str  # "cu12torch2.6cxx11abiFALSE"
+    archs: tuple[str, ...]  # ("sm_80", "sm_90") or ("gfx90a", ...); () for cpu
+    image: str  # ImageSpec.id
+    torch_index_url: str  # where this torch build is installed from ("" = the default index)
+    cxx_std: int  # 17 or 20
+    manylinux: str  # repair target, e.g. "manylinux_2_28_x86_64"
+    stable: bool = False  # a stable-ABI (abi3) build serving many torch releases
+    serves: tuple[str, ...] = ()  # variant keys this wheel serves (stable builds: many)
+    inputs_hash: str = ""  # changes when anything that affects the wheel changes
+    # False when cxx11abi differs from the ABI the installed torch ships (an NGC-style
+    # cxx11abiTRUE build against torch <= 2.6): the wheel is right for NGC's torch,
+    # so a smoke test against torch_version from torch_index_url cannot import it.
+    abi_native: bool = True
+    # What the wheel is made of: this checkout, or a third-party recipe's pinned sdist (builder/sourcing/prepare.py).
+    project: str = "mamba-ssm"  # the wheel's distribution name (canonical)
+    source: str = "checkout"  # "checkout" or the pin's identity ("sdist:causal-conv1d==1.7.0@sha256:...")
+    extensions: tuple[str, ...] = ()  # globs of the extension modules the audits read (wheel paths)
+    env: tuple[tuple[str, str], ...] = ()  # the recipe's build environment (set these)...
+    unset: tuple[str, ...] = ()  # ...and remove these
+
+    @property
+    def from_recipe(self) -> bool:
+        return self.source != "checkout"
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def compiles_through_ccache(self) -> bool:
+        """A recipe's CUDA build: nvcc runs through ccache (build.sh), so the compile group's Pythons share
+        objects. The checkout has its own kernel cache; torch never wraps hipcc."""
+        return self.from_recipe and self.accelerator.startswith("cu")
+
+    @property
+    def compile_group(self) -> str:
+        """The id without its Python: the builds that compile the same kernels with one toolchain
+        (torch build, toolkit, ABI, archs, image), which the image's kernel cache lets compile once."""
+        return self.id.replace(f"-{self.python_tag}-", "-", 1)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["archs"] = list(self.archs)
+        d["serves"] = list(self.serves) or [self.variant]
+        d["extensions"] = list(self.extensions)
+        d["env"] = dict(self.env)
+        d["unset"] = list(self.unset)
+        return d
+
+
+# ---------------------------------------------------------------------------
+# What a build is made from.
+
+
+@dataclass(frozen=True)
+class CheckoutSource:
+    """This repository's own tree (today's default source)."""
+
+    root: Path
+
+    @property
+    def identity(self) -> str:
+        """What the index compares to refuse two different sources under one distribution name."""
+        return "checkout"
+
+    def describe(self) -> str:
+        return f"this checkout ({self.root})"
+
+
+@dataclass(frozen=True)
+class SdistPin:
+    """A published sdist: ``name==version`` whose archive must have ``sha256``."""
+
+    name: str  # distribution name as the index knows it ("mamba-ssm" or "mamba_ssm")
+    version: str
+    sha256: str
+
+    @property
+    def project(self) -> str:
+        return canonicalize_name(self.name)
+
+    @property
+    def filename(self) -> str:
+        """The PEP 625 name of the archive (what the cache stores it as)."""
+        return f"{self.project.replace('-', '_')}-{self.version}.tar.gz"
+
+    @property
+    def identity(self) -> str:
+        return f"sdist:{self.project}=={self.version}@sha256:{self.sha256}"
+
+    def describe(self) -> str:
+        return f"{self.project} {self.version} (sdist sha256 {self.sha256[:12]}…)"
+
+    def matches_filename(self, filename: str) -> bool:
+        try:
+            name, version = parse_sdist_filename(filename)
+        except (InvalidSdistFilename, InvalidVersion):
+            return False
+        return filename.endswith(".tar.gz") and name == self.project and version == Version(self.version)
+
+
+@dataclass(frozen=True)
+class FilePin:
+    """A file at one URL (a Debian package on the apt mirror: builder/building/interpreters.py), pinned by its
+    name, version and sha256; fetched, cached and checked exactly as an sdist is."""
+
+    name: str
+    version: str
+    sha256: str
+    url: str  # http(s) only: is_web_url is checked before anything is opened
+
+    @property
+    def project(self) -> str:
+        return self.name
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version} ({self.filename}, sha256 {self.sha256[:12]}…)"
+
+
+Source = CheckoutSource | SdistPin

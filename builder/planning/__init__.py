@@ -1,0 +1,1 @@
+"""matrix.toml and recipes/*.toml to builds: the cells, what a recipe says for one, the plan."""

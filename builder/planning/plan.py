@@ -1,0 +1,673 @@
+"""The build plan: matrix.toml -> cells -> [BuildSpec] + {ImageSpec}.
+
+``load_plan()`` is what every later stage calls; ``python -m builder plan`` shows it
+(table, JSON, or the GitHub Actions matrix) and, with ``--explain``, every dropped
+combination and the rule that dropped it.
+
+Cells and builds are distinct: a cell is a torch x Python x accelerator x ABI x
+platform combination a user can be in; a build makes one wheel and serves one or
+more cells. A classic build serves exactly one cell (``_group``); with the stable-ABI
+collapse (matrix.toml's [plan] stable_abi, on by default; a profile's stable_abi;
+``plan --stable/--no-stable``) one stable-ABI build per accelerator and platform
+serves every cell a cp310-abi3 wheel for torch >= the floor can (``_group_stable``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from builder.errors import MatrixError
+from builder.facts import compat as compat_mod
+from builder.facts.compat import Accelerator, Compat, image_setting_key, parse_accelerator, vtuple
+from builder.facts.spec import BuildSpec, ImageSpec, stable_hash
+from builder.planning.matrix import (
+    CHECKOUT,
+    IMAGE_REF_RE,
+    Cell,
+    Dropped,
+    Matrix,
+    Profile,
+    expand,
+    load_matrix,
+    toolkit_source_for,
+)
+from builder.planning.recipes import CellFacts, Recipe, recipe_for, supported
+from builder.planning.recipes import explain as explain_recipe
+from builder.planning.recipes import inputs as prepare_inputs
+from mamba_ssm._variant import Variant
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MATRIX = REPO_ROOT / "matrix.toml"
+# GitHub-hosted runners per platform, for --format github.
+RUNNERS = {"linux_x86_64": "ubuntu-24.04", "linux_aarch64": "ubuntu-24.04-arm"}
+GITHUB_MATRIX_LIMIT = 256  # jobs per matrix, GitHub's documented cap
+# Build outputs that live next to sources but are not sources.
+_SKIP_DIRS = {"__pycache__", "build", "dist", ".git", ".eggs"}
+_SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".a", ".egg-info")
+# The checkout's extension modules, inside its wheels: what the ABI and arch audits read.
+CHECKOUT_EXTENSIONS = ("mamba_ssm/_C*.so",)
+
+
+@dataclass(frozen=True)
+class Plan:
+    matrix: Matrix
+    builds: list[BuildSpec]
+    images: dict[str, ImageSpec]
+    dropped: list[Dropped]
+    cells: list[Cell] = field(default_factory=list)  # every cell the builds serve
+    profile: Profile | None = None
+    source_hash: str = ""
+    stable: bool = False  # whether the stable-ABI collapse was on
+    recipes: dict[str, Recipe] = field(default_factory=dict)  # project -> its recipe, for the recipe builds
+
+    def recipe_of(self, spec: BuildSpec) -> Recipe | None:
+        """The recipe SPEC is built from (None: the checkout)."""
+        return self.recipes[spec.project] if spec.from_recipe else None
+
+    def build(self, build_id: str) -> BuildSpec:
+        for b in self.builds:
+            if b.id == build_id:
+                return b
+        raise KeyError(build_id)
+
+
+def load_plan(
+    matrix_file: Path | None = None,
+    profile: str | None = None,
+    only: list[str] | None = None,
+    stable: bool | None = None,
+    projects: list[str] | None = None,
+    compat: compat_mod.Compat | None = None,
+) -> Plan:
+    """Load, validate and expand matrix.toml into the plan. Raises MatrixError.
+
+    stable: serve every cell a stable-ABI wheel can serve from one such build per
+    accelerator and platform (see ``_group_stable``); the other cells stay classic.
+    None: as the profile's stable_abi says, else the matrix's [plan] stable_abi.
+    Every stage that takes build ids (build, render, --only) must load the plan with
+    the same profile and setting, or the ids differ.
+    projects: build these projects (CHECKOUT, recipe names) instead of the profile's.
+    compat: the data to plan with (default: the files'; drift --write plans from its edit before writing it).
+    """
+    compat = compat or compat_mod.load()
+    matrix = load_matrix(Path(matrix_file) if matrix_file else DEFAULT_MATRIX, compat)
+    prof = matrix.profile(profile)
+    if stable is None:
+        stable = prof.stable_abi if prof is not None and prof.stable_abi is not None else matrix.stable_abi
+    cells, dropped = expand(matrix, compat, prof)
+    _check_profile_archs(matrix, prof, cells)
+    src = source_hash(matrix)
+    chosen = _projects(matrix, prof, projects)
+    recipes = {r.name: r for r in (recipe_for(n, _recipes_dir(matrix)) for n in chosen if n != CHECKOUT)}
+    builds, images, refused = _specs(
+        matrix, compat, cells, prof, src, stable=stable, checkout=CHECKOUT in chosen, recipes=list(recipes.values())
+    )
+    dropped = [*dropped, *refused]
+    if only:
+        builds = _select(matrix, builds, only)
+        needed = {b.image for b in builds}
+        images = _images_for(builds, {k: v for k, v in images.items() if k in needed})
+        cells = [c for c in cells if any(_serves(b, c, compat) for b in builds)]
+    if not builds:
+        raise _nothing_to_build(matrix, prof, dropped)
+    return Plan(matrix, builds, images, dropped, cells, prof, src, stable, recipes)
+
+
+def _recipes_dir(matrix: Matrix) -> Path:
+    return matrix.recipes_dir or REPO_ROOT / "recipes"
+
+
+def _projects(matrix: Matrix, prof: Profile | None, projects: list[str] | None) -> tuple[str, ...]:
+    """What the plan builds: --projects, else the profile's projects, else the checkout; each one known."""
+    root = _recipes_dir(matrix)
+    known = [CHECKOUT, *sorted(p.stem for p in root.glob("*.toml"))]
+    chosen = tuple(dict.fromkeys(projects)) if projects else (prof.projects if prof is not None else (CHECKOUT,))
+    for i, name in enumerate(chosen):
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        mean = f'; did you mean "{close[0]}"?' if close else ""
+        message = f"no recipe {root / (name + '.toml')}{mean} (projects: {', '.join(known)})"
+        if projects:
+            raise MatrixError(
+                f"--projects {json.dumps(name)}: {message}", hint=f"add the recipe, or use one of: {', '.join(known)}"
+            )
+        raise matrix.error(("profiles", prof.name, "projects", i), message)
+    return chosen
+
+
+# A plan that leaves nothing lists this many dropped combinations, with their reasons, in its error.
+EXPLAIN_INLINE = 10
+
+
+def _nothing_to_build(matrix: Matrix, prof: Profile | None, dropped: list[Dropped]) -> MatrixError:
+    """The error for a plan with no build: why each combination was dropped, when they are few;
+    else where to see them (``plan --explain`` lists them even then: the error carries them)."""
+    scope = f"profile {prof.name!r} selects" if prof else "the matrix leaves"
+    path = ("profiles", prof.name) if prof else ("axes",)
+    message = f"nothing to build: {scope} no buildable combination ({len(dropped)} dropped)"
+    if not dropped:
+        hint = "no combination was dropped: the axes (and the profile's keys) select none; widen them"
+    elif len(dropped) <= EXPLAIN_INLINE:
+        message += ":\n" + _dropped_lines(dropped)
+        hint = None
+    else:
+        hint = "rerun the plan with --explain to see what was dropped and why"
+    err = matrix.error(path, message, hint=hint)
+    err.dropped = dropped  # for --explain (_run)
+    return err
+
+
+def _dropped_lines(dropped: list[Dropped]) -> str:
+    return "\n".join(f"  {cell.describe()}: {reason}" for cell, reason in dropped)
+
+
+# ---------------------------------------------------------------------------
+
+
+def source_hash(matrix: Matrix) -> str:
+    """One hash of every source file the wheel is built from (computed once per plan)."""
+    root = matrix.root
+    h = hashlib.sha256()
+    for rel in sorted(set(matrix.package.sources)):
+        top = root / rel
+        if top.is_file():
+            files = [top]
+        elif top.is_dir():
+            files = []
+            for dirpath, dirnames, filenames in os.walk(top):
+                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+                files += [Path(dirpath) / f for f in sorted(filenames) if not f.endswith(_SKIP_SUFFIXES)]
+        else:
+            h.update(f"missing:{rel}\0".encode())
+            continue
+        for f in files:
+            try:
+                data = f.read_bytes()
+            except OSError:
+                continue
+            h.update(f.relative_to(root).as_posix().encode() + b"\0")
+            h.update(hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]
+
+
+def _variant(cell: Cell, acc: Accelerator) -> Variant:
+    backend = acc.kind
+    return Variant(
+        torch=cell.torch,
+        backend=backend,
+        backend_version=acc.toolkit,
+        cxx11abi=cell.cxx11abi,
+        python="cp" + cell.python.replace(".", ""),
+        platform=cell.platform,
+    )
+
+
+def _cell_variant(cell: Cell, compat: Compat) -> str:
+    return _variant(cell, parse_accelerator(cell.accelerator)).key
+
+
+def _group(cells: list[Cell]) -> list[tuple[Cell, tuple[Cell, ...]]]:
+    """Builds and the cells each serves. One build per cell until stable-ABI builds exist."""
+    return [(c, (c,)) for c in cells]
+
+
+# --- stable-ABI collapse (issue 8) ------------------------------------------------
+# A stable-ABI wheel (setup.py with MAMBA_STABLE_ABI=TRUE) is cp310-abi3, requires
+# torch >= the floor and serves both C++ ABIs, so one build per accelerator and
+# platform serves every such cell. Its floors and backends (CPU and CUDA: setup.py
+# refuses a stable ROCm build) are mamba_build/build.toml's [stable], read by compat.
+
+
+def stable_floor() -> str:
+    return compat_mod.load().stable_floor
+
+
+def _stable_eligible(cell: Cell, acc: Accelerator, compat: Compat) -> bool:
+    return (
+        acc.kind in compat.stable_kinds
+        and vtuple(cell.torch) >= vtuple(compat.stable_floor)
+        and vtuple(cell.python) >= vtuple(compat.stable_python)
+    )
+
+
+def _group_stable(
+    cells: list[Cell], accs: dict[str, Accelerator], compat: Compat
+) -> list[tuple[Cell, tuple[Cell, ...], bool]]:
+    """(build cell, cells served, stable?): a stable build per (accelerator, platform) for the
+    cells it can serve, built in one of them (the abi3 tag's Python where a cell has it, newest torch,
+    oldest Python, its native ABI);
+    a classic build per remaining cell."""
+    pools: dict[tuple[str, str], list[Cell]] = {}
+    groups: list[tuple[Cell, tuple[Cell, ...], bool]] = []
+    for c in cells:
+        if _stable_eligible(c, accs[c.accelerator], compat):
+            pools.setdefault((c.accelerator, c.platform), []).append(c)
+        else:
+            groups.append((c, (c,), False))
+    for served in pools.values():
+        # The abi3 tag's own Python first (torch 2.15 has no cp310 wheel: the build stays on the newest
+        # torch that has one, and the canary in tests/test_stable_abi.py runs the wheel under newer ones).
+        build = min(served, key=lambda c: (c.python != compat.stable_python, tuple(-x for x in vtuple(c.torch)),
+                                           vtuple(c.python), not c.cxx11abi))  # fmt: skip
+        groups.append((build, tuple(served), True))
+    # Each accelerator's classic builds, then its stable build (per platform).
+    return sorted(groups, key=lambda g: (g[0].sort_key()[:2], g[2], g[0].sort_key()))
+
+
+def _serves(b: BuildSpec, cell: Cell, compat: Compat) -> bool:
+    """Whether build B serves CELL (a stable build: any Python of its variants; classic: its own)."""
+    if cell.platform != b.platform or _cell_variant(cell, compat) not in (b.serves or (b.variant,)):
+        return False
+    return b.stable or cell.python == b.python
+
+
+def served_cells(plan: Plan, b: BuildSpec) -> list[Cell]:
+    compat = compat_mod.load()
+    return [c for c in plan.cells if _serves(b, c, compat)]
+
+
+@dataclass(frozen=True)
+class _Toolchain:
+    kind: str
+    base: str
+    toolkit: str | None
+    toolkit_source: str
+    platform: str
+    extra: tuple  # sorted (key, value) pairs for the template
+
+
+def _toolchain(matrix: Matrix, compat: Compat, acc: Accelerator, platform: str, torch: str) -> tuple[_Toolchain, str]:
+    """The toolchain an accelerator builds in on PLATFORM, and the build's manylinux target."""
+    source = "none" if acc.kind == "cpu" else toolkit_source_for(matrix, compat, acc)
+    setting = matrix.images[image_setting_key(acc.kind, source)]
+    suite = compat.debian_suite(acc) if source == "debian" else None
+    full = compat.toolkit_full(acc)
+    base = setting.base.format(
+        arch=platform.removeprefix("linux_"),
+        toolkit=acc.toolkit or "",
+        toolkit_full=full or "",
+        debian_suite=suite or "",
+    )
+    key = image_setting_key(acc.kind, source)
+    if not IMAGE_REF_RE.fullmatch(base):  # the template was checked with sample values; check the real one
+        raise matrix.error(("images", key, "base"), f"{json.dumps(base)} is not a container image reference")
+    glibc = setting.glibc or compat.debian_glibc.get(suite or "", "2.28")
+    extra = {"glibc": glibc}
+    if full:
+        extra["toolkit_full"] = full
+    if suite:
+        extra["debian_suite"] = suite
+    if compat.hip_bf16_patch(acc):
+        extra["hip_bf16_patch"] = True
+    tc = _Toolchain(acc.kind, base, acc.toolkit, source, platform, tuple(sorted(extra.items())))
+    return tc, compat.manylinux(torch, platform, glibc)
+
+
+def _image_id(tc: _Toolchain) -> str:
+    # Pythons are left out on purpose: a profile that needs fewer Pythons gets the same
+    # image id, so build ids and inputs hashes do not depend on the profile.
+    digest = stable_hash([tc.kind, tc.base, tc.toolkit, tc.toolkit_source, tc.platform, list(tc.extra)], 8)
+    return f"{tc.kind}{tc.toolkit or ''}-{tc.platform.removeprefix('linux_')}-{digest}"
+
+
+def _check_profile_archs(matrix: Matrix, prof: Profile | None, cells: list[Cell]) -> None:
+    """A profile's arch of a kind none of its cells builds would be ignored (that kind's default list kept)."""
+    if prof is None or not prof.archs or not cells:
+        return
+    kinds = {parse_accelerator(a).kind for a in {c.accelerator for c in cells}}
+    for i, arch in enumerate(prof.archs):
+        kind = "cuda" if arch.startswith("sm_") else "rocm"
+        if kind not in kinds:
+            raise matrix.error(
+                ("profiles", prof.name, "archs", i),
+                f"{arch} is a {kind} architecture, but profile {prof.name} builds no {kind} cell "
+                f"({', '.join(sorted(kinds))} only): it would be ignored",
+                hint=f"give the {'gfx' if kind == 'cuda' else 'sm_'}* architectures its builds compile for, "
+                "or drop archs to keep the defaults",
+            )
+
+
+def _archs(matrix: Matrix, compat: Compat, acc: Accelerator, prof: Profile | None) -> tuple[str, ...]:
+    default = compat.default_archs(acc)
+    if prof is None or not prof.archs or acc.kind == "cpu":
+        return default
+    prefix = "sm_" if acc.kind == "cuda" else "gfx"
+    wanted = tuple(a for a in prof.archs if a.startswith(prefix))
+    if not wanted:
+        return default
+    for i, arch in enumerate(prof.archs):
+        if arch.startswith(prefix) and not compat.can_compile(acc, arch):
+            raise matrix.error(
+                ("profiles", prof.name, "archs", i),
+                f"{arch} is not an architecture {acc.name} compiles for (defaults: {', '.join(default)})",
+            )
+    return wanted
+
+
+def _specs(
+    matrix: Matrix,
+    compat: Compat,
+    cells: list[Cell],
+    prof: Profile | None,
+    src: str,
+    stable: bool = False,
+    checkout: bool = True,
+    recipes: list[Recipe] | None = None,
+) -> tuple[list[BuildSpec], dict[str, ImageSpec], list[Dropped]]:
+    accs = {name: parse_accelerator(name) for name in {c.accelerator for c in cells}}
+    toolchains: dict[tuple, tuple[_Toolchain, str, str]] = {}
+    archs = {name: _archs(matrix, compat, acc, prof) for name, acc in accs.items()}
+    builds = []
+    dropped: list[Dropped] = []
+    tc_of: dict[str, _Toolchain] = {}
+
+    def cell_fields(cell: Cell, variant: Variant) -> dict:
+        """Everything of a build but its id: the toolchain, torch and target of CELL."""
+        acc = accs[cell.accelerator]
+        key = (cell.accelerator, cell.platform, cell.torch)
+        if key not in toolchains:
+            tc, manylinux = _toolchain(matrix, compat, acc, cell.platform, cell.torch)
+            toolchains[key] = (tc, manylinux, _image_id(tc))
+        tc, manylinux, image_id = toolchains[key]
+        tc_of[image_id] = tc
+        install = compat.torch_install(cell.torch, acc, cell.platform, prefer_pypi=matrix.prefer_pypi)
+        row = compat.torch[cell.torch]
+        index_url = matrix.torch_index_url.format(variant=install.index_variant) if install.index_variant else ""
+        return {
+            "torch": cell.torch,
+            "torch_version": row.latest,
+            "python": cell.python,
+            "accelerator": variant.accelerator,
+            "toolkit": acc.toolkit,
+            "cxx11abi": cell.cxx11abi,
+            "platform": cell.platform,
+            "variant": variant.key,
+            "label": variant.label,
+            "archs": archs[cell.accelerator],
+            "image": image_id,
+            "torch_index_url": index_url,
+            "cxx_std": row.cxx_std,
+            "manylinux": manylinux,
+            "abi_native": cell.cxx11abi in row.cxx11abi,
+        }
+
+    groups = _group_stable(cells, accs, compat) if stable else [(c, cs, False) for c, cs in _group(cells)]
+    for cell, serves, is_stable in groups if checkout else ():
+        acc = accs[cell.accelerator]
+        variant = _variant(cell, acc).as_stable() if is_stable else _variant(cell, acc)
+        fields = {"id": f"{variant.key}-{variant.python}-{cell.platform}", **cell_fields(cell, variant)}
+        if is_stable:  # built against the newest torch it serves; serves every variant key of its cells
+            fields.update(torch="stable", stable=True, serves=tuple(sorted({_variant(c, acc).key for c in serves})))
+        hashed = {k: v for k, v in fields.items() if k not in ("id", "stable", "serves")}
+        if is_stable:
+            hashed["stable"] = True
+        hashed.update(
+            archs=list(fields["archs"]),
+            package=matrix.package.name,
+            package_version=matrix.package.version,
+            sources=src,
+            serves=[_variant(c, acc).key for c in serves],
+        )
+        builds.append(
+            BuildSpec(**fields, project=canonicalize_name(matrix.package.name), extensions=CHECKOUT_EXTENSIONS,
+                      inputs_hash=stable_hash(hashed, 16))
+        )  # fmt: skip
+    # A recipe's builds: one classic build per cell it supports (third-party code has no stable-ABI build).
+    for recipe in recipes or ():
+        for cell in cells:
+            acc = accs[cell.accelerator]
+            variant = _variant(cell, acc)
+            fields = cell_fields(cell, variant)
+            facts = CellFacts(
+                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label
+            )
+            ok, why = supported(recipe, facts)
+            if not ok:
+                dropped.append(Dropped(cell, why))
+                continue
+            recipe_inputs = prepare_inputs(recipe, facts)
+            fields.update(
+                id=f"{recipe.name}-{variant.key}-{variant.python}-{cell.platform}",
+                project=recipe.name,
+                source=recipe.source.identity,
+                extensions=recipe.extensions,
+                env=tuple(recipe_inputs["env"].items()),
+                unset=tuple(recipe_inputs["unset"]),
+            )
+            hashed = {k: v for k, v in fields.items() if k != "id"}
+            hashed.update(package_version=recipe.source.version, recipe=recipe_inputs)
+            builds.append(BuildSpec(**fields, inputs_hash=stable_hash(hashed, 16)))
+    ids = [b.id for b in builds]
+    if len(set(ids)) != len(ids):  # pragma: no cover - guarded by the accelerator label check
+        raise MatrixError(f"{matrix.path}: two builds share an id; check axes.accelerator")
+    images = {
+        iid: ImageSpec(
+            id=iid,
+            kind=tc.kind,
+            base=tc.base,
+            platform=tc.platform,
+            toolkit=tc.toolkit,
+            toolkit_source=tc.toolkit_source,
+            pythons=(),
+            template=f"docker/{tc.kind}.Dockerfile.j2",
+            extra=dict(tc.extra),
+        )
+        for iid, tc in tc_of.items()
+    }
+    return builds, _images_for(builds, images), dropped
+
+
+def _images_for(builds: list[BuildSpec], images: dict[str, ImageSpec]) -> dict[str, ImageSpec]:
+    """IMAGES with each one's Pythons set to exactly what BUILDS need of it."""
+    pythons: dict[str, set] = {}
+    for b in builds:
+        pythons.setdefault(b.image, set()).add(b.python)
+    out = {}
+    for iid in sorted(pythons):
+        im = images[iid]
+        out[iid] = ImageSpec(
+            id=im.id,
+            kind=im.kind,
+            base=im.base,
+            platform=im.platform,
+            toolkit=im.toolkit,
+            toolkit_source=im.toolkit_source,
+            pythons=tuple(sorted(pythons[iid], key=vtuple)),
+            template=im.template,
+            extra=dict(im.extra),
+        )
+    return out
+
+
+def _select(matrix: Matrix, builds: list[BuildSpec], only: list[str]) -> list[BuildSpec]:
+    by_id = {b.id: b for b in builds}
+    for want in only:
+        if want not in by_id:
+            close = difflib.get_close_matches(want, list(by_id), n=5, cutoff=0.6)
+            near = f"; near matches: {', '.join(close)}" if close else ""
+            raise MatrixError(
+                f"{matrix.path}: --only {json.dumps(want)}: no such build in this plan{near}",
+                hint="list the ids with `python -m builder plan --format json` (same --profile)",
+            )
+    wanted = set(only)
+    return [b for b in builds if b.id in wanted]
+
+
+# ---------------------------------------------------------------------------
+# The command.
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="show what the farm would build (from matrix.toml)",
+        description="Expand matrix.toml into builds and toolchain images.",
+    )
+    p.add_argument(
+        "--matrix", type=Path, default=None, help=f"matrix file (default: {DEFAULT_MATRIX.name} in the repo)"
+    )
+    p.add_argument("--profile", default=None, help="a [profiles.NAME] subset, e.g. ci")
+    p.add_argument("--only", nargs="+", action="extend", default=None, metavar="ID", help="just these build ids")
+    p.add_argument(
+        "--projects", nargs="+", action="extend", default=None, metavar="NAME",
+        help=f"build these projects instead of the profile's ({CHECKOUT} and/or recipe names, e.g. causal-conv1d)",
+    )  # fmt: skip
+    p.add_argument(
+        "--format", choices=("table", "json", "github"), default="table",
+        help="table (default), json (one object per build) or github (an Actions matrix)",
+    )  # fmt: skip
+    p.add_argument(
+        "--explain", action="store_true", help="also list every dropped combination and why, and each recipe's patches"
+    )
+    p.add_argument(
+        "--stable",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve every cell a stable-ABI (abi3) wheel can from one build per accelerator and platform "
+        "(default: matrix.toml's [plan] stable_abi, or the profile's)",
+    )
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        plan = load_plan(
+            args.matrix, args.profile, args.only, stable=getattr(args, "stable", None),
+            projects=getattr(args, "projects", None),
+        )  # fmt: skip
+    except MatrixError as err:
+        dropped = getattr(err, "dropped", None)
+        if args.explain and dropped and len(dropped) > EXPLAIN_INLINE:  # a few are in the error itself
+            out = sys.stdout if args.format == "table" else sys.stderr
+            print(f"dropped {len(dropped)} combination(s):\n{_dropped_lines(dropped)}", file=out)
+        raise
+    if args.format == "json":
+        json.dump([b.to_json() for b in plan.builds], sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.format == "github":
+        jobs = github_jobs(plan.builds)
+        json.dump({"include": jobs}, sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+        for platform in RUNNERS:  # the release runs one matrix per platform
+            n = sum(j["platform"] == platform for j in jobs)
+            if n > GITHUB_MATRIX_LIMIT:
+                print(
+                    f"warning: {n} {platform} jobs exceed GitHub's {GITHUB_MATRIX_LIMIT}-job matrix limit; "
+                    "split the run with --profile or --only",
+                    file=sys.stderr,
+                )
+    else:
+        _table(plan)
+    if args.explain:
+        # Machine-readable formats keep stdout pure JSON.
+        _explain(plan, sys.stdout if args.format == "table" else sys.stderr)
+    return 0
+
+
+def github_jobs(builds: list[BuildSpec]) -> list[dict]:
+    """The release's build jobs, in plan order: one per build, but one per compile group for the classic
+    CUDA builds, which share compiled kernels across Pythons (a recipe's through ccache, the checkout's through the
+    image's kernel cache): all its Pythons in one `build --only`, since a job restores no cache another
+    workflow can write, so sharing compiled objects happens inside one job. ``id`` names the job and its
+    artifacts (the group's name for a group); ``ids`` lists the builds it makes, space-separated."""
+    groups: dict[str, list[BuildSpec]] = {}
+    for b in builds:
+        groups.setdefault(b.compile_group if b.accelerator.startswith("cu") and not b.stable else b.id, []).append(b)
+    jobs = []
+    for name, members in groups.items():
+        job = github_job(members[0])
+        job.update(id=name, ids=" ".join(m.id for m in members), python=" ".join(m.python for m in members))
+        jobs.append(job)
+    return jobs
+
+
+def github_job(b: BuildSpec) -> dict:
+    """One build's job entry (its group's fields other than the Pythons are the same: see github_jobs)."""
+    return {
+        "id": b.id,
+        "ids": b.id,
+        "project": b.project,
+        "farm_project": b.project if b.from_recipe else CHECKOUT,  # what --projects calls it
+        "variant": b.variant,
+        "torch": b.torch,
+        "torch_version": b.torch_version,
+        "python": b.python,
+        "accelerator": b.accelerator,
+        "toolkit": b.toolkit or "",
+        "platform": b.platform,
+        "image": b.image,
+        "runs_on": RUNNERS[b.platform],
+    }
+
+
+def summary(plan: Plan) -> str:
+    scope = f" (profile {plan.profile.name})" if plan.profile else ""
+    stable = sum(b.stable for b in plan.builds)
+    kinds = f" ({stable} stable-ABI)" if stable else ""
+    return (
+        f"{len(plan.builds)} builds{kinds} serving {len(plan.cells)} cells, {len(plan.images)} images, "
+        f"dropped {len(plan.dropped)}{scope}"
+    )
+
+
+def _archs_short(archs: tuple[str, ...]) -> str:
+    if len(archs) <= 3:
+        return ",".join(archs) or "-"
+    return f"{archs[0]}..{archs[-1]} ({len(archs)})"
+
+
+def _table(plan: Plan) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    width = None if sys.stdout.isatty() else 240
+    console = Console(width=width, soft_wrap=False, highlight=False)
+    table = Table(title=f"build plan: {plan.matrix.path.name}", show_lines=False, pad_edge=False)
+    for col in ("id", "torch", "toolkit", "archs", "torch from", "manylinux", "image", "serves"):
+        table.add_column(col, no_wrap=True)
+    for b in plan.builds:
+        source = b.torch_index_url.rstrip("/").rsplit("/", 1)[-1] if b.torch_index_url else "PyPI"
+        row = [b.id, b.torch_version, b.toolkit or "-", _archs_short(b.archs), source, b.manylinux, b.image]
+        table.add_row(*row, _serves_short(plan, b))
+    console.print(table)
+    console.print(summary(plan))
+
+
+def _serves_short(plan: Plan, b: BuildSpec) -> str:
+    if not b.stable:
+        return "1 cell"
+    cells = served_cells(plan, b)
+    torches = sorted({c.torch for c in cells}, key=vtuple)
+    pythons = sorted({c.python for c in cells}, key=vtuple)
+
+    def span(v: list) -> str:
+        return v[0] if len(v) == 1 else f"{v[0]}..{v[-1]}"
+
+    n, v = len(cells), len(b.serves)
+    return f"{n} cell{'s' * (n != 1)}: torch {span(torches)} x py{span(pythons)} ({v} variant{'s' * (v != 1)})"
+
+
+def _explain(plan: Plan, out) -> None:
+    for b in plan.builds:
+        if (recipe := plan.recipe_of(b)) is not None:  # the recipe's patches, env and unset for this cell
+            print(f"{b.id}:", file=out)
+            for line in explain_recipe(recipe, CellFacts.from_spec(b)):
+                print(f"  {line}", file=out)
+        if b.stable:
+            cells = served_cells(plan, b)
+            print(f"{b.id} serves {len(cells)} cell(s):", file=out)
+            for c in cells:
+                print(f"  {c.describe()}", file=out)
+    print(f"dropped {len(plan.dropped)} combination(s):", file=out)
+    if plan.dropped:
+        print(_dropped_lines(plan.dropped), file=out)

@@ -1,0 +1,582 @@
+"""recipes/<project>.toml: how the farm builds one third-party project from its published sdist.
+
+A recipe is data, in the spirit of conda-forge's recipes (source + patches + build env +
+tests) and ComputeCanada's wheels_builder (one config per package):
+
+- ``[project]``: the distribution name (the file is named after it) and a summary;
+- ``[source]``: the sdist pin, name + version + sha256 (fetched by :mod:`builder.sourcing.sources`);
+- ``[requires]``: which cells the project can be built for at all (a condition, see below);
+- ``[build]``: ``env`` (what its setup.py reads; values may use placeholders) and ``unset``
+  (host variables that would steer it wrongly);
+- ``[[patch]]``: a named, conditional change to one file of the unpacked sdist, as exact
+  search/replace edits (``[[patch.edit]]``): each ``search`` must occur exactly ``count`` times
+  (default 1), else the build fails naming the patch and the file; never skipped silently;
+- ``[test]``: the imports and commands (argv lists, no shell) that prove a wheel works;
+- ``[verify]``: globs of the extension modules the ABI and GPU arch audits look at.
+
+Conditions (``[requires]`` and each patch's ``when``) are tables of
+``torch``/``cuda``/``rocm`` = PEP 440 specifiers (``">=2.14"``), ``accelerator`` = kinds
+(``["cuda"]``), ``cxx11abi`` = a boolean. Once a ``cuda`` or ``rocm`` specifier is given, only
+cells of the kinds named match, each against its own specifier: ``{ cuda = ">=13" }`` is CUDA 13+
+only, ``{ cuda = ">=11.6", rocm = ">=6.0" }`` is either. Conditions deliberately cannot name the Python: a patched tree must be the same for
+every Python of one (torch, toolkit, ABI, archs), so that the kernels compile once.
+
+Placeholders ``${name}`` (in ``[build] env`` values and in edits' ``replace``) take the cell's
+facts; the list is :data:`PLACEHOLDERS`. Every invalid input raises
+:class:`~builder.errors.RecipeError` naming ``file:line: key:``, as matrix.toml's errors do.
+
+A recipe is the plan's input, as matrix.toml is: this module also says what a recipe does for one cell
+(``supported``, ``decide``, ``explain``, ``inputs``), without the network or the disk, so the plan owns
+it; builder.sourcing.prepare fetches, unpacks and patches.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import shlex
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder.errors import RecipeError
+from builder.facts.spec import SdistPin
+from builder.planning.matrix import ARCH_RE, DIST_RE, RELPATH_RE
+from builder.planning.tomlcheck import TomlChecker, read_toml, show, type_name
+from builder.planning.tomllines import TomlLines
+from mamba_ssm._untrusted import SHA256_RE
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES_DIR = REPO / "recipes"
+
+KINDS = ("cpu", "cuda", "rocm")
+PLACEHOLDERS = {
+    "label": "the variant's local version label (cu13torch2.14cxx11abiTRUE)",
+    "cxx11abi": "TRUE or FALSE: the cell's C++ ABI",
+    "torch": "the torch release built against (2.14.1)",
+    "toolkit": "the CUDA or ROCm version (13.0); empty for cpu",
+    "gencode": 'CUDA: the spec\'s archs as a Python list of nvcc flags (["-gencode", "arch=compute_80,code=sm_80"])',
+    "cuda_arch_list": "CUDA: the spec's archs as TORCH_CUDA_ARCH_LIST (8.0;9.0)",
+    "offload_arch": 'ROCm: the spec\'s archs as a Python list of hipcc flags (["--offload-arch=gfx90a"])',
+}
+# Placeholders only a cell of one accelerator kind has a value for.
+PLACEHOLDER_KIND = {"gencode": "cuda", "cuda_arch_list": "cuda", "offload_arch": "rocm"}
+PLACEHOLDER_RE = re.compile(r"\$\{([^}]*)\}")
+ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,99}")
+PATCH_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,59}")
+MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+GLOB_RE = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_*?.\[\]/-]{1,200}")
+ARGV_ITEM_RE = re.compile(r"[^\x00]{0,2000}")
+TEXT_RE = re.compile(r"[^\x00-\x1f\x7f]{0,300}")
+MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of TOML; 1 MiB is generous, and loads in milliseconds
+
+# Names a recipe may neither set nor unset: they steer the build's own machinery, not the project's setup.py.
+# The shell (build.sh and the docker executor's `bash -c` read BASH_ENV/ENV at start; PATH picks the bash the
+# host executor runs), the dynamic loader, the interpreters, pip and uv (the torch install into the shared
+# torch volume), the farm's own settings (FARM_*: build.sh's torch requirement, its pip arguments, the unset
+# list), the shared caches (the kernel cache, ccache), the toolkit the farm chose, TLS trust and proxies.
+DENIED_ENV = frozenset({
+    "BASH_ENV", "ENV", "PATH", "SHELL", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH",
+    "GLOBIGNORE", "HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD", "MAX_JOBS", "CUDA_HOME", "CUDA_PATH",
+    "ROCM_HOME", "ROCM_PATH", "HIP_PATH", "PYTORCH_NVCC", "TORCH_NO_COMPILER_WRAPPER", "MAMBA_KERNEL_CACHE",
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "GCONV_PATH", "LOCPATH", "HOSTALIASES",
+    "RESOLV_HOST_CONF", "NODE_OPTIONS", "PERL5OPT", "PERL5LIB", "RUBYOPT", "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "FTP_PROXY",
+})  # fmt: skip
+DENIED_ENV_PREFIXES = (
+    "LD_", "PIP_", "PYTHON", "UV_", "FARM_", "MAMBA_FARM_", "BASH_FUNC_", "DYLD_", "CCACHE_", "SSL_", "XDG_",
+    "GIT_", "DOCKER_", "VIRTUAL_ENV", "CONDA_",
+)  # fmt: skip
+
+
+def denied_env(name: str) -> bool:
+    """Whether a recipe may not set or unset ``name`` (:data:`DENIED_ENV`, :data:`DENIED_ENV_PREFIXES`)."""
+    return name in DENIED_ENV or name.startswith(DENIED_ENV_PREFIXES)
+
+
+# ---------------------------------------------------------------------------
+# The validated recipe.
+
+
+@dataclass(frozen=True)
+class CellFacts:
+    """What a recipe may ask about the build it serves: conditions read the first four, placeholders all."""
+
+    torch: str  # the release built against: "2.14.1"
+    kind: str  # "cpu" | "cuda" | "rocm"
+    toolkit: str | None  # "13.0" | "6.2" | None for cpu
+    cxx11abi: bool
+    archs: tuple[str, ...] = ()  # ("sm_80",) or ("gfx90a",); () for cpu
+    label: str = ""  # the variant's local version label: "cu13torch2.14cxx11abiTRUE"
+
+    @classmethod
+    def from_spec(cls, spec) -> CellFacts:
+        """The facts of a :class:`builder.facts.spec.BuildSpec`."""
+        kind = "cpu" if spec.accelerator == "cpu" else ("rocm" if spec.accelerator.startswith("hip") else "cuda")
+        return cls(spec.torch_version, kind, spec.toolkit, spec.cxx11abi, tuple(spec.archs), spec.label)
+
+    def describe(self) -> str:
+        acc = f"{self.kind} {self.toolkit}" if self.toolkit else self.kind
+        archs = f" [{', '.join(self.archs)}]" if self.archs else ""
+        return f"torch {self.torch} x {acc}{archs} x cxx11abi={'TRUE' if self.cxx11abi else 'FALSE'}"
+
+
+@dataclass(frozen=True)
+class Condition:
+    torch: SpecifierSet | None = None
+    cuda: SpecifierSet | None = None
+    rocm: SpecifierSet | None = None
+    accelerator: tuple[str, ...] = ()
+    cxx11abi: bool | None = None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The accelerator kinds this condition can match: the listed ones, narrowed to those a specifier names."""
+        kinds = set(self.accelerator or KINDS)
+        named = {k for k in ("cuda", "rocm") if getattr(self, k) is not None}
+        if named:
+            kinds &= named
+        return tuple(k for k in KINDS if k in kinds)
+
+    def check(self, facts: CellFacts) -> tuple[bool, list[str]]:
+        """(matches, reasons): one reason per clause, saying how the cell meets or misses it."""
+        reasons: list[str] = []
+        ok = True
+
+        def clause(good: bool, text: str) -> None:
+            nonlocal ok
+            ok = ok and good
+            reasons.append(text)
+
+        kinds = self.kinds
+        if kinds != KINDS:
+            good = facts.kind in kinds
+            clause(good, f"accelerator {facts.kind} {'is' if good else 'is not'} {'/'.join(kinds)}")
+        spec = getattr(self, facts.kind, None) if facts.kind in ("cuda", "rocm") else None
+        if spec is not None and facts.kind in kinds:
+            good = spec.contains(facts.toolkit or "0", prereleases=True)
+            clause(good, f"{facts.kind} {facts.toolkit} {'matches' if good else 'does not match'} {spec}")
+        if self.torch is not None:
+            good = self.torch.contains(facts.torch, prereleases=True)
+            clause(good, f"torch {facts.torch} {'matches' if good else 'does not match'} {self.torch}")
+        if self.cxx11abi is not None:
+            good = facts.cxx11abi == self.cxx11abi
+            clause(good, f"cxx11abi {'TRUE' if facts.cxx11abi else 'FALSE'} {'is' if good else 'is not'} "
+                         f"{'TRUE' if self.cxx11abi else 'FALSE'}")  # fmt: skip
+        if not reasons:
+            reasons.append("always")
+        return ok, reasons
+
+
+@dataclass(frozen=True)
+class Edit:
+    search: str
+    replace: str
+    count: int  # how many times search must occur (all are replaced)
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    why: str
+    file: str  # relative to the sdist's top folder
+    when: Condition
+    edits: tuple[Edit, ...]
+    line: int | None  # where [[patch]] starts in the recipe
+
+    def placeholders(self) -> set[str]:
+        return {m for e in self.edits for m in PLACEHOLDER_RE.findall(e.replace)}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    path: Path
+    name: str  # canonical distribution name ("causal-conv1d")
+    summary: str
+    source: SdistPin
+    requires: Condition
+    requires_why: str
+    env: dict  # name -> template
+    unset: tuple[str, ...]
+    patches: tuple[Patch, ...]
+    imports: tuple[str, ...]
+    commands: tuple[tuple[str, ...], ...]
+    extensions: tuple[str, ...]  # globs inside the wheel
+    digest: str  # sha256 of the recipe file: part of a build's inputs
+
+    def where(self, line: int | None) -> str:
+        return f"{self.path}:{line}" if line else str(self.path)
+
+
+# ---------------------------------------------------------------------------
+# Loading and validation.
+
+
+class _Checker(TomlChecker):
+    error = RecipeError
+
+    def __init__(self, path: Path, lines: TomlLines, data: dict) -> None:
+        super().__init__(path, lines)
+        self.data = data
+
+    def line(self, path: tuple) -> int | None:
+        # TomlLines numbers [[patch.edit]] tables across the whole file: ("patch", "edit", k).
+        if len(path) >= 4 and path[0] == "patch" and path[2] == "edit" and isinstance(path[3], int):
+            patches = self.data.get("patch", [])
+            before = sum(len(p.get("edit", [])) for p in patches[: path[1]] if isinstance(p, dict))
+            found = self.lines.line(("patch", "edit", before + path[3], *path[4:]))
+            if found is not None:
+                return found
+        return self.lines.line(path)
+
+    def array(self, value: Any, path: tuple, *, empty_ok: bool = True) -> list:
+        if not isinstance(value, list):
+            self.fail(path, f"must be an array, got {type_name(value)} {show(value)}")
+        if not value and not empty_ok:
+            self.fail(path, "is empty; give at least one value")
+        return value
+
+    def specifier(self, value: Any, path: tuple) -> SpecifierSet:
+        text = self.string(
+            value, path, re.compile(r"[0-9A-Za-z.*,<>=!~ ]{1,100}"), 'a version specifier such as ">=2.14"'
+        )
+        try:
+            return SpecifierSet(text)
+        except InvalidSpecifier:
+            self.fail(path, f'{show(text)} is not a version specifier (write ">=2.14", "<13", ">=12.8,<13")')
+
+    def placeholders(self, text: str, path: tuple, kinds: tuple[str, ...]) -> None:
+        for name in PLACEHOLDER_RE.findall(text):
+            if name not in PLACEHOLDERS:
+                close = difflib.get_close_matches(name, list(PLACEHOLDERS), n=1)
+                mean = f'; did you mean "${{{close[0]}}}"?' if close else ""
+                self.fail(path, f"unknown placeholder ${{{name}}}{mean} (valid: "
+                                + ", ".join(f"${{{p}}}" for p in PLACEHOLDERS) + ")")  # fmt: skip
+            need = PLACEHOLDER_KIND.get(name)
+            if need and kinds != (need,):
+                self.fail(
+                    path,
+                    f"${{{name}}} only has a value for {need} cells, but this can apply to {'/'.join(kinds)} cells",
+                    hint=f'restrict it: when = {{ accelerator = ["{need}"] }}',
+                )
+
+
+def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = ()) -> Condition:
+    table = ck.table(value, path)
+    ck.keys(table, path, ("torch", "cuda", "rocm", "accelerator", "cxx11abi", *extra))
+    accelerator: tuple[str, ...] = ()
+    if "accelerator" in table:
+        items = ck.array(table["accelerator"], path + ("accelerator",), empty_ok=False)
+        for i, item in enumerate(items):
+            if item not in KINDS:
+                ck.fail(
+                    path + ("accelerator", i), f"{show(item)} is not an accelerator kind (valid: {', '.join(KINDS)})"
+                )
+        accelerator = tuple(k for k in KINDS if k in items)
+    cxx11abi = table.get("cxx11abi")
+    if cxx11abi is not None and not isinstance(cxx11abi, bool):
+        ck.fail(path + ("cxx11abi",), f"must be true or false, got {type_name(cxx11abi)} {show(cxx11abi)}")
+    cond = Condition(
+        torch=ck.specifier(table["torch"], path + ("torch",)) if "torch" in table else None,
+        cuda=ck.specifier(table["cuda"], path + ("cuda",)) if "cuda" in table else None,
+        rocm=ck.specifier(table["rocm"], path + ("rocm",)) if "rocm" in table else None,
+        accelerator=accelerator,
+        cxx11abi=cxx11abi,
+    )
+    if not cond.kinds:
+        ck.fail(path, "matches no cell: its accelerator kinds and its cuda/rocm specifiers exclude each other")
+    for kind in ("cuda", "rocm"):
+        if getattr(cond, kind) is not None and accelerator and kind not in accelerator:
+            ck.fail(path + (kind,), f"names {kind}, but accelerator = {list(accelerator)} leaves {kind} out")
+    return cond
+
+
+def _source(ck: _Checker, value: Any) -> SdistPin:
+    path = ("source",)
+    table = ck.table(value, path)
+    ck.keys(table, path, ("name", "version", "sha256"), required=("name", "version", "sha256"))
+    name = ck.string(table["name"], path + ("name",), DIST_RE, "a distribution name")
+    version = ck.string(table["version"], path + ("version",), re.compile(r"[0-9A-Za-z.!+_-]{1,60}"), "a version")
+    try:
+        Version(version)
+    except InvalidVersion:
+        ck.fail(path + ("version",), f"{show(version)} is not a PEP 440 version")
+    sha = table["sha256"]
+    if not isinstance(sha, str) or not SHA256_RE.fullmatch(sha):
+        ck.fail(path + ("sha256",), f"{show(sha)} is not a sha256 (64 lowercase hex digits)",
+                hint="take it from the index's simple API or `sha256sum` of the reviewed file")  # fmt: skip
+    return SdistPin(name, version, sha)
+
+
+def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]:
+    out: list[Patch] = []
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(ck.array(value, ("patch",))):
+        path = ("patch", i)
+        table = ck.table(raw, path)
+        ck.keys(table, path, ("name", "why", "when", "file", "edit"), required=("name", "why", "file", "edit"))
+        name = ck.string(table["name"], path + ("name",), PATCH_NAME_RE, "a patch name (lowercase, digits, - _ .)")
+        if name in seen:
+            ck.fail(path + ("name",), f"patch {show(name)} is named twice (first: patch #{seen[name] + 1})")
+        seen[name] = i
+        why = ck.string(table["why"], path + ("why",), TEXT_RE, "one line of text")
+        file = ck.string(table["file"], path + ("file",), RELPATH_RE, "a relative path inside the sdist")
+        when = _condition(ck, table.get("when", {}), path + ("when",))
+        kinds = tuple(k for k in when.kinds if k in requires.kinds)
+        if not kinds:
+            ck.fail(path + ("when",), f"can never apply: [requires] allows only {'/'.join(requires.kinds)} cells")
+        edits: list[Edit] = []
+        for j, e in enumerate(ck.array(table["edit"], path + ("edit",), empty_ok=False)):
+            epath = path + ("edit", j)
+            et = ck.table(e, epath)
+            ck.keys(et, epath, ("search", "replace", "count"), required=("search", "replace"))
+            for key in ("search", "replace"):
+                if not isinstance(et[key], str):
+                    ck.fail(epath + (key,), f"must be a string, got {type_name(et[key])} {show(et[key])}")
+            if not et["search"]:
+                ck.fail(epath + ("search",), "is empty: say exactly which text to replace")
+            if PLACEHOLDER_RE.search(et["search"]):
+                ck.fail(epath + ("search",), "placeholders are for replace only: search is matched literally")
+            ck.placeholders(et["replace"], epath + ("replace",), kinds)
+            count = et.get("count", 1)
+            if type(count) is not int or count < 1:
+                ck.fail(epath + ("count",), f"must be a positive integer, got {show(count)}")
+            edits.append(Edit(et["search"], et["replace"], count))
+        out.append(Patch(name, why, file, when, tuple(edits), ck.line(path)))
+    return tuple(out)
+
+
+def _allowed_name(ck: _Checker, name: str, path: tuple) -> None:
+    if denied_env(name):
+        ck.fail(
+            path,
+            f"{name} steers the farm's own build machinery (the shell, loader, interpreters, pip, the farm's "
+            "settings, shared caches, toolkit, TLS or proxies), not the project's setup.py: a recipe may not set "
+            "or unset it",
+            hint="set only the variables the project's setup.py reads (e.g. MAMBA_FORCE_BUILD)",
+        )
+
+
+def load_recipe(path: Path) -> Recipe:
+    """Read and validate recipes/<project>.toml. Raises RecipeError on any problem."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        st = None  # read_toml says what is wrong
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise RecipeError(f"{path}: not a regular file", hint="a recipe is a TOML file")
+    if st is not None and st.st_size > MAX_RECIPE_BYTES:
+        raise RecipeError(
+            f"{path}: {st.st_size >> 10} KiB, more than a recipe's cap of {MAX_RECIPE_BYTES >> 10} KiB",
+            hint="a recipe is a page of TOML: source, env, patches, tests",
+        )
+    text, data = read_toml(path, RecipeError, "no such recipe", f"recipes live in {RECIPES_DIR}/<project>.toml")
+    ck = _Checker(path, TomlLines(text), data)
+    ck.keys(data, (), ("project", "source", "requires", "build", "patch", "test", "verify"),
+            required=("project", "source", "build", "test", "verify"))  # fmt: skip
+
+    project = ck.table(data["project"], ("project",))
+    ck.keys(project, ("project",), ("name", "summary"), required=("name",))
+    name = ck.string(project["name"], ("project", "name"), DIST_RE, "a distribution name")
+    if canonicalize_name(name) != name:
+        ck.fail(("project", "name"), f"write the canonical name {show(canonicalize_name(name))}")
+    if path.stem != name:
+        ck.fail(("project", "name"), f"{show(name)} must match the file name ({path.name})",
+                hint=f"rename the file to {name}.toml")  # fmt: skip
+    summary = ck.string(project.get("summary", ""), ("project", "summary"), TEXT_RE, "one line of text")
+    source = _source(ck, data["source"])
+    if source.project != name:
+        ck.fail(("source", "name"), f"the sdist {show(source.name)} is not the project {show(name)}")
+
+    req = ck.table(data.get("requires", {}), ("requires",))
+    requires = _condition(ck, req, ("requires",), extra=("why",))
+    requires_why = ck.string(req.get("why", ""), ("requires", "why"), TEXT_RE, "one line of text")
+
+    build = ck.table(data["build"], ("build",))
+    ck.keys(build, ("build",), ("env", "unset"))
+    env: dict[str, str] = {}
+    for key, val in ck.table(build.get("env", {}), ("build", "env")).items():
+        kpath = ("build", "env", key)
+        ck.string(key, kpath, ENV_NAME_RE, "an environment variable name (A-Z, 0-9, _)")
+        _allowed_name(ck, key, kpath)
+        if not isinstance(val, str) or not TEXT_RE.fullmatch(val):
+            ck.fail(kpath, f"must be one line of text, got {type_name(val)} {show(val)}")
+        ck.placeholders(val, kpath, requires.kinds)
+        env[key] = val
+    unset: list[str] = []
+    for i, item in enumerate(ck.array(build.get("unset", []), ("build", "unset"))):
+        ck.string(item, ("build", "unset", i), ENV_NAME_RE, "an environment variable name")
+        _allowed_name(ck, item, ("build", "unset", i))
+        if item in env:
+            ck.fail(("build", "unset", i), f"{item} is also set in [build.env]")
+        unset.append(item)
+
+    patches = _patches(ck, data.get("patch", []), requires)
+
+    test = ck.table(data["test"], ("test",))
+    ck.keys(test, ("test",), ("imports", "commands"), required=("imports",))
+    imports = tuple(
+        ck.string(m, ("test", "imports", i), MODULE_RE, "a module name")
+        for i, m in enumerate(ck.array(test["imports"], ("test", "imports"), empty_ok=False))
+    )
+    commands = []
+    for i, argv in enumerate(ck.array(test.get("commands", []), ("test", "commands"))):
+        items = ck.array(argv, ("test", "commands", i), empty_ok=False)
+        commands.append(tuple(ck.string(a, ("test", "commands", i, j), ARGV_ITEM_RE, "an argument")
+                              for j, a in enumerate(items)))  # fmt: skip
+
+    verify = ck.table(data["verify"], ("verify",))
+    ck.keys(verify, ("verify",), ("extensions",), required=("extensions",))
+    extensions = tuple(
+        ck.string(g, ("verify", "extensions", i), GLOB_RE, "a glob inside the wheel (selective_scan_cuda*.so)")
+        for i, g in enumerate(ck.array(verify["extensions"], ("verify", "extensions"), empty_ok=False))
+    )
+    return Recipe(
+        path=path,
+        name=name,
+        summary=summary,
+        source=source,
+        requires=requires,
+        requires_why=requires_why,
+        env=env,
+        unset=tuple(unset),
+        patches=patches,
+        imports=imports,
+        commands=tuple(commands),
+        extensions=extensions,
+        digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),  # the file's bytes (valid UTF-8 round-trips)
+    )
+
+
+def load_recipes(folder: Path = RECIPES_DIR) -> dict[str, Recipe]:
+    """Every recipes/*.toml, by project name."""
+    return {r.name: r for r in (load_recipe(p) for p in sorted(Path(folder).glob("*.toml")))}
+
+
+def recipe_for(name: str, folder: Path = RECIPES_DIR) -> Recipe:
+    """The recipe of one project (any spelling of its name)."""
+    canonical = canonicalize_name(name)
+    path = Path(folder) / f"{canonical}.toml"
+    if not path.exists():  # (a FIFO or a folder of that name: load_recipe says what it is)
+        known = sorted(p.stem for p in Path(folder).glob("*.toml"))
+        close = difflib.get_close_matches(canonical, known, n=1)
+        mean = f'; did you mean "{close[0]}"?' if close else ""
+        raise RecipeError(f"no recipe for {show(name)}{mean} (recipes: {', '.join(known) or 'none'})",
+                          hint=f"add {path}")  # fmt: skip
+    return load_recipe(path)
+
+
+# ---------------------------------------------------------------------------
+# What a recipe says for one cell, known without fetching or unpacking anything: the plan reads it (which
+# cells a recipe serves, its builds' inputs hash, --explain), builder.sourcing.prepare applies it.
+#
+# Placeholders: the cell's facts, in the forms setup.py files want them.
+
+
+def _cuda_sm(arch: str) -> tuple[str, str]:
+    """sm_90a -> ("90a", "9.0a"): the compute/sm suffix and the TORCH_CUDA_ARCH_LIST form."""
+    m = re.fullmatch(r"sm_(\d+)(\d)([af]?)", arch)
+    if not m:
+        raise RecipeError(f"{arch!r} is not a CUDA arch such as sm_80")
+    return f"{m.group(1)}{m.group(2)}{m.group(3)}", f"{m.group(1)}.{m.group(2)}{m.group(3)}"
+
+
+def placeholder_values(facts: CellFacts) -> dict[str, str]:
+    """``${name}`` -> text for this cell. Arch-list placeholders exist only for cells of their kind."""
+    for arch in facts.archs:
+        prefix = {"cuda": "sm_", "rocm": "gfx"}.get(facts.kind)
+        if not ARCH_RE.fullmatch(arch) or prefix is None or not arch.startswith(prefix):
+            raise RecipeError(f"{facts.describe()}: {arch!r} is not a {facts.kind} architecture")
+    values = {
+        "label": facts.label,
+        "cxx11abi": "TRUE" if facts.cxx11abi else "FALSE",
+        "torch": facts.torch,
+        "toolkit": facts.toolkit or "",
+    }
+    if facts.kind in ("cuda", "rocm") and not facts.archs:
+        raise RecipeError(f"{facts.describe()}: a {facts.kind} build needs its architectures (none given)")
+    if facts.kind == "cuda":
+        sms = [_cuda_sm(a) for a in facts.archs]
+        values["gencode"] = json.dumps([f for sm, _ in sms for f in ("-gencode", f"arch=compute_{sm},code=sm_{sm}")])
+        values["cuda_arch_list"] = ";".join(dotted for _, dotted in sms)
+    elif facts.kind == "rocm":
+        values["offload_arch"] = json.dumps([f"--offload-arch={a}" for a in facts.archs])
+    return values
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    def one(m: re.Match) -> str:
+        if m.group(1) not in values:  # the loader only lets kind-specific ones into patches of that kind
+            raise RecipeError(f"${{{m.group(1)}}} has no value for this cell")
+        return values[m.group(1)]
+
+    return PLACEHOLDER_RE.sub(one, template)
+
+
+# ---------------------------------------------------------------------------
+# Which patches apply, and why.
+
+
+@dataclass(frozen=True)
+class Decision:
+    patch: Patch
+    applies: bool
+    reasons: tuple[str, ...]
+
+
+def decide(recipe: Recipe, facts: CellFacts) -> list[Decision]:
+    out = []
+    for patch in recipe.patches:
+        ok, reasons = patch.when.check(facts)
+        out.append(Decision(patch, ok, tuple(reasons)))
+    return out
+
+
+def supported(recipe: Recipe, facts: CellFacts) -> tuple[bool, str]:
+    """(can the recipe build this cell at all, why not): the plan drops a cell that fails it."""
+    ok, reasons = recipe.requires.check(facts)
+    if ok:
+        return True, ""
+    why = f" ({recipe.requires_why})" if recipe.requires_why else ""
+    return False, f"{recipe.name} {recipe.source.version} cannot be built for it: {'; '.join(reasons)}{why}"
+
+
+def explain(recipe: Recipe, facts: CellFacts) -> list[str]:
+    """Human lines: the source, the cell, each patch with applies/skipped and the reason, the env."""
+    lines = [f"{recipe.name}: {recipe.source.describe()} ({recipe.path.name})", f"  cell: {facts.describe()}"]
+    ok, why = supported(recipe, facts)
+    if not ok:
+        return [*lines, f"  refused: {why}"]
+    for d in decide(recipe, facts):
+        edits = f"{len(d.patch.edits)} edit{'s' if len(d.patch.edits) != 1 else ''}"
+        verdict = "applies" if d.applies else "skipped"
+        lines.append(f"  patch {d.patch.name} ({d.patch.file}, {edits}): {verdict}: {'; '.join(d.reasons)}")
+    env = build_env_vars(recipe, facts)
+    lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
+    if recipe.unset:
+        lines.append("  unset: " + " ".join(recipe.unset))
+    return lines
+
+
+def build_env_vars(recipe: Recipe, facts: CellFacts) -> dict[str, str]:
+    values = placeholder_values(facts)
+    return {k: render(v, values) for k, v in recipe.env.items()}
+
+
+def inputs(recipe: Recipe, facts: CellFacts) -> dict:
+    """What a build's inputs hash must cover, known without fetching: the plan can hash it."""
+    return {
+        "source": recipe.source.identity,
+        "recipe_sha256": recipe.digest,
+        "patches": [d.patch.name for d in decide(recipe, facts) if d.applies],
+        "env": build_env_vars(recipe, facts),
+        "unset": list(recipe.unset),
+    }

@@ -1,0 +1,150 @@
+"""The coverage page (OUT/index.html): per project, which torch x accelerator x Python x ABI cells have a wheel.
+
+Pure: takes the index model, returns HTML. The layout lives in templates/coverage.html.j2.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import jinja2
+
+from builder.publishing.index.model import PROJECT, Index, describe_source, install_command
+from builder.verifying import variants
+from mamba_ssm import _variant
+
+_TEMPLATES = Path(__file__).parents[1] / "templates"
+
+
+@dataclass(frozen=True)
+class Cell:
+    filename: str
+    href: str
+    version: str
+    key: str  # the variant page the command points at
+    command: str
+    stable: bool
+
+    @property
+    def release(self) -> str:
+        return self.version.partition("+")[0]
+
+    @property
+    def label(self) -> str:
+        return self.version.partition("+")[2]
+
+
+def _acc_sort(v: _variant.Variant) -> tuple:
+    """CPU, CUDA, ROCm; the newest toolkit first."""
+    return (_variant.BACKENDS.index(v.backend), tuple(-int(x) for x in (v.backend_version or "0").split(".")))
+
+
+def _torch_sort(torch: str) -> tuple:
+    return (0, 0) if torch == "stable" else tuple(-int(x) for x in torch.split("."))
+
+
+def model(index: Index, project: str = PROJECT) -> dict:
+    """One project's table."""
+    only = index.projects == [project]  # (then every file is the project's: no filtering)
+    files = index.files if only else {fn: e for fn, e in index.files.items() if e.project == project}
+    # Without --base-url the page fills in its own address (a line of JavaScript); "./" until then.
+    base = index.base_url.rstrip("/") + "/" if index.base_url else "./"
+    pythons = sorted({e.python for e in files.values()}, key=lambda py: (int(py[2]), int(py[3:] or 0)))
+    abis = sorted({e.cxx11abi for e in files.values() if e.cxx11abi is not None}) or [True]
+    rows: dict[tuple[str, str, str | None], _variant.Variant] = {}  # one per torch x accelerator x machine
+    pages = {}  # the variant pages that list this project: its rows
+    for key, fns in index.variants.items():
+        own = fns if only else [fn for fn in fns if fn in files]
+        if own:
+            pages[key] = own
+            v = _variant.Variant.from_key(key)
+            for machine in {files[fn].machine for fn in own}:
+                rows.setdefault((v.torch, v.accelerator, machine), v)
+    machines = sorted({m for (_t, _a, m) in rows if m}, key=lambda m: (m != "x86_64", m))
+    out_rows = []
+    order = lambda kv: (_acc_sort(kv[1]), machines.index(kv[0][2]) if kv[0][2] in machines else 0, _torch_sort(kv[0][0]))
+    for (torch, acc, machine), v in sorted(rows.items(), key=order):
+        # a cell is a user's environment: the row's variant with the column's ABI (a stable row serves both)
+        keys = {abi: v.key if v.stable else replace(v, cxx11abi=abi).key for abi in abis}
+        cells = [_cell(index, keys[abi], py, base, project, machine) for py in pythons for abi in abis]
+        floor = ""
+        if v.stable:
+            floors = {files[fn].requires_torch for fn in pages[v.key]}
+            floor = ", ".join(sorted(f for f in floors if f))
+        archs = _row_archs(files[fn] for fn in pages[v.key] if files[fn].machine == machine)
+        out_rows.append({"torch": torch, "accelerator": acc, "machine": machine, "floor": floor, "cells": cells, "archs": archs})
+    columns = [{"python": f"{py[2]}.{py[3:]}", "abi": abi} for py in pythons for abi in abis]
+    sources = sorted(s for p, s in index.sources if p == project)
+    return {
+        "project": project,
+        "rows": out_rows,
+        "columns": columns,
+        "pythons": [f"{py[2]}.{py[3:]}" for py in pythons],
+        "abis": abis,
+        "base_url": index.base_url,
+        "base": base,
+        "accelerator_names": {acc: v.backend_name for (_torch, acc, _m), v in rows.items()},
+        "machines": machines,
+        "n_files": len(files),
+        "n_variants": len(pages),
+        "sources": [describe_source(s) for s in sources],
+    }
+
+
+def _row_archs(entries) -> list[dict]:
+    """The GPU code of a row's wheels (their sidecars' archs), each with the GPUs it is known by (GB10 for sm_121)."""
+    from builder.facts import compat
+
+    names = compat.load().gpu_names
+    found = {a for e in entries for a in e.archs}
+    key = lambda a: (a[:2] != "sm", int("".join(c for c in a if c.isdigit()) or 0, 16 if a.startswith("gfx") else 10), a)
+    return [{"arch": a, "gpus": names.get(a, "")} for a in sorted(found, key=key)]
+
+
+def _cell(index: Index, key: str, py: str, base: str, project: str, machine: str | None = None) -> Cell | None:
+    """The wheel a user in this cell (on MACHINE) gets (the model answers; e.g. no exact cp312 wheel of this
+    release: the stable wheel's own page serves it)."""
+    picked = index.wheel_for(key, py, project, machine)
+    if picked is None:
+        return None
+    page, fn = picked
+    e = index.files[fn]
+    return Cell(
+        filename=fn,
+        href=index.href(fn, 0),
+        version=e.version,
+        key=page,
+        command=install_command(e, page, base),
+        stable=e.stable,
+    )
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render(index: Index) -> str:
+    base = index.base_url.rstrip("/") + "/" if index.base_url else "./"
+    return (
+        _environment()
+        .get_template("coverage.html.j2")
+        .render(
+            projects=[model(index, p) for p in index.projects],
+            base_url=index.base_url,
+            base=base,
+            n_files=len(index.files),
+            n_variants=len(index.variants),
+            wheel_variants={p: variants.summary(getattr(index, "wheel_variants", None), p) for p in index.projects},
+            variant_install=variants.INSTALL_PREVIEW,
+            variant_root=variants.ROOT,
+        )
+    )

@@ -1,0 +1,193 @@
+"""``python -m builder doctor-dist``: the doctor as a standalone pure-Python wheel, ``mamba-doctor``.
+
+Most broken installs are of upstream's mamba-ssm or causal-conv1d, which do not ship ``mamba_ssm.doctor``;
+installing this repository's mamba_ssm over theirs to get it would replace what they diagnose. So the doctor
+also ships alone: the SAME source files as ``mamba_ssm.doctor`` (one source of truth), under the package name
+``mamba_doctor``, with no dependency (it never installs or imports a torch of its own; it reads the user's).
+
+The files are found from the imports, not listed: ``mamba_ssm/doctor/*.py``, then every ``mamba_ssm`` module
+they import relatively, transitively. Each must import only the standard library (and ``torch``, the user's,
+which the doctor probes and never requires); anything else stops the build. ``mamba_ssm/__init__.py`` itself
+is not copied (it may import the kernels, hence torch): the wheel's gets ``__version__`` only.
+
+Published on the site as a PEP 503 index of its own, ``<site>/doctor/`` (``mamba-doctor/index.html``), so
+``pip install mamba-doctor --index-url <site>/doctor/`` reaches no other index.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import html
+import re
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from builder.errors import UsageError
+from builder.verifying.relabel import write_wheel
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = REPO / "mamba_ssm"
+NAME, PACKAGE = "mamba-doctor", "mamba_doctor"
+# Imported at run time from the user's environment, never a requirement of the wheel.
+PROBED = {"torch"}
+
+
+def _version() -> str:
+    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", (SOURCE / "__init__.py").read_text(), re.MULTILINE)
+    if not m:
+        raise UsageError(f"no __version__ in {SOURCE / '__init__.py'}")
+    return m.group(1)
+
+
+def _relative_targets(tree: ast.Module, module: str) -> tuple[set[str], set[str]]:
+    """(mamba_ssm modules this module imports relatively, top-level names it imports absolutely)."""
+    pkg = module.split(".")[:-1]  # the package a relative import starts from (an __init__'s is its own)
+    rel, absolute = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            absolute |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                absolute.add((node.module or "").split(".")[0])
+                continue
+            base = pkg[: len(pkg) - (node.level - 1)]
+            if node.module:
+                rel.add(".".join([*base, *node.module.split(".")]))
+            else:  # from .. import a, b: each may be a module or a name of the package
+                rel |= {".".join([*base, a.name]) for a in node.names}
+                rel.add(".".join([*base, "__init__"]))
+    return rel, absolute
+
+
+def _path_of(module: str) -> Path | None:
+    """mamba_ssm.doctor.cli -> mamba_ssm/doctor/cli.py; a package -> its __init__.py; None if neither."""
+    parts = module.split(".")
+    if parts[0] != "mamba_ssm":
+        return None
+    rel = Path(*parts[1:]) if len(parts) > 1 else Path("__init__")
+    if rel.name == "__init__":
+        path = SOURCE / rel.with_suffix(".py")
+        return path if path.is_file() else None
+    for cand in (SOURCE / rel.with_suffix(".py"), SOURCE / rel / "__init__.py"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def collect() -> dict[str, Path]:
+    """Path in the wheel under the package (``doctor/cli.py``, ``_elf.py``) -> the source file."""
+    todo = [f"mamba_ssm.doctor.{p.stem}" for p in sorted((SOURCE / "doctor").glob("*.py"))]
+    found: dict[str, Path] = {}
+    stdlib = set(sys.stdlib_module_names) | PROBED | {"__future__"}
+    while todo:
+        module = todo.pop()
+        path = _path_of(module)
+        if path is None:
+            continue  # a name of a package (from .. import __version__), not a module
+        rel = path.relative_to(SOURCE).as_posix()
+        if rel in found:
+            continue
+        found[rel] = path
+        if rel == "__init__.py":
+            continue  # replaced by a __version__-only one (see the module's doc)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        rel_imports, absolute = _relative_targets(tree, "mamba_ssm." + rel.removesuffix(".py").replace("/", "."))
+        foreign = sorted(absolute - stdlib - {"mamba_ssm"})
+        if foreign:
+            raise UsageError(
+                f"{rel} imports {', '.join(foreign)}: the standalone doctor installs without dependencies",
+                hint="import only the standard library in mamba_ssm/doctor and the modules it uses (torch is probed lazily)",
+            )
+        if "mamba_ssm" in absolute:
+            raise UsageError(
+                f"{rel} imports mamba_ssm by name: use a relative import, so the standalone copy uses its own"
+            )
+        todo += sorted(rel_imports)
+    # every package on the way needs an __init__.py
+    for rel in list(found):
+        for parent in Path(rel).parents:
+            if parent != Path(".") and f"{parent.as_posix()}/__init__.py" not in found:
+                found[f"{parent.as_posix()}/__init__.py"] = SOURCE / parent / "__init__.py"
+    found["__init__.py"] = SOURCE / "__init__.py"
+    return dict(sorted(found.items()))
+
+
+def _metadata(version: str) -> str:
+    return "".join([
+        "Metadata-Version: 2.1\n", f"Name: {NAME}\n", f"Version: {version}\n",
+        "Summary: Diagnose a mamba-ssm or causal-conv1d install (upstream's or this farm's) and print the fix\n",
+        "Requires-Python: >=3.10\n",
+    ])  # fmt: skip
+
+
+def build_wheel(out_dir: Path) -> Path:
+    """Write ``mamba_doctor-<version>-py3-none-any.whl`` into OUT_DIR; return it."""
+    version = _version()
+    members: dict[str, bytes] = {}
+    for rel, src in collect().items():
+        if rel == "__init__.py":
+            members[f"{PACKAGE}/__init__.py"] = (
+                '"""mamba-doctor: ``python -m mamba_doctor`` (the same code as ``python -m mamba_ssm.doctor``)."""\n\n'
+                f"__version__ = {version!r}\n"
+            ).encode()
+        else:
+            members[f"{PACKAGE}/{rel}"] = src.read_bytes()
+    members[f"{PACKAGE}/__main__.py"] = b"import sys\n\nfrom .doctor.cli import main\n\nsys.exit(main())\n"
+    stamp = SOURCE / "_index_url.txt"  # a release's index, as the package's own copy carries it
+    if stamp.is_file():
+        members[f"{PACKAGE}/_index_url.txt"] = stamp.read_bytes()
+    info = f"{PACKAGE}-{version}.dist-info"
+    members[f"{info}/METADATA"] = _metadata(version).encode()
+    members[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: builder.doctor_dist\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    members[f"{info}/entry_points.txt"] = f"[console_scripts]\nmamba-doctor = {PACKAGE}.doctor.cli:main\n".encode()
+    members[f"{info}/RECORD"] = b""
+    when = time.localtime(315532800)[:6]  # 1980-01-01: the same bytes from the same sources
+    infos = [zipfile.ZipInfo(name, date_time=when) for name in members]
+    for zi in infos:
+        zi.compress_type = zipfile.ZIP_DEFLATED
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return write_wheel(infos, members, info, out_dir / f"{PACKAGE}-{version}-py3-none-any.whl")
+
+
+def publish(out_dir: Path) -> Path:
+    """The wheel, its PEP 658 metadata and a PEP 503 page: OUT_DIR/mamba-doctor/ (index-url: OUT_DIR)."""
+    page_dir = out_dir / NAME
+    wheel = build_wheel(page_dir)
+    with zipfile.ZipFile(wheel) as zf:
+        meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA")))
+    Path(f"{wheel}.metadata").write_bytes(meta)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    meta_digest = hashlib.sha256(meta).hexdigest()
+    name = html.escape(wheel.name)
+    (page_dir / "index.html").write_text(
+        f'<!DOCTYPE html>\n<html><body>\n<a href="{name}#sha256={digest}" data-requires-python="&gt;=3.10" '
+        f'data-core-metadata="sha256={meta_digest}">{name}</a>\n</body></html>\n'
+    )
+    (out_dir / "index.html").write_text(
+        f'<!DOCTYPE html>\n<html><body>\n<a href="{NAME}/">{NAME}</a>\n</body></html>\n'
+    )
+    return wheel
+
+
+def _run(args) -> int:
+    wheel = publish(Path(args.out))
+    print(
+        f"doctor: {wheel} ({wheel.stat().st_size} bytes); pip install {NAME} --index-url <where {args.out} is served>"
+    )
+    return 0
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "doctor-dist",
+        help="build the standalone doctor wheel (mamba-doctor) and its index page",
+        description="The doctor, from mamba_ssm/doctor and the stdlib-only modules it imports, as a pure-Python "
+        "wheel with no dependencies, in a PEP 503 index of its own.",
+    )
+    p.add_argument("--out", required=True, help="folder to write the index into (the site's doctor/)")
+    p.set_defaults(func=_run)

@@ -1,0 +1,203 @@
+"""``python -m builder release gate``: the release's GPU gate (release.yml's ``gpu-gate`` job).
+
+Before anything is published, each CUDA wheel the build jobs made for this machine's platform is installed the way
+users install it and run:
+
+1. the wheels (``release split``'s folders: ``checkout/``, ``upstream/``) are indexed as publish indexes them, and
+   the index is served on 127.0.0.1 (the staged index);
+2. per wheel, a fresh venv: ``pip install torch==<minor>.*`` (the newest torch the wheel serves, from the user's
+   own index), then the exact command the wheel's coverage-page cell shows
+   (``pip install <project>==<version>+<label> --extra-index-url <index>/<variant>/``);
+3. this checkout's mamba-ssm: ``benchmarks/gpu_check.py --no-speed`` (the numerics); upstream's packages: the
+   recipe's ``[test]`` (its imports in one interpreter, then its commands), as the farm's smoke runs them.
+
+``--device cpu`` runs the same code on the CPU (gpu_check's dry run, ``--quick``): a CUDA torch imports without a
+GPU and the wheels register CPU kernels too. A wheel that fails names itself (an ``error:`` line, a GitHub
+``::error::`` annotation, the summary's table) and the command exits 4 (VerificationError): publish does not run.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.errors import UsageError, VerificationError
+
+REPO = Path(__file__).resolve().parents[2]
+GPU_CHECK = REPO / "benchmarks" / "gpu_check.py"
+STEP_TIMEOUT = 3600  # one pip install or one check (a torch with its CUDA libraries is gigabytes)
+TAIL = 3000  # characters of a failed step's output kept in the results
+
+
+@dataclass
+class Outcome:
+    wheel: str
+    variant: str
+    check: str  # what ran: "gpu_check numerics" or "recipe tests"
+    ok: bool
+    seconds: float
+    detail: str = ""  # the failed step's last output
+
+
+def cuda_wheels(index: Path, machine: str) -> list[tuple[str, str, object]]:
+    """(file name, the variant page a user of its newest torch installs it from, its Entry) of every CUDA wheel
+    of INDEX for MACHINE (x86_64, aarch64)."""
+    from builder.publishing.index.model import Manifest
+    from mamba_ssm._variant import Variant
+
+    doc = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+    files = Manifest.from_json(doc).files
+    out = []
+    for fn, e in files.items():
+        if not e.accelerator.startswith("cu") or e.machine not in (None, machine):
+            continue
+        keys = [k for k in doc["files"][fn].get("serves", []) if not Variant.from_key(k).stable]
+        if not keys:
+            raise VerificationError(f"{fn}: serves no torch release, so no user installs it")
+        newest = max(keys, key=lambda k: tuple(int(x) for x in Variant.from_key(k).torch.split(".")))
+        out.append((fn, newest, e))
+    return sorted(out, key=lambda t: t[0])
+
+
+def _run(cmd: list[str], log, cwd: Path | str | None = None) -> subprocess.CompletedProcess:
+    log.write(f"$ {shlex.join(cmd)}\n")
+    log.flush()
+    # the venv's own packages only: a PYTHONPATH (this checkout's, say) would put another mamba_ssm under test
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT, check=False)
+    except OSError as err:  # a step that cannot start fails that wheel, with its reason, never a traceback
+        proc = subprocess.CompletedProcess(cmd, 127, "", f"cannot run {cmd[0]}: {err.strerror or err}\n")
+    log.write(proc.stdout + proc.stderr)
+    return proc
+
+
+def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python: str, venv: Path) -> Outcome:
+    """Install wheel FN as its cell says (from BASE, the staged index) in a fresh VENV and run its check; its log
+    and results go to WORK (the job's artifact: the venv, torch and all, stays out of it)."""
+    from builder.planning.recipes import load_recipes
+    from builder.publishing.index.model import CHECKOUT, install_command
+    from mamba_ssm._variant import Variant
+
+    start = time.monotonic()
+    ours = entry.source == CHECKOUT
+    check = "gpu_check numerics" if ours else "recipe tests"
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / "log.txt", "w", encoding="utf-8") as log:
+
+        def failed(what: str, proc: subprocess.CompletedProcess) -> Outcome:
+            tail = (proc.stdout + proc.stderr)[-TAIL:]
+            return Outcome(fn, key, check, False, time.monotonic() - start, f"{what} exited {proc.returncode}\n{tail}")
+
+        vpy = str(venv / "bin" / "python")
+        steps = [
+            ("venv", [python, "-m", "venv", str(venv)]),
+            ("torch", [vpy, "-m", "pip", "install", f"torch=={Variant.from_key(key).torch}.*"]),
+            ("install", [vpy, "-m", *shlex.split(install_command(entry, key, base))]),
+        ]
+        if ours:
+            cmd = [vpy, "-P", str(GPU_CHECK), "--device", device, "--no-speed", "--out", str(work / "results")]
+            steps.append(("gpu_check", cmd + (["--quick"] if device == "cpu" else [])))
+        else:
+            recipe = load_recipes()[entry.project]
+            imports = "; ".join(f"import {m}" for m in recipe.imports)
+            steps.append(("imports", [vpy, "-I", "-c", imports]))
+            steps += [
+                (f"test {i}", [vpy if a == "python" else a for a in argv]) for i, argv in enumerate(recipe.commands)
+            ]
+        for what, cmd in steps:
+            # From / for the checks: never this checkout's mamba_ssm/ instead of the installed wheel.
+            proc = _run(cmd, log, cwd="/" if what not in ("venv", "torch", "install") else None)
+            if proc.returncode:
+                return failed(what, proc)
+    return Outcome(fn, key, check, True, time.monotonic() - start)
+
+
+def gate(lines: Path, device: str, out: Path, python: str = sys.executable) -> list[Outcome]:
+    """Index LINES (``release split``'s folders), serve it on 127.0.0.1, run every CUDA wheel for this machine."""
+    from builder.publishing.index import build_index
+
+    if not lines.is_dir():
+        raise UsageError(f"--lines {lines}: no such folder", hint="pass the folder `release split --out` made")
+    out = out.absolute()  # the checks run from / (never this checkout's mamba_ssm/): every path they get is absolute
+    www = out / "www"
+    www.mkdir(parents=True, exist_ok=True)
+    found = []
+    for line in ("checkout", "upstream"):
+        if (lines / line).is_dir():
+            build_index(lines / line, out / f"index-{line}")
+            if not (www / line).exists():
+                (www / line).symlink_to(Path("..") / f"index-{line}")
+            found.append(line)
+    if not found:
+        raise UsageError(
+            f"--lines {lines}: neither checkout/ nor upstream/", hint="pass `release split --out`'s folder"
+        )
+    handler = functools.partial(_Quiet, directory=str(www))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    outcomes = []
+    try:
+        for line in found:
+            for fn, key, entry in cuda_wheels(out / f"index-{line}", platform.machine()):
+                print(f"gate: {fn}: installing from {url}/{line}/{key}/, then its check ({device})", flush=True)
+                name = fn.removesuffix(".whl")
+                res = run_one(
+                    fn, key, entry, f"{url}/{line}", device, out / "results" / name, python, out / "venvs" / name
+                )
+                print(f"gate: {fn}: {'passed' if res.ok else 'FAILED'} in {res.seconds:.0f} s", flush=True)
+                outcomes.append(res)
+    finally:
+        server.shutdown()
+        server.server_close()
+    return outcomes
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # the gate's own lines say what it fetched
+        pass
+
+
+def summary(outcomes: list[Outcome], device: str) -> str:
+    """The job's step summary: one row per wheel."""
+    lines = [f"## GPU gate ({device})", ""]
+    if not outcomes:
+        return "\n".join([*lines, "No CUDA wheel for this runner's platform: nothing ran.", ""])
+    lines += ["| wheel | installed from | check | result | seconds |", "| --- | --- | --- | --- | --- |"]
+    for o in outcomes:
+        lines.append(
+            f"| `{o.wheel}` | `{o.variant}/` | {o.check} | {'passed' if o.ok else '**failed**'} | {o.seconds:.0f} |"
+        )
+    return "\n".join([*lines, ""])
+
+
+def run_command(args) -> int:
+    outcomes = gate(args.lines, args.device, args.out)
+    (args.out / "results").mkdir(parents=True, exist_ok=True)
+    (args.out / "results" / "gate.json").write_text(json.dumps([o.__dict__ for o in outcomes], indent=1) + "\n")
+    if args.summary:
+        with open(args.summary, "a", encoding="utf-8") as f:
+            f.write(summary(outcomes, args.device))
+    bad = [o for o in outcomes if not o.ok]
+    for o in bad:
+        print(o.detail, file=sys.stderr)
+        # a GitHub annotation (elsewhere a plain line): the run's page names the wheel
+        print(f"::error::GPU gate: {o.wheel} failed its {o.check} (installed from {o.variant}/)")
+    if bad:
+        raise VerificationError(
+            f"GPU gate: {len(bad)} of {len(outcomes)} CUDA wheel(s) failed: {', '.join(o.wheel for o in bad)}",
+            hint=f"their logs: {args.out / 'results'}/<wheel>/log.txt; nothing is published",
+        )
+    print(f"gate: {len(outcomes)} CUDA wheel(s) passed on {args.device}")
+    return 0

@@ -1,0 +1,211 @@
+"""``python -m builder release collect|split|variant-files|gate|cost``: what the release's publish job does with the build jobs' wheels.
+
+A build job may make several wheels (a recipe's CUDA Pythons share one job: ``plan.github_jobs``), so which
+planned build made a wheel is read from the wheels' sidecars (``<wheel>.spec.json``, the BuildSpec: ``id``),
+not from the artifact names. The sidecar's ``source`` also says which product line a wheel is: this checkout's
+mamba-ssm, or upstream's packages built from their sdists. The two share the name mamba-ssm, so each line is
+its own index (the index refuses to mix them): ``split`` puts each wheel, with its sidecar, in its line's folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from builder.errors import UsageError
+from builder.publishing.index.model import CHECKOUT
+from builder.publishing.index.reader import read_sidecar, read_source
+
+# product line -> what it is: sidecar source "checkout", and "sdist:<name>==<version>@sha256:<hex>" (builder.sourcing.sources)
+LINES = {"checkout": "this repository's mamba-ssm", "upstream": "upstream's packages (from their sdists)"}
+
+
+def sidecar(wheel: Path) -> dict:
+    """The BuildSpec the farm wrote beside WHEEL (read as the index reads it); it must exist and name its build."""
+    path = Path(f"{wheel}.spec.json")
+    spec = read_sidecar(str(path))
+    if spec is None:
+        raise UsageError(
+            f"{wheel}: no sidecar {path.name}, so neither its build id nor its index (product line) is known",
+            hint="the farm writes one beside every wheel it builds: upload it with the wheel, or remove the wheel",
+        )
+    if not isinstance(spec.get("id"), str):
+        raise UsageError(f"{path}: expected the build's spec, a JSON object with an 'id'", hint="rebuild the wheel")
+    return spec
+
+
+def line_of(wheel: Path, spec: dict) -> str:
+    """The product line of WHEEL: its sidecar's ``source``, checked as the index checks it (absent: checkout)."""
+    try:
+        project = canonicalize_name(parse_wheel_filename(wheel.name)[0])
+    except InvalidWheelFilename as err:
+        raise UsageError(f"{wheel}: {err}", hint="only the farm's wheels, under their own names") from None
+    return "checkout" if read_source(f"{wheel}.spec.json", spec, project) == CHECKOUT else "upstream"
+
+
+def wheels_in(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.whl"))
+
+
+def planned(matrix_file: Path) -> list[tuple[str, str]]:
+    """(build id, its job's id) for every build of a plan's GitHub matrix (``plan --format github``)."""
+    try:
+        jobs = json.loads(matrix_file.read_text(encoding="utf-8"))["include"]
+        pairs = [(i, job["id"]) for job in jobs for i in job["ids"].split()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise UsageError(
+            f"--matrix {matrix_file}: not a plan's GitHub matrix ({type(err).__name__}: {err})",
+            hint="pass what `python -m builder plan --format github` printed (each job has an 'id' and 'ids')",
+        ) from None
+    if not all(isinstance(job, str) for _, job in pairs):
+        raise UsageError(f"--matrix {matrix_file}: a job's 'id' is not a string", hint="pass the plan's matrix")
+    return pairs
+
+
+def collect(pairs: list[tuple[str, str]], folder: Path) -> list[tuple[str, str, bool]]:
+    """(build id, its job's id, whether a wheel under FOLDER names it in its sidecar) for each planned build."""
+    made = {sidecar(w)["id"] for w in wheels_in(folder)}
+    return [(i, job, i in made) for i, job in pairs]
+
+
+def split(folder: Path, out: Path) -> dict[str, list[Path]]:
+    """Link (else copy) every wheel under FOLDER and its sidecar into OUT/<line>/; only lines with wheels
+    get a folder. Returns the wheels placed, by line."""
+    placed: dict[str, list[Path]] = {}
+    for wheel in wheels_in(folder):
+        line = line_of(wheel, sidecar(wheel))
+        dest = out / line
+        if (dest / wheel.name).exists():
+            raise UsageError(f"{folder}: two wheels named {wheel.name}", hint="keep one of them")
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in (wheel, Path(f"{wheel}.spec.json")):
+            _place(f, dest / f.name)
+        placed.setdefault(line, []).append(dest / wheel.name)
+    return placed
+
+
+def variant_files(index: Path, wheels: Path) -> list[Path]:
+    """The variant root's files (PEP 825 variant wheels, their plain fallback, each release's -variants.json)
+    that INDEX made from the wheels under WHEELS (this run's): what a tag release uploads beside its wheels,
+    where the variant pages link them (builder.verifying.variants.variant_url). Read from the index's live manifest."""
+    from builder.publishing.index.model import Manifest
+    from builder.verifying import variants
+
+    try:
+        doc = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+        files, record = Manifest.from_json(doc).files, doc.get("wheel_variants") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise UsageError(f"--index {index}: no index manifest ({type(err).__name__}: {err})",
+                         hint="pass the folder `python -m builder index --out` made") from None  # fmt: skip
+    ours = {w.name for w in wheels_in(wheels)}
+    out, releases = [], set()
+    for name, made in sorted((record.get("files") or {}).items()):
+        if made.get("from") in ours and made["from"] in files:
+            out.append(index / "files" / name)
+            releases.add((files[made["from"]].project, files[made["from"]].release))
+    for project, release in sorted(releases):
+        out.append(index / variants.ROOT / project / variants.variants_json_name(project, release))
+    return out
+
+
+def _place(src: Path, dest: Path) -> None:
+    # A hard link: a release's wheels are gigabytes, and the runner's disk is small.
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copy2(src, dest)
+
+
+# ---------------------------------------------------------------------------
+# The command.
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "release", help="the release's publish steps: which builds made a wheel; one folder per index"
+    )
+    sub = p.add_subparsers(dest="release_command", metavar="ACTION", required=True)
+    q = sub.add_parser("collect", help="print '<build id> <job id> built|failed' for every build the matrix plans")
+    q.add_argument("--matrix", type=Path, required=True, help="the plan's GitHub matrix (plan --format github)")
+    q.add_argument("--wheels", type=Path, required=True, help="the wheels the jobs made, with their sidecars")
+    q = sub.add_parser("split", help="put each wheel and its sidecar in OUT/checkout or OUT/upstream, by its source")
+    q.add_argument(
+        "--wheels", type=Path, required=True, help="wheels with their .spec.json sidecars (searched recursively)"
+    )
+    q.add_argument("--out", type=Path, required=True, help="a new folder: OUT/<line>/ for each line with wheels")
+    q = sub.add_parser(
+        "variant-files", help="print the variant root's files an index made from --wheels (a release's assets)"
+    )
+    q.add_argument("--index", type=Path, required=True, help="the index (`builder index --out`)")
+    q.add_argument("--wheels", type=Path, required=True, help="this run's wheels (indexed into --index)")
+    q = sub.add_parser(
+        "gate",
+        help="the GPU gate: install each CUDA wheel from the staged index and run its check (builder.publishing.gpugate)",
+    )
+    q.add_argument("--lines", type=Path, required=True, help="`release split --out`'s folder (checkout/, upstream/)")
+    q.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: the checks' dry run")
+    q.add_argument("--out", type=Path, required=True, help="a work folder: the staged index, venvs, results/")
+    q.add_argument("--summary", type=Path, help="append the results table here ($GITHUB_STEP_SUMMARY)")
+    q = sub.add_parser(
+        "cost", help="what the builds cost: one build job's (--job), or the release's from every job's (--jobs)"
+    )
+    which = q.add_mutually_exclusive_group(required=True)
+    which.add_argument("--job", help="this build job's id: its builds' records in --logs into LOGS/job-cost.json")
+    which.add_argument("--jobs", type=Path, help="the downloaded log artifacts: add up every job-cost.json under it")
+    q.add_argument("--logs", type=Path, default=Path("dist/logs"), help="with --job: the farm's logs (dist/logs)")
+    q.add_argument("--wall", type=float, help="with --job: the farm step's wall time, in seconds")
+    q.add_argument("--summary", type=Path, help="append the table here ($GITHUB_STEP_SUMMARY)")
+    p.set_defaults(func=run_command)
+
+
+def cost_command(args: argparse.Namespace) -> int:
+    from builder.publishing import cost
+
+    if args.job is not None:
+        if args.wall is None or not 0 <= args.wall <= cost.MAX_SECONDS:
+            raise UsageError(f"--wall {args.wall}: not a number of seconds", hint="pass the farm step's wall time")
+        args.logs.mkdir(parents=True, exist_ok=True)
+        record = cost.job_record(args.job, args.wall, args.logs)
+        (args.logs / cost.JOB_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        text = cost.job_markdown(record)
+    else:
+        if not args.jobs.is_dir():
+            raise UsageError(f"--jobs {args.jobs}: no such folder", hint="name the folder the log artifacts went to")
+        jobs = cost.read_jobs(args.jobs)
+        if not jobs:
+            raise UsageError(f"--jobs {args.jobs}: no {cost.JOB_RECORD} in it",
+                             hint="each build job writes one into its log artifact (release cost --job)")  # fmt: skip
+        text = cost.release_markdown(jobs)
+    print(text, end="")
+    if args.summary is not None:
+        with open(args.summary, "a", encoding="utf-8") as f:
+            f.write("\n" + text)
+    return 0
+
+
+def run_command(args: argparse.Namespace) -> int:
+    if args.release_command == "gate":
+        from builder.publishing import gpugate
+
+        return gpugate.run_command(args)
+    if args.release_command == "cost":
+        return cost_command(args)
+    if not args.wheels.is_dir():
+        raise UsageError(f"--wheels {args.wheels}: no such folder", hint="name the folder the wheels were put in")
+    if args.release_command == "collect":
+        for build_id, job, built in collect(planned(args.matrix), args.wheels):
+            print(build_id, job, "built" if built else "failed")
+        return 0
+    if args.release_command == "variant-files":
+        for path in variant_files(args.index, args.wheels):
+            print(path)
+        return 0
+    placed = split(args.wheels, args.out)
+    for line in (line for line in LINES if line in placed):
+        print(f"{len(placed[line])} wheel(s) of {LINES[line]} -> {args.out / line}")
+    return 0

@@ -1,0 +1,104 @@
+"""Reproducible builds: the one time a build may record, and how a wheel's zip is laid out.
+
+A wheel's bytes must follow from its inputs alone, so two builds of one spec from one source give
+the same sha256 (``python -m builder verify --rebuild`` checks it). Wall-clock time enters a wheel
+in two ways, both fixed here at their root:
+
+- **zip entry timestamps** (auditwheel stamps the time of the repair, bdist_wheel the files'
+  mtimes): :func:`zip_entries` gives every entry :data:`SOURCE_DATE_EPOCH`'s time, a fixed order
+  and normalised modes, and ``builder/verifying/relabel.py``'s ``write_wheel`` (every farm rewrite: retag
+  after repair, the torch pin, the variant form) writes through it;
+- **source file mtimes** (a clone's files carry the clone time; ``ptxas -lineinfo`` and
+  setuptools read them): :func:`stamp` sets every file of the snapshot a build gets to the source's
+  own time.
+
+That time, ``SOURCE_DATE_EPOCH`` (reproducible-builds.org's convention, which bdist_wheel,
+auditwheel and GCC honour), comes from the source, never the clock: a checkout's HEAD commit time,
+an sdist's ``PKG-INFO`` member mtime (fixed by the sdist's pinned bytes).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+# The zip format cannot say anything before 1980-01-01 (UTC): the floor, and the time of a source
+# that has no time of its own (a tree outside git, an sdist without PKG-INFO).
+ZIP_FLOOR = 315532800
+
+
+def checkout_epoch(repo: Path) -> int:
+    """The committer time of REPO's HEAD (uncommitted edits do not move it: the inputs hash covers
+    them); ZIP_FLOOR outside a git checkout."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(repo), "log", "-1", "--format=%ct", "HEAD"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ZIP_FLOOR
+    out = proc.stdout.strip()
+    return max(ZIP_FLOOR, int(out)) if proc.returncode == 0 and out.isdigit() else ZIP_FLOOR
+
+
+def sdist_epoch(tree: Path) -> int:
+    """An unpacked sdist's time: its PKG-INFO's mtime, as the archive recorded it (patches never
+    touch PKG-INFO; the files they edit get the clock's time, which :func:`stamp` then replaces)."""
+    info = Path(tree) / "PKG-INFO"
+    return max(ZIP_FLOOR, int(info.stat().st_mtime)) if info.is_file() else ZIP_FLOOR
+
+
+def stamp(tree: Path, epoch: int) -> None:
+    """Every file and folder under TREE (TREE last) gets mtime EPOCH, so nothing a compiler or
+    packager reads from the file system carries the time the tree was copied or patched."""
+    tree = Path(tree)
+    for root, dirs, files in os.walk(tree, topdown=False):
+        for name in files + dirs:
+            p = os.path.join(root, name)
+            if not os.path.islink(p):
+                os.utime(p, (epoch, epoch))
+    os.utime(tree, (epoch, epoch))
+
+
+def tree_epoch(tree: Path) -> int:
+    """The epoch a stamped tree carries (its own mtime; the executors pass it to the build as
+    SOURCE_DATE_EPOCH), floored to what a zip can hold."""
+    return max(ZIP_FLOOR, int(Path(tree).stat().st_mtime))
+
+
+def zip_time(epoch: int) -> tuple[int, int, int, int, int, int]:
+    """EPOCH (seconds, UTC) as a zip entry's date_time."""
+    import time
+
+    return time.gmtime(max(ZIP_FLOOR, int(epoch)))[:6]
+
+
+def _order(name: str, info_dir: str) -> tuple:
+    # Package files first, then the dist-info, RECORD last (as the wheel spec recommends), each
+    # group by name: the order auditwheel's directory walk happened to give does not survive.
+    if name == f"{info_dir}/RECORD":
+        return (2, name)
+    return (1 if name.startswith(info_dir + "/") else 0, name)
+
+
+def zip_entries(infos: list[zipfile.ZipInfo], info_dir: str, date_time: tuple | None) -> list[zipfile.ZipInfo]:
+    """Fresh entries for INFOS in a fixed order, with DATE_TIME (None: each keeps its own, for a
+    rewrite of a wheel that is already reproducible) and a mode that says only file or executable
+    (0644 / 0755: a builder's umask must not show)."""
+    out = []
+    for info in sorted(infos, key=lambda i: _order(i.filename, info_dir)):
+        zi = zipfile.ZipInfo(info.filename, date_time=date_time or info.date_time)
+        if info.filename.endswith("/"):
+            zi.external_attr = (0o40755 << 16) | 0x10  # a folder (MS-DOS directory bit too)
+        else:
+            executable = (info.external_attr >> 16) & 0o111
+            zi.external_attr = (0o100755 if executable else 0o100644) << 16
+        zi.compress_type = zipfile.ZIP_DEFLATED
+        zi.create_system = 3  # Unix, whatever host wrote it
+        out.append(zi)
+    return out

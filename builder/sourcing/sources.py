@@ -1,0 +1,618 @@
+"""Where a build's source comes from: this checkout, or a published sdist pinned by name, version and sha256.
+
+A pinned sdist is fetched once through the host's pip settings (its indexes, find-links
+folders, CA bundle and proxy: the way a ``pip install`` typed on the host reaches the
+network), then kept under ``<farm cache>/sdists/<sha256>/<filename>``:
+
+- the download goes to a temporary file beside its final place, is hashed while it is
+  written, and is renamed into place only when its sha256 is the pin's;
+- every use checks the hash again, on a private copy that is then unpacked, so the bytes
+  unpacked are the bytes checked;
+- a cached file whose bytes no longer match is moved out to ``sdists/quarantine/`` (kept for
+  inspection, never found again as if good) and the use is refused with
+  :class:`~builder.errors.SourceIntegrityError` (its own exit code): nothing is built from it;
+  the next run fetches it afresh.
+
+Why not ``pip download --no-deps --no-binary :all:``: pip prepares metadata for every sdist
+it downloads, which runs setup.py in an isolated build env; mamba-ssm's and causal-conv1d's
+setup.py import torch there and fail (measured here). So the file itself is taken from the
+index's simple API (PEP 691 JSON, PEP 503 HTML for file:// mirrors), with pip's settings.
+
+Unpacking first checks the whole member list itself, on every Python, whatever its tarfile's ``data``
+filter does (no absolute paths, no ``..``, no links whose target leaves the tree through the archive's own
+links, no devices or FIFOs, one ``name-version`` top folder): a refused archive exits with
+:class:`~builder.errors.UnsafeArchiveError`'s code before anything is written, and is moved out of the cache.
+Then it unpacks into a fresh folder outside the cache; the cache only ever holds the archive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import html.parser
+import os
+import re
+import shutil
+import ssl
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder.errors import SourceFetchError, SourceIntegrityError, UnsafeArchiveError, UsageError
+from builder.facts import hostenv
+from builder.facts.spec import FilePin, SdistPin
+from mamba_ssm._untrusted import (
+    SHA256_RE,
+    Deadline,
+    TooLarge,
+    Untrusted,
+    env_seconds,
+    is_web_url,
+    load_json,
+    open_regular,
+    read_capped,
+    shown,
+)
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+_CHUNK = 1 << 20
+REQUEST_DEADLINE_S = 30.0  # a listing, a METADATA or a manifest: seconds on a good link; a trickling server ends here
+DOWNLOAD_DEADLINE_FACTOR = 10  # an sdist download may take ten requests' time
+
+
+COMMAND_DEADLINE_S = 1800.0  # one command's reading of indexes (drift: ~40 requests, a few sdists)
+
+
+def command_deadline() -> float:
+    """The overall limit of one command's network reads (``MAMBA_FARM_COMMAND_DEADLINE`` seconds, default 1800)."""
+    try:
+        return env_seconds("MAMBA_FARM_COMMAND_DEADLINE", COMMAND_DEADLINE_S)
+    except Untrusted as err:
+        raise UsageError(str(err)) from None
+
+
+def request_deadline() -> float:
+    """The overall limit of one request (``MAMBA_FARM_REQUEST_DEADLINE`` seconds, default 30): connect,
+    headers and body together. A socket timeout alone never trips on a server sending a byte every 2 s."""
+    try:
+        return env_seconds("MAMBA_FARM_REQUEST_DEADLINE", REQUEST_DEADLINE_S)
+    except Untrusted as err:
+        raise UsageError(str(err)) from None
+
+
+# ---------------------------------------------------------------------------
+# Finding the file on the host's indexes.
+
+
+@dataclass(frozen=True)
+class Candidate:
+    url: str  # https://..., file://...
+    filename: str
+    sha256: str | None  # what the index says (None: it does not say)
+    size: int | None = None
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []  # (href, text)
+        self._href: str | None = None
+        self._text = ""
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+            self._text = ""
+
+    def handle_data(self, data):
+        if self._href is not None:
+            self._text += data
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._href is not None:
+            self.links.append((self._href, self._text.strip()))
+            self._href = None
+
+
+def _from_html(text: str, base: str) -> list[Candidate]:
+    parser = _Anchors()
+    parser.feed(text)
+    out = []
+    for href, label in parser.links:
+        url = urllib.parse.urljoin(base, href)
+        path, _, frag = url.partition("#")
+        filename = label or urllib.parse.unquote(path.rsplit("/", 1)[-1])
+        m = re.fullmatch(r"sha256=([0-9a-fA-F]{64})", frag)
+        out.append(Candidate(path, filename, m.group(1).lower() if m else None))
+    return out
+
+
+def _from_json(data: dict, base: str) -> list[Candidate]:
+    return [
+        Candidate(
+            urllib.parse.urljoin(base, f["url"]), f["filename"], (f.get("hashes") or {}).get("sha256"), f.get("size")
+        )
+        for f in data.get("files", [])
+        if isinstance(f, dict) and isinstance(f.get("url"), str) and isinstance(f.get("filename"), str)
+    ]
+
+
+@dataclass(frozen=True)
+class Fetcher:
+    """The host's way to the network: index URLs, find-links, CA bundle, proxy, timeout."""
+
+    indexes: tuple[str, ...]
+    find_links: tuple[str, ...] = ()
+    ca_bundle: Path | None = None
+    proxy: str | None = None
+    timeout: float = 60.0
+
+    @classmethod
+    def from_host(cls, settings: hostenv.PipSettings | None = None, ca_bundle: Path | None = None) -> Fetcher:
+        settings = settings or hostenv.host_pip_settings(hostenv.default_wheelhouses())
+        proxy = os.environ.get("PIP_PROXY") or hostenv.pip_config().get("proxy") or None
+        try:
+            timeout = float(settings.timeout) if settings.timeout else 60.0
+        except ValueError:
+            timeout = 60.0
+        return cls(
+            indexes=(settings.index_url or DEFAULT_INDEX, *settings.extra_index_urls),
+            find_links=settings.find_links,
+            ca_bundle=hostenv.find_ca_bundle(ca_bundle),
+            proxy=proxy,
+            timeout=timeout,
+        )
+
+    def _opener(self) -> urllib.request.OpenerDirector:
+        ctx = ssl.create_default_context(cafile=str(self.ca_bundle) if self.ca_bundle else None)
+        handlers: list = [urllib.request.HTTPSHandler(context=ctx)]
+        if self.proxy:  # pip's own `proxy` setting wins over the environment's, as in pip
+            handlers.append(urllib.request.ProxyHandler({"http": self.proxy, "https": self.proxy}))
+        return urllib.request.build_opener(*handlers)
+
+    def open(self, url: str):
+        req = urllib.request.Request(
+            url, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1", "User-Agent": "mamba-farm"}
+        )
+        return self._opener().open(req, timeout=self.timeout)
+
+    def candidates(self, pin: SdistPin) -> tuple[list[tuple[str, Candidate]], list[str]]:
+        """([(where, candidate)] for every file named like the pin's sdist, find-links first; [unreachable indexes])."""
+        if isinstance(pin, FilePin):  # one known URL, no index to ask
+            return [(pin.url, Candidate(pin.url, pin.filename, None))], []
+        found: list[tuple[str, Candidate]] = []
+        errors: list[str] = []
+        for link in self.find_links:
+            if "://" in link and not link.startswith("file://"):
+                continue  # remote find-links pages: not used for sdists
+            folder = Path(urllib.parse.urlparse(link).path if link.startswith("file://") else link)
+            if folder.is_dir():
+                found += [
+                    (str(folder), Candidate(f.resolve().as_uri(), f.name, None))
+                    for f in sorted(folder.iterdir())
+                    if f.is_file() and pin.matches_filename(f.name)
+                ]
+        for index in self.indexes:
+            base = index.rstrip("/") + f"/{pin.project}/"
+            try:
+                if base.startswith("file://"):
+                    page = Path(urllib.parse.unquote(urllib.parse.urlparse(base).path)) / "index.html"
+                    if not page.exists():
+                        continue
+                    with open_regular(page) as f:  # a FIFO or a device is refused, never waited on
+                        body = read_capped(f, MAX_PAGE_BYTES)
+                    listed = _from_html(body.decode("utf-8", errors="replace"), page.as_uri())
+                else:
+                    with Deadline(request_deadline(), base) as deadline, self.open(base) as resp:
+                        body = read_capped(resp, MAX_PAGE_BYTES, deadline)
+                        ctype = resp.headers.get("Content-Type", "")
+                    if "json" in ctype:
+                        doc = load_json(body, base)
+                        if not isinstance(doc, dict):
+                            raise Untrusted(f"{base}: a PEP 691 answer that is not an object")
+                        listed = _from_json(doc, base)
+                    else:
+                        listed = _from_html(body.decode("utf-8", errors="replace"), base)
+                    # a remote page links remote files only: never file://, never another scheme
+                    off = [c for c in listed if not is_web_url(c.url) and pin.matches_filename(c.filename)]
+                    errors += [f"{base}: links {shown(repr(c.url), 300)}, not an http(s) URL: ignored" for c in off]
+                    listed = [c for c in listed if is_web_url(c.url)]
+            except urllib.error.HTTPError as err:
+                if err.code != 404:
+                    errors.append(f"{base}: HTTP {err.code} {err.reason}")
+                continue
+            except (urllib.error.URLError, OSError, ValueError, TooLarge, AttributeError, TypeError) as err:
+                errors.append(
+                    f"{base}: {shown(getattr(err, 'reason', err), 300)}"
+                )  # one dead mirror does not hide the others
+                continue
+            found += [(index, c) for c in listed if pin.matches_filename(c.filename)]
+        return found, errors
+
+
+# ---------------------------------------------------------------------------
+# The cache.
+
+
+def max_sdist_bytes() -> int:
+    """The largest sdist the farm fetches (``MAMBA_FARM_MAX_SDIST_MB``, default 512 MiB; the two pinned today are
+    well under 1 MB, so this leaves room for any sane sdist): ``/dev/zero`` or an endless body stops there."""
+    return _env_mib("MAMBA_FARM_MAX_SDIST_MB", 512)
+
+
+MAX_PAGE_BYTES = 64 << 20  # an index page (PyPI's largest project pages are a few MB)
+
+
+def _sha256_copy(src, dst, limit: int | None = None, deadline: Deadline | None = None) -> str:
+    h = hashlib.sha256()
+    total = 0
+    while chunk := src.read(_CHUNK):
+        if deadline is not None:
+            deadline.left()
+        total += len(chunk)
+        if limit is not None and total > limit:
+            raise TooLarge(f"more than {limit >> 20} MiB")
+        h.update(chunk)
+        dst.write(chunk)
+    return h.hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class SourceCache:
+    """Pinned sdists under ``root`` (default ``<farm cache>/sdists``), one folder per sha256."""
+
+    def __init__(self, root: Path | None = None, fetcher: Fetcher | None = None) -> None:
+        self.root = Path(root) if root is not None else hostenv.CACHE_ROOT / "sdists"
+        self._fetcher = fetcher
+
+    @property
+    def fetcher(self) -> Fetcher:
+        if self._fetcher is None:
+            self._fetcher = Fetcher.from_host()
+        return self._fetcher
+
+    def path(self, pin: SdistPin) -> Path:
+        if not SHA256_RE.fullmatch(pin.sha256):
+            raise SourceIntegrityError(f"{pin.describe()}: {pin.sha256!r} is not a lowercase sha256 hex digest")
+        return self.root / pin.sha256 / pin.filename
+
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "quarantine"
+
+    # -- fetching --------------------------------------------------------------
+
+    def fetch(self, pin: SdistPin) -> Path:
+        """The cached archive of ``pin``, downloaded first if absent. Its hash is checked either way."""
+        final = self.path(pin)
+        if final.is_file() and not any(final.parent.glob(".partial-*")):
+            self.check(pin)
+            return final
+        final.parent.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock
+
+        with FileLock(str(final.parent / ".lock")):
+            for stale in final.parent.glob(".partial-*"):  # a killed download's: under the lock, none is live
+                stale.unlink(missing_ok=True)
+            if final.is_file():  # another process fetched it meanwhile
+                self.check(pin)
+                return final
+            self._download(pin, final)
+        return final
+
+    def _download(self, pin: SdistPin, final: Path) -> None:
+        mismatches: list[str] = []
+        listed, unreachable = self.fetcher.candidates(pin)
+        cap = max_sdist_bytes()
+        # a candidate whose listed hash is the pin's first; ones listing another hash are not downloaded
+        for _where, cand in sorted(listed, key=lambda wc: wc[1].sha256 != pin.sha256):
+            if cand.sha256 is not None and cand.sha256 != pin.sha256:
+                mismatches.append(f"{cand.url} (the index lists sha256 {cand.sha256})")
+                continue
+            if isinstance(cand.size, int) and cand.size > cap:
+                mismatches.append(
+                    f"{cand.url} (the index lists {cand.size >> 20} MiB, over the cap of {cap >> 20} MiB)"
+                )
+                continue
+            fd, tmp_name = tempfile.mkstemp(prefix=".partial-", dir=final.parent)
+            tmp = Path(tmp_name)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    try:
+                        seconds = request_deadline() * DOWNLOAD_DEADLINE_FACTOR
+                        with Deadline(seconds, f"{cand.url}: the download") as deadline, self._open(cand.url) as src:
+                            digest = _sha256_copy(src, out, cap, deadline)
+                    except TooLarge as err:
+                        mismatches.append(
+                            f"{cand.url} ({err}, over the cap: MAMBA_FARM_MAX_SDIST_MB raises it); nothing was kept"
+                        )
+                        continue
+                    except (urllib.error.URLError, OSError, ValueError) as err:
+                        unreachable.append(f"{cand.url}: download failed: {getattr(err, 'reason', err)}")
+                        continue
+                    out.flush()
+                    os.fsync(out.fileno())
+                if digest != pin.sha256:
+                    mismatches.append(f"{cand.url} (its bytes have sha256 {digest})")
+                    continue
+                os.replace(tmp, final)  # atomic: the cache never holds a partial or unchecked file
+                return
+            finally:
+                tmp.unlink(missing_ok=True)
+        if mismatches:
+            raise SourceIntegrityError(
+                f"{pin.describe()}: no file on the host's indexes has the pinned sha256 {pin.sha256}: "
+                + "; ".join(mismatches),
+                hint="nothing was cached or built; if upstream re-published the file, review it and update the pin",
+            )
+        where = ", ".join([*self.fetcher.find_links, *self.fetcher.indexes]) or "no index configured"
+        failed = f"; unreachable: {'; '.join(unreachable)}" if unreachable else ""
+        raise SourceFetchError(
+            f"{pin.describe()}: {pin.filename} was fetched from none of the host's indexes ({where}){failed}",
+            hint="check the name and version, and the host's pip settings (index-url, cert, proxy: `pip config list`)",
+        )
+
+    def _open(self, url: str):
+        if url.startswith("file://"):
+            return open_regular(urllib.parse.unquote(urllib.parse.urlparse(url).path))  # /dev/zero, a FIFO: never read
+        if not is_web_url(url):
+            raise ValueError(f"{url!r} is neither http(s) nor file://")
+        resp = self.fetcher.open(url)
+        if not is_web_url(resp.geturl()):  # a redirect to another scheme
+            resp.close()
+            raise ValueError(f"{url} redirects to {resp.geturl()!r}, not http(s)")
+        return resp
+
+    # -- using -----------------------------------------------------------------
+
+    def _refuse(self, pin: SdistPin, path: Path, digest: str) -> SourceIntegrityError:
+        moved = self._move_out(path, digest)
+        return SourceIntegrityError(
+            f"{path}: sha256 {digest} does not match the pin {pin.sha256} of {pin.project} {pin.version}; "
+            "nothing is built from it",
+            hint=f"the file was moved to {moved}; the next run fetches it again from the index",
+        )
+
+    def check(self, pin: SdistPin) -> Path:
+        """Hash the cached archive; refuse (and quarantine) it when it is not the pin's."""
+        path = self.path(pin)
+        digest = _sha256_file(path)
+        if digest != pin.sha256:
+            raise self._refuse(pin, path, digest)
+        return path
+
+    def unpack(self, pin: SdistPin, dest: Path) -> Path:
+        """Fetch if needed, check the hash, unpack a private copy into the new folder ``dest``; return the tree.
+
+        ``dest`` must not exist (every build gets a fresh tree). The returned folder is the sdist's
+        single top-level directory (``name-version``).
+        """
+        dest = Path(dest)
+        if dest.absolute().resolve().is_relative_to(self.root.absolute().resolve()):
+            raise UsageError(f"{dest}: inside the sdist cache {self.root}; an unpack never writes into the cache")
+        self.fetch(pin)
+        dest.mkdir(parents=True, exist_ok=False)
+        path = self.path(pin)
+        copy = dest / f".{pin.filename}"
+        with open(path, "rb") as src, open(copy, "wb") as out:
+            digest = _sha256_copy(src, out)
+        try:
+            if digest != pin.sha256:  # hashed as copied: what is unpacked below is what was checked
+                shutil.rmtree(dest, ignore_errors=True)
+                raise self._refuse(pin, path, digest)
+            try:
+                return _safe_extract(copy, dest, pin)
+            except SourceIntegrityError as err:  # the pin's own bytes are unsafe or corrupt: out of the cache
+                moved = self._move_out(path, digest)
+                raise type(err)(
+                    str(err), hint=f"{err.hint + '; ' if err.hint else ''}the archive was moved to {moved}"
+                ) from None
+        finally:
+            copy.unlink(missing_ok=True)
+
+    def _move_out(self, path: Path, digest: str) -> Path:
+        self.quarantine.mkdir(parents=True, exist_ok=True)
+        moved = self.quarantine / f"{time.strftime('%Y%m%dT%H%M%S')}-{digest[:12]}-{path.name}"
+        with contextlib.suppress(OSError):
+            os.replace(path, moved)
+        return moved
+
+
+def _safe_extract(archive: Path, dest: Path, pin: SdistPin) -> Path:
+    try:
+        return _extract(archive, dest, pin)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)  # a refused archive leaves no partial tree behind
+        raise
+
+
+def max_unpacked_bytes() -> int:
+    """The most an sdist may unpack to (``MAMBA_FARM_MAX_UNPACKED_MB``, default 4096 MiB): a gzip bomb stops here."""
+    return _env_mib("MAMBA_FARM_MAX_UNPACKED_MB", 4096)
+
+
+def _env_mib(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise UsageError(f"{name}={raw!r}: expected a whole number of MiB") from None
+    if value <= 0:
+        raise UsageError(f"{name}={raw!r}: expected a positive number of MiB")
+    return value << 20
+
+
+MAX_MEMBER_NAME, MAX_MEMBER_DEPTH = 1024, 64  # no sdist needs more; CVE-2025-4517's chain needs ~4,000
+
+
+def _member_parts(name: str) -> tuple[str, ...] | None:
+    """The member's path components, None where it is absolute or climbs out (``..``)."""
+    if not name or name.startswith(("/", "\\")) or "\0" in name or re.match(r"[A-Za-z]:", name):
+        return None
+    parts = tuple(p for p in name.split("/") if p not in ("", "."))
+    if not parts or ".." in parts:
+        return None
+    return parts
+
+
+def check_members(members: list[tarfile.TarInfo], where: str) -> str:
+    """The one top-level folder of an sdist whose every member stays inside it; else UnsafeArchiveError.
+
+    Checked on the member list alone, before anything is written, without trusting tarfile's ``data``
+    filter (CVE-2025-4517 and its kin bypass it on the Pythons before the fix): only folders, regular files,
+    and links whose target, resolved through the archive's own links, stays in the tree; no member is
+    written through a link, and no name comes twice (a later member would replace an earlier link)."""
+    kinds: dict[tuple[str, ...], str] = {}  # path -> "dir" | "file" | "link"
+    raw_links: dict[tuple[str, ...], tuple[str, ...]] = {}  # symlink -> its target, joined to its folder
+
+    def refuse(m: tarfile.TarInfo, why: str):
+        raise UnsafeArchiveError(
+            f"{where}: refused to unpack: member {m.name!r} {why}; nothing was unpacked",
+            hint="an sdist holds plain files and folders under one name-version folder; "
+            "review where this archive came from before pinning it",
+        )
+
+    def resolve(m, parts: tuple[str, ...]) -> tuple[str, ...]:
+        """``parts`` with every link of the archive among its prefixes followed (as the OS would, whatever the
+        order the links are unpacked in); refuse what climbs out of the unpack folder."""
+        out: list[str] = []
+        todo = list(parts)
+        hops = 0
+        while todo:
+            part = todo.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not out:
+                    refuse(m, "points outside the unpack folder")
+                out.pop()
+                continue
+            out.append(part)
+            target = raw_links.get(tuple(out))
+            if target is not None:
+                hops += 1
+                if hops > 40:
+                    refuse(m, "is a chain of links that does not end")
+                out, todo = [], [*target, *todo]
+        return tuple(out)
+
+    for m in members:  # pass 1: names and kinds
+        parts = _member_parts(m.name)
+        if parts is None:
+            refuse(m, "is absolute or climbs out with '..'")
+        if len(m.name) > MAX_MEMBER_NAME or len(parts) > MAX_MEMBER_DEPTH:
+            refuse(m, "has an implausibly long path")
+        seen = kinds.get(parts)
+        if seen is not None and not (seen == "dir" and m.isdir()):
+            refuse(m, "comes twice (a second member would replace the first)")
+        if m.isdir():
+            kinds[parts] = "dir"
+        elif m.isreg():
+            kinds[parts] = "file"
+        elif m.issym():
+            if not m.linkname or m.linkname.startswith("/") or "\0" in m.linkname:
+                refuse(m, f"is a link to {m.linkname!r}, outside the unpack folder")
+            kinds[parts] = "link"
+            raw_links[parts] = parts[:-1] + tuple(m.linkname.split("/"))
+        elif m.islnk():
+            target = _member_parts(m.linkname)
+            if target is None or kinds.get(target) != "file":
+                refuse(m, f"is a hard link to {m.linkname!r}, not to a file earlier in the archive")
+            kinds[parts] = "file"
+        else:
+            kind = "a device" if m.ischr() or m.isblk() else "a FIFO" if m.isfifo() else "not a file or a folder"
+            refuse(m, f"is {kind}")
+    for m in members:  # pass 2: nothing written through a link or a file, every link stays in the tree
+        parts = _member_parts(m.name)
+        for i in range(1, len(parts)):
+            if kinds.get(parts[:i], "dir") != "dir":
+                refuse(m, f"would be written through the link or file {'/'.join(parts[:i])!r}")
+        if parts in raw_links:
+            target = resolve(m, raw_links[parts])
+            if len(target) < 2 or target[0] != parts[0]:
+                refuse(m, f"is a link to {m.linkname!r}, which leaves the sdist's folder")
+    tops = {p[0] for p in kinds}
+    if len(tops) != 1:
+        raise SourceIntegrityError(f"{where}: an sdist has one top-level folder; this one has {sorted(tops)[:5]}")
+    (top,) = tops
+    if kinds.get((top,), "dir") != "dir":
+        raise UnsafeArchiveError(f"{where}: refused to unpack: its top-level entry {top!r} is not a folder")
+    return top
+
+
+def _top_is_the_pin(top: str, pin: SdistPin) -> bool:
+    """Whether the top folder is ``name-version`` (the name in any of its spellings, the version by PEP 440)."""
+    name, sep, version = top.rpartition("-")
+    try:
+        return bool(sep) and canonicalize_name(name) == pin.project and Version(version) == Version(pin.version)
+    except InvalidVersion:
+        return False
+
+
+def _check_gzip(archive: Path, where: str) -> None:
+    """Decompress the whole stream once, checking gzip's CRC and length: tarfile reads only as far as it needs,
+    and a damaged stream either escapes as zlib.error or ends the member list early, silently (a partial tree).
+    Stops at the unpacked-size cap (a gzip bomb is refused before any tar header is read)."""
+    cap, total = max_unpacked_bytes(), 0
+    with gzip.open(archive, "rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            total += len(chunk)
+            if total > cap:
+                raise SourceIntegrityError(
+                    f"{where}: unpacks to more than the cap of {cap >> 20} MiB",
+                    hint="raise MAMBA_FARM_MAX_UNPACKED_MB if this sdist really is that large",
+                )
+
+
+def _extract(archive: Path, dest: Path, pin: SdistPin) -> Path:
+    where = pin.filename
+    try:
+        _check_gzip(archive, where)
+        with tarfile.open(archive, "r:gz") as tf:
+            members = tf.getmembers()  # reads the whole archive: a corrupt one fails here, before any write
+            top = check_members(members, where)
+            if not _top_is_the_pin(top, pin):
+                raise SourceIntegrityError(
+                    f"{where}: its top-level folder is {top!r}, not {pin.project}-{pin.version}: "
+                    "this is not the sdist the pin names"
+                )
+            total = sum(m.size for m in members if m.isreg())
+            if total > max_unpacked_bytes():
+                raise SourceIntegrityError(
+                    f"{where}: unpacks to {total >> 20} MiB, more than the cap of {max_unpacked_bytes() >> 20} MiB",
+                    hint="raise MAMBA_FARM_MAX_UNPACKED_MB if this sdist really is that large",
+                )
+            if hasattr(tarfile, "data_filter"):  # a second line of defence where this Python has it
+                tf.extractall(dest, members=members, filter="data")
+            else:
+                tf.extractall(dest, members=members)
+    except SourceIntegrityError:
+        raise
+    except getattr(tarfile, "FilterError", ()) as err:
+        raise UnsafeArchiveError(f"{where}: refused to unpack: {err}") from None
+    except (tarfile.TarError, EOFError, OSError, zlib.error, ValueError) as err:
+        raise SourceIntegrityError(
+            f"{where}: not a readable .tar.gz: {err}", hint="the archive is corrupt; only this build fails"
+        ) from None
+    tree = dest / top
+    real_dest = dest.resolve()
+    if tree.is_symlink() or not tree.is_dir() or tree.resolve().parent != real_dest:
+        raise UnsafeArchiveError(f"{where}: its top-level entry is not a folder inside the unpack folder")
+    return tree

@@ -1,0 +1,1 @@
+"""Keeping the farm current and its pipeline rehearsed: drift against PyPI, release.yml under act."""

