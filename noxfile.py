@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import nox
 
@@ -21,12 +22,26 @@ def _farm(session: nox.Session) -> None:
     session.install(*nox.project.dependency_groups(PYPROJECT, "farm"))
 
 
+def _timed_install(session: nox.Session, step: str, *args: str, **kwargs) -> None:
+    """session.install, then its wall time as a `ci-time: step` line (benchmarks/ci_time.py reads them)."""
+    started = time.monotonic()
+    session.install(*args, **kwargs)
+    session.log(f"ci-time: step {step} {time.monotonic() - started:.1f} s")
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The test suite (CI set; add --run-slow for every end-to-end build)."""
-    session.install(TEST_TORCH)
-    session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
-    session.install("--no-build-isolation", "-e", ".", env={"MAX_JOBS": os.environ.get("MAX_JOBS", "2")})
+    _timed_install(session, "torch", TEST_TORCH)
+    _timed_install(session, "test-group", *nox.project.dependency_groups(PYPROJECT, "test"))
+    _timed_install(
+        session,
+        "editable-install",
+        "--no-build-isolation",
+        "-e",
+        ".",
+        env={"MAX_JOBS": os.environ.get("MAX_JOBS", "2")},
+    )
     session.run("pytest", *session.posargs)
 
 

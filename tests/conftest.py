@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import time
+from collections import defaultdict
+
 import pytest
 from hypothesis import settings
 
@@ -10,6 +14,11 @@ settings.register_profile("slow", max_examples=2000, deadline=30000, print_blob=
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="also run the slow end-to-end builds")
+    parser.addoption(
+        "--file-times",
+        action="store_true",
+        help="end with each test file's wall time (benchmarks/ci_time.py reads them)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,3 +32,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before the test's fixtures: the farm's timed steps (builder/building/timings.py) name the test that asked.
+    if os.environ.get("MAMBA_FARM_TIMINGS"):
+        os.environ["MAMBA_FARM_TIMINGS_CONTEXT"] = item.nodeid
+
+
+_FILE_SECONDS: dict[str, float] = defaultdict(float)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    # setup, call and teardown together: a module fixture's cost lands on the test that made it
+    started = time.monotonic()
+    try:
+        return (yield)
+    finally:
+        _FILE_SECONDS[item.nodeid.split("::")[0]] += time.monotonic() - started
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if config.getoption("--file-times"):
+        for path, seconds in _FILE_SECONDS.items():
+            terminalreporter.write_line(f"ci-time: file {path} {seconds:.1f} s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,7 +12,9 @@ from farmkit import ci_spec, import_check, partial_files, run_build
 def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     spec = ci_spec("cpu")
     dist = tmp_path / "dist"
-    run = run_build("--profile", "ci", "--only", spec.id, "--executor", "host", "--dist", str(dist))
+    timings = tmp_path / "timings.jsonl"
+    env = {"MAMBA_FARM_TIMINGS": str(timings), "MAMBA_FARM_TIMINGS_CONTEXT": "host-test"}
+    run = run_build("--profile", "ci", "--only", spec.id, "--executor", "host", "--dist", str(dist), env=env)
     assert run.rc == 0, run.out[-4000:]
     assert "executor: host" in run.out
     (wheel,) = sorted((dist / "wheels").glob("*.whl"))
@@ -33,5 +36,12 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     record = read_build_record(dist / "logs" / f"{spec.id}.cost.json")
     pip_wheel = float(re.search(r"^== compile cpu: ([\d.]+) s", log, re.MULTILINE).group(1))
     assert record["measured"] == "rusage" and record["cpu_s"] >= pip_wheel > 0 and record["wall_s"] > 0, record
+    # the same figures in the run's timing lines, which .ci/run prints and benchmarks/ci_time.py tabulates
+    rows = [json.loads(line) for line in timings.read_text().splitlines()]
+    (compiled_row,) = [r for r in rows if r["kind"] == "compile"]
+    assert compiled_row["what"] == spec.id and compiled_row["context"] == "host-test", rows
+    assert (
+        abs(compiled_row["seconds"] - record["wall_s"]) <= 0.1 and abs(compiled_row["cpu"] - record["cpu_s"]) <= 0.1
+    ), rows
     proc = import_check(wheel, tmp_path / "site")
     assert proc.returncode == 0, proc.stderr

@@ -18,8 +18,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+from builder.building import timings
 from builder.building.engine import build_image, connect, image_exists
 from builder.building.images import (
     DEBIAN_ARCH,
@@ -63,6 +65,7 @@ def ensure(
         raise EngineUnavailable(f"cannot make the base image {name}: debootstrap needs root", hint="run as root")
     arch = DEBIAN_ARCH[machine]
     how = "" if machine == host_machine() else ", under emulation"
+    started = time.monotonic()
     log(f"base image: making {name} with debootstrap --variant=minbase --arch={arch} {suite} (no registry needed{how})")
     with tempfile.TemporaryDirectory(prefix="mamba-farm-rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
@@ -103,6 +106,7 @@ def ensure(
             client, name, dockerfile, what=f"the base image {name}", stage=stage,
             platform=None if machine == host_machine() else docker_platform(machine),
         )  # fmt: skip
+    timings.record("base", name, time.monotonic() - started)
     log(f"base image: {name} is ready")
     return name
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from builder.building import schedule
+from builder.building import schedule, timings
 from builder.building.executors import BuildOptions
 from builder.building.executors.choose import EXECUTORS, select
 from builder.errors import BuildFailed, FarmError, UsageError
@@ -156,8 +156,10 @@ def run_command(args: argparse.Namespace) -> int:
                 started = time.monotonic()
                 result = executor.build(spec, trees.get(spec.id, source), raw, log_path, args.timeout)
                 # what it cost, beside its log (which every release job uploads, failed or not)
-                cost.write_build_record(logs_dir, spec.id, wall=time.monotonic() - started, cpu=result.cpu_seconds,
+                wall = time.monotonic() - started
+                cost.write_build_record(logs_dir, spec.id, wall=wall, cpu=result.cpu_seconds,
                                         measured=result.measured, attempt=attempt)  # fmt: skip
+                timings.record("compile", spec.id, wall, cpu=result.cpu_seconds)
                 return result
 
             def finish(spec, result):

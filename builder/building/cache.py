@@ -35,6 +35,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from builder.building import timings
 from builder.errors import UsageError, VerificationError
 from builder.facts import hostenv
 from mamba_ssm._untrusted import Untrusted, read_regular, remove_tree, shown
@@ -266,6 +267,7 @@ def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
     if (base / ".complete").exists():
         touch(base)
         return base
+    started = time.monotonic()
     tmp = root / f".{base.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
@@ -276,6 +278,7 @@ def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
     shutil.rmtree(base, ignore_errors=True)
     os.rename(tmp, base)  # only `bin/python -m ...` is used: that survives the move (console scripts would not)
     (base / ".complete").write_text(torch_requirement + "\n")
+    timings.record("torch", f"venv {base.name} ({torch_requirement})", time.monotonic() - started)
     # share its files with the other torch venvs there, then fit the cache budget (after_create)
     after_create(base, root=root.parent.parent, log=lambda msg: print(msg, file=sys.stderr))
     return base

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from builder.building import interpreters
+from builder.building import interpreters, timings
 from builder.building.base_image import resolve_base
 from builder.building.engine import build_image, image_exists
 from builder.building.executors import (
@@ -180,6 +180,7 @@ class DockerExecutor:
             platform=docker_platform(machine) if machine != host_machine() else None,
         )  # fmt: skip
         self.log(f"image {r.image.id}: built {r.tag} in {seconds:.0f}s")
+        timings.record("image", r.tag, seconds)
 
     # -- builds ---------------------------------------------------------------------------
     def _mounts(self) -> dict:
@@ -230,7 +231,9 @@ class DockerExecutor:
             env = self._env(spec)
             with open(log_path, "ab") as f:
                 f.write(f"== installing {env['FARM_TORCH_REQ']} for {spec.python_tag} into volume {name} (once)\n".encode())
+            started = time.monotonic()
             code = self._run(spec, ["bash", "-c", script], env, {name: {"bind": "/torch", "mode": "rw"}}, log_path, timeout)
+            timings.record("torch", f"volume {name}", time.monotonic() - started)
             if code != 0:
                 return name, BuildResult(
                     False, None, log_path, f"could not install {env['FARM_TORCH_REQ']} (exit {code})", infrastructure=True
