@@ -10,14 +10,27 @@ The CUDA builds of the ci profile are the slow test at the end.
 from __future__ import annotations
 
 import hashlib
+import os
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from farmkit import REPO, build_cmd, ci_spec, docker_client, farm_containers, import_check, partial_files, run_build
+from farmkit import (
+    REPO,
+    Run,
+    build_cmd,
+    ci_spec,
+    docker_client,
+    farm_containers,
+    import_check,
+    partial_files,
+    run_build,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -54,7 +67,9 @@ def cpu_runs(tmp_path_factory):
     killed = SimpleNamespace(
         rc=proc.returncode,
         out=killed_out,
-        leftovers=[c for c in farm_containers(client) if c.labels.get("org.mamba-farm.owner", "").endswith(f":{proc.pid}")],
+        leftovers=[
+            c for c in farm_containers(client) if c.labels.get("org.mamba-farm.owner", "").endswith(f":{proc.pid}")
+        ],
         wheels=sorted((dist / "wheels").glob("*")) if (dist / "wheels").exists() else [],
     )
     # 2. the rerun, 3. the run after it
@@ -63,7 +78,13 @@ def cpu_runs(tmp_path_factory):
     logs_after_first = _log_stamps(dist)
     second = run_build(*args)
     return SimpleNamespace(
-        spec=spec, dist=dist, killed=killed, first=first, second=second, wheels=wheels_after_first, logs=logs_after_first
+        spec=spec,
+        dist=dist,
+        killed=killed,
+        first=first,
+        second=second,
+        wheels=wheels_after_first,
+        logs=logs_after_first,
     )
 
 
@@ -118,24 +139,64 @@ def test_second_run_rebuilds_nothing(cpu_runs) -> None:
 
 @pytest.mark.cuda_build
 def test_ci_profile_end_to_end(tmp_path: Path) -> None:
-    """Every ci spec (cpu torch 2.13 py3.11; cu13 torch 2.14 py3.11, py3.12) in containers."""
+    """The README's first maintainer command, as typed (with --dist): every ci spec (cpu torch 2.13 py3.11;
+    cu13 torch 2.14 py3.11, py3.12) in containers, then the pip commands that install from its index."""
     docker_client()
     from builder.planning.plan import load_plan
 
     dist = tmp_path / "dist"
-    args = ("--profile", "ci", "--executor", "docker", "--dist", str(dist))
-    first = run_build(*args, timeout=7200)
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        ["bash", "scripts/build-ci.sh", "--dist", str(dist)],
+        check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=7200,
+    )
+    first = Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0)
     assert first.rc == 0, first.out[-5000:]
+    assert "executor: docker" in first.out
     specs = load_plan(profile="ci").builds
     wheels = sorted((dist / "wheels").glob("*.whl"))
     assert len(wheels) == len(specs) == 3
     for spec in specs:
         assert any(f"+{spec.label}-{spec.python_tag}-" in w.name for w in wheels), spec.id
-    # verified wheels passed the smoke test (a clean env with the matching torch) before publication;
-    # the CPU-torch one also imports here
-    cpu = next(w for w in wheels if "+cpu" in w.name)
-    assert import_check(cpu, tmp_path / "site").returncode == 0
+    # it ends with one pip command per wheel, each pinned to that wheel's exact version, from the local index
+    commands = [line.strip() for line in proc.stdout.split("Installed from the local index", 1)[1].splitlines()[1:]]
+    index = (dist / "index").resolve()
+    assert len(commands) == 3, proc.stdout[-2000:]
+    for spec in specs:
+        (cmd,) = [c for c in commands if f"+{spec.label} " in c + " "]
+        assert cmd.startswith("pip install mamba-ssm==") and f"--extra-index-url file://{index}/{spec.variant}/" in cmd
+    # the CPU one, run as printed (into a folder, torch left to the test's own), installs a wheel that imports
+    (cpu_cmd,) = [c for c in commands if "+cpu" in c]
+    site = tmp_path / "site"
+    pip = subprocess.run(
+        [sys.executable, "-m", *shlex.split(cpu_cmd), "--target", str(site), "--no-deps"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    code = "import mamba_ssm; from mamba_ssm.ops import selective_scan_interface as s; assert s.HAS_EXTENSION; print(mamba_ssm.__file__)"
+    imported = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
+    assert imported.returncode == 0 and imported.stdout.startswith(str(site)), imported.stderr
+    # verified wheels passed the smoke test (a clean env with the matching torch) before publication
+    # the same command again: its set-up only checks, and nothing is rebuilt
     logs = _log_stamps(dist)
-    second = run_build(*args)
-    assert second.rc == 0 and "0 to build" in second.out
+    again = subprocess.run(
+        ["bash", "scripts/build-ci.sh", "--dist", str(dist)], check=False, cwd=REPO, capture_output=True, text=True
+    )
+    assert again.returncode == 0 and "0 to build" in again.stdout + again.stderr, (again.stdout + again.stderr)[-3000:]
+    assert [c for c in again.stdout.split("Installed from the local index", 1)[1].split() if "==" in c] == [
+        c for c in " ".join(commands).split() if "==" in c
+    ]
     assert _log_stamps(dist) == logs and sum(not n.startswith("image-") for n in logs) == 3

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The farm's main job, on a Debian/Ubuntu host as root, from a fresh clone or again: the set-up
+# (scripts/setup.sh), then `nox -s build_matrix -- --profile ci` (each wheel of the ci profile built,
+# verified, smoke-tested and indexed into dist/; a rerun builds only what changed), then the pip
+# command that installs from that local index, one per wheel. Arguments go to the build
+# (`--dist DIR`, `--executor host`, `--only ID`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/setup.sh
+. scripts/setup.sh
+
+step build_matrix .venv/bin/nox -s build_matrix -- --profile ci "$@"
+
+dist=dist
+while (($#)); do
+  case $1 in
+    --dist) dist=$2; shift 2 ;;
+    --dist=*) dist=${1#--dist=}; shift ;;
+    *) shift ;;
+  esac
+done
+echo
+echo "Installed from the local index $dist/index, next to the torch each was built for:"
+# One line per wheel the index lists, as its own pages and `builder resolve` print it (exact version, variant page).
+.venv/bin/python - "$dist/index" <<'PY'
+import sys
+from pathlib import Path
+
+from builder.publishing.index.model import Manifest, install_command
+from builder.publishing.resolve import load
+
+doc, base = load(Path(sys.argv[1]).resolve().as_uri())
+manifest = Manifest.from_json(doc)
+for entry in sorted(manifest.files.values(), key=lambda e: e.filename):
+    print("  " + install_command(entry, entry.key, base))
+PY

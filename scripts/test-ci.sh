@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The CI set, on a Debian/Ubuntu host as root, from a fresh clone or again (`.ci/run` runs exactly this):
+# the set-up (scripts/setup.sh), then `nox -s tests` with pytest's 40 slowest phases and each test
+# file's wall, then every image, torch volume and compile the farm made (`ci-time: farm` lines):
+# benchmarks/ci_time.py turns this output into the where-the-time-went table. Arguments go to pytest
+# (`--run-slow`: every end-to-end build too).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s%N)
+# shellcheck source=scripts/setup.sh
+. scripts/setup.sh
+
+timings=$(mktemp /tmp/ci-timings.XXXXXX)
+rc=0
+MAMBA_FARM_TIMINGS=$timings .venv/bin/nox -s tests -- --durations=40 --durations-min=1 --file-times "$@" || rc=$?
+sed 's/^/ci-time: farm /' "$timings"
+rm -f "$timings"
+echo "ci: finished in $(seconds_since "$start") s"
+exit "$rc"
