@@ -23,13 +23,14 @@ echo
 echo "Installed from the local index $dist/index, next to the torch each was built for:"
 # One line per wheel the index lists, as its own pages and `builder resolve` print it (exact version, variant page).
 .venv/bin/python - "$dist/index" <<'PY'
+import os
 import sys
 from pathlib import Path
 
 from builder.publishing.index.model import Manifest, install_command
 from builder.publishing.resolve import load
 
-doc, base = load(Path(sys.argv[1]).resolve().as_uri())
+doc, base = load(Path(os.path.abspath(sys.argv[1])).as_uri())  # the index link itself: a rerun swaps what it points to
 manifest = Manifest.from_json(doc)
 for entry in sorted(manifest.files.values(), key=lambda e: e.filename):
     print("  " + install_command(entry, entry.key, base))

@@ -151,7 +151,7 @@ def test_the_arm64_cuda_image_runs_x86_64_device_compilers_and_aarch64_everythin
 
 
 # In the arm64 container: resolve names the wheel, pip installs it next to torch, the op runs, the doctor agrees.
-# torch: the build's torch volume (/torch/site), through a .pth file.
+# torch: the build's torch folder (/torch/site), through a .pth file.
 _INSTALL = r"""
 set -euo pipefail
 py=/opt/python/cp311-cp311/bin/python
@@ -179,8 +179,8 @@ EOF
 /v/bin/python -c 'import json; d = json.load(open("/tmp/doctor.json")); print("doctor:", [(f["verdict"], f["title"]) for f in d["findings"] if f["check"] == "machine"])'
 """
 
-# torch comes from the build's torch volume (PyPI's aarch64 torch, installed and byte-compiled there once, under
-# emulation): a second install of it in the container took as long as the build. pip installs the wheel itself.
+# torch comes from the build's torch folder (PyPI's aarch64 torch, installed by this host's pip and byte-compiled
+# once): a second install of it in the container, under emulation, took as long as the build. pip installs the wheel.
 _CASES = {
     # PyPI's CPU-only aarch64 torch 2.10
     "cpu": ("--torch 2.10", "cpu-torch2.10-cxx11abiTRUE", "torch 2.10.0, cuda None"),
@@ -193,6 +193,7 @@ _CASES = {
 def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(request, case):
     built = request.getfixturevalue("aarch64_run" if case == "cpu" else "aarch64_cuda_run")
     assert built.run.rc == 0, "the build failed: see the tests above"
+    from builder.building.executors.docker import torch_store
     from builder.facts.hostenv import host_pip_settings
 
     resolve, variant, versions = _CASES[case]
@@ -201,8 +202,7 @@ def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(request, c
     pip = host_pip_settings([])
     volumes = {str(REPO): {"bind": "/repo", "mode": "ro"}, "mamba-farm-pip-cache": {"bind": "/root/.cache/pip", "mode": "rw"}}
     volumes |= {str(d): {"bind": str(d), "mode": "ro"} for d in pip.local_dirs}
-    torch_volume = f"mamba-farm-torch-{spec.python_tag}-{spec.torch_version}-{spec.accelerator}-aarch64"
-    volumes[torch_volume] = {"bind": "/torch", "mode": "ro"}
+    volumes[torch_store(spec)] = {"bind": "/torch", "mode": "ro"}  # the folder this host's pip filled
     env = {**pip.env(), "PIP_CACHE_DIR": "/root/.cache/pip", "PIP_NO_CACHE_DIR": "0", "RESOLVE": resolve}
     t0 = time.monotonic()
     with serve(dist) as url:

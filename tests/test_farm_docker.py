@@ -138,13 +138,17 @@ def test_second_run_rebuilds_nothing(cpu_runs) -> None:
 
 
 @pytest.mark.cuda_build
-def test_ci_profile_end_to_end(tmp_path: Path) -> None:
+def test_ci_profile_end_to_end(cpu_runs, tmp_path: Path) -> None:
     """The README's first maintainer command, as typed (with --dist): every ci spec (cpu torch 2.13 py3.11;
-    cu13 torch 2.14 py3.11, py3.12) in containers, then the pip commands that install from its index."""
+    cu13 torch 2.14 py3.11, py3.12) in containers, then the pip commands that install from its index.
+
+    Into the dist the CPU runs above made: the CPU wheel is built once per CI run (its build is what they
+    test), and this run adds the CUDA ones beside it, as a maintainer's second run would.
+    """
     docker_client()
     from builder.planning.plan import load_plan
 
-    dist = tmp_path / "dist"
+    dist = cpu_runs.dist
     t0 = time.monotonic()
     proc = subprocess.run(
         ["bash", "scripts/build-ci.sh", "--dist", str(dist)],
@@ -156,7 +160,7 @@ def test_ci_profile_end_to_end(tmp_path: Path) -> None:
     )
     first = Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0)
     assert first.rc == 0, first.out[-5000:]
-    assert "executor: docker" in first.out
+    assert "executor: docker" in first.out and "1 up to date, 2 to build" in first.out, first.out[-3000:]
     specs = load_plan(profile="ci").builds
     wheels = sorted((dist / "wheels").glob("*.whl"))
     assert len(wheels) == len(specs) == 3
@@ -164,7 +168,7 @@ def test_ci_profile_end_to_end(tmp_path: Path) -> None:
         assert any(f"+{spec.label}-{spec.python_tag}-" in w.name for w in wheels), spec.id
     # it ends with one pip command per wheel, each pinned to that wheel's exact version, from the local index
     commands = [line.strip() for line in proc.stdout.split("Installed from the local index", 1)[1].splitlines()[1:]]
-    index = (dist / "index").resolve()
+    index = dist / "index"  # the link itself, which a rerun swaps: the command stays good
     assert len(commands) == 3, proc.stdout[-2000:]
     for spec in specs:
         (cmd,) = [c for c in commands if f"+{spec.label} " in c + " "]

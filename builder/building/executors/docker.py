@@ -54,6 +54,51 @@ from builder.sourcing.reproducible import tree_epoch
 PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
 
 
+def torch_store(spec) -> str:
+    """Where SPEC's torch lives, mounted read-only at /torch by its builds and smoke test: the docker volume
+    ``mamba-farm-torch-<python>-<torch>-<accelerator>`` for this host's machine; for another machine's, a host
+    folder ``<farm cache>/torch/<that name>-<machine>``, which this host's pip fills (``_foreign_torch``)."""
+    name = f"mamba-farm-torch-{spec.python_tag}-{spec.torch_version}-{spec.accelerator}"
+    machine = machine_of(spec.platform)
+    return name if machine == host_machine() else str(CACHE_ROOT / "torch" / f"{name}-{machine}")
+
+
+def target_requirements(site: Path, project: str, machine: str, python: str) -> list[str]:
+    """PROJECT's requirements (its installed METADATA under SITE, outside data: capped, parsed strictly) whose
+    markers hold on MACHINE (aarch64) with CPython PYTHON (3.11) on Linux, extras left out."""
+    from email.parser import HeaderParser
+
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from mamba_ssm._untrusted import Untrusted, read_regular, shown
+
+    infos = [p for p in site.glob("*.dist-info") if canonicalize_name(p.name.split("-")[0]) == canonicalize_name(project)]
+    if len(infos) != 1:
+        raise InfrastructureError(f"{project}: {len(infos)} .dist-info folders under {site}, not one")
+    where = infos[0] / "METADATA"
+    try:
+        text = read_regular(where, 4 << 20).decode("utf-8")
+    except (Untrusted, OSError, UnicodeDecodeError) as err:
+        raise InfrastructureError(f"{where}: cannot be read ({shown(err, 300)})") from None
+    env = {
+        **default_environment(), "platform_machine": machine, "platform_system": "Linux", "sys_platform": "linux",
+        "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
+        "python_version": python, "python_full_version": f"{python}.0", "extra": "",
+    }  # fmt: skip
+    out = []
+    for line in HeaderParser().parsestr(text).get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as err:
+            raise InfrastructureError(f"{where}: a Requires-Dist pip cannot read: {shown(line, 200)} ({shown(err, 200)})") from None
+        if req.marker is None or req.marker.evaluate(env):
+            req.marker = None
+            out.append(str(req))
+    return out
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -197,14 +242,15 @@ class DockerExecutor:
         """A volume holding torch (with all its deps) for SPEC's Python, filled once and reused.
 
         Builds mount it read-only: the GBs of a CUDA torch are installed once per
-        (Python, torch) instead of once per build, and survive across runs.
+        (Python, torch) instead of once per build, and survive across runs. Another machine's
+        torch is a host folder instead, filled by this host's pip (``_foreign_torch``): no emulation.
         """
         import docker.errors
         from filelock import FileLock
 
-        name = f"mamba-farm-torch-{spec.python_tag}-{spec.torch_version}-{spec.accelerator}"
-        if machine_of(spec.platform) != host_machine():
-            name += f"-{machine_of(spec.platform)}"
+        store = torch_store(spec)
+        foreign = store.startswith("/")
+        name = Path(store).name
         with self._lock:
             lock = self._volume_locks.setdefault(name, threading.Lock())
         # The volume is the engine's, shared by every farm run on this host (two jobs of a rehearsed release,
@@ -213,6 +259,8 @@ class DockerExecutor:
         locks = CACHE_ROOT / "locks"
         locks.mkdir(parents=True, exist_ok=True)
         with lock, FileLock(str(locks / f"{name}.lock")):
+            if foreign:
+                return self._foreign_torch(spec, Path(store), log_path, timeout)
             try:
                 self.client.volumes.get(name)
                 probe = self._run(spec, ["test", "-f", "/torch/.ready"], {}, {name: {"bind": "/torch", "mode": "ro"}}, None, 120)
@@ -220,12 +268,8 @@ class DockerExecutor:
                     return name, None
             except docker.errors.NotFound:
                 self.client.volumes.create(name, labels={LABEL: "1"})
-            # Builds mount the volume read-only, so Python cannot cache bytecode there: natively torch's
-            # import compiles its .py files in seconds, under emulation in a minute and a half (measured),
-            # three times a build and its smoke test. Another machine's volume gets them compiled once.
-            compile_flag = "--no-compile" if machine_of(spec.platform) == host_machine() else "--compile"
             script = (
-                f'rm -rf /torch/site /torch/.ready && "$FARM_PYTHON" -m pip install {compile_flag} --target /torch/site '
+                'rm -rf /torch/site /torch/.ready && "$FARM_PYTHON" -m pip install --no-compile --target /torch/site '
                 '$FARM_TORCH_PIP_ARGS "$FARM_TORCH_REQ" && touch /torch/.ready || exit 75'
             )
             env = self._env(spec)
@@ -239,6 +283,70 @@ class DockerExecutor:
                     False, None, log_path, f"could not install {env['FARM_TORCH_REQ']} (exit {code})", infrastructure=True
                 )
             return name, None
+
+    def _foreign_torch(self, spec, folder: Path, log_path: Path, timeout: float) -> tuple[str, BuildResult | None]:
+        """Another machine's torch in the host FOLDER (``torch_store``, bind-mounted at /torch like a volume),
+        installed by this host's pip, natively: wheels picked for SPEC's platform and Python
+        (``--platform``, ``--python-version``, ``--only-binary :all:``). An emulated pip took most of a cold
+        aarch64 run. pip judges markers by the machine it runs on, so torch goes in alone and its requirements
+        follow, their markers judged for SPEC's machine (``target_requirements``). Builds mount it read-only, so
+        Python cannot cache bytecode there (under emulation torch's import compiles its .py files in a minute and
+        a half, three times a build and its smoke test): a host Python of SPEC's version compiles them once
+        (bytecode is the same on every machine)."""
+        import subprocess
+        import sys
+
+        name = folder.name
+        if (folder / ".ready").is_file():
+            return str(folder), None
+        env = spec_env(spec, max_jobs=1)
+        requirement = env["FARM_TORCH_REQ"]
+        tmp = folder.with_name(f".{name}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "site").mkdir(parents=True)
+        started = time.monotonic()
+        pip = [
+            sys.executable, "-m", "pip", "install", "--no-compile", "--target", str(tmp / "site"), "--only-binary", ":all:",
+            "--platform", spec.manylinux, "--python-version", spec.python, "--implementation", "cp",
+            *env["FARM_TORCH_PIP_ARGS"].split(),
+        ]  # fmt: skip
+        reason = None
+        with open(log_path, "ab") as f:
+            f.write(f"== installing {requirement} for {spec.python_tag} {spec.platform} natively into {folder} (once)\n".encode())
+            f.flush()
+
+            def run(cmd: list[str]) -> int:
+                try:
+                    return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, check=False).returncode
+                except subprocess.TimeoutExpired:
+                    return 124
+
+            if (code := run([*pip, "--no-deps", requirement])) != 0:
+                reason = f"could not install {requirement} (pip exit {code})"
+            else:
+                try:
+                    needs = target_requirements(tmp / "site", "torch", machine_of(spec.platform), spec.python)
+                except FarmError as err:
+                    needs, reason = [], str(err).splitlines()[0]
+                f.write(f"== its requirements on {machine_of(spec.platform)}: {' '.join(needs) or 'none'}\n".encode())
+                f.flush()
+                if reason is None and needs and (code := run([*pip, *needs])) != 0:
+                    reason = f"could not install {requirement}'s requirements (pip exit {code})"
+            if reason is None:
+                try:
+                    python = interpreters.python_prefix(spec.python, log=self.log) / "bin" / "python3"
+                except FarmError as err:  # no host Python of that version: imports compile it, slowly
+                    f.write(f"== not byte-compiled: {str(err).splitlines()[0]}\n".encode())
+                else:
+                    run([str(python), "-m", "compileall", "-q", "-j", "0", str(tmp / "site")])
+        if reason is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return str(folder), BuildResult(False, None, log_path, reason, infrastructure=True)
+        (tmp / ".ready").touch()
+        shutil.rmtree(folder, ignore_errors=True)
+        os.rename(tmp, folder)
+        timings.record("torch", f"folder {name} (native pip)", time.monotonic() - started)
+        return str(folder), None
 
     def _env(self, spec) -> dict[str, str]:
         env = {**self.pip.env(), **spec_env(spec, max_jobs=self.options.max_jobs)}
