@@ -18,6 +18,7 @@ with --run-slow. A host without emulation skips, printing the reason the farm gi
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from types import SimpleNamespace
@@ -114,7 +115,9 @@ def test_the_aarch64_cuda_wheel_compiled_natively_holds_aarch64_code_and_sm_90_s
     run, dist, spec = aarch64_cuda_run.run, aarch64_cuda_run.dist, aarch64_cuda_run.spec
     assert run.rc == 0, run.out[-5000:]
     wheel = _wheel(dist, spec)
-    assert re.fullmatch(r"mamba_ssm-2\.3\.0\+cu13torchstable-cp310-abi3-manylinux_2_\d+_aarch64\.whl", wheel.name), wheel.name
+    assert re.fullmatch(r"mamba_ssm-2\.3\.0\+cu13torchstable-cp310-abi3-manylinux_2_\d+_aarch64\.whl", wheel.name), (
+        wheel.name
+    )
     assert f"{spec.id}: smoke ok: torch 2.11.0" in run.out and "(under emulation," in run.out
     with zipfile.ZipFile(wheel) as zf:
         elves = {n: zf.read(n) for n in zf.namelist() if zf.read(n)[:4] == b"\x7fELF"}
@@ -147,7 +150,13 @@ def test_the_arm64_cuda_image_runs_x86_64_device_compilers_and_aarch64_everythin
     found = dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
     assert found.pop("machine") == "aarch64"
     machines = {name: _elf.machine_of(bytes.fromhex(head)) for name, head in found.items()}
-    assert machines == {"nvcc": "x86_64", "ptxas": "x86_64", "cicc": "x86_64", "libcudart.so.13": "aarch64", "g++": "aarch64"}
+    assert machines == {
+        "nvcc": "x86_64",
+        "ptxas": "x86_64",
+        "cicc": "x86_64",
+        "libcudart.so.13": "aarch64",
+        "g++": "aarch64",
+    }
 
 
 # In the arm64 container: resolve names the wheel, pip installs it next to torch, the op runs, the doctor agrees.
@@ -200,7 +209,10 @@ def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(request, c
     client, dist, spec = built.client, built.dist, built.spec
     image = _image(client, built.run, spec)
     pip = host_pip_settings([])
-    volumes = {str(REPO): {"bind": "/repo", "mode": "ro"}, "mamba-farm-pip-cache": {"bind": "/root/.cache/pip", "mode": "rw"}}
+    volumes = {
+        str(REPO): {"bind": "/repo", "mode": "ro"},
+        "mamba-farm-pip-cache": {"bind": "/root/.cache/pip", "mode": "rw"},
+    }
     volumes |= {str(d): {"bind": str(d), "mode": "ro"} for d in pip.local_dirs}
     volumes[torch_store(spec)] = {"bind": "/torch", "mode": "ro"}  # the folder this host's pip filled
     env = {**pip.env(), "PIP_CACHE_DIR": "/root/.cache/pip", "PIP_NO_CACHE_DIR": "0", "RESOLVE": resolve}
@@ -219,3 +231,66 @@ def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(request, c
     ran = re.search(r"op ok on aarch64: mamba_ssm 2\.3\.0, torch (\S+?)(\+\w+)?, cuda (\S+), max abs error", out)
     assert ran and (ran.group(1), ran.group(3)) == (torch_version, cuda), out[-3000:]
     assert "doctor: [('ok', " in out and "all built for aarch64" in out, out[-2000:]
+
+
+# Another machine's torch is installed by this host's pip, which judges markers by this host: torch goes in
+# alone, then the requirements whose markers hold on the target (PyPI's aarch64 torch 2.10 names x86_64-only
+# CUDA wheels, which pip on x86_64 would fetch and fail on). The METADATA is PyPI's: read capped and strictly.
+_TORCH_METADATA = """Metadata-Version: 2.4
+Name: torch
+Version: 2.10.0
+Requires-Dist: filelock
+Requires-Dist: setuptools; python_version >= "3.12"
+Requires-Dist: nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux" and platform_machine == "x86_64"
+Requires-Dist: triton==3.6.0; platform_system == "Linux" and platform_machine == "x86_64"
+Requires-Dist: nvidia-cublas==13.1.0.3; platform_system == "Linux" and platform_machine == "aarch64"
+Requires-Dist: pyyaml; extra == "pyyaml"
+
+torch's description
+"""
+
+
+def _site(tmp_path, metadata: str):
+    info = tmp_path / "site" / "torch-2.10.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(metadata)
+    return tmp_path / "site"
+
+
+def test_another_machines_torch_requirements_are_judged_for_that_machine(tmp_path):
+    from builder.building.executors.docker import target_requirements
+
+    site = _site(tmp_path, _TORCH_METADATA)
+    assert target_requirements(site, "torch", "aarch64", "3.11") == ["filelock", "nvidia-cublas==13.1.0.3"]
+    assert target_requirements(site, "torch", "aarch64", "3.12") == [
+        "filelock",
+        "setuptools",
+        "nvidia-cublas==13.1.0.3",
+    ]
+    assert target_requirements(site, "torch", "x86_64", "3.11") == [
+        "filelock", "nvidia-cuda-runtime-cu12==12.8.90", "triton==3.6.0",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "metadata, says",
+    [
+        pytest.param(_TORCH_METADATA.replace("filelock", "filelock >>> 3; $(rm -rf /)"), "a Requires-Dist pip cannot read", id="bad-requirement"),
+        pytest.param(b"\xff\xfe not utf-8", "cannot be read", id="not-utf8"),
+        pytest.param("Requires-Dist: x\n" * 400_000, "cannot be read", id="too-large"),
+        pytest.param(None, "cannot be read", id="fifo"),  # never waited on
+    ],
+)  # fmt: skip
+def test_a_torch_metadata_that_cannot_be_read_fails_the_install_clearly(tmp_path, metadata, says):
+    from builder.building.executors.docker import target_requirements
+    from builder.errors import InfrastructureError
+
+    info = tmp_path / "site" / "torch-2.10.0.dist-info"
+    info.mkdir(parents=True)
+    if metadata is None:
+        os.mkfifo(info / "METADATA")
+    else:
+        (info / "METADATA").write_bytes(metadata if isinstance(metadata, bytes) else metadata.encode())
+    with pytest.raises(InfrastructureError, match=says) as err:
+        target_requirements(tmp_path / "site", "torch", "aarch64", "3.11")
+    assert "\x1b" not in str(err.value) and len(str(err.value)) < 1000
