@@ -299,8 +299,8 @@ class DockerExecutor:
         name = folder.name
         if (folder / ".ready").is_file():
             return str(folder), None
-        env = spec_env(spec, max_jobs=1)
-        requirement = env["FARM_TORCH_REQ"]
+        farm = spec_env(spec, max_jobs=1)  # what build.sh would be given: the requirement, torch's index
+        requirement = farm["FARM_TORCH_REQ"]
         tmp = folder.with_name(f".{name}.{os.getpid()}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "site").mkdir(parents=True)
@@ -308,7 +308,7 @@ class DockerExecutor:
         pip = [
             sys.executable, "-m", "pip", "install", "--no-compile", "--target", str(tmp / "site"), "--only-binary", ":all:",
             "--platform", spec.manylinux, "--python-version", spec.python, "--implementation", "cp",
-            *env["FARM_TORCH_PIP_ARGS"].split(),
+            *farm["FARM_TORCH_PIP_ARGS"].split(),
         ]  # fmt: skip
         reason = None
         with open(log_path, "ab") as f:
