@@ -143,7 +143,8 @@ def table(result: dict, top: int = 25) -> str:
             out.append(f"| {kind} | (not in this log) |")
             continue
         cpu = sum(r.get("cpu") or 0 for r in rows)
-        extra = f", {cpu:.0f} CPU-s" if kind == "compiles" and cpu else ""
+        # a build's wall runs from its torch (a volume filled on first use) to its wheel: those fills are in it
+        extra = f", {cpu:.0f} CPU-s; wall includes torch filled on first use" if kind == "compiles" and cpu else ""
         out.append(f"| {kind} ({len(rows)}{extra}; inside the tests below) | {sum(r['seconds'] for r in rows):.0f} |")
     ranked = sorted(files.items(), key=lambda kv: -kv[1])
     for name, s in ranked[:top]:
