@@ -2,7 +2,7 @@
 # The farm's main job, on a Debian/Ubuntu host as root, from a fresh clone or again: the set-up
 # (scripts/setup.sh), then `nox -s build_matrix -- --profile ci` (each wheel of the ci profile built,
 # verified, smoke-tested and indexed into dist/; a rerun builds only what changed), then the pip
-# command that installs from that local index, one per wheel. Arguments go to the build
+# commands that install from that local index, one per variant. Arguments go to the build
 # (`--dist DIR`, `--executor host`, `--only ID`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ while (($#)); do
 done
 echo
 echo "Installed from the local index $dist/index, next to the torch each was built for:"
-# One line per wheel the index lists, as its own pages and `builder resolve` print it (exact version, variant page).
+# The commands the index's own pages and `builder resolve` print (exact version, variant page), for its wheels.
 .venv/bin/python - "$dist/index" <<'PY'
 import os
 import sys
@@ -32,6 +32,7 @@ from builder.publishing.resolve import load
 
 doc, base = load(Path(os.path.abspath(sys.argv[1])).as_uri())  # the index link itself: a rerun swaps what it points to
 manifest = Manifest.from_json(doc)
-for entry in sorted(manifest.files.values(), key=lambda e: e.filename):
-    print("  " + install_command(entry, entry.key, base))
+# One command serves every Python of a variant (pip picks the wheel for its own): each printed once.
+lines = {install_command(entry, entry.key, base): None for entry in sorted(manifest.files.values(), key=lambda e: e.filename)}
+print("\n".join(f"  {line}" for line in lines))
 PY
