@@ -153,6 +153,10 @@ def table(result: dict, top: int = 25) -> str:
         out.append(f"| tests: {len(ranked) - top} other files | {sum(s for _, s in ranked[top:]):.0f} |")
     if files:
         out.append(f"| **tests, all files** | **{sum(files.values()):.0f}** |")
+    if result["durations"]:
+        out += ["", "Slowest test phases (pytest's --durations):", "", "| seconds | phase | test |", "|---:|---|---|"]
+        for seconds, phase, node in sorted(result["durations"], key=lambda d: -d[0])[:10]:
+            out.append(f"| {seconds:.0f} | {phase} | {node} |")
     if farm:
         out += [
             "",

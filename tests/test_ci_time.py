@@ -77,6 +77,7 @@ def test_the_table_has_each_set_up_step_and_each_test_file(produced_log) -> None
     table = ci_time.table(result)
     assert "| set-up: venv | 20 |" in table and "| **set-up, all** | **50** |" in table
     assert "| tests: test_slow_one.py | 1 |" in table
+    assert "| 1 | setup | test_slow_one.py::test_a |" in table
 
 
 def test_the_farm_steps_are_summed_by_kind_and_repeats_named(produced_log) -> None:
