@@ -295,6 +295,16 @@ def _index_case(build):
     return make
 
 
+def _evidence_beside(folder: Path, text: str | None, **fields) -> None:
+    """A wheel with an evidence record beside it: TEXT as it is, or a well-formed record with FIELDS changed."""
+    whl = make_mamba_wheel(folder, LABEL, "cp312")
+    if text is None:
+        rec = {"schema": 1, "wheel": whl.name, "sha256": sha256(whl), "built": None, "imported": None,
+               "verified": {"tags": []}, "numerics": [], "gpu": []}  # fmt: skip
+        text = json.dumps({**rec, **fields})
+    Path(f"{whl}.evidence.json").write_text(text)
+
+
 def _wheel_with(folder: Path, changes: dict, name: str | None = None) -> None:
     whl = make_mamba_wheel(folder / "tmp", LABEL, "cp312")
     with zipfile.ZipFile(whl) as zf:
@@ -567,6 +577,21 @@ CASES = [
     Case("index-folder-loop", 0, "index:", _index_case(lambda f, w: (f / "up").symlink_to(".."))),
     Case("index-fifo-sidecar", 2, "not a regular file",
          _index_case(lambda f, w: os.mkfifo(str(make_mamba_wheel(f, LABEL, "cp312")) + ".spec.json"))),
+    # a wheel's evidence record (builder.verifying.evidence): read capped, depth-checked, typed, of these bytes
+    Case("index-evidence-fifo", 2, "not a regular file",
+         _index_case(lambda f, w: os.mkfifo(str(make_mamba_wheel(f, LABEL, "cp312")) + ".evidence.json"))),
+    Case("index-evidence-dev-zero", 2, "not a regular file",
+         _index_case(lambda f, w: Path(str(make_mamba_wheel(f, LABEL, "cp312")) + ".evidence.json").symlink_to("/dev/zero"))),
+    Case("index-evidence-deep", 2, "nested deeper",
+         _index_case(lambda f, w: _evidence_beside(f, "[" * 100_000 + "]" * 100_000))),
+    Case("index-evidence-over-1-MiB", 2, "more than",
+         _index_case(lambda f, w: _evidence_beside(f, '{"pad": "' + "x" * (2 << 20) + '"}'))),
+    Case("index-evidence-other-bytes", 2, "the record is of sha256",
+         _index_case(lambda f, w: _evidence_beside(f, None, sha256="0" * 64))),
+    Case("index-evidence-gpu-not-a-list", 2, "'gpu'",
+         _index_case(lambda f, w: _evidence_beside(f, None, gpu={"passed": True}))),
+    Case("index-evidence-bidi-wheel", 2, "not mamba_ssm",
+         _index_case(lambda f, w: _evidence_beside(f, None, wheel="mamba_ssm\u202e.whl"))),
     Case("index-metadata-name", 2, "METADATA says Name",
          _index_case(lambda f, w: _wheel_with(f, {f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: causal-conv1d\n"
                                                   b"Version: 2.3.0+" + LABEL.encode() + b"\n"}))),
@@ -994,6 +1019,7 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     "index": {
         "wheels": ("index-",),
         "sidecars": ("index-fifo-sidecar",),
+        "evidence records": ("index-evidence-",),
         "--base-url": ("index-base-url-",),
         "zip members": ("index-zip-", "index-metadata-"),
     },

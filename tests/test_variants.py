@@ -383,7 +383,7 @@ def test_variantlib_and_the_verifier_accept_every_variant_wheel(site, tmp_path):
         with zipfile.ZipFile(src) as zf:
             assert zf.read("mamba_ssm/_C.abi3.so") == so  # the extension's bytes unchanged
         spec = plan.build(f"{acc}-torchstable-abi3-cp311-linux_x86_64")
-        assert verify_wheel(wheel, spec, workdir=tmp_path / label) == wheel
+        assert verify_wheel(wheel, spec, workdir=tmp_path / label) .wheel == wheel
         other = plan.build(f"{'cu13' if acc == 'cpu' else 'cpu'}-torchstable-abi3-cp311-linux_x86_64")
         with pytest.raises(VerificationError, match="variant label is"):
             verify_wheel(wheel, other, workdir=tmp_path / label)
