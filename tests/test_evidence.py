@@ -123,10 +123,12 @@ def test_the_index_serves_the_record_beside_the_wheel_with_its_tier(tmp_path):
     entry = load_manifest(out.resolve())["files"][wheel.name]
     assert entry.tier == "cpu-checked (imported with torch 2.13.0+cpu)"
     assert entry.evidence_sha256 == hashlib.sha256(served.read_bytes()).hexdigest()
-    assert f'data-tier="cpu-checked"' in (out / "index.html").read_text()
+    assert 'data-tier="cpu-checked"' in (out / "index.html").read_text()
 
     # the GPU gate appended a run: the next run serves the new record, the manifest its tier
-    evidence.append_gpu(evidence.path_of(wheel), {"device": "cuda", "gpu": "NVIDIA A100", "sm": "sm_80", "passed": True})
+    evidence.append_gpu(
+        evidence.path_of(wheel), {"device": "cuda", "gpu": "NVIDIA A100", "sm": "sm_80", "passed": True}
+    )
     build_index(wheels, out)
     assert len(json.loads((out / "files" / served.name).read_text())["gpu"]) == 1
     assert load_manifest(out.resolve())["files"][wheel.name].tier == "gpu-run (NVIDIA A100 (sm_80))"
@@ -183,3 +185,121 @@ def test_release_split_carries_the_record_to_its_line(tmp_path):
     assert json.loads((tmp_path / "lines" / "checkout" / (wheel.name + evidence.SUFFIX)).read_text()) == rec
     assert (tmp_path / "lines" / "checkout" / bare.name).is_file()
     assert not (tmp_path / "lines" / "checkout" / (bare.name + evidence.SUFFIX)).exists()
+
+
+# ---------------------------------------------------------------- tiers from the ledger and the plan
+
+
+def _record_of(spec, tmp_path: Path, smoke: dict | None = SMOKE, gpu: list | None = None) -> dict:
+    """The record a real build of SPEC would write (its wheel made here under the name the farm gives it)."""
+    from wheelmaker import make_wheel
+
+    from builder.publishing.tiers import build_kind
+
+    _line, project, _label, python, machine = build_kind(spec)
+    tag = f"{python}-manylinux_2_34_{machine}"
+    wheel = make_wheel(tmp_path / spec.id, project, f"2.3.0+{spec.label}", tag, requires=("torch",))
+    source = {"kind": "sdist", "name": project} if spec.from_recipe else {"kind": "checkout", "commit": "0" * 40}
+    rec = evidence.make(
+        wheel, built={"id": spec.id, "source": source}, verified={**VERIFIED, "tags": [tag]}, smoke=smoke
+    )
+    rec["gpu"] = gpu or []
+    return rec
+
+
+def test_cell_tiers_come_from_records_of_the_same_wheel_kind(tmp_path):
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    plan = load_plan(profile="release")
+    stable_cpu = next(b for b in plan.builds if b.stable and b.accelerator == "cpu" and b.platform == "linux_x86_64")
+    upstream = next(b for b in plan.builds if b.project == "causal-conv1d" and b.accelerator == "cu13")
+    ours_cu13 = next(b for b in plan.builds if not b.from_recipe and b.accelerator == "cu13" and not b.stable)
+    gpu = [{"device": "cuda", "gpu": "NVIDIA H100", "sm": "sm_90", "passed": True}]
+    records = [
+        _record_of(stable_cpu, tmp_path),  # imported and numerics: cpu-checked, for every cell the stable wheel serves
+        _record_of(upstream, tmp_path, smoke={**SMOKE, "numerics": []}),  # imported only: compiled
+        _record_of(ours_cu13, tmp_path, gpu=gpu),
+    ]
+    found = tiers.cell_tiers(plan, records)
+    by_build = {}
+    for _cell, b, t, _rec in found:
+        by_build.setdefault(b.id, set()).add(t)
+    assert by_build[stable_cpu.id] == {"cpu-checked"} and by_build[upstream.id] == {"compiled"}
+    assert by_build[ours_cu13.id] == {"gpu-run"}
+    from builder.planning.plan import served_cells
+
+    c = tiers.counts(plan, records)
+    assert c["checkout"]["cpu-checked"] == len(served_cells(plan, stable_cpu)) > 1
+    assert c["upstream"]["compiled"] == len(served_cells(plan, upstream)) == 1
+    assert sum(c["checkout"].values()) + sum(c["upstream"].values()) == len(found)
+    # a record of upstream's mamba-ssm never counts for this repository's mamba-ssm of the same label
+    twin = next(b for b in plan.builds if b.project == "mamba-ssm" and b.from_recipe and b.label == ours_cu13.label
+                and b.python == ours_cu13.python and b.platform == ours_cu13.platform)  # fmt: skip
+    assert tiers.build_kind(twin) != tiers.build_kind(ours_cu13)
+    assert by_build.get(twin.id) == {"planned"}
+
+
+def test_the_ledger_refuses_a_planted_claim_and_a_build_that_no_longer_proves_it(tmp_path):
+    import dataclasses
+
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    plan = load_plan(profile="ci")
+    spec = plan.builds[0]
+    fresh = _record_of(spec, tmp_path)
+    # a ledger that claims a GPU ran it, when the build now proves only the CPU checks: an overclaim
+    planted = {**fresh, "gpu": [{"device": "cuda", "gpu": "NVIDIA H100", "sm": "sm_90", "passed": True}]}
+    (problem,) = tiers.overclaims([planted], [fresh])
+    assert "the ledger says gpu-run (NVIDIA H100 (sm_90))" in problem and "this build proves cpu-checked" in problem
+    assert tiers.overclaims([fresh], [fresh]) == [] and tiers.overclaims([fresh], [planted]) == []
+    # a record of a wheel kind no plan builds (a label typed in by hand), or whose tags are not its wheel's
+    ghost = _record_of(dataclasses.replace(spec, label="cputorch9.9cxx11abiTRUE"), tmp_path / "ghost")
+    assert any("no build of the plan makes" in p for p in tiers.check_ledger([ghost], [plan]))
+    lying = {**fresh, "verified": {**fresh["verified"], "tags": ["cp311-cp311-manylinux_2_17_x86_64"]}}
+    assert any("verified tags" in p for p in tiers.check_ledger([lying], [plan]))
+    assert tiers.check_ledger([fresh], [plan]) == []
+
+
+def test_the_docs_build_fails_on_a_ledger_claim_that_no_longer_stands(tmp_path, monkeypatch):
+    import dataclasses
+    import sys
+
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "hooks"))
+    import refgen
+
+    spec = load_plan(profile="ci").builds[0]
+    ledger = tmp_path / "evidence.json"
+    ghost = _record_of(dataclasses.replace(spec, label="cputorch9.9cxx11abiTRUE"), tmp_path)
+    ledger.write_text(json.dumps({"schema": 1, "records": [ghost]}))
+    monkeypatch.setattr(tiers, "LEDGER", ledger)
+    monkeypatch.setattr(tiers.load_ledger, "__defaults__", (ledger,))
+    refgen._ledger_tiers.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="no build of the plan makes this kind of wheel"):
+            refgen.support_markdown()
+    finally:
+        refgen._ledger_tiers.cache_clear()
+
+
+def test_harvest_reads_real_records_beside_their_wheels_into_the_ledger(tmp_path):
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    spec = load_plan(profile="ci").builds[0]
+    rec = _record_of(spec, tmp_path / "dist")
+    wheel = tmp_path / "dist" / spec.id / rec["wheel"]
+    evidence.write(evidence.path_of(wheel), rec)
+    ledger = tmp_path / "ledger.json"
+    assert tiers.harvest(tmp_path / "dist", ledger) == (1, 1)
+    (kept,) = tiers.load_ledger(ledger)
+    assert kept["sha256"] == rec["sha256"] and evidence.tier(kept) == "cpu-checked"
+    # a record beside other bytes is refused, and the ledger is left as it was
+    wheel.write_bytes(wheel.read_bytes() + b"\0")
+    with pytest.raises(UsageError, match="the record is of sha256"):
+        tiers.harvest(tmp_path / "dist", ledger)
+    assert tiers.load_ledger(ledger) == [kept]

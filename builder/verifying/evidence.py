@@ -114,7 +114,9 @@ def read(path: Path | str, *, wheel_sha256: str | None = None) -> dict | None:
     try:
         rec = check(load_json(read_regular(path, MAX_BYTES), path), path)
     except Untrusted as err:
-        raise UsageError(f"{err}: not an evidence record the farm wrote", hint="rebuild the wheel, or remove the file") from None
+        raise UsageError(
+            f"{err}: not an evidence record the farm wrote", hint="rebuild the wheel, or remove the file"
+        ) from None
     if wheel_sha256 is not None and rec["sha256"] != wheel_sha256:
         raise UsageError(
             f"{path}: the record is of sha256 {rec['sha256'][:16]}..., the wheel beside it is {wheel_sha256[:16]}...",
@@ -127,7 +129,9 @@ def append_gpu(path: Path, run: dict) -> dict:
     """Add the GPU gate's RUN to the record at PATH (rewritten with one rename); returns the record."""
     rec = read(path)
     if rec is None:
-        raise UsageError(f"{path}: no evidence record to add the GPU run to", hint="rebuild the wheel with this builder")
+        raise UsageError(
+            f"{path}: no evidence record to add the GPU run to", hint="rebuild the wheel with this builder"
+        )
     rec["gpu"] = [*rec["gpu"], run][-MAX_GPU_RUNS:]
     write(Path(path), rec)
     return rec

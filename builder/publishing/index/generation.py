@@ -328,7 +328,9 @@ def _replacement(old: Entry, new: Entry) -> Entry:
     return new.replace(replaced=superseded, url=old.url)
 
 
-def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved, evidence_staged) -> IndexResult:
+def _publish(
+    layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved, evidence_staged
+) -> IndexResult:
     if current is not None and not added and not staged and not dirty and base_url == doc.get("base_url"):
         _collect_store(store_fd, files, doc.get("wheel_variants"))
         return IndexResult(layout.out, current, (), len(files), len(doc.get("variants", {})))

@@ -85,7 +85,9 @@ def ingest(src: str, name: str, store_fd: int, store_name: str | None = None) ->
     data, tier = record
     evidence_sha = _write_file(store_fd, name + evidence.SUFFIX, data)
     return entry.replace(
-        evidence_sha256=evidence_sha, evidence_stat=stat_key(os.stat(name + evidence.SUFFIX, dir_fd=store_fd)), tier=tier
+        evidence_sha256=evidence_sha,
+        evidence_stat=stat_key(os.stat(name + evidence.SUFFIX, dir_fd=store_fd)),
+        tier=tier,
     )
 
 
