@@ -295,6 +295,28 @@ def _index_case(build):
     return make
 
 
+def _harvest_case(build):
+    """``evidence harvest`` of a --wheels folder that ``build(folder)`` fills, into a scratch ledger."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        folder = scratch / "wheels"
+        folder.mkdir()
+        build(folder)
+        return ["evidence", "harvest", "--wheels", str(folder), "--ledger", str(scratch / "ledger.json")]
+
+    return make
+
+
+def _ledger_case(content: bytes):
+    """``evidence tiers`` of a ledger holding CONTENT."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        (scratch / "ledger.json").write_bytes(content)
+        return ["evidence", "tiers", "--profile", "ci", "--ledger", str(scratch / "ledger.json")]
+
+    return make
+
+
 def _evidence_beside(folder: Path, text: str | None, **fields) -> None:
     """A wheel with an evidence record beside it: TEXT as it is, or a well-formed record with FIELDS changed."""
     whl = make_mamba_wheel(folder, LABEL, "cp312")
@@ -735,6 +757,19 @@ def _cost_record(name: str, doc) -> callable:
 
 CASES += [
     # --- release cost: the cost records the build jobs upload (publish reads them back) and the farm's own
+    # --- evidence: harvest reads records beside wheels; tiers reads a ledger
+    Case("evidence-harvest-fifo", 2, "not a regular file",
+         _harvest_case(lambda f: os.mkfifo(str(make_mamba_wheel(f, LABEL, "cp312")) + ".evidence.json"))),
+    Case("evidence-harvest-deep", 2, "nested deeper",
+         _harvest_case(lambda f: _evidence_beside(f, "[" * 100_000 + "]" * 100_000))),
+    Case("evidence-harvest-other-bytes", 2, "the record is of sha256",
+         _harvest_case(lambda f: _evidence_beside(f, None, sha256="0" * 64))),
+    Case("evidence-harvest-no-wheel", 2, "no wheel beside it",
+         _harvest_case(lambda f: (f / "ghost.whl.evidence.json").write_text("{}"))),
+    Case("evidence-ledger-not-json", 2, "not JSON", _ledger_case(b"{\"schema\": 1,")),
+    Case("evidence-ledger-schema", 2, "schema 7", _ledger_case(b'{"schema": 7, "records": []}')),
+    Case("evidence-ledger-records-an-object", 2, "'records'", _ledger_case(b'{"schema": 1, "records": {}}')),
+    Case("evidence-ledger-over-16-MiB", 2, "more than", _ledger_case(b" " * (17 << 20))),
     Case("release-cost-fifo", 2, "not a regular file", _cost_case(lambda f: os.mkfifo(f / "job-cost.json"))),
     Case("release-cost-dev-zero-link", 2, "not a regular file",
          _cost_case(lambda f: (f / "job-cost.json").symlink_to("/dev/zero"))),
@@ -1031,6 +1066,7 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     # release: only `release cost`'s records have cases; collect/split/variant-files/gate read the plan's own JSON
     # and the sidecars (the index's cases), made by this farm in CI (issue 28's report)
     "release": {"cost records": ("release-cost-",)},
+    "evidence": {"evidence records": ("evidence-harvest-",), "--ledger": ("evidence-ledger-",)},
     "rehearse": {
         "--tag/--version": ("rehearse-tag-", "rehearse-version-"),
         "--port": ("rehearse-port-",),
