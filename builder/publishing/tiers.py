@@ -4,7 +4,8 @@ A record (builder/verifying/evidence.py) is of one wheel; the release would publ
 build that serves it. A record proves that build's kind of wheel when it names the same *wheel kind*: product
 line (this checkout, or upstream's sdists), project, local label (toolkit, torch, C++ ABI, or ``torchstable``),
 Python/ABI tag (``cp311-cp311``, ``cp310-abi3``) and machine. That build's cells then have the record's tier
-(``gpu-run``, ``cpu-checked``, ``compiled``); a cell whose build has no record is ``planned``, however sure the
+(``gpu-run``, ``cpu-checked``, ``compiled``) for the cells of the torch it was imported or run with; the other
+cells a stable wheel serves are ``compiled``; a cell whose build has no record is ``planned``, however sure the
 plan is that it would build.
 
 The records live in the evidence ledger, ``builder/data/evidence.json``: harvested from real runs by
@@ -148,8 +149,7 @@ def cell_tiers(plan, records: list[dict]) -> list[tuple[object, object, str, dic
     out = []
     for b in plan.builds:
         rec = kinds.get(build_kind(b))
-        t = evidence.tier(rec)
-        out += [(c, b, t, rec) for c in served_cells(plan, b)]
+        out += [(c, b, evidence.tier(rec, c.torch), rec) for c in served_cells(plan, b)]
     return out
 
 

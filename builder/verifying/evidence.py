@@ -140,13 +140,20 @@ def append_gpu(path: Path, run: dict) -> dict:
 # --------------------------------------------------------------------------- what a record proves
 
 
-def tier(rec: dict | None) -> str:
-    """The strongest tier RECORD proves (None: planned)."""
+def _minor(version: object) -> str:
+    return ".".join(str(version or "").split("+")[0].split(".")[:2])
+
+
+def tier(rec: dict | None, torch: str | None = None) -> str:
+    """The strongest tier RECORD proves (None: planned). TORCH (a minor, ``2.13``): what it proves for a user of
+    that torch: a run or an import with another torch (a stable wheel serves many) proves only that it compiled."""
     if rec is None:
         return "planned"
-    if any(r.get("passed") is True and r.get("device", "cuda") != "cpu" for r in rec.get("gpu") or ()):
+    same = lambda v: torch is None or _minor(v) == torch
+    if any(r.get("passed") is True and r.get("device", "cuda") != "cpu" and same(r.get("torch", torch))
+           for r in rec.get("gpu") or ()):  # fmt: skip
         return "gpu-run"
-    if rec.get("imported") and rec.get("numerics"):
+    if rec.get("imported") and rec.get("numerics") and same(rec["imported"].get("torch")):
         return "cpu-checked"
     return "compiled"
 
