@@ -288,6 +288,8 @@ def _line_of(path: Path, needle: str, nth: int = 1) -> int:
             "unknown placeholder ${labl}",
         ),
         ('imports = ["torch"', 'imports = ["torch-x"', "imports =", 1, "test.imports#1", "is not a module name"),
+        ('api = ["causal_conv1d.causal_conv1d_fn"', 'api = ["causal_conv1d_fn"', "api =", 1, "test.api#1",
+         "is not a public name as module.Name"),
         (
             'extensions = ["causal_conv1d_cuda*.so"]',
             'extensions = ["../x.so"]',

@@ -85,6 +85,8 @@ def test_ci_upstream_builds_verifies_and_indexes_both_packages(cp311):
     for rec in records:
         assert rec["built"]["source"]["kind"] == "sdist" and rec["verified"]["archs"] == ["sm_80"], rec
         assert rec["imported"]["torch"].startswith("2.14.1"), rec["imported"]
+    (conv,) = [r for r in records if r["wheel"].startswith("causal_conv1d-")]
+    assert conv["imported"]["api"] == ["causal_conv1d.causal_conv1d_fn", "causal_conv1d.causal_conv1d_update"]
 
 
 @pytest.mark.docker

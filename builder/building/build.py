@@ -341,6 +341,7 @@ def _verify_and_publish(
                 good, spec, python=python3, torch_requirement=torch_requirement, workdir=smoke_dir,
                 torch_venv=cache.torch_venv(python3, torch_requirement, smoke_dir / "torch-envs"),
                 imports=recipe.imports if recipe else (), commands=recipe.commands if recipe else (),
+                api=recipe.api if recipe else (),
             )
     # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.
     staged = workdir / (good.name + ".staged")

@@ -108,6 +108,7 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
     and results go to WORK (the job's artifact: the venv, torch and all, stays out of it)."""
     from builder.planning.recipes import load_recipes
     from builder.publishing.index.model import CHECKOUT, install_command
+    from builder.verifying.wheels import api_imports
     from mamba_ssm._variant import Variant
 
     start = time.monotonic()
@@ -131,7 +132,7 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
             steps.append(("gpu_check", cmd + (["--quick"] if device == "cpu" else [])))
         else:
             recipe = load_recipes()[entry.project]
-            imports = "; ".join(f"import {m}" for m in recipe.imports)
+            imports = "; ".join([*(f"import {m}" for m in recipe.imports), *api_imports(recipe.api)])
             steps.append(("imports", [vpy, "-I", "-c", imports]))
             steps += [
                 (f"test {i}", [vpy if a == "python" else a for a in argv]) for i, argv in enumerate(recipe.commands)

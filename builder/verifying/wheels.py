@@ -620,7 +620,7 @@ SMOKE_SCRIPT = _SMOKE  # what an emulated smoke test (builder/building/executors
 
 def smoke_test(
     wheel: Path, spec: BuildSpec, *, python: str, torch_venv: Path, torch_requirement: str, workdir: Path,
-    imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (),
+    imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (), api: tuple[str, ...] = (),
 ) -> dict:
     """Install ``wheel`` into a clean venv made by ``python`` next to ``torch_requirement``; import it,
     check the ops are registered, run the CPU scan against the reference. Returns what ran: ``line`` (the
@@ -645,7 +645,7 @@ def smoke_test(
     bpip = [str(base / "bin" / "python"), "-m", "pip", "--python", vpy]
     run_step([*bpip, "install", "-q", "--no-deps", str(wheel)], f"install {wheel.name}")
     if spec.from_recipe:
-        ran = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands)
+        ran = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands, api)
         shutil.rmtree(venv, ignore_errors=True)
         return ran
     # the wheel's own torch pin must accept the torch it is tested with
@@ -660,11 +660,16 @@ def smoke_test(
     return {"line": proc.stdout.strip().splitlines()[-1], **smoke_evidence(proc.stdout)}
 
 
-def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands) -> dict:
+def api_imports(api) -> list[str]:
+    """``from module import Name`` for each of a recipe's public names (``module.Name``)."""
+    return [f"from {m} import {n}" for m, _, n in (a.rpartition(".") for a in api)]
+
+
+def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands, api=()) -> dict:
     """The recipe's [test]: its imports in order in one interpreter (an extension needs torch's libraries
-    loaded first; that interpreter then says which torch and Python it ran), then each command, in the smoke
-    venv from / (not the source tree)."""
-    first = "; ".join([*(f"import {name}" for name in imports), _RECIPE_FACTS])
+    loaded first), then its public names from their modules (that interpreter then says which torch and Python
+    it ran), then each command, in the smoke venv from / (not the source tree)."""
+    first = "; ".join([*(f"import {name}" for name in imports), *api_imports(api), _RECIPE_FACTS])
     steps = [[vpy, "-c", first]]
     steps += [[vpy if c[0] == "python" else c[0], *c[1:]] for c in commands]
     facts = None
@@ -679,7 +684,7 @@ def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, comman
     modules = [m for m in imports if m != "torch"]
     return {
         "line": f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}",
-        "imported": {**facts, "modules": modules, "api": [], "commands": len(commands)},
+        "imported": {**facts, "modules": modules, "api": list(api), "commands": len(commands)},
         "numerics": [],
     }
 
