@@ -82,7 +82,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     _validate(args)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
-    log = lambda msg: console.print(msg, highlight=False, markup=False)
+    log = lambda msg: console.print(msg, highlight=False, markup=False, soft_wrap=True)  # a line stays one line
     t0 = time.monotonic()
     plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only, projects=args.projects)
     specs = list(plan.builds)
