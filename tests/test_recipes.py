@@ -393,3 +393,13 @@ def test_a_huge_or_non_regular_recipe_is_refused_at_once(tmp_path):
     os.mkfifo(path)  # reading it would block forever
     with pytest.raises(RecipeError, match="not a regular file"):
         load_recipe(path)
+
+
+def test_a_recipes_public_api_is_imported_name_by_name_from_its_module():
+    from builder.verifying.wheels import api_imports
+
+    conv = load_recipes()["causal-conv1d"]
+    assert api_imports(conv.api) == [
+        "from causal_conv1d import causal_conv1d_fn",
+        "from causal_conv1d import causal_conv1d_update",
+    ]
