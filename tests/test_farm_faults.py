@@ -22,14 +22,7 @@ from builder.errors import BuildFailed
 def test_engine_unreachable_is_a_clear_error_with_a_hint(tmp_path: Path) -> None:
     dead = tmp_path / "dead.sock"
     run = run_build(
-        "--profile",
-        "ci",
-        "--only",
-        ci_spec("cpu").id,
-        "--executor",
-        "docker",
-        "--dist",
-        str(tmp_path / "dist"),
+        "--profile", "ci", "--only", ci_spec("cpu").id, "--executor", "docker", "--dist", str(tmp_path / "dist"),
         env={"DOCKER_HOST": f"unix://{dead}"},
     )
     assert run.rc == 3, run.out
@@ -59,9 +52,7 @@ def test_a_build_that_does_not_compile_fails_with_its_log(tmp_path: Path) -> Non
     first.write_text('#error "deliberately broken for the farm fault test"\n' + first.read_text())
     spec = ci_spec("cpu")
     dist = tmp_path / "dist"
-    run = run_build(
-        "--profile", "ci", "--only", spec.id, "--executor", "docker", "--dist", str(dist), "--source", str(src)
-    )
+    run = run_build("--profile", "ci", "--only", spec.id, "--executor", "docker", "--dist", str(dist), "--source", str(src))
     assert run.rc == BuildFailed.exit_code, run.out[-3000:]  # its own exit code (7), not the generic 1
     log = dist / "logs" / f"{spec.id}.log"
     assert f"log: {log}" in run.out
@@ -107,20 +98,12 @@ def test_one_failure_never_stops_the_others(tmp_path: Path) -> None:
         return BuildResult(True, tmp_path / "raw.whl", tmp_path / f"{spec.id}.log")
 
     ledger = schedule.Ledger(tmp_path / "ledger.json")
-    out = schedule.run(
-        specs, build_one, _finish(tmp_path), ledger=ledger, wheels_dir=tmp_path / "wheels", jobs=2, retries=2
-    )
+    out = schedule.run(specs, build_one, _finish(tmp_path), ledger=ledger, wheels_dir=tmp_path / "wheels", jobs=2, retries=2)
     assert [o.state for o in out] == ["built", "failed", "built", "built"]
     assert calls.count("spec1") == 1  # a compile failure is not retried
     # the ledger makes the next run skip what is done, and only what is done
-    again = schedule.run(
-        specs,
-        build_one,
-        _finish(tmp_path),
-        ledger=schedule.Ledger(tmp_path / "ledger.json"),
-        wheels_dir=tmp_path / "wheels",
-        jobs=2,
-    )
+    again = schedule.run(specs, build_one, _finish(tmp_path), ledger=schedule.Ledger(tmp_path / "ledger.json"),
+                         wheels_dir=tmp_path / "wheels", jobs=2)
     assert [o.state for o in again] == ["skipped", "failed", "skipped", "skipped"]
 
 
@@ -147,14 +130,8 @@ def test_the_first_build_of_a_compile_group_runs_before_the_rest_of_its_group(tm
             return BuildResult(False, None, tmp_path / "spec0.log", "build exited with 1")
         return BuildResult(True, tmp_path / "raw.whl", tmp_path / f"{spec.id}.log")
 
-    out = schedule.run(
-        specs,
-        build_one,
-        _finish(tmp_path),
-        ledger=schedule.Ledger(tmp_path / "l.json"),
-        wheels_dir=tmp_path / "wheels",
-        jobs=3,
-    )
+    out = schedule.run(specs, build_one, _finish(tmp_path), ledger=schedule.Ledger(tmp_path / "l.json"),
+                       wheels_dir=tmp_path / "wheels", jobs=3)
     assert [o.state for o in out] == ["failed", "built", "built", "built"]
     a0_end = events.index(("end", "spec0"))
     assert events.index(("start", "spec1")) > a0_end and events.index(("start", "spec3")) > a0_end
@@ -170,15 +147,8 @@ def test_infrastructure_failures_are_retried(tmp_path: Path) -> None:
             return BuildResult(False, None, tmp_path / "x.log", "engine error", infrastructure=True)
         return BuildResult(True, tmp_path / "raw.whl", tmp_path / "x.log")
 
-    out = schedule.run(
-        [_Spec(0)],
-        build_one,
-        _finish(tmp_path),
-        ledger=schedule.Ledger(tmp_path / "l.json"),
-        wheels_dir=tmp_path / "wheels",
-        jobs=1,
-        retries=1,
-    )
+    out = schedule.run([_Spec(0)], build_one, _finish(tmp_path), ledger=schedule.Ledger(tmp_path / "l.json"),
+                       wheels_dir=tmp_path / "wheels", jobs=1, retries=1)
     assert out[0].state == "built" and attempts == [1, 2]
 
 

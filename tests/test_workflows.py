@@ -41,8 +41,7 @@ HAS_PLAN = importlib.util.find_spec("builder.planning.plan") is not None
 NOXFILE = (ROOT / "noxfile.py").read_text()
 HAS_INDEX_SESSION = re.search(r"^def index\(", NOXFILE, re.MULTILINE) is not None
 needs_plan = pytest.mark.skipif(
-    not HAS_PLAN,
-    reason="needs `python -m builder plan --format github` (builder/planning/plan.py), not in the tree yet",
+    not HAS_PLAN, reason="needs `python -m builder plan --format github` (builder/planning/plan.py), not in the tree yet"
 )
 needs_index = pytest.mark.skipif(
     not HAS_INDEX_SESSION, reason="needs the `nox -s index` session (python -m builder index), not in noxfile.py yet"
@@ -690,9 +689,8 @@ def build_artifacts(tmp: Path, *, sidecars: bool = True) -> dict[str, dict[str, 
         arts[f"wheel-{spec_id}"] = {whl.name: whl.read_bytes()}
         if sidecars:  # the farm's BuildSpec sidecar and its evidence record travel with the wheel
             arts[f"wheel-{spec_id}"][whl.name + ".spec.json"] = spec_json(spec_id)
-            record = evidence.make(
-                whl, built={"id": spec_id}, verified={"tags": [whl.name[:-4].split("-", 2)[2]]}, smoke=None
-            )
+            tag = whl.name[:-4].split("-", 2)[2]
+            record = evidence.make(whl, built={"id": spec_id}, verified={"tags": [tag]}, smoke=None)
             arts[f"wheel-{spec_id}"][whl.name + evidence.SUFFIX] = evidence.dumps(record).encode()
         arts[f"log-{spec_id}"] = {f"{spec_id}.log": b"build ok\n"}
     arts[f"log-{FAILED}"] = {f"{FAILED}.log": b"error: nvcc died\n"}  # a log, no wheel
@@ -894,10 +892,7 @@ def test_publish_dry_run_indexes_each_line_apart_and_lists_each_failed_build(tmp
     assert (ws / "dist" / "logs" / f"log-{FAILED}" / f"{FAILED}.log").is_file()
     assert (ws / "dist" / "logs" / f"log-{GROUP_JOB}" / f"{GROUP_FAILED}.log").is_file()
     assert calls == [], "a dry run touches no release"
-    assert [d[0] for d in done if not isinstance(d[1], subprocess.CompletedProcess)] == [
-        "actions/upload-artifact",
-        "release-assets",
-    ]
+    assert [d[0] for d in done if not isinstance(d[1], subprocess.CompletedProcess)] == ["actions/upload-artifact", "release-assets"]
 
 
 def _links_in(page: Path) -> list[str]:

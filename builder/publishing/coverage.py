@@ -70,11 +70,7 @@ def model(index: Index, project: str = PROJECT) -> dict:
                 rows.setdefault((v.torch, v.accelerator, machine), v)
     machines = sorted({m for (_t, _a, m) in rows if m}, key=lambda m: (m != "x86_64", m))
     out_rows = []
-    order = lambda kv: (
-        _acc_sort(kv[1]),
-        machines.index(kv[0][2]) if kv[0][2] in machines else 0,
-        _torch_sort(kv[0][0]),
-    )
+    order = lambda kv: (_acc_sort(kv[1]), machines.index(kv[0][2]) if kv[0][2] in machines else 0, _torch_sort(kv[0][0]))
     for (torch, acc, machine), v in sorted(rows.items(), key=order):
         # a cell is a user's environment: the row's variant with the column's ABI (a stable row serves both)
         keys = {abi: v.key if v.stable else replace(v, cxx11abi=abi).key for abi in abis}
@@ -84,9 +80,7 @@ def model(index: Index, project: str = PROJECT) -> dict:
             floors = {files[fn].requires_torch for fn in pages[v.key]}
             floor = ", ".join(sorted(f for f in floors if f))
         archs = _row_archs(files[fn] for fn in pages[v.key] if files[fn].machine == machine)
-        out_rows.append(
-            {"torch": torch, "accelerator": acc, "machine": machine, "floor": floor, "cells": cells, "archs": archs}
-        )
+        out_rows.append({"torch": torch, "accelerator": acc, "machine": machine, "floor": floor, "cells": cells, "archs": archs})
     columns = [{"python": f"{py[2]}.{py[3:]}", "abi": abi} for py in pythons for abi in abis]
     sources = sorted(s for p, s in index.sources if p == project)
     return {
@@ -111,11 +105,7 @@ def _row_archs(entries) -> list[dict]:
 
     names = compat.load().gpu_names
     found = {a for e in entries for a in e.archs}
-    key = lambda a: (
-        a[:2] != "sm",
-        int("".join(c for c in a if c.isdigit()) or 0, 16 if a.startswith("gfx") else 10),
-        a,
-    )
+    key = lambda a: (a[:2] != "sm", int("".join(c for c in a if c.isdigit()) or 0, 16 if a.startswith("gfx") else 10), a)
     return [{"arch": a, "gpus": names.get(a, "")} for a in sorted(found, key=key)]
 
 
