@@ -1063,8 +1063,8 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",)},
     "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-")},
     "cache": {"smoke cache": ("cache-",), "--budget": ("cache-budget-",)},
-    # release: only `release cost`'s records have cases; collect/split/variant-files/gate read the plan's own JSON
-    # and the sidecars (the index's cases), made by this farm in CI (issue 28's report)
+    # release: only `release cost`'s records have cases; collect/split/variant-files/gate read the plan's own JSON,
+    # the sidecars and the evidence records (the index's and `evidence`'s cases), made by this farm in CI
     "release": {"cost records": ("release-cost-",)},
     "evidence": {"evidence records": ("evidence-harvest-",), "--ledger": ("evidence-ledger-",)},
     "rehearse": {
