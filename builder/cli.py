@@ -30,6 +30,7 @@ COMMANDS = {
     "cache": "builder.building.cache",
     "rehearse": "builder.upkeep.rehearse",
     "doctor-dist": "builder.publishing.doctor_dist",
+    "evidence": "builder.publishing.tiers",
 }
 
 

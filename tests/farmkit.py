@@ -57,7 +57,37 @@ def ci_spec(accelerator: str = "cpu", python: str = "3.11"):
 
 def partial_files(dist: Path) -> list[Path]:
     wheels = dist / "wheels"
-    return [p for p in wheels.iterdir() if not (p.name.endswith(".whl") or p.name.endswith(".spec.json"))] if wheels.exists() else []
+    done = (".whl", ".spec.json", ".evidence.json")
+    return [p for p in wheels.iterdir() if not p.name.endswith(done)] if wheels.exists() else []
+
+
+def checked_evidence(dist: Path, out: str, *, numerics: bool, modules: tuple[str, ...] = ()) -> list[dict]:
+    """Each wheel's evidence record as the run left it, held against what the run did: the record is of the wheel's
+    bytes and tags, says the smoke test imported MODULES (and ran numerics on the CPU exactly when NUMERICS), the
+    build printed its line from it, the index serves it beside the wheel, and the evidence ledger
+    (builder/data/evidence.json) claims no stronger tier for this kind of wheel than this run proves."""
+    import hashlib
+    import json
+
+    from builder.publishing import tiers
+    from builder.verifying import evidence
+
+    records = []
+    for wheel in sorted((dist / "wheels").glob("*.whl")):
+        rec = evidence.read(evidence.path_of(wheel), wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
+        assert rec is not None, f"{wheel.name}: no evidence record"
+        assert rec["verified"]["tags"] == ["-".join(wheel.name[:-4].split("-")[-3:])], rec["verified"]
+        assert rec["built"]["id"] and rec["imported"] and rec["imported"]["torch"], rec
+        assert set(modules) <= set(rec["imported"]["modules"]), rec["imported"]
+        assert bool(rec["numerics"]) == numerics, rec["numerics"]
+        assert evidence.tier(rec) == ("cpu-checked" if numerics else "compiled")
+        line = f"{wheel.name}: {evidence.line(rec)}, indexed"
+        assert line in out or "0 to build" in out, f"the build did not print {line!r}"
+        served = dist / "index" / "files" / (wheel.name + evidence.SUFFIX)
+        assert json.loads(served.read_text()) == rec
+        records.append(rec)
+    assert tiers.overclaims(tiers.load_ledger(), records) == []
+    return records
 
 
 def import_check(wheel: Path, target: Path) -> subprocess.CompletedProcess:

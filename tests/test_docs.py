@@ -662,28 +662,40 @@ def test_every_benchmark_is_in_the_docs_with_its_command():
 
 
 def test_the_support_page_shows_tiers_gpu_architectures_and_the_served_pythons():
-    """Generated from the plan: every Python the plan serves, GPUs named by architecture, ROCm (never built as a
-    wheel) not in a built tier, and what to do on the platforms with no wheel."""
-    from builder.planning.plan import load_plan
+    """Generated from the release plan and the evidence ledger: both product lines, every Python the plan serves,
+    GPUs named by architecture, each row's tiers exactly what builder.publishing.tiers computes from the ledger
+    (ROCm, never built as a wheel here, only planned), and what to do on the platforms with no wheel."""
+    from collections import Counter
 
-    plan = load_plan()
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    plan = load_plan(profile="release")
     rows = refgen.support_tiers()
-    assert {(r["kind"], r["platform"]) for r in rows} == {(refgen._kind(c.accelerator), c.platform) for c in plan.cells}
+    assert {(r["kind"], r["platform"]) for r in rows if r["line"] == "checkout"} == {
+        (refgen._kind(c.accelerator), c.platform) for c in load_plan().cells
+    }
+    assert {r["project"] for r in rows if r["line"] == "upstream"} == {"mamba-ssm", "causal-conv1d"}
     vkey = lambda v: tuple(map(int, v.split(".")))
     pythons = sorted({c.python for c in plan.cells}, key=vkey)
     page = refgen.render((DOCS / "reference" / "platforms.md").read_text())
     assert "<!-- generated" not in page
-    for r in rows:  # the Pythons of each row are the plan's, first to last
-        served = sorted({c.python for c in plan.cells if (refgen._kind(c.accelerator), c.platform) == (r["kind"], r["platform"])}, key=vkey)
-        assert r["python"].startswith(served[0]) and r["python"].endswith(served[-1]), r
     assert pythons[0] in page and pythons[-1] in page
     archs = {a for b in plan.builds for a in b.archs}
     for arch, name in (("gfx942", "MI300"), ("sm_121", "GB10"), ("sm_90", "H100")):
         if arch in archs:
             assert re.search(rf"`{arch}` \([^)]*{name}", page), arch
-    tiers = {(r["kind"], r["platform"]): r["tier"] for r in rows}
-    assert all(t == "planned" for (k, _p), t in tiers.items() if k == "rocm"), "ROCm wheels were never built"
-    assert tiers[("cpu", "linux_x86_64")] == "tested" and tiers.get(("cuda", "linux_x86_64")) == "built"
+    # each row's counts are the computation's, cell for cell
+    computed = Counter()
+    for _cell, b, tier, _rec in tiers.cell_tiers(plan, tiers.load_ledger()):
+        computed[("upstream" if b.from_recipe else "checkout", b.project, refgen._kind(b.accelerator), b.platform, tier)] += 1
+    shown = Counter()
+    for r in rows:
+        for t in r["tier_list"]:
+            shown[(r["line"], r["project"], r["kind"], r["platform"], t)] += 1
+    assert shown == computed
+    assert all(set(r["tier_list"]) == {"planned"} for r in rows if r["kind"] == "rocm"), "no ROCm wheel was built"
+    assert "hip-compile" in next(r["stand_in"] for r in rows if r["kind"] == "rocm")
     assert "**Windows**: use WSL2" in page and "**macOS**: no" in page
 
 

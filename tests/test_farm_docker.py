@@ -24,6 +24,7 @@ from farmkit import (
     REPO,
     Run,
     build_cmd,
+    checked_evidence,
     ci_spec,
     docker_client,
     farm_containers,
@@ -120,6 +121,11 @@ def test_wheel_installs_in_a_clean_env_and_imports(cpu_runs, tmp_path: Path) -> 
     proc = import_check(cpu_runs.dist / "wheels" / name, tmp_path / "site")
     assert proc.returncode == 0, proc.stderr
     assert "import ok" in proc.stdout
+
+
+def test_the_wheel_carries_its_evidence_record(cpu_runs) -> None:
+    (rec,) = checked_evidence(cpu_runs.dist, cpu_runs.first.out, numerics=True, modules=("mamba_ssm._C",))
+    assert rec["verified"]["repaired"].startswith("manylinux_") and rec["verified"]["machine"] == "x86_64"
 
 
 def test_index_lists_the_wheel_with_its_hash(cpu_runs) -> None:

@@ -79,6 +79,7 @@ def _finish(tmp: Path):
         wheel = tmp / "wheels" / f"{spec.id}.whl"
         wheel.parent.mkdir(exist_ok=True)
         wheel.write_bytes(spec.id.encode())
+        (wheel.parent / f"{wheel.name}.evidence.json").write_text("{}")  # (_verify_and_publish writes its record)
         return wheel
 
     return finish
@@ -157,6 +158,11 @@ def test_a_changed_or_damaged_wheel_is_rebuilt(tmp_path: Path) -> None:
     wheel = _finish(tmp_path)(spec, None)
     ledger.record(spec, wheel, 1.0)
     assert ledger.done(spec, tmp_path / "wheels") == wheel
+    # a wheel whose record of what was checked is gone is built again (and checked again)
+    evidence = tmp_path / "wheels" / f"{wheel.name}.evidence.json"
+    evidence.rename(evidence.with_suffix(".moved"))
+    assert ledger.done(spec, tmp_path / "wheels") is None
+    evidence.with_suffix(".moved").rename(evidence)
     wheel.write_bytes(b"tampered")
     assert ledger.done(spec, tmp_path / "wheels") is None
     spec.inputs_hash = "other"

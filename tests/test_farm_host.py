@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from farmkit import ci_spec, import_check, partial_files, run_build
+from farmkit import checked_evidence, ci_spec, import_check, partial_files, run_build
 
 
 def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
@@ -45,3 +45,7 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     ), rows
     proc = import_check(wheel, tmp_path / "site")
     assert proc.returncode == 0, proc.stderr
+    # what was checked, recorded as it ran: built on the host, verified, imported and its numerics run on the CPU
+    (rec,) = checked_evidence(dist, run.out, numerics=True, modules=("mamba_ssm", "mamba_ssm._C"))
+    assert rec["verified"]["abi"] and set(rec["verified"]["abi"].values()) == {"cxx11"}
+    assert rec["numerics"][0]["max_abs_error"] < rec["numerics"][0]["tolerance"]

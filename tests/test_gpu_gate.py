@@ -18,6 +18,7 @@ from wheelmaker import make_mamba_wheel
 
 from builder.publishing import gpugate
 from builder.publishing.release import split
+from builder.verifying import evidence
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,8 +29,30 @@ def _lines(tmp_path: Path) -> Path:
         w = make_mamba_wheel(wheels, label)
         acc, torch = label.split("torch")[0], "2.13"
         Path(f"{w}.spec.json").write_text(json.dumps({"id": f"{acc}-torch{torch}-cxx11abiTRUE-cp311-linux_x86_64"}))
+        record = evidence.make(w, built={"id": "x"}, verified={"tags": ["cp311-cp311-linux_x86_64"]}, smoke=None)
+        evidence.write(evidence.path_of(w), record)
     split(wheels, tmp_path / "lines")
     return tmp_path / "lines"
+
+
+def test_a_gate_run_is_appended_to_the_wheels_record_and_handed_to_publish(tmp_path):
+    lines = _lines(tmp_path)
+    wheel = lines / "checkout" / "mamba_ssm-2.3.0+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
+    built_copy = tmp_path / "wheels" / (wheel.name + evidence.SUFFIX)  # (split hard-links it)
+    before = built_copy.read_text()
+    ran = gpugate.Outcome(wheel.name, "cu13-torch2.13-cxx11abiTRUE", "gpu_check numerics", True, 12.0,
+                          device={"gpu": "NVIDIA H100 80GB HBM3", "sm": "sm_90", "torch": "2.13.0+cu130"})  # fmt: skip
+    gpugate._record(wheel, ran.run("cuda"), tmp_path / "results" / "evidence")
+    handed = evidence.read(tmp_path / "results" / "evidence" / (wheel.name + evidence.SUFFIX))
+    assert handed["gpu"] == [{"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "sm": "sm_90", "torch": "2.13.0+cu130",
+                              "check": "gpu_check numerics", "passed": True, "seconds": 12.0}]  # fmt: skip
+    assert evidence.tier_detail(handed) == "gpu-run (NVIDIA H100 80GB HBM3 (sm_90))"
+    assert evidence.read(evidence.path_of(wheel)) == handed
+    assert built_copy.read_text() == before  # the build's copy is not written through the link
+    # a dry run on the CPU is recorded as one and proves no GPU
+    dry = gpugate.Outcome(wheel.name, "k", "gpu_check numerics", True, 1.0).run("cpu")
+    gpugate._record(wheel, dry, tmp_path / "results" / "evidence")
+    assert evidence.read(evidence.path_of(wheel))["gpu"][-1]["gpu"] == "none (cpu)"
 
 
 def test_the_gate_picks_the_cuda_wheels_and_the_cell_users_install_from(tmp_path):
@@ -63,6 +86,9 @@ def test_a_broken_cuda_wheel_fails_the_gate_and_is_named(tmp_path):
     assert f"| `{name}` | `cu13-torch2.13-cxx11abiTRUE/` | gpu_check numerics | **failed** |" in summary.read_text()
     (res,) = json.loads((tmp_path / "gate" / "results" / "gate.json").read_text())
     assert res["ok"] is False and res["detail"].startswith("gpu_check exited 1")
+    # the failed run is in the wheel's record, for publish, and proves nothing
+    rec = evidence.read(tmp_path / "gate" / "results" / "evidence" / (name + evidence.SUFFIX))
+    assert [(r["device"], r["passed"]) for r in rec["gpu"]] == [("cpu", False)] and evidence.tier(rec) == "compiled"
     log = (tmp_path / "gate" / "results" / name.removesuffix(".whl") / "log.txt").read_text()
     # installed as users install it: the exact pin from its cell's page on the staged index
     assert "-m pip install mamba-ssm==2.3.0+cu13torch2.13cxx11abiTRUE --extra-index-url http://127.0.0.1:" in log

@@ -295,6 +295,38 @@ def _index_case(build):
     return make
 
 
+def _harvest_case(build):
+    """``evidence harvest`` of a --wheels folder that ``build(folder)`` fills, into a scratch ledger."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        folder = scratch / "wheels"
+        folder.mkdir()
+        build(folder)
+        return ["evidence", "harvest", "--wheels", str(folder), "--ledger", str(scratch / "ledger.json")]
+
+    return make
+
+
+def _ledger_case(content: bytes):
+    """``evidence tiers`` of a ledger holding CONTENT."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        (scratch / "ledger.json").write_bytes(content)
+        return ["evidence", "tiers", "--profile", "ci", "--ledger", str(scratch / "ledger.json")]
+
+    return make
+
+
+def _evidence_beside(folder: Path, text: str | None, **fields) -> None:
+    """A wheel with an evidence record beside it: TEXT as it is, or a well-formed record with FIELDS changed."""
+    whl = make_mamba_wheel(folder, LABEL, "cp312")
+    if text is None:
+        rec = {"schema": 1, "wheel": whl.name, "sha256": sha256(whl), "built": None, "imported": None,
+               "verified": {"tags": []}, "numerics": [], "gpu": []}  # fmt: skip
+        text = json.dumps({**rec, **fields})
+    Path(f"{whl}.evidence.json").write_text(text)
+
+
 def _wheel_with(folder: Path, changes: dict, name: str | None = None) -> None:
     whl = make_mamba_wheel(folder / "tmp", LABEL, "cp312")
     with zipfile.ZipFile(whl) as zf:
@@ -567,6 +599,21 @@ CASES = [
     Case("index-folder-loop", 0, "index:", _index_case(lambda f, w: (f / "up").symlink_to(".."))),
     Case("index-fifo-sidecar", 2, "not a regular file",
          _index_case(lambda f, w: os.mkfifo(str(make_mamba_wheel(f, LABEL, "cp312")) + ".spec.json"))),
+    # a wheel's evidence record (builder.verifying.evidence): read capped, depth-checked, typed, of these bytes
+    Case("index-evidence-fifo", 2, "not a regular file",
+         _index_case(lambda f, w: os.mkfifo(str(make_mamba_wheel(f, LABEL, "cp312")) + ".evidence.json"))),
+    Case("index-evidence-dev-zero", 2, "not a regular file",
+         _index_case(lambda f, w: Path(str(make_mamba_wheel(f, LABEL, "cp312")) + ".evidence.json").symlink_to("/dev/zero"))),
+    Case("index-evidence-deep", 2, "nested deeper",
+         _index_case(lambda f, w: _evidence_beside(f, "[" * 100_000 + "]" * 100_000))),
+    Case("index-evidence-over-1-MiB", 2, "more than",
+         _index_case(lambda f, w: _evidence_beside(f, '{"pad": "' + "x" * (2 << 20) + '"}'))),
+    Case("index-evidence-other-bytes", 2, "the record is of sha256",
+         _index_case(lambda f, w: _evidence_beside(f, None, sha256="0" * 64))),
+    Case("index-evidence-gpu-not-a-list", 2, "'gpu'",
+         _index_case(lambda f, w: _evidence_beside(f, None, gpu={"passed": True}))),
+    Case("index-evidence-bidi-wheel", 2, "not mamba_ssm",
+         _index_case(lambda f, w: _evidence_beside(f, None, wheel="mamba_ssm\u202e.whl"))),
     Case("index-metadata-name", 2, "METADATA says Name",
          _index_case(lambda f, w: _wheel_with(f, {f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: causal-conv1d\n"
                                                   b"Version: 2.3.0+" + LABEL.encode() + b"\n"}))),
@@ -710,6 +757,19 @@ def _cost_record(name: str, doc) -> callable:
 
 CASES += [
     # --- release cost: the cost records the build jobs upload (publish reads them back) and the farm's own
+    # --- evidence: harvest reads records beside wheels; tiers reads a ledger
+    Case("evidence-harvest-fifo", 2, "not a regular file",
+         _harvest_case(lambda f: os.mkfifo(str(make_mamba_wheel(f, LABEL, "cp312")) + ".evidence.json"))),
+    Case("evidence-harvest-deep", 2, "nested deeper",
+         _harvest_case(lambda f: _evidence_beside(f, "[" * 100_000 + "]" * 100_000))),
+    Case("evidence-harvest-other-bytes", 2, "the record is of sha256",
+         _harvest_case(lambda f: _evidence_beside(f, None, sha256="0" * 64))),
+    Case("evidence-harvest-no-wheel", 2, "no wheel beside it",
+         _harvest_case(lambda f: (f / "ghost.whl.evidence.json").write_text("{}"))),
+    Case("evidence-ledger-not-json", 2, "not JSON", _ledger_case(b"{\"schema\": 1,")),
+    Case("evidence-ledger-schema", 2, "schema 7", _ledger_case(b'{"schema": 7, "records": []}')),
+    Case("evidence-ledger-records-an-object", 2, "'records'", _ledger_case(b'{"schema": 1, "records": {}}')),
+    Case("evidence-ledger-over-16-MiB", 2, "more than", _ledger_case(b" " * (17 << 20))),
     Case("release-cost-fifo", 2, "not a regular file", _cost_case(lambda f: os.mkfifo(f / "job-cost.json"))),
     Case("release-cost-dev-zero-link", 2, "not a regular file",
          _cost_case(lambda f: (f / "job-cost.json").symlink_to("/dev/zero"))),
@@ -994,6 +1054,7 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     "index": {
         "wheels": ("index-",),
         "sidecars": ("index-fifo-sidecar",),
+        "evidence records": ("index-evidence-",),
         "--base-url": ("index-base-url-",),
         "zip members": ("index-zip-", "index-metadata-"),
     },
@@ -1002,9 +1063,10 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",)},
     "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-")},
     "cache": {"smoke cache": ("cache-",), "--budget": ("cache-budget-",)},
-    # release: only `release cost`'s records have cases; collect/split/variant-files/gate read the plan's own JSON
-    # and the sidecars (the index's cases), made by this farm in CI (issue 28's report)
+    # release: only `release cost`'s records have cases; collect/split/variant-files/gate read the plan's own JSON,
+    # the sidecars and the evidence records (the index's and `evidence`'s cases), made by this farm in CI
     "release": {"cost records": ("release-cost-",)},
+    "evidence": {"evidence records": ("evidence-harvest-",), "--ledger": ("evidence-ledger-",)},
     "rehearse": {
         "--tag/--version": ("rehearse-tag-", "rehearse-version-"),
         "--port": ("rehearse-port-",),

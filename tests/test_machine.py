@@ -76,7 +76,7 @@ def test_an_aarch64_wheel_holding_an_x86_64_library_is_refused(elves, tmp_path):
     whl = wheel_with(tmp_path, elves["x86_64"], AARCH64_SPEC)
     member = "mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so"
     with pytest.raises(VerificationError) as exc:
-        verify_wheel(whl, AARCH64_SPEC, workdir=tmp_path / "work")
+        verify_wheel(whl, AARCH64_SPEC, workdir=tmp_path / "work").wheel
     assert f"{member} is x86_64 code, but the wheel is tagged linux_aarch64 (aarch64)" in str(exc.value)
     assert "aarch64 host" in exc.value.hint
     # the same wheel with an aarch64 build passes this check (and only this one is asked here)
@@ -236,6 +236,6 @@ def test_a_real_aarch64_wheel_is_repaired_and_tagged_on_this_host(elves, tmp_pat
     """auditwheel's --plat lists only this host's machine: the verifier repairs another machine's wheel with
     auto and tags it with the spec's policy."""
     whl = wheel_with(tmp_path, elves["aarch64"], AARCH64_SPEC)
-    final = verify_wheel(whl, AARCH64_SPEC, workdir=tmp_path / "work")
+    final = verify_wheel(whl, AARCH64_SPEC, workdir=tmp_path / "work").wheel
     assert final.name.endswith("-cp311-cp311-manylinux_2_28_aarch64.whl"), final.name
     check_machine(final, "manylinux_2_28_aarch64")

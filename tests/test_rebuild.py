@@ -16,6 +16,7 @@ from wheelmaker import make_wheel
 
 from builder.building import build, schedule
 from builder.errors import IndexIntegrityError
+from builder.verifying import evidence
 
 
 def _sha(p: Path) -> str:
@@ -35,6 +36,10 @@ def _publish_build(spec, wheels: Path, scratch: Path, payload: bytes) -> Path:
     )
     dest = wheels / fresh.name
     os.replace(fresh, dest)
+    tag = dest.name[:-4].split("-", 2)[2]  # its record, as _verify_and_publish leaves it
+    evidence.write(
+        evidence.path_of(dest), evidence.make(dest, built={"id": spec.id}, verified={"tags": [tag]}, smoke=None)
+    )
     return dest
 
 

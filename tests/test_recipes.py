@@ -288,6 +288,8 @@ def _line_of(path: Path, needle: str, nth: int = 1) -> int:
             "unknown placeholder ${labl}",
         ),
         ('imports = ["torch"', 'imports = ["torch-x"', "imports =", 1, "test.imports#1", "is not a module name"),
+        ('api = ["causal_conv1d.causal_conv1d_fn"', 'api = ["causal_conv1d_fn"', "api =", 1, "test.api#1",
+         "is not a public name as module.Name"),
         (
             'extensions = ["causal_conv1d_cuda*.so"]',
             'extensions = ["../x.so"]',
@@ -391,3 +393,13 @@ def test_a_huge_or_non_regular_recipe_is_refused_at_once(tmp_path):
     os.mkfifo(path)  # reading it would block forever
     with pytest.raises(RecipeError, match="not a regular file"):
         load_recipe(path)
+
+
+def test_a_recipes_public_api_is_imported_name_by_name_from_its_module():
+    from builder.verifying.wheels import api_imports
+
+    conv = load_recipes()["causal-conv1d"]
+    assert api_imports(conv.api) == [
+        "from causal_conv1d import causal_conv1d_fn",
+        "from causal_conv1d import causal_conv1d_update",
+    ]

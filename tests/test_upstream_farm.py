@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from farmkit import REPO, docker_client, run_build
+from farmkit import REPO, checked_evidence, docker_client, run_build
 from indexkit import find_python, serve
 
 from builder.errors import PatchError, SourceIntegrityError
@@ -80,6 +80,13 @@ def test_ci_upstream_builds_verifies_and_indexes_both_packages(cp311):
         assert "in front of nvcc and c++, objects in /root/.cache/mamba-kernels/ccache" in log
         assert re.search(r"^== ccache: \d+ hits, \d+ misses$", log, re.M), log[-3000:]
     assert "index:" in first.out
+    # what was checked: upstream's packages have no CPU path, so imported (the recipe's [test]) but no numerics
+    records = checked_evidence(dist, first.out, numerics=False)
+    for rec in records:
+        assert rec["built"]["source"]["kind"] == "sdist" and rec["verified"]["archs"] == ["sm_80"], rec
+        assert rec["imported"]["torch"].startswith("2.14.1"), rec["imported"]
+    (conv,) = [r for r in records if r["wheel"].startswith("causal_conv1d-")]
+    assert conv["imported"]["api"] == ["causal_conv1d.causal_conv1d_fn", "causal_conv1d.causal_conv1d_update"]
 
 
 @pytest.mark.docker

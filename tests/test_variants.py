@@ -244,8 +244,20 @@ def site(tmp_path_factory):
     proc = subprocess.run([sys.executable, "-m", "builder", "build", "--profile", "ci-stable", "--executor", "host",
                            "--dist", str(dist)], cwd=REPO, check=False, capture_output=True, text=True, env=env, timeout=3000)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    (root / "build.out").write_text(proc.stdout + proc.stderr)
     with serve(dist) as url:
         yield url, dist / "index"
+
+
+def test_the_stable_wheels_carry_their_evidence(site):
+    """Both stable wheels (CPU; CUDA 13, imported with torch's CUDA build and its CPU kernels run) were imported and
+    their numerics checked on the CPU, as each one's record says (and no more than the ledger claims)."""
+    from farmkit import checked_evidence
+
+    dist = site[1].parent
+    records = checked_evidence(dist, (dist.parent / "build.out").read_text(), numerics=True, modules=("mamba_ssm._C",))
+    assert sorted(r["wheel"].split("+")[1].split("-")[0] for r in records) == ["cputorchstable", "cu13torchstable"]
+    assert all(r["verified"]["tags"][0].startswith("cp310-abi3-") for r in records)
 
 
 def _torch_dir(version: str) -> Path:
@@ -383,7 +395,7 @@ def test_variantlib_and_the_verifier_accept_every_variant_wheel(site, tmp_path):
         with zipfile.ZipFile(src) as zf:
             assert zf.read("mamba_ssm/_C.abi3.so") == so  # the extension's bytes unchanged
         spec = plan.build(f"{acc}-torchstable-abi3-cp311-linux_x86_64")
-        assert verify_wheel(wheel, spec, workdir=tmp_path / label) == wheel
+        assert verify_wheel(wheel, spec, workdir=tmp_path / label) .wheel == wheel
         other = plan.build(f"{'cu13' if acc == 'cpu' else 'cpu'}-torchstable-abi3-cp311-linux_x86_64")
         with pytest.raises(VerificationError, match="variant label is"):
             verify_wheel(wheel, other, workdir=tmp_path / label)

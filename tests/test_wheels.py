@@ -128,8 +128,14 @@ def test_abi_audit_on_compiled_libraries(sos):
 def test_verify_repairs_to_the_policy_without_bundling_torch(sos, tmp_path):
     whl = wheel_with(tmp_path, sos["old"], CPU_SPEC)
     assert b"libc10.so" in sos["old"].read_bytes()  # DT_NEEDED: auditwheel must leave it to torch
-    final = verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work")
+    verified = verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work")
+    final = verified.wheel
     assert final.name == "mamba_ssm-2.3.0+cputorch2.6cxx11abiFALSE-cp311-cp311-manylinux_2_28_x86_64.whl"
+    # what was checked comes back with it (the evidence record's `verified`): the tags after repair, the ABI
+    # each extension was found to have, no device code, the machine, the policy reached
+    checks = verified.checks
+    assert checks["tags"] == ["cp311-cp311-manylinux_2_28_x86_64"] and checks["repaired"] == "manylinux_2_28_x86_64"
+    assert list(checks["abi"].values()) == ["pre-cxx11"] and checks["archs"] == [] and checks["machine"] == "x86_64"
     facts = read_facts(final)
     assert facts.wheel_tags == ("cp311-cp311-manylinux_2_28_x86_64",)
     with zipfile.ZipFile(final) as zf:
@@ -154,7 +160,7 @@ def test_verify_leaves_openmp_to_torchs_libgomp(sos, tmp_path):
     which would ignore torch.set_num_threads and run its own thread pool next to torch's."""
     so = compile_so(tmp_path, "omp", OPENMP_SRC, "-fopenmp", "-D_GLIBCXX_USE_CXX11_ABI=0")
     assert b"libgomp.so.1" in so.read_bytes()
-    final = verify_wheel(wheel_with(tmp_path, so, CPU_SPEC), CPU_SPEC, workdir=tmp_path / "work")
+    final = verify_wheel(wheel_with(tmp_path, so, CPU_SPEC), CPU_SPEC, workdir=tmp_path / "work").wheel
     with zipfile.ZipFile(final) as zf:
         assert not [n for n in zf.namelist() if ".libs/" in n], zf.namelist()
         ext = next(n for n in zf.namelist() if n.endswith(".so"))
@@ -179,19 +185,19 @@ def test_verify_names_what_disagrees(sos, tmp_path):
     for kw, message in cases:
         whl = wheel_with(tmp_path / message[:8].replace(" ", "_"), sos["old"], CPU_SPEC, **kw)
         with pytest.raises(VerificationError, match=message):
-            verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work")
+            verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work").wheel
     whl = wheel_with(tmp_path / "abi", sos["new"], CPU_SPEC)
     with pytest.raises(VerificationError, match="labelled cxx11abiFALSE but references std::__cxx11"):
-        verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work")
+        verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work").wheel
 
 
 @needs_gxx
 def test_newer_glibc_than_the_policy_is_reported(sos, tmp_path):
     whl = wheel_with(tmp_path, sos["glibc234"], CPU_SPEC)
     with pytest.raises(VerificationError, match=r"cannot reach manylinux_2_28_x86_64: .*manylinux_2_3\d_x86_64") as exc:
-        verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work")
+        verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work").wheel
     assert "base image" in exc.value.hint
-    final = verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work2", allow_newer_manylinux=True)
+    final = verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work2", allow_newer_manylinux=True).wheel
     assert read_facts(final).filename_tags[0].startswith("cp311-cp311-manylinux_2_3")
 
 
@@ -345,14 +351,14 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
         label=v.label,
     )
     # a bookworm/trixie host reaches only a newer manylinux than 2_28: allowed here, reported as a warning
-    final = verify_wheel(whl, spec, workdir=tmp_path / "verify", allow_newer_manylinux=True)
+    final = verify_wheel(whl, spec, workdir=tmp_path / "verify", allow_newer_manylinux=True).wheel
     from mamba_ssm import __version__
 
     assert final.name.startswith(f"mamba_ssm-{__version__}+{v.label}-{v.python}-{v.python}-manylinux_")
     torch_venv = cache.torch_venv(
         sys._base_executable, f"torch=={spec.torch_version}", tmp_path / "smoke" / "torch-envs"
     )
-    line = smoke_test(
+    ran = smoke_test(
         final,
         spec,
         python=sys._base_executable,
@@ -360,7 +366,11 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
         torch_requirement=f"torch=={spec.torch_version}",
         workdir=tmp_path / "smoke",
     )
-    assert line.startswith("smoke ok:")
+    assert ran["line"].startswith("smoke ok:")
+    # what it ran, for the evidence record: the torch it imported with, the API, the CPU numerics and their error
+    assert ran["imported"]["torch"].startswith(spec.torch_version) and "selective_scan_fn" in ran["imported"]["api"]
+    (numerics,) = ran["numerics"]
+    assert numerics["device"] == "cpu" and 0 <= numerics["max_abs_error"] < numerics["tolerance"]
     # a wheel whose extension is not a torch extension fails the smoke test with the reason
     broken = wheel_with(tmp_path / "broken", compile_so(tmp_path, "plain", NO_STRING_SRC), spec)
     with pytest.raises(VerificationError, match="compiled extension did not load|smoke test failed"):
@@ -398,7 +408,7 @@ def test_verify_refuses_a_stale_extension_module(sos, tmp_path):
     whl = make_wheel(tmp_path / "stable", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
                      requires=("torch>=2.10",), files={"mamba_ssm/_C.abi3.so": so, stale: so})  # fmt: skip
     with pytest.raises(VerificationError) as exc:
-        verify_wheel(whl, STABLE_SPEC, workdir=tmp_path / "work")
+        verify_wheel(whl, STABLE_SPEC, workdir=tmp_path / "work").wheel
     msg = str(exc.value)
     assert f"holds 2 builds of mamba_ssm._C: {stale}, mamba_ssm/_C.abi3.so (CPython imports {stale}" in msg
     assert f"{stale} is a version-specific (cp311) build in a stable-ABI wheel" in msg
@@ -408,7 +418,7 @@ def test_verify_refuses_a_stale_extension_module(sos, tmp_path):
     with pytest.raises(
         VerificationError, match=r"mamba_ssm/_C\.abi3\.so is a stable-ABI \(abi3\) build in a cp311 wheel"
     ):
-        verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work")
+        verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work").wheel
     # the clean stable wheel passes the name checks
     whl = make_wheel(tmp_path / "ok", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
                      requires=("torch>=2.10",), files={"mamba_ssm/_C.abi3.so": so})  # fmt: skip

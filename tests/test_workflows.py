@@ -25,6 +25,8 @@ import yaml
 
 from tests.wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel, make_standin_sdist
 
+from builder.verifying import evidence
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
 RELEASE = WORKFLOWS / "release.yml"
@@ -685,8 +687,11 @@ def build_artifacts(tmp: Path, *, sidecars: bool = True) -> dict[str, dict[str, 
     for spec_id, label in BUILT.items():
         whl = make_mamba_wheel(tmp / "made", label, platform=PLATFORM)
         arts[f"wheel-{spec_id}"] = {whl.name: whl.read_bytes()}
-        if sidecars:  # the farm's BuildSpec sidecar travels with the wheel
+        if sidecars:  # the farm's BuildSpec sidecar and its evidence record travel with the wheel
             arts[f"wheel-{spec_id}"][whl.name + ".spec.json"] = spec_json(spec_id)
+            tag = whl.name[:-4].split("-", 2)[2]
+            record = evidence.make(whl, built={"id": spec_id}, verified={"tags": [tag]}, smoke=None)
+            arts[f"wheel-{spec_id}"][whl.name + evidence.SUFFIX] = evidence.dumps(record).encode()
         arts[f"log-{spec_id}"] = {f"{spec_id}.log": b"build ok\n"}
     arts[f"log-{FAILED}"] = {f"{FAILED}.log": b"error: nvcc died\n"}  # a log, no wheel
     for job, (project, version, source, pythons) in UPSTREAM_JOBS.items():
@@ -741,6 +746,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
     decide = {
         "needs.plan.outputs.publish == 'true'": publish,
         "needs.plan.outputs.publish != 'true'": not publish,
+        "needs.gpu-gate.result == 'success'": False,  # the gate skipped: no records of its runs to lay over
     }
     env = base_env(
         tmp,
@@ -925,6 +931,7 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels_of_both_line
     upload = next(c for c in calls if c[:2] == ["release", "upload"])
     assets = {Path(a).name for a in upload[3:] if not a.startswith("-")}
     assert upload[2] == "v2.3.0" and assets >= {p.name for p in new} | {p.name + ".spec.json" for p in new}
+    assert assets >= {p.name + ".evidence.json" for p in ours}  # what was checked of each wheel, published beside it
     assert "build-logs-v2.3.0.tar.gz" in assets
     assert any(c[:2] == ["release", "create"] and "--verify-tag" in c for c in calls)
     notes = (ws / "dist" / "summary.md").read_text()  # the release's notes name both lines' indexes

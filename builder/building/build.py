@@ -4,6 +4,7 @@ Layout of ``--dist`` (default ``dist``)::
 
     dist/wheels/<wheel>            verified wheels only, each moved in with one rename
     dist/wheels/<wheel>.spec.json  the BuildSpec that made it (the index reads ``serves``)
+    dist/wheels/<wheel>.evidence.json  what was checked of it (builder.verifying.evidence)
     dist/logs/<id>.log             one log per build (image builds: image-<image id>.log)
     dist/logs/<id>.cost.json       what the build cost: wall and compile CPU seconds (builder.publishing.cost)
     dist/index/                    the resolver index (builder.publishing.index)
@@ -32,7 +33,7 @@ from builder.building.executors.choose import EXECUTORS, select
 from builder.errors import BuildFailed, FarmError, UsageError
 from builder.publishing import cost
 from builder.sourcing import reproducible
-from builder.verifying import provenance
+from builder.verifying import evidence, provenance
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,7 +82,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     _validate(args)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
-    log = lambda msg: console.print(msg, highlight=False, markup=False)
+    log = lambda msg: console.print(msg, highlight=False, markup=False, soft_wrap=True)  # a line stays one line
     t0 = time.monotonic()
     plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only, projects=args.projects)
     specs = list(plan.builds)
@@ -191,6 +192,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     schedule.summary(outcomes, console)
     index_error = _index(wheels_dir, dist / "index", log, replacements(outcomes, previous))
+    _evidence_lines(outcomes, log, indexed=index_error is None)
     log(f"done in {time.monotonic() - t0:.1f}s: wheels in {wheels_dir}, logs in {logs_dir}, index in {dist / 'index'}")
     failed = [o for o in outcomes if o.state == "failed"]
     if failed:
@@ -209,6 +211,20 @@ def run_command(args: argparse.Namespace) -> int:
     if index_error:
         raise BuildFailed(f"the wheels were built, but the index failed: {index_error}", hint=index_error.hint)
     return 0
+
+
+def _evidence_lines(outcomes: list, log, *, indexed: bool) -> None:
+    """One line per wheel this run built, printed from its evidence record (what was really checked)."""
+    for o in outcomes:
+        if o.state != "built" or o.wheel is None:
+            continue
+        try:
+            rec = evidence.read(evidence.path_of(o.wheel))
+        except FarmError as err:
+            log(f"{o.wheel.name}: {err}")
+            continue
+        if rec is not None:
+            log(f"{o.wheel.name}: {evidence.line(rec)}{', indexed' if indexed else ', NOT indexed'}")
 
 
 def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tuple[dict, dict]:
@@ -294,12 +310,11 @@ def _verify_and_publish(
     record = provenance.record(
         spec, epoch=epoch or reproducible.ZIP_FLOOR, image=image, commit=commit, dirty=dirty, recipe=recipe
     )
-    good = Path(
-        wheels.verify_wheel(
-            raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux, epoch=epoch,
-            provenance=record,
-        )
+    verified = wheels.verify_wheel(
+        raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux, epoch=epoch,
+        provenance=record,
     )
+    good, ran = Path(verified.wheel), None
     foreign = machine_of(spec.platform) != host_machine()
     if smoke and foreign:
         if emulated_smoke is None or recipe is not None:
@@ -309,8 +324,8 @@ def _verify_and_publish(
                 hint="use --executor docker, or pass --no-smoke",
             )
         t0 = time.monotonic()
-        line = emulated_smoke(spec, good, log_path or workdir / f"{spec.id}.log")
-        log(f"{spec.id}: {line} (under emulation, {time.monotonic() - t0:.0f}s)")
+        ran = emulated_smoke(spec, good, log_path or workdir / f"{spec.id}.log")
+        log(f"{spec.id}: {ran['line']} (under emulation, {time.monotonic() - t0:.0f}s)")
     elif smoke:
         from filelock import FileLock
 
@@ -324,10 +339,11 @@ def _verify_and_publish(
         smoke_dir.mkdir(parents=True, exist_ok=True)
         python3, torch_requirement = str(python / "bin" / "python3"), f"torch=={spec.torch_version}"
         with FileLock(str(smoke_dir) + ".lock"):
-            wheels.smoke_test(
+            ran = wheels.smoke_test(
                 good, spec, python=python3, torch_requirement=torch_requirement, workdir=smoke_dir,
                 torch_venv=cache.torch_venv(python3, torch_requirement, smoke_dir / "torch-envs"),
                 imports=recipe.imports if recipe else (), commands=recipe.commands if recipe else (),
+                api=recipe.api if recipe else (),
             )
     # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.
     staged = workdir / (good.name + ".staged")
@@ -335,6 +351,10 @@ def _verify_and_publish(
     sidecar = workdir / (good.name + ".spec.json")
     sidecar.write_text(json.dumps({**spec.to_json(), "provenance": record}, indent=2, sort_keys=True))
     os.replace(sidecar, wheels_dir / sidecar.name)
+    # What was checked of it, from what the verifier and the smoke test returned; in before the wheel is.
+    checked = workdir / (good.name + evidence.SUFFIX)
+    evidence.write(checked, evidence.make(good, built=provenance.read_wheel(good), verified=verified.checks, smoke=ran))
+    os.replace(checked, evidence.path_of(wheels_dir / good.name))
     dest = wheels_dir / good.name
     os.replace(staged, dest)
     return dest

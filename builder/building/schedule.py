@@ -102,6 +102,8 @@ class Ledger:
         wheel = wheels_dir / e.get("wheel", "")
         if not wheel.is_file() or sha256(wheel) != e.get("sha256"):
             return None
+        if not Path(f"{wheel}.evidence.json").is_file():  # a wheel without its record of what was checked: again
+            return None
         return wheel
 
     def last_duration(self, spec) -> float | None:

@@ -11,7 +11,8 @@ tests) and ComputeCanada's wheels_builder (one config per package):
 - ``[[patch]]``: a named, conditional change to one file of the unpacked sdist, as exact
   search/replace edits (``[[patch.edit]]``): each ``search`` must occur exactly ``count`` times
   (default 1), else the build fails naming the patch and the file; never skipped silently;
-- ``[test]``: the imports and commands (argv lists, no shell) that prove a wheel works;
+- ``[test]``: the imports, the public names (``api``: ``module.Name``, each imported from its module) and commands
+  (argv lists, no shell) that prove a wheel works;
 - ``[verify]``: globs of the extension modules the ABI and GPU arch audits look at.
 
 Conditions (``[requires]`` and each patch's ``when``) are tables of
@@ -72,6 +73,7 @@ PLACEHOLDER_RE = re.compile(r"\$\{([^}]*)\}")
 ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,99}")
 PATCH_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,59}")
 MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+API_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")  # module.Name
 GLOB_RE = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_*?.\[\]/-]{1,200}")
 ARGV_ITEM_RE = re.compile(r"[^\x00]{0,2000}")
 TEXT_RE = re.compile(r"[^\x00-\x1f\x7f]{0,300}")
@@ -210,6 +212,7 @@ class Recipe:
     commands: tuple[tuple[str, ...], ...]
     extensions: tuple[str, ...]  # globs inside the wheel
     digest: str  # sha256 of the recipe file: part of a build's inputs
+    api: tuple[str, ...] = ()  # public names the smoke test imports (``causal_conv1d.causal_conv1d_fn``)
 
     def where(self, line: int | None) -> str:
         return f"{self.path}:{line}" if line else str(self.path)
@@ -422,10 +425,14 @@ def load_recipe(path: Path) -> Recipe:
     patches = _patches(ck, data.get("patch", []), requires)
 
     test = ck.table(data["test"], ("test",))
-    ck.keys(test, ("test",), ("imports", "commands"), required=("imports",))
+    ck.keys(test, ("test",), ("imports", "api", "commands"), required=("imports",))
     imports = tuple(
         ck.string(m, ("test", "imports", i), MODULE_RE, "a module name")
         for i, m in enumerate(ck.array(test["imports"], ("test", "imports"), empty_ok=False))
+    )
+    api = tuple(
+        ck.string(m, ("test", "api", i), API_RE, "a public name as module.Name (causal_conv1d.causal_conv1d_fn)")
+        for i, m in enumerate(ck.array(test.get("api", []), ("test", "api")))
     )
     commands = []
     for i, argv in enumerate(ck.array(test.get("commands", []), ("test", "commands"))):
@@ -450,6 +457,7 @@ def load_recipe(path: Path) -> Recipe:
         unset=tuple(unset),
         patches=patches,
         imports=imports,
+        api=api,
         commands=tuple(commands),
         extensions=extensions,
         digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),  # the file's bytes (valid UTF-8 round-trips)

@@ -26,6 +26,12 @@ class Cell:
     key: str  # the variant page the command points at
     command: str
     stable: bool
+    tier: str | None = None  # what its evidence record proves (builder.verifying.evidence.tier_detail); None: no record
+
+    @property
+    def tier_kind(self) -> str:
+        """The tier's name (``cpu-checked``); a wheel indexed without a record proves nothing: ``unrecorded``."""
+        return self.tier.partition(" ")[0] if self.tier else "unrecorded"
 
     @property
     def release(self) -> str:
@@ -118,6 +124,7 @@ def _cell(index: Index, key: str, py: str, base: str, project: str, machine: str
         key=page,
         command=install_command(e, page, base),
         stable=e.stable,
+        tier=e.tier,
     )
 
 

@@ -11,6 +11,10 @@ users install it and run:
 3. this checkout's mamba-ssm: ``benchmarks/gpu_check.py --no-speed`` (the numerics); upstream's packages: the
    recipe's ``[test]`` (its imports in one interpreter, then its commands), as the farm's smoke runs them.
 
+Each run is appended to the wheel's evidence record (``<wheel>.evidence.json``: device, GPU, sm, torch, the check,
+passed), and the records go to ``results/evidence/``, which publish lays over the build jobs' copies; a run on
+``--device cpu`` is recorded as such and proves no GPU tier.
+
 ``--device cpu`` runs the same code on the CPU (gpu_check's dry run, ``--quick``): a CUDA torch imports without a
 GPU and the wheels register CPU kernels too. A wheel that fails names itself (an ``error:`` line, a GitHub
 ``::error::`` annotation, the summary's table) and the command exits 4 (VerificationError): publish does not run.
@@ -47,6 +51,23 @@ class Outcome:
     ok: bool
     seconds: float
     detail: str = ""  # the failed step's last output
+    device: dict | None = None  # what it ran on, as the venv's torch saw it: gpu, sm, torch
+
+    def run(self, device: str) -> dict:
+        """The run as the wheel's evidence record keeps it (builder.verifying.evidence: ``gpu``)."""
+        facts = self.device or {}
+        return {
+            "device": device, "gpu": facts.get("gpu") or f"none ({device})", "sm": facts.get("sm"),
+            "torch": facts.get("torch"), "check": self.check, "passed": self.ok, "seconds": round(self.seconds, 1),
+        }  # fmt: skip
+
+
+# What the check ran on, printed by the venv's torch after the check passed.
+_DEVICE_FACTS = (
+    "import json, torch; c = torch.cuda.is_available(); "
+    "print(json.dumps({'torch': torch.__version__, 'gpu': torch.cuda.get_device_name() if c else None, "
+    "'sm': 'sm_%d%d' % torch.cuda.get_device_capability() if c else None}))"
+)
 
 
 def cuda_wheels(index: Path, machine: str) -> list[tuple[str, str, object]]:
@@ -87,6 +108,7 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
     and results go to WORK (the job's artifact: the venv, torch and all, stays out of it)."""
     from builder.planning.recipes import load_recipes
     from builder.publishing.index.model import CHECKOUT, install_command
+    from builder.verifying.wheels import api_imports
     from mamba_ssm._variant import Variant
 
     start = time.monotonic()
@@ -110,7 +132,7 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
             steps.append(("gpu_check", cmd + (["--quick"] if device == "cpu" else [])))
         else:
             recipe = load_recipes()[entry.project]
-            imports = "; ".join(f"import {m}" for m in recipe.imports)
+            imports = "; ".join([*(f"import {m}" for m in recipe.imports), *api_imports(recipe.api)])
             steps.append(("imports", [vpy, "-I", "-c", imports]))
             steps += [
                 (f"test {i}", [vpy if a == "python" else a for a in argv]) for i, argv in enumerate(recipe.commands)
@@ -120,7 +142,12 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
             proc = _run(cmd, log, cwd="/" if what not in ("venv", "torch", "install") else None)
             if proc.returncode:
                 return failed(what, proc)
-    return Outcome(fn, key, check, True, time.monotonic() - start)
+        proc = _run([vpy, "-I", "-c", _DEVICE_FACTS], log, cwd="/")
+        try:
+            facts = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+        except (ValueError, IndexError):
+            facts = None
+    return Outcome(fn, key, check, True, time.monotonic() - start, device=facts if isinstance(facts, dict) else None)
 
 
 def gate(lines: Path, device: str, out: Path, python: str = sys.executable) -> list[Outcome]:
@@ -158,10 +185,25 @@ def gate(lines: Path, device: str, out: Path, python: str = sys.executable) -> l
                 )
                 print(f"gate: {fn}: {'passed' if res.ok else 'FAILED'} in {res.seconds:.0f} s", flush=True)
                 outcomes.append(res)
+                _record(lines / line / fn, res.run(device), out / "results" / "evidence")
     finally:
         server.shutdown()
         server.server_close()
     return outcomes
+
+
+def _record(wheel: Path, run: dict, folder: Path) -> None:
+    """Append RUN to WHEEL's evidence record (a wheel built without one has nothing to append to) and put the
+    record in FOLDER, the job's artifact: publish takes it over the build job's copy."""
+    from builder.verifying import evidence
+
+    path = evidence.path_of(wheel)
+    if not path.exists():
+        print(f"gate: {wheel.name}: no evidence record beside it; the run is in results/gate.json only", flush=True)
+        return
+    rec = evidence.append_gpu(path, run)
+    folder.mkdir(parents=True, exist_ok=True)
+    evidence.write(folder / path.name, rec)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

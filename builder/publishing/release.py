@@ -4,7 +4,8 @@ A build job may make several wheels (a recipe's CUDA Pythons share one job: ``pl
 planned build made a wheel is read from the wheels' sidecars (``<wheel>.spec.json``, the BuildSpec: ``id``),
 not from the artifact names. The sidecar's ``source`` also says which product line a wheel is: this checkout's
 mamba-ssm, or upstream's packages built from their sdists. The two share the name mamba-ssm, so each line is
-its own index (the index refuses to mix them): ``split`` puts each wheel, with its sidecar, in its line's folder.
+its own index (the index refuses to mix them): ``split`` puts each wheel, with its sidecar and evidence record
+(``<wheel>.evidence.json``), in its line's folder.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from builder.errors import UsageError
 from builder.publishing.index.model import CHECKOUT
 from builder.publishing.index.reader import read_sidecar, read_source
+from builder.verifying import evidence
 
 # product line -> what it is: sidecar source "checkout", and "sdist:<name>==<version>@sha256:<hex>" (builder.sourcing.sources)
 LINES = {"checkout": "this repository's mamba-ssm", "upstream": "upstream's packages (from their sdists)"}
@@ -74,7 +76,7 @@ def collect(pairs: list[tuple[str, str]], folder: Path) -> list[tuple[str, str, 
 
 
 def split(folder: Path, out: Path) -> dict[str, list[Path]]:
-    """Link (else copy) every wheel under FOLDER and its sidecar into OUT/<line>/; only lines with wheels
+    """Link (else copy) every wheel under FOLDER, its sidecar and its evidence record into OUT/<line>/; only lines with wheels
     get a folder. Returns the wheels placed, by line."""
     placed: dict[str, list[Path]] = {}
     for wheel in wheels_in(folder):
@@ -83,7 +85,8 @@ def split(folder: Path, out: Path) -> dict[str, list[Path]]:
         if (dest / wheel.name).exists():
             raise UsageError(f"{folder}: two wheels named {wheel.name}", hint="keep one of them")
         dest.mkdir(parents=True, exist_ok=True)
-        for f in (wheel, Path(f"{wheel}.spec.json")):
+        record = evidence.path_of(wheel)  # what was checked of it (the index reads and checks it)
+        for f in (wheel, Path(f"{wheel}.spec.json"), *([record] if os.path.lexists(record) else [])):
             _place(f, dest / f.name)
         placed.setdefault(line, []).append(dest / wheel.name)
     return placed

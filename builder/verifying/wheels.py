@@ -462,11 +462,21 @@ class VerifyReport:
     archs: str = ""
 
 
+@dataclass(frozen=True)
+class Verified:
+    """A verified wheel and what was checked of it (the evidence record's ``verified``, builder/verifying/evidence.py)."""
+
+    wheel: Path
+    checks: dict
+
+
 def verify_wheel(
     wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_manylinux: bool = False, epoch: int | None = None,
     provenance: dict | None = None,
-) -> Path:
-    """Check ``wheel`` against ``spec``, repair and retag it; return the verified wheel (in workdir/verified).
+) -> Verified:
+    """Check ``wheel`` against ``spec``, repair and retag it; return the verified wheel (in workdir/verified) and
+    what was checked: ``tags``, ``abi`` (each extension's C++ ABI as found, None: no std::string symbol),
+    ``archs`` (the device code found), ``machine`` (every ELF file's), ``repaired`` (the manylinux policy reached).
 
     ``epoch``: the source's SOURCE_DATE_EPOCH, which every entry of the verified wheel gets (auditwheel
     stamps the time of the repair); None takes the raw wheel's newest entry (bdist_wheel stamps
@@ -503,6 +513,8 @@ def verify_wheel(
                 audit_cxx_abi(so, spec.cxx11abi) if not spec.stable else abi_report(_read_elf(so).undefined_symbols())
             )
         report.archs = audit_archs(libs, spec)
+        found = [_elf.archs_in(_read_elf(so)) for so in libs] if spec.accelerator != "cpu" else []
+        device_code = sorted({a for r in found for a in (*r.sass, *r.ptx, *r.hip)})
         if facts.variant is not None:
             sass, ptx = set(), set()
             for so in libs:
@@ -517,10 +529,17 @@ def verify_wheel(
                 )
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
+    checks = {
+        "tags": list(facts.filename_tags),
+        "abi": {name: rep.kind for name, rep in sorted(report.abi.items())},
+        "archs": device_code,
+        "machine": _elf.tag_machine(spec.platform),
+        "extensions": list(audited),
+    }
     if facts.variant is not None:
         # The variant form is made from a verified (repaired, retagged) wheel, after verification: its audits
         # pass again, and repairing it anew would rewrite it under the farm's label.
-        return wheel
+        return Verified(wheel, {**checks, "repaired": None})
 
     repaired, platform = repair(wheel, spec, workdir, allow_newer_manylinux=allow_newer_manylinux)
     canonical = f"{facts.version.partition('+')[0]}+{spec.label}"
@@ -534,17 +553,18 @@ def verify_wheel(
         raise VerificationError(
             f"{final.name}: after repair the tags are {after.filename_tags}, expected one {expected_tag(spec, platform)}"
         )
-    return final
+    return Verified(final, {**checks, "tags": list(after.filename_tags), "repaired": platform})
 
 
 # --------------------------------------------------------------------------- smoke test
 
 _SMOKE = r"""
-import sys, torch, mamba_ssm
+import json, platform, sys, torch, mamba_ssm
 from mamba_ssm.ops import selective_scan_interface as ssi
 assert ssi.HAS_EXTENSION, f"compiled extension did not load: {ssi._IMPORT_ERROR}"
 for op in ("selective_scan_fwd", "selective_scan_bwd"):
     assert hasattr(torch.ops.mamba_ssm, op), f"torch.ops.mamba_ssm.{op} is not registered"
+from mamba_ssm import Mamba, selective_scan_fn, selective_scan_ref
 torch.manual_seed(0)
 b, d, n, L = 2, 4, 8, 33
 u = torch.randn(b, d, L); delta = torch.rand(b, d, L); A = -torch.rand(d, n)
@@ -563,8 +583,36 @@ assert torch.allclose(out.double(), ref, rtol=1e-4, atol=1e-4), (
 with open("/proc/self/maps") as maps:
     gomp = sorted({line.split()[-1] for line in maps if "/libgomp" in line})
 assert len(gomp) <= 1, f"two OpenMP runtimes loaded: {gomp}"
+# what ran, for the wheel's evidence record (builder/verifying/evidence.py)
+print("evidence " + json.dumps({
+    "imported": {"torch": torch.__version__, "python": platform.python_version(),
+                 "modules": ["mamba_ssm", "mamba_ssm.ops.selective_scan_interface", "mamba_ssm._C"],
+                 "api": ["Mamba", "selective_scan_fn", "selective_scan_ref",
+                         "torch.ops.mamba_ssm.selective_scan_fwd", "torch.ops.mamba_ssm.selective_scan_bwd"]},
+    "numerics": [{"check": "selective_scan_fn vs float64 reference", "device": "cpu", "shape": [b, d, n, L],
+                  "max_abs_error": err, "tolerance": 1e-4}],
+}))
 print(f"smoke ok: torch {torch.__version__}, mamba_ssm {mamba_ssm.__version__}, max abs error {err:.2e}")
 """
+
+# The recipe smoke's last step: what the interpreter that imported the recipe's modules runs on.
+_RECIPE_FACTS = "import json, platform, torch; print('evidence ' + json.dumps({'torch': torch.__version__, 'python': platform.python_version()}))"
+
+
+def smoke_evidence(output: str) -> dict:
+    """What a smoke script's ``evidence {...}`` line says ran (its last one), or VerificationError."""
+    import json
+
+    for ln in reversed(output.splitlines()):
+        if ln.startswith("evidence "):
+            try:
+                found = json.loads(ln[len("evidence "):])
+            except ValueError:
+                break
+            if isinstance(found, dict):
+                return found
+            break
+    raise VerificationError(f"the smoke test printed no evidence line of what it ran: {output.strip()[-300:]}")
 
 
 SMOKE_SCRIPT = _SMOKE  # what an emulated smoke test (builder/building/executors/docker.py) runs in its container
@@ -572,10 +620,11 @@ SMOKE_SCRIPT = _SMOKE  # what an emulated smoke test (builder/building/executors
 
 def smoke_test(
     wheel: Path, spec: BuildSpec, *, python: str, torch_venv: Path, torch_requirement: str, workdir: Path,
-    imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (),
-) -> str:
+    imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (), api: tuple[str, ...] = (),
+) -> dict:
     """Install ``wheel`` into a clean venv made by ``python`` next to ``torch_requirement``; import it,
-    check the ops are registered, run the CPU scan against the reference. Returns the success line.
+    check the ops are registered, run the CPU scan against the reference. Returns what ran: ``line`` (the
+    success line), ``imported`` (torch, Python, modules, public API) and ``numerics`` (the CPU checks that ran).
 
     A recipe's wheel (``spec.from_recipe``) is installed without its dependencies (upstream's pull in
     triton, transformers...) and proven by the recipe's own ``imports`` and ``commands`` instead, run
@@ -596,9 +645,9 @@ def smoke_test(
     bpip = [str(base / "bin" / "python"), "-m", "pip", "--python", vpy]
     run_step([*bpip, "install", "-q", "--no-deps", str(wheel)], f"install {wheel.name}")
     if spec.from_recipe:
-        line = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands)
+        ran = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands, api)
         shutil.rmtree(venv, ignore_errors=True)
-        return line
+        return ran
     # the wheel's own torch pin must accept the torch it is tested with
     run_step([*bpip, "check"], f"pip check (the wheel's Requires-Dist against {torch_requirement})")
     proc = subprocess.run(
@@ -608,21 +657,36 @@ def smoke_test(
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise VerificationError(f"{wheel.name}: smoke test failed with {torch_requirement}: {last}")
     shutil.rmtree(venv, ignore_errors=True)
-    return proc.stdout.strip().splitlines()[-1]
+    return {"line": proc.stdout.strip().splitlines()[-1], **smoke_evidence(proc.stdout)}
 
 
-def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands) -> str:
+def api_imports(api) -> list[str]:
+    """``from module import Name`` for each of a recipe's public names (``module.Name``)."""
+    return [f"from {m} import {n}" for m, _, n in (a.rpartition(".") for a in api)]
+
+
+def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands, api=()) -> dict:
     """The recipe's [test]: its imports in order in one interpreter (an extension needs torch's libraries
-    loaded first), then each command, in the smoke venv from / (not the source tree)."""
-    steps = [[vpy, "-c", "; ".join(f"import {name}" for name in imports)]] if imports else []
+    loaded first), then its public names from their modules (that interpreter then says which torch and Python
+    it ran), then each command, in the smoke venv from / (not the source tree)."""
+    first = "; ".join([*(f"import {name}" for name in imports), *api_imports(api), _RECIPE_FACTS])
+    steps = [[vpy, "-c", first]]
     steps += [[vpy if c[0] == "python" else c[0], *c[1:]] for c in commands]
+    facts = None
     for argv in steps:
         proc = subprocess.run(argv, check=False, capture_output=True, text=True, cwd="/", env=_clean_env())
         if proc.returncode:
             last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["(no output)"])[-1]
             shown = " ".join(["python", *argv[1:]] if argv[0] == vpy else argv)
             raise VerificationError(f"{wheel.name}: smoke test `{shown}` failed with {torch_requirement}: {last}")
-    return f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}"
+        if facts is None:
+            facts = smoke_evidence(proc.stdout)
+    modules = [m for m in imports if m != "torch"]
+    return {
+        "line": f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}",
+        "imported": {**facts, "modules": modules, "api": list(api), "commands": len(commands)},
+        "numerics": [],
+    }
 
 
 def _site_packages(python: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import re
 import sys
 from collections import defaultdict
@@ -330,6 +331,18 @@ def _span(values: list[str], order: list[str]) -> str:
     return ", ".join(runs)
 
 
+def _group_tiers(group, tier_of: dict, pythons: list[str]) -> str:
+    """The tiers of a table cell's Pythons: ``planned``, or ``3.11 cpu-checked; 3.10, 3.12–3.14 planned``."""
+    by: dict[str, list[str]] = defaultdict(list)
+    for c in group:
+        by[tier_of.get(c, "planned")].append(c.python)
+    if len(by) == 1:
+        return f"*{next(iter(by))}*"
+    from builder.verifying.evidence import TIERS
+
+    return "; ".join(f"{_span(by[t], pythons)} *{t}*" for t in TIERS if t in by)
+
+
 def _acc_title(acc: str) -> str:
     kind, _, ver = acc.partition("-")
     return {"cpu": "CPU", "cuda": f"CUDA {ver}", "rocm": f"ROCm {ver}"}[kind]
@@ -353,7 +366,8 @@ def platform_markdown(profile: str | None = None) -> str:
         f"{n_stable} of them stable-ABI wheels. Each cell lists its Pythons; "
         "**S** marks a cell served by its accelerator's stable-ABI (`abi3`) wheel. "
         "The C++ ABI is the one torch ships (pre-CXX11 up to torch 2.6, CXX11 from 2.7); "
-        "`(F, T)` marks a torch with wheels for both.",
+        "`(F, T)` marks a torch with wheels for both. After `·`, each Python's tier, computed from the evidence "
+        "ledger (*gpu-run*, *cpu-checked*, *compiled*, *planned*).",
         "",
     ]
     served_by_stable = set()
@@ -362,6 +376,7 @@ def platform_markdown(profile: str | None = None) -> str:
     for b in plan.builds:
         if b.stable:
             served_by_stable.update(served_cells(plan, b))
+    tier_of = {cell: tier for cell, _b, tier, _r in _ledger_tiers(profile)}
     for platform in sorted({c.platform for c in cells}, key=lambda p: (p != "linux_x86_64", p)):
         here = [c for c in cells if c.platform == platform]
         cols = [a for a in accs if any(c.accelerator == a for c in here)]
@@ -380,18 +395,12 @@ def platform_markdown(profile: str | None = None) -> str:
                     text += " (F, T)"
                 if all(c in served_by_stable for c in group):
                     text += " **S**"
+                text += " · " + _group_tiers(group, tier_of, pythons)
                 row.append(text)
             if any(row):
                 out.append(f"| {t} | " + " | ".join(row) + " |")
         out.append("")
     return "\n".join(out)
-
-
-TIERS = {
-    "tested": "built and tested here",
-    "built": "built by the release, never run on its hardware here",
-    "planned": "planned: in the plan, no wheel built yet",
-}
 
 
 def _kind(accelerator: str) -> str:
@@ -400,43 +409,79 @@ def _kind(accelerator: str) -> str:
     return "cpu" if head == "cpu" else "cuda" if head.startswith("cu") else "rocm"
 
 
+@functools.cache
+def _ledger_tiers(profile: str | None) -> tuple:
+    """(cell, build, tier, record) for every cell of the plan, from the evidence ledger; the docs build stops when
+    the ledger holds a record that no longer stands (builder.publishing.tiers.check_ledger)."""
+    from builder.facts import compat as compat_mod
+    from builder.planning.matrix import load_matrix
+    from builder.planning.plan import DEFAULT_MATRIX, load_plan
+    from builder.publishing import tiers
+
+    records = tiers.load_ledger()
+    profiles = load_matrix(DEFAULT_MATRIX, compat_mod.load()).profiles
+    problems = tiers.check_ledger(records, [load_plan(), *(load_plan(profile=p) for p in profiles)])
+    if problems:
+        raise ValueError("builder/data/evidence.json: " + "; ".join(problems)
+                         + " (harvest real runs again: python -m builder evidence harvest --wheels DIR)")
+    return tuple(tiers.cell_tiers(load_plan(profile=profile), records))
+
+
+def _tier_counts(found) -> str:
+    from collections import Counter
+
+    from builder.verifying.evidence import TIERS
+
+    c = Counter(t for t in found)
+    return ", ".join(f"{c[t]} {t}" for t in TIERS if c[t])
+
+
+def _backed_by(records) -> str:
+    from builder.verifying.evidence import tier_detail
+
+    seen = {}
+    for r in records:
+        if r is not None:
+            archs = ", ".join(r["verified"].get("archs") or ()) or "no device code"
+            seen[r["wheel"]] = f"`{r['wheel']}`: {tier_detail(r)}, {archs}"
+    return "; ".join(seen[k] for k in sorted(seen)) or "no record: nothing of this kind built here"
+
+
 def support_tiers() -> list[dict]:
-    """One row per (accelerator kind, platform) of the default plan: its tier (builder/data/support.toml, each
-    claim checked against the profile it names), accelerators, torch releases, Pythons and GPU architectures."""
+    """One row per (product line, project, accelerator kind, platform) of the release plan: how many of its cells
+    have each tier (builder.publishing.tiers, from the evidence ledger: never typed), the records behind them,
+    accelerators, torch releases, Pythons and GPU architectures; what stands in where nothing can run here
+    (builder/data/support.toml)."""
     from builder.facts import compat as compat_mod
     from builder.planning.plan import load_plan
 
     data = tomllib.loads((ROOT / "builder" / "data" / "support.toml").read_text())
     gpu_names = compat_mod.load().gpu_names
-    plan = load_plan()
-    release = {(_kind(b.accelerator), b.platform) for b in load_plan(profile="release").builds}
+    plan = load_plan(profile="release")
     torches = list(plan.matrix.axes.torch)
     vkey = lambda v: tuple(map(int, v.split(".")))
     pythons = sorted({c.python for c in plan.cells}, key=vkey)
-    claims = {(s["kind"], s["platform"]): s for s in data["support"]}
+    stand_in = {s["kind"]: s["text"] for s in data.get("stand_in", [])}
+    groups: dict[tuple, list] = defaultdict(list)
+    for cell, b, tier, rec in _ledger_tiers("release"):
+        line = "upstream" if b.from_recipe else "checkout"
+        groups[(line, b.project, _kind(b.accelerator), b.platform)].append((cell, b, tier, rec))
+    order = lambda k: (k[0] != "checkout", k[1], ["cpu", "cuda", "rocm"].index(k[2]), k[3] != "linux_x86_64")
     rows = []
-    for kind, platform in sorted({(_kind(c.accelerator), c.platform) for c in plan.cells},
-                                 key=lambda kp: (["cpu", "cuda", "rocm"].index(kp[0]), kp[1] != "linux_x86_64")):  # fmt: skip
-        cells = [c for c in plan.cells if (_kind(c.accelerator), c.platform) == (kind, platform)]
-        claim = claims.get((kind, platform), {})
-        selects = lambda profile: profile and any(
-            (_kind(b.accelerator), b.platform) == (kind, platform) for b in load_plan(profile=profile).builds
-        )
-        if selects(claim.get("tested_by")):
-            tier = "tested"
-        elif selects(claim.get("built_by")) and (kind, platform) in release:
-            tier = "built"
-        else:
-            tier = "planned"
-        archs = sorted({a for b in plan.builds if (_kind(b.accelerator), b.platform) == (kind, platform) for a in b.archs},
+    for key in sorted(groups, key=order):
+        line, project, kind, platform = key
+        found = groups[key]
+        cells = [c for c, *_ in found]
+        archs = sorted({a for _c, b, *_ in found for a in b.archs},
                        key=lambda a: (a[:3], int(re.sub(r"\D", "", a) or 0)))  # fmt: skip
         accs = sorted({c.accelerator for c in cells}, key=lambda a: vkey(a.split("-")[1]) if "-" in a else ())
         rows.append({
-            "tier": tier, "kind": kind, "platform": platform,
+            "line": line, "project": project, "kind": kind, "platform": platform,
+            "tiers": _tier_counts(t for *_x, t, _r in found), "tier_list": [t for *_x, t, _r in found],
             "accelerators": [_acc_title(a) for a in accs],
             "torch": _span([c.torch for c in cells], torches), "python": _span([c.python for c in cells], pythons),
             "archs": [(a, gpu_names.get(a, "")) for a in archs],
-            "why": claim.get("evidence") if tier != "planned" else claim.get("note") or "no test builds its wheel yet",
+            "records": _backed_by(r for *_x, r in found), "stand_in": stand_in.get(kind, ""),
         })  # fmt: skip
     return rows
 
@@ -444,12 +489,14 @@ def support_tiers() -> list[dict]:
 def support_markdown() -> str:
     """The support page's tier table and the platforms not supported, with what to do instead."""
     data = tomllib.loads((ROOT / "builder" / "data" / "support.toml").read_text())
-    out = ["| tier | platform | accelerator | torch | Python | GPU architectures | why this tier |",
-           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["| package | platform | accelerator | torch | Python | cells by tier | GPU architectures | the records behind it |",
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in support_tiers():
         archs = ", ".join(f"`{a}` ({name})" if name else f"`{a}`" for a, name in r["archs"]) or "(CPU)"
-        out.append(f"| **{TIERS[r['tier']]}** | `{r['platform']}` | {', '.join(r['accelerators'])} | {r['torch']} "
-                   f"| {r['python']} | {_cell(archs)} | {_cell(r['why'] or '')} |")  # fmt: skip
+        who = f"`{r['project']}` ({'this repository' if r['line'] == 'checkout' else 'upstream'})"
+        why = r["records"] + (f". {r['stand_in']}" if r["stand_in"] else "")
+        out.append(f"| {who} | `{r['platform']}` | {', '.join(r['accelerators'])} | {r['torch']} | {r['python']} "
+                   f"| **{r['tiers']}** | {_cell(archs)} | {_cell(why)} |")  # fmt: skip
     out += ["", "**Not supported:**", ""]
     out += [f"- **{u['platform']}**: {u['instead']}." for u in data["unsupported"]]
     return "\n".join(out) + "\n"
@@ -498,12 +545,15 @@ def upstream_markdown() -> str:
         return "The release profile builds no recipe.\n"
     torches = list(plan.matrix.axes.torch)
     pythons = sorted({b.python for bs in by.values() for b in bs}, key=lambda p: tuple(map(int, p.split("."))))
-    lines = [f"From the `release` profile: {sum(map(len, by.values()))} builds, classic wheels only.", "",
-             "| project | accelerator | torch | Python | platforms |", "|---|---|---|---|---|"]
+    tier_of = {b.id: tier for _c, b, tier, _r in _ledger_tiers("release")}
+    lines = [(f"From the `release` profile: {sum(map(len, by.values()))} builds, classic wheels only; each build's "
+              "tier from the evidence ledger."), "",
+             "| project | accelerator | torch | Python | platforms | builds by tier |", "|---|---|---|---|---|---|"]
     for (project, acc), bs in sorted(by.items()):
         version = bs[0].source.partition("==")[2].partition("@")[0]
         lines.append(f"| `{project}` {version} | `{acc}` | {_span([b.torch for b in bs], torches)} "
-                     f"| {_span([b.python for b in bs], pythons)} | {', '.join(sorted({b.platform for b in bs}))} |")
+                     f"| {_span([b.python for b in bs], pythons)} | {', '.join(sorted({b.platform for b in bs}))} "
+                     f"| {_tier_counts(tier_of.get(b.id, 'planned') for b in bs)} |")
     return "\n".join(lines) + "\n"
 
 

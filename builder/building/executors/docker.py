@@ -478,12 +478,13 @@ class DockerExecutor:
             return BuildResult(False, None, log_path, f"engine error: {str(err)[:160]}", infrastructure=True)
 
     # -- smoke test under emulation --------------------------------------------------------
-    def smoke(self, spec, wheel: Path, log_path: Path, timeout: float = 1800) -> str:
+    def smoke(self, spec, wheel: Path, log_path: Path, timeout: float = 1800) -> dict:
         """Smoke-test WHEEL in a container of SPEC's own image (another machine's, under emulation): a
         fresh venv that sees only the torch volume the build used, the wheel installed alone, ``pip check``,
-        then builder.verifying.wheels' smoke script (the CPU scan against the float64 reference). Returns its line."""
+        then builder.verifying.wheels' smoke script (the CPU scan against the float64 reference). Returns what ran
+        (as :func:`builder.verifying.wheels.smoke_test` does; ``imported.emulated``: under emulation)."""
         from builder.errors import VerificationError
-        from builder.verifying.wheels import SMOKE_SCRIPT
+        from builder.verifying.wheels import SMOKE_SCRIPT, smoke_evidence
 
         volume, failed = self._torch_volume(spec, log_path, timeout)
         if failed is not None:
@@ -513,7 +514,9 @@ class DockerExecutor:
         lines = [ln for ln in out.read_text(errors="replace").splitlines() if ln.strip()]
         if code != 0:
             raise VerificationError(f"{wheel.name}: smoke test failed in {self.tags[spec.image]}: {lines[-1] if lines else code} (log: {out})")
-        return next((ln for ln in reversed(lines) if ln.startswith("smoke ok")), lines[-1] if lines else "smoke ok")
+        ran = smoke_evidence("\n".join(lines))
+        ran["imported"] = {**ran["imported"], "emulated": True}
+        return {"line": next((ln for ln in reversed(lines) if ln.startswith("smoke ok")), "smoke ok"), **ran}
 
     def _remove(self, cid: str) -> None:
         try:

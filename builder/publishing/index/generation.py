@@ -29,7 +29,7 @@ from builder.facts.spec import sha256_of
 from builder.publishing.index import store
 from builder.publishing.index.model import SCHEMA, Entry, Index, entries_from_json
 from builder.publishing.index.pages import Pages
-from builder.verifying import variants
+from builder.verifying import evidence, variants
 from mamba_ssm._untrusted import plain_url, shown
 
 LOCK_TIMEOUT_S = 600
@@ -236,6 +236,7 @@ def _build_locked(
     try:
         dirty, waived = store.check_published(store_fd, layout.store, files, verify=verify, waive=replace_)
         added, staged = [], {}  # staged: published name -> the store name its new bytes wait under
+        evidence_staged: dict[str, str] = {}  # a published wheel's newer evidence record: its store name -> staged name
         try:
             sources = _one_file_per_name(_wheel_sources(wheels_dir))
             if replace_:
@@ -261,6 +262,8 @@ def _build_locked(
                 st = os.stat(src)
                 now = [st.st_size, st.st_mtime_ns, st.st_ino]
                 if now == known.source_stat:
+                    if _evidence_update(src, name, known, files, store_fd, evidence_staged):
+                        dirty = True
                     continue
                 if st.st_size != known.size or sha256_of(src) != known.sha256:
                     if name in replace_:
@@ -274,22 +277,48 @@ def _build_locked(
                         "--wheels, or supersede the published file on purpose with --replace NAME",
                     )
                 files[name] = known.replace(source_stat=now)
+                _evidence_update(src, name, files[name], files, store_fd, evidence_staged)
                 dirty = True
             unresolved = [p for fn, ps in waived.items() if fn not in staged for p in ps]
             if unresolved:  # named for replacement, but the same bytes were given: still an altered file
                 store.unstage(store_fd, staged)
                 store.integrity_failure(unresolved)
             try:
-                return _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved)
+                return _publish(
+                    layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved, evidence_staged
+                )
             except BaseException:
                 store.unstage(store_fd, staged)
                 raise
         except BaseException:  # files/ is the store: a run that fails or is refused leaves no new file there
             if layout.current() == current:  # (not swapped: no manifest lists them)
                 store.unstage(store_fd, {n: n for n in added})
+                for tmp in evidence_staged.values():
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp, dir_fd=store_fd)
             raise
     finally:
         os.close(store_fd)
+
+
+def _evidence_update(src: str, name: str, known: Entry, files: dict, store_fd: int, staged: dict[str, str]) -> bool:
+    """A published wheel given again with an evidence record other than the one the store holds (the GPU gate
+    added its runs; a first record for a wheel indexed without one): the new record is staged in the store, renamed
+    over the old just before the swap, and the entry records it and its tier. A wheel given without its record keeps
+    the published one: what was proven is never dropped by a later run."""
+    found = store.read_evidence(src, known.sha256)
+    if found is None:
+        return False
+    data, tier = found
+    if hashlib.sha256(data).hexdigest() == known.evidence_sha256:
+        return False
+    tmp = f".{name}.{uuid.uuid4().hex[:8]}.evidence"
+    sha = store._write_file(store_fd, tmp, data)
+    staged[name + evidence.SUFFIX] = tmp
+    files[name] = known.replace(
+        evidence_sha256=sha, evidence_stat=store.stat_key(os.stat(tmp, dir_fd=store_fd)), tier=tier
+    )
+    return True
 
 
 def _replacement(old: Entry, new: Entry) -> Entry:
@@ -299,7 +328,9 @@ def _replacement(old: Entry, new: Entry) -> Entry:
     return new.replace(replaced=superseded, url=old.url)
 
 
-def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved) -> IndexResult:
+def _publish(
+    layout, current, doc, files, base_url, added, staged, dirty, store_fd, moved, evidence_staged
+) -> IndexResult:
     if current is not None and not added and not staged and not dirty and base_url == doc.get("base_url"):
         _collect_store(store_fd, files, doc.get("wheel_variants"))
         return IndexResult(layout.out, current, (), len(files), len(doc.get("variants", {})))
@@ -326,6 +357,11 @@ def _publish(layout, current, doc, files, base_url, added, staged, dirty, store_
     # a replaced file disagree is two renames long (a run killed in it is reported; --replace mends it).
     for name, tmp in staged.items():
         os.replace(tmp + ".metadata", name + ".metadata", src_dir_fd=store_fd, dst_dir_fd=store_fd)
+        os.replace(tmp, name, src_dir_fd=store_fd, dst_dir_fd=store_fd)
+        if files[name].evidence_sha256:
+            with contextlib.suppress(FileNotFoundError):  # (a replacement given without a record keeps none)
+                os.replace(tmp + evidence.SUFFIX, name + evidence.SUFFIX, src_dir_fd=store_fd, dst_dir_fd=store_fd)
+    for name, tmp in evidence_staged.items():
         os.replace(tmp, name, src_dir_fd=store_fd, dst_dir_fd=store_fd)
     os.replace(link_tmp, layout.out)  # the atomic swap
     _collect_garbage(layout, keep={gen, current})
@@ -383,6 +419,7 @@ def _collect_store(store_fd: int, files: dict, *wheel_variants: dict | None) -> 
     the index's files only. (The generation kept before the live one lists a subset: wheels never leave an index.)
     Safe under the run's lock: no other run writes the store meanwhile."""
     listed = {n for fn in files for n in (fn, fn + ".metadata")}
+    listed.update(fn + evidence.SUFFIX for fn, e in files.items() if e.evidence_sha256)
     for record in wheel_variants:
         for name in (record or {}).get("files") or {}:
             listed.update((name, name + ".metadata"))

@@ -135,6 +135,11 @@ class Entry(Wheel):
     metadata_stat: Sequence[int]
     url: str | None = None  # where it is downloaded from when not files/ (``--files-url``)
     replaced: Sequence[dict] = ()  # the bytes it superseded (``--replace``), oldest first: sha256, size, at
+    # what was checked of it: its <wheel>.evidence.json in the store (builder.verifying.evidence), and the tier that
+    # record proves, computed from it (``cpu-checked (imported with torch 2.13.0)``); None: no record
+    evidence_sha256: str | None = None
+    evidence_stat: Sequence[int] | None = None
+    tier: str | None = None
 
     def __getattr__(self, name: str):
         """Reached only for a field its manifest.json entry lacks (an old or hand-edited manifest)."""
@@ -160,11 +165,16 @@ class Entry(Wheel):
             del d["source"]
         if "archs" in d and not d["archs"]:
             del d["archs"]
+        for key in ("evidence_sha256", "evidence_stat", "tier"):
+            if d.get(key, 0) is None:
+                del d[key]
         d["serves"] = serves
         return d
 
 
-_OPTIONAL = frozenset({"serves_declared", "url", "replaced", "project", "source", "archs"})
+_OPTIONAL = frozenset(
+    {"serves_declared", "url", "replaced", "project", "source", "archs", "evidence_sha256", "evidence_stat", "tier"}
+)
 _FIELD_NAMES = frozenset(f.name for f in fields(Entry))
 _VALID_KEYS: set[tuple] = set()  # (class, key sequence) already checked: a run repeats a few
 

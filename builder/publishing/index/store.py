@@ -1,4 +1,5 @@
-"""The store (``.index.d/store/``): every published wheel once, plus its PEP 658 ``<wheel>.metadata``.
+"""The store (``.index.d/store/``): every published wheel once, plus its PEP 658 ``<wheel>.metadata`` and, where the
+farm recorded one, ``<wheel>.evidence.json`` (what was checked of it: builder.verifying.evidence).
 
 Everything here works relative to an open descriptor of the store folder (``store_fd``): no path walk per
 file at 5,000 wheels. A store file is written only under a name the live manifest does not list, so no
@@ -18,6 +19,7 @@ from builder.errors import IndexIntegrityError, UsageError
 from builder.facts.spec import sha256_of
 from builder.publishing.index import reader
 from builder.publishing.index.model import Entry
+from builder.verifying import evidence
 
 _WHOLE = 64 << 20  # wheels up to this size are read in one go (hash and zip from one buffer)
 _CHUNK = 1 << 20
@@ -51,6 +53,7 @@ def ingest(src: str, name: str, store_fd: int, store_name: str | None = None) ->
             data = None
             sha = hashlib.file_digest(f, "sha256").hexdigest()
             wheel, metadata = reader.describe(src, f, named)
+    record = read_evidence(src, sha)  # refused before anything reaches the store
     try:
         try:
             os.link(src, name, dst_dir_fd=store_fd)
@@ -68,7 +71,7 @@ def ingest(src: str, name: str, store_fd: int, store_name: str | None = None) ->
             f"{src} changed while it was being indexed", hint="let whatever writes it finish, then rerun"
         )
     metadata_sha = _write_file(store_fd, name + ".metadata", metadata)
-    return Entry.make(
+    entry = Entry.make(
         **wheel.__dict__,
         sha256=sha,
         size=dst.st_size,
@@ -77,6 +80,27 @@ def ingest(src: str, name: str, store_fd: int, store_name: str | None = None) ->
         metadata_sha256=metadata_sha,
         metadata_stat=stat_key(os.stat(name + ".metadata", dir_fd=store_fd)),
     )
+    if record is None:
+        return entry
+    data, tier = record
+    evidence_sha = _write_file(store_fd, name + evidence.SUFFIX, data)
+    return entry.replace(
+        evidence_sha256=evidence_sha,
+        evidence_stat=stat_key(os.stat(name + evidence.SUFFIX, dir_fd=store_fd)),
+        tier=tier,
+    )
+
+
+def read_evidence(src: str, wheel_sha256: str) -> tuple[bytes, str] | None:
+    """The evidence record beside the wheel at SRC, read as outside data and checked to be of its bytes
+    (UsageError otherwise): (its bytes as the store keeps them, its tier); None when there is none."""
+    rec = evidence.read(evidence.path_of(src), wheel_sha256=wheel_sha256)
+    if rec is None:
+        return None
+    if rec["wheel"] != os.path.basename(src):
+        raise UsageError(f"{evidence.path_of(src)}: the record is of {rec['wheel']!r}, not {os.path.basename(src)}",
+                         hint="a record sits beside the wheel it is of: rebuild the wheel, or remove the stray record")  # fmt: skip
+    return evidence.dumps(rec).encode(), evidence.tier_detail(rec)
 
 
 def _write_file(dir_fd: int, name: str, data: bytes) -> str:
@@ -116,10 +140,13 @@ def check_published(
     problems, refreshed, waived = [], False, {}
     stat = os.stat
     for fn, e in files.items():
-        for name, sha, recorded, stat_field in (
+        recorded_files = [
             (fn, e.sha256, e.stat, "stat"),
             (fn + ".metadata", e.metadata_sha256, e.metadata_stat, "metadata_stat"),
-        ):
+        ]
+        if e.evidence_sha256:
+            recorded_files.append((fn + evidence.SUFFIX, e.evidence_sha256, e.evidence_stat, "evidence_stat"))
+        for name, sha, recorded, stat_field in recorded_files:
             try:
                 st = stat(name, dir_fd=store_fd)  # relative to the open store: no path walk per file
             except FileNotFoundError:
@@ -154,6 +181,6 @@ def integrity_failure(problems: list[str]):
 def unstage(store_fd: int, staged: dict[str, str]) -> None:
     """Remove the staged replacements (the run did not publish them)."""
     for tmp in staged.values():
-        for n in (tmp, tmp + ".metadata"):
+        for n in (tmp, tmp + ".metadata", tmp + evidence.SUFFIX):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(n, dir_fd=store_fd)

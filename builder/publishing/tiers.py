@@ -1,0 +1,206 @@
+"""Each cell's tier, computed from evidence records and the plan, never typed: ``python -m builder evidence``.
+
+A record (builder/verifying/evidence.py) is of one wheel; the release would publish, for a cell, the wheel of the
+build that serves it. A record proves that build's kind of wheel when it names the same *wheel kind*: product
+line (this checkout, or upstream's sdists), project, local label (toolkit, torch, C++ ABI, or ``torchstable``),
+Python/ABI tag (``cp311-cp311``, ``cp310-abi3``) and machine. That build's cells then have the record's tier
+(``gpu-run``, ``cpu-checked``, ``compiled``) for the cells of the torch it was imported or run with; the other
+cells a stable wheel serves are ``compiled``; a cell whose build has no record is ``planned``, however sure the
+plan is that it would build.
+
+The records live in the evidence ledger, ``builder/data/evidence.json``: harvested from real runs by
+``python -m builder evidence harvest --wheels DIR`` (each ``<wheel>.evidence.json`` under DIR, read as outside
+data), never written by hand. JSON, not TOML: a record is the farm's own JSON document, kept as it was written.
+The support page and this command compute tiers from it; the CI set's own builds compare what they record now
+with what the ledger says (:func:`overclaims`: a ledger that claims more than a build now proves fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from builder.errors import UsageError
+from builder.verifying import evidence
+from mamba_ssm._elf import tag_machine
+from mamba_ssm._untrusted import Untrusted, expect, load_json, read_regular
+
+LEDGER = Path(__file__).resolve().parents[1] / "data" / "evidence.json"
+LEDGER_SCHEMA = 1
+_MAX_LEDGER = 16 << 20
+RANK = {t: i for i, t in enumerate(reversed(evidence.TIERS))}  # planned 0 ... gpu-run 3
+
+
+# --------------------------------------------------------------------------- wheel kinds
+
+
+def line_of_record(rec: dict) -> str:
+    """``upstream`` for a wheel built from a recipe's sdist, else ``checkout`` (its provenance's ``source``)."""
+    src = (rec.get("built") or {}).get("source")
+    return "upstream" if isinstance(src, dict) and src.get("kind") != "checkout" else "checkout"
+
+
+def record_kind(rec: dict) -> tuple[str, str, str, str, str]:
+    """(line, project, label, interpreter-abi, machine) of the wheel a record is of (UsageError: not a wheel name)."""
+    try:
+        name, version, _build, tags = parse_wheel_filename(rec["wheel"])
+    except (InvalidWheelFilename, KeyError, TypeError) as err:
+        raise UsageError(f"evidence record {str(rec.get('wheel'))[:200]!r}: not a wheel file name ({err})") from None
+    (tag,) = tuple(tags)[:1] or (None,)
+    return (line_of_record(rec), canonicalize_name(name), str(version.local or "").lower(),
+            f"{tag.interpreter}-{tag.abi}", tag_machine(tag.platform) or tag.platform)  # fmt: skip
+
+
+def build_kind(spec) -> tuple[str, str, str, str, str]:
+    """The same of the wheel a BuildSpec makes."""
+    from builder.facts import compat
+
+    python = f"{compat.load().stable_python_tag}-abi3" if spec.stable else f"{spec.python_tag}-{spec.python_tag}"
+    return ("upstream" if spec.from_recipe else "checkout", canonicalize_name(spec.project), spec.label.lower(),
+            python, tag_machine(spec.platform) or spec.platform)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+def load_ledger(path: Path = LEDGER) -> list[dict]:
+    """The ledger's records, each checked as any record read from outside (UsageError naming the file)."""
+    if not path.is_file():
+        return []
+    try:
+        doc = expect(load_json(read_regular(path, _MAX_LEDGER), str(path)), dict, str(path))
+        if doc.get("schema") != LEDGER_SCHEMA:
+            raise Untrusted(f"{path}: schema {doc.get('schema')!r}, this builder reads {LEDGER_SCHEMA}")
+        records = expect(doc.get("records"), list, f"{path}: 'records'")
+        return [evidence.check(r, f"{path}: record {i}") for i, r in enumerate(records)]
+    except Untrusted as err:
+        raise UsageError(f"{err}", hint="remake it with `python -m builder evidence harvest`") from None
+
+
+def _slim(rec: dict) -> dict:
+    """What the ledger keeps of a record: all of it but the provenance's reproducibility detail."""
+    built = rec.get("built") or {}
+    keep = ("id", "source", "executor", "image", "base", "toolkit", "toolchain", "torch", "recipe")
+    return {**rec, "built": {k: built[k] for k in keep if k in built}}
+
+
+def harvest(wheels: Path, ledger: Path = LEDGER) -> tuple[int, int]:
+    """Read every ``<wheel>.evidence.json`` under WHEELS (the wheel beside it must be the bytes it is of) into the
+    ledger: a record replaces the one of the same wheel kind. Returns (records read, records in the ledger)."""
+    from builder.facts.spec import sha256_of
+
+    if not wheels.is_dir():
+        raise UsageError(f"--wheels {wheels}: no such directory", hint="point it at a dist/wheels of a real run")
+    found = []
+    for path in sorted(wheels.rglob("*.whl" + evidence.SUFFIX)):
+        wheel = path.with_name(path.name.removesuffix(evidence.SUFFIX))
+        if not wheel.is_file():
+            raise UsageError(f"{path}: no wheel beside it", hint="harvest a dist/wheels folder as the farm left it")
+        rec = evidence.read(path, wheel_sha256=sha256_of(wheel))
+        if rec["wheel"] != wheel.name:
+            raise UsageError(f"{path}: the record is of {rec['wheel']!r}, not {wheel.name}")
+        if not rec.get("built"):
+            raise UsageError(f"{path}: the record says nothing of how the wheel was built", hint="rebuild it")
+        found.append(_slim(rec))
+    by_kind = {record_kind(r): r for r in load_ledger(ledger)}
+    for r in found:
+        by_kind[record_kind(r)] = r
+    records = [by_kind[k] for k in sorted(by_kind)]
+    tmp = ledger.with_name(f".{ledger.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"schema": LEDGER_SCHEMA, "records": records}, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, ledger)
+    return len(found), len(records)
+
+
+def by_kind(records: list[dict]) -> dict[tuple, dict]:
+    out: dict[tuple, dict] = {}
+    for r in records:
+        k = record_kind(r)
+        if k not in out or RANK[evidence.tier(r)] > RANK[evidence.tier(out[k])]:
+            out[k] = r
+    return out
+
+
+def overclaims(ledger: list[dict], fresh: list[dict]) -> list[str]:
+    """Where the ledger claims a stronger tier for a wheel kind than FRESH records (this run's) now prove."""
+    claims = by_kind(ledger)
+    out = []
+    for r in fresh:
+        old = claims.get(record_kind(r))
+        if old is not None and RANK[evidence.tier(old)] > RANK[evidence.tier(r)]:
+            out.append(f"{r['wheel']}: the ledger says {evidence.tier_detail(old)}, this build proves "
+                       f"{evidence.tier_detail(r)}")  # fmt: skip
+    return out
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def cell_tiers(plan, records: list[dict]) -> list[tuple[object, object, str, dict | None]]:
+    """(cell, the build serving it, its tier, the record) for every (build, served cell) of PLAN."""
+    from builder.planning.plan import served_cells
+
+    kinds = by_kind(records)
+    out = []
+    for b in plan.builds:
+        rec = kinds.get(build_kind(b))
+        out += [(c, b, evidence.tier(rec, c.torch), rec) for c in served_cells(plan, b)]
+    return out
+
+
+def counts(plan, records: list[dict]) -> dict[str, Counter]:
+    """Per product line, how many cells have each tier (every tier named, 0 included)."""
+    out: dict[str, Counter] = {}
+    for _cell, b, t, _rec in cell_tiers(plan, records):
+        line = "upstream" if b.from_recipe else "checkout"
+        out.setdefault(line, Counter({k: 0 for k in evidence.TIERS}))[t] += 1
+    return out
+
+
+def check_ledger(records: list[dict], plans: list) -> list[str]:
+    """What in the ledger no longer stands (the docs build fails on any): a record whose wheel kind no build of
+    PLANS makes (the plan moved on: harvest again), or whose tags disagree with its own wheel's name."""
+    known = {build_kind(b) for p in plans for b in p.builds}
+    problems = []
+    for r in records:
+        if record_kind(r) not in known:
+            problems.append(f"{r['wheel']}: no build of the plan makes this kind of wheel any more")
+        tag = "-".join(r["wheel"].removesuffix(".whl").split("-")[-3:])
+        if r["verified"].get("tags") != [tag]:
+            problems.append(f"{r['wheel']}: its record verified tags {r['verified'].get('tags')}, the wheel is {tag}")
+    return problems
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("evidence", help="the evidence ledger: harvest records of real runs; each cell's tier")
+    sub = p.add_subparsers(dest="evidence_command", required=True)
+    h = sub.add_parser("harvest", help="read each <wheel>.evidence.json under --wheels into the ledger")
+    h.add_argument(
+        "--wheels", type=Path, required=True, help="a dist/wheels folder of a real run (searched recursively)"
+    )
+    h.add_argument("--ledger", type=Path, default=LEDGER, help="the ledger (default builder/data/evidence.json)")
+    t = sub.add_parser("tiers", help="how many cells of a plan have each tier, per product line")
+    t.add_argument("--profile", default="release", help="the plan's profile (default release)")
+    t.add_argument("--ledger", type=Path, default=LEDGER, help="the ledger (default builder/data/evidence.json)")
+    p.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    if args.evidence_command == "harvest":
+        read, total = harvest(args.wheels, args.ledger)
+        print(f"evidence: {read} record(s) harvested from {args.wheels}; the ledger {args.ledger} holds {total}")
+        return 0
+    from builder.planning.plan import load_plan
+
+    plan = load_plan(profile=args.profile)
+    for line, c in counts(plan, load_ledger(args.ledger)).items():
+        print(f"{line}: {sum(c.values())} cells: " + ", ".join(f"{c[t]} {t}" for t in evidence.TIERS))
+    return 0

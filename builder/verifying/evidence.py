@@ -1,0 +1,211 @@
+"""What was checked of a wheel: ``<wheel>.evidence.json``, beside it in dist/wheels, the index and a release.
+
+The farm writes it as it works, never by hand: ``builder/building/build.py`` from what the verifier
+(:func:`builder.verifying.wheels.verify_wheel`) and the smoke test (:func:`builder.verifying.wheels.smoke_test`)
+return, the GPU gate (``builder/publishing/gpugate.py``) appends its runs. A record holds:
+
+- ``schema``, the wheel's file name and ``sha256`` (the record is of those bytes, no other);
+- ``built``: the wheel's own provenance record (``*.dist-info/farm-provenance.json``) as it is;
+- ``verified``: tags, the C++ ABI found in each extension, GPU archs, ELF machine, the manylinux repair;
+- ``imported``: the modules and public API the smoke test imported, with which torch and Python (None: none);
+- ``numerics``: the numerics that ran on the CPU, each with its error and tolerance ([]: none);
+- ``gpu``: the GPU gate's runs (device, GPU, sm, what ran, passed).
+
+A page's tier is computed from a record by :func:`tier`: ``gpu-run`` (a GPU ran it and it passed),
+``cpu-checked`` (imported, and its numerics ran on the CPU), ``compiled`` (built and verified, perhaps imported,
+no numerics ran). A cell with no record is ``planned`` (``builder/publishing/tiers.py``). Records read back from
+outside (an index, a release's artifacts, the gate's) go through :func:`read` (``mamba_ssm._untrusted``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from builder.errors import UsageError
+from mamba_ssm._untrusted import Untrusted, expect, load_json, read_regular, shown
+
+SCHEMA = 1
+SUFFIX = ".evidence.json"
+MAX_BYTES = 1 << 20  # a record is a few kB; a gate appends one small entry per run
+MAX_GPU_RUNS = 256
+TIERS = ("gpu-run", "cpu-checked", "compiled", "planned")  # strongest first
+TIER_TEXT = {
+    "gpu-run": "run on a GPU",
+    "cpu-checked": "imported, numerics checked on CPU",
+    "compiled": "compiled and verified only",
+    "planned": "planned: no wheel built here yet",
+}
+
+
+def path_of(wheel: Path | str) -> Path:
+    return Path(f"{wheel}{SUFFIX}")
+
+
+def make(wheel: Path, *, built: dict | None, verified: dict, smoke: dict | None) -> dict:
+    """The record of WHEEL (the verified file, hashed here) from what was run: SMOKE is the smoke test's return
+    (None: it did not run, ``--no-smoke``)."""
+    return {
+        "schema": SCHEMA,
+        "wheel": wheel.name,
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "built": built,
+        "verified": verified,
+        "imported": (smoke or {}).get("imported"),
+        "numerics": list((smoke or {}).get("numerics") or []),
+        "gpu": [],
+    }
+
+
+def dumps(rec: dict) -> str:
+    return json.dumps(rec, indent=1, sort_keys=True) + "\n"
+
+
+def write(path: Path, rec: dict) -> None:
+    """Write the record at PATH with one rename (a reader never sees half of one)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(dumps(rec))
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- reading a record from outside
+
+
+def check(rec: object, what: str) -> dict:
+    """RECORD's shape, checked field by field (Untrusted naming WHAT and the field otherwise)."""
+    rec = expect(rec, dict, what)
+    if rec.get("schema") != SCHEMA:
+        raise Untrusted(f"{what}: schema {shown(repr(rec.get('schema')), 40)}, this builder reads {SCHEMA}")
+    expect(rec.get("wheel"), str, f"{what}: 'wheel'")
+    sha = expect(rec.get("sha256"), str, f"{what}: 'sha256'")
+    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise Untrusted(f"{what}: 'sha256' is not 64 hex digits")
+    if rec.get("built") is not None:
+        expect(rec["built"], dict, f"{what}: 'built'")
+    verified = expect(rec.get("verified"), dict, f"{what}: 'verified'")
+    expect(verified.get("tags"), list, f"{what}: 'verified.tags'")
+    imported = rec.get("imported")
+    if imported is not None:
+        imported = expect(imported, dict, f"{what}: 'imported'")
+        expect(imported.get("torch"), str, f"{what}: 'imported.torch'")
+        for key in ("modules", "api"):
+            items = expect(imported.get(key, []), list, f"{what}: 'imported.{key}'")
+            if not all(isinstance(m, str) for m in items):
+                raise Untrusted(f"{what}: 'imported.{key}' is not a list of names")
+    for key, limit in (("numerics", 64), ("gpu", MAX_GPU_RUNS)):
+        items = expect(rec.get(key), list, f"{what}: '{key}'")
+        if len(items) > limit or not all(isinstance(i, dict) for i in items):
+            raise Untrusted(f"{what}: '{key}' is not a list of at most {limit} objects")
+    for run in rec["gpu"]:
+        expect(run.get("passed"), bool, f"{what}: 'gpu[].passed'")
+        expect(run.get("gpu"), str, f"{what}: 'gpu[].gpu'")
+    return rec
+
+
+def read(path: Path | str, *, wheel_sha256: str | None = None) -> dict | None:
+    """The record at PATH (None when there is none), read as outside data: regular file, capped, depth-checked,
+    each field's type checked; WHEEL_SHA256, when given, must be the one the record is of. A bad record is a
+    UsageError naming the file."""
+    path = str(path)
+    if not os.path.lexists(path):
+        return None
+    try:
+        rec = check(load_json(read_regular(path, MAX_BYTES), path), path)
+    except Untrusted as err:
+        raise UsageError(
+            f"{err}: not an evidence record the farm wrote", hint="rebuild the wheel, or remove the file"
+        ) from None
+    if wheel_sha256 is not None and rec["sha256"] != wheel_sha256:
+        raise UsageError(
+            f"{path}: the record is of sha256 {rec['sha256'][:16]}..., the wheel beside it is {wheel_sha256[:16]}...",
+            hint="a record says what was checked of one set of bytes: rebuild the wheel, or remove the stale record",
+        )
+    return rec
+
+
+def append_gpu(path: Path, run: dict) -> dict:
+    """Add the GPU gate's RUN to the record at PATH (rewritten with one rename); returns the record."""
+    rec = read(path)
+    if rec is None:
+        raise UsageError(
+            f"{path}: no evidence record to add the GPU run to", hint="rebuild the wheel with this builder"
+        )
+    rec["gpu"] = [*rec["gpu"], run][-MAX_GPU_RUNS:]
+    write(Path(path), rec)
+    return rec
+
+
+# --------------------------------------------------------------------------- what a record proves
+
+
+def _minor(version: object) -> str:
+    return ".".join(str(version or "").split("+")[0].split(".")[:2])
+
+
+def tier(rec: dict | None, torch: str | None = None) -> str:
+    """The strongest tier RECORD proves (None: planned). TORCH (a minor, ``2.13``): what it proves for a user of
+    that torch: a run or an import with another torch (a stable wheel serves many) proves only that it compiled."""
+    if rec is None:
+        return "planned"
+    same = lambda v: torch is None or _minor(v) == torch
+    if any(r.get("passed") is True and r.get("device", "cuda") != "cpu" and same(r.get("torch", torch))
+           for r in rec.get("gpu") or ()):  # fmt: skip
+        return "gpu-run"
+    if rec.get("imported") and rec.get("numerics") and same(rec["imported"].get("torch")):
+        return "cpu-checked"
+    return "compiled"
+
+
+def gpus(rec: dict | None) -> list[str]:
+    """The GPUs that ran the wheel and passed (``H100 (sm_90)``)."""
+    out = []
+    for r in (rec or {}).get("gpu") or ():
+        if r.get("passed") is True and r.get("device", "cuda") != "cpu":
+            name = f"{r.get('gpu')} ({r['sm']})" if r.get("sm") else str(r.get("gpu"))
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def tier_detail(rec: dict | None) -> str:
+    """A tier with what backs it, for a page: ``gpu-run (H100 (sm_90))``, ``cpu-checked (torch 2.13.0)``."""
+    t = tier(rec)
+    if t == "gpu-run":
+        return f"gpu-run ({', '.join(gpus(rec))})"
+    if t == "planned":
+        return t
+    imported = rec.get("imported") or {}
+    if imported:
+        how = "imported" + (" under emulation" if imported.get("emulated") else "")
+        return f"{t} ({how} with torch {imported.get('torch')})"
+    return f"{t} (not imported)"
+
+
+def line(rec: dict) -> str:
+    """One line for the build's output: what was verified, what the smoke test ran, with which torch."""
+    v = rec.get("verified") or {}
+    parts = [f"tags {', '.join(v.get('tags') or ())}"]
+    abi = sorted({k for k in (v.get("abi") or {}).values() if k})
+    parts.append(f"ABI {', '.join(abi)}" if abi else "ABI neutral")
+    parts.append(f"archs {', '.join(v['archs'])}" if v.get("archs") else "no device code")
+    if v.get("machine"):
+        parts.append(f"ELF {v['machine']}")
+    if v.get("repaired"):
+        parts.append(f"repaired {v['repaired']}")
+    text = f"verified ({', '.join(parts)})"
+    imported = rec.get("imported")
+    if imported:
+        what = [f"imports {', '.join(imported.get('modules') or ())}"]
+        if imported.get("api"):
+            what.append(f"API {', '.join(imported['api'])}")
+        for n in rec.get("numerics") or ():
+            what.append(f"numerics {n.get('check')} on {n.get('device', 'cpu')}")
+        emulated = " under emulation" if imported.get("emulated") else ""
+        text += f", smoke-tested ({'; '.join(what)}) with torch {imported.get('torch')}{emulated}"
+    else:
+        text += ", not smoke-tested"
+    for g in gpus(rec):
+        text += f", run on {g}"
+    return text

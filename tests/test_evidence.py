@@ -1,0 +1,309 @@
+"""builder.verifying.evidence: a wheel's record of what was checked, carried by the index and a release.
+
+Real wheels (tests/wheelmaker.py) and the real index; the records are what the farm writes (evidence.make over
+the verifier's and smoke test's returns, here given as those functions return them), and hostile ones are refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from wheelmaker import make_mamba_wheel
+
+from builder.errors import UsageError
+from builder.publishing.index import build_index
+from builder.publishing.index.generation import load_manifest
+from builder.verifying import evidence
+
+LABEL = "cputorch2.13cxx11abiTRUE"
+
+# as builder.verifying.wheels.verify_wheel and smoke_test return them for a CPU wheel
+VERIFIED = {
+    "tags": ["cp311-cp311-linux_x86_64"], "abi": {"_C.cpython-311-x86_64-linux-gnu.so": "cxx11"}, "archs": [],
+    "machine": "x86_64", "extensions": ["mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so"],
+    "repaired": "manylinux_2_34_x86_64",
+}  # fmt: skip
+SMOKE = {
+    "line": "smoke ok",
+    "imported": {"torch": "2.13.0+cpu", "python": "3.11.7", "modules": ["mamba_ssm"], "api": ["selective_scan_fn"]},
+    "numerics": [{"check": "selective_scan_fn vs float64 reference", "device": "cpu", "max_abs_error": 1e-7,
+                  "tolerance": 1e-4}],
+}  # fmt: skip
+
+
+def recorded(wheel: Path, smoke: dict | None = SMOKE, verified: dict = VERIFIED) -> dict:
+    rec = evidence.make(wheel, built={"id": "x", "executor": "docker"}, verified=verified, smoke=smoke)
+    evidence.write(evidence.path_of(wheel), rec)
+    return rec
+
+
+def test_a_record_says_what_was_checked_and_its_tier(tmp_path):
+    wheel = make_mamba_wheel(tmp_path, LABEL)
+    rec = recorded(wheel)
+    assert rec["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest() and rec["wheel"] == wheel.name
+    assert evidence.read(evidence.path_of(wheel)) == rec
+    assert evidence.tier(rec) == "cpu-checked"
+    line = evidence.line(rec)
+    assert line.startswith("verified (tags cp311-cp311-linux_x86_64, ABI cxx11, no device code, ELF x86_64, "
+                           "repaired manylinux_2_34_x86_64), smoke-tested (imports mamba_ssm; API selective_scan_fn; "
+                           "numerics selective_scan_fn vs float64 reference on cpu) with torch 2.13.0+cpu"), line  # fmt: skip
+    # imported without numerics (upstream's packages: no CPU path), or not smoke-tested: compiled only
+    assert evidence.tier({**rec, "numerics": []}) == "compiled"
+    assert evidence.tier(evidence.make(wheel, built=None, verified=VERIFIED, smoke=None)) == "compiled"
+    assert "not smoke-tested" in evidence.line(evidence.make(wheel, built=None, verified=VERIFIED, smoke=None))
+    assert evidence.tier(None) == "planned"
+
+
+def test_a_gpu_run_raises_the_tier_and_a_cpu_dry_run_does_not(tmp_path):
+    wheel = make_mamba_wheel(tmp_path, "cu13torch2.14cxx11abiTRUE")
+    recorded(wheel)
+    path = evidence.path_of(wheel)
+    dry = {"device": "cpu", "gpu": "none (cpu)", "sm": None, "check": "gpu_check numerics", "passed": True}
+    assert evidence.tier(evidence.append_gpu(path, dry)) == "cpu-checked"
+    failed = {"device": "cuda", "gpu": "NVIDIA H100", "sm": "sm_90", "check": "gpu_check numerics", "passed": False}
+    assert evidence.tier(evidence.append_gpu(path, failed)) == "cpu-checked"
+    rec = evidence.append_gpu(path, {**failed, "passed": True})
+    assert evidence.tier(rec) == "gpu-run" and len(rec["gpu"]) == 3
+    assert evidence.tier_detail(rec) == "gpu-run (NVIDIA H100 (sm_90))"
+    assert evidence.read(path) == rec  # (written back with one rename)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{", "not JSON"),
+        (b"[]", "expected dict"),
+        (b'{"schema": 9}', "schema 9"),
+        (b"[" * 100 + b"]" * 100, "nested deeper"),
+        (json.dumps({"schema": 1, "wheel": "w", "sha256": "zz"}).encode(), "64 hex"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+)
+def test_hostile_records_are_refused_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "w.whl.evidence.json"
+    path.write_bytes(content)
+    with pytest.raises(UsageError, match=message) as exc:
+        evidence.read(path)
+    assert str(path) in str(exc.value)
+
+
+def test_a_record_of_other_bytes_or_too_large_or_not_a_file_is_refused(tmp_path):
+    wheel = make_mamba_wheel(tmp_path, LABEL)
+    rec = recorded(wheel)
+    with pytest.raises(UsageError, match="the record is of sha256"):
+        evidence.read(evidence.path_of(wheel), wheel_sha256="0" * 64)
+    big = tmp_path / "big.whl.evidence.json"
+    big.write_text(json.dumps({**rec, "pad": "x" * evidence.MAX_BYTES}))
+    with pytest.raises(UsageError, match="big.whl.evidence.json"):
+        evidence.read(big)
+    fifo = tmp_path / "fifo.whl.evidence.json"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="not a regular file|regular"):
+        evidence.read(fifo)
+
+
+# ---------------------------------------------------------------- the index carries it
+
+
+def _store(out: Path) -> Path:
+    return out.parent / f".{out.name}.d" / "store"
+
+
+def test_the_index_serves_the_record_beside_the_wheel_with_its_tier(tmp_path):
+    wheels, out = tmp_path / "wheels", tmp_path / "index"
+    wheel = make_mamba_wheel(wheels, LABEL)
+    rec = recorded(wheel)
+    build_index(wheels, out)
+    served = out / "files" / (wheel.name + evidence.SUFFIX)
+    assert json.loads(served.read_text()) == rec
+    entry = load_manifest(out.resolve())["files"][wheel.name]
+    assert entry.tier == "cpu-checked (imported with torch 2.13.0+cpu)"
+    assert entry.evidence_sha256 == hashlib.sha256(served.read_bytes()).hexdigest()
+    assert 'data-tier="cpu-checked"' in (out / "index.html").read_text()
+
+    # the GPU gate appended a run: the next run serves the new record, the manifest its tier
+    evidence.append_gpu(
+        evidence.path_of(wheel), {"device": "cuda", "gpu": "NVIDIA A100", "sm": "sm_80", "passed": True}
+    )
+    build_index(wheels, out)
+    assert len(json.loads((out / "files" / served.name).read_text())["gpu"]) == 1
+    assert load_manifest(out.resolve())["files"][wheel.name].tier == "gpu-run (NVIDIA A100 (sm_80))"
+
+    # a run given the wheel without its record keeps the published one (what was proven is never dropped)
+    evidence.path_of(wheel).unlink()
+    build_index(wheels, out)
+    assert load_manifest(out.resolve())["files"][wheel.name].tier.startswith("gpu-run")
+    assert (out / "files" / served.name).is_file()
+
+    # the served record is checked like the wheel: altered, the next run refuses to publish
+    (_store(out) / served.name).write_text("{}")
+    from builder.errors import IndexIntegrityError
+
+    with pytest.raises(IndexIntegrityError, match=r"evidence\.json: sha256 is"):
+        build_index(wheels, out)
+
+
+def test_the_index_refuses_a_record_of_other_bytes_and_publishes_nothing(tmp_path):
+    wheels, out = tmp_path / "wheels", tmp_path / "index"
+    wheel = make_mamba_wheel(wheels, LABEL)
+    other = make_mamba_wheel(tmp_path / "other", LABEL, python="cp312")
+    rec = recorded(other)
+    evidence.write(evidence.path_of(wheel), {**rec})  # a record of another wheel, under this one's name
+    with pytest.raises(UsageError, match="the record is of sha256"):
+        build_index(wheels, out)
+    assert not out.exists() and not [p for p in _store(out).iterdir()]
+    evidence.write(evidence.path_of(wheel), {**rec, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()})
+    with pytest.raises(UsageError, match="not " + wheel.name.replace("+", r"\+")):
+        build_index(wheels, out)
+
+
+def test_a_wheel_without_a_record_is_indexed_with_no_tier(tmp_path):
+    wheels, out = tmp_path / "wheels", tmp_path / "index"
+    wheel = make_mamba_wheel(wheels, LABEL)
+    build_index(wheels, out)
+    assert load_manifest(out.resolve())["files"][wheel.name].tier is None
+    assert not (out / "files" / (wheel.name + evidence.SUFFIX)).exists()
+    # its first record joins it later
+    recorded(wheel)
+    build_index(wheels, out)
+    assert load_manifest(out.resolve())["files"][wheel.name].tier.startswith("cpu-checked")
+
+
+def test_release_split_carries_the_record_to_its_line(tmp_path):
+    from builder.publishing.release import split
+
+    wheel = make_mamba_wheel(tmp_path / "a", LABEL)
+    Path(f"{wheel}.spec.json").write_text(json.dumps({"id": "x", "serves": [], "source": "checkout"}))
+    rec = recorded(wheel)
+    bare = make_mamba_wheel(tmp_path / "a", LABEL, python="cp312")  # built before records: still split
+    Path(f"{bare}.spec.json").write_text(json.dumps({"id": "y", "serves": [], "source": "checkout"}))
+    split(tmp_path / "a", tmp_path / "lines")
+    assert json.loads((tmp_path / "lines" / "checkout" / (wheel.name + evidence.SUFFIX)).read_text()) == rec
+    assert (tmp_path / "lines" / "checkout" / bare.name).is_file()
+    assert not (tmp_path / "lines" / "checkout" / (bare.name + evidence.SUFFIX)).exists()
+
+
+# ---------------------------------------------------------------- tiers from the ledger and the plan
+
+
+def _record_of(spec, tmp_path: Path, smoke: dict | None = SMOKE, gpu: list | None = None) -> dict:
+    """The record a real build of SPEC would write (its wheel made here under the name the farm gives it)."""
+    from wheelmaker import make_wheel
+
+    from builder.publishing.tiers import build_kind
+
+    _line, project, _label, python, machine = build_kind(spec)
+    tag = f"{python}-manylinux_2_34_{machine}"
+    wheel = make_wheel(tmp_path / spec.id, project, f"2.3.0+{spec.label}", tag, requires=("torch",))
+    source = {"kind": "sdist", "name": project} if spec.from_recipe else {"kind": "checkout", "commit": "0" * 40}
+    rec = evidence.make(
+        wheel, built={"id": spec.id, "source": source}, verified={**VERIFIED, "tags": [tag]}, smoke=smoke
+    )
+    rec["gpu"] = gpu or []
+    return rec
+
+
+def test_cell_tiers_come_from_records_of_the_same_wheel_kind(tmp_path):
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    plan = load_plan(profile="release")
+    stable_cpu = next(b for b in plan.builds if b.stable and b.accelerator == "cpu" and b.platform == "linux_x86_64")
+    upstream = next(b for b in plan.builds if b.project == "causal-conv1d" and b.accelerator == "cu13")
+    ours_cu13 = next(b for b in plan.builds if not b.from_recipe and b.accelerator == "cu13" and not b.stable)
+    gpu = [{"device": "cuda", "gpu": "NVIDIA H100", "sm": "sm_90", "passed": True}]
+    records = [
+        _record_of(stable_cpu, tmp_path),  # imported and numerics: cpu-checked, for every cell the stable wheel serves
+        _record_of(upstream, tmp_path, smoke={**SMOKE, "numerics": []}),  # imported only: compiled
+        _record_of(ours_cu13, tmp_path, gpu=gpu),
+    ]
+    found = tiers.cell_tiers(plan, records)
+    by_build = {}
+    for _cell, b, t, _rec in found:
+        by_build.setdefault(b.id, set()).add(t)
+    assert by_build[upstream.id] == {"compiled"} and by_build[ours_cu13.id] == {"gpu-run"}
+    # the stable wheel was imported with torch 2.13: its 2.13 cells are cpu-checked, the other torches it serves
+    # only compiled (nothing imported it with them)
+    stable_cells = {(c.torch, t) for c, b, t, _r in found if b.id == stable_cpu.id}
+    assert {t for torch, t in stable_cells if torch == "2.13"} == {"cpu-checked"}
+    assert {t for torch, t in stable_cells if torch != "2.13"} == {"compiled"} and len(stable_cells) > 2
+    from builder.planning.plan import served_cells
+
+    c = tiers.counts(plan, records)
+    assert c["checkout"]["cpu-checked"] == sum(1 for x in served_cells(plan, stable_cpu) if x.torch == "2.13") > 1
+    assert c["upstream"]["compiled"] == len(served_cells(plan, upstream)) == 1
+    assert sum(c["checkout"].values()) + sum(c["upstream"].values()) == len(found)
+    # a record of upstream's mamba-ssm never counts for this repository's mamba-ssm of the same label
+    twin = next(b for b in plan.builds if b.project == "mamba-ssm" and b.from_recipe and b.label == ours_cu13.label
+                and b.python == ours_cu13.python and b.platform == ours_cu13.platform)  # fmt: skip
+    assert tiers.build_kind(twin) != tiers.build_kind(ours_cu13)
+    assert by_build.get(twin.id) == {"planned"}
+
+
+def test_the_ledger_refuses_a_planted_claim_and_a_build_that_no_longer_proves_it(tmp_path):
+    import dataclasses
+
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    plan = load_plan(profile="ci")
+    spec = plan.builds[0]
+    fresh = _record_of(spec, tmp_path)
+    # a ledger that claims a GPU ran it, when the build now proves only the CPU checks: an overclaim
+    planted = {**fresh, "gpu": [{"device": "cuda", "gpu": "NVIDIA H100", "sm": "sm_90", "passed": True}]}
+    (problem,) = tiers.overclaims([planted], [fresh])
+    assert "the ledger says gpu-run (NVIDIA H100 (sm_90))" in problem and "this build proves cpu-checked" in problem
+    assert tiers.overclaims([fresh], [fresh]) == [] and tiers.overclaims([fresh], [planted]) == []
+    # a record of a wheel kind no plan builds (a label typed in by hand), or whose tags are not its wheel's
+    ghost = _record_of(dataclasses.replace(spec, label="cputorch9.9cxx11abiTRUE"), tmp_path / "ghost")
+    assert any("no build of the plan makes" in p for p in tiers.check_ledger([ghost], [plan]))
+    lying = {**fresh, "verified": {**fresh["verified"], "tags": ["cp311-cp311-manylinux_2_17_x86_64"]}}
+    assert any("verified tags" in p for p in tiers.check_ledger([lying], [plan]))
+    assert tiers.check_ledger([fresh], [plan]) == []
+
+
+def test_the_docs_build_fails_on_a_ledger_claim_that_no_longer_stands(tmp_path, monkeypatch):
+    import dataclasses
+    import sys
+
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "hooks"))
+    import refgen
+
+    spec = load_plan(profile="ci").builds[0]
+    ledger = tmp_path / "evidence.json"
+    ghost = _record_of(dataclasses.replace(spec, label="cputorch9.9cxx11abiTRUE"), tmp_path)
+    ledger.write_text(json.dumps({"schema": 1, "records": [ghost]}))
+    monkeypatch.setattr(tiers, "LEDGER", ledger)
+    monkeypatch.setattr(tiers.load_ledger, "__defaults__", (ledger,))
+    refgen._ledger_tiers.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="no build of the plan makes this kind of wheel"):
+            refgen.support_markdown()
+    finally:
+        refgen._ledger_tiers.cache_clear()
+
+
+def test_harvest_reads_real_records_beside_their_wheels_into_the_ledger(tmp_path):
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    spec = load_plan(profile="ci").builds[0]
+    rec = _record_of(spec, tmp_path / "dist")
+    wheel = tmp_path / "dist" / spec.id / rec["wheel"]
+    evidence.write(evidence.path_of(wheel), rec)
+    ledger = tmp_path / "ledger.json"
+    assert tiers.harvest(tmp_path / "dist", ledger) == (1, 1)
+    (kept,) = tiers.load_ledger(ledger)
+    assert kept["sha256"] == rec["sha256"] and evidence.tier(kept) == "cpu-checked"
+    # a record beside other bytes is refused, and the ledger is left as it was
+    wheel.write_bytes(wheel.read_bytes() + b"\0")
+    with pytest.raises(UsageError, match="the record is of sha256"):
+        tiers.harvest(tmp_path / "dist", ledger)
+    assert tiers.load_ledger(ledger) == [kept]
