@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -35,3 +36,12 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     assert record["measured"] == "rusage" and record["cpu_s"] >= pip_wheel > 0 and record["wall_s"] > 0, record
     proc = import_check(wheel, tmp_path / "site")
     assert proc.returncode == 0, proc.stderr
+    # its provenance says what ran: the host, no image, the platform tag the wheel really has
+    from builder.verifying.provenance import read_wheel
+
+    rec = read_wheel(wheel)
+    sidecar = json.loads(Path(f"{wheel}.spec.json").read_text())["provenance"]
+    assert sidecar == rec and rec["executor"] == "host" and rec["image"] is None and rec["base"] is None, rec
+    assert rec["toolchain"] == {"compiler": "host", "toolkit": None}, rec
+    assert wheel.name.endswith(f"-{rec['platform']}.whl") and rec["platform"].startswith("manylinux_"), rec
+    assert str(dist) not in json.dumps(rec) and str(Path.home()) not in json.dumps(rec)  # no host path

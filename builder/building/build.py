@@ -163,7 +163,7 @@ def run_command(args: argparse.Namespace) -> int:
             def finish(spec, result):
                 return _verify_and_publish(
                     spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke,
-                    epoch=reproducible.tree_epoch(trees.get(spec.id, source)), image=plan.images.get(spec.image), commit=commit,
+                    epoch=reproducible.tree_epoch(trees.get(spec.id, source)), ran=executor.ran(spec), commit=commit,
                     dirty=dirty, allow_newer_manylinux=executor.newer_glibc(spec), recipe=plan.recipe_of(spec),
                     emulated_smoke=getattr(executor, "smoke", None), log_path=logs_dir / f"{spec.id}.log", log=log,
                 )
@@ -240,8 +240,8 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
             f" (skipped: {', '.join(prep.skipped) or 'none'})\n"
         )
         log(f"{spec.id}: source ready, patches {', '.join(prep.applied) or 'none'}")
-        # Patching gave the files it edited the clock's time: the whole tree gets the sdist's.
-        reproducible.stamp(prep.tree, reproducible.sdist_epoch(prep.tree))
+        # Patching gave the files it edited the clock's time: the whole tree gets the source's.
+        reproducible.stamp(prep.tree, prep.epoch)
         trees[spec.id] = prep.tree
     return trees, refused
 
@@ -276,7 +276,7 @@ def _clear_stale(work: Path, wheels_dir: Path) -> None:
 def _verify_and_publish(
     spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False,
     recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print, epoch: int | None = None,
-    image=None, commit: str | None = None, dirty: bool | None = None,
+    ran: dict | None = None, commit: str | None = None, dirty: bool | None = None,
 ) -> Path:
     """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename.
 
@@ -290,7 +290,7 @@ def _verify_and_publish(
     workdir.mkdir(parents=True, exist_ok=True)
     # What built it, inside the wheel and in its sidecar alike (no clock time, no host path).
     record = provenance.record(
-        spec, epoch=epoch or reproducible.ZIP_FLOOR, image=image, commit=commit, dirty=dirty, recipe=recipe
+        spec, epoch=epoch or reproducible.ZIP_FLOOR, ran=ran, commit=commit, dirty=dirty, recipe=recipe
     )
     good = Path(
         wheels.verify_wheel(
@@ -331,7 +331,10 @@ def _verify_and_publish(
     staged = workdir / (good.name + ".staged")
     shutil.copyfile(good, staged)
     sidecar = workdir / (good.name + ".spec.json")
-    sidecar.write_text(json.dumps({**spec.to_json(), "provenance": record}, indent=2, sort_keys=True))
+    # the record as the wheel carries it: with the platform tag repair reached
+    sidecar.write_text(
+        json.dumps({**spec.to_json(), "provenance": provenance.read_wheel(good)}, indent=2, sort_keys=True)
+    )
     os.replace(sidecar, wheels_dir / sidecar.name)
     dest = wheels_dir / good.name
     os.replace(staged, dest)

@@ -23,7 +23,15 @@ from pathlib import Path
 from filelock import FileLock
 
 from builder.building import interpreters
-from builder.building.executors import BUILD_SCRIPT, BuildOptions, BuildResult, collect_wheel, source_files, spec_env
+from builder.building.executors import (
+    BUILD_SCRIPT,
+    BuildOptions,
+    BuildResult,
+    collect_wheel,
+    source_files,
+    spec_env,
+    toolchain_record,
+)
 from builder.building.render import load_packages
 from builder.errors import EngineUnavailable
 from builder.facts.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
@@ -73,9 +81,16 @@ class HostExecutor:
         self._lock = threading.Lock()
         self._closed = False
         self.cuda_homes: dict[str, str] = {}
+        self.cuda_origins: dict[str, dict] = {}  # toolkit -> where it came from (provenance)
 
     def newer_glibc(self, spec) -> bool:
         return True  # the host's glibc, not a manylinux base: the wheel takes the policy it reaches
+
+    def ran(self, spec) -> dict:
+        toolkit = None
+        if spec.toolkit and spec.toolkit in self.cuda_origins:
+            toolkit = {"kind": "cuda", "version": spec.toolkit, **self.cuda_origins[spec.toolkit]}
+        return toolchain_record("host", image=None, base=None, compiler="host", toolkit=toolkit)
 
     def prepare(self, images: dict, specs: list) -> None:
         from builder.building.images import machine_of
@@ -105,6 +120,7 @@ class HostExecutor:
             m = re.search(r"release (\d+\.\d+)", out)
             if m and m.group(1) == toolkit:
                 self.log(f"host: CUDA {toolkit} from this machine ({real.parent.parent})")
+                self.cuda_origins[toolkit] = {"origin": "host"}
                 return str(real.parent.parent)
         pins = load_packages()["cuda"]["pypi"].get(toolkit)
         if pins is None:
@@ -112,6 +128,7 @@ class HostExecutor:
                 f"CUDA {toolkit} is neither on this machine nor installable from PyPI",
                 hint="install that toolkit and put its nvcc on PATH, or use --executor docker",
             )
+        self.cuda_origins[toolkit] = {"origin": "pypi", "packages": list(pins["packages"])}
         major = toolkit.split(".")[0]
         target = TOOLKITS / f"cuda-{toolkit}"
         home = target / "nvidia" / f"cu{major}"
