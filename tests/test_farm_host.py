@@ -12,13 +12,14 @@ from farmkit import ci_spec, import_check, partial_files, run_build
 def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     spec = ci_spec("cpu")
     dist = tmp_path / "dist"
-    run = run_build("--profile", "ci", "--only", spec.id, "--executor", "host", "--dist", str(dist))
+    # --compile-jobs 1: one compiler job where the default would take both cores (cores / --jobs)
+    run = run_build("--profile", "ci", "--only", spec.id, "--executor", "host", "--compile-jobs", "1", "--dist", str(dist))
     assert run.rc == 0, run.out[-4000:]
-    assert "executor: host" in run.out
+    assert "executor: host" in run.out and "(1 compiler job(s) each)" in run.out
     (wheel,) = sorted((dist / "wheels").glob("*.whl"))
     assert f"+{spec.label}-{spec.python_tag}-" in wheel.name
     log = (dist / "logs" / f"{spec.id}.log").read_text()
-    assert log.strip().endswith("done")
+    assert log.strip().endswith("done") and "pip wheel (MAX_JOBS=1," in log
     # the CPU kernel object lives in the image's shared cache: compiled there once, reused by later builds
     from builder.building.executors.host import KERNEL_CACHES
 
@@ -45,3 +46,9 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     assert rec["toolchain"] == {"compiler": "host", "toolkit": None}, rec
     assert wheel.name.endswith(f"-{rec['platform']}.whl") and rec["platform"].startswith("manylinux_"), rec
     assert str(dist) not in json.dumps(rec) and str(Path.home()) not in json.dumps(rec)  # no host path
+
+
+def test_compile_jobs_below_one_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    run = run_build("--profile", "ci", "--compile-jobs", "0", "--dist", str(tmp_path / "dist"))
+    assert run.rc == 2 and "--compile-jobs 0: must be at least 1" in run.out and "Traceback" not in run.out, run.out
+    assert not (tmp_path / "dist").exists()

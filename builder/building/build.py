@@ -49,6 +49,10 @@ def add_command(subparsers) -> None:
     p.add_argument("--executor", default="auto", choices=EXECUTORS, help="docker, host, or auto (default: docker when an engine answers, else host)")
     p.add_argument("--jobs", type=int, default=None, help="builds at once (default: from cores and memory)")
     p.add_argument(
+        "--compile-jobs", type=int, default=None, metavar="N",
+        help="compiler jobs inside each build (MAX_JOBS; default: cores / --jobs); 1 for a one-core or memory-tight host",
+    )  # fmt: skip
+    p.add_argument(
         "--wheelhouse", type=Path, action="append", default=None, metavar="DIR",
         help="a local wheel dir builds install torch from (repeatable; default ~/.cache/mamba-farm/wheelhouse)",
     )
@@ -64,6 +68,8 @@ def add_command(subparsers) -> None:
 def _validate(args: argparse.Namespace) -> None:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+    if args.compile_jobs is not None and args.compile_jobs < 1:
+        raise UsageError(f"--compile-jobs {args.compile_jobs}: must be at least 1")
     if args.timeout <= 0:
         raise UsageError(f"--timeout {args.timeout}: must be positive")
     if args.retries < 0:
@@ -101,11 +107,14 @@ def run_command(args: argparse.Namespace) -> int:
     options = BuildOptions(
         wheelhouses=args.wheelhouse if args.wheelhouse is not None else default_wheelhouses(),
         ca_bundle=find_ca_bundle(args.ca_bundle),
-        max_jobs=schedule.compiler_jobs(jobs),
+        max_jobs=args.compile_jobs or schedule.compiler_jobs(jobs),
         logs_dir=logs_dir,
         log=log,
     )
-    log(f"plan: {len(specs)} build(s), {len(specs) - len(todo)} up to date, {len(todo)} to build, {jobs} at once")
+    log(
+        f"plan: {len(specs)} build(s), {len(specs) - len(todo)} up to date, {len(todo)} to build, {jobs} at once"
+        f" ({options.max_jobs} compiler job(s) each)"
+    )
     if not args.no_smoke:
         warning = _cache_preflight(todo)
         if warning:
