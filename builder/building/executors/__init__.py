@@ -150,6 +150,10 @@ def spec_env(spec, *, max_jobs: int) -> dict[str, str]:
         "MAMBA_FORCE_BUILD": "TRUE",
     }
     env["FARM_TORCH_PIP_ARGS"] = " ".join(pip_args)
+    if spec.accelerator.startswith("cu"):  # build.sh checks these before compiling a source that includes them
+        from builder.facts.compat import load
+
+        env["FARM_CUDA_HEADERS"] = " ".join(f"{h}={pkg}" for h, pkg in sorted(load().cuda_headers.items()))
     gpu = [a for a in spec.archs if a.startswith("sm_")]
     if gpu:
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a[3:-1]}.{a[-1]}" for a in gpu)

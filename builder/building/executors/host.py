@@ -37,7 +37,7 @@ from builder.errors import EngineUnavailable
 from builder.facts.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
 from builder.publishing.cost import wait_with_rusage
 from builder.sourcing.reproducible import tree_epoch
-from mamba_ssm._untrusted import file_name, remove_tree
+from mamba_ssm._untrusted import Untrusted, file_name, open_zip, remove_tree, zip_read
 
 VENVS = CACHE_ROOT / "venvs"
 TOOLKITS = CACHE_ROOT / "toolkits"
@@ -67,6 +67,32 @@ def copy_source(source: Path, dest: Path) -> None:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source / rel, target)
+
+
+def add_headers(python: Path, requirements: list[str], include: Path, scratch: Path) -> None:
+    """The include/ folders alone of REQUIREMENTS' wheels (the CUDA libraries whose headers torch's CUDA headers
+    include) into INCLUDE: their libraries are hundreds of MB that no extension links (it links torch's)."""
+    if not requirements:
+        return
+    run = subprocess.run(
+        [str(python), "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(scratch), *requirements],
+        check=False, capture_output=True, text=True,
+    )  # fmt: skip
+    if run.returncode != 0:
+        raise EngineUnavailable(f"could not fetch the CUDA library headers {requirements} from PyPI: {run.stderr.strip()[-300:]}")
+    member = re.compile(r"nvidia/cu\d+/include/([A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*)")
+    try:
+        for wheel in sorted(scratch.glob("*.whl")):
+            with open_zip(wheel, wheel.name) as zf:
+                for info in zf.infolist():
+                    m = member.fullmatch(info.filename)
+                    if m and ".." not in m.group(1).split("/") and not info.is_dir():
+                        dest = include / m.group(1)
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        dest.write_bytes(zip_read(zf, info, 64 << 20, wheel.name))
+    except Untrusted as err:
+        raise EngineUnavailable(f"a CUDA header wheel could not be read: {err}") from None
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 class HostExecutor:
@@ -132,6 +158,13 @@ class HostExecutor:
         major = toolkit.split(".")[0]
         target = TOOLKITS / f"cuda-{toolkit}"
         home = target / "nvidia" / f"cu{major}"
+        if (home / "bin" / "nvcc").exists() and not (home / "include" / "cusparse.h").exists():
+            # a toolkit cached before it took the library headers: they are added in place
+            self.log(f"host: adding the CUDA library headers to {target}")
+            with FileLock(str(target) + ".lock"):
+                py = next(iter(self.pythons.values()))
+                add_headers(py / "bin" / "python3", pins.get("headers", []), home / "include",
+                            Path(tempfile.mkdtemp(prefix="cuda-headers-", dir=TOOLKITS)))  # fmt: skip
         if not (home / "bin" / "nvcc").exists():
             self.log(f"host: installing CUDA {toolkit} from PyPI into {target}")
             tmp = Path(tempfile.mkdtemp(prefix=f"cuda-{toolkit}-", dir=TOOLKITS.parent if TOOLKITS.parent.exists() else None))
@@ -144,6 +177,11 @@ class HostExecutor:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise EngineUnavailable(f"could not install CUDA {toolkit} from PyPI: {run.stderr.strip()[-300:]}")
             h = tmp / "nvidia" / f"cu{major}"
+            try:
+                add_headers(py / "bin" / "python3", pins.get("headers", []), h / "include", tmp / ".headers")
+            except EngineUnavailable:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             (h / "lib64").symlink_to("lib")
             (h / "lib" / "libcudart.so").symlink_to(f"libcudart.so.{major}")
             TOOLKITS.mkdir(parents=True, exist_ok=True)
