@@ -187,7 +187,10 @@ def github(tmp_path, repo):
     _git(bare, "tag", "nightly", second)
     tags = served / "o" / "demo" / "archive" / "refs" / "tags"
     tags.mkdir(parents=True)
-    shas = {t: _tag_tarball(tags / f"{t}.tar.gz", f"demo-{t[1:]}", {"setup.py": f"# {t}\n".encode()}) for t in ("v1.0", "v1.1")}
+    shas = {
+        t: _tag_tarball(tags / f"{t}.tar.gz", f"demo-{t[1:]}", {"setup.py": f"# {t}\n".encode()})
+        for t in ("v1.0", "v1.1")
+    }
     handler = type("H", (_GitHubStandIn,), {"root": served, "pushes": [], "archives": served})
     with running(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as url:
         yield url, first, second, shas
@@ -216,3 +219,14 @@ def test_drift_proposes_the_newest_release_tag_for_a_git_and_an_archive_source(t
     assert moved.source == ArchivePin("demo", "1.1", shas["v1.1"], archive.replace("v1.0", "v1.1"))
     # at the newest tag: nothing to propose
     assert drift.compare_recipe(index, moved) is None
+
+
+def test_an_archive_or_git_pin_is_the_same_product_line_as_the_projects_sdists():
+    from builder.facts.spec import SdistPin
+    from builder.publishing.index.model import source_line
+
+    sdist = SdistPin("demo", "1.0", "a" * 64).identity
+    archive = ArchivePin("demo", "1.1", "b" * 64, "https://example.org/demo/archive/refs/tags/v1.1.tar.gz").identity
+    git = GitPin("demo", "1.2", "https://example.org/demo.git", "c" * 40).identity
+    assert source_line(sdist) == source_line(archive) == source_line(git) == "sdist:demo"
+    assert source_line(GitPin("other", "1.0", "https://example.org/o.git", "c" * 40).identity) != "sdist:demo"
