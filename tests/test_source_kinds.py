@@ -230,3 +230,17 @@ def test_an_archive_or_git_pin_is_the_same_product_line_as_the_projects_sdists()
     git = GitPin("demo", "1.2", "https://example.org/demo.git", "c" * 40).identity
     assert source_line(sdist) == source_line(archive) == source_line(git) == "sdist:demo"
     assert source_line(GitPin("other", "1.0", "https://example.org/o.git", "c" * 40).identity) != "sdist:demo"
+
+
+def test_the_doctor_and_the_summary_name_an_archive_or_git_source():
+    from builder.verifying import provenance
+    from mamba_ssm.doctor import report
+
+    archive = ArchivePin("demo", "1.1", "b" * 64, "https://example.org/demo/archive/refs/tags/v1.1.tar.gz")
+    git = GitPin("demo", "1.2", "https://example.org/demo.git", "c" * 40)
+    for pin, says in ((archive, f"archive {archive.url} sha256 bbbbbbbbbbbb"), (git, f"git {git.url} at cccccccccccc")):
+        rec = {"source": pin.provenance(), "id": "i", "inputs_hash": "h", "executor": "host", "platform": "p"}
+        assert report._built_from(rec).startswith(says), report._built_from(rec)
+        assert provenance.summary(rec).startswith(
+            says.replace(" sha256 ", " (sha256 ").replace("bbbbbbbbbbbb", "bbbbbbbbbbbb)")
+        )
