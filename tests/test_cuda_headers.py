@@ -1,7 +1,9 @@
 """The PyPI-assembled CUDA 13 toolkit compiles what extensions include, and a toolkit without those headers
 fails before any compile, naming the package that provides the missing one.
 
-The compile (nvcc on a .cu that includes ATen/cuda/CUDAContext.h against torch 2.14.1's headers) needs no GPU.
+The compile (nvcc on a .cu that includes ATen/cuda/CUDAContext.h against torch 2.14.1's headers) needs no GPU;
+it is @slow. A cold farm cache assembles the toolkit first (the nvcc wheels, then the header wheels, whose
+include/ alone is kept).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class _Spec:
     toolkit, accelerator = "13.0", "cu130"
 
 
+@pytest.mark.cuda_build
 def test_the_pypi_toolkit_has_every_header_torchs_cuda_headers_include(pypi_toolkit):
     headers = load().cuda_headers
     assert {"cusparse.h", "cublas_v2.h", "cublasLt.h", "cusolverDn.h", "curand.h"} <= set(headers)
