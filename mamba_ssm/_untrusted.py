@@ -221,6 +221,24 @@ def is_web_url(url: object) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")  # a full git commit hash: a short or symbolic one names no fixed tree
+
+
+def git_url(url: object, what: str = "git URL") -> str:
+    """URL, when git may be given it: an http(s) URL (is_web_url) with no user or password in it and nothing git
+    reads as a transport or an option: ``ext::`` runs a command, ``file://``/``ssh://`` reach past the proxy,
+    a leading ``-`` is an option. Else Untrusted naming what is wrong."""
+    if not isinstance(url, str):
+        raise Untrusted(f"{what}: expected a string, got {type(url).__name__}")
+    if url.startswith("-") or "::" in url:
+        raise Untrusted(f"{what} {shown(repr(url), 200)}: git would read it as an option or a transport (ext::)")
+    if not is_web_url(url):
+        raise Untrusted(f"{what} {shown(repr(url), 200)}: not an http(s) URL")
+    if "@" in urllib.parse.urlsplit(url).netloc:
+        raise Untrusted(f"{what} {shown(repr(url), 200)}: holds a user name or password")
+    return url
+
+
 # What a URL spliced into a page or a printed command may hold: RFC 3986's unreserved and path characters,
 # percent escapes; nothing a shell or an HTML attribute would read as syntax. (The index's --base-url and
 # --files-url, a manifest's base_url.)

@@ -744,3 +744,13 @@ def test_the_docs_name_the_index_the_code_uses():
         text = (REPO / page).read_text()
         stale = re.findall(r"https://<index>|<owner>\.github\.io/<repo>", text)
         assert not stale, f"{page}: a placeholder for the index's address, {stale[0]!r}; give {INDEX_URL}"
+
+
+def test_add_recipe_lists_every_placeholder_as_the_code_defines_them():
+    """The newcomer's page holds the placeholder table itself (not a marker filled at site build): it is the
+    generated table, line for line, so a placeholder added to builder/planning/recipes.py fails here."""
+    page = (DOCS / "maintainer" / "add-recipe.md").read_text()
+    table = [line.strip() for line in refgen.placeholders_markdown().splitlines() if line.strip()]
+    lines = [line.strip() for line in page.splitlines()]
+    start = lines.index(table[0])
+    assert lines[start : start + len(table)] == table

@@ -10,6 +10,7 @@ The CUDA builds of the ci profile are the slow test at the end.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
 import signal
@@ -109,6 +110,14 @@ def test_rerun_builds_the_cpu_wheel_in_a_container(cpu_runs) -> None:
     (wheel,) = cpu_runs.wheels
     assert f"+{spec.label}-{spec.python_tag}-{spec.python_tag}-" in wheel
     assert (dist / "logs" / f"{spec.id}.log").read_text().strip().endswith("done")
+    # its provenance says what ran: Docker, the spec's image and the base it was really built FROM
+    from builder.verifying.provenance import read_wheel
+
+    rec = read_wheel(dist / "wheels" / wheel)
+    assert json.loads((dist / "wheels" / f"{wheel}.spec.json").read_text())["provenance"] == rec
+    assert rec["executor"] == "docker" and rec["image"] == spec.image and rec["base"], rec
+    assert rec["toolchain"] == {"compiler": "image", "toolkit": None}, rec
+    assert wheel.endswith(f"-{rec['platform']}.whl"), rec
     assert partial_files(dist) == []
     assert not list((dist / ".work").glob("run-*"))
     assert farm_containers(docker_client()) == [] or all(

@@ -14,13 +14,16 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     timings = tmp_path / "timings.jsonl"
     env = {"MAMBA_FARM_TIMINGS": str(timings), "MAMBA_FARM_TIMINGS_CONTEXT": "host-test"}
-    run = run_build("--profile", "ci", "--only", spec.id, "--executor", "host", "--dist", str(dist), env=env)
+    # --compile-jobs 1: one compiler job where the default would take both cores (cores / --jobs)
+    run = run_build(
+        "--profile", "ci", "--only", spec.id, "--executor", "host", "--compile-jobs", "1", "--dist", str(dist), env=env
+    )
     assert run.rc == 0, run.out[-4000:]
-    assert "executor: host" in run.out
+    assert "executor: host" in run.out and "(1 compiler job(s) each)" in run.out
     (wheel,) = sorted((dist / "wheels").glob("*.whl"))
     assert f"+{spec.label}-{spec.python_tag}-" in wheel.name
     log = (dist / "logs" / f"{spec.id}.log").read_text()
-    assert log.strip().endswith("done")
+    assert log.strip().endswith("done") and "pip wheel (MAX_JOBS=1," in log
     # the CPU kernel object lives in the image's shared cache: compiled there once, reused by later builds
     from builder.building.executors.host import KERNEL_CACHES
 
@@ -49,3 +52,19 @@ def test_host_executor_builds_the_cpu_spec(tmp_path: Path) -> None:
     (rec,) = checked_evidence(dist, run.out, numerics=True, modules=("mamba_ssm", "mamba_ssm._C"))
     assert rec["verified"]["abi"] and set(rec["verified"]["abi"].values()) == {"cxx11"}
     assert rec["numerics"][0]["max_abs_error"] < rec["numerics"][0]["tolerance"]
+
+    # its provenance says what ran: the host, no image, the platform tag the wheel really has
+    from builder.verifying.provenance import read_wheel
+
+    rec = read_wheel(wheel)
+    sidecar = json.loads(Path(f"{wheel}.spec.json").read_text())["provenance"]
+    assert sidecar == rec and rec["executor"] == "host" and rec["image"] is None and rec["base"] is None, rec
+    assert rec["toolchain"] == {"compiler": "host", "toolkit": None}, rec
+    assert wheel.name.endswith(f"-{rec['platform']}.whl") and rec["platform"].startswith("manylinux_"), rec
+    assert str(dist) not in json.dumps(rec) and str(Path.home()) not in json.dumps(rec)  # no host path
+
+
+def test_compile_jobs_below_one_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    run = run_build("--profile", "ci", "--compile-jobs", "0", "--dist", str(tmp_path / "dist"))
+    assert run.rc == 2 and "--compile-jobs 0: must be at least 1" in run.out and "Traceback" not in run.out, run.out
+    assert not (tmp_path / "dist").exists()

@@ -155,11 +155,12 @@ def _run(argv: list[str], env: dict, cwd_scratch: Path) -> tuple[int | str, str,
 # --------------------------------------------------------------------------- the cases
 
 
-def _recipe(folder: Path, pin_sha: str, *, env: str = "", unset: str = "", name: str = "evil") -> Path:
+def _recipe(folder: Path, pin_sha: str, *, env: str = "", unset: str = "", name: str = "evil", source: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.toml"
+    source = source or f'sha256 = "{pin_sha}"'
     path.write_text(
-        f'[project]\nname = "{name}"\n\n[source]\nname = "{name}"\nversion = "1.0"\nsha256 = "{pin_sha}"\n\n'
+        f'[project]\nname = "{name}"\n\n[source]\nname = "{name}"\nversion = "1.0"\n{source}\n\n'
         f'[build]\n{unset}\n\n[build.env]\nEVIL_FORCE_BUILD = "TRUE"\n{env}\n\n'
         f'[test]\nimports = ["{name.replace("-", "_")}"]\n\n[verify]\nextensions = ["{name.replace("-", "_")}*.so"]\n'
     )
@@ -219,6 +220,64 @@ def _recipe_case(env: str = "", unset: str = ""):
         return ["recipe", "explain", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL]
 
     return make
+
+
+def _source_case(source: str):
+    """``recipe explain`` of a recipe whose [source] holds SOURCE (an archive URL or a git repository)."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        _recipe(scratch / "recipes", "", source=source)
+        return ["recipe", "explain", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL]
+
+    return make
+
+
+def _archive_case(build, command: str = "prepare", pin_sha: str | None = None):
+    """``recipe COMMAND`` of a recipe pinning an archive URL on 127.0.0.1 (it stands in for a GitHub tag tarball)
+    whose members ``build(tf, world)`` adds; PIN_SHA: another sha256 than the archive's."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        served = world.site / "archive" / scratch.name
+        served.mkdir(parents=True)
+        with tarfile.open(served / "v1.0.tar.gz", "w:gz") as tf:
+            build(tf, world)
+        url = f"{world.url}/archive/{scratch.name}/v1.0.tar.gz"
+        _recipe(scratch / "recipes", "", source=f'url = "{url}"\nsha256 = "{pin_sha or sha256(served / "v1.0.tar.gz")}"')
+        out = ["--out", str(scratch / "out"), *TORCH_CELL] if command == "prepare" else []
+        return ["recipe", command, "evil", "--recipes", str(scratch / "recipes"), *out]
+
+    return make
+
+
+def _git_case(build, commit: str | None = None):
+    """``recipe prepare`` of a recipe pinning a git repository served on 127.0.0.1 (git's dumb HTTP from the
+    corpus's static server; it stands in for GitHub) whose one commit ``build(work)`` makes; COMMIT: another."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
+               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}  # fmt: skip
+        work = scratch / "work"
+        work.mkdir()
+        git = lambda *a, cwd=work: subprocess.run(["git", "-C", str(cwd), *a], env=env, check=True,
+                                                  capture_output=True, text=True).stdout.strip()  # fmt: skip
+        git("init", "-q")
+        build(work)
+        git("add", "-A")
+        git("commit", "-qm", "evil")
+        bare = world.site / "git" / f"{scratch.name}.git"
+        git("clone", "-q", "--bare", str(work), str(bare), cwd=scratch)
+        git("update-server-info", cwd=bare)
+        pin = commit or git("rev-parse", "HEAD")
+        _recipe(scratch / "recipes", "", source=f'git = "{world.url}/git/{scratch.name}.git"\ncommit = "{pin}"')
+        return ["recipe", "prepare", "evil", "--recipes", str(scratch / "recipes"), "--out", str(scratch / "out"),
+                *TORCH_CELL]  # fmt: skip
+
+    return make
+
+
+def _git_link_out(work: Path) -> None:
+    (work / "setup.py").write_text("")
+    os.symlink("../../../../etc", work / "etc")
 
 
 def _huge_recipe(world: World, scratch: Path) -> list[str]:
@@ -585,6 +644,23 @@ CASES = [
       for n in ("BASH_ENV", "ENV", "PATH", "LD_PRELOAD", "PIP_INDEX_URL", "PYTHONPATH", "FARM_TORCH_PIP_ARGS",
                 "FARM_TORCH_REQ", "MAMBA_KERNEL_CACHE", "CCACHE_PREFIX", "UV_INDEX_URL", "HTTPS_PROXY")],
     Case("recipe-unset-PATH", 2, "may not set or unset", _recipe_case(unset='unset = ["PATH"]')),
+    # --- recipes' other source kinds: a git URL git would run or read as an option, a moving or short commit
+    Case("recipe-git-ext-transport", 2, "transport", _source_case(f'git = "ext::sh -c touch% /tmp/x"\ncommit = "{"a" * 40}"')),
+    Case("recipe-git-option", 2, "option", _source_case(f'git = "--upload-pack=touch /tmp/x"\ncommit = "{"a" * 40}"')),
+    Case("recipe-git-file-url", 2, "not an http(s) URL", _source_case(f'git = "file:///etc"\ncommit = "{"a" * 40}"')),
+    Case("recipe-git-short-commit", 2, "not a full commit hash", _source_case('git = "https://example.org/e.git"\ncommit = "abc1234"')),
+    Case("recipe-git-branch-commit", 2, "not a full commit hash", _source_case('git = "https://example.org/e.git"\ncommit = "main"')),
+    Case("recipe-archive-file-url", 2, "not an http(s) URL", _source_case(f'url = "file:///dev/zero"\nsha256 = "{"a" * 64}"')),
+    # --- an archive URL and a git repository, served on 127.0.0.1
+    Case("archive-wrong-hash", 8, "not the pinned one",
+         _archive_case(lambda tf, w: add(tf, "evil-1.0/setup.py", data=b""), "fetch", pin_sha="b" * 64)),
+    Case("archive-link-out-of-the-root", 11, "outside the unpack folder",
+         _archive_case(lambda tf, w: (add(tf, "repo-1.0/setup.py"), add(tf, "repo-1.0/etc", tarfile.SYMTYPE, "/etc")))),
+    Case("archive-dotdot-member", 11, "climbs out",
+         _archive_case(lambda tf, w: (add(tf, "repo-1.0/setup.py"), add(tf, "repo-1.0/../../m.txt", data=b"x")))),
+    Case("git-link-out-of-the-root", 11, "points outside the unpack folder", _git_case(_git_link_out)),
+    Case("git-commit-not-in-the-repository", 8, "has no commit",
+         _git_case(lambda w: (w / "setup.py").write_text(""), commit="c" * 40)),
     Case("recipe-20-MB", 2, "more than a recipe's cap", _huge_recipe),
     Case("recipe-fifo", 2, "not a regular file", _fifo_recipe),
     Case("matrix-fifo", 2, "not a regular file", _fifo_matrix),
@@ -798,7 +874,8 @@ def world(tmp_path_factory):
 
 def _allowed_cache_change(world: World, rel: str, pin_folders: set[str]) -> bool:
     parts = Path(rel).parts
-    return parts[:2] == ("farm", "sdists") and len(parts) >= 3 and (parts[2] == "quarantine" or parts[2] in pin_folders)
+    # quarantine, this case's new pin folder, and the git repositories the cache keeps (one per URL)
+    return parts[:2] == ("farm", "sdists") and len(parts) >= 3 and (parts[2] in ("quarantine", "git") or parts[2] in pin_folders)
 
 
 def _probe_shell(scratch: Path) -> bool:
@@ -1048,6 +1125,8 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
         "matrix.toml": ("matrix-",),
         "recipes": ("recipe-",),
         "sdists": ("sdist-",),
+        "archive URLs": ("archive-",),
+        "git repositories": ("git-",),
         "index pages": ("fetch_",),
         "smoke cache": ("cache-",),
     },
@@ -1060,7 +1139,8 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "resolve": {"manifest": ("resolve-",)},
     "verify": {"wheel": ("verify-",)},
-    "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",)},
+    "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",),
+               "archive URLs": ("archive-",), "git repositories": ("git-",)},
     "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-")},
     "cache": {"smoke cache": ("cache-",), "--budget": ("cache-budget-",)},
     # release: only `release cost`'s records have cases; collect/split/variant-files/gate read the plan's own JSON,

@@ -72,6 +72,13 @@ def test_ci_upstream_builds_verifies_and_indexes_both_packages(cp311):
             assert any(re.fullmatch(rf"{EXTENSIONS[project]}\.cpython-311-x86_64-linux-gnu\.so", n) for n in zf.namelist())
         spec = json.loads((wheel.parent / (wheel.name + ".spec.json")).read_text())
         assert spec["project"] == project and spec["source"].startswith(f"sdist:{project}=={version}@sha256:")
+        # what ran, in the wheel: Docker, and the CUDA toolkit's origin (PyPI's nvidia-* wheels or the vendor image)
+        rec = spec["provenance"]
+        assert rec["executor"] == "docker" and rec["image"] == spec["image"] and rec["base"], rec
+        toolkit = rec["toolchain"]["toolkit"]
+        assert toolkit["kind"] == "cuda" and toolkit["version"] == "13.0" and toolkit["origin"] in ("pypi", "base")
+        assert toolkit["origin"] != "pypi" or "nvidia-cuda-nvcc==13.0.*" in toolkit["packages"], toolkit
+        assert wheel.name.endswith(f"-{rec['platform']}.whl") and rec["source"]["kind"] == "sdist", rec
         log = (dist / "logs" / f"{spec['id']}.log").read_text()
         assert "patches applied: cxx20, cuda-archs" in log
         assert "-std=c++20" in log and "-std=c++17" not in log  # the C++20 patch reached the compiler

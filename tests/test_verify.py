@@ -153,11 +153,15 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
     from builder.verifying import provenance, wheels
 
     spec = next(b for b in load_plan(profile="ci").builds if b.accelerator == "cpu")
-    rec = provenance.record(spec, epoch=1700000000, commit=provenance.checkout_commit(REPO))
+    from builder.building.executors import toolchain_record
+
+    ran = toolchain_record("host", image=None, base=None, compiler="host", toolkit=None)
+    rec = provenance.record(spec, epoch=1700000000, ran=ran, commit=provenance.checkout_commit(REPO))
     assert (
         rec["source"] == {"kind": "checkout", "commit": rec["source"]["commit"]} and len(rec["source"]["commit"]) == 40
     )
-    assert rec["inputs_hash"] == spec.inputs_hash and rec["image"] == spec.image
+    assert rec["inputs_hash"] == spec.inputs_hash and rec["executor"] == "host" and rec["image"] is None
+    assert "host executor" in provenance.summary(rec)
     assert str(tmp_path) not in json.dumps(rec) and str(REPO) not in json.dumps(rec)  # no host path
     # No mamba_ssm/__init__.py in the wheel: the doctor imported is the checkout's, its metadata the wheel's.
     raw = make_wheel(

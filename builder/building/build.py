@@ -50,6 +50,10 @@ def add_command(subparsers) -> None:
     p.add_argument("--executor", default="auto", choices=EXECUTORS, help="docker, host, or auto (default: docker when an engine answers, else host)")
     p.add_argument("--jobs", type=int, default=None, help="builds at once (default: from cores and memory)")
     p.add_argument(
+        "--compile-jobs", type=int, default=None, metavar="N",
+        help="compiler jobs inside each build (MAX_JOBS; default: cores / --jobs); 1 for a one-core or memory-tight host",
+    )  # fmt: skip
+    p.add_argument(
         "--wheelhouse", type=Path, action="append", default=None, metavar="DIR",
         help="a local wheel dir builds install torch from (repeatable; default ~/.cache/mamba-farm/wheelhouse)",
     )
@@ -65,6 +69,8 @@ def add_command(subparsers) -> None:
 def _validate(args: argparse.Namespace) -> None:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+    if args.compile_jobs is not None and args.compile_jobs < 1:
+        raise UsageError(f"--compile-jobs {args.compile_jobs}: must be at least 1")
     if args.timeout <= 0:
         raise UsageError(f"--timeout {args.timeout}: must be positive")
     if args.retries < 0:
@@ -102,11 +108,14 @@ def run_command(args: argparse.Namespace) -> int:
     options = BuildOptions(
         wheelhouses=args.wheelhouse if args.wheelhouse is not None else default_wheelhouses(),
         ca_bundle=find_ca_bundle(args.ca_bundle),
-        max_jobs=schedule.compiler_jobs(jobs),
+        max_jobs=args.compile_jobs or schedule.compiler_jobs(jobs),
         logs_dir=logs_dir,
         log=log,
     )
-    log(f"plan: {len(specs)} build(s), {len(specs) - len(todo)} up to date, {len(todo)} to build, {jobs} at once")
+    log(
+        f"plan: {len(specs)} build(s), {len(specs) - len(todo)} up to date, {len(todo)} to build, {jobs} at once"
+        f" ({options.max_jobs} compiler job(s) each)"
+    )
     if not args.no_smoke:
         warning = _cache_preflight(todo)
         if warning:
@@ -166,7 +175,7 @@ def run_command(args: argparse.Namespace) -> int:
             def finish(spec, result):
                 return _verify_and_publish(
                     spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke,
-                    epoch=reproducible.tree_epoch(trees.get(spec.id, source)), image=plan.images.get(spec.image), commit=commit,
+                    epoch=reproducible.tree_epoch(trees.get(spec.id, source)), ran=executor.ran(spec), commit=commit,
                     dirty=dirty, allow_newer_manylinux=executor.newer_glibc(spec), recipe=plan.recipe_of(spec),
                     emulated_smoke=getattr(executor, "smoke", None), log_path=logs_dir / f"{spec.id}.log", log=log,
                 )
@@ -258,8 +267,8 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
             f" (skipped: {', '.join(prep.skipped) or 'none'})\n"
         )
         log(f"{spec.id}: source ready, patches {', '.join(prep.applied) or 'none'}")
-        # Patching gave the files it edited the clock's time: the whole tree gets the sdist's.
-        reproducible.stamp(prep.tree, reproducible.sdist_epoch(prep.tree))
+        # Patching gave the files it edited the clock's time: the whole tree gets the source's.
+        reproducible.stamp(prep.tree, prep.epoch)
         trees[spec.id] = prep.tree
     return trees, refused
 
@@ -294,7 +303,7 @@ def _clear_stale(work: Path, wheels_dir: Path) -> None:
 def _verify_and_publish(
     spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False,
     recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print, epoch: int | None = None,
-    image=None, commit: str | None = None, dirty: bool | None = None,
+    ran: dict | None = None, commit: str | None = None, dirty: bool | None = None,
 ) -> Path:
     """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename.
 
@@ -308,7 +317,7 @@ def _verify_and_publish(
     workdir.mkdir(parents=True, exist_ok=True)
     # What built it, inside the wheel and in its sidecar alike (no clock time, no host path).
     record = provenance.record(
-        spec, epoch=epoch or reproducible.ZIP_FLOOR, image=image, commit=commit, dirty=dirty, recipe=recipe
+        spec, epoch=epoch or reproducible.ZIP_FLOOR, ran=ran, commit=commit, dirty=dirty, recipe=recipe
     )
     verified = wheels.verify_wheel(
         raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux, epoch=epoch,
@@ -349,7 +358,10 @@ def _verify_and_publish(
     staged = workdir / (good.name + ".staged")
     shutil.copyfile(good, staged)
     sidecar = workdir / (good.name + ".spec.json")
-    sidecar.write_text(json.dumps({**spec.to_json(), "provenance": record}, indent=2, sort_keys=True))
+    # the record as the wheel carries it: with the platform tag repair reached
+    sidecar.write_text(
+        json.dumps({**spec.to_json(), "provenance": provenance.read_wheel(good)}, indent=2, sort_keys=True)
+    )
     os.replace(sidecar, wheels_dir / sidecar.name)
     # What was checked of it, from what the verifier and the smoke test returned; in before the wheel is.
     checked = workdir / (good.name + evidence.SUFFIX)

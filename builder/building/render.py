@@ -169,6 +169,7 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
                     hint=f"add [cuda.pypi.\"{image.toolkit}\"] to {PACKAGES}, or use a base with the toolkit",
                 )
             ctx["cuda_packages"] = [f'"{p}"' for p in pins["packages"]]
+            ctx["cuda_headers"] = [f'"{p}"' for p in pins.get("headers", [])]
             ctx["cuda_home"] = f"/opt/cuda-pypi/nvidia/cu{major}"
             ctx["cuda_compiler"] = compiler_overlay(image, osdef, pins)
         elif source == "debian":

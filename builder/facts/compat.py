@@ -111,6 +111,7 @@ class Compat:
         self.cuda: dict[str, dict] = toolkits["cuda"]
         self.rocm: dict[str, dict] = toolkits["rocm"]
         self.cuda_extra_arch: dict[str, dict] = toolkits.get("cuda_extra_arch", {})
+        self.cuda_headers: dict[str, str] = toolkits.get("cuda_headers", {})  # header -> the PyPI package with it
         self.gpu_names: dict[str, str] = toolkits.get("gpus", {})
         self.images: dict[str, dict] = {k: v for k, v in images.items() if k != "debian_glibc"}
         self.debian_glibc: dict[str, str] = images["debian_glibc"]

@@ -154,6 +154,10 @@ class SdistPin:
     def describe(self) -> str:
         return f"{self.project} {self.version} (sdist sha256 {self.sha256[:12]}…)"
 
+    def provenance(self) -> dict:
+        """What a wheel's provenance record says of this source (builder/verifying/provenance.py)."""
+        return {"kind": "sdist", "name": self.project, "version": self.version, "sha256": self.sha256}
+
     def matches_filename(self, filename: str) -> bool:
         try:
             name, version = parse_sdist_filename(filename)
@@ -184,4 +188,72 @@ class FilePin:
         return f"{self.name} {self.version} ({self.filename}, sha256 {self.sha256[:12]}…)"
 
 
-Source = CheckoutSource | SdistPin
+@dataclass(frozen=True)
+class ArchivePin:
+    """A source archive at one URL (a GitHub tag tarball: ``https://github.com/<o>/<r>/archive/refs/tags/<tag>.tar.gz``),
+    pinned by its sha256: for a project whose PyPI sdists lack its sources. NAME and VERSION say what it holds
+    (the wheel's version comes from its setup.py); fetched, cached, checked and unpacked as an sdist is."""
+
+    name: str
+    version: str
+    sha256: str
+    url: str  # http(s) only: the recipe is refused otherwise
+
+    @property
+    def project(self) -> str:
+        return canonicalize_name(self.name)
+
+    @property
+    def filename(self) -> str:
+        """What the cache stores it as: the project and version, whatever the URL's last segment says."""
+        return f"{self.project.replace('-', '_')}-{self.version}.tar.gz"
+
+    @property
+    def identity(self) -> str:
+        return f"archive:{self.project}=={self.version}@sha256:{self.sha256}"
+
+    def describe(self) -> str:
+        return f"{self.project} {self.version} (archive {self.url}, sha256 {self.sha256[:12]}…)"
+
+    def provenance(self) -> dict:
+        return {
+            "kind": "archive",
+            "name": self.project,
+            "version": self.version,
+            "url": self.url,
+            "sha256": self.sha256,
+        }
+
+
+@dataclass(frozen=True)
+class GitPin:
+    """A git repository at one full commit hash (git checks every object it fetches against its hash, so the
+    commit pins the whole tree). NAME and VERSION say what it holds; the tree is ``git archive``'s output,
+    unpacked and checked as an sdist is."""
+
+    name: str
+    version: str
+    url: str  # http(s) only, no options: the recipe is refused otherwise
+    commit: str  # 40 lowercase hex digits
+
+    @property
+    def project(self) -> str:
+        return canonicalize_name(self.name)
+
+    @property
+    def filename(self) -> str:
+        return f"{self.project.replace('-', '_')}-{self.version}.tar.gz"
+
+    @property
+    def identity(self) -> str:
+        return f"git:{self.project}=={self.version}@{self.commit}"
+
+    def describe(self) -> str:
+        return f"{self.project} {self.version} (git {self.url} at {self.commit[:12]})"
+
+    def provenance(self) -> dict:
+        return {"kind": "git", "name": self.project, "version": self.version, "url": self.url, "commit": self.commit}
+
+
+RecipeSource = SdistPin | ArchivePin | GitPin
+Source = CheckoutSource | SdistPin | ArchivePin | GitPin

@@ -4,7 +4,9 @@ A recipe is data, in the spirit of conda-forge's recipes (source + patches + bui
 tests) and ComputeCanada's wheels_builder (one config per package):
 
 - ``[project]``: the distribution name (the file is named after it) and a summary;
-- ``[source]``: the sdist pin, name + version + sha256 (fetched by :mod:`builder.sourcing.sources`);
+- ``[source]``: what the project is built from (fetched by :mod:`builder.sourcing.sources`): a PyPI sdist
+  (name + version + sha256), an archive URL (+ url: a GitHub tag tarball, for sdists that lack their
+  sources) or a git repository at a full commit (name + version + git + commit);
 - ``[requires]``: which cells the project can be built for at all (a condition, see below);
 - ``[build]``: ``env`` (what its setup.py reads; values may use placeholders) and ``unset``
   (host variables that would steer it wrongly);
@@ -48,11 +50,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import RecipeError
-from builder.facts.spec import SdistPin
+from builder.facts.spec import ArchivePin, GitPin, RecipeSource, SdistPin
 from builder.planning.matrix import ARCH_RE, DIST_RE, RELPATH_RE
 from builder.planning.tomlcheck import TomlChecker, read_toml, show, type_name
 from builder.planning.tomllines import TomlLines
-from mamba_ssm._untrusted import SHA256_RE
+from mamba_ssm._untrusted import COMMIT_RE, SHA256_RE, Untrusted, git_url, is_web_url
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES_DIR = REPO / "recipes"
@@ -301,20 +303,51 @@ def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = ()) -> Cond
     return cond
 
 
-def _source(ck: _Checker, value: Any) -> SdistPin:
+def _source(ck: _Checker, value: Any) -> RecipeSource:
+    """[source]: a PyPI sdist (name, version, sha256), an archive URL (name, version, url, sha256) or a git
+    repository at a full commit (name, version, git, commit); which one is said by the keys given."""
     path = ("source",)
     table = ck.table(value, path)
-    ck.keys(table, path, ("name", "version", "sha256"), required=("name", "version", "sha256"))
+    ck.keys(table, path, ("name", "version", "sha256", "url", "git", "commit"), required=("name", "version"))
     name = ck.string(table["name"], path + ("name",), DIST_RE, "a distribution name")
     version = ck.string(table["version"], path + ("version",), re.compile(r"[0-9A-Za-z.!+_-]{1,60}"), "a version")
     try:
         Version(version)
     except InvalidVersion:
         ck.fail(path + ("version",), f"{show(version)} is not a PEP 440 version")
-    sha = table["sha256"]
+    if "git" in table:
+        for other in ("url", "sha256"):
+            if other in table:
+                ck.fail(path + (other,), f"a git source takes a commit, not {other}",
+                        hint="give either git + commit, or url + sha256 (an archive), or sha256 alone (a PyPI sdist)")  # fmt: skip
+        if "commit" not in table:
+            ck.fail(path + ("git",), "a git source needs its commit too",
+                    hint="add commit = the full 40-digit hash (`git ls-remote <url> refs/tags/<tag>` prints it)")  # fmt: skip
+        try:
+            url = git_url(table["git"])
+        except Untrusted as err:
+            ck.fail(
+                path + ("git",),
+                str(err),
+                hint="write the repository's https URL (https://github.com/<owner>/<repo>.git)",
+            )
+        commit = table["commit"]
+        if not isinstance(commit, str) or not COMMIT_RE.fullmatch(commit):
+            ck.fail(path + ("commit",), f"{show(commit)} is not a full commit hash (40 lowercase hex digits)",
+                    hint="a branch, tag or short hash can move or collide; `git rev-parse <tag>^{commit}` prints the full one")  # fmt: skip
+        return GitPin(name, version, url, commit)
+    if "commit" in table:
+        ck.fail(path + ("commit",), "a commit belongs to a git source", hint="add git = the repository's https URL")
+    sha = table.get("sha256")
     if not isinstance(sha, str) or not SHA256_RE.fullmatch(sha):
         ck.fail(path + ("sha256",), f"{show(sha)} is not a sha256 (64 lowercase hex digits)",
                 hint="take it from the index's simple API or `sha256sum` of the reviewed file")  # fmt: skip
+    if "url" in table:
+        url = table["url"]
+        if not is_web_url(url) or "@" in url.split("/")[2]:
+            ck.fail(path + ("url",), f"{show(url)} is not an http(s) URL without a user name",
+                    hint="the archive's https URL, e.g. https://github.com/<owner>/<repo>/archive/refs/tags/<tag>.tar.gz")  # fmt: skip
+        return ArchivePin(name, version, sha, url)
     return SdistPin(name, version, sha)
 
 
@@ -397,7 +430,7 @@ def load_recipe(path: Path) -> Recipe:
     summary = ck.string(project.get("summary", ""), ("project", "summary"), TEXT_RE, "one line of text")
     source = _source(ck, data["source"])
     if source.project != name:
-        ck.fail(("source", "name"), f"the sdist {show(source.name)} is not the project {show(name)}")
+        ck.fail(("source", "name"), f"the source {show(source.name)} is not the project {show(name)}")
 
     req = ck.table(data.get("requires", {}), ("requires",))
     requires = _condition(ck, req, ("requires",), extra=("why",))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.errors import PatchError, RecipeError, UsageError
+from builder.facts.spec import GitPin
 from builder.planning.recipes import (
     CellFacts,
     Patch,
@@ -37,6 +38,7 @@ from builder.planning.recipes import (
     render,
     supported,
 )
+from builder.sourcing.reproducible import sdist_epoch
 from builder.sourcing.sources import SourceCache
 
 # ---------------------------------------------------------------------------
@@ -84,6 +86,7 @@ class Prepared:
     applied: tuple[str, ...]  # patch names, in order
     skipped: tuple[str, ...]
     inputs: dict = field(hash=False)  # what the build's inputs hash should cover
+    epoch: int = 0  # the source's time (reproducible.sdist_epoch), read before patching
 
     def build_env(self, base: dict | None = None) -> dict[str, str]:
         env = {k: v for k, v in (os.environ if base is None else base).items() if k not in self.unset}
@@ -102,6 +105,7 @@ def prepare(recipe: Recipe, facts: CellFacts, workdir: Path, cache: SourceCache 
     if dest.exists():
         raise UsageError(f"{dest}: already exists; every build prepares its source into a new folder")
     tree = cache.unpack(recipe.source, dest)
+    epoch = sdist_epoch(tree)  # before the patches give the files they edit the clock's time
     applied, skipped = [], []
     for d in decide(recipe, facts):
         if d.applies:
@@ -110,7 +114,7 @@ def prepare(recipe: Recipe, facts: CellFacts, workdir: Path, cache: SourceCache 
         else:
             skipped.append(d.patch.name)
     env = {k: render(v, values) for k, v in recipe.env.items()}
-    return Prepared(tree, env, recipe.unset, tuple(applied), tuple(skipped), inputs(recipe, facts))
+    return Prepared(tree, env, recipe.unset, tuple(applied), tuple(skipped), inputs(recipe, facts), epoch)
 
 
 # ---------------------------------------------------------------------------
@@ -165,7 +169,8 @@ def run_command(args: argparse.Namespace) -> int:
 
     recipe = recipe_for(args.project, args.recipes or RECIPES_DIR)
     if args.recipe_command == "fetch":
-        print(SourceCache().fetch(recipe.source))
+        cache = SourceCache()
+        print(cache.fetch_git(recipe.source) if isinstance(recipe.source, GitPin) else cache.fetch(recipe.source))
         return 0
     facts = facts_from_args(args)
     if args.recipe_command == "explain":

@@ -48,9 +48,17 @@ def checkout_epoch(repo: Path) -> int:
 
 def sdist_epoch(tree: Path) -> int:
     """An unpacked sdist's time: its PKG-INFO's mtime, as the archive recorded it (patches never
-    touch PKG-INFO; the files they edit get the clock's time, which :func:`stamp` then replaces)."""
+    touch PKG-INFO; the files they edit get the clock's time, which :func:`stamp` then replaces).
+    A tree without PKG-INFO: its newest file's, so call it before patching."""
     info = Path(tree) / "PKG-INFO"
-    return max(ZIP_FLOOR, int(info.stat().st_mtime)) if info.is_file() else ZIP_FLOOR
+    if info.is_file():
+        return max(ZIP_FLOOR, int(info.stat().st_mtime))
+    # an archive URL's or a git commit's tree has no PKG-INFO: its files carry the commit's time (GitHub's
+    # tarballs, git archive); read before any patch touches them
+    newest = max(
+        (int(p.lstat().st_mtime) for p in Path(tree).rglob("*") if p.is_file() and not p.is_symlink()), default=0
+    )
+    return max(ZIP_FLOOR, newest)
 
 
 def stamp(tree: Path, epoch: int) -> None:

@@ -1,4 +1,5 @@
-"""Where a build's source comes from: this checkout, or a published sdist pinned by name, version and sha256.
+"""Where a build's source comes from: this checkout, or a recipe's pinned source: a published sdist (name,
+version, sha256), an archive at one URL (its sha256), or a git repository at a full commit.
 
 A pinned sdist is fetched once through the host's pip settings (its indexes, find-links
 folders, CA bundle and proxy: the way a ``pip install`` typed on the host reaches the
@@ -23,6 +24,13 @@ filter does (no absolute paths, no ``..``, no links whose target leaves the tree
 links, no devices or FIFOs, one ``name-version`` top folder): a refused archive exits with
 :class:`~builder.errors.UnsafeArchiveError`'s code before anything is written, and is moved out of the cache.
 Then it unpacks into a fresh folder outside the cache; the cache only ever holds the archive.
+
+An archive URL is fetched, cached and checked exactly as an sdist is, from its one URL (http(s) only).
+A git source is fetched with git into a bare repository under ``<farm cache>/sdists/git/`` (no user or
+system git configuration, http(s) only: no ``ext::`` or other helper transport), the pinned commit alone
+when the server allows it, else its branches and tags; git checks every object against its hash, and a
+repository without the commit is refused (SourceIntegrityError). Its tree is ``git archive``'s tarball of
+the commit, unpacked through the same member checks.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import os
 import re
 import shutil
 import ssl
+import subprocess
 import tarfile
 import tempfile
 import time
@@ -50,13 +59,15 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import SourceFetchError, SourceIntegrityError, UnsafeArchiveError, UsageError
 from builder.facts import hostenv
-from builder.facts.spec import FilePin, SdistPin
+from builder.facts.spec import ArchivePin, FilePin, GitPin, SdistPin
 from mamba_ssm._untrusted import (
+    COMMIT_RE,
     SHA256_RE,
     Deadline,
     TooLarge,
     Untrusted,
     env_seconds,
+    git_url,
     is_web_url,
     load_json,
     open_regular,
@@ -188,7 +199,7 @@ class Fetcher:
 
     def candidates(self, pin: SdistPin) -> tuple[list[tuple[str, Candidate]], list[str]]:
         """([(where, candidate)] for every file named like the pin's sdist, find-links first; [unreachable indexes])."""
-        if isinstance(pin, FilePin):  # one known URL, no index to ask
+        if isinstance(pin, (FilePin, ArchivePin)):  # one known URL, no index to ask
             return [(pin.url, Candidate(pin.url, pin.filename, None))], []
         found: list[tuple[str, Candidate]] = []
         errors: list[str] = []
@@ -356,6 +367,12 @@ class SourceCache:
                 return
             finally:
                 tmp.unlink(missing_ok=True)
+        if mismatches and isinstance(pin, ArchivePin):
+            raise SourceIntegrityError(
+                f"{pin.describe()}: the file at its URL is not the pinned one: " + "; ".join(mismatches),
+                hint="nothing was cached or built; if the archive changed upstream, review it, then pin the sha256 "
+                f"`curl -sL {pin.url} | sha256sum` prints",
+            )
         if mismatches:
             raise SourceIntegrityError(
                 f"{pin.describe()}: no file on the host's indexes has the pinned sha256 {pin.sha256}: "
@@ -407,6 +424,8 @@ class SourceCache:
         dest = Path(dest)
         if dest.absolute().resolve().is_relative_to(self.root.absolute().resolve()):
             raise UsageError(f"{dest}: inside the sdist cache {self.root}; an unpack never writes into the cache")
+        if isinstance(pin, GitPin):
+            return self._unpack_git(pin, dest)
         self.fetch(pin)
         dest.mkdir(parents=True, exist_ok=False)
         path = self.path(pin)
@@ -424,6 +443,64 @@ class SourceCache:
                 raise type(err)(
                     str(err), hint=f"{err.hint + '; ' if err.hint else ''}the archive was moved to {moved}"
                 ) from None
+        finally:
+            copy.unlink(missing_ok=True)
+
+    # -- git -------------------------------------------------------------------
+
+    def git_repo(self, pin: GitPin) -> Path:
+        """The bare repository the cache keeps for PIN's URL (one per URL; git checks each object's hash)."""
+        return self.root / "git" / hashlib.sha256(pin.url.encode()).hexdigest()[:32]
+
+    def fetch_git(self, pin: GitPin) -> Path:
+        """The cached bare repository, holding PIN's commit (fetched first when it does not)."""
+        repo = self.git_repo(pin)
+        repo.parent.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock
+
+        with FileLock(str(repo) + ".lock"):
+            if not (repo / "HEAD").is_file():
+                shutil.rmtree(repo, ignore_errors=True)
+                _git(repo.parent, "init", "-q", "--bare", str(repo), ca_bundle=None)
+            if _has_commit(repo, pin.commit):
+                return repo
+            # the commit alone (servers that allow fetching a commit by its hash: GitHub does), else every
+            # branch and tag; either way only over http(s), never through a helper or another transport
+            ca = self.fetcher.ca_bundle
+            one = _git(repo, "fetch", "-q", "--no-tags", "--depth=1", "--end-of-options", pin.url, pin.commit,
+                       ca_bundle=ca, check=False)  # fmt: skip
+            if one.returncode != 0 or not _has_commit(repo, pin.commit):
+                every = _git(repo, "fetch", "-q", "--no-tags", "--end-of-options", pin.url,
+                             "+refs/heads/*:refs/farm/heads/*", "+refs/tags/*:refs/farm/tags/*", ca_bundle=ca, check=False)  # fmt: skip
+                if every.returncode != 0:
+                    raise SourceFetchError(
+                        f"{pin.describe()}: git could not fetch {pin.url}: {shown(every.stderr.strip()[-400:], 400)}",
+                        hint="check the URL and the host's proxy and CA bundle; nothing was built",
+                    )
+            if not _has_commit(repo, pin.commit):
+                raise SourceIntegrityError(
+                    f"{pin.describe()}: the repository at {pin.url} has no commit {pin.commit} on any branch or tag; "
+                    "nothing is built",
+                    hint=f"`git ls-remote {pin.url}` lists the commits its branches and tags are at; pin one of them",
+                )
+        return repo
+
+    def _unpack_git(self, pin: GitPin, dest: Path) -> Path:
+        """PIN's tree as ``git archive`` writes it (under ``<name>-<version>/``), unpacked through the same member
+        checks as an sdist: a link in the repository that leaves the tree is refused."""
+        repo = self.fetch_git(pin)
+        dest.mkdir(parents=True, exist_ok=False)
+        copy = dest / f".{pin.filename}"
+        prefix = f"{pin.project.replace('-', '_')}-{pin.version}/"
+        try:
+            made = _git(repo, "archive", "--format=tar.gz", f"--prefix={prefix}", "-o", str(copy), pin.commit,
+                        ca_bundle=None, check=False)  # fmt: skip
+            if made.returncode != 0:
+                shutil.rmtree(dest, ignore_errors=True)
+                raise SourceIntegrityError(
+                    f"{pin.describe()}: git archive failed: {shown(made.stderr.strip()[-400:], 400)}"
+                )
+            return _safe_extract(copy, dest, pin)
         finally:
             copy.unlink(missing_ok=True)
 
@@ -557,8 +634,78 @@ def check_members(members: list[tarfile.TarInfo], where: str) -> str:
     return top
 
 
+def _git(cwd: Path, *args: str, ca_bundle: Path | None, check: bool = True) -> subprocess.CompletedProcess:
+    """git with no user or system configuration, no prompt, no helper transport (``ext::``, ``fd::``), only
+    http(s) to the network, and the fetch deadline."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
+    if ca_bundle:
+        env["GIT_SSL_CAINFO"] = str(ca_bundle)
+    cmd = ["git", "-c", "protocol.allow=never", "-c", "protocol.https.allow=always", "-c", "protocol.http.allow=always",
+           "-c", "http.followRedirects=initial", "-C", str(cwd), *args]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False,
+                              timeout=request_deadline() * DOWNLOAD_DEADLINE_FACTOR)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise SourceFetchError(
+            f"git {args[0]}: no answer within {request_deadline() * DOWNLOAD_DEADLINE_FACTOR:.0f}s"
+        ) from None
+    except OSError as err:
+        raise SourceFetchError(f"git cannot run here: {err}", hint="install git (a git source needs it)") from None
+    if check and proc.returncode != 0:
+        raise SourceFetchError(f"git {args[0]} failed: {shown(proc.stderr.strip()[-400:], 400)}")
+    return proc
+
+
+def ls_remote_tags(url: str) -> dict[str, str]:
+    """{tag: commit} of the git repository at URL (annotated tags peeled to their commit), for drift."""
+    url = git_url(url)
+    with tempfile.TemporaryDirectory(prefix="ls-remote-") as tmp:
+        proc = _git(Path(tmp), "ls-remote", "--tags", "--end-of-options", url, ca_bundle=hostenv.find_ca_bundle(None),
+                    check=False)  # fmt: skip
+    if proc.returncode != 0:
+        raise SourceFetchError(f"git ls-remote {url}: {shown(proc.stderr.strip()[-400:], 400)}")
+    tags: dict[str, str] = {}
+    for line in proc.stdout.splitlines()[:100_000]:
+        commit, _, ref = line.partition("\t")
+        name = ref.removeprefix("refs/tags/")
+        if not COMMIT_RE.fullmatch(commit) or name == ref or not re.fullmatch(r"[A-Za-z0-9._+-]{1,100}(\^\{\})?", name):
+            continue
+        if name.endswith("^{}"):
+            tags[name[:-3]] = commit  # the peeled commit wins over the tag object
+        else:
+            tags.setdefault(name, commit)
+    return tags
+
+
+def archive_sha256(url: str, fetcher: Fetcher) -> str:
+    """The sha256 of the archive at URL (http(s)), read under the sdist cap and the download deadline."""
+    if not is_web_url(url):
+        raise SourceFetchError(f"{shown(repr(url), 300)}: not an http(s) URL")
+    h, total, cap = hashlib.sha256(), 0, max_sdist_bytes()
+    try:
+        with Deadline(request_deadline() * DOWNLOAD_DEADLINE_FACTOR, f"{url}: the download") as deadline, fetcher.open(url) as src:
+            while chunk := src.read(_CHUNK):
+                deadline.left()
+                total += len(chunk)
+                if total > cap:
+                    raise SourceFetchError(f"{url}: more than {cap >> 20} MiB (MAMBA_FARM_MAX_SDIST_MB raises the cap)")
+                h.update(chunk)
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise SourceFetchError(f"{url}: download failed: {shown(getattr(err, 'reason', err), 300)}") from None
+    return h.hexdigest()
+
+
+def _has_commit(repo: Path, commit: str) -> bool:
+    proc = _git(repo, "cat-file", "-t", commit, ca_bundle=None, check=False)
+    return proc.returncode == 0 and proc.stdout.strip() == "commit"
+
+
 def _top_is_the_pin(top: str, pin: SdistPin) -> bool:
-    """Whether the top folder is ``name-version`` (the name in any of its spellings, the version by PEP 440)."""
+    """Whether the top folder is ``name-version`` (the name in any of its spellings, the version by PEP 440).
+    An archive URL's top folder is whatever its host names it (GitHub: ``<repo>-<tag without v>``): any one."""
+    if isinstance(pin, ArchivePin):
+        return True
     name, sep, version = top.rpartition("-")
     try:
         return bool(sep) and canonicalize_name(name) == pin.project and Version(version) == Version(pin.version)

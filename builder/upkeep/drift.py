@@ -10,7 +10,10 @@ reads of the wheel; never a whole wheel) and compares:
   that platform's markers; none: ``cpu``), and the glibc floor of its manylinux tags.
   PyTorch's own indexes (``/whl/cuXYZ``, ROCm) are not read: a new minor's row lists PyPI's
   CUDA build alone, and says so.
-- recipes: the newest final release of each recipe's sdist (version, sha256) against its pin.
+- recipes: the newest final release of each recipe's sdist (version, sha256) against its pin; for a git
+  source, its repository's newest release tag (``git ls-remote --tags``: version, commit); for a tag
+  archive (GitHub's ``<repo>/archive/refs/tags/<tag>.tar.gz``), the same repository's newest tag (its
+  archive URL, and the sha256 of the archive --write fetches).
 
 Drift exits :data:`DRIFT_EXIT` with a short table. ``--write`` edits the TOML with tomlkit (comments
 and layout kept): a new minor gets a row (and joins ``matrix.toml``'s torch axis, so the release builds
@@ -40,7 +43,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from builder.errors import FarmError, PatchError, SourceFetchError, UnprovenWrite, UsageError
 from builder.facts import hostenv
@@ -148,7 +151,7 @@ def torch_facts(index: Index, oldest: str) -> dict[str, TorchFacts]:
 @dataclass
 class Drift:
     subject: str  # "torch 2.15", "causal-conv1d"
-    what: str  # new-minor | new-patch | python | cuda | glibc | new-sdist
+    what: str  # new-minor | new-patch | python | cuda | glibc | new-sdist | new-tag
     data: str  # what the data says
     index: str  # what the index says
     status: str = ""  # after --write: written | patch broke: ... | not written
@@ -198,7 +201,48 @@ def newest_sdist(index: Index, project: str) -> File | None:
     return max(sdists, key=lambda f: f.version, default=None)
 
 
+# A GitHub tag tarball (or one laid out the same way): its repository's tags say which archives exist.
+TAG_ARCHIVE_RE = re.compile(r"(https?://[^/]+/[^/]+/[^/]+)/archive/refs/tags/([A-Za-z0-9._+-]{1,100})\.tar\.gz")
+
+
+def newest_tag(url: str) -> tuple[str, Version, str] | None:
+    """(tag, version, commit) of the newest final release among the tags of the git repository at URL
+    (``git ls-remote --tags``; a tag is a release when, less a leading ``v``, it is a PEP 440 version)."""
+    from builder.sourcing.sources import ls_remote_tags
+
+    best = None
+    for tag, commit in ls_remote_tags(url).items():
+        try:
+            version = Version(tag.removeprefix("v"))
+        except InvalidVersion:
+            continue
+        if version.is_prerelease or version.is_devrelease:
+            continue
+        if best is None or version > best[1]:
+            best = (tag, version, commit)
+    return best
+
+
 def compare_recipe(index: Index, recipe) -> Drift | None:
+    """The recipe's pin against what its source publishes: the index's newest sdist, the newest release tag of
+    a git source's repository (its commit), or of a tag archive's repository (its archive URL; the sha256 is
+    taken when --write fetches it). An archive URL laid out otherwise has no way to list releases: no drift."""
+    from builder.facts.spec import ArchivePin, GitPin
+
+    src = recipe.source
+    if isinstance(src, GitPin | ArchivePin):
+        m = TAG_ARCHIVE_RE.fullmatch(src.url) if isinstance(src, ArchivePin) else None
+        repo = src.url if isinstance(src, GitPin) else (m.group(1) + ".git" if m else None)
+        found = newest_tag(repo) if repo else None
+        if found is None or found[1] <= Version(src.version):
+            return None
+        tag, version, commit = found
+        if isinstance(src, GitPin):
+            return Drift(recipe.name, "new-tag", src.version, f"{version} commit {commit[:12]}",
+                         detail={"version": str(version), "commit": commit, "tag": tag})  # fmt: skip
+        url = f"{m.group(1)}/archive/refs/tags/{tag}.tar.gz"
+        return Drift(recipe.name, "new-tag", src.version, f"{version} archive {tag}.tar.gz",
+                     detail={"version": str(version), "url": url, "tag": tag})  # fmt: skip
     newest = newest_sdist(index, recipe.source.project)
     if newest is None or newest.version <= Version(recipe.source.version):
         return None
@@ -364,16 +408,26 @@ def write_recipe(index: Index, recipe, drift: Drift, cache_root: Path | None, ou
     """Move the recipe's pin (to ``out``, a staged copy, when given) once the new sdist's patches apply."""
     import tomlkit
 
-    from builder.facts.spec import SdistPin
-    from builder.sourcing.sources import Fetcher, SourceCache
+    from builder.facts.spec import ArchivePin, GitPin, SdistPin
+    from builder.sourcing.sources import Fetcher, SourceCache, archive_sha256
 
-    if not drift.detail.get("sha256"):
-        drift.status = "not written: the index lists no sha256"
-        return
-    pin = SdistPin(recipe.source.name, drift.detail["version"], drift.detail["sha256"])
     fetcher = Fetcher(indexes=(index.url,), ca_bundle=index.fetcher.ca_bundle, proxy=index.fetcher.proxy,
                       timeout=index.fetcher.timeout)  # fmt: skip
     cache = SourceCache(cache_root / "sdists" if cache_root else None, fetcher)
+    src = recipe.source
+    if isinstance(src, GitPin):
+        pin = GitPin(src.name, drift.detail["version"], src.url, drift.detail["commit"])
+        keys = {"version": pin.version, "commit": pin.commit}
+    elif isinstance(src, ArchivePin):  # the tag's archive, hashed as fetched: the reviewer checks it in the PR
+        sha = archive_sha256(drift.detail["url"], fetcher)
+        pin = ArchivePin(src.name, drift.detail["version"], sha, drift.detail["url"])
+        keys = {"version": pin.version, "url": pin.url, "sha256": pin.sha256}
+    else:
+        if not drift.detail.get("sha256"):
+            drift.status = "not written: the index lists no sha256"
+            return
+        pin = SdistPin(src.name, drift.detail["version"], drift.detail["sha256"])
+        keys = {"version": pin.version, "sha256": pin.sha256}
     with tempfile.TemporaryDirectory(prefix="drift-sdist-") as tmp:
         tree = cache.unpack(pin, Path(tmp) / "src")
         broke = check_patches(recipe, tree)
@@ -382,8 +436,8 @@ def write_recipe(index: Index, recipe, drift: Drift, cache_root: Path | None, ou
         drift.detail["exit"] = PatchError.exit_code
         return
     doc = tomlkit.parse(recipe.path.read_text())
-    _set(doc["source"], "version", pin.version)
-    _set(doc["source"], "sha256", pin.sha256)
+    for key, value in keys.items():
+        _set(doc["source"], key, value)
     (out or recipe.path).write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
     drift.status = f"written (all {len(recipe.patches)} patches apply)"
 

@@ -1,9 +1,11 @@
 """What built a wheel, recorded inside it: ``<name>.dist-info/farm-provenance.json``, listed in its RECORD.
 
 The record says the source (this checkout's commit and whether the tree had changes no commit holds, or the
-sdist's name, version and sha256), the recipe
-and its applied patches' sha256s, the toolchain image and toolkit, the torch built against, the spec id and
-its inputs hash, and SOURCE_DATE_EPOCH (the source's time). It holds nothing of the machine or the moment
+recipe's pinned source: a PyPI sdist, an archive URL or a git commit), the recipe and its applied patches'
+sha256s, what ran the build (``executor``: docker or host; ``image`` and ``base`` only when Docker ran;
+``toolchain``: where the compiler and the toolkit came from), the wheel's platform tag after repair, the torch
+built against, the spec id and its inputs hash, and SOURCE_DATE_EPOCH (the source's time). It holds nothing
+of the machine or the moment
 that built it (no clock time, no host path), so it does not break reproducibility: a rebuild writes the
 same bytes (``python -m builder verify --rebuild`` compares them too). The index's ``.spec.json`` sidecar
 carries the same record under ``provenance``; the doctor reads it from the installed dist-info.
@@ -56,14 +58,18 @@ def _patch_sha256(patch) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
-def record(spec, *, epoch: int, image=None, commit: str | None = None, dirty: bool | None = None, recipe=None) -> dict:
-    """The provenance of SPEC's wheel. IMAGE: its ImageSpec; RECIPE: its Recipe (a recipe build); DIRTY: the
-    checkout had changes COMMIT does not hold (checkout_dirty), so COMMIT alone does not give its source."""
+def record(
+    spec, *, epoch: int, ran: dict | None = None, commit: str | None = None, dirty: bool | None = None, recipe=None
+) -> dict:
+    """The provenance of SPEC's wheel. RAN: what built it, the executor's ``ran(spec)`` (executor, image, base,
+    toolchain); RECIPE: its Recipe (a recipe build); DIRTY: the checkout had changes COMMIT does not hold
+    (checkout_dirty), so COMMIT alone does not give its source. The platform tag is added after repair
+    (with_platform): the plan's manylinux policy is a wish, the repaired wheel's tag is the fact."""
+    ran = ran or {}
     if spec.from_recipe and recipe is not None:
         from builder.planning.recipes import CellFacts, decide
 
-        pin = recipe.source
-        source = {"kind": "sdist", "name": pin.project, "version": pin.version, "sha256": pin.sha256}
+        source = recipe.source.provenance()
         applied = [d.patch for d in decide(recipe, CellFacts.from_spec(spec)) if d.applies]
         recipe_rec = {
             "name": recipe.name,
@@ -81,12 +87,21 @@ def record(spec, *, epoch: int, image=None, commit: str | None = None, dirty: bo
         "inputs_hash": spec.inputs_hash,
         "source": source,
         "recipe": recipe_rec,
-        "image": spec.image,
-        "base": image.base if image is not None else None,
+        "executor": ran.get("executor"),
+        "image": ran.get("image"),
+        "base": ran.get("base"),
+        "toolchain": ran.get("toolchain"),
+        "platform": None,
         "toolkit": spec.toolkit,
         "torch": spec.torch_version,
         "source_date_epoch": int(epoch),
     }
+
+
+def with_platform(rec: dict, platform: str) -> dict:
+    """REC once repair has chosen the wheel's platform tag (manylinux_2_34_x86_64, say, for a host build planned
+    for manylinux_2_28)."""
+    return {**rec, "platform": platform}
 
 
 def dumps(rec: dict) -> bytes:
@@ -111,7 +126,20 @@ def summary(rec: dict) -> str:
     src = rec.get("source") or {}
     if src.get("kind") == "sdist":
         what = f"sdist {src.get('name')}=={src.get('version')} (sha256 {str(src.get('sha256'))[:12]})"
+    elif src.get("kind") == "archive":
+        what = f"archive {src.get('url')} (sha256 {str(src.get('sha256'))[:12]})"
+    elif src.get("kind") == "git":
+        what = f"git {src.get('url')} at {str(src.get('commit'))[:12]}"
     else:
         what = f"checkout {str(src.get('commit') or 'unknown commit')[:12]}"
         what += " with uncommitted changes" if src.get("dirty") is True else ""
-    return f"{what}, build {rec.get('id')} (inputs {rec.get('inputs_hash')}), image {rec.get('image')}"
+    ran = (
+        f"image {rec.get('image')}"
+        if rec.get("executor") == "docker"
+        else f"{rec.get('executor') or 'unknown'} executor"
+    )
+    tc = rec.get("toolchain") if isinstance(rec.get("toolchain"), dict) else {}
+    cuda = tc.get("cuda") if isinstance(tc.get("cuda"), dict) else None
+    if cuda:
+        ran += f", CUDA {cuda.get('version')} from {cuda.get('origin')}"
+    return f"{what}, build {rec.get('id')} (inputs {rec.get('inputs_hash')}), {ran}, {rec.get('platform')}"

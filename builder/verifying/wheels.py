@@ -481,7 +481,7 @@ def verify_wheel(
     ``epoch``: the source's SOURCE_DATE_EPOCH, which every entry of the verified wheel gets (auditwheel
     stamps the time of the repair); None takes the raw wheel's newest entry (bdist_wheel stamps
     SOURCE_DATE_EPOCH, which the executors set). ``provenance``: the record (builder/verifying/provenance.py) the
-    verified wheel carries in its dist-info. Raises VerificationError naming exactly what disagrees.
+    verified wheel carries in its dist-info, with the platform tag repair reached. Raises VerificationError naming exactly what disagrees.
     """
     wheel, workdir = Path(wheel), Path(workdir)
     if epoch is None:
@@ -545,7 +545,9 @@ def verify_wheel(
     canonical = f"{facts.version.partition('+')[0]}+{spec.label}"
     final = retag(
         repaired, platform, workdir / "verified", version=canonical, epoch=epoch,
-        extra={provenance_mod.NAME: provenance_mod.dumps(provenance)} if provenance else None,
+        extra={provenance_mod.NAME: provenance_mod.dumps(provenance_mod.with_platform(provenance, platform))}
+        if provenance
+        else None,
     )  # fmt: skip
     after = read_facts(final, spec.project)
     check_machine(final, platform)  # what auditwheel grafted in too

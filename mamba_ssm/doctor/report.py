@@ -15,12 +15,16 @@ MARK = {"ok": "ok  ", "info": "info", "warn": "warn", "problem": "FAIL"}
 
 
 def _built_from(rec) -> str | None:
-    """The wheel's provenance record (builder/provenance.py) in one line; shown safely: it is the wheel's word."""
+    """The wheel's provenance record (builder/verifying/provenance.py) in one line; shown safely: it is the wheel's word."""
     if not isinstance(rec, dict):
         return None
     src = rec.get("source") if isinstance(rec.get("source"), dict) else {}
     if src.get("kind") == "sdist":
         what = f"sdist {src.get('name')}=={src.get('version')} sha256 {str(src.get('sha256'))[:12]}"
+    elif src.get("kind") == "archive":
+        what = f"archive {src.get('url')} sha256 {str(src.get('sha256'))[:12]}"
+    elif src.get("kind") == "git":
+        what = f"git {src.get('url')} at {str(src.get('commit'))[:12]}"
     else:
         what = f"commit {str(src.get('commit') or '?')[:12]}"
         what += " + uncommitted changes" if src.get("dirty") is True else ""

@@ -81,6 +81,25 @@ class Executor(Protocol):
 
     def newer_glibc(self, spec) -> bool: ...
 
+    def ran(self, spec) -> dict: ...  # what built SPEC, for its provenance: toolchain_record's shape
+
+
+def toolchain_record(
+    executor: str, *, image: str | None, base: str | None, compiler: str, toolkit: dict | None
+) -> dict:
+    """What ran one build, as its wheel's provenance says it (builder/verifying/provenance.py): the executor,
+    the image and its base only when Docker ran, and where the compiler (``image`` or ``host``) and the toolkit
+    came from. TOOLKIT: ``{"kind": "cuda"|"rocm", "version", "origin", ...}`` with origin ``pypi`` (the
+    nvidia-* wheels docker/packages.toml pins, listed under ``packages``), ``base`` (the vendor devel image
+    named as ``base``), ``debian`` (Debian's packages of ``suite``) or ``host`` (this machine's own); None
+    for a CPU build. No host path, no clock time: a rebuild records the same."""
+    return {
+        "executor": executor,
+        "image": image,
+        "base": base,
+        "toolchain": {"compiler": compiler, "toolkit": toolkit},
+    }
+
 
 # What a build never needs from a source tree that is not a git checkout.
 _SKIP = re.compile(r"^(\.git|\.venv|\.nox|dist|build|\.cache|\.pytest_cache|\.hypothesis|\.benchmarks)(/|$)|(^|/)__pycache__(/|$)|\.egg-info(/|$)|\.so$")
@@ -131,6 +150,10 @@ def spec_env(spec, *, max_jobs: int) -> dict[str, str]:
         "MAMBA_FORCE_BUILD": "TRUE",
     }
     env["FARM_TORCH_PIP_ARGS"] = " ".join(pip_args)
+    if spec.accelerator.startswith("cu"):  # build.sh checks these before compiling a source that includes them
+        from builder.facts.compat import load
+
+        env["FARM_CUDA_HEADERS"] = " ".join(f"{h}={pkg}" for h, pkg in sorted(load().cuda_headers.items()))
     gpu = [a for a in spec.archs if a.startswith("sm_")]
     if gpu:
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{a[3:-1]}.{a[-1]}" for a in gpu)

@@ -13,6 +13,20 @@ for name in "${unset_names[@]}"; do unset "$name"; done
 # cpp_extension runs `ninja`, and without it falls back to a serial, MAX_JOBS-blind build.
 PATH="$(dirname "$FARM_PYTHON"):$PATH"
 export PATH
+# A source that includes torch's CUDA context header (or the library headers it pulls in) needs them in the
+# toolkit: checked here, before anything is installed or compiled, naming the package that provides each.
+if [ -n "${FARM_CUDA_HEADERS:-}" ] && grep -rqsE --include='*.cu' --include='*.cuh' --include='*.cpp' --include='*.cc' \
+    --include='*.h' --include='*.hpp' '#[[:space:]]*include[[:space:]]*[<"](ATen/cuda/CUDAContext\.h|cusparse\.h|cublas_v2\.h|cublasLt\.h|cusolverDn\.h|curand\.h)' "$FARM_SRC"; then
+  read -r -a header_pairs <<< "$FARM_CUDA_HEADERS"
+  for pair in "${header_pairs[@]}"; do
+    if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/${pair%%=*}" ]; then
+      echo "error: the CUDA toolkit at ${CUDA_HOME:-/usr/local/cuda} has no ${pair%%=*}, which this source needs"\
+        "(through ATen/cuda/CUDAContext.h); the PyPI package ${pair#*=} provides it: add its headers to the toolkit"
+      exit 1
+    fi
+  done
+  echo "== CUDA headers: the toolkit has ${#header_pairs[@]} that torch's CUDA headers include"
+fi
 # Compile once across Pythons, for code we do not own (FARM_CCACHE: recipe CUDA builds): ccache in
 # front of nvcc (torch's cpp_extension runs $PYTORCH_NVCC) and of c++ (torch >= 2.13 puts ccache
 # there itself), its objects in the image's kernel cache, which every build of the image mounts.

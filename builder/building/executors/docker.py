@@ -32,6 +32,7 @@ from builder.building.executors import (
     kernel_cache_name,
     source_files,
     spec_env,
+    toolchain_record,
 )
 from builder.building.images import (
     BUILD_LABEL,
@@ -40,12 +41,14 @@ from builder.building.images import (
     OWNER_LABEL,
     check_substitute,
     docker_platform,
+    effective_toolkit_source,
     fallback_suite,
     is_local_base,
+    local_suite,
     machine_of,
     owner,
 )
-from builder.building.render import render
+from builder.building.render import load_packages, render
 from builder.errors import FarmError, InfrastructureError
 from builder.facts.hostenv import CACHE_ROOT, host_machine, host_pip_settings
 from builder.publishing.cost import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu
@@ -150,6 +153,7 @@ class DockerExecutor:
         self.bases: dict[str, str] = {}  # ImageSpec.id -> the base it was built FROM
         self.pythons: dict[str, dict[str, str]] = {}  # ImageSpec.id -> {"3.11": "/opt/python/cp311-cp311/bin/python"}
         self.machines: dict[str, str] = {}  # ImageSpec.id -> the machine its containers run (aarch64: emulated here)
+        self.images: dict = {}  # ImageSpec.id -> ImageSpec
         self._containers: set[str] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -163,10 +167,25 @@ class DockerExecutor:
         """Built on the farm's own Debian base: the wheel may need a newer manylinux than planned."""
         return is_local_base(self.bases.get(spec.image, ""))
 
+    def ran(self, spec) -> dict:
+        """The image and the base it was really built FROM (the farm's Debian base when the planned one could
+        not be pulled), and the toolkit that base's image got (effective_toolkit_source)."""
+        image, base = self.images[spec.image], self.bases[spec.image]
+        toolkit = None
+        if image.kind in ("cuda", "rocm"):
+            origin = effective_toolkit_source(image, base)
+            toolkit = {"kind": image.kind, "version": image.toolkit, "origin": origin}
+            if origin == "pypi":
+                toolkit["packages"] = list(load_packages()["cuda"]["pypi"][image.toolkit]["packages"])
+            elif origin == "debian":
+                toolkit["suite"] = local_suite(base) if is_local_base(base) else fallback_suite(image)
+        return toolchain_record("docker", image=spec.image, base=base, compiler="image", toolkit=toolkit)
+
     # -- images ---------------------------------------------------------------------------
     def prepare(self, images: dict, specs: list) -> None:
         from builder.building import emulation
 
+        self.images.update(images)
         needed = sorted({s.image for s in specs})
         bases: dict[tuple[str, str, str], str] = {}
         for image_id in needed:

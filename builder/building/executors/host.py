@@ -23,13 +23,21 @@ from pathlib import Path
 from filelock import FileLock
 
 from builder.building import interpreters
-from builder.building.executors import BUILD_SCRIPT, BuildOptions, BuildResult, collect_wheel, source_files, spec_env
+from builder.building.executors import (
+    BUILD_SCRIPT,
+    BuildOptions,
+    BuildResult,
+    collect_wheel,
+    source_files,
+    spec_env,
+    toolchain_record,
+)
 from builder.building.render import load_packages
 from builder.errors import EngineUnavailable
 from builder.facts.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
 from builder.publishing.cost import wait_with_rusage
 from builder.sourcing.reproducible import tree_epoch
-from mamba_ssm._untrusted import file_name, remove_tree
+from mamba_ssm._untrusted import Untrusted, file_name, open_zip, remove_tree, zip_read
 
 VENVS = CACHE_ROOT / "venvs"
 TOOLKITS = CACHE_ROOT / "toolkits"
@@ -61,6 +69,32 @@ def copy_source(source: Path, dest: Path) -> None:
         shutil.copy2(source / rel, target)
 
 
+def add_headers(python: Path, requirements: list[str], include: Path, scratch: Path) -> None:
+    """The include/ folders alone of REQUIREMENTS' wheels (the CUDA libraries whose headers torch's CUDA headers
+    include) into INCLUDE: their libraries are hundreds of MB that no extension links (it links torch's)."""
+    if not requirements:
+        return
+    run = subprocess.run(
+        [str(python), "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(scratch), *requirements],
+        check=False, capture_output=True, text=True,
+    )  # fmt: skip
+    if run.returncode != 0:
+        raise EngineUnavailable(f"could not fetch the CUDA library headers {requirements} from PyPI: {run.stderr.strip()[-300:]}")
+    member = re.compile(r"nvidia/cu\d+/include/([A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*)")
+    try:
+        for wheel in sorted(scratch.glob("*.whl")):
+            with open_zip(wheel, wheel.name) as zf:
+                for info in zf.infolist():
+                    m = member.fullmatch(info.filename)
+                    if m and ".." not in m.group(1).split("/") and not info.is_dir():
+                        dest = include / m.group(1)
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        dest.write_bytes(zip_read(zf, info, 64 << 20, wheel.name))
+    except Untrusted as err:
+        raise EngineUnavailable(f"a CUDA header wheel could not be read: {err}") from None
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 class HostExecutor:
     name = "host"
 
@@ -73,9 +107,16 @@ class HostExecutor:
         self._lock = threading.Lock()
         self._closed = False
         self.cuda_homes: dict[str, str] = {}
+        self.cuda_origins: dict[str, dict] = {}  # toolkit -> where it came from (provenance)
 
     def newer_glibc(self, spec) -> bool:
         return True  # the host's glibc, not a manylinux base: the wheel takes the policy it reaches
+
+    def ran(self, spec) -> dict:
+        toolkit = None
+        if spec.toolkit and spec.toolkit in self.cuda_origins:
+            toolkit = {"kind": "cuda", "version": spec.toolkit, **self.cuda_origins[spec.toolkit]}
+        return toolchain_record("host", image=None, base=None, compiler="host", toolkit=toolkit)
 
     def prepare(self, images: dict, specs: list) -> None:
         from builder.building.images import machine_of
@@ -105,6 +146,7 @@ class HostExecutor:
             m = re.search(r"release (\d+\.\d+)", out)
             if m and m.group(1) == toolkit:
                 self.log(f"host: CUDA {toolkit} from this machine ({real.parent.parent})")
+                self.cuda_origins[toolkit] = {"origin": "host"}
                 return str(real.parent.parent)
         pins = load_packages()["cuda"]["pypi"].get(toolkit)
         if pins is None:
@@ -112,9 +154,17 @@ class HostExecutor:
                 f"CUDA {toolkit} is neither on this machine nor installable from PyPI",
                 hint="install that toolkit and put its nvcc on PATH, or use --executor docker",
             )
+        self.cuda_origins[toolkit] = {"origin": "pypi", "packages": list(pins["packages"])}
         major = toolkit.split(".")[0]
         target = TOOLKITS / f"cuda-{toolkit}"
         home = target / "nvidia" / f"cu{major}"
+        if (home / "bin" / "nvcc").exists() and not (home / "include" / "cusparse.h").exists():
+            # a toolkit cached before it took the library headers: they are added in place
+            self.log(f"host: adding the CUDA library headers to {target}")
+            with FileLock(str(target) + ".lock"):
+                py = next(iter(self.pythons.values()))
+                add_headers(py / "bin" / "python3", pins.get("headers", []), home / "include",
+                            Path(tempfile.mkdtemp(prefix="cuda-headers-", dir=TOOLKITS)))  # fmt: skip
         if not (home / "bin" / "nvcc").exists():
             self.log(f"host: installing CUDA {toolkit} from PyPI into {target}")
             tmp = Path(tempfile.mkdtemp(prefix=f"cuda-{toolkit}-", dir=TOOLKITS.parent if TOOLKITS.parent.exists() else None))
@@ -127,6 +177,11 @@ class HostExecutor:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise EngineUnavailable(f"could not install CUDA {toolkit} from PyPI: {run.stderr.strip()[-300:]}")
             h = tmp / "nvidia" / f"cu{major}"
+            try:
+                add_headers(py / "bin" / "python3", pins.get("headers", []), h / "include", tmp / ".headers")
+            except EngineUnavailable:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             (h / "lib64").symlink_to("lib")
             (h / "lib" / "libcudart.so").symlink_to(f"libcudart.so.{major}")
             TOOLKITS.mkdir(parents=True, exist_ok=True)

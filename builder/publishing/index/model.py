@@ -220,9 +220,11 @@ def install_command(entry: Wheel, key: str, base: str) -> str:
 def source_line(identity: str) -> str:
     """The product line a source identity belongs to: ``checkout`` (this repository, whatever its version), or
     ``sdist:<project>`` (one upstream project's published sdists, every release). One index serves one line
-    per project: a new upstream release joins its line; this checkout's mamba-ssm and upstream's do not mix."""
-    if identity.startswith("sdist:"):
-        return identity.partition("==")[0]
+    per project: a new upstream release joins its line; this checkout's mamba-ssm and upstream's do not mix.
+    A recipe's archive (``archive:``) or git commit (``git:``) pin is upstream's code pinned another way: the
+    same line as the project's sdists."""
+    if identity.startswith(("sdist:", "archive:", "git:")):
+        return "sdist:" + identity.partition(":")[2].partition("==")[0]
     return identity
 
 
@@ -231,6 +233,8 @@ def describe_source(identity: str) -> str:
         return "this repository's checkout (source 'checkout')"
     if identity.startswith("sdist:"):
         return f"upstream's published sdist (source {identity!r})"
+    if identity.startswith(("archive:", "git:")):
+        return f"upstream's {'source archive' if identity.startswith('archive:') else 'git commit'} (source {identity!r})"
     return f"source {identity!r}"
 
 
