@@ -57,6 +57,7 @@ class Case:
     make: callable  # (World, scratch) -> argv
     env: dict = field(default_factory=dict)
     probe_shell: bool = False  # an accepted recipe env: does it reach build.sh's shell?
+    absent: str = ""  # a text that must not be printed (the content of a file outside the command's folders)
 
 
 class World:
@@ -99,6 +100,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
+        if self.path.startswith("/trickle/"):  # a byte a second: each read is within a request's deadline
+            self.send_response(200)
+            self.send_header("Content-Length", "120")
+            self.end_headers()
+            try:
+                for _ in range(120):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    threading.Event().wait(1)
+            except OSError:
+                pass
+            return
+        ranged = self.headers.get("Range", "")
+        if ranged.startswith("bytes=") and (self.site / self.path.lstrip("/")).is_file():  # a remote wheel's reads
+            data = (self.site / self.path.lstrip("/")).read_bytes()
+            a, b = (int(x) for x in ranged[6:].split("-"))
+            part = data[a : b + 1]
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {a}-{a + len(part) - 1}/{len(data)}")
+            self.send_header("Content-Length", str(len(part)))
+            self.end_headers()
+            self.wfile.write(part)
+            return
         if self.path.startswith("/endless/"):  # an endless body, as far as a client can tell (stops at 64 MiB)
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
@@ -728,6 +752,131 @@ CASES += [
 ]  # fmt: skip
 
 
+# --------------------------------------------------------------------------- the last classes of hostile input
+# One case per class and command (CLASSES below says which): fields of the wrong shape, fields that parse to
+# nothing, markers the library refuses, bytes that are not text, terminal controls, links out of the farm's
+# folders, and a run's budget of time and bytes (a drift against an index that would keep it reading).
+
+
+def _variant_index(edit, *flags: str):
+    """``resolve`` (text) of an index of one stable CPU wheel, its manifest's ``wheel_variants`` record edited."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        from builder.publishing.index import build_index
+
+        make_mamba_wheel(scratch / "wheels", "cputorchstable", "cp310")
+        build_index(scratch / "wheels", scratch / "idx")
+        doc = json.loads((scratch / "idx" / "manifest.json").read_text())
+        doc = edit(doc) or doc
+        (scratch / "idx" / "manifest.json").write_text(json.dumps(doc))
+        return ["resolve", "--torch", "2.12", "--python", "3.10", "--platform", "x86_64", "--index",
+                str(scratch / "idx"), *flags]  # fmt: skip
+
+    return make
+
+
+def _relabel(label: str):
+    def edit(doc):
+        files = doc["wheel_variants"]["files"]
+        for f in files.values():
+            if f.get("label"):
+                f["label"] = label
+
+    return edit
+
+
+def _provenance_wheel(rec):
+    def make(world: World, scratch: Path) -> list[str]:
+        from wheelmaker import make_wheel
+
+        files = {"demo/__init__.py": b"", "demo-1.0.dist-info/farm-provenance.json": json.dumps(rec).encode()}
+        return [str(make_wheel(scratch, "demo", "1.0", "cp311-cp311-linux_x86_64", files=files))]
+
+    return make
+
+
+def _meta(requires: bytes) -> bytes:
+    return b"Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0\nRequires-Dist: " + requires + b"\n"
+
+
+def _deflate_bomb(world: World, scratch: Path) -> dict:
+    """A torch wheel served with range reads, no PEP 658 file: its METADATA member is 24 MiB of empty
+    stored deflate blocks that inflate to a few bytes (an output cap alone lets every byte be read)."""
+    import struct
+    import zlib
+
+    meta = _meta(b"cuda-toolkit==13.0.2")
+    body = b"\x00\x00\x00\xff\xff" * ((24 << 20) // 5) + zlib.compress(meta)[2:-4]
+    name = b"torch-2.15.0.dist-info/METADATA"
+    crc = zlib.crc32(meta)
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, crc, len(body), len(meta), len(name), 0)
+    central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 8, 0, 0, crc, len(body), len(meta),
+                          len(name), 0, 0, 0, 0, 0, 0) + name  # fmt: skip
+    head = local + name
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, len(central), len(head) + len(body), 0)
+    folder = world.site / scratch.name / "simple" / "torch"
+    folder.mkdir(parents=True)
+    (folder / "torch-2.15.0.whl").write_bytes(head + body + central + end)
+    size = (folder / "torch-2.15.0.whl").stat().st_size
+    (folder / "index.html").write_bytes(_listing([_torch_file(**{"core-metadata": False, "size": size})]))
+    return {"argv": ["drift", "--index", f"{world.url}/{scratch.name}/simple", "--no-recipes", "--since", "2.15",
+                     "--cache", str(scratch / "cache")], "env": {"MAMBA_FARM_REQUEST_DEADLINE": "10"}}  # fmt: skip
+
+
+def _with(make, *flags: str, **env: str):
+    def wrapped(world: World, scratch: Path) -> dict:
+        made = make(world, scratch)
+        return {"argv": [*made["argv"], *flags], "env": {**made["env"], **env}}
+
+    return wrapped
+
+
+def _outside_complete(smoke: Path, world: World, scratch: Path) -> None:
+    """``.complete`` a link to a file outside the cache: its content is never read, nor printed."""
+    secret = world.root / f"secret-{scratch.name}.txt"
+    secret.write_text("torch==SECRET-OUTSIDE-THE-CACHE\n")
+    done = smoke / "cp311-torch2.14.1" / "torch-envs" / "py3.11.1-0123456789" / ".complete"
+    done.unlink()
+    done.symlink_to(secret)
+
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\r\u202efdp.exe"
+
+CASES += [
+    # --- shapes: a list or a string where an object is meant
+    Case("resolve-wheel-variants-a-list", 2, "wheel_variants: expected dict", _variant_index(lambda d: {**d, "wheel_variants": ["x"]})),
+    Case("resolve-wheel-variants-files-a-string", 2, "wheel_variants.files: expected dict",
+         _variant_index(lambda d: d["wheel_variants"].update(files="x"))),
+    Case("verify-provenance-source-a-list", 2, "source: expected dict", _verify_case(_provenance_wheel({"source": ["x"]}))),
+    # --- empty and malformed fields
+    Case("drift-python-tag-empty-minor", 9, "not a dotted version",
+         _drift_case([_torch_file(filename="torch-2.15.0-cp3-cp3-manylinux_2_28_x86_64.whl")], _meta(b"numpy"))),
+    Case("resolve-wheel-variants-release-empty-part", 2, "is not a version",
+         _variant_index(lambda d: d["wheel_variants"].update(releases={"mamba-ssm": ["2..3"]}))),
+    # --- markers packaging refuses to evaluate
+    Case("drift-marker-undefined-comparison", 9, "cannot be evaluated",
+         _drift_case([_torch_file()], _meta(b'cuda-toolkit==13.0.2; python_version ~= "abc"'))),
+    # --- bytes that are not text, and lone surrogates
+    Case("drift-metadata-not-utf8", 9, "not UTF-8", _drift_case([_torch_file()], _meta(b'cuda-toolkit==13.0.2; os_name == "\xff"'))),
+    Case("resolve-label-surrogate", 2, "wheel_variants", _variant_index(_relabel("\ud800"))),
+    Case("verify-provenance-surrogate", 15, "with uncommitted changes",
+         _verify_case(_provenance_wheel({"source": {"kind": "checkout", "commit": "\udcff\ud800" * 8, "dirty": True}}))),
+    # --- terminal controls and bidi overrides, from a label or a file name
+    Case("resolve-label-escapes", 2, "wheel_variants", _variant_index(_relabel(ESCAPES))),
+    Case("cache-escape-in-slot-name", 0, "torch venv(s)",
+         _smoke_case(lambda s, w, c: (s / f"cp311-torch2.14.1{ESCAPES}").symlink_to(c))),
+    # --- links out of the farm's own folders
+    Case("cache-complete-links-outside", 0, "skipped, not a complete venv", _smoke_case(_outside_complete),
+         absent="SECRET-OUTSIDE"),
+    # --- one run's budget of time and network bytes, and compressed input capped
+    Case("drift-ranged-deflate-bomb", 9, "compressed", _deflate_bomb),
+    Case("drift-budget-bytes", 9, "raise it with --budget-mb",
+         _with(_drift_case([_torch_file()], _meta(b"numpy") + b"Summary: " + b"x" * (3 << 20) + b"\n"), "--budget-mb", "1")),
+    Case("drift-budget-seconds", 9, "raise it with --budget-seconds or MAMBA_FARM_RUN_SECONDS",
+         _with(_drift_case([_torch_file(url="../../../trickle/torch-2.15.0.whl")], None), MAMBA_FARM_RUN_SECONDS="3")),
+]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("hostile"))
@@ -788,6 +937,7 @@ def test_hostile_input(world: World, case: Case):
             f.write(json.dumps(result) + "\n")
     assert result["traceback"] is False, err
     assert result["escape"] is False, (out[-2000:], err[-2000:])
+    assert not case.absent or case.absent not in out + err, (out[-2000:], err[-2000:])
     assert rc == case.expect, (rc, out[-2000:], err[-2000:])
     assert result["clear"], err
     if case.expect:

@@ -62,23 +62,13 @@ from mamba_ssm._untrusted import (
     open_regular,
     read_capped,
     shown,
+    spend,
 )
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _CHUNK = 1 << 20
 REQUEST_DEADLINE_S = 30.0  # a listing, a METADATA or a manifest: seconds on a good link; a trickling server ends here
 DOWNLOAD_DEADLINE_FACTOR = 10  # an sdist download may take ten requests' time
-
-
-COMMAND_DEADLINE_S = 1800.0  # one command's reading of indexes (drift: ~40 requests, a few sdists)
-
-
-def command_deadline() -> float:
-    """The overall limit of one command's network reads (``MAMBA_FARM_COMMAND_DEADLINE`` seconds, default 1800)."""
-    try:
-        return env_seconds("MAMBA_FARM_COMMAND_DEADLINE", COMMAND_DEADLINE_S)
-    except Untrusted as err:
-        raise UsageError(str(err)) from None
 
 
 def request_deadline() -> float:
@@ -214,7 +204,7 @@ class Fetcher:
                     listed = _from_html(body.decode("utf-8", errors="replace"), page.as_uri())
                 else:
                     with Deadline(request_deadline(), base) as deadline, self.open(base) as resp:
-                        body = read_capped(resp, MAX_PAGE_BYTES, deadline)
+                        body = read_capped(resp, MAX_PAGE_BYTES, deadline, network=True)
                         ctype = resp.headers.get("Content-Type", "")
                     if "json" in ctype:
                         doc = load_json(body, base)
@@ -259,6 +249,7 @@ def _sha256_copy(src, dst, limit: int | None = None, deadline: Deadline | None =
     while chunk := src.read(_CHUNK):
         if deadline is not None:
             deadline.left()
+        spend(len(chunk))  # the run's budget of network bytes, when one is in force (drift --write)
         total += len(chunk)
         if limit is not None and total > limit:
             raise TooLarge(f"more than {limit >> 20} MiB")
