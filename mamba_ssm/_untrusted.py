@@ -452,8 +452,8 @@ def zip_read(zf: zipfile.ZipFile, name: str | zipfile.ZipInfo, limit: int, what:
     # unpacks to a few bytes passes an output cap only after every byte of it was read (from a remote wheel,
     # one range request per 64 kB). Deflate never makes a member much larger than its content.
     if info.compress_size > limit + (limit >> 6) + 1024:
-        raise TooLarge(f"{shown(label, 300)}: {info.compress_size} bytes compressed, {_more_than(limit)}: "
-                       "the cap on what it unpacks to holds for what is read as well")  # fmt: skip
+        raise TooLarge(f"{shown(label, 300)}: {info.compress_size} bytes compressed: it unpacks to {_more_than(limit)}, "
+                       "or is padded to look small; refused before it is read")  # fmt: skip
     try:
         with zf.open(info) as member:
             return read_capped(member, limit)

@@ -1066,6 +1066,38 @@ DOCTOR_CASES = [
 ]  # fmt: skip
 
 
+# --- the last classes of hostile input, in what the doctor reads of an installed wheel (text output: printed)
+
+
+def _installed_edit(edit, *argv: str):
+    """The doctor (text report, offline) over a site whose installed dist-info ``edit(info_folder)`` changes."""
+
+    def make(w: DoctorWorld, scratch: Path):
+        site = _site(scratch)
+        edit(site / "mamba_ssm-2.3.0.dist-info")
+        return ["--offline", *argv], {"PYTHONPATH": str(site)}, None
+
+    return make
+
+
+def _write(name: str, data: bytes):
+    return lambda info: (info / name).write_bytes(data)
+
+
+DOCTOR_CASES += [
+    DoctorCase("doctor-provenance-source-a-list", 1, "mamba_ssm", _installed_edit(_write("farm-provenance.json", b'{"source": ["x"], "id": 7}'))),
+    DoctorCase("doctor-provenance-a-string", 1, "mamba_ssm", _installed_edit(_write("farm-provenance.json", b'"\u001b[2J\ud800"'))),
+    DoctorCase("doctor-variant-json-variants-a-list", 1, "mamba_ssm", _installed_edit(_write("variant.json", b'{"variants": [["\u001b]0;x\u0007"]]}'))),
+    DoctorCase("doctor-metadata-not-utf8", 1, "its installed METADATA cannot be read",
+               _installed_edit(_write("METADATA", b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: 2.3.0\nSummary: \xff\xfe\n"))),
+    DoctorCase("doctor-metadata-version-empty", 1, "mamba_ssm",
+               _installed_edit(_write("METADATA", b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: 2..\n"))),
+    DoctorCase("doctor-provenance-escapes-surrogates", 1, "mamba_ssm", _installed_edit(_write(
+        "farm-provenance.json", json.dumps({"source": {"kind": "checkout", "commit": "\x1b]0;x\x07\u202e\ud800", "dirty": True},
+                                            "id": "\x1b[2J\r"}).encode()))),
+]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def doctor_world(tmp_path_factory):
     with doctorkit.hostile_index() as url:
