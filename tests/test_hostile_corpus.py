@@ -877,6 +877,130 @@ CASES += [
 ]  # fmt: skip
 
 
+def _matrix_edit(pattern: str, replacement: str, command: str = "plan"):
+    """``plan`` (or ``render``) of this checkout's matrix.toml with one line replaced, in the scratch folder."""
+    import re
+
+    def make(world: World, scratch: Path) -> list[str]:
+        (scratch / "mamba_ssm").mkdir()
+        shutil.copy(CODE / "mamba_ssm" / "__init__.py", scratch / "mamba_ssm" / "__init__.py")
+        text = re.sub(pattern, lambda _: replacement, (CODE / "matrix.toml").read_text(), count=1)
+        (scratch / "matrix.toml").write_bytes(text.encode("utf-8", "surrogateescape"))
+        if command == "render":
+            return ["render", "--matrix", str(scratch / "matrix.toml"), "--out", str(scratch / "out")]
+        return ["plan", "--matrix", str(scratch / "matrix.toml")]
+
+    return make
+
+
+def _recipe_edit(old: str, new: bytes):
+    def make(world: World, scratch: Path) -> list[str]:
+        path = _recipe(scratch / "recipes", "0" * 64)
+        path.write_bytes(path.read_bytes().replace(old.encode(), new))
+        return ["recipe", "explain", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL]
+
+    return make
+
+
+def _fetch_page(body: bytes):
+    def page(world: World, scratch: Path):
+        project = scratch.name.replace("_", "-")
+        folder = world.site / "simple" / project
+        folder.mkdir(parents=True)
+        (folder / "index.html").write_bytes(body)
+        return "4" * 64, f"{world.url}/simple"
+
+    return page
+
+
+def _live_generation(manifest: bytes | None, outside: bool = False):
+    """``index --out`` a link to a generation whose manifest is ``manifest``, or (``outside``) to a folder
+    outside the index's root: what the index reads as its own record."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        (scratch / "wheels").mkdir()
+        make_mamba_wheel(scratch / "wheels", LABEL, "cp312")
+        gen = (world.root / f"elsewhere-{scratch.name}") if outside else scratch / ".out.d" / "gen-1"
+        gen.mkdir(parents=True)
+        if manifest is not None:
+            (gen / "manifest.json").write_bytes(manifest)
+        (scratch / "out").symlink_to(gen)
+        return ["index", "--wheels", str(scratch / "wheels"), "--out", str(scratch / "out")]
+
+    return make
+
+
+def _cached_metadata_link(world: World, scratch: Path) -> dict:
+    """drift's metadata cache holds the listed sha256's file as a link to a file outside the cache."""
+    made = _drift_case([_torch_file()], _meta(b"numpy"))(world, scratch)
+    secret = world.root / f"secret-{scratch.name}.txt"
+    secret.write_text("Name: torch\nRequires-Dist: SECRET-OUTSIDE-THE-CACHE==1.0\n")
+    (scratch / "cache" / "metadata").mkdir(parents=True)
+    (scratch / "cache" / "metadata" / ("a" * 64 + ".METADATA")).symlink_to(secret)
+    return made
+
+
+def _real_wheel(world: World, scratch: Path) -> list[str]:
+    return [str(make_mamba_wheel(scratch, LABEL, "cp311"))]
+
+
+CASES += [
+    # --- shapes (the other readers: recipes and matrices are checked key by key, cost records field by field)
+    Case("release-cost-a-list", 2, "expected", _cost_case(_cost_record("job-cost.json", [1]))),
+    Case("fetch_json_files_a_string", 9, "fetch_json_files_a_string", _fetch_case(_fetch_page(b'{"files": "x"}'))),
+    Case("recipe-build-env-a-list", 2, "must be a table", _recipe_edit('[build.env]\nEVIL_FORCE_BUILD = "TRUE"', b'env = ["x"]')),
+    Case("matrix-torch-a-string", 2, "must be an array", _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = "2.14"')),
+    Case("render-matrix-torch-a-string", 2, "must be an array",
+         _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = "2.14"', "render")),
+    Case("index-live-manifest-a-list", 5, "expected a JSON object", _live_generation(b"[1]")),
+    # --- empty and malformed fields
+    Case("recipe-version-empty", 2, "is not a version", _recipe_edit('version = "1.0"', b'version = ""')),
+    Case("matrix-torch-empty-part", 2, "is not a torch major.minor", _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = ["2."]')),
+    Case("render-matrix-python-empty-part", 2, "is not a Python version",
+         _matrix_edit(r"\npython = \[[^\]]*\]", '\npython = ["3."]', "render")),
+    Case("release-cost-wall-empty", 2, "not a number of seconds",
+         _cost_case(_cost_record("job-cost.json", {"job": "j", "wall_s": "", "cpu_s": 1}))),
+    Case("index-metadata-version-empty", 2, "METADATA says version",
+         _index_case(lambda f, w: _wheel_with(f, {f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: \n"}))),
+    Case("verify-spec-id-empty-part", 15, "no plan has a build cpu-torch2.-cxx11abiTRUE",
+         lambda w, s: ["verify", "--rebuild", "cpu-torch2.-cxx11abiTRUE-cp311-linux_x86_64", *_real_wheel(w, s)]),
+    Case("cache-budget-empty-number", 2, "is not a size", _smoke_case(lambda s, w, c: None, "--budget", "G")),
+    # --- bytes that are not text
+    Case("index-metadata-not-utf8", 2, "not UTF-8",
+         _index_case(lambda f, w: _wheel_with(f, {f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: 2.3.0+"
+                                                  + LABEL.encode() + b"\nSummary: \xff\xfe\n"}))),
+    Case("recipe-not-utf8", 2, "not UTF-8", _recipe_edit('EVIL_FORCE_BUILD = "TRUE"', b'EVIL_FORCE_BUILD = "\xff"')),
+    Case("matrix-not-utf8", 2, "not UTF-8", _matrix_edit(r"\n\[axes\]", "\n# \udcff\n[axes]")),
+    Case("render-matrix-not-utf8", 2, "not UTF-8", _matrix_edit(r"\n\[axes\]", "\n# \udcff\n[axes]", "render")),
+    Case("release-cost-not-utf8", 2, "not UTF-8", _cost_case(lambda f: (f / "job-cost.json").write_bytes(b'{"job": "\xff"}'))),
+    Case("cache-complete-not-utf8", 0, "skipped, not a complete venv",
+         _smoke_case(lambda s, w, c: next(s.rglob(".complete")).write_bytes(b"torch==2.14.1\xff\n"))),
+    Case("verify-provenance-not-utf8", 2, "not UTF-8", _verify_case(lambda w, s: _provenance_bytes(s, b'{"source": "\xff"}'))),
+    Case("fetch_page_not_utf8", 9, "fetch_page_not_utf8", _fetch_case(_fetch_page(b'<a href="x\xff.tar.gz">\xfe\xff</a>'))),
+    # --- terminal controls and bidi overrides
+    Case("recipe-name-escapes", 2, "Illegal character",
+         _recipe_edit('[project]\nname = "evil"', '[project]\nname = "evil\x1b]0;x\x07\u202e"'.encode())),
+    Case("matrix-torch-escapes", 2, "is not a torch major.minor",
+         _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = ["\\u001b[2J\\u202e\\r"]')),
+    Case("render-matrix-torch-escapes", 2, "is not a torch major.minor",
+         _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = ["\\u001b[2J\\u202e\\r"]', "render")),
+    Case("rehearse-workflow-escapes", 2, "not a workflow of", _rehearse("--workflow", "\x1b[2J\u202e\r.yml")),
+    Case("fetch_link_escapes", 9, "fetch_link_escapes",
+         _fetch_case(_fetch_page(f'<a href="fetch_link_escapes-1.0.tar.gz">{ESCAPES}</a>\n'.encode()))),
+    # --- links out of the farm's own folders
+    Case("index-out-links-outside", 5, "outside", _live_generation(b'{"schema": 1, "files": {}}', outside=True)),
+    Case("drift-cached-metadata-links-outside", 9, "never what a link points at", _cached_metadata_link,
+         absent="SECRET-OUTSIDE"),
+]  # fmt: skip
+
+
+def _provenance_bytes(scratch: Path, raw: bytes) -> list[str]:
+    from wheelmaker import make_wheel
+
+    files = {"demo/__init__.py": b"", "demo-1.0.dist-info/farm-provenance.json": raw}
+    return [str(make_wheel(scratch, "demo", "1.0", "cp311-cp311-linux_x86_64", files=files))]
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("hostile"))

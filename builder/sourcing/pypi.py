@@ -46,7 +46,7 @@ from mamba_ssm._untrusted import (
     load_json,
     open_zip,
     read_capped,
-    read_regular,
+    read_inside,
     sha256_name,
     shown,
     text,
@@ -230,7 +230,8 @@ class Index:
                 raise SourceFetchError(f"{err}; nothing of it is read or cached") from None
         if cached is not None and os.path.lexists(cached):
             try:
-                return _parse(read_regular(cached, MAX_METADATA_BYTES), str(cached))
+                # the cache's own file: a link out of the cache is refused, never read (nor its content shown)
+                return _parse(read_inside(self.cache, cached, MAX_METADATA_BYTES), str(cached))
             except Untrusted as err:
                 raise SourceFetchError(f"{err}: not a METADATA the check reads from its cache",
                                        hint=f"remove {shown(cached)}; the next run reads it again") from None  # fmt: skip
