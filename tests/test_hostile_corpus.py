@@ -12,7 +12,10 @@ Cases by surface: ``sdist-*`` (archives unpacked by ``recipe prepare``), ``fetch
 (``drift`` of a hostile listing), ``cache-*`` (``cache`` of a hostile smoke cache), ``render-*``, ``build-*``,
 ``rehearse-*`` (issue 28). Add a case with each new surface: :data:`SURFACES` names, for every command of
 ``builder/cli.py``'s registry, each input it reads from outside and the cases that attack it, and
-``test_every_command_that_reads_outside_data_has_a_hostile_case_per_input`` fails when one has none.
+``test_every_command_that_reads_outside_data_has_a_hostile_case_per_input`` fails when one has none. The classes
+of hostile input (a wrong shape, an empty field, a refused marker, bytes that are not text, terminal controls, links
+out of the farm's folders, work without a budget) each have, per command, their cases or a reason (:data:`CLASSES`),
+and ``test_every_class_of_hostile_input_has_a_case_or_a_reason_per_command`` fails when one has neither.
 
 ``HOSTILE_CORPUS_CODE=DIR`` runs the corpus against another tree's builder (e.g. an export of main), and
 ``HOSTILE_CORPUS_REPORT=FILE`` appends one JSON line per case (what happened), for the closing note's table.
@@ -1337,3 +1340,88 @@ def test_every_command_that_reads_outside_data_has_a_hostile_case_per_input():
         for what, prefixes in inputs.items():
             hits = [n for n in names if n.startswith(prefixes)]
             assert hits, f"{command}: no hostile case for its input {what} (a case named {' or '.join(prefixes)}...)"
+
+
+# --------------------------------------------------------------------------- the rule for the classes of hostile input
+
+# Each class is closed once, in mamba_ssm/_untrusted.py (field/expect, number/release, marker_holds, text,
+# guard_output, read_inside, RunBudget). For every command of SURFACES and the doctor: the cases that attack it with
+# that class, or why the class cannot reach it. A new command (or a new reader) lands with its row in each class.
+_NO_MARKER = "evaluates no environment marker (a marked Requires-Dist line is never a pin it reads)"
+_NO_OWN_FOLDER = "reads only the paths it is given on the command line: no folder of its own for a link to leave"
+_NO_NETWORK = "reads no network: every file it reads is capped (size, depth, zip members by both sizes)"
+_FLAGS_ONLY = "reads its flags only (tag, version, port, workflow name, work folder)"
+CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
+    "wrong shape": {
+        "plan": ("matrix-torch-a-string",), "render": ("render-matrix-torch-a-string",),
+        "build": ("matrix-torch-a-string", "recipe-build-env-a-list"), "index": ("index-live-manifest-a-list",),
+        "resolve": ("resolve-wheel-variants-a-list", "resolve-wheel-variants-files-a-string", "resolve-files-a-list"),
+        "verify": ("verify-provenance-source-a-list",), "recipe": ("recipe-build-env-a-list", "fetch_json_files_a_string"),
+        "drift": ("drift-hashes-a-list", "drift-wrong-types"), "release": ("release-cost-a-list",),
+        "cache": "reads text markers (.complete) and folder names: no document with fields",
+        "rehearse": _FLAGS_ONLY,
+        "doctor": ("doctor-provenance-source-a-list", "doctor-provenance-a-string", "doctor-variant-json-variants-a-list"),
+    },
+    "empty or malformed field": {
+        "plan": ("matrix-torch-empty-part",), "render": ("render-matrix-python-empty-part",),
+        "build": ("matrix-torch-empty-part", "recipe-version-empty"), "index": ("index-metadata-version-empty",),
+        "resolve": ("resolve-wheel-variants-release-empty-part",), "verify": ("verify-spec-id-empty-part",),
+        "recipe": ("recipe-version-empty",), "drift": ("drift-python-tag-empty-minor",),
+        "cache": ("cache-budget-empty-number", "cache-budget-400-digits"), "release": ("release-cost-wall-empty",),
+        "rehearse": ("rehearse-port-99999", "rehearse-version-regex-escape"),
+        "doctor": ("doctor-metadata-version-empty",),
+    },
+    "marker the library refuses": {
+        "drift": ("drift-marker-undefined-comparison",),
+        **dict.fromkeys(("plan", "render", "build", "index", "resolve", "verify", "recipe", "cache", "release",
+                         "rehearse", "doctor"), _NO_MARKER),
+    },
+    "bytes that are not text": {
+        "plan": ("matrix-not-utf8",), "render": ("render-matrix-not-utf8",), "build": ("matrix-not-utf8", "recipe-not-utf8"),
+        "index": ("index-metadata-not-utf8",), "resolve": ("resolve-bad-utf8",), "verify": ("verify-provenance-not-utf8",),
+        "recipe": ("recipe-not-utf8", "fetch_page_not_utf8"), "drift": ("drift-metadata-not-utf8", "drift-bad-utf8"),
+        "cache": ("cache-complete-not-utf8",), "release": ("release-cost-not-utf8",), "rehearse": _FLAGS_ONLY,
+        "doctor": ("doctor-metadata-not-utf8", "doctor-explain-bad-utf8"),
+    },
+    "terminal controls, bidi overrides, surrogates": {
+        "plan": ("matrix-torch-escapes",), "render": ("render-matrix-torch-escapes",),
+        "build": ("matrix-torch-escapes", "recipe-name-escapes"), "index": ("index-tag-rlo",),
+        "resolve": ("resolve-label-escapes", "resolve-label-surrogate"),
+        "verify": ("verify-dirty-provenance-escapes", "verify-provenance-surrogate"),
+        "recipe": ("recipe-name-escapes", "fetch_link_escapes"), "drift": ("drift-escape-in-listing",),
+        "cache": ("cache-escape-in-complete", "cache-escape-in-slot-name"), "release": ("release-cost-escape",),
+        "rehearse": ("rehearse-workflow-escapes",),
+        "doctor": ("doctor-explain-escape", "doctor-provenance-escapes-surrogates"),
+    },
+    "links out of the farm's folders": {
+        "cache": ("cache-complete-links-outside", "cache-prune-linked-slot"),
+        "build": ("cache-complete-links-outside",), "index": ("index-out-links-outside", "index-dev-zero-link"),
+        "drift": ("drift-cached-metadata-links-outside",),
+        "recipe": "its sdist cache's archive is used only once its bytes hash to the pin: a link can only point at those bytes",
+        "doctor": "reads the installed package as Python's import system finds it; of a RECORD-listed file only its "
+                  "ELF header's machine is read and shown",
+        **dict.fromkeys(("plan", "render", "resolve", "verify", "release", "rehearse"), _NO_OWN_FOLDER),
+    },
+    "work without a run-wide budget": {
+        "drift": ("drift-budget-bytes", "drift-budget-seconds", "drift-ranged-deflate-bomb"),
+        "recipe": ("fetch_endless",), "build": ("fetch_endless",), "verify": ("verify-url-endless",),
+        "resolve": "one manifest request, capped (256 MiB) under the request deadline",
+        "doctor": ("doctor-lookup-trickle", "doctor-lookup-huge-page"),
+        **dict.fromkeys(("plan", "render", "index", "cache", "release", "rehearse"), _NO_NETWORK),
+    },
+}  # fmt: skip
+
+
+def test_every_class_of_hostile_input_has_a_case_or_a_reason_per_command():
+    names = {c.name for c in CASES} | {c.name for c in DOCTOR_CASES}
+    commands = [*SURFACES, "doctor"]
+    for cls, rows in CLASSES.items():
+        missing = [c for c in commands if c not in rows]
+        assert not missing, f"{cls}: no row for {missing} (the cases that attack it, or why the class cannot reach it)"
+        assert set(rows) <= set(commands), f"{cls}: rows for commands that read no outside data: {set(rows) - set(commands)}"
+        for command, cover in rows.items():
+            if isinstance(cover, str):
+                assert len(cover) > 20, f"{cls}: {command}: a reason, not a word"
+                continue
+            unknown = [n for n in cover if n not in names]
+            assert cover and not unknown, f"{cls}: {command}: no such case {unknown}"
