@@ -553,20 +553,14 @@ def release(raw: object, what: str, parts: tuple[int, int] = (1, 8)) -> tuple[in
     return out
 
 
-def marker_holds(marker: object, env: dict[str, str], what: str) -> bool:
-    """Whether an environment marker (a string, or packaging's Marker) holds in ``env``; what packaging refuses
-    to parse or compare (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName, an invalid version)
-    is Untrusted naming ``what``. packaging is imported here, not at the top: the doctor may lack it."""
-    from packaging import markers
-
-    refusals = tuple(
-        e for e in (getattr(markers, n, None) for n in ("InvalidMarker", "UndefinedComparison",
-                                                         "UndefinedEnvironmentName")) if isinstance(e, type)
-    )  # fmt: skip
+def marker_holds(marker, env: dict[str, str], what: str) -> bool:
+    """Whether an environment marker (packaging's ``Marker``, which the caller parsed: this layer imports no
+    packaging, since the doctor ships without it) holds in ``env``; what packaging refuses to compare
+    (UndefinedComparison, UndefinedEnvironmentName, an invalid version: all ValueErrors) is Untrusted naming
+    ``what``, never a traceback."""
     try:
-        m = markers.Marker(marker) if isinstance(marker, str) else marker
-        return bool(m.evaluate(env))
-    except (*refusals, ValueError, TypeError, KeyError, RecursionError) as err:
+        return bool(marker.evaluate(env))
+    except (ValueError, TypeError, KeyError, RecursionError) as err:
         raise Untrusted(f"{shown(what, 300)}: the marker {shown(repr(str(marker)), 200)} cannot be evaluated "
                         f"({type(err).__name__}: {shown(err, 200)})") from None  # fmt: skip
 
