@@ -593,6 +593,12 @@ class _Guarded:
         return getattr(self._stream, name)
 
 
+def unguarded(stream):
+    """The stream under :func:`guard_output`'s filter, for the farm's own terminal drawing only (rich's tables and
+    progress style with escapes of their own); outside text drawn there is passed through :func:`neutral` first."""
+    return stream._stream if isinstance(stream, _Guarded) else stream
+
+
 def guard_output() -> None:
     """Make every later print of this process go through one filter: ESC/OSC/CR controls, bidi overrides and
     lone surrogates from outside data are written as escapes (``\\x1b``, ``\\u202e``, ``\\udcff``), never

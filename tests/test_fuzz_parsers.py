@@ -386,7 +386,7 @@ def test_markers_hold_or_are_refused(marker):
 
 
 @settings(**SETTINGS)
-@given(NOT_UTF8 | st.text(max_size=80).map(lambda t: f"Name: torch\nRequires-Dist: {t}\n".encode("utf-8", "surrogatepass")))
+@given(NOT_UTF8 | st.text(max_size=80).map(lambda t: f"Name: torch\nRequires-Dist: {t}\n".encode("utf-8", "surrogatepass")))  # fmt: skip
 def test_metadata_bytes(raw):
     from builder.sourcing.pypi import _parse
 
@@ -402,7 +402,7 @@ def test_metadata_bytes(raw):
 
 
 @settings(**SETTINGS)
-@given(st.one_of(HOSTILE_TEXT, st.tuples(HOSTILE_TEXT, HOSTILE_TEXT).map(lambda t: f"torch-2.15.0-cp{t[0]}-cp{t[1]}-manylinux_2_28_x86_64.whl")))
+@given(st.one_of(HOSTILE_TEXT, st.tuples(HOSTILE_TEXT, HOSTILE_TEXT).map(lambda t: f"torch-2.15.0-cp{t[0]}-cp{t[1]}-manylinux_2_28_x86_64.whl")))  # fmt: skip
 def test_listing_file_names(name):
     from builder.facts.compat import vtuple
 

@@ -11,10 +11,12 @@
   hence its metadata, never change under one hash).
 
 Everything the index says is outside data (:mod:`mamba_ssm._untrusted`): a listing's fields are type-checked,
-its sha256 becomes a cache file name only as 64 hex digits, every request has an overall deadline
-(``MAMBA_FARM_REQUEST_DEADLINE``, not only a socket timeout) and one run makes at most
-:data:`MAX_REQUESTS` of them; the remote zip's directory and its METADATA member are capped by what they really
-hold, not by what their headers claim.
+its sha256 becomes a cache file name only as 64 hex digits, a cached METADATA is read only as the cache's own
+file (a link out of it is refused), METADATA is UTF-8 text or refused, every request has an overall deadline
+(``MAMBA_FARM_REQUEST_DEADLINE``, not only a socket timeout), one run makes at most :data:`MAX_REQUESTS` of them
+and every byte read counts against the run's budget (``RunBudget``, when the command sets one); the remote zip's
+directory and its METADATA member are capped by what they really hold and by its compressed size, not by what
+their headers claim.
 """
 
 from __future__ import annotations
