@@ -13,8 +13,8 @@ pasted text, command-line paths) goes through these rules, so that one rule has 
   broken (bad CRC, encryption, unknown compression, truncation) is one refusal;
 - a tree is deleted only inside its root, never through a link, and a marker or record of the farm's own
   folders is read only when reached by real folders (a link out of them is refused, never followed);
-- a field is read with its shape checked (an object where an object is meant), a number or a dotted version
-  with every component present, an environment marker evaluated with the library's refusals made one error,
+- a field is read with its shape checked (an object where an object is meant), a dotted version with every
+  component present, an environment marker evaluated with the library's refusals made one error,
   bytes decoded with a named error;
 - everything a command prints passes one filter (:func:`guard_output`): controls, bidi overrides and lone
   surrogates are shown as escapes, never obeyed and never a UnicodeEncodeError;
@@ -166,13 +166,13 @@ class Deadline:
                 signal.signal(signal.SIGALRM, Deadline._saved_handler or signal.SIG_DFL)
 
 
-def env_seconds(name: str, default: float) -> float:
-    """A positive number of seconds from the environment (a deadline), or Untrusted naming the variable."""
+def env_seconds(name: str, default: float, unit: str = "seconds") -> float:
+    """A positive number of seconds (or of ``unit``) from the environment, or Untrusted naming the variable."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     if not re.fullmatch(r"\d{1,6}(\.\d{1,3})?", raw) or float(raw) <= 0:
-        raise Untrusted(f"{name}={shown(repr(raw), 40)}: expected a positive number of seconds")
+        raise Untrusted(f"{name}={shown(repr(raw), 40)}: expected a positive number of {unit}")
     return float(raw)
 
 
@@ -524,20 +524,6 @@ def field(doc: object, key: str, types: type | tuple[type, ...], what: str, defa
     return expect(doc[key], types, f"{what}.{key}")
 
 
-_NUMBER_RE = re.compile(r"\d{1,18}")
-
-
-def number(raw: object, what: str, lo: int = 0, hi: int = 10**18) -> int:
-    """A whole number written in decimal digits (no sign, no space, not empty), within [lo, hi]; else
-    Untrusted naming ``what`` (``int('')``'s ValueError never escapes)."""
-    if isinstance(raw, bool) or not (isinstance(raw, int) or isinstance(raw, str) and _NUMBER_RE.fullmatch(raw)):
-        raise Untrusted(f"{shown(what, 300)}: {shown(repr(raw), 80)} is not a whole number")
-    value = int(raw)
-    if not lo <= value <= hi:
-        raise Untrusted(f"{shown(what, 300)}: {value} is outside {lo}..{hi}")
-    return value
-
-
 _RELEASE_RE = re.compile(r"\d{1,9}(\.\d{1,9}){0,7}")
 
 
@@ -676,7 +662,7 @@ def run_budget(what: str, seconds: float | None, megabytes: float | None, defaul
     if seconds is None:
         seconds = env_seconds("MAMBA_FARM_RUN_SECONDS", defaults[0])
     if megabytes is None:
-        megabytes = env_seconds("MAMBA_FARM_RUN_MB", defaults[1])
+        megabytes = env_seconds("MAMBA_FARM_RUN_MB", defaults[1], "MiB")
     for name, value in ((flags[0], seconds), (flags[1], megabytes)):
         if not 0 < value <= 10**6:
             raise Untrusted(f"{name} {shown(repr(value), 40)}: expected a positive number")

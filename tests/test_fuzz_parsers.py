@@ -337,11 +337,11 @@ def test_every_printed_text_is_neutral(text):
 
 @settings(**SETTINGS)
 @given(HOSTILE_TEXT | st.integers(-5, 10**20) | NOT_AN_OBJECT)
-def test_numbers_and_releases_refuse_empty_parts(raw):
+def test_releases_refuse_empty_parts(raw):
     from builder.facts.compat import vtuple
-    from mamba_ssm._untrusted import number, release
+    from mamba_ssm._untrusted import release
 
-    for parse in (lambda v: number(v, "n"), lambda v: release(v, "v"), vtuple):
+    for parse in (lambda v: release(v, "v"), vtuple):
         if parse is vtuple and not isinstance(raw, str):
             continue  # (typed str; cached, so it takes only hashable text)
         try:

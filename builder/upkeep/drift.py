@@ -18,7 +18,10 @@ it); changed facts are replaced. It proves what it writes first: the edits go to
 the copies are loaded with the farm's own loaders and planned (every profile) as ``builder plan`` would,
 and only then replace the files (atomically); data the farm cannot load or plan is never written, and the
 command exits with :class:`~builder.errors.UnprovenWrite`'s code. What the index says is checked before it
-is data: a CUDA pin is a dotted number, an upload time a date. A recipe's pin moves only after the
+is data: a CUDA pin is a dotted number, an upload time a date, a marker packaging cannot evaluate or a
+METADATA that is not UTF-8 is refused (exit 9). One run has a budget of wall time and network bytes
+(``--budget-seconds``/``--budget-mb``, ``MAMBA_FARM_RUN_SECONDS``/``MAMBA_FARM_RUN_MB``) beside each
+request's deadline: a listing cannot keep it reading. A recipe's pin moves only after the
 new sdist was fetched (its hash checked) and every patch was applied to a fresh copy of it;
 a patch that no longer applies keeps the old pin, is named in the table, and the command exits
 with :class:`~builder.errors.PatchError`'s code.
