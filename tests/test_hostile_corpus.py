@@ -1213,8 +1213,8 @@ def _write(name: str, data: bytes):
 
 DOCTOR_CASES += [
     DoctorCase("doctor-provenance-source-a-list", 1, "mamba_ssm", _installed_edit(_write("farm-provenance.json", b'{"source": ["x"], "id": 7}'))),
-    DoctorCase("doctor-provenance-a-string", 1, "mamba_ssm", _installed_edit(_write("farm-provenance.json", b'"\u001b[2J\ud800"'))),
-    DoctorCase("doctor-variant-json-variants-a-list", 1, "mamba_ssm", _installed_edit(_write("variant.json", b'{"variants": [["\u001b]0;x\u0007"]]}'))),
+    DoctorCase("doctor-provenance-a-string", 1, "mamba_ssm", _installed_edit(_write("farm-provenance.json", rb'"\u001b[2J\ud800"'))),
+    DoctorCase("doctor-variant-json-variants-a-list", 1, "mamba_ssm", _installed_edit(_write("variant.json", rb'{"variants": [["\u001b]0;x\u0007"]]}'))),
     DoctorCase("doctor-metadata-not-utf8", 1, "its installed METADATA cannot be read",
                _installed_edit(_write("METADATA", b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: 2.3.0\nSummary: \xff\xfe\n"))),
     DoctorCase("doctor-metadata-version-empty", 1, "mamba_ssm",
