@@ -1418,10 +1418,24 @@ def test_every_class_of_hostile_input_has_a_case_or_a_reason_per_command():
     for cls, rows in CLASSES.items():
         missing = [c for c in commands if c not in rows]
         assert not missing, f"{cls}: no row for {missing} (the cases that attack it, or why the class cannot reach it)"
-        assert set(rows) <= set(commands), f"{cls}: rows for commands that read no outside data: {set(rows) - set(commands)}"
+        extra = set(rows) - set(commands)
+        assert not extra, f"{cls}: rows for commands that read no outside data: {extra}"
         for command, cover in rows.items():
             if isinstance(cover, str):
                 assert len(cover) > 20, f"{cls}: {command}: a reason, not a word"
                 continue
             unknown = [n for n in cover if n not in names]
             assert cover and not unknown, f"{cls}: {command}: no such case {unknown}"
+
+
+@pytest.mark.parametrize("module", ["builder", "mamba_ssm.doctor"])
+def test_what_the_argument_parser_echoes_is_neutral(module, tmp_path):
+    """argparse quotes an unknown argument as it came (ESC, BEL, U+202E, a non-UTF-8 byte's lone surrogate): the
+    one printing path (guard_output, installed before the parser runs) shows it escaped, never obeyed."""
+    hostile = os.fsencode("\x1b]0;pwned\x07\u202e\x1b[2J") + b"\xff"
+    proc = subprocess.run([sys.executable, "-m", module, *(["plan"] if module == "builder" else []), hostile],
+                          cwd=CODE, capture_output=True, timeout=TIMEOUT_S, check=False,
+                          env={**os.environ, "PYTHONPATH": str(CODE)})  # fmt: skip
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2 and "unrecognized arguments: \\x1b]0;pwned\\x07\\u202e\\x1b[2J\\udcff" in err, err
+    assert not any(c in err for c in "\x1b\x07\u202e"), err
