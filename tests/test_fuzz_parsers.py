@@ -502,6 +502,27 @@ def test_cache_marker_bytes(tmp_path_factory, raw):
     assert len(warned) <= 1
 
 
+@settings(**SETTINGS)
+@given(SHAPES | st.fixed_dictionaries({"files": st.lists(SHAPES | st.fixed_dictionaries(
+    {"url": HOSTILE_TEXT, "filename": HOSTILE_TEXT, "hashes": SHAPES, "size": NOT_AN_OBJECT}), max_size=3) | NOT_AN_OBJECT}),
+    HOSTILE_TEXT)  # fmt: skip
+def test_sdist_index_pages(doc, text):
+    """recipe fetch's reading of an index page: PEP 691 JSON of any shape, or HTML with hostile links."""
+    from builder.sourcing.sources import _from_html, _from_json
+
+    base = "http://127.0.0.1/simple/x/"
+    if isinstance(doc, dict):
+        try:
+            for c in _from_json(doc, base):
+                assert isinstance(c.filename, str) and (c.sha256 is None or isinstance(c.sha256, str))
+        except Untrusted as err:
+            _printable_result(str(err))
+    try:
+        _from_html(f'<a href="{text}">{text}</a><a href=x#sha256={text}>', base)
+    except ValueError:  # urljoin's own refusal (a bracketed host), caught as one dead mirror by the caller
+        pass
+
+
 def test_the_ci_profile_bounds_every_fuzzer(request):
     """The CI set's fuzzers are bounded (conftest.py registers the profiles): few examples, each under a deadline;
     the long run is the ``slow`` profile, loaded only with --run-slow."""

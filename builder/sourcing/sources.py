@@ -57,6 +57,7 @@ from mamba_ssm._untrusted import (
     TooLarge,
     Untrusted,
     env_seconds,
+    field,
     is_web_url,
     load_json,
     open_regular,
@@ -128,13 +129,18 @@ def _from_html(text: str, base: str) -> list[Candidate]:
 
 
 def _from_json(data: dict, base: str) -> list[Candidate]:
-    return [
-        Candidate(
-            urllib.parse.urljoin(base, f["url"]), f["filename"], (f.get("hashes") or {}).get("sha256"), f.get("size")
-        )
-        for f in data.get("files", [])
-        if isinstance(f, dict) and isinstance(f.get("url"), str) and isinstance(f.get("filename"), str)
-    ]
+    """A PEP 691 answer's files that name a URL and a file name; a field of another shape (``files`` not a
+    list, ``hashes`` not an object, a size that is no integer) is Untrusted naming it."""
+    out = []
+    for i, f in enumerate(field(data, "files", list, base, [])):
+        if not (isinstance(f, dict) and isinstance(f.get("url"), str) and isinstance(f.get("filename"), str)):
+            continue  # not a file entry this check can use (another index's extension): skipped
+        where = f"{base}: files[{i}]"
+        hashes = field(f, "hashes", (dict, type(None)), where, None) or {}
+        sha = field(hashes, "sha256", (str, type(None)), f"{where}.hashes", None)
+        size = field(f, "size", (int, type(None)), where, None)
+        out.append(Candidate(urllib.parse.urljoin(base, f["url"]), f["filename"], sha, size))
+    return out
 
 
 @dataclass(frozen=True)
@@ -221,7 +227,7 @@ class Fetcher:
                 if err.code != 404:
                     errors.append(f"{base}: HTTP {err.code} {err.reason}")
                 continue
-            except (urllib.error.URLError, OSError, ValueError, TooLarge, AttributeError, TypeError) as err:
+            except (urllib.error.URLError, OSError, ValueError, TooLarge) as err:  # Untrusted is a ValueError
                 errors.append(
                     f"{base}: {shown(getattr(err, 'reason', err), 300)}"
                 )  # one dead mirror does not hide the others
