@@ -12,7 +12,7 @@ import importlib
 import sys
 
 from builder.errors import FarmError, UsageError
-from mamba_ssm._untrusted import Untrusted, shown
+from mamba_ssm._untrusted import Untrusted, guard_output, shown
 
 # command name -> the module that implements it; order is the order of ``--help``.
 COMMANDS = {
@@ -47,6 +47,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    guard_output()  # whatever a command prints of outside data: controls and surrogates escaped, never obeyed
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:

@@ -275,7 +275,7 @@ def read_page(url: str, timeout: float | None = None) -> str:
     """An index page: at most PAGE_CAP bytes within ``timeout`` seconds overall (Untrusted, a ValueError, else)."""
     deadline = _untrusted.Deadline(timeout or TIMEOUT_S, url)
     with _open(url, timeout) as resp:
-        return _untrusted.read_capped(_Read1(resp), PAGE_CAP, deadline).decode("utf-8", "replace")
+        return _untrusted.read_capped(_Read1(resp), PAGE_CAP, deadline, network=True).decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------- the lookup

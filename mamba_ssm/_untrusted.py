@@ -11,7 +11,15 @@ pasted text, command-line paths) goes through these rules, so that one rule has 
 - JSON and TOML are parsed with a depth cap and their values checked for type;
 - a zip is read with its central directory and each member's inflated bytes capped, and every way it can be
   broken (bad CRC, encryption, unknown compression, truncation) is one refusal;
-- a tree is deleted only inside its root, never through a link.
+- a tree is deleted only inside its root, never through a link, and a marker or record of the farm's own
+  folders is read only when reached by real folders (a link out of them is refused, never followed);
+- a field is read with its shape checked (an object where an object is meant), a dotted version with every
+  component present, an environment marker evaluated with the library's refusals made one error,
+  bytes decoded with a named error;
+- everything a command prints passes one filter (:func:`guard_output`): controls, bidi overrides and lone
+  surrogates are shown as escapes, never obeyed and never a UnicodeEncodeError;
+- one run has a budget of wall time and of bytes read from the network (:class:`RunBudget`), beside each
+  request's deadline; a zip member is capped by its compressed size as well as by what it inflates to.
 
 Standard library only, and no import of torch or builder: the doctor, setup.py's prebuilt lookup and the
 farm all import it.
@@ -100,8 +108,7 @@ def _alarm(signum, frame) -> None:
     now = time.monotonic()
     late = [d for d in _ARMED if d.end <= now + 0.001]
     if late:
-        d = min(late, key=lambda d: d.end)
-        raise TimedOut(f"{d.what}: no answer within {d.seconds:g} s")
+        raise min(late, key=lambda d: d.end).expired()
     _arm()
 
 
@@ -129,11 +136,15 @@ class Deadline:
         self.end = time.monotonic() + seconds
         self._armed = False
 
+    def expired(self) -> TimedOut:
+        """The error this deadline raises once it has passed."""
+        return TimedOut(f"{self.what}: no answer within {self.seconds:g} s")
+
     def left(self) -> float:
         """Seconds left (for a socket timeout), or TimedOut once the deadline has passed."""
         left = self.end - time.monotonic()
         if left <= 0:
-            raise TimedOut(f"{self.what}: no answer within {self.seconds:g} s")
+            raise self.expired()
         return left
 
     def __enter__(self) -> Deadline:  # noqa: PYI034 (3.10 has no typing.Self)
@@ -155,18 +166,21 @@ class Deadline:
                 signal.signal(signal.SIGALRM, Deadline._saved_handler or signal.SIG_DFL)
 
 
-def env_seconds(name: str, default: float) -> float:
-    """A positive number of seconds from the environment (a deadline), or Untrusted naming the variable."""
+def env_seconds(name: str, default: float, unit: str = "seconds") -> float:
+    """A positive number of seconds (or of ``unit``) from the environment, or Untrusted naming the variable."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     if not re.fullmatch(r"\d{1,6}(\.\d{1,3})?", raw) or float(raw) <= 0:
-        raise Untrusted(f"{name}={shown(repr(raw), 40)}: expected a positive number of seconds")
+        raise Untrusted(f"{name}={shown(repr(raw), 40)}: expected a positive number of {unit}")
     return float(raw)
 
 
-def read_capped(stream, limit: int, deadline: Deadline | None = None, chunk: int = 1 << 16) -> bytes:
-    """At most `limit` bytes of a file-like object, read in chunks so that `deadline` is checked as it goes."""
+def read_capped(
+    stream, limit: int, deadline: Deadline | None = None, chunk: int = 1 << 16, network: bool = False
+) -> bytes:
+    """At most `limit` bytes of a file-like object, read in chunks so that `deadline` is checked as it goes;
+    ``network``: each block is charged to the run's budget (:func:`spend`) as it arrives."""
     parts, total = [], 0
     while True:
         if deadline is not None:
@@ -174,15 +188,16 @@ def read_capped(stream, limit: int, deadline: Deadline | None = None, chunk: int
         block = stream.read(min(chunk, limit + 1 - total))
         if not block:
             return b"".join(parts)
+        if network:
+            spend(len(block))
         total += len(block)
         if total > limit:
             raise TooLarge(_more_than(limit))
         parts.append(block)
 
 
-# ---------------------------------------------------------------- added for the doctor (#28, branch hostiledoc)
-# New names only (the block above is shared with the farm's branch): environment assignments in a pasted
-# command line, and outside text a command cannot carry exactly.
+# --------------------------------------------------------------------------- pasted commands
+# Environment assignments in a pasted command line, and outside text a command cannot carry exactly.
 
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
@@ -201,6 +216,8 @@ def paste_env(env: dict[str, str], args: list[str] | tuple[str, ...]) -> str:
             raise Untrusted(f"environment name {shown(repr(name), 80)} is not a shell variable name")
     assigns = " ".join(f"{name}={shlex.quote(str(value))}" for name, value in env.items())
     return shown(f"{assigns} {shlex.join(str(a) for a in args)}" if assigns else shlex.join(str(a) for a in args), limit=10_000)
+
+
 def _more_than(limit: int) -> str:
     return f"more than {limit >> 20} MiB" if limit >= 1 << 20 else f"more than {limit} bytes"
 
@@ -442,11 +459,21 @@ def open_zip(source, what: str) -> zipfile.ZipFile:
 
 
 def zip_read(zf: zipfile.ZipFile, name: str | zipfile.ZipInfo, limit: int, what: str) -> bytes:
-    """One member's bytes, the cap applied to the bytes really inflated (not to what its header claims);
-    a bad CRC, an encrypted or unsupported member, a truncated stream: Untrusted."""
+    """One member's bytes, the cap applied to the bytes really inflated (not to what its header claims) and to
+    its compressed size; a bad CRC, an encrypted or unsupported member, a truncated stream: Untrusted."""
     label = f"{what}: {name.filename if isinstance(name, zipfile.ZipInfo) else name}"
     try:
-        with zf.open(name) as member:
+        info = name if isinstance(name, zipfile.ZipInfo) else zf.getinfo(name)
+    except KeyError as err:
+        raise Untrusted(f"{shown(label, 300)}: cannot be read ({shown(err, 200)})") from None
+    # The input is capped too: empty deflate blocks inflate to nothing, so a member of hundreds of MB that
+    # unpacks to a few bytes passes an output cap only after every byte of it was read (from a remote wheel,
+    # one range request per 64 kB). Deflate never makes a member much larger than its content.
+    if info.compress_size > limit + (limit >> 6) + 1024:
+        raise TooLarge(f"{shown(label, 300)}: {info.compress_size} bytes compressed: it unpacks to {_more_than(limit)}, "
+                       "or is padded to look small; refused before it is read")  # fmt: skip
+    try:
+        with zf.open(info) as member:
             return read_capped(member, limit)
     except TooLarge as err:
         raise TooLarge(f"{shown(label, 300)}: unpacks to {err}") from None
@@ -485,3 +512,177 @@ def remove_tree(path: str | os.PathLike, root: str | os.PathLike) -> bool:
     with contextlib.suppress(FileNotFoundError):
         shutil.rmtree(path)  # rmtree never follows links inside the tree (and refuses a link at the top)
     return True
+
+
+# --------------------------------------------------------------------------- the farm's own folders
+
+
+def read_inside(root: str | os.PathLike, path: str | os.PathLike, limit: int, what: str | None = None) -> bytes:
+    """The bytes of a marker or record the farm keeps under ``root`` (a cache, an index), read only when
+    ``path`` is reached from ``root`` by real folders and is itself no link (:func:`inside`); a link out of
+    the folder is refused, never followed, so its target is never read or shown."""
+    if not inside(root, path):
+        raise Untrusted(f"{shown(what or str(path), 300)}: a link, or reached through one: the farm reads its "
+                        f"own files under {shown(str(root), 300)} only, never what a link points at")  # fmt: skip
+    return read_regular(path, limit, what)
+
+
+# --------------------------------------------------------------------------- shapes, numbers, markers
+
+
+def field(doc: object, key: str, types: type | tuple[type, ...], what: str, default: object = ...) -> object:
+    """``doc[key]`` checked for type (:func:`expect`), ``doc`` itself checked to be an object first: a list or a
+    string where an object is meant is Untrusted naming ``what``, never an AttributeError. ``default``: the
+    value when the key is absent (else absent is refused)."""
+    expect(doc, dict, what)
+    if key not in doc:
+        if default is ...:
+            raise Untrusted(f"{shown(what, 300)}: no {shown(repr(key), 80)}")
+        return default
+    return expect(doc[key], types, f"{what}.{key}")
+
+
+_RELEASE_RE = re.compile(r"\d{1,9}(\.\d{1,9}){0,7}")
+
+
+def release(raw: object, what: str, parts: tuple[int, int] = (1, 8)) -> tuple[int, ...]:
+    """A dotted release such as ``2.6`` or ``12.8.90`` as a tuple of ints, with ``parts[0]..parts[1]``
+    components, each present (``2.``, ``.6``, ``2..6``, ``''`` are refused, never ``int('')``)."""
+    if not isinstance(raw, str) or not _RELEASE_RE.fullmatch(raw):
+        raise Untrusted(f"{shown(what, 300)}: {shown(repr(raw), 80)} is not a dotted version (digits and dots)")
+    out = tuple(int(x) for x in raw.split("."))
+    if not parts[0] <= len(out) <= parts[1]:
+        raise Untrusted(f"{shown(what, 300)}: {shown(repr(raw), 80)} has {len(out)} parts, "
+                        f"not {parts[0]}..{parts[1]}")  # fmt: skip
+    return out
+
+
+def marker_holds(marker, env: dict[str, str], what: str) -> bool:
+    """Whether an environment marker (packaging's ``Marker``, which the caller parsed: this layer imports no
+    packaging, since the doctor ships without it) holds in ``env``; what packaging refuses to compare
+    (UndefinedComparison, UndefinedEnvironmentName, an invalid version: all ValueErrors) is Untrusted naming
+    ``what``, never a traceback."""
+    try:
+        return bool(marker.evaluate(env))
+    except (ValueError, TypeError, KeyError, RecursionError) as err:
+        raise Untrusted(f"{shown(what, 300)}: the marker {shown(repr(str(marker)), 200)} cannot be evaluated "
+                        f"({type(err).__name__}: {shown(err, 200)})") from None  # fmt: skip
+
+
+# --------------------------------------------------------------------------- what is printed
+
+
+def neutral(text: str) -> str:
+    """``text`` with every character :func:`shown` escapes escaped, newlines and tabs kept, nothing cut."""
+    if text.isprintable():
+        return text
+    return "".join(c if c in "\n\t" or c.isprintable() else shown(c, 1) for c in text)
+
+
+class _Guarded:
+    """A text stream that writes :func:`neutral` text to the stream it wraps (everything else passes)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(neutral(text) if isinstance(text, str) else text)
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def unguarded(stream):
+    """The stream under :func:`guard_output`'s filter, for the farm's own terminal drawing only (rich's tables and
+    progress style with escapes of their own); outside text drawn there is passed through :func:`neutral` first."""
+    return stream._stream if isinstance(stream, _Guarded) else stream
+
+
+def guard_output() -> None:
+    """Make every later print of this process go through one filter: ESC/OSC/CR controls, bidi overrides and
+    lone surrogates from outside data are written as escapes (``\\x1b``, ``\\u202e``, ``\\udcff``), never
+    obeyed by the terminal nor a UnicodeEncodeError; a character the stream cannot encode is escaped too.
+    Idempotent; called by each command line's entry point (the farm's CLI, the doctor)."""
+    import sys
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or isinstance(stream, _Guarded):
+            continue
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")
+        setattr(sys, name, _Guarded(stream))
+
+
+# --------------------------------------------------------------------------- one run's budget
+
+
+class BudgetSpent(TimedOut):
+    """A run went past its budget of wall time or of bytes read from the network."""
+
+
+class RunBudget(Deadline):
+    """One run's budget: ``seconds`` of wall time and ``max_bytes`` read from the network, beside each request's
+    own deadline (a listing can otherwise make a run of thousands of requests, each within its deadline).
+
+    Entered as a context manager in the main thread, its time is enforced by the deadlines' timer; bytes are
+    charged by the readers (:func:`spend`, :func:`read_capped` with ``network=True``). Past either,
+    :class:`BudgetSpent` names the budget and the flag and variable that raise it (``raise_with``: for the
+    time, for the bytes)."""
+
+    def __init__(self, seconds: float, max_bytes: int, what: str, raise_with: tuple[str, str]) -> None:
+        super().__init__(seconds, what)
+        self.max_bytes, self.raise_with = max_bytes, raise_with
+        self.used = 0
+
+    def expired(self) -> BudgetSpent:
+        return BudgetSpent(f"{self.what}: its budget of {self.seconds:g} s of wall time is spent (stopped there); "
+                           f"raise it with {self.raise_with[0]}")  # fmt: skip
+
+    def charge(self, n: int) -> None:
+        self.used += n
+        if self.used > self.max_bytes:
+            raise BudgetSpent(f"{self.what}: its budget of {_mib(self.max_bytes)} read from the network is spent "
+                              f"(stopped there); raise it with {self.raise_with[1]}")  # fmt: skip
+
+    def __enter__(self) -> RunBudget:  # noqa: PYI034
+        super().__enter__()
+        _BUDGETS.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _BUDGETS.remove(self)
+        super().__exit__(*exc)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB"
+
+
+_BUDGETS: list[RunBudget] = []
+
+
+def spend(n: int) -> None:
+    """Charge ``n`` bytes read from the network to every run budget in force (none: nothing to charge)."""
+    for b in _BUDGETS:
+        b.charge(n)
+
+
+def run_budget(what: str, seconds: float | None, megabytes: float | None, defaults: tuple[float, int],
+               flags: tuple[str, str] = ("--budget-seconds", "--budget-mb")) -> RunBudget:  # fmt: skip
+    """A :class:`RunBudget` from a command's flags, else ``MAMBA_FARM_RUN_SECONDS`` / ``MAMBA_FARM_RUN_MB``, else
+    ``defaults`` (seconds, MiB); a value that is not a positive number is Untrusted naming its source."""
+    if seconds is None:
+        seconds = env_seconds("MAMBA_FARM_RUN_SECONDS", defaults[0])
+    if megabytes is None:
+        megabytes = env_seconds("MAMBA_FARM_RUN_MB", defaults[1], "MiB")
+    for name, value in ((flags[0], seconds), (flags[1], megabytes)):
+        if not 0 < value <= 10**6:
+            raise Untrusted(f"{name} {shown(repr(value), 40)}: expected a positive number")
+    raise_with = (f"{flags[0]} or MAMBA_FARM_RUN_SECONDS", f"{flags[1]} or MAMBA_FARM_RUN_MB")
+    return RunBudget(seconds, int(megabytes * (1 << 20)), what, raise_with)

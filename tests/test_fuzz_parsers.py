@@ -154,7 +154,7 @@ def test_metadata_requires_dist(lines):
     for plat in ("linux_x86_64", "linux_aarch64"):
         try:
             assert drift.cuda_build(lines, plat, "3.11").startswith(("cu", "cpu"))
-        except FarmError:
+        except (FarmError, Untrusted):
             pass
     wheelmeta.torch_pin(lines)
     wheelmeta.parse_headers("\n".join(f"Requires-Dist: {ln}" for ln in lines).encode("utf-8", "surrogatepass"))
@@ -285,6 +285,242 @@ def test_cache_state(tmp_path_factory, layout):
     cache.entries(root, warn=lambda m: None)
     cache.evict(0, root=root, log=lambda m: None)
     assert (outside / "torch-envs" / "py3.11.1-0" / ".complete").read_text() == "torch==2.14.1\n"
+
+
+# --------------------------------------------------------------------------- the classes of hostile input
+# Strategies for what the classes are made of: values of the wrong shape, fields that parse to nothing, bytes that
+# are not UTF-8, lone surrogates and terminal controls. Each parser of outside data gets them where it reads
+# text or fields; the property is the same: a result or the parser's one error, and nothing printed raw.
+
+# text a hostile index, manifest or record may hold: controls (ESC, OSC's BEL, CR), bidi overrides, separators,
+# lone surrogates (what a JSON "\ud800" escape or a non-UTF-8 argv byte becomes), empty and dotted fragments
+HOSTILE_TEXT = st.one_of(
+    st.sampled_from(["", ".", "..", "2.", ".6", "2..6", "3.", "cp3", "\x1b[2J", "\x1b]0;x\x07", "\r", "\u202e",
+                     "\ud800", "\udcff", "\u2028", "\x00", "9" * 40]),
+    st.text(st.characters(categories=["Cc", "Cf", "Cs", "Zl", "Zp", "Nd", "Ll"], include_characters=".-_+"),
+            max_size=24),
+)  # fmt: skip
+# a value where an object is meant: every other JSON shape
+NOT_AN_OBJECT = st.one_of(st.none(), st.booleans(), st.integers(), HOSTILE_TEXT, st.lists(HOSTILE_TEXT, max_size=3))
+SHAPES = st.one_of(NOT_AN_OBJECT, st.dictionaries(HOSTILE_TEXT, NOT_AN_OBJECT | HOSTILE_TEXT, max_size=3))
+# bytes that are not UTF-8 (an invalid byte somewhere in otherwise plain text), or any bytes
+NOT_UTF8 = st.one_of(
+    st.tuples(st.text(max_size=40), st.sampled_from([b"\xff", b"\xfe\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\x80"]),
+              st.text(max_size=40)).map(lambda t: t[0].encode() + t[1] + t[2].encode()),
+    st.binary(max_size=120),
+)  # fmt: skip
+
+
+def _printable_result(text: str) -> None:
+    """What the one printing path makes of ``text``: strict UTF-8, and nothing a terminal would obey."""
+    from mamba_ssm._untrusted import has_hidden, neutral
+
+    out = neutral(text)
+    out.encode("utf-8")  # a lone surrogate never reaches the stream
+    assert not has_hidden(out.replace("\n", "").replace("\t", "")), repr(out)
+
+
+@settings(**SETTINGS)
+@given(HOSTILE_TEXT | st.text(max_size=60) | NOT_UTF8.map(lambda b: b.decode("utf-8", "surrogateescape")))
+def test_every_printed_text_is_neutral(text):
+    import io
+
+    from mamba_ssm._untrusted import _Guarded
+
+    _printable_result(text)
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii", errors="backslashreplace")  # an ascii terminal, reconfigured
+    print(text, file=_Guarded(stream))
+    stream.flush()
+    assert b"\x1b" not in raw.getvalue() and b"\r" not in raw.getvalue()
+
+
+@settings(**SETTINGS)
+@given(HOSTILE_TEXT | st.integers(-5, 10**20) | NOT_AN_OBJECT)
+def test_releases_refuse_empty_parts(raw):
+    from builder.facts.compat import vtuple
+    from mamba_ssm._untrusted import release
+
+    for parse in (lambda v: release(v, "v"), vtuple):
+        if parse is vtuple and not isinstance(raw, str):
+            continue  # (typed str; cached, so it takes only hashable text)
+        try:
+            out = parse(raw)
+        except Untrusted:
+            continue
+        assert isinstance(raw, str | int) and out is not None
+        if isinstance(out, tuple):  # every part was there and was digits
+            assert ".".join(map(str, out)) == ".".join(str(int(p)) for p in raw.split("."))
+
+
+MARKER_VAR = st.sampled_from(["python_version", "python_full_version", "platform_machine", "os_name", "extra",
+                              "implementation_version", "sys_platform", "platform_release"])  # fmt: skip
+MARKER_OP = st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "~=", "===", "in", "not in"])
+
+
+@settings(**SETTINGS)
+@given(st.one_of(
+    st.tuples(MARKER_VAR, MARKER_OP, HOSTILE_TEXT).map(lambda t: f'{t[0]} {t[1]} "{t[2]}"'),
+    st.tuples(HOSTILE_TEXT, MARKER_OP, MARKER_VAR).map(lambda t: f'"{t[0]}" {t[1]} {t[2]}'),
+    HOSTILE_TEXT,
+))  # fmt: skip
+def test_markers_hold_or_are_refused(marker):
+    from packaging.markers import InvalidMarker, Marker
+
+    from mamba_ssm._untrusted import marker_holds
+
+    env = drift._environment("linux_x86_64", "3.11")
+    try:
+        parsed = Marker(marker)
+    except InvalidMarker:
+        parsed = None
+    try:
+        assert parsed is None or marker_holds(parsed, env, "Requires-Dist") in (True, False)
+    except Untrusted as err:
+        _printable_result(str(err))
+    # and through drift's reading of a METADATA's lines
+    try:
+        drift.cuda_build([f"cuda-toolkit==13.0.2; {marker}"], "linux_x86_64", "3.11")
+    except (FarmError, Untrusted):
+        pass
+
+
+@settings(**SETTINGS)
+@given(NOT_UTF8 | st.text(max_size=80).map(lambda t: f"Name: torch\nRequires-Dist: {t}\n".encode("utf-8", "surrogatepass")))  # fmt: skip
+def test_metadata_bytes(raw):
+    from builder.sourcing.pypi import _parse
+
+    try:
+        meta = _parse(raw, "METADATA")
+    except Untrusted as err:
+        assert "not UTF-8" in str(err)
+        return
+    try:
+        drift.cuda_build(meta.get_all("Requires-Dist") or [], "linux_x86_64", "3.11")
+    except (FarmError, Untrusted):
+        pass
+
+
+@settings(**SETTINGS)
+@given(st.one_of(HOSTILE_TEXT, st.tuples(HOSTILE_TEXT, HOSTILE_TEXT).map(lambda t: f"torch-2.15.0-cp{t[0]}-cp{t[1]}-manylinux_2_28_x86_64.whl")))  # fmt: skip
+def test_listing_file_names(name):
+    from builder.facts.compat import vtuple
+
+    f = _file({"filename": name, "url": "torch.whl", "hashes": {}}, 0, "http://127.0.0.1/simple/torch/")
+    py = f.cpython()
+    f.version, f.linux_platforms()  # each must not raise
+    if py is not None:
+        try:
+            vtuple(py)
+        except Untrusted:
+            pass
+
+
+def _record(files, releases) -> dict:
+    return {"files": files, "releases": releases, "skipped": {}}
+
+
+RECORD_FILE = st.one_of(NOT_AN_OBJECT, st.fixed_dictionaries({"label": NOT_AN_OBJECT, "properties": NOT_AN_OBJECT}))
+
+
+@settings(**SETTINGS)
+@given(st.one_of(
+    SHAPES,
+    st.builds(_record, st.dictionaries(HOSTILE_TEXT, RECORD_FILE, max_size=3) | NOT_AN_OBJECT,
+              st.dictionaries(st.just("mamba-ssm"), st.lists(HOSTILE_TEXT, max_size=2) | NOT_AN_OBJECT) | NOT_AN_OBJECT),
+))  # fmt: skip
+def test_wheel_variants_record(record):
+    """resolve's reading of the manifest's wheel_variants record: refused, or every line it prints is neutral."""
+    try:
+        variants.check_record(record, "manifest.json")
+    except Untrusted as err:
+        _printable_result(str(err))
+        return
+    for line in variants.describe(record, "mamba-ssm", "https://x.example/"):
+        _printable_result(line)
+    variants.summary(record, "mamba-ssm")
+
+
+@settings(**SETTINGS)
+@given(SHAPES | st.fixed_dictionaries({"source": SHAPES}) | NOT_UTF8)
+def test_provenance_record(tmp_path_factory, rec):
+    from wheelmaker import make_wheel
+
+    from builder.verifying import provenance
+
+    raw = rec if isinstance(rec, bytes) else json.dumps(rec).encode()
+    files = {"demo/__init__.py": b"", "demo-1.0.dist-info/farm-provenance.json": raw}
+    whl = make_wheel(tmp_path_factory.mktemp("prov"), "demo", "1.0", "cp311-cp311-linux_x86_64", files=files)
+    try:
+        got = provenance.read_wheel(whl)
+    except Untrusted as err:
+        _printable_result(str(err))
+        return
+    assert isinstance(got, dict)
+    provenance.summary(got)
+
+
+@settings(**SETTINGS)
+@given(SHAPES.map(lambda v: json.dumps(v).encode()) | NOT_UTF8)
+def test_live_manifest(tmp_path_factory, raw):
+    """The index's reading of its own live manifest: a document, or IndexIntegrityError."""
+    from builder.errors import IndexIntegrityError
+    from builder.publishing.index.generation import load_manifest
+
+    gen = tmp_path_factory.mktemp("gen")
+    (gen / "manifest.json").write_bytes(raw)
+    try:
+        assert isinstance(load_manifest(gen), dict)
+    except IndexIntegrityError:
+        pass
+
+
+@settings(**SETTINGS)
+@given(SHAPES.map(lambda v: json.dumps(v).encode()) | NOT_UTF8)
+def test_cost_record(tmp_path_factory, raw):
+    from builder.publishing import cost
+
+    path = tmp_path_factory.mktemp("cost") / "job-cost.json"
+    path.write_bytes(raw)
+    try:
+        cost._load(path)
+    except FarmError:
+        pass
+
+
+@settings(**SETTINGS)
+@given(NOT_UTF8 | HOSTILE_TEXT.map(lambda t: t.encode("utf-8", "surrogatepass")))
+def test_cache_marker_bytes(tmp_path_factory, raw):
+    """A smoke venv's .complete of any bytes: listed (as text) or skipped, never printed raw."""
+    root = tmp_path_factory.mktemp("smoke") / "smoke"
+    venv = root / "cp311-torch2.14.1" / "torch-envs" / "py3.11.1-0"
+    venv.mkdir(parents=True)
+    (venv / ".complete").write_bytes(raw)
+    warned = []
+    for e in cache.entries(root, warn=warned.append):
+        _printable_result(e.requirement.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
+    assert len(warned) <= 1
+
+
+@settings(**SETTINGS)
+@given(SHAPES | st.fixed_dictionaries({"files": st.lists(SHAPES | st.fixed_dictionaries(
+    {"url": HOSTILE_TEXT, "filename": HOSTILE_TEXT, "hashes": SHAPES, "size": NOT_AN_OBJECT}), max_size=3) | NOT_AN_OBJECT}),
+    HOSTILE_TEXT)  # fmt: skip
+def test_sdist_index_pages(doc, text):
+    """recipe fetch's reading of an index page: PEP 691 JSON of any shape, or HTML with hostile links."""
+    from builder.sourcing.sources import _from_html, _from_json
+
+    base = "http://127.0.0.1/simple/x/"
+    if isinstance(doc, dict):
+        try:
+            for c in _from_json(doc, base):
+                assert isinstance(c.filename, str) and (c.sha256 is None or isinstance(c.sha256, str))
+        except Untrusted as err:
+            _printable_result(str(err))
+    try:
+        _from_html(f'<a href="{text}">{text}</a><a href=x#sha256={text}>', base)
+    except ValueError:  # urljoin's own refusal (a bracketed host), caught as one dead mirror by the caller
+        pass
 
 
 def test_the_ci_profile_bounds_every_fuzzer(request):

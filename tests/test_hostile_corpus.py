@@ -12,7 +12,10 @@ Cases by surface: ``sdist-*`` (archives unpacked by ``recipe prepare``), ``fetch
 (``drift`` of a hostile listing), ``cache-*`` (``cache`` of a hostile smoke cache), ``render-*``, ``build-*``,
 ``rehearse-*`` (issue 28). Add a case with each new surface: :data:`SURFACES` names, for every command of
 ``builder/cli.py``'s registry, each input it reads from outside and the cases that attack it, and
-``test_every_command_that_reads_outside_data_has_a_hostile_case_per_input`` fails when one has none.
+``test_every_command_that_reads_outside_data_has_a_hostile_case_per_input`` fails when one has none. The classes
+of hostile input (a wrong shape, an empty field, a refused marker, bytes that are not text, terminal controls, links
+out of the farm's folders, work without a budget) each have, per command, their cases or a reason (:data:`CLASSES`),
+and ``test_every_class_of_hostile_input_has_a_case_or_a_reason_per_command`` fails when one has neither.
 
 ``HOSTILE_CORPUS_CODE=DIR`` runs the corpus against another tree's builder (e.g. an export of main), and
 ``HOSTILE_CORPUS_REPORT=FILE`` appends one JSON line per case (what happened), for the closing note's table.
@@ -57,6 +60,7 @@ class Case:
     make: callable  # (World, scratch) -> argv
     env: dict = field(default_factory=dict)
     probe_shell: bool = False  # an accepted recipe env: does it reach build.sh's shell?
+    absent: str = ""  # a text that must not be printed (the content of a file outside the command's folders)
 
 
 class World:
@@ -99,6 +103,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
+        if self.path.startswith("/trickle/"):  # a byte a second: each read is within a request's deadline
+            self.send_response(200)
+            self.send_header("Content-Length", "120")
+            self.end_headers()
+            try:
+                for _ in range(120):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    threading.Event().wait(1)
+            except OSError:
+                pass
+            return
+        ranged = self.headers.get("Range", "")
+        if ranged.startswith("bytes=") and (self.site / self.path.lstrip("/")).is_file():  # a remote wheel's reads
+            data = (self.site / self.path.lstrip("/")).read_bytes()
+            a, b = (int(x) for x in ranged[6:].split("-"))
+            part = data[a : b + 1]
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {a}-{a + len(part) - 1}/{len(data)}")
+            self.send_header("Content-Length", str(len(part)))
+            self.end_headers()
+            self.wfile.write(part)
+            return
         if self.path.startswith("/endless/"):  # an endless body, as far as a client can tell (stops at 64 MiB)
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
@@ -864,6 +891,255 @@ CASES += [
 ]  # fmt: skip
 
 
+# --------------------------------------------------------------------------- the last classes of hostile input
+# One case per class and command (CLASSES below says which): fields of the wrong shape, fields that parse to
+# nothing, markers the library refuses, bytes that are not text, terminal controls, links out of the farm's
+# folders, and a run's budget of time and bytes (a drift against an index that would keep it reading).
+
+
+def _variant_index(edit, *flags: str):
+    """``resolve`` (text) of an index of one stable CPU wheel, its manifest's ``wheel_variants`` record edited."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        from builder.publishing.index import build_index
+
+        make_mamba_wheel(scratch / "wheels", "cputorchstable", "cp310")
+        build_index(scratch / "wheels", scratch / "idx")
+        doc = json.loads((scratch / "idx" / "manifest.json").read_text())
+        doc = edit(doc) or doc
+        (scratch / "idx" / "manifest.json").write_text(json.dumps(doc))
+        return ["resolve", "--torch", "2.12", "--python", "3.10", "--platform", "x86_64", "--index",
+                str(scratch / "idx"), *flags]  # fmt: skip
+
+    return make
+
+
+def _relabel(label: str):
+    def edit(doc):
+        files = doc["wheel_variants"]["files"]
+        for f in files.values():
+            if f.get("label"):
+                f["label"] = label
+
+    return edit
+
+
+def _provenance_wheel(rec):
+    def make(world: World, scratch: Path) -> list[str]:
+        from wheelmaker import make_wheel
+
+        files = {"demo/__init__.py": b"", "demo-1.0.dist-info/farm-provenance.json": json.dumps(rec).encode()}
+        return [str(make_wheel(scratch, "demo", "1.0", "cp311-cp311-linux_x86_64", files=files))]
+
+    return make
+
+
+def _meta(requires: bytes) -> bytes:
+    return b"Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0\nRequires-Dist: " + requires + b"\n"
+
+
+def _deflate_bomb(world: World, scratch: Path) -> dict:
+    """A torch wheel served with range reads, no PEP 658 file: its METADATA member is 24 MiB of empty
+    stored deflate blocks that inflate to a few bytes (an output cap alone lets every byte be read)."""
+    import struct
+    import zlib
+
+    meta = _meta(b"cuda-toolkit==13.0.2")
+    body = b"\x00\x00\x00\xff\xff" * ((24 << 20) // 5) + zlib.compress(meta)[2:-4]
+    name = b"torch-2.15.0.dist-info/METADATA"
+    crc = zlib.crc32(meta)
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, crc, len(body), len(meta), len(name), 0)
+    central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 8, 0, 0, crc, len(body), len(meta),
+                          len(name), 0, 0, 0, 0, 0, 0) + name  # fmt: skip
+    head = local + name
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, len(central), len(head) + len(body), 0)
+    folder = world.site / scratch.name / "simple" / "torch"
+    folder.mkdir(parents=True)
+    (folder / "torch-2.15.0.whl").write_bytes(head + body + central + end)
+    size = (folder / "torch-2.15.0.whl").stat().st_size
+    (folder / "index.html").write_bytes(_listing([_torch_file(**{"core-metadata": False, "size": size})]))
+    return {"argv": ["drift", "--index", f"{world.url}/{scratch.name}/simple", "--no-recipes", "--since", "2.15",
+                     "--cache", str(scratch / "cache")], "env": {"MAMBA_FARM_REQUEST_DEADLINE": "10"}}  # fmt: skip
+
+
+def _with(make, *flags: str, **env: str):
+    def wrapped(world: World, scratch: Path) -> dict:
+        made = make(world, scratch)
+        return {"argv": [*made["argv"], *flags], "env": {**made["env"], **env}}
+
+    return wrapped
+
+
+def _outside_complete(smoke: Path, world: World, scratch: Path) -> None:
+    """``.complete`` a link to a file outside the cache: its content is never read, nor printed."""
+    secret = world.root / f"secret-{scratch.name}.txt"
+    secret.write_text("torch==SECRET-OUTSIDE-THE-CACHE\n")
+    done = smoke / "cp311-torch2.14.1" / "torch-envs" / "py3.11.1-0123456789" / ".complete"
+    done.unlink()
+    done.symlink_to(secret)
+
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\r\u202efdp.exe"
+
+CASES += [
+    # --- shapes: a list or a string where an object is meant
+    Case("resolve-wheel-variants-a-list", 2, "wheel_variants: expected dict", _variant_index(lambda d: {**d, "wheel_variants": ["x"]})),
+    Case("resolve-wheel-variants-files-a-string", 2, "wheel_variants.files: expected dict",
+         _variant_index(lambda d: d["wheel_variants"].update(files="x"))),
+    Case("verify-provenance-source-a-list", 2, "source: expected dict", _verify_case(_provenance_wheel({"source": ["x"]}))),
+    # --- empty and malformed fields
+    Case("drift-python-tag-empty-minor", 9, "not a dotted version",
+         _drift_case([_torch_file(filename="torch-2.15.0-cp3-cp3-manylinux_2_28_x86_64.whl")], _meta(b"numpy"))),
+    Case("resolve-wheel-variants-release-empty-part", 2, "is not a version",
+         _variant_index(lambda d: d["wheel_variants"].update(releases={"mamba-ssm": ["2..3"]}))),
+    # --- markers packaging refuses to evaluate
+    Case("drift-marker-undefined-comparison", 9, "cannot be evaluated",
+         _drift_case([_torch_file()], _meta(b'cuda-toolkit==13.0.2; python_version ~= "abc"'))),
+    # --- bytes that are not text, and lone surrogates
+    Case("drift-metadata-not-utf8", 9, "not UTF-8", _drift_case([_torch_file()], _meta(b'cuda-toolkit==13.0.2; os_name == "\xff"'))),
+    Case("resolve-label-surrogate", 2, "wheel_variants", _variant_index(_relabel("\ud800"))),
+    Case("verify-provenance-surrogate", 15, "with uncommitted changes",
+         _verify_case(_provenance_wheel({"source": {"kind": "checkout", "commit": "\udcff\ud800" * 8, "dirty": True}}))),
+    # --- terminal controls and bidi overrides, from a label or a file name
+    Case("resolve-label-escapes", 2, "wheel_variants", _variant_index(_relabel(ESCAPES))),
+    Case("cache-escape-in-slot-name", 0, "torch venv(s)",
+         _smoke_case(lambda s, w, c: (s / f"cp311-torch2.14.1{ESCAPES}").symlink_to(c))),
+    # --- links out of the farm's own folders
+    Case("cache-complete-links-outside", 0, "skipped, not a complete venv", _smoke_case(_outside_complete),
+         absent="SECRET-OUTSIDE"),
+    # --- one run's budget of time and network bytes, and compressed input capped
+    Case("drift-ranged-deflate-bomb", 9, "compressed", _deflate_bomb),
+    Case("drift-budget-bytes", 9, "raise it with --budget-mb",
+         _with(_drift_case([_torch_file()], _meta(b"numpy") + b"Summary: " + b"x" * (3 << 20) + b"\n"), "--budget-mb", "1")),
+    Case("drift-budget-seconds", 9, "raise it with --budget-seconds or MAMBA_FARM_RUN_SECONDS",
+         _with(_drift_case([_torch_file(url="../../../trickle/torch-2.15.0.whl")], None), MAMBA_FARM_RUN_SECONDS="3")),
+]  # fmt: skip
+
+
+def _matrix_edit(pattern: str, replacement: str, command: str = "plan"):
+    """``plan`` (or ``render``) of this checkout's matrix.toml with one line replaced, in the scratch folder."""
+    import re
+
+    def make(world: World, scratch: Path) -> list[str]:
+        (scratch / "mamba_ssm").mkdir()
+        shutil.copy(CODE / "mamba_ssm" / "__init__.py", scratch / "mamba_ssm" / "__init__.py")
+        text = re.sub(pattern, lambda _: replacement, (CODE / "matrix.toml").read_text(), count=1)
+        (scratch / "matrix.toml").write_bytes(text.encode("utf-8", "surrogateescape"))
+        if command == "render":
+            return ["render", "--matrix", str(scratch / "matrix.toml"), "--out", str(scratch / "out")]
+        return ["plan", "--matrix", str(scratch / "matrix.toml")]
+
+    return make
+
+
+def _recipe_edit(old: str, new: bytes):
+    def make(world: World, scratch: Path) -> list[str]:
+        path = _recipe(scratch / "recipes", "0" * 64)
+        path.write_bytes(path.read_bytes().replace(old.encode(), new))
+        return ["recipe", "explain", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL]
+
+    return make
+
+
+def _fetch_page(body: bytes):
+    def page(world: World, scratch: Path):
+        project = scratch.name.replace("_", "-")
+        folder = world.site / "simple" / project
+        folder.mkdir(parents=True)
+        (folder / "index.html").write_bytes(body)
+        return "4" * 64, f"{world.url}/simple"
+
+    return page
+
+
+def _live_generation(manifest: bytes | None, outside: bool = False):
+    """``index --out`` a link to a generation whose manifest is ``manifest``, or (``outside``) to a folder
+    outside the index's root: what the index reads as its own record."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        (scratch / "wheels").mkdir()
+        make_mamba_wheel(scratch / "wheels", LABEL, "cp312")
+        gen = (world.root / f"elsewhere-{scratch.name}") if outside else scratch / ".out.d" / "gen-1"
+        gen.mkdir(parents=True)
+        if manifest is not None:
+            (gen / "manifest.json").write_bytes(manifest)
+        (scratch / "out").symlink_to(gen)
+        return ["index", "--wheels", str(scratch / "wheels"), "--out", str(scratch / "out")]
+
+    return make
+
+
+def _cached_metadata_link(world: World, scratch: Path) -> dict:
+    """drift's metadata cache holds the listed sha256's file as a link to a file outside the cache."""
+    made = _drift_case([_torch_file()], _meta(b"numpy"))(world, scratch)
+    secret = world.root / f"secret-{scratch.name}.txt"
+    secret.write_text("Name: torch\nRequires-Dist: SECRET-OUTSIDE-THE-CACHE==1.0\n")
+    (scratch / "cache" / "metadata").mkdir(parents=True)
+    (scratch / "cache" / "metadata" / ("a" * 64 + ".METADATA")).symlink_to(secret)
+    return made
+
+
+def _real_wheel(world: World, scratch: Path) -> list[str]:
+    return [str(make_mamba_wheel(scratch, LABEL, "cp311"))]
+
+
+CASES += [
+    # --- shapes (the other readers: recipes and matrices are checked key by key, cost records field by field)
+    Case("release-cost-a-list", 2, "expected", _cost_case(_cost_record("job-cost.json", [1]))),
+    Case("fetch_json_files_a_string", 9, "fetch_json_files_a_string", _fetch_case(_fetch_page(b'{"files": "x"}'))),
+    Case("recipe-build-env-a-list", 2, "must be a table", _recipe_edit('[build.env]\nEVIL_FORCE_BUILD = "TRUE"', b'env = ["x"]')),
+    Case("matrix-torch-a-string", 2, "must be an array", _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = "2.14"')),
+    Case("render-matrix-torch-a-string", 2, "must be an array",
+         _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = "2.14"', "render")),
+    Case("index-live-manifest-a-list", 5, "expected a JSON object", _live_generation(b"[1]")),
+    # --- empty and malformed fields
+    Case("recipe-version-empty", 2, "is not a version", _recipe_edit('version = "1.0"', b'version = ""')),
+    Case("matrix-torch-empty-part", 2, "is not a torch major.minor", _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = ["2."]')),
+    Case("render-matrix-python-empty-part", 2, "is not a Python version",
+         _matrix_edit(r"\npython = \[[^\]]*\]", '\npython = ["3."]', "render")),
+    Case("release-cost-wall-empty", 2, "not a number of seconds",
+         _cost_case(_cost_record("job-cost.json", {"job": "j", "wall_s": "", "cpu_s": 1}))),
+    Case("index-metadata-version-empty", 2, "METADATA says version",
+         _index_case(lambda f, w: _wheel_with(f, {f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: \n"}))),
+    Case("verify-spec-id-empty-part", 15, "no plan has a build cpu-torch2.-cxx11abiTRUE",
+         lambda w, s: ["verify", "--rebuild", "cpu-torch2.-cxx11abiTRUE-cp311-linux_x86_64", *_real_wheel(w, s)]),
+    Case("cache-budget-empty-number", 2, "is not a size", _smoke_case(lambda s, w, c: None, "--budget", "G")),
+    # --- bytes that are not text
+    Case("index-metadata-not-utf8", 2, "not UTF-8",
+         _index_case(lambda f, w: _wheel_with(f, {f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: 2.3.0+"
+                                                  + LABEL.encode() + b"\nSummary: \xff\xfe\n"}))),
+    Case("recipe-not-utf8", 2, "not UTF-8", _recipe_edit('EVIL_FORCE_BUILD = "TRUE"', b'EVIL_FORCE_BUILD = "\xff"')),
+    Case("matrix-not-utf8", 2, "not UTF-8", _matrix_edit(r"\n\[axes\]", "\n# \udcff\n[axes]")),
+    Case("render-matrix-not-utf8", 2, "not UTF-8", _matrix_edit(r"\n\[axes\]", "\n# \udcff\n[axes]", "render")),
+    Case("release-cost-not-utf8", 2, "not UTF-8", _cost_case(lambda f: (f / "job-cost.json").write_bytes(b'{"job": "\xff"}'))),
+    Case("cache-complete-not-utf8", 0, "skipped, not a complete venv",
+         _smoke_case(lambda s, w, c: next(s.rglob(".complete")).write_bytes(b"torch==2.14.1\xff\n"))),
+    Case("verify-provenance-not-utf8", 2, "not UTF-8", _verify_case(lambda w, s: _provenance_bytes(s, b'{"source": "\xff"}'))),
+    Case("fetch_page_not_utf8", 9, "fetch_page_not_utf8", _fetch_case(_fetch_page(b'<a href="x\xff.tar.gz">\xfe\xff</a>'))),
+    # --- terminal controls and bidi overrides
+    Case("recipe-name-escapes", 2, "Illegal character",
+         _recipe_edit('[project]\nname = "evil"', '[project]\nname = "evil\x1b]0;x\x07\u202e"'.encode())),
+    Case("matrix-torch-escapes", 2, "is not a torch major.minor",
+         _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = ["\\u001b[2J\\u202e\\r"]')),
+    Case("render-matrix-torch-escapes", 2, "is not a torch major.minor",
+         _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = ["\\u001b[2J\\u202e\\r"]', "render")),
+    Case("rehearse-workflow-escapes", 2, "not a workflow of", _rehearse("--workflow", "\x1b[2J\u202e\r.yml")),
+    Case("fetch_link_escapes", 9, "fetch_link_escapes",
+         _fetch_case(_fetch_page(f'<a href="fetch_link_escapes-1.0.tar.gz">{ESCAPES}</a>\n'.encode()))),
+    # --- links out of the farm's own folders
+    Case("index-out-links-outside", 5, "outside", _live_generation(b'{"schema": 1, "files": {}}', outside=True)),
+    Case("drift-cached-metadata-links-outside", 9, "never what a link points at", _cached_metadata_link,
+         absent="SECRET-OUTSIDE"),
+]  # fmt: skip
+
+
+def _provenance_bytes(scratch: Path, raw: bytes) -> list[str]:
+    from wheelmaker import make_wheel
+
+    files = {"demo/__init__.py": b"", "demo-1.0.dist-info/farm-provenance.json": raw}
+    return [str(make_wheel(scratch, "demo", "1.0", "cp311-cp311-linux_x86_64", files=files))]
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     w = World(tmp_path_factory.mktemp("hostile"))
@@ -925,6 +1201,7 @@ def test_hostile_input(world: World, case: Case):
             f.write(json.dumps(result) + "\n")
     assert result["traceback"] is False, err
     assert result["escape"] is False, (out[-2000:], err[-2000:])
+    assert not case.absent or case.absent not in out + err, (out[-2000:], err[-2000:])
     assert rc == case.expect, (rc, out[-2000:], err[-2000:])
     assert result["clear"], err
     if case.expect:
@@ -1053,6 +1330,38 @@ DOCTOR_CASES = [
 ]  # fmt: skip
 
 
+# --- the last classes of hostile input, in what the doctor reads of an installed wheel (text output: printed)
+
+
+def _installed_edit(edit, *argv: str):
+    """The doctor (text report, offline) over a site whose installed dist-info ``edit(info_folder)`` changes."""
+
+    def make(w: DoctorWorld, scratch: Path):
+        site = _site(scratch)
+        edit(site / "mamba_ssm-2.3.0.dist-info")
+        return ["--offline", *argv], {"PYTHONPATH": str(site)}, None
+
+    return make
+
+
+def _write(name: str, data: bytes):
+    return lambda info: (info / name).write_bytes(data)
+
+
+DOCTOR_CASES += [
+    DoctorCase("doctor-provenance-source-a-list", 1, "mamba_ssm", _installed_edit(_write("farm-provenance.json", b'{"source": ["x"], "id": 7}'))),
+    DoctorCase("doctor-provenance-a-string", 1, "mamba_ssm", _installed_edit(_write("farm-provenance.json", rb'"\u001b[2J\ud800"'))),
+    DoctorCase("doctor-variant-json-variants-a-list", 1, "mamba_ssm", _installed_edit(_write("variant.json", rb'{"variants": [["\u001b]0;x\u0007"]]}'))),
+    DoctorCase("doctor-metadata-not-utf8", 1, "its installed METADATA cannot be read",
+               _installed_edit(_write("METADATA", b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: 2.3.0\nSummary: \xff\xfe\n"))),
+    DoctorCase("doctor-metadata-version-empty", 1, "mamba_ssm",
+               _installed_edit(_write("METADATA", b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: 2..\n"))),
+    DoctorCase("doctor-provenance-escapes-surrogates", 1, "mamba_ssm", _installed_edit(_write(
+        "farm-provenance.json", json.dumps({"source": {"kind": "checkout", "commit": "\x1b]0;x\x07\u202e\ud800", "dirty": True},
+                                            "id": "\x1b[2J\r"}).encode()))),
+]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def doctor_world(tmp_path_factory):
     with doctorkit.hostile_index() as url:
@@ -1173,3 +1482,102 @@ def test_every_command_that_reads_outside_data_has_a_hostile_case_per_input():
         for what, prefixes in inputs.items():
             hits = [n for n in names if n.startswith(prefixes)]
             assert hits, f"{command}: no hostile case for its input {what} (a case named {' or '.join(prefixes)}...)"
+
+
+# --------------------------------------------------------------------------- the rule for the classes of hostile input
+
+# Each class is closed once, in mamba_ssm/_untrusted.py (field/expect, release, marker_holds, text,
+# guard_output, read_inside, RunBudget). For every command of SURFACES and the doctor: the cases that attack it with
+# that class, or why the class cannot reach it. A new command (or a new reader) lands with its row in each class.
+_NO_MARKER = "evaluates no environment marker (a marked Requires-Dist line is never a pin it reads)"
+_NO_OWN_FOLDER = "reads only the paths it is given on the command line: no folder of its own for a link to leave"
+_NO_NETWORK = "reads no network: every file it reads is capped (size, depth, zip members by both sizes)"
+_FLAGS_ONLY = "reads its flags only (tag, version, port, workflow name, work folder)"
+CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
+    "wrong shape": {
+        "plan": ("matrix-torch-a-string",), "render": ("render-matrix-torch-a-string",),
+        "build": ("matrix-torch-a-string", "recipe-build-env-a-list"), "index": ("index-live-manifest-a-list",),
+        "resolve": ("resolve-wheel-variants-a-list", "resolve-wheel-variants-files-a-string", "resolve-files-a-list"),
+        "verify": ("verify-provenance-source-a-list",), "recipe": ("recipe-build-env-a-list", "fetch_json_files_a_string"),
+        "drift": ("drift-hashes-a-list", "drift-wrong-types"), "release": ("release-cost-a-list",),
+        "cache": "reads text markers (.complete) and folder names: no document with fields",
+        "rehearse": _FLAGS_ONLY,
+        "doctor": ("doctor-provenance-source-a-list", "doctor-provenance-a-string", "doctor-variant-json-variants-a-list"),
+    },
+    "empty or malformed field": {
+        "plan": ("matrix-torch-empty-part",), "render": ("render-matrix-python-empty-part",),
+        "build": ("matrix-torch-empty-part", "recipe-version-empty"), "index": ("index-metadata-version-empty",),
+        "resolve": ("resolve-wheel-variants-release-empty-part",), "verify": ("verify-spec-id-empty-part",),
+        "recipe": ("recipe-version-empty",), "drift": ("drift-python-tag-empty-minor",),
+        "cache": ("cache-budget-empty-number", "cache-budget-400-digits"), "release": ("release-cost-wall-empty",),
+        "rehearse": ("rehearse-port-99999", "rehearse-version-regex-escape"),
+        "doctor": ("doctor-metadata-version-empty",),
+    },
+    "marker the library refuses": {
+        "drift": ("drift-marker-undefined-comparison",),
+        **dict.fromkeys(("plan", "render", "build", "index", "resolve", "verify", "recipe", "cache", "release",
+                         "rehearse", "doctor"), _NO_MARKER),
+    },
+    "bytes that are not text": {
+        "plan": ("matrix-not-utf8",), "render": ("render-matrix-not-utf8",), "build": ("matrix-not-utf8", "recipe-not-utf8"),
+        "index": ("index-metadata-not-utf8",), "resolve": ("resolve-bad-utf8",), "verify": ("verify-provenance-not-utf8",),
+        "recipe": ("recipe-not-utf8", "fetch_page_not_utf8"), "drift": ("drift-metadata-not-utf8", "drift-bad-utf8"),
+        "cache": ("cache-complete-not-utf8",), "release": ("release-cost-not-utf8",), "rehearse": _FLAGS_ONLY,
+        "doctor": ("doctor-metadata-not-utf8", "doctor-explain-bad-utf8"),
+    },
+    "terminal controls, bidi overrides, surrogates": {
+        "plan": ("matrix-torch-escapes",), "render": ("render-matrix-torch-escapes",),
+        "build": ("matrix-torch-escapes", "recipe-name-escapes"), "index": ("index-tag-rlo",),
+        "resolve": ("resolve-label-escapes", "resolve-label-surrogate"),
+        "verify": ("verify-dirty-provenance-escapes", "verify-provenance-surrogate"),
+        "recipe": ("recipe-name-escapes", "fetch_link_escapes"), "drift": ("drift-escape-in-listing",),
+        "cache": ("cache-escape-in-complete", "cache-escape-in-slot-name"), "release": ("release-cost-escape",),
+        "rehearse": ("rehearse-workflow-escapes",),
+        "doctor": ("doctor-explain-escape", "doctor-provenance-escapes-surrogates"),
+    },
+    "links out of the farm's folders": {
+        "cache": ("cache-complete-links-outside", "cache-prune-linked-slot"),
+        "build": ("cache-complete-links-outside",), "index": ("index-out-links-outside", "index-dev-zero-link"),
+        "drift": ("drift-cached-metadata-links-outside",),
+        "recipe": "its sdist cache's archive is used only once its bytes hash to the pin: a link can only point at those bytes",
+        "doctor": "reads the installed package as Python's import system finds it; of a RECORD-listed file only its "
+                  "ELF header's machine is read and shown",
+        **dict.fromkeys(("plan", "render", "resolve", "verify", "release", "rehearse"), _NO_OWN_FOLDER),
+    },
+    "work without a run-wide budget": {
+        "drift": ("drift-budget-bytes", "drift-budget-seconds", "drift-ranged-deflate-bomb"),
+        "recipe": ("fetch_endless",), "build": ("fetch_endless",), "verify": ("verify-url-endless",),
+        "resolve": "one manifest request, capped (256 MiB) under the request deadline",
+        "doctor": ("doctor-lookup-trickle", "doctor-lookup-huge-page"),
+        **dict.fromkeys(("plan", "render", "index", "cache", "release", "rehearse"), _NO_NETWORK),
+    },
+}  # fmt: skip
+
+
+def test_every_class_of_hostile_input_has_a_case_or_a_reason_per_command():
+    names = {c.name for c in CASES} | {c.name for c in DOCTOR_CASES}
+    commands = [*SURFACES, "doctor"]
+    for cls, rows in CLASSES.items():
+        missing = [c for c in commands if c not in rows]
+        assert not missing, f"{cls}: no row for {missing} (the cases that attack it, or why the class cannot reach it)"
+        extra = set(rows) - set(commands)
+        assert not extra, f"{cls}: rows for commands that read no outside data: {extra}"
+        for command, cover in rows.items():
+            if isinstance(cover, str):
+                assert len(cover) > 20, f"{cls}: {command}: a reason, not a word"
+                continue
+            unknown = [n for n in cover if n not in names]
+            assert cover and not unknown, f"{cls}: {command}: no such case {unknown}"
+
+
+@pytest.mark.parametrize("module", ["builder", "mamba_ssm.doctor"])
+def test_what_the_argument_parser_echoes_is_neutral(module, tmp_path):
+    """argparse quotes an unknown argument as it came (ESC, BEL, U+202E, a non-UTF-8 byte's lone surrogate): the
+    one printing path (guard_output, installed before the parser runs) shows it escaped, never obeyed."""
+    hostile = os.fsencode("\x1b]0;pwned\x07\u202e\x1b[2J") + b"\xff"
+    proc = subprocess.run([sys.executable, "-m", module, *(["plan"] if module == "builder" else []), hostile],
+                          cwd=CODE, capture_output=True, timeout=TIMEOUT_S, check=False,
+                          env={**os.environ, "PYTHONPATH": str(CODE)})  # fmt: skip
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2 and "unrecognized arguments: \\x1b]0;pwned\\x07\\u202e\\x1b[2J\\udcff" in err, err
+    assert not any(c in err for c in "\x1b\x07\u202e"), err

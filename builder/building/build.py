@@ -34,6 +34,7 @@ from builder.errors import BuildFailed, FarmError, UsageError
 from builder.publishing import cost
 from builder.sourcing import reproducible
 from builder.verifying import evidence, provenance
+from mamba_ssm._untrusted import neutral, unguarded
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,8 +88,8 @@ def run_command(args: argparse.Namespace) -> int:
     from builder.planning.plan import load_plan
 
     _validate(args)
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
-    log = lambda msg: console.print(msg, highlight=False, markup=False, soft_wrap=True)  # a line stays one line
+    console = Console(file=unguarded(sys.stderr), width=None if sys.stderr.isatty() else 200)  # its own styles
+    log = lambda msg: console.print(neutral(str(msg)), highlight=False, markup=False, soft_wrap=True)  # a line stays one line
     t0 = time.monotonic()
     plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only, projects=args.projects)
     specs = list(plan.builds)

@@ -38,7 +38,7 @@ from filelock import FileLock, Timeout
 from builder.building import timings
 from builder.errors import UsageError, VerificationError
 from builder.facts import hostenv
-from mamba_ssm._untrusted import Untrusted, read_regular, remove_tree, shown
+from mamba_ssm._untrusted import Untrusted, read_inside, remove_tree, shown, text
 
 DEFAULT_BUDGET = 40 * 1024**3  # about 7 CUDA torch venvs of different releases, a fraction of a 100 GB disk
 CUDA_TORCH_BYTES = 5_400_000_000  # measured: torch 2.14.1 / 2.15.0 (CUDA 13) with their nvidia-* wheels
@@ -127,8 +127,9 @@ def entries(root: Path | None = None, warn=None) -> list[Entry]:
             if not os.path.lexists(done):
                 continue
             try:
-                requirement = read_regular(done, _COMPLETE_BYTES).decode("utf-8").strip()
-            except (Untrusted, UnicodeDecodeError) as err:
+                # read only as the cache's own file: a link out of the cache is never followed (nor its target shown)
+                requirement = text(read_inside(root, done, _COMPLETE_BYTES), str(done)).strip()
+            except Untrusted as err:
                 if warn:
                     warn(f"cache: {done}: skipped, not a complete venv ({shown(err, 200)})")
                 continue

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from builder.building.executors import BuildResult
+from mamba_ssm._untrusted import neutral, unguarded
 
 # Memory one build may take at peak (nvcc on the selective-scan kernels is GB-heavy).
 MEM_PER_BUILD_GIB = {"cpu": 1.5, "cuda": 4.0, "rocm": 4.0}
@@ -138,7 +140,7 @@ def run(
 
     ``finish`` raises (a FarmError) when the wheel is not good; that fails only this build.
     """
-    console = console or Console(stderr=True)
+    console = console or Console(file=unguarded(sys.stderr))  # its own styles; outside text passed through neutral
     stop = stop or threading.Event()
     outcomes: dict[str, Outcome] = {}
     todo = []
@@ -238,7 +240,7 @@ def summary(outcomes: list[Outcome], console: Console) -> None:
         table.add_column(col)
     colors = {"built": "green", "skipped": "blue", "failed": "red"}
     for o in outcomes:
-        detail = o.wheel.name if o.wheel else o.reason
+        detail = o.wheel.name if o.wheel else neutral(o.reason or "")
         table.add_row(o.spec.id, f"[{colors[o.state]}]{o.state}", f"{o.elapsed:.0f}s" if o.elapsed else "-", detail)
     console.print(table)
 

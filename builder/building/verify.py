@@ -183,7 +183,7 @@ def _given_wheel(args: argparse.Namespace, scratch: Path) -> Path:
         try:
             deadline = Deadline(FETCH_SECONDS, shown(args.wheel, 200))
             with Fetcher.from_host().open(args.wheel) as resp:
-                dest.write_bytes(read_capped(resp, MAX_WHEEL_BYTES, deadline))
+                dest.write_bytes(read_capped(resp, MAX_WHEEL_BYTES, deadline, network=True))
         except (OSError, Untrusted, ValueError) as err:
             raise RebuildFailed(f"could not read {shown(args.wheel, 200)}: {shown(err, 300)}") from None
     else:

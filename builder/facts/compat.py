@@ -18,6 +18,8 @@ from pathlib import Path
 
 import tomllib
 
+from mamba_ssm._untrusted import release
+
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 BUILD_DATA = Path(__file__).resolve().parents[2] / "mamba_build" / "build.toml"  # shared with setup.py
 PLATFORMS = ("linux_x86_64", "linux_aarch64")
@@ -27,7 +29,8 @@ TOOLKIT_SOURCES = ("base", "pypi", "debian")
 
 @functools.lru_cache(maxsize=1024)
 def vtuple(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split("."))
+    """``"2.14"`` -> ``(2, 14)``; a part missing or not digits (``"3."``, a tag's ``cp3``) is Untrusted."""
+    return release(text, "version")
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from builder.planning.matrix import (
 from builder.planning.recipes import CellFacts, Recipe, recipe_for, supported
 from builder.planning.recipes import explain as explain_recipe
 from builder.planning.recipes import inputs as prepare_inputs
+from mamba_ssm._untrusted import unguarded
 from mamba_ssm._variant import Variant
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -631,7 +632,7 @@ def _table(plan: Plan) -> None:
     from rich.table import Table
 
     width = None if sys.stdout.isatty() else 240
-    console = Console(width=width, soft_wrap=False, highlight=False)
+    console = Console(file=unguarded(sys.stdout), width=width, soft_wrap=False, highlight=False)  # its own styles
     table = Table(title=f"build plan: {plan.matrix.path.name}", show_lines=False, pad_edge=False)
     for col in ("id", "torch", "toolkit", "archs", "torch from", "manylinux", "image", "serves"):
         table.add_column(col, no_wrap=True)

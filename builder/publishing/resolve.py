@@ -27,6 +27,7 @@ from builder.errors import NoMatchingWheel, UsageError
 from builder.publishing.index.model import PROJECT, Entry, Manifest, install_command
 from builder.sourcing.sources import request_deadline
 from builder.verifying import variants
+from builder.verifying.variants import check_record
 from mamba_ssm import _variant
 from mamba_ssm._elf import tag_machine
 from mamba_ssm._untrusted import (
@@ -166,6 +167,11 @@ def check_manifest(doc, where: str) -> dict:
     base = doc.get("base_url")
     if base is not None and not (isinstance(base, str) and _http_url(base)):
         _bad(where, f"base_url {base!r} is not an http(s) URL")
+    try:
+        check_record(doc.get("wheel_variants"), where)
+    except Untrusted as err:
+        raise UsageError(f"{err}: not a manifest this builder can read",
+                         hint="point --index at an index made by `python -m builder index`, or rebuild it") from None  # fmt: skip
     return doc
 
 
@@ -191,7 +197,7 @@ def load(index: str) -> tuple[dict, str]:
         try:
             seconds = request_deadline()
             with Deadline(seconds, url) as deadline, urllib.request.urlopen(url, timeout=min(30, seconds)) as r:
-                body = read_capped(r, MAX_MANIFEST_BYTES, deadline)
+                body = read_capped(r, MAX_MANIFEST_BYTES, deadline, network=True)
             doc = load_json(body, url)
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as err:
             raise UsageError(f"--index {shown(index, 300)}: cannot read {shown(url, 300)} ({shown(err, 300)})",

@@ -11,10 +11,12 @@
   hence its metadata, never change under one hash).
 
 Everything the index says is outside data (:mod:`mamba_ssm._untrusted`): a listing's fields are type-checked,
-its sha256 becomes a cache file name only as 64 hex digits, every request has an overall deadline
-(``MAMBA_FARM_REQUEST_DEADLINE``, not only a socket timeout) and one run makes at most
-:data:`MAX_REQUESTS` of them; the remote zip's directory and its METADATA member are capped by what they really
-hold, not by what their headers claim.
+its sha256 becomes a cache file name only as 64 hex digits, a cached METADATA is read only as the cache's own
+file (a link out of it is refused), METADATA is UTF-8 text or refused, every request has an overall deadline
+(``MAMBA_FARM_REQUEST_DEADLINE``, not only a socket timeout), one run makes at most :data:`MAX_REQUESTS` of them
+and every byte read counts against the run's budget (``RunBudget``, when the command sets one); the remote zip's
+directory and its METADATA member are capped by what they really hold and by its compressed size, not by what
+their headers claim.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from builder.errors import SourceFetchError
 from builder.facts import hostenv
 from builder.sourcing.sources import DEFAULT_INDEX, MAX_PAGE_BYTES, Fetcher, request_deadline
 from mamba_ssm._untrusted import (
+    BudgetSpent,
     Deadline,
     Untrusted,
     expect,
@@ -45,9 +48,10 @@ from mamba_ssm._untrusted import (
     load_json,
     open_zip,
     read_capped,
-    read_regular,
+    read_inside,
     sha256_name,
     shown,
+    text,
     zip_read,
 )
 
@@ -182,10 +186,12 @@ class Index:
                     if ranged and resp.status != 206:  # refused before a byte of the body is read
                         raise SourceFetchError(f"{shown(url, 300)}: the server ignores range requests (HTTP "
                                                f"{resp.status}); the drift check does not download whole wheels")  # fmt: skip
-                    body = read_capped(resp, limit, deadline)
+                    body = read_capped(resp, limit, deadline, network=True)
                     return resp.status, resp.headers.get("Content-Type", ""), body
         except urllib.error.HTTPError as err:
             raise SourceFetchError(f"{shown(url, 300)}: HTTP {err.code} {shown(err.reason, 200)}") from None
+        except BudgetSpent:
+            raise
         except Untrusted as err:
             raise SourceFetchError(f"{shown(url, 300)}: {err}: not a listing or METADATA this check reads") from None
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as err:
@@ -226,7 +232,8 @@ class Index:
                 raise SourceFetchError(f"{err}; nothing of it is read or cached") from None
         if cached is not None and os.path.lexists(cached):
             try:
-                return _parse(read_regular(cached, MAX_METADATA_BYTES))
+                # the cache's own file: a link out of the cache is refused, never read (nor its content shown)
+                return _parse(read_inside(self.cache, cached, MAX_METADATA_BYTES), str(cached))
             except Untrusted as err:
                 raise SourceFetchError(f"{err}: not a METADATA the check reads from its cache",
                                        hint=f"remove {shown(cached)}; the next run reads it again") from None  # fmt: skip
@@ -252,19 +259,27 @@ class Index:
                     raw = zip_read(
                         zf, names[0], MAX_METADATA_BYTES, f.filename
                     )  # capped as inflated, whatever the header says
+            except BudgetSpent:
+                raise
             except Untrusted as err:
                 raise SourceFetchError(f"{err}: not a wheel the check reads") from None
+        try:
+            meta = _parse(raw, f"{f.filename}: METADATA")  # checked before it is cached
+        except Untrusted as err:
+            raise SourceFetchError(f"{err}; the check reads no data from it") from None
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=cached.parent, prefix=".partial-")
             with os.fdopen(fd, "wb") as out:
                 out.write(raw)
             os.replace(tmp, cached)
-        return _parse(raw)
+        return meta
 
 
-def _parse(raw: bytes) -> email.message.Message:
-    return email.parser.BytesParser().parsebytes(raw)
+def _parse(raw: bytes, what: str) -> email.message.Message:
+    """METADATA as UTF-8 text (core metadata's encoding), or Untrusted: other bytes would reach the checks as
+    email Header objects and surrogates."""
+    return email.parser.Parser().parsestr(text(raw, what))
 
 
 def _file(f: object, i: int, url: str) -> File:

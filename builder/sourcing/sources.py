@@ -67,29 +67,20 @@ from mamba_ssm._untrusted import (
     TooLarge,
     Untrusted,
     env_seconds,
+    field,
     git_url,
     is_web_url,
     load_json,
     open_regular,
     read_capped,
     shown,
+    spend,
 )
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _CHUNK = 1 << 20
 REQUEST_DEADLINE_S = 30.0  # a listing, a METADATA or a manifest: seconds on a good link; a trickling server ends here
 DOWNLOAD_DEADLINE_FACTOR = 10  # an sdist download may take ten requests' time
-
-
-COMMAND_DEADLINE_S = 1800.0  # one command's reading of indexes (drift: ~40 requests, a few sdists)
-
-
-def command_deadline() -> float:
-    """The overall limit of one command's network reads (``MAMBA_FARM_COMMAND_DEADLINE`` seconds, default 1800)."""
-    try:
-        return env_seconds("MAMBA_FARM_COMMAND_DEADLINE", COMMAND_DEADLINE_S)
-    except Untrusted as err:
-        raise UsageError(str(err)) from None
 
 
 def request_deadline() -> float:
@@ -149,13 +140,18 @@ def _from_html(text: str, base: str) -> list[Candidate]:
 
 
 def _from_json(data: dict, base: str) -> list[Candidate]:
-    return [
-        Candidate(
-            urllib.parse.urljoin(base, f["url"]), f["filename"], (f.get("hashes") or {}).get("sha256"), f.get("size")
-        )
-        for f in data.get("files", [])
-        if isinstance(f, dict) and isinstance(f.get("url"), str) and isinstance(f.get("filename"), str)
-    ]
+    """A PEP 691 answer's files that name a URL and a file name; a field of another shape (``files`` not a
+    list, ``hashes`` not an object, a size that is no integer) is Untrusted naming it."""
+    out = []
+    for i, f in enumerate(field(data, "files", list, base, [])):
+        if not (isinstance(f, dict) and isinstance(f.get("url"), str) and isinstance(f.get("filename"), str)):
+            continue  # not a file entry this check can use (another index's extension): skipped
+        where = f"{base}: files[{i}]"
+        hashes = field(f, "hashes", (dict, type(None)), where, None) or {}
+        sha = field(hashes, "sha256", (str, type(None)), f"{where}.hashes", None)
+        size = field(f, "size", (int, type(None)), where, None)
+        out.append(Candidate(urllib.parse.urljoin(base, f["url"]), f["filename"], sha, size))
+    return out
 
 
 @dataclass(frozen=True)
@@ -225,7 +221,7 @@ class Fetcher:
                     listed = _from_html(body.decode("utf-8", errors="replace"), page.as_uri())
                 else:
                     with Deadline(request_deadline(), base) as deadline, self.open(base) as resp:
-                        body = read_capped(resp, MAX_PAGE_BYTES, deadline)
+                        body = read_capped(resp, MAX_PAGE_BYTES, deadline, network=True)
                         ctype = resp.headers.get("Content-Type", "")
                     if "json" in ctype:
                         doc = load_json(body, base)
@@ -242,7 +238,7 @@ class Fetcher:
                 if err.code != 404:
                     errors.append(f"{base}: HTTP {err.code} {err.reason}")
                 continue
-            except (urllib.error.URLError, OSError, ValueError, TooLarge, AttributeError, TypeError) as err:
+            except (urllib.error.URLError, OSError, ValueError, TooLarge) as err:  # Untrusted is a ValueError
                 errors.append(
                     f"{base}: {shown(getattr(err, 'reason', err), 300)}"
                 )  # one dead mirror does not hide the others
@@ -270,6 +266,7 @@ def _sha256_copy(src, dst, limit: int | None = None, deadline: Deadline | None =
     while chunk := src.read(_CHUNK):
         if deadline is not None:
             deadline.left()
+        spend(len(chunk))  # the run's budget of network bytes, when one is in force (drift --write)
         total += len(chunk)
         if limit is not None and total > limit:
             raise TooLarge(f"more than {limit >> 20} MiB")

@@ -21,7 +21,10 @@ it); changed facts are replaced. It proves what it writes first: the edits go to
 the copies are loaded with the farm's own loaders and planned (every profile) as ``builder plan`` would,
 and only then replace the files (atomically); data the farm cannot load or plan is never written, and the
 command exits with :class:`~builder.errors.UnprovenWrite`'s code. What the index says is checked before it
-is data: a CUDA pin is a dotted number, an upload time a date. A recipe's pin moves only after the
+is data: a CUDA pin is a dotted number, an upload time a date, a marker packaging cannot evaluate or a
+METADATA that is not UTF-8 is refused (exit 9). One run has a budget of wall time and network bytes
+(``--budget-seconds``/``--budget-mb``, ``MAMBA_FARM_RUN_SECONDS``/``MAMBA_FARM_RUN_MB``) beside each
+request's deadline: a listing cannot keep it reading. A recipe's pin moves only after the
 new sdist was fetched (its hash checked) and every patch was applied to a fresh copy of it;
 a patch that no longer applies keeps the old pin, is named in the table, and the command exits
 with :class:`~builder.errors.PatchError`'s code.
@@ -49,8 +52,7 @@ from builder.errors import FarmError, PatchError, SourceFetchError, UnprovenWrit
 from builder.facts import hostenv
 from builder.facts.compat import DATA_DIR, PLATFORMS, vtuple
 from builder.sourcing.pypi import File, Index
-from builder.sourcing.sources import command_deadline
-from mamba_ssm._untrusted import Deadline, Untrusted, shown
+from mamba_ssm._untrusted import Untrusted, marker_holds, run_budget, shown
 
 DRIFT_EXIT = 13  # the data is behind the index (not a failure of the farm); errors.py lists every code
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +60,9 @@ _MACHINE = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64"}
 _CUDA_PINS = re.compile(r"cuda-toolkit|nvidia-cuda-runtime(?:-cu\d+)?")
 _CUDA_VERSION = re.compile(r"(\d{1,3})\.(\d{1,3})(?:\.\d{1,6}){0,2}")  # 13.2.2, 12.8.90: what a CUDA pin is
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# One run's budget (seconds, MiB read from the network), beside each request's deadline: a weekly run reads
+# ~40 requests and a few MB in under a minute; the workflow's job has 20 minutes, the run stops well inside them.
+RUN_BUDGET = (600, 256)
 MAX_MINORS = 64  # torch minors read from the oldest row up (2.8..2.15 today): a listing cannot make it endless
 
 
@@ -92,7 +97,7 @@ def cuda_build(requires_dist: list[str], platform: str, python: str) -> str:
             req = Requirement(line)
         except InvalidRequirement:
             continue
-        if req.marker is not None and not req.marker.evaluate(env):
+        if req.marker is not None and not marker_holds(req.marker, env, f"Requires-Dist {line}"):
             continue
         if _CUDA_PINS.fullmatch(canonicalize_name(req.name)):
             pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
@@ -539,6 +544,10 @@ def add_command(subparsers) -> None:
     p.add_argument("--cache", type=Path, default=None, help="the farm cache to use (default: the farm's)")
     p.add_argument("--no-recipes", action="store_true", help="torch only")
     p.add_argument("--since", metavar="MINOR", help="compare torch minors from this one up (default: every row)")
+    p.add_argument("--budget-seconds", type=float, metavar="S",
+                   help=f"stop after S seconds (default: MAMBA_FARM_RUN_SECONDS or {RUN_BUDGET[0]})")  # fmt: skip
+    p.add_argument("--budget-mb", type=float, metavar="MB",
+                   help=f"stop after MB MiB read from the index (default: MAMBA_FARM_RUN_MB or {RUN_BUDGET[1]})")  # fmt: skip
     p.set_defaults(func=run_command)
 
 
@@ -567,10 +576,14 @@ def run_command(args: argparse.Namespace) -> int:
         if not re.fullmatch(r"\d+\.\d+", args.since):
             raise UsageError(f"--since {shown(repr(args.since), 60)}: write a torch minor such as 2.13")
         oldest = max(oldest, args.since, key=vtuple)
+    try:
+        budget = run_budget("python -m builder drift", args.budget_seconds, args.budget_mb, RUN_BUDGET)
+    except Untrusted as err:
+        raise UsageError(str(err)) from None
     staged = Staged()
     try:
-        # everything read from the index (and the new sdists --write fetches) under one deadline for the command
-        with Deadline(command_deadline(), "python -m builder drift"):
+        # everything read from the index (and the new sdists --write fetches) under one budget of time and bytes
+        with budget:
             facts = torch_facts(index, oldest)
             drifts = compare_torch(data, facts)
             py_drifts = compare_python_axis(_read_toml(args.matrix), data, facts)
@@ -589,7 +602,7 @@ def run_command(args: argparse.Namespace) -> int:
                 _report(args, index, every, facts, recipes)
                 raise
             staged.commit()
-    except Untrusted as err:  # the command's deadline
+    except Untrusted as err:  # what the index said that breaks a rule, or the run's budget spent
         raise SourceFetchError(str(err)) from None
     finally:
         staged.discard()

@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import zipfile
 from pathlib import Path
+
+from mamba_ssm._untrusted import field, load_json, open_zip, zip_read
 
 NAME = "farm-provenance.json"
 SCHEMA = 1
@@ -109,16 +110,23 @@ def dumps(rec: dict) -> bytes:
 
 
 def read_wheel(wheel: Path) -> dict | None:
-    """The record inside WHEEL, or None (a wheel the farm did not build, or built before it recorded)."""
-    with zipfile.ZipFile(wheel) as zf:
+    """The record inside WHEEL, or None (a wheel the farm did not build, or built before it recorded).
+
+    A wheel is outside data: a record that is there but not of the record's shape (not an object, a
+    ``source`` that is not one, a commit that is not text) is Untrusted, never read as no record (a verify
+    would then rebuild this tree's HEAD and blame the build) nor an AttributeError."""
+    with open_zip(wheel, wheel.name) as zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/" + NAME)]
-        if len(names) != 1 or zf.getinfo(names[0]).file_size > 1 << 16:
+        if len(names) != 1:
             return None
-        try:
-            rec = json.loads(zf.read(names[0]))
-        except ValueError:
-            return None
-    return rec if isinstance(rec, dict) else None
+        where = f"{wheel.name}: {names[0]}"
+        rec = load_json(zip_read(zf, names[0], 1 << 16, wheel.name), where)
+    src = field(rec, "source", (dict, type(None)), where, None)
+    if src is not None:
+        for key in ("kind", "commit", "name", "version", "sha256"):
+            field(src, key, (str, type(None)), f"{where}: source", None)
+        field(src, "dirty", (bool, type(None)), f"{where}: source", None)
+    return rec
 
 
 def summary(rec: dict) -> str:

@@ -48,7 +48,7 @@ from builder.errors import VerificationError
 from builder.facts.spec import sha256_of
 from builder.verifying.relabel import read_members, write_wheel
 from mamba_ssm import _elf, _variant
-from mamba_ssm._untrusted import Untrusted
+from mamba_ssm._untrusted import Untrusted, expect, field
 
 # The format version with ``providers`` (PEP 850's draft), as uv 0.13.9 names it; variantlib 0.2.2 writes the same
 # layout under ".../v0.2.0.json" and does not check the URL, while uv logs that one as an unknown schema.
@@ -410,6 +410,37 @@ def _page(title: str, body: str) -> str:
         f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n    <h1>{html.escape(title)}</h1>\n"
         f"{body}  </body>\n</html>\n"
     )
+
+
+_LABEL_RE = re.compile(r"[a-z0-9_.]{1,64}")  # PEP 825's labels: the farm writes null, cu13, cu13_aarch64
+_PROPERTY_RE = re.compile(r"[ -~]{1,256}")  # a property line (namespace :: feature :: value), printable ASCII
+
+
+def check_record(record: object, where: str) -> dict | None:
+    """The manifest's ``wheel_variants`` record (what :func:`summary` reads), its shape checked: objects where
+    objects are meant, labels and property lines in their alphabets, each release a version. Untrusted
+    naming the field otherwise (a hand-edited or hostile manifest: never an AttributeError, never a raw
+    control character on a terminal)."""
+    if record is None:
+        return None
+    where = f"{where}: wheel_variants"
+    expect(record, dict, where)
+    for name, f in field(record, "files", dict, where, {}).items():
+        at = f"{where}.files[{name!r}]"
+        label = field(f, "label", (str, type(None)), at, None)
+        if label is not None and not _LABEL_RE.fullmatch(label):
+            raise Untrusted(f"{at}.label {label!r}: not a variant label (a-z, 0-9, _ and .)")
+        for line in field(f, "properties", list, at, []):
+            if not isinstance(line, str) or not _PROPERTY_RE.fullmatch(line):
+                raise Untrusted(f"{at}.properties: {line!r} is not a property line (printable ASCII)")
+    for project, versions in field(record, "releases", dict, where, {}).items():
+        for v in expect(versions, list, f"{where}.releases[{project!r}]"):
+            try:
+                Version(expect(v, str, f"{where}.releases[{project!r}]"))
+            except ValueError:
+                raise Untrusted(f"{where}.releases[{project!r}]: {v!r} is not a version") from None
+    field(record, "skipped", dict, where, {})
+    return record
 
 
 def summary(record: dict | None, project: str) -> dict | None:

@@ -18,7 +18,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from mamba_ssm._untrusted import Untrusted, open_zip, zip_read
+from mamba_ssm._untrusted import Untrusted, open_zip, text, zip_read
 
 MAX_METADATA_BYTES = 16 << 20  # a wheel's METADATA or WHEEL (torch's METADATA is about 40 kB)
 
@@ -49,13 +49,14 @@ def read(src, *, wheel_tags: bool = False) -> WheelMetadata:
                 raise MetadataError(f"expected one *.dist-info/METADATA, found {len(infos)}")
             (info,) = infos
             raw = zip_read(zf, f"{info}/METADATA", MAX_METADATA_BYTES, "the wheel")  # capped as inflated
+            text(raw, f"{info}/METADATA")  # core metadata is UTF-8: other bytes are refused, never published
             tags = None
             if wheel_tags:
                 if f"{info}/WHEEL" not in names:
                     raise MetadataError(f"no {info}/WHEEL")
-                text = zip_read(zf, f"{info}/WHEEL", MAX_METADATA_BYTES, "the wheel").decode("utf-8", "replace")
+                wheel = text(zip_read(zf, f"{info}/WHEEL", MAX_METADATA_BYTES, "the wheel"), f"{info}/WHEEL")
                 tags = tuple(
-                    sorted(v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines()) if k == "Tag")
+                    sorted(v.strip() for k, _, v in (ln.partition(":") for ln in wheel.splitlines()) if k == "Tag")
                 )
     except Untrusted as err:
         raise MetadataError(str(err).removeprefix("the wheel: ")) from None
@@ -77,7 +78,7 @@ def parse_headers(metadata: bytes) -> dict[str, list[str]]:
     than the rest of reading a small wheel, and a 5,000-wheel index reads 5,000 of them."""
     out: dict[str, list[str]] = {}
     last: list[str] | None = None
-    for line in metadata.decode("utf-8", "surrogateescape").splitlines():
+    for line in metadata.decode("utf-8", "surrogateescape").splitlines():  # read() refused non-UTF-8 first
         if not line:
             break  # the body (the long description) follows
         if line[0] in " \t" and last:

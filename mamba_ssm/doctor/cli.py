@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 
-from .._untrusted import Untrusted, has_hidden, shown
+from .._untrusted import Untrusted, guard_output, has_hidden, shown
 
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 # What each means (the docs' exit-code reference is generated from this; tests/test_docs.py checks every EXIT_ is here).
@@ -101,9 +101,7 @@ def _index_problem(args) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if hasattr(sys.stdout, "reconfigure"):  # an ascii terminal gets escapes, never a UnicodeEncodeError
-        sys.stdout.reconfigure(errors="backslashreplace")
-        sys.stderr.reconfigure(errors="backslashreplace")
+    guard_output()  # controls, bidi overrides and surrogates escaped; an ascii terminal gets escapes too
     args = _parser().parse_args(argv)
     from . import report
 

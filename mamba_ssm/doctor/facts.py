@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import re
@@ -17,6 +16,7 @@ import sysconfig
 from pathlib import Path
 
 from .. import _elf, _prebuilt, _variant
+from .._untrusted import Untrusted, field, load_json, shown
 
 # Compiled modules of this package. Names we know; anything else compiled under mamba_ssm/ is found by scanning.
 # Upstream's mamba-ssm puts selective_scan_cuda at the top level, upstream's causal-conv1d causal_conv1d_cuda.
@@ -225,8 +225,8 @@ def _variant_label() -> str | None:
     """The variant label of an installed variant wheel (its ``*.dist-info/variant.json``), else None."""
     try:
         raw = importlib.metadata.distribution("mamba-ssm").read_text("variant.json")
-        labels = list(json.loads(raw).get("variants", {})) if raw else []
-    except (ValueError, AttributeError, TypeError, OSError, RecursionError):  # an installed file says anything
+        labels = list(field(load_json(raw, "variant.json"), "variants", dict, "variant.json", {})) if raw else []
+    except (Untrusted, ValueError, OSError):  # an installed file says anything (not UTF-8: a ValueError)
         return None
     return labels[0] if len(labels) == 1 else None
 
@@ -236,8 +236,8 @@ def provenance_facts(dist_name: str = "mamba-ssm") -> dict | None:
     record the index's sidecar carries too; None for a wheel the farm did not build."""
     try:
         raw = importlib.metadata.distribution(dist_name).read_text("farm-provenance.json")
-        rec = json.loads(raw) if raw and len(raw) < 1 << 16 else None
-    except (ValueError, OSError, importlib.metadata.PackageNotFoundError):
+        rec = load_json(raw, "farm-provenance.json") if raw and len(raw) < 1 << 16 else None
+    except (Untrusted, ValueError, OSError, importlib.metadata.PackageNotFoundError):
         return None
     return rec if isinstance(rec, dict) else None
 
@@ -288,12 +288,25 @@ def _line(pkg_dir: Path | None) -> str:
     return "checkout" if pkg_dir and (pkg_dir.parent / OWN_LINE_MARK).is_file() else "upstream"
 
 
+def installed_version(name: str) -> str:
+    """``importlib.metadata.version``, its METADATA outside data: bytes that are not UTF-8 (a ValueError from
+    deep in importlib) or an unreadable file are Untrusted naming the file, never a traceback."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        raise
+    except (ValueError, OSError) as err:
+        raise Untrusted(f"{name}: its installed METADATA cannot be read ({shown(err, 200)})") from None
+
+
 def dist_facts(name: str) -> dict:
     """An installed distribution's version and local label (None when it is not installed)."""
     try:
-        version = importlib.metadata.version(name)
+        version = installed_version(name)
     except importlib.metadata.PackageNotFoundError:
         return {"installed_version": None}
+    except Untrusted as err:
+        return {"installed_version": None, "metadata_error": str(err)}
     public, _, local = version.partition("+")
     return {"installed_version": version, "public_version": public, "label": _canonical_label(local) if local else None}
 
@@ -302,7 +315,7 @@ def mamba_facts() -> dict:
     pkg_dir = _package_dir()
     out: dict = {"location": str(pkg_dir) if pkg_dir else None, "installed_version": None, "label": None}
     try:
-        version = importlib.metadata.version("mamba-ssm")
+        version = installed_version("mamba-ssm")
         out["installed_version"] = version
         out["line"] = _line(pkg_dir)
         public, _, local = version.partition("+")
@@ -319,6 +332,8 @@ def mamba_facts() -> dict:
                 out["label_error"] = str(e)
     except importlib.metadata.PackageNotFoundError:
         pass
+    except Untrusted as err:  # the install is broken: said, and the rest of the report still made
+        out["metadata_error"] = str(err)
     if not out.get("public_version") and pkg_dir:
         m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", (pkg_dir / "__init__.py").read_text(errors="replace"))
         out["public_version"] = m.group(1).split("+")[0] if m else None

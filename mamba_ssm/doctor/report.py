@@ -62,7 +62,7 @@ def render_text(facts: dict, findings: list, extra: dict) -> str:
     out.append(_line("CUDA_HOME", f"{tk['cuda_home']} (CUDA {tk.get('cuda_home_release')})" if tk.get("cuda_home") else None))
     out.append(_line("C++ compiler", cxx.get("version")))
     out.append("mamba-ssm")
-    out.append(_line("installed", mm.get("installed_version") or "not installed as a distribution"))
+    out.append(_line("installed", mm.get("installed_version") or mm.get("metadata_error") or "not installed as a distribution"))
     out.append(_line("location", mm.get("location")))
     out.append(_line("variant label", mm.get("label")))
     out.append(_line("built from", _built_from(mm.get("provenance"))))

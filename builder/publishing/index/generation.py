@@ -30,9 +30,10 @@ from builder.publishing.index import store
 from builder.publishing.index.model import SCHEMA, Entry, Index, entries_from_json
 from builder.publishing.index.pages import Pages
 from builder.verifying import evidence, variants
-from mamba_ssm._untrusted import plain_url, shown
+from mamba_ssm._untrusted import Untrusted, inside, plain_url, read_inside, shown
 
 LOCK_TIMEOUT_S = 600
+MAX_MANIFEST_BYTES = 256 << 20  # a 5,000-wheel manifest is a few MB
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,11 @@ class Layout:
     def current(self) -> Path | None:
         if self.out.is_symlink():
             target = self.out.resolve()
+            # the live generation is a folder of this index's own root: a link out of it is never read as one
+            if target.parent != self.root.resolve() or not inside(self.root.resolve(), target):
+                raise IndexIntegrityError(f"{shown(self.out)} links to {shown(target)}, outside {shown(self.root)}: "
+                                          "not a generation of this index; nothing read or written",
+                                          hint="choose another --out, or move that link away")  # fmt: skip
             return target if target.is_dir() else None
         if self.out.exists():
             if self.out.is_dir() and not any(self.out.iterdir()):
@@ -72,13 +78,17 @@ class Layout:
 
 def load_manifest(gen: Path | None) -> dict:
     """The live generation's manifest.json, its entries typed (an empty one where there is none)."""
-    if gen is None or not (gen / "manifest.json").is_file():
+    if gen is None or not os.path.lexists(gen / "manifest.json"):
         return {"files": {}}
     path = gen / "manifest.json"
-    try:
-        doc = orjson.loads(path.read_bytes())  # 5,000 entries: 5x faster than json
+    try:  # the generation's own file: a link out of it, a FIFO or a device is refused, never read
+        doc = orjson.loads(read_inside(gen, path, MAX_MANIFEST_BYTES))  # 5,000 entries: 5x faster than json
+    except Untrusted as err:
+        raise IndexIntegrityError(f"{err}: not this index's manifest") from None
     except orjson.JSONDecodeError as err:
         raise IndexIntegrityError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(doc, dict):
+        raise IndexIntegrityError(f"{path}: expected a JSON object, got {type(doc).__name__}")
     if doc.get("schema") != SCHEMA:
         raise IndexIntegrityError(f"{path}: schema {doc.get('schema')}, this builder reads {SCHEMA}")
     doc["files"] = entries_from_json(doc.get("files", {}))
