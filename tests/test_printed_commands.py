@@ -14,10 +14,11 @@ from __future__ import annotations
 import html
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_explain import CASES
+from test_explain import CASES, UPSTREAM_ERRORS
 from wheelmaker import make_wheel
 
 from builder.publishing import pins
@@ -169,20 +170,27 @@ def test_every_cell_of_the_coverage_pages_installs_a_wheel_the_release_builds(co
 
 # --------------------------------------------------------------------------- the doctor's fixes
 
-KNOWN = [
-    Context(),  # --explain: nothing known of the machine
-    Context(torch_version="2.6.0+cu124", torch_cxx11abi=False, variant_key="cu12-torch2.6-cxx11abiFALSE",
-            variant_label="cu12torch2.6cxx11abiFALSE", mamba_version="2.3.0", python="python"),
-    Context(torch_version="2.13.0+cpu", torch_cxx11abi=True, variant_key="cpu-torch2.13-cxx11abiTRUE",
-            variant_label="cputorch2.13cxx11abiTRUE", mamba_version="2.3.0", python="python",
-            wheel=("mamba_ssm-2.3.0+cputorchstable-cp310-abi3-linux_x86_64.whl", "cpu-torch2.13-cxx11abiTRUE")),
-]  # fmt: skip
+CU12 = {"torch_version": "2.6.0+cu124", "torch_cxx11abi": False, "variant_key": "cu12-torch2.6-cxx11abiFALSE",
+        "variant_label": "cu12torch2.6cxx11abiFALSE", "python": "python"}  # fmt: skip
+# The contexts the doctor classifies in: --explain's (nothing known; the line read from the message), and the
+# live doctor's, which knows the cell and the installed line (checks.context_for).
+KNOWN = {
+    "explain": Context(),
+    "explain-cu12-torch2.6": Context(**CU12),
+    "checkout-cu12-torch2.6": Context(**CU12, mamba_version="2.3.0", line="checkout"),
+    "upstream-cu12-torch2.6": Context(**CU12, mamba_version="2.3.2.post1", line="upstream", source="mamba-ssm==2.3.2.post1"),
+    "checkout-cpu-torch2.13": Context(
+        torch_version="2.13.0+cpu", torch_cxx11abi=True, variant_key="cpu-torch2.13-cxx11abiTRUE",
+        variant_label="cputorch2.13cxx11abiTRUE", mamba_version="2.3.0", python="python", line="checkout",
+        wheel=("mamba_ssm-2.3.0+cputorchstable-cp310-abi3-linux_x86_64.whl", "cpu-torch2.13-cxx11abiTRUE"),
+    ),
+}  # fmt: skip
 
 
-@pytest.mark.parametrize("ctx", KNOWN, ids=["explain", "cu12-torch2.6", "cpu-torch2.13"])
+@pytest.mark.parametrize("ctx", KNOWN.values(), ids=list(KNOWN))
 def test_every_fix_the_classifier_prints_installs_what_the_release_builds(release, ctx):
     bad, checked = [], 0
-    for source, message, *_ in CASES:
+    for source, message, *_ in [*CASES, *UPSTREAM_ERRORS]:
         for d in classify(message, ctx):
             for cmd in pins.commands_in(d.fix):
                 checked += 1
@@ -190,3 +198,17 @@ def test_every_fix_the_classifier_prints_installs_what_the_release_builds(releas
                 if problems:
                     bad.append(f"{source} ({d.kind}): {cmd}: {problems}")
     assert checked >= 10 and not bad, "\n".join(bad)
+
+
+def test_the_doctors_lines_are_the_release_plans():
+    """The doctor pins these versions where the installed one is unknown: mamba_ssm/doctor/lines.py is generated
+    from the plan (`python -m builder doctor-dist --write-lines`), so a recipe's new version moves it."""
+    from mamba_ssm.doctor.lines import LINES
+
+    assert (REPO / pins.LINES_MODULE).read_text() == pins.doctor_lines_source(), (
+        f"{pins.LINES_MODULE} is behind the release plan: run `python -m builder doctor-dist --write-lines`"
+    )
+    assert LINES["upstream"]["projects"] == {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"}
+    # a recipe pinned to a newer sdist: the generated text follows it
+    moved = [w if w.project != "causal-conv1d" else replace(w, version="1.8.0") for w in pins.release_wheels()]
+    assert '"causal-conv1d": "1.8.0"' in pins.doctor_lines_source(moved)
