@@ -212,3 +212,11 @@ def test_the_doctors_lines_are_the_release_plans():
     # a recipe pinned to a newer sdist: the generated text follows it
     moved = [w if w.project != "causal-conv1d" else replace(w, version="1.8.0") for w in pins.release_wheels()]
     assert '"causal-conv1d": "1.8.0"' in pins.doctor_lines_source(moved)
+
+
+def test_free_threaded_python_is_listed_as_not_supported_and_the_release_serves_none(release):
+    """The support page says what a user of 3.14t meets (builder/data/support.toml): true while no wheel of the
+    release is free-threaded."""
+    page = refgen.support_markdown()
+    assert "**free-threaded CPython (3.14t, 3.15t)**" in page and "cp314t" in page
+    assert not [w for w in release if w.python.endswith("t")]

@@ -197,6 +197,20 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     else:
         findings.append(Finding("torch", OK, f"torch {torch['version']} imports ({torch.get('variant', {}).get('key', '?')})"))
 
+    # a free-threaded interpreter: no line builds for it (builder/data/support.toml's [[unsupported]])
+    tag = (facts.get("python") or {}).get("tag") or ""
+    if tag.endswith("t"):
+        version = (facts.get("python") or {}).get("version") or tag
+        default = f"python{tag[2]}.{tag[3:-1]}"
+        findings.append(Finding(
+            "python", PROBLEM, f"this is a free-threaded CPython ({tag}): no wheel of either line is built for it",
+            f"Python {version} without the GIL has an ABI of its own: torch ships {tag} wheels, but mamba-ssm and "
+            f"causal-conv1d wheels are built for the default CPython only ({tag[:-1]}), and a stable-ABI (abi3) wheel "
+            "does not load in a free-threaded interpreter",
+            f"make a virtual environment with the default build of the same Python ({default} -m venv ENV; tag "
+            f"{tag[:-1]}), install torch there, then run the doctor in it: it prints the wheel for that cell",
+            "free-threaded"))  # fmt: skip
+
     # the installed wheel's label against what this torch needs
     want = (torch.get("variant") or {})
     label = mm.get("label")
