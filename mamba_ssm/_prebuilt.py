@@ -158,7 +158,8 @@ def python_ok(wheel: WheelName, py: str) -> tuple[bool, bool]:
             continue
         if tag == py and py in wheel.abis:
             return True, False
-        if "abi3" in wheel.abis and tag[2] == py[2] and int(tag[3:]) <= int(py[3:]):
+        # a free-threaded interpreter (cp314t) loads no abi3 wheel
+        if "abi3" in wheel.abis and py[2:].isdigit() and tag[2] == py[2] and int(tag[3:]) <= int(py[3:]):
             return True, True
     return False, False
 

@@ -67,9 +67,13 @@ def accelerator_tag(backend: str, version: str | None) -> str:
     raise VariantError(f"cannot make an accelerator tag from backend={backend!r} version={version!r}")
 
 
-def python_tag(version_info=None) -> str:
+def python_tag(version_info=None, free_threaded: bool | None = None) -> str:
+    """The interpreter's wheel tag: ``cp311``; ``cp314t`` for a free-threaded build, whose ABI is its own (neither
+    a ``cp314`` nor an ``abi3`` wheel loads in it). ``free_threaded`` None: this interpreter's (Py_GIL_DISABLED)."""
     v = version_info or sys.version_info
-    return f"cp{v[0]}{v[1]}"
+    if free_threaded is None:
+        free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    return f"cp{v[0]}{v[1]}" + ("t" if free_threaded else "")
 
 
 def platform_tag() -> str:

@@ -37,7 +37,7 @@ from wheelmaker import (
     make_standin_sdist,
 )
 
-from builder.publishing import doctor_dist
+from builder.publishing import doctor_dist, pins
 from docs.hooks import refgen
 
 REPO = Path(__file__).resolve().parents[1]
@@ -325,7 +325,10 @@ def loopback(tmp_path_factory):
             labels.update(p.split("+", 1)[1] for p in m.group("pins").split())
     wheels, upstream = root / "wheels", root / "upstream-wheels"
     for label in sorted(labels):
-        make_mamba_wheel(wheels, label, "cp310" if label.endswith("torchstable") else "cp311")
+        whl = make_mamba_wheel(wheels, label, "cp310" if label.endswith("torchstable") else "cp311")
+        if label.endswith("torchstable"):  # the farm's sidecar: the variant pages the release lists it on
+            serves = {k for w in pins.release_wheels() if w.label == label for k in w.pages}
+            Path(f"{whl}.spec.json").write_text(json.dumps({"serves": sorted(serves)}))
         if "torchstable" not in label:
             make_recipe_wheel(upstream, "causal-conv1d", "1.7.0", label, source=CAUSAL_CONV1D)
             make_recipe_wheel(upstream, "mamba-ssm", "2.3.2.post1", label, source=UPSTREAM_MAMBA)

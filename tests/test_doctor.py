@@ -385,3 +385,18 @@ def test_a_torch_that_does_not_import_is_still_read_from_its_files(tmp_path):
     assert "--force-reinstall torch==2.14.1+cu130," in broken["fix"]
     text = _doctor(site, "--offline").stdout
     assert "needs variant cu13-torch2.14-cxx11abiTRUE" in text and "Traceback" not in text
+
+
+def test_a_free_threaded_interpreter_is_named_and_told_what_to_use():
+    """facts.python_facts() on CPython 3.14t says cp314t (mamba_ssm._variant.python_tag); the doctor names it, says
+    no line builds for it (builder/data/support.toml lists it as not supported) and which interpreter to use."""
+    from mamba_ssm.doctor.checks import run_checks
+
+    facts = _facts(gpus=[])
+    facts["python"] = {"version": "3.14.1", "tag": "cp314t", "executable": "/usr/bin/python3.14t"}
+    findings, _ = run_checks(facts, offline=True)
+    (f,) = [f for f in findings if f.check == "python"]
+    assert f.verdict == "problem" and f.kind == "free-threaded", f
+    assert "cp314t" in f.title and "cp314 " not in f.title and "python3.14 -m venv" in f.fix and "cp314" in f.fix
+    facts["python"]["tag"] = "cp314"
+    assert not [f for f in run_checks(facts, offline=True)[0] if f.check == "python"]

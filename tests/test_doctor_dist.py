@@ -185,3 +185,35 @@ def test_offline_the_fix_for_a_stable_floor_torch_pins_the_stable_wheel(tmp_path
     (label,) = [f for f in doc["findings"] if f["check"] == "label"]
     assert "mamba-ssm==2.3.0+cu13torchstable" in label["fix"] and "/cu13-torchstable-abi3/" in label["fix"], label
     assert "cxx11abi" not in label["fix"]
+
+
+def test_with_torch_and_no_mamba_ssm_the_doctor_prints_no_placeholder(tmp_path):
+    """A venv holding only a torch and the doctor: every fix is filled in (this torch's cell, the newest version
+    the release builds: mamba_ssm/doctor/lines.py), none says None, and each installs what the release builds."""
+    from builder.publishing import pins
+
+    python = find_python("3.11")
+    if python is None:
+        pytest.skip("no Python 3.11 here")
+    env = isolated_env(tmp_path)
+    vpy = make_venv(tmp_path / "venv", python, env)
+    wheels = tmp_path / "wheels"
+    _standin_torch(wheels)
+    doctor_dist.publish(tmp_path / "doctor")
+    pip(vpy, ["install", "--no-index", "--no-deps", "--find-links", str(wheels), "--find-links",
+              str(tmp_path / "doctor" / "mamba-doctor"), "torch==2.14.1+cu130", "mamba-doctor"], env)  # fmt: skip
+    for args in (["--offline"], ["--index", "http://127.0.0.1:9/"]):  # not looked up; the index unreachable
+        proc = _doctor(vpy, env, *args)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+        for word in ("<label>", "<variant>", "None", "<"):
+            assert word not in proc.stdout, f"{args}: {word!r} in\n{proc.stdout}"
+        doc = json.loads(_doctor(vpy, env, *args, "--json").stdout)
+        (missing,) = [f for f in doc["findings"] if f["check"] == "extension"]
+        assert missing["kind"] == "mamba-missing" and "not installed" in missing["title"], missing
+        assert "mamba-ssm==2.3.0+cu13torchstable" in missing["fix"], missing
+        commands = [c for f in doc["findings"] for c in pins.commands_in(f["fix"])]
+        pinned = [c for c in commands if "+" in c]
+        assert pinned, commands
+        for command in pinned:  # the checker's site is the published one: put it back for the check
+            problems = pins.check(command.replace("http://127.0.0.1:9", pins.SITE.rstrip("/")), platform="linux_x86_64")
+            assert not problems, (command, problems)

@@ -242,7 +242,7 @@ def test_a_source_build_line_keeps_its_assignments_and_quotes_their_values(tmp_p
     cap = "8.6;touch MARK $(touch MARK2)"
     ctx = Context(python=str(recorder), gpus=[{"name": "x", "capability": cap}])
     fix = _fix("gpu-arch", ctx, {})
-    command = fix.removeprefix("build for this GPU: ")
+    command = fix.rpartition("build for this GPU: ")[2]
     assert shlex.split(command)[:2] == [f"TORCH_CUDA_ARCH_LIST={cap}", "MAMBA_FORCE_BUILD=TRUE"]
     _run_pasted(command, tmp_path)
     assert (recorder.parent / "arch").read_text() == cap  # an assignment, not a command named 'TORCH_CUDA...'
@@ -255,7 +255,7 @@ def test_the_cli_quotes_the_index_in_the_fix(tmp_path):
     for env, args in (({}, ["--index", index]), ({"MAMBA_WHEEL_INDEX": index}, [])):
         p = doctor("--explain", f"undefined symbol: {symbol}", *args, env=env)
         out = p.stdout.decode()
-        command = re.search(r"fix: (.*?) \(<variant> and <label>", out).group(1)
+        command = re.search(r"fix: (.*?)  \(<label> and <variant>", out).group(1)
         words = shlex.split(command)
         assert words[-1] == index + "/<variant>/", words
         command = command.replace(words[0], "true", 1)  # the interpreter: only the words matter

@@ -7,6 +7,7 @@ Each row is the error as it was reported in the cited GitHub issue (user paths s
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -275,3 +276,81 @@ def test_explain_fixes_keep_the_exact_pin():
     for fix in installs:
         assert f"'mamba-ssm=={__version__.split('+')[0]}+<label>' --extra-index-url" in fix, fix
         assert '"mamba-ssm" ' not in fix
+
+
+# Upstream's packages failing as their users paste it: the module or file that failed names the package and line.
+UPSTREAM_ERRORS = [
+    (
+        "selective_scan_cuda undefined symbol",
+        (
+            "  File \"/usr/lib/python3.10/site-packages/mamba_ssm/ops/selective_scan_interface.py\", line 20, in <module>\n"
+            "    import selective_scan_cuda\nImportError: /usr/lib/python3.10/site-packages/selective_scan_cuda.cpython-310-"
+            f"x86_64-linux-gnu.so: undefined symbol: {SS_SYMBOL}"
+        ),
+        "mamba-ssm",
+        "cxx11-abi-mismatch",
+    ),
+    (
+        "no causal_conv1d_cuda",
+        (
+            "  File \"/opt/venv/lib/python3.12/site-packages/mamba_ssm/ops/selective_scan_interface.py\", line 12, in <module>\n"
+            "    import causal_conv1d_cuda\nModuleNotFoundError: No module named 'causal_conv1d_cuda'"
+        ),
+        "causal-conv1d",
+        "extension-missing",
+    ),
+    (
+        "CXXABI from causal_conv1d_cuda",
+        (
+            "ImportError: /usr/lib/x86_64-linux-gnu/libstdc++.so.6: version `CXXABI_1.3.15' not found (required by "
+            "/opt/venv/lib/python3.12/site-packages/causal_conv1d_cuda.cpython-312-x86_64-linux-gnu.so)"
+        ),
+        "causal-conv1d",
+        "libstdcxx-too-old",
+    ),
+    (
+        "no kernel image",
+        (
+            "  File \"/opt/venv/lib/python3.11/site-packages/mamba_ssm/ops/triton/ssd_combined.py\", line 766, in forward\n"
+            "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+        ),
+        "mamba-ssm",
+        "no-kernel-image",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "message", "project", "kind"), UPSTREAM_ERRORS, ids=[c[0] for c in UPSTREAM_ERRORS])
+def test_an_upstream_error_gets_a_fix_for_upstreams_line(case, message, project, kind):
+    """`mamba-doctor --explain`: the fix pins upstream's wheel of the package that failed, at the newest version the
+    release builds (mamba_ssm/doctor/lines.py, generated from recipes/*.toml), from the site's upstream/; the
+    only placeholders are the cell's, named as what the message cannot say, with the command that fills them in."""
+    from builder.publishing import pins
+    from mamba_ssm.doctor.lines import LINES
+
+    p = subprocess.run([sys.executable, "-m", "mamba_ssm.doctor", "--explain", message, "--json"],
+                       capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert p.returncode == 1, p.stdout + p.stderr
+    (d, *_) = json.loads(p.stdout)["diagnoses"]
+    assert d["kind"] == kind, d
+    version = pins.newest(project, "upstream")
+    assert LINES["upstream"]["projects"][project] == version
+    pin = f"'{project}=={version}+<label>' --extra-index-url '{pins.SITE}upstream/<variant>/'"
+    assert pin in d["fix"], d["fix"]
+    assert "None" not in d["fix"] and "2.3.0" not in d["fix"] and "python -m mamba_ssm.doctor" not in d["fix"]
+    assert "mamba-doctor" in d["fix"] and "the message does not say" in d["fix"]
+    assert set(re.findall(r"<[^>]+>", d["fix"])) <= {"<label>", "<variant>", "<major.minor of your GPU>"}, d["fix"]
+    commands = pins.commands_in(d["fix"])
+    assert any(pin.replace("'", "") in c.replace("'", "") for c in commands), commands
+    for c in commands:
+        assert pins.check(c) == [], (c, pins.check(c))
+    # the same text with this repository's extension in it is this line's
+    ours = message.replace("selective_scan_cuda", "mamba_ssm._C").replace("causal_conv1d_cuda", "mamba_ssm._C")
+    ours = ours.replace("ops/triton/ssd_combined.py", "_C.abi3.so")
+    (d, *_) = classify(ours)
+    assert "mamba-ssm==2.3.0+<label>" in d.fix and "/upstream/" not in d.fix, d.fix
+
+
+def test_a_message_naming_no_package_is_this_lines():
+    (d, *_) = classify("RuntimeError: CUDA error: no kernel image is available for execution on the device")
+    assert "mamba-ssm==2.3.0+<label>" in d.fix and "/upstream/" not in d.fix

@@ -161,3 +161,24 @@ def test_from_label_and_from_key_round_trip_every_kind(label, key, backend, back
 def test_from_label_refuses_what_does_not_name_a_variant(bad):
     with pytest.raises(V.VariantError, match=bad):
         V.Variant.from_label(bad)
+
+
+def test_a_free_threaded_interpreter_is_named_by_its_own_tag(monkeypatch):
+    """CPython without the GIL (3.14t) has an ABI of its own: its tag is cp314t, never cp314, and no abi3 wheel
+    serves it. No free-threaded interpreter runs here: this one's build flag is replaced for the second half."""
+    import sysconfig
+
+    from mamba_ssm import _prebuilt
+
+    assert V.python_tag((3, 14), free_threaded=True) == "cp314t"
+    assert V.python_tag((3, 15), free_threaded=False) == "cp315"
+    here = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    assert V.python_tag() == f"cp{sys.version_info[0]}{sys.version_info[1]}" + ("t" if here else "")
+    real = sysconfig.get_config_var
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: 1 if name == "Py_GIL_DISABLED" else real(name))
+    assert V.python_tag((3, 14)) == "cp314t"
+    stable = _prebuilt.parse_wheel_name("mamba_ssm-2.3.0+cputorchstable-cp310-abi3-linux_x86_64.whl")
+    assert _prebuilt.python_ok(stable, "cp314") == (True, True)
+    assert _prebuilt.python_ok(stable, "cp314t") == (False, False)
+    classic = _prebuilt.parse_wheel_name("mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp314-cp314-linux_x86_64.whl")
+    assert _prebuilt.python_ok(classic, "cp314t") == (False, False)

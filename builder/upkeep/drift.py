@@ -602,6 +602,12 @@ def run_command(args: argparse.Namespace) -> int:
                 _report(args, index, every, facts, recipes)
                 raise
             staged.commit()
+            if args.recipes.resolve() == (ROOT / "recipes").resolve() and any(
+                d.status.startswith("written") for _, d in recipe_drifts
+            ):  # the doctor pins a line's newest version where the installed one is unknown: it moves with the pin
+                from builder.publishing.doctor_dist import write_lines
+
+                write_lines()
     except Untrusted as err:  # what the index said that breaks a rule, or the run's budget spent
         raise SourceFetchError(str(err)) from None
     finally:

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from .. import _elf, _prebuilt, _variant
 from .._untrusted import paste
-from .classify import Context, classify, install_line, source_build_line, source_requirement
+from .classify import CHECKOUT, Context, _variant_hint, classify, install_line, source_build_line, source_requirement
+from .lines import LINES
 
 OK, INFO, WARN, PROBLEM = "ok", "info", "warn", "problem"
-# Upstream's line as the farm builds it (recipes/*.toml): the version a fix pins when nothing says otherwise.
-UPSTREAM = {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"}
+# Upstream's line as the release builds it (lines.py, from recipes/*.toml): what a fix pins when nothing says otherwise.
+UPSTREAM = LINES["upstream"]["projects"]
 LOOKUP_TIMEOUT_S = 5.0  # the doctor asks the index whether a wheel exists; it must not hang on a dead network
 
 
@@ -58,7 +59,21 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
         archs=exts[0].get("archs") if exts else None,
         python=sys.executable,
         source=f"mamba-ssm=={mm.get('public_version') or UPSTREAM['mamba-ssm']}" if is_upstream(facts) else None,
+        line="upstream" if is_upstream(facts) else CHECKOUT,
     )
+
+
+def no_cell_fix(facts: dict, ctx: Context) -> str | None:
+    """The fix where this environment has no cell to pin a wheel of (no torch, or a torch no wheel is built
+    for); None where it has one. The live doctor never prints the --explain placeholders."""
+    torch = facts["torch"]
+    if (torch.get("variant") or {}).get("key"):
+        return None
+    if not torch.get("installed") or not torch.get("version"):
+        return (f"install torch first ({paste([ctx.python, '-m', 'pip', 'install', 'torch'])}, the build you want), "
+                "then run the doctor again: it prints the exact wheel for that torch")  # fmt: skip
+    why = torch.get("variant_error") or f"torch {torch['version']} names no variant"
+    return f"no wheel is built for this torch ({why}); build one: {source_build_line(ctx)}"
 
 
 def is_upstream(facts: dict) -> bool:
@@ -82,7 +97,7 @@ def upstream_pins(facts: dict, ctx: Context, listed: tuple[str, str] | None) -> 
     index lists, else the installed one; the label this torch needs (upstream builds no stable-ABI wheel)."""
     have = {name: (facts["mamba_ssm"] if name == "mamba-ssm" else facts.get("causal_conv1d") or {}) for name in UPSTREAM}
     names = [n for n in UPSTREAM if have[n].get("installed_version")] or list(UPSTREAM)
-    label = (facts["torch"].get("variant") or {}).get("label") or "<label>"
+    label = facts["torch"]["variant"]["label"]  # only asked where the torch has a cell (no_cell_fix)
     listed_mamba = _prebuilt.parse_wheel_name(listed[0]) if listed else None
     pins = []
     for name in names:
@@ -92,7 +107,7 @@ def upstream_pins(facts: dict, ctx: Context, listed: tuple[str, str] | None) -> 
 
 
 def upstream_fix(facts: dict, ctx: Context, listed: tuple[str, str] | None, available: bool | None) -> str:
-    key = (facts["torch"].get("variant") or {}).get("key") or "<variant>"
+    key = facts["torch"]["variant"]["key"]
     pins = upstream_pins(facts, ctx, listed)
     root = f"{_index_root(ctx.index_url)}/upstream"
     if available is False:
@@ -111,17 +126,20 @@ def wheel_lookup(facts: dict, index_url: str | None, offline: bool) -> tuple[boo
 def _lookup(facts: dict, index_url: str | None, offline: bool) -> tuple[bool | None, str, tuple[str, str] | None]:
     """wheel_lookup, plus (the listed wheel's file name, the variant key of the page listing it) when found."""
     torch, mm = facts["torch"], facts["mamba_ssm"]
-    if offline or not torch.get("version") or not mm.get("public_version"):
+    if offline or not torch.get("version"):
         return None, "not looked up", None
-    if is_upstream(facts):  # upstream's line has an index of its own
-        index_url = f"{_index_root(index_url)}/upstream"
+    line = "upstream" if is_upstream(facts) else CHECKOUT
+    # not installed: the newest the release builds (lines.py), the version the fix pins
+    version = mm.get("public_version") or LINES[line]["projects"]["mamba-ssm"]
+    if line == "upstream":  # upstream's line has an index of its own
+        index_url = f"{_index_root(index_url)}/{LINES[line]['folder'].rstrip('/')}"
     try:
         variant = _variant.from_values(
             torch["version"], cuda=torch.get("cuda"), hip=torch.get("hip"), cxx11abi=torch.get("cxx11abi")
         )
     except _variant.VariantError as e:
         return None, str(e), None
-    outcome = _prebuilt.lookup(variant, mm["public_version"], index_url=index_url, timeout=LOOKUP_TIMEOUT_S)
+    outcome = _prebuilt.lookup(variant, version, index_url=index_url, timeout=LOOKUP_TIMEOUT_S)
     if outcome.status == "listed":
         page_key = outcome.tried[-1].rstrip("/").split("/")[-2]  # <root>/<key>/index.html: where it was found
         return True, outcome.link.filename, (outcome.link.filename, page_key)
@@ -152,13 +170,17 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     # The fix pins the wheel the index lists (for torch >= the stable floor that is the stable-ABI wheel).
     ctx = context_for(facts, index_url, available, listed)
     extra = {"wheel_available": available, "wheel_lookup": lookup_note, "line": "upstream" if is_upstream(facts) else "checkout"}
-    if is_upstream(facts):
+    own = install_line(ctx)
+    if no_cell_fix(facts, ctx):
+        reinstall = no_cell_fix(facts, ctx)
+    elif is_upstream(facts):
         reinstall = upstream_fix(facts, ctx, listed, available)
-        own = install_line(ctx)
-        retarget = lambda fix: fix.replace(own, reinstall) if fix else fix  # classify's fixes name this line's wheel
     else:
         reinstall = _reinstall_or_build(ctx, available)
-        retarget = lambda fix: fix
+    # classify's fixes name one wheel of one line (--explain's placeholders where no cell is known): the live
+    # doctor puts in what it found
+    retarget = (lambda fix: fix.replace(own + _variant_hint(ctx), reinstall).replace(own, reinstall) if fix else fix) \
+        if reinstall != own else (lambda fix: fix)  # fmt: skip
 
     # torch
     if not torch.get("installed"):
@@ -174,6 +196,20 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                                 "torch-broken"))
     else:
         findings.append(Finding("torch", OK, f"torch {torch['version']} imports ({torch.get('variant', {}).get('key', '?')})"))
+
+    # a free-threaded interpreter: no line builds for it (builder/data/support.toml's [[unsupported]])
+    tag = (facts.get("python") or {}).get("tag") or ""
+    if tag.endswith("t"):
+        version = (facts.get("python") or {}).get("version") or tag
+        default = f"python{tag[2]}.{tag[3:-1]}"
+        findings.append(Finding(
+            "python", PROBLEM, f"this is a free-threaded CPython ({tag}): no wheel of either line is built for it",
+            f"Python {version} without the GIL has an ABI of its own: torch ships {tag} wheels, but mamba-ssm and "
+            f"causal-conv1d wheels are built for the default CPython only ({tag[:-1]}), and a stable-ABI (abi3) wheel "
+            "does not load in a free-threaded interpreter",
+            f"make a virtual environment with the default build of the same Python ({default} -m venv ENV; tag "
+            f"{tag[:-1]}), install torch there, then run the doctor in it: it prints the wheel for that cell",
+            "free-threaded"))  # fmt: skip
 
     # the installed wheel's label against what this torch needs
     want = (torch.get("variant") or {})
@@ -202,9 +238,12 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     # the extension
     exts = mm.get("extensions") or []
     findings += _extension_builds(mm, reinstall)
-    if not exts:
+    if not exts and not mm.get("location"):
+        findings.append(Finding("extension", PROBLEM, "mamba-ssm is not installed in this interpreter",
+                                f"no mamba_ssm package on {sys.executable}'s path", reinstall, "mamba-missing"))
+    elif not exts:
         findings.append(Finding("extension", PROBLEM, "no compiled mamba-ssm extension is installed",
-                                f"looked under {mm.get('location')}; the CPU/GPU kernels are missing", reinstall, "extension-missing"))
+                                f"looked under {mm['location']}; the CPU/GPU kernels are missing", reinstall, "extension-missing"))
     for ext in exts:
         imp = ext.get("import", {})
         if imp.get("ok"):

@@ -9,11 +9,26 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from .. import _elf
 from .._untrusted import paste, paste_env
+from .lines import LINES
 from .rules import RULES
+
+CHECKOUT, UPSTREAM = "checkout", "upstream"
+# What names the package a pasted message is about: the compiled module or the source file that failed,
+# most specific first. Upstream's mamba-ssm and this repository's share `mamba_ssm/ops/selective_scan_interface.py`;
+# only this one has `mamba_ssm._C`, only upstream's `selective_scan_cuda` and `mamba_ssm/ops/triton`.
+LINE_MARKS = (
+    (re.compile(r"causal_conv1d_cuda|causal_conv1d[/\\.](?:cpp_functions|causal_conv1d_interface|causal_conv1d_varlen)\b"), UPSTREAM, "causal-conv1d"),
+    (re.compile(r"selective_scan_cuda|mamba_ssm[/\\.](?:ops[/\\.]triton|models|modules[/\\.](?:mamba2|block)|distributed|utils[/\\.]generation)\b"), UPSTREAM, "mamba-ssm"),
+    (re.compile(r"mamba_ssm[/\\.]_C\b"), CHECKOUT, "mamba-ssm"),
+    (re.compile(r"mamba_ssm[/\\.]ops[/\\.]"), UPSTREAM, "mamba-ssm"),
+)  # fmt: skip
+# What makes each project's setup.py compile rather than download a guessed wheel (recipes/*.toml set the same).
+FORCE_BUILD = {"causal-conv1d": "CAUSAL_CONV1D_FORCE_BUILD"}
+_ERROR_LINE = re.compile(r"Error\b|undefined symbol|not found|no kernel image|invalid device function", re.IGNORECASE)
 
 # Bounded repeats only (see rules.py): a mangled name is long, but not longer than this.
 _UNDEFINED_RE = re.compile(r"undefined symbol:[ \t]{0,16}(?P<symbol>[A-Za-z_][\w.@$]{0,8191})")
@@ -57,6 +72,9 @@ class Context:
     # What a source build installs: None is this repository's line (its tagged source); upstream's line sets its
     # pinned PyPI sdist ("mamba-ssm==2.3.2.post1"). Never a bare name: on PyPI that is upstream's newest sdist.
     source: str | None = None
+    # The line and project the fix is for (lines.LINES); None: not known yet (--explain reads it from the text).
+    line: str | None = None
+    project: str = "mamba-ssm"
 
 
 @dataclass
@@ -74,23 +92,43 @@ class Diagnosis:
 # ------------------------------------------------------------------ fixes
 
 
+def attribute(text: str) -> tuple[str, str] | None:
+    """(line, project) of the package a message is about, from the module and file names in it: those on its
+    last error line first (a traceback passes through other packages), then anywhere; None when it names none."""
+    errors = [ln for ln in text.splitlines() if _ERROR_LINE.search(ln)]
+    for where in [*errors[-1:], text]:
+        for rx, line, project in LINE_MARKS:
+            if rx.search(where):
+                return line, project
+    return None
+
+
+def newest(ctx: Context) -> str:
+    """The version the fix pins: the installed one, else the newest the release builds of that line (lines.py)."""
+    return ctx.mamba_version or LINES[ctx.line or CHECKOUT]["projects"][ctx.project]
+
+
+def line_root(ctx: Context) -> str:
+    """The index of the fix's line: the root for this repository's, ``upstream`` under it for upstream's."""
+    return f"{index_root(ctx)}/{LINES[ctx.line or CHECKOUT]['folder']}".rstrip("/")
+
+
 def install_line(ctx: Context) -> str:
-    """The exact reinstall line for this environment's variant (or its placeholder form)."""
+    """The exact reinstall line for this environment's variant (or, for --explain, its placeholder form)."""
     from .. import _prebuilt
 
-    base = index_root(ctx)
+    base = line_root(ctx)
     listed = _prebuilt.parse_wheel_name(ctx.wheel[0]) if ctx.wheel else None
     if listed and listed.local:
         # What the index serves this variant (for torch >= the stable floor: the stable-ABI wheel), on the page
         # that lists it: the variant's own, or the stable wheel's key when the variant has no page.
-        spec, key = f"mamba-ssm=={listed.public}+{listed.local}", ctx.wheel[1]
-    elif ctx.variant_key and ctx.variant_label and ctx.mamba_version:
-        spec = f"mamba-ssm=={ctx.mamba_version}+{ctx.variant_label}"
-        key = ctx.variant_key
+        spec, key = f"{ctx.project}=={listed.public}+{listed.local}", ctx.wheel[1]
+    elif ctx.variant_key and ctx.variant_label:
+        spec, key = f"{ctx.project}=={newest(ctx)}+{ctx.variant_label}", ctx.variant_key
     else:
         # Still the exact pin: without it pip may take another mamba-ssm (upstream's newer sdist) from the
-        # other indexes it knows. <label> and <variant> are that machine's row on the coverage page.
-        spec, key = f"mamba-ssm=={ctx.mamba_version or _own_version()}+<label>", "<variant>"
+        # other indexes it knows. <label> and <variant> are that machine's cell (_variant_hint says so).
+        spec, key = f"{ctx.project}=={newest(ctx)}+<label>", "<variant>"
     return paste([ctx.python, "-m", "pip", "install", "--force-reinstall", "--no-deps", spec, "--extra-index-url", f"{base}/{key}/"])
 
 
@@ -101,33 +139,33 @@ def index_root(ctx: Context) -> str:
     return _prebuilt.normalize_root(ctx.index_url or os.environ.get(_prebuilt.ENV_INDEX) or _prebuilt.default_index_url()).rstrip("/")
 
 
-def _own_version() -> str:
-    """This mamba-ssm's public version (the doctor ships with the release it fixes)."""
-    from .. import __version__
-
-    return __version__.split("+", 1)[0]
-
-
 def source_requirement(ctx: Context) -> str:
     """The one requirement a source build names: upstream's pinned sdist, or this line's release tag as a PEP 508
     direct reference (pip clones it; PyPI's `mamba-ssm` is another project's code)."""
     from .. import _prebuilt
 
-    return ctx.source or f"mamba-ssm @ git+{_prebuilt.SOURCE_REPOSITORY}@v{ctx.mamba_version or _own_version()}"
+    if ctx.source:
+        return ctx.source
+    if (ctx.line or CHECKOUT) == UPSTREAM:
+        return f"{ctx.project}=={newest(ctx)}"
+    return f"mamba-ssm @ git+{_prebuilt.SOURCE_REPOSITORY}@v{newest(ctx)}"
 
 
 def source_build_line(ctx: Context, env: dict | None = None) -> str:
     """The source build, every word quoted (the interpreter's path and ``env``'s values come from outside)."""
     argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", source_requirement(ctx)]
-    return paste_env({**(env or {}), "MAMBA_FORCE_BUILD": "TRUE"}, argv)
+    return paste_env({**(env or {}), FORCE_BUILD.get(ctx.project, "MAMBA_FORCE_BUILD"): "TRUE"}, argv)
 
 
 def _variant_hint(ctx: Context) -> str:
+    """What the placeholders of an --explain fix stand for, and the command that fills them in."""
     if ctx.variant_key:
         return ""
+    root = index_root(ctx)
     return (
-        " (<variant> and <label>: that machine's row on the index's coverage page; or run"
-        " `python -m mamba_ssm.doctor` there: it prints the line filled in)"
+        "  (<label> and <variant> are the cell of the machine that printed this (its torch, CUDA or ROCm, C++ ABI),"
+        f" which the message does not say: there, `{paste(['pip', 'install', 'mamba-doctor', '--index-url', root + '/doctor/'])}`, then"
+        f" `mamba-doctor` prints this line filled in; or find the cell on {line_root(ctx)}/)"
     )
 
 
@@ -144,10 +182,15 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
             "put a newer libstdc++ first: in conda `conda install -c conda-forge 'libstdcxx-ng>=12'`; "
             "elsewhere `export LD_LIBRARY_PATH=$(dirname $(g++ -print-file-name=libstdc++.so.6)):$LD_LIBRARY_PATH`; "
             f"or build here: {source_build_line(ctx)}"
+            + ("" if ctx.variant_key else f"; or take the farm's wheel, which needs no libstdc++ newer than its manylinux tag allows: {install_line(ctx)}{_variant_hint(ctx)}")
         )
     if kind == "gpu-arch":
         cc = ",".join(sorted({g["capability"] for g in ctx.gpus if g.get("capability")})) or "<major.minor of your GPU>"
-        return f"build for this GPU: {source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': cc})}"
+        build = f"build for this GPU: {source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': cc})}"
+        if ctx.variant_key:
+            return build
+        # --explain: the wheel that failed may not be the farm's; the farm's carries its cell's GPU code
+        return f"take the farm's wheel for your cell (the GPUs it runs on: the cell's row on {line_root(ctx)}/): {install_line(ctx)}{_variant_hint(ctx)}; or {build}"
     if kind == "no-build-isolation":
         return f"{paste([ctx.python, '-m', 'pip', 'install', '--no-build-isolation', source_requirement(ctx)])}  (with torch already installed)"
     if kind == "install-torch":
@@ -236,6 +279,11 @@ def classify(text: str, ctx: Context | None = None) -> list[Diagnosis]:
     Only ``scan_window(text)`` is searched, so the time is bounded whatever the text's size."""
     ctx = ctx or Context()
     text = scan_window(text)[0]
+    if ctx.line is None:
+        line, project = attribute(text) or (CHECKOUT, "mamba-ssm")
+        if (line, project) != (CHECKOUT, ctx.project):  # what ctx knows of an installed wheel is of another package
+            ctx = replace(ctx, mamba_version=None, wheel=None, wheel_available=None, source=None)
+        ctx = replace(ctx, line=line, project=project)
     found: list[Diagnosis] = []
     m = _UNDEFINED_RE.search(text)
     if m:

@@ -111,7 +111,7 @@ def render_explain(diags: list, as_json: bool, note: str | None = None) -> str:
         return json.dumps(doc, indent=2, ensure_ascii=True) + "\n"
     out = [f"note: {note}"] if note else []
     if not diags:
-        out.append("Not recognised: no known install/build failure in this text. Run `python -m mamba_ssm.doctor` on the machine itself.")
+        out.append("Not recognised: no known install/build failure in this text. Run `mamba-doctor` (or `python -m mamba_ssm.doctor`) on the machine itself.")
         return _lines(out)
     for i, d in enumerate(diags):
         out.append(f"{'Diagnosis' if i == 0 else 'Also'} [{d.kind}]: {d.title}")
