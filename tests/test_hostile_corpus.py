@@ -870,6 +870,13 @@ CASES += [
     Case("evidence-harvest-no-wheel", 2, "no wheel beside it",
          _harvest_case(lambda f: (f / "ghost.whl.evidence.json").write_text("{}"))),
     Case("evidence-ledger-not-json", 2, "not JSON", _ledger_case(b"{\"schema\": 1,")),
+    Case("evidence-harvest-sha256-empty", 2, "'sha256' is not 64 hex digits",
+         _harvest_case(lambda f: _evidence_beside(f, None, sha256=""))),
+    Case("evidence-harvest-not-utf8", 2, "not an evidence record",
+         _harvest_case(lambda f: Path(f"{make_mamba_wheel(f, LABEL, 'cp312')}.evidence.json").write_bytes(
+             b'{"schema": 1, "wheel": "\xff"}'))),
+    Case("evidence-harvest-schema-escapes", 2, "schema",
+         _harvest_case(lambda f: _evidence_beside(f, None, schema="\x1b]52;c;ZWNobyBoaQ==\x07\u202e\r"))),
     Case("evidence-ledger-schema", 2, "schema 7", _ledger_case(b'{"schema": 7, "records": []}')),
     Case("evidence-ledger-records-an-object", 2, "'records'", _ledger_case(b'{"schema": 1, "records": {}}')),
     Case("evidence-ledger-over-16-MiB", 2, "more than", _ledger_case(b" " * (17 << 20))),
@@ -1503,6 +1510,7 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "cache": "reads text markers (.complete) and folder names: no document with fields",
         "rehearse": _FLAGS_ONLY,
         "doctor": ("doctor-provenance-source-a-list", "doctor-provenance-a-string", "doctor-variant-json-variants-a-list"),
+        "evidence": ("evidence-ledger-records-an-object",),
     },
     "empty or malformed field": {
         "plan": ("matrix-torch-empty-part",), "render": ("render-matrix-python-empty-part",),
@@ -1511,19 +1519,19 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "recipe": ("recipe-version-empty",), "drift": ("drift-python-tag-empty-minor",),
         "cache": ("cache-budget-empty-number", "cache-budget-400-digits"), "release": ("release-cost-wall-empty",),
         "rehearse": ("rehearse-port-99999", "rehearse-version-regex-escape"),
-        "doctor": ("doctor-metadata-version-empty",),
+        "doctor": ("doctor-metadata-version-empty",), "evidence": ("evidence-harvest-sha256-empty",),
     },
     "marker the library refuses": {
         "drift": ("drift-marker-undefined-comparison",),
         **dict.fromkeys(("plan", "render", "build", "index", "resolve", "verify", "recipe", "cache", "release",
-                         "rehearse", "doctor"), _NO_MARKER),
+                         "rehearse", "doctor", "evidence"), _NO_MARKER),
     },
     "bytes that are not text": {
         "plan": ("matrix-not-utf8",), "render": ("render-matrix-not-utf8",), "build": ("matrix-not-utf8", "recipe-not-utf8"),
         "index": ("index-metadata-not-utf8",), "resolve": ("resolve-bad-utf8",), "verify": ("verify-provenance-not-utf8",),
         "recipe": ("recipe-not-utf8", "fetch_page_not_utf8"), "drift": ("drift-metadata-not-utf8", "drift-bad-utf8"),
         "cache": ("cache-complete-not-utf8",), "release": ("release-cost-not-utf8",), "rehearse": _FLAGS_ONLY,
-        "doctor": ("doctor-metadata-not-utf8", "doctor-explain-bad-utf8"),
+        "doctor": ("doctor-metadata-not-utf8", "doctor-explain-bad-utf8"), "evidence": ("evidence-harvest-not-utf8",),
     },
     "terminal controls, bidi overrides, surrogates": {
         "plan": ("matrix-torch-escapes",), "render": ("render-matrix-torch-escapes",),
@@ -1534,6 +1542,7 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "cache": ("cache-escape-in-complete", "cache-escape-in-slot-name"), "release": ("release-cost-escape",),
         "rehearse": ("rehearse-workflow-escapes",),
         "doctor": ("doctor-explain-escape", "doctor-provenance-escapes-surrogates"),
+        "evidence": ("evidence-harvest-schema-escapes",),
     },
     "links out of the farm's folders": {
         "cache": ("cache-complete-links-outside", "cache-prune-linked-slot"),
@@ -1542,14 +1551,14 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "recipe": "its sdist cache's archive is used only once its bytes hash to the pin: a link can only point at those bytes",
         "doctor": "reads the installed package as Python's import system finds it; of a RECORD-listed file only its "
                   "ELF header's machine is read and shown",
-        **dict.fromkeys(("plan", "render", "resolve", "verify", "release", "rehearse"), _NO_OWN_FOLDER),
+        **dict.fromkeys(("plan", "render", "resolve", "verify", "release", "rehearse", "evidence"), _NO_OWN_FOLDER),
     },
     "work without a run-wide budget": {
         "drift": ("drift-budget-bytes", "drift-budget-seconds", "drift-ranged-deflate-bomb"),
         "recipe": ("fetch_endless",), "build": ("fetch_endless",), "verify": ("verify-url-endless",),
         "resolve": "one manifest request, capped (256 MiB) under the request deadline",
         "doctor": ("doctor-lookup-trickle", "doctor-lookup-huge-page"),
-        **dict.fromkeys(("plan", "render", "index", "cache", "release", "rehearse"), _NO_NETWORK),
+        **dict.fromkeys(("plan", "render", "index", "cache", "release", "rehearse", "evidence"), _NO_NETWORK),
     },
 }  # fmt: skip
 
