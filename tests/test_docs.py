@@ -99,6 +99,20 @@ def test_the_site_builds_strict_with_every_page_in_the_nav(site):
     assert "<!-- generated:" not in (site / "reference" / "cli" / "index.html").read_text()
 
 
+def test_the_site_carries_the_changelog_and_the_faq_in_its_nav(site):
+    """The changelog page is CHANGELOG.md itself (included, not copied), and the FAQ's answers are linked from
+    the pages that used to repeat them."""
+    config = (REPO / "mkdocs.yml").read_text()
+    assert " changelog.md" in config and " user/faq.md" in config
+    page = (site / "changelog" / "index.html").read_text()
+    for heading in re.findall(r"^## \[([^\]]+)\]", (REPO / "CHANGELOG.md").read_text(), re.M):
+        assert heading in page, f"CHANGELOG.md's {heading} is not on the site's changelog page"
+    for linked in ("README.md", "docs/index.md", "docs/user/install-prebuilt.md"):
+        assert "faq.md#pin" in (REPO / linked).read_text(), f"{linked} should link the FAQ's answer on pins"
+    faq = (site / "user" / "faq" / "index.html").read_text()
+    assert 'id="pin"' in faq and 'id="build-isolation"' in faq
+
+
 def _browser() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
         if shutil.which(name):
