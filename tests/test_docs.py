@@ -771,3 +771,25 @@ def test_add_recipe_lists_every_placeholder_as_the_code_defines_them():
     lines = [line.strip() for line in page.splitlines()]
     start = lines.index(table[0])
     assert lines[start : start + len(table)] == table
+
+
+# Words that tie a comment to the project's tracker or to files outside the repository rather than to the code.
+_HISTORY = re.compile(r"(?<!act )\b(?:issue|Issue) #?\d+|\(#\d+\)|" + "DESIGN" + r"\.md")
+
+
+def test_comments_describe_the_code_not_the_trackers_history():
+    """No comment, docstring or page names one of this project's issue numbers or a design file a clone does not
+    hold (act's own issue, named with its project, is a reference and stays)."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    found = []
+    for name in tracked:
+        if name == "CHANGELOG.md" or not name.endswith((".py", ".md", ".sh", ".toml", ".yml", ".j2", ".cu", ".cpp", ".h")):
+            continue
+        for n, line in enumerate((REPO / name).read_text(errors="replace").splitlines(), 1):
+            if _HISTORY.search(line):
+                found.append(f"{name}:{n}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)
+    issue = "issue"
+    assert _HISTORY.search(f"quoted in {issue} 2") and _HISTORY.search("see (" + "#12)")
+    assert not _HISTORY.search(f"nektos/act {issue} 6021")
+
