@@ -180,3 +180,32 @@ def test_an_emulated_cpu_image_compiles_with_the_build_hosts_cross_compiler_and_
     native = [i for i in load_plan(profile="ci").images.values() if i.kind == "cpu"]
     assert native and all(render(i, base=local_name("bookworm")).cross is None for i in native)
     assert all("/opt/cross" not in render(i, base=local_name("bookworm")).dockerfile for i in native)
+
+
+def test_the_provenance_of_a_cross_compiled_build_says_cross(tmp_path: Path) -> None:
+    """What DockerExecutor.ran records of a build in the emulated CPU image: compiler ``cross``, with the host,
+    the target and the packages of the cross compiler the image's render put in it; a native image says ``image``."""
+    if host_machine() != "x86_64":
+        pytest.skip("the cross compiler is the x86_64 build host's")
+    from builder.building.executors.docker import DockerExecutor
+    from builder.verifying.provenance import summary
+
+    ex = object.__new__(DockerExecutor)  # no engine: ran() reads only what prepare() recorded
+    ex.images, ex.bases, ex.crosses = {}, {}, {}
+    for profile, machine in (("ci-aarch64", "aarch64"), ("ci", host_machine())):
+        (image,) = [i for i in load_plan(profile=profile).images.values() if i.kind == "cpu"]
+        r = render(image, base=local_name("bookworm", machine))
+        ex.images[image.id], ex.bases[image.id] = image, r.base
+        if r.cross:
+            ex.crosses[image.id] = r.cross
+    spec = type("Spec", (), {})
+    records = {}
+    for image_id, image in ex.images.items():
+        spec.image = image_id
+        records[machine_of(image.platform)] = ex.ran(spec)
+    tc = records["aarch64"]["toolchain"]
+    assert tc["compiler"] == "cross" and (tc["cross"]["host"], tc["cross"]["target"]) == ("x86_64", "aarch64")
+    assert tc["cross"]["packages"] == load_packages()["os"]["bookworm"]["cross"]["aarch64"]["packages"]
+    assert records["x86_64"]["toolchain"] == {"compiler": "image", "toolkit": None}
+    line = summary({**records["aarch64"], "source": {"kind": "checkout", "commit": "0" * 40}, "id": "x"})
+    assert "cross compiler x86_64 -> aarch64" in line
