@@ -217,6 +217,8 @@ class DockerExecutor:
                 self.log(f"image {image_id}: reusing {r.tag}")
             else:
                 try:
+                    if r.cross and is_local_base(r.cross["base"]):  # the cross stage's base: the farm's own, this host's
+                        resolve_base(self.client, r.cross["base"], ca_bundle=self.options.ca_bundle, log=self.log)
                     self._build_image(r)
                 except InfrastructureError as err:  # only the builds of this image fail
                     self.log(f"image {image_id}: FAILED; its builds are skipped (log: {self._image_log(image_id)})")
