@@ -1,5 +1,9 @@
 """Emulated aarch64 against native x86_64: one CPU stable-ABI build and its smoke test, cold, in the farm's images.
 
+The arm64 CPU image compiles with Debian's x86_64-hosted cross g++ (run natively inside the emulated
+container, builder/building/render.py cross_compiler); ``--no-cross`` measures the emulated native g++
+of the same image instead (CC/CXX unset: the image's aarch64 g++), so both ways come from one image.
+
     .venv/bin/python benchmarks/emulation.py                     # both machines, one after the other
     .venv/bin/python benchmarks/emulation.py --machine aarch64
 
@@ -39,16 +43,20 @@ PROFILES = {"aarch64": "ci-aarch64", "x86_64": "ci-stable"}
 class ColdExecutor(DockerExecutor):
     """The farm's Docker executor without the shared kernel cache: each build compiles every object."""
 
+    no_cross = False
+
     def _build_config(self, spec, torch_volume):
         env, volumes = super()._build_config(spec, torch_volume)
         env.pop("MAMBA_KERNEL_CACHE", None)
+        if self.no_cross and spec.image in self.crosses:  # the image's own (emulated) g++, as before the cross stage
+            env.update(CC="gcc", CXX="g++")
         return env, {k: v for k, v in volumes.items() if v["bind"] != KERNEL_CACHE_MOUNT}
 
 
-def measure(machine: str, work: Path) -> dict:
+def measure(machine: str, work: Path, no_cross: bool = False) -> dict:
     plan = load_plan(profile=PROFILES[machine])
     spec = next(s for s in plan.builds if s.accelerator == "cpu" and s.stable)
-    logs = work / machine
+    logs = work / (machine + ("-no-cross" if no_cross else ""))
     logs.mkdir(parents=True)
     ex = ColdExecutor(
         connect(),
@@ -56,6 +64,7 @@ def measure(machine: str, work: Path) -> dict:
             wheelhouses=default_wheelhouses(), ca_bundle=find_ca_bundle(None), max_jobs=2, logs_dir=logs, log=print
         ),
     )
+    ex.no_cross = no_cross
     try:
         ex.prepare(plan.images, [spec])
         log = logs / f"{spec.id}.log"
@@ -77,6 +86,7 @@ def measure(machine: str, work: Path) -> dict:
     m = re.search(r"== compile cpu: ([\d.]+) s", log.read_text())
     return {
         "machine": machine,
+        "compiler": "cross" if spec.image in ex.crosses and not no_cross else "image",
         "spec": spec.id,
         "wheel": good.name,
         "build_wall_s": round(build_s, 1),
@@ -89,17 +99,21 @@ def measure(machine: str, work: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--machine", choices=sorted(PROFILES), action="append")
+    ap.add_argument("--no-cross", action="store_true", help="aarch64 also with the image's emulated g++")
     args = ap.parse_args()
     out = []
+    runs = [(m, False) for m in args.machine or ["x86_64", "aarch64"]]
+    if args.no_cross and any(m == "aarch64" for m, _ in runs):
+        runs.append(("aarch64", True))
     with tempfile.TemporaryDirectory(prefix="emulation-bench-") as tmp:
-        for machine in args.machine or ["x86_64", "aarch64"]:
-            out.append(measure(machine, Path(tmp)))
+        for machine, no_cross in runs:
+            out.append(measure(machine, Path(tmp), no_cross))
             print(json.dumps(out[-1]), flush=True)
-    if len(out) == 2:
-        x86, arm = sorted(out, key=lambda r: r["machine"] != "x86_64")
+    x86 = [r for r in out if r["machine"] == "x86_64"]
+    for arm in (r for r in out if r["machine"] == "aarch64") if x86 else ():
         for key in ("build_wall_s", "compile_cpu_s", "smoke_wall_s"):
-            if x86[key] and arm[key]:
-                print(f"{key}: aarch64 (emulated) / x86_64 (native) = {arm[key] / x86[key]:.1f}x")
+            if x86[0][key] and arm[key]:
+                print(f"{key}: aarch64 ({arm['compiler']} g++) / x86_64 (native) = {arm[key] / x86[0][key]:.2f}x")
     return 0
 
 

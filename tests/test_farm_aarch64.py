@@ -1,7 +1,8 @@
 """linux_aarch64 on this x86_64 host, under emulation (qemu-user-static registered with the F flag).
 
 The ci-aarch64 profile's two builds, through `python -m builder build --executor docker`:
-- the aarch64 CPU stable-ABI wheel (torch 2.10, PyPI's CPU-only aarch64 build);
+- the aarch64 CPU stable-ABI wheel (torch 2.10, PyPI's CPU-only aarch64 build), compiled by Debian's
+  x86_64-hosted cross g++ in the arm64 image (builder/building/render.py cross_compiler), run natively;
 - the aarch64 CUDA 13 stable-ABI wheel for sm_90 (GH200), against PyPI's aarch64 CUDA torch 2.11,
   its device code compiled at native speed: the arm64 image's nvcc, cudafe++, cicc and ptxas are
   x86_64 programs (builder/building/render.py compiler_overlay), everything else is aarch64.
@@ -99,6 +100,15 @@ def test_the_aarch64_wheel_is_built_verified_smoke_tested_and_indexed(aarch64_ru
     with zipfile.ZipFile(wheel) as zf:
         machines = {n: _elf.machine_of(zf.read(n)[:20]) for n in zf.namelist() if n.endswith(".so")}
     assert machines and set(machines.values()) == {"aarch64"}, machines
+    # compiled by the image's x86_64-hosted cross g++ (run natively), as the wheel's provenance says
+    with zipfile.ZipFile(wheel) as zf:
+        (prov,) = [n for n in zf.namelist() if n.endswith(".dist-info/farm-provenance.json")]
+        toolchain = json.loads(zf.read(prov))["toolchain"]
+    assert toolchain["compiler"] == "cross", toolchain
+    assert (toolchain["cross"]["host"], toolchain["cross"]["target"]) == ("x86_64", "aarch64"), toolchain
+    assert "g++-aarch64-linux-gnu" in toolchain["cross"]["packages"], toolchain
+    build_log = (dist / "logs" / f"{spec.id}.log").read_text()
+    assert "/opt/cross/usr/bin/aarch64-linux-gnu-g" in build_log, build_log[-3000:]
     page = (dist / "index" / spec.variant / "index.html").read_text()
     assert wheel.name in page
     assert 'data-machine="aarch64"' in (dist / "index" / "index.html").read_text()

@@ -49,7 +49,12 @@ def test_every_image_renders_and_passes_hadolint(image: ImageSpec, local: bool, 
             image = dataclasses.replace(image, pythons=tuple(v for v in image.pythons if v not in others))
     r = render(image, base=base)
     text = r.dockerfile
-    assert text.splitlines()[0].startswith(f"FROM {base or image.base}")
+    (main,) = [line for line in text.splitlines() if line.startswith("FROM ") and " AS " not in line]
+    if r.cross:  # the image's own stage names its platform: a cross stage of the build host's comes first
+        assert main == f"FROM --platform={r.cross['target_platform']} {base or image.base}"
+        assert text.splitlines()[6].startswith(f"FROM --platform={r.cross['host_platform']} ")
+    else:
+        assert text.splitlines()[0] == main and main.startswith(f"FROM {base or image.base}")
     # every Python the image's builds need, manylinux-style, plus cibuildwheel's helper
     for v in image.pythons:
         tag = "cp" + v.replace(".", "")
@@ -150,3 +155,57 @@ def test_amd_rocm_image_stages_the_header_patch_and_its_bytes_make_the_tag(tmp_p
     assert render(amd, host_pythons={}).tag == r.tag
     (copy / "rocm_patch" / "rocm6_0.patch").write_text((copy / "rocm_patch" / "rocm6_0.patch").read_text() + "\n")
     assert render(amd, host_pythons={}).tag != r.tag
+
+
+def test_an_emulated_cpu_image_compiles_with_the_build_hosts_cross_compiler_and_a_native_one_does_not() -> None:
+    """aarch64 on x86_64: Debian's x86_64-hosted cross g++ from packages.toml's exact list, unpacked under
+    /opt/cross, each program pointed at the loader there; CC/CXX name it. The native image has no trace of it."""
+    if host_machine() != "x86_64":
+        pytest.skip("the cross compiler is the x86_64 build host's")
+    images = load_plan(profile="ci-aarch64").images.values()
+    (cpu,) = [i for i in images if i.kind == "cpu"]
+    (cuda,) = [i for i in images if i.kind == "cuda"]
+    r = render(cpu, base=local_name("bookworm", "aarch64"))
+    assert r.cross and (r.cross["host"], r.cross["target"]) == ("x86_64", "aarch64")
+    pins = load_packages()["os"]["bookworm"]["cross"]["aarch64"]["packages"]
+    assert f"apt-get download {' '.join(pins)} " in r.dockerfile and "g++-aarch64-linux-gnu" in pins
+    assert "FROM --platform=linux/amd64 mamba-farm/debian:bookworm AS cross" in r.dockerfile
+    assert "--set-interpreter /opt/cross/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" in r.dockerfile
+    assert "COPY --from=cross /opt/cross /opt/cross" in r.dockerfile
+    assert "CXX=/opt/cross/usr/bin/aarch64-linux-gnu-g++" in r.dockerfile
+    # the cross stage comes after nothing of the image's own: its layers (apt under emulation) stay as they were
+    own = r.dockerfile.split("FROM --platform=linux/arm64 ", 1)[1]
+    assert own.index("COPY --from=cross") > own.index("auditwheel")
+    assert render(cuda, base=local_name("bookworm", "aarch64")).cross is None  # its host side stays emulated
+    native = [i for i in load_plan(profile="ci").images.values() if i.kind == "cpu"]
+    assert native and all(render(i, base=local_name("bookworm")).cross is None for i in native)
+    assert all("/opt/cross" not in render(i, base=local_name("bookworm")).dockerfile for i in native)
+
+
+def test_the_provenance_of_a_cross_compiled_build_says_cross(tmp_path: Path) -> None:
+    """What DockerExecutor.ran records of a build in the emulated CPU image: compiler ``cross``, with the host,
+    the target and the packages of the cross compiler the image's render put in it; a native image says ``image``."""
+    if host_machine() != "x86_64":
+        pytest.skip("the cross compiler is the x86_64 build host's")
+    from builder.building.executors.docker import DockerExecutor
+    from builder.verifying.provenance import summary
+
+    ex = object.__new__(DockerExecutor)  # no engine: ran() reads only what prepare() recorded
+    ex.images, ex.bases, ex.crosses = {}, {}, {}
+    for profile, machine in (("ci-aarch64", "aarch64"), ("ci", host_machine())):
+        (image,) = [i for i in load_plan(profile=profile).images.values() if i.kind == "cpu"]
+        r = render(image, base=local_name("bookworm", machine))
+        ex.images[image.id], ex.bases[image.id] = image, r.base
+        if r.cross:
+            ex.crosses[image.id] = r.cross
+    spec = type("Spec", (), {})
+    records = {}
+    for image_id, image in ex.images.items():
+        spec.image = image_id
+        records[machine_of(image.platform)] = ex.ran(spec)
+    tc = records["aarch64"]["toolchain"]
+    assert tc["compiler"] == "cross" and (tc["cross"]["host"], tc["cross"]["target"]) == ("x86_64", "aarch64")
+    assert tc["cross"]["packages"] == load_packages()["os"]["bookworm"]["cross"]["aarch64"]["packages"]
+    assert records["x86_64"]["toolchain"] == {"compiler": "image", "toolkit": None}
+    line = summary({**records["aarch64"], "source": {"kind": "checkout", "commit": "0" * 40}, "id": "x"})
+    assert "cross compiler x86_64 -> aarch64" in line

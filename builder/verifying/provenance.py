@@ -150,4 +150,7 @@ def summary(rec: dict) -> str:
     cuda = tc.get("cuda") if isinstance(tc.get("cuda"), dict) else None
     if cuda:
         ran += f", CUDA {cuda.get('version')} from {cuda.get('origin')}"
+    cross = tc.get("cross") if isinstance(tc.get("cross"), dict) else None
+    if tc.get("compiler") == "cross" and cross:
+        ran += f", cross compiler {cross.get('host')} -> {cross.get('target')}"
     return f"{what}, build {rec.get('id')} (inputs {rec.get('inputs_hash')}), {ran}, {rec.get('platform')}"

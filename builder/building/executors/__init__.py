@@ -88,7 +88,8 @@ def toolchain_record(
     executor: str, *, image: str | None, base: str | None, compiler: str, toolkit: dict | None
 ) -> dict:
     """What ran one build, as its wheel's provenance says it (builder/verifying/provenance.py): the executor,
-    the image and its base only when Docker ran, and where the compiler (``image`` or ``host``) and the toolkit
+    the image and its base only when Docker ran, and where the compiler (``image``, ``host``, or ``cross``: an
+    emulated image's cross compiler, which the Docker executor describes under ``cross``) and the toolkit
     came from. TOOLKIT: ``{"kind": "cuda"|"rocm", "version", "origin", ...}`` with origin ``pypi`` (the
     nvidia-* wheels docker/packages.toml pins, listed under ``packages``), ``base`` (the vendor devel image
     named as ``base``), ``debian`` (Debian's packages of ``suite``) or ``host`` (this machine's own); None

@@ -154,6 +154,7 @@ class DockerExecutor:
         self.pythons: dict[str, dict[str, str]] = {}  # ImageSpec.id -> {"3.11": "/opt/python/cp311-cp311/bin/python"}
         self.machines: dict[str, str] = {}  # ImageSpec.id -> the machine its containers run (aarch64: emulated here)
         self.images: dict = {}  # ImageSpec.id -> ImageSpec
+        self.crosses: dict[str, dict] = {}  # ImageSpec.id -> its cross compiler (render.cross_compiler), if it has one
         self._containers: set[str] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -179,7 +180,11 @@ class DockerExecutor:
                 toolkit["packages"] = list(load_packages()["cuda"]["pypi"][image.toolkit]["packages"])
             elif origin == "debian":
                 toolkit["suite"] = local_suite(base) if is_local_base(base) else fallback_suite(image)
-        return toolchain_record("docker", image=spec.image, base=base, compiler="image", toolkit=toolkit)
+        cross = self.crosses.get(spec.image)
+        record = toolchain_record("docker", image=spec.image, base=base, compiler="cross" if cross else "image", toolkit=toolkit)
+        if cross:  # the image's CC/CXX: the build host's cross compiler, run natively in the emulated container
+            record["toolchain"]["cross"] = {"host": cross["host"], "target": cross["target"], "packages": cross["packages"]}
+        return record
 
     # -- images ---------------------------------------------------------------------------
     def prepare(self, images: dict, specs: list) -> None:
@@ -204,12 +209,16 @@ class DockerExecutor:
                 )
             check_substitute(image, bases[key])
             r = render(image, base=bases[key])
+            if r.cross:
+                self.crosses[image_id] = r.cross
             self.tags[image_id] = r.tag
             self.bases[image_id] = bases[key]
             if image_exists(self.client, r.tag):
                 self.log(f"image {image_id}: reusing {r.tag}")
             else:
                 try:
+                    if r.cross and is_local_base(r.cross["base"]):  # the cross stage's base: the farm's own, this host's
+                        resolve_base(self.client, r.cross["base"], ca_bundle=self.options.ca_bundle, log=self.log)
                     self._build_image(r)
                 except InfrastructureError as err:  # only the builds of this image fail
                     self.log(f"image {image_id}: FAILED; its builds are skipped (log: {self._image_log(image_id)})")
@@ -241,7 +250,9 @@ class DockerExecutor:
             labels={IMAGE_LABEL: r.image.id},
             files={"ca-bundle.crt": self.options.ca_bundle, **r.files},  # r.files: what else it COPYs (rocm_patch/)
             stage=stage, log_path=self._image_log(r.image.id), error=InfrastructureError,
-            platform=docker_platform(machine) if machine != host_machine() else None,
+            # An image with a cross stage names each stage's platform in its FROM lines: docker 20.10's classic
+            # builder refuses a COPY --from a stage of another platform than the one the build was asked for.
+            platform=docker_platform(machine) if machine != host_machine() and not r.cross else None,
         )  # fmt: skip
         self.log(f"image {r.image.id}: built {r.tag} in {seconds:.0f}s")
         timings.record("image", r.tag, seconds)
