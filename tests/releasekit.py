@@ -124,7 +124,7 @@ def venv_with_torch(path: Path, python: str, torch_req: str, env: dict, *more: s
     torch, hard-linked, tests/sharedruns.py), and MORE from this machine's usual pip settings (its wheelhouse)."""
     from sharedruns import torch_venv
 
-    return torch_venv(path, python, torch_req, env, *more)
+    return torch_venv(path, python, torch_req, {k: v for k, v in env.items() if k != "PIP_CONFIG_FILE"}, *more)
 
 
 class _GitHttp(http.server.BaseHTTPRequestHandler):

@@ -113,8 +113,8 @@ def release_dry_run(work: Path):
 
 
 def torch_venv(dest: Path, python: str, torch_req: str, env: dict, *more: str) -> Path:
-    """DEST: a venv of PYTHON holding TORCH_REQ (``torch==X.Y.Z``), then MORE installed by its pip; returns its
-    python. The torch comes from the farm's smoke-test venv of that Python and torch, hard-linked (nothing is
+    """DEST: a venv of PYTHON holding TORCH_REQ (``torch==X.Y.Z``), then MORE installed by its pip (under ENV);
+    returns its python (run its tools as ``python -m``: the copied console scripts name the farm's folder). The torch comes from the farm's smoke-test venv of that Python and torch, hard-linked (nothing is
     downloaded or unpacked again); pip replaces a file it changes (a new inode), so the farm's copy is never
     written through a link."""
     from filelock import FileLock
@@ -134,8 +134,8 @@ def torch_venv(dest: Path, python: str, torch_req: str, env: dict, *more: str) -
     (dest / ".complete").unlink(missing_ok=True)  # a copy, not one of the farm's venvs
     py = dest / "bin" / "python"
     if more:
-        proc = subprocess.run([str(py), "-m", "pip", "install", "-q", *more], capture_output=True, text=True,
-                              env={k: v for k, v in env.items() if k != "PIP_CONFIG_FILE"}, check=False)  # fmt: skip
+        proc = subprocess.run([str(py), "-m", "pip", "install", "-q", *more], capture_output=True, text=True, env=env,
+                              check=False)  # fmt: skip
         if proc.returncode:
             raise AssertionError(f"installing {more} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return py
