@@ -173,6 +173,13 @@ def table(result: dict, top: int = 25) -> str:
                 seen[(row["kind"], row["what"])] += 1
         again = [f"{k} {w} ({n}x)" for (k, w), n in seen.items() if n > 1]
         out += ["", f"Made more than once in this run: {', '.join(again) if again else 'nothing'}."]
+        # a spec compiled again (a reproducibility check's rebuild is one on purpose), with the test files that asked
+        compiled: dict[str, list[str]] = defaultdict(list)
+        for row in farm:
+            if row["kind"] == "compile":
+                compiled[row["what"]].append(row.get("context", "").split("::")[0] or "?")
+        twice = [f"{w} ({len(c)}x: {', '.join(sorted(set(c)))})" for w, c in compiled.items() if len(c) > 1]
+        out += ["", f"Compiled more than once in this run: {'; '.join(twice) if twice else 'nothing'}."]
     return "\n".join(out) + "\n"
 
 

@@ -41,6 +41,25 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         os.environ["MAMBA_FARM_TIMINGS_CONTEXT"] = item.nodeid
 
 
+# Made once per pytest run, on first use, and read by every test file that needs it (tests/sharedruns.py).
+
+
+@pytest.fixture(scope="session")
+def ci_cpu_runs(tmp_path_factory):
+    """The ci profile's CPU wheel in Docker: killed mid-build, rerun, run again (one dist)."""
+    import sharedruns
+
+    return sharedruns.ci_cpu_runs(tmp_path_factory.mktemp("farm-docker"))
+
+
+@pytest.fixture(scope="session")
+def release_dry_run(tmp_path_factory):
+    """release.yml's dry run under act (builder.upkeep.rehearse): its jobs, log and artifacts."""
+    import sharedruns
+
+    return sharedruns.release_dry_run(tmp_path_factory.mktemp("rehearsal-dry"))
+
+
 _FILE_SECONDS: dict[str, float] = defaultdict(float)
 
 

@@ -45,26 +45,17 @@ def python311() -> str | None:
 
 
 def torch_cuda_venv() -> Path:
-    """The cached venv with torch 2.14.1 and cuobjdump; created once (under a lock) from the local wheels."""
+    """The cached venv with torch 2.14.1 and cuobjdump; created once (under a lock): the farm's torch venv, hard-linked."""
     ready = VENV / ".mamba-ready"
     CACHE.mkdir(parents=True, exist_ok=True)
     with FileLock(str(CACHE / f"{VENV.name}.lock")):
         if not ready.is_file():
             shutil.rmtree(VENV, ignore_errors=True)
-            subprocess.run([python311(), "-m", "venv", str(VENV)], check=True)
-            subprocess.run(
-                [
-                    str(VENV / "bin" / "pip"),
-                    "install",
-                    "-q",
-                    f"torch=={TORCH}",
-                    "setuptools>=70",
-                    "wheel",
-                    "packaging",
-                    "nvidia-cuda-cuobjdump",
-                ],
-                check=True,
-            )
+            # torch: the farm's smoke-test venv of this Python and torch, hard-linked (tests/sharedruns.py)
+            from sharedruns import torch_venv
+
+            torch_venv(VENV, python311(), f"torch=={TORCH}", dict(os.environ),
+                       "setuptools>=70", "wheel", "packaging", "nvidia-cuda-cuobjdump")  # fmt: skip
             ready.write_text(TORCH)
     return VENV
 
@@ -115,7 +106,7 @@ def build_wheel(venv: Path, src: Path, out: Path, archs: str, max_jobs: int = 1)
         PIP_NO_INPUT="1",
     )
     log_path = out / "build.log"
-    cmd = [str(venv / "bin" / "pip"), "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", str(out), str(src)]
+    cmd = [str(venv / "bin" / "python"), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", str(out), str(src)]
     rc, wall, cpu, rss = run_measured(cmd, env, src, log_path)
     wheels = sorted(out.glob("mamba_ssm-*.whl"))
     return Build(wheels[0] if wheels else None, rc, wall, cpu, rss, log_path.read_text(errors="replace"))

@@ -120,14 +120,11 @@ def through_assets(env: dict, proxy: str, bundle: Path) -> dict:
 
 
 def venv_with_torch(path: Path, python: str, torch_req: str, env: dict, *more: str) -> Path:
-    """A fresh venv with pip and TORCH_REQ (and MORE) from this machine's usual pip settings (its wheelhouse)."""
-    subprocess.run([python, "-m", "venv", str(path)], check=True)
-    py = path / "bin" / "python"
-    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", torch_req, *more], capture_output=True, text=True,
-                          env={k: v for k, v in env.items() if k != "PIP_CONFIG_FILE"}, check=False)  # fmt: skip
-    if proc.returncode:
-        raise AssertionError(f"installing {torch_req} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return py
+    """A venv of its own with pip and TORCH_REQ (``torch==X.Y.Z``: the farm's smoke-test venv of that Python and
+    torch, hard-linked, tests/sharedruns.py), and MORE from this machine's usual pip settings (its wheelhouse)."""
+    from sharedruns import torch_venv
+
+    return torch_venv(path, python, torch_req, {k: v for k, v in env.items() if k != "PIP_CONFIG_FILE"}, *more)
 
 
 class _GitHttp(http.server.BaseHTTPRequestHandler):

@@ -7,6 +7,7 @@ their elapsed seconds, the form a timestamping wrapper writes.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -87,6 +88,19 @@ def test_the_farm_steps_are_summed_by_kind_and_repeats_named(produced_log) -> No
     assert "| compiles (1, 380 CPU-s; wall includes torch filled on first use; inside the tests below) | 200 |" in table
     assert "| image | mamba-farm/cpu:abc | 120 | tests/test_slow_one.py::test_a |" in table
     assert "Made more than once in this run: image mamba-farm/cpu:abc (2x)." in table
+
+
+def test_a_spec_compiled_more_than_once_is_named_with_the_test_files_that_asked() -> None:
+    rows = [
+        {"kind": "compile", "what": "cpu-a", "seconds": 12.0, "context": "tests/test_x.py::test_one"},
+        {"kind": "compile", "what": "cpu-a", "seconds": 11.0, "context": "tests/test_y.py::test_two"},
+        {"kind": "compile", "what": "cpu-a", "seconds": 11.0, "context": "tests/test_y.py::test_three"},
+        {"kind": "compile", "what": "cu13-b", "seconds": 30.0, "context": "tests/test_x.py::test_one"},
+    ]
+    log = "".join(f"ci-time: farm {json.dumps(r)}\n" for r in rows)
+    table = ci_time.table(ci_time.parse(log.splitlines()))
+    assert "Compiled more than once in this run: cpu-a (3x: tests/test_x.py, tests/test_y.py)." in table
+    assert "Compiled more than once in this run: nothing." in ci_time.table(ci_time.parse(log.splitlines()[3:]))
 
 
 def test_a_log_with_elapsed_seconds_is_split_by_the_lines_that_open_each_step() -> None:

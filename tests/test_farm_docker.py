@@ -1,10 +1,11 @@
 """The farm in containers, for real: the ci profile's CPU build through `python -m builder build`.
 
-One module-scoped run sequence (each step is what a maintainer would do):
+One run sequence, made once per pytest run (`ci_cpu_runs`, tests/sharedruns.py; each step is what a
+maintainer would do):
 1. start the build and kill the orchestrator (SIGTERM) while the compile runs;
 2. run it again: it completes;
 3. run it a third time: nothing is rebuilt.
-The CUDA builds of the ci profile are the slow test at the end.
+The CUDA builds of the ci profile are the test at the end, into the same dist.
 """
 
 from __future__ import annotations
@@ -13,101 +14,31 @@ import hashlib
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from farmkit import (
-    REPO,
-    Run,
-    build_cmd,
-    checked_evidence,
-    ci_spec,
-    docker_client,
-    farm_containers,
-    import_check,
-    partial_files,
-    run_build,
-)
+from farmkit import REPO, Run, checked_evidence, docker_client, farm_containers, import_check, partial_files
+from sharedruns import log_stamps
 
 pytestmark = pytest.mark.docker
 
 
-def _build_container(client, pid: int):
-    for c in farm_containers(client):
-        if c.labels.get("org.mamba-farm.owner", "").endswith(f":{pid}") and "/farm/build.sh" in " ".join(
-            c.attrs["Config"]["Cmd"] or []
-        ):
-            return c
-    return None
-
-
-@pytest.fixture(scope="module")
-def cpu_runs(tmp_path_factory):
-    client = docker_client()
-    spec = ci_spec("cpu")
-    dist = tmp_path_factory.mktemp("farm-docker") / "dist"
-    args = ("--profile", "ci", "--only", spec.id, "--executor", "docker", "--dist", str(dist))
-
-    # 1. killed mid-build
-    proc = subprocess.Popen(build_cmd(*args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 1800  # a cold machine builds the base and the image first
-    container = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        container = _build_container(client, proc.pid)
-        if container is not None:
-            break
-        time.sleep(1)
-    assert container is not None, f"no build container appeared:\n{proc.communicate()[0][-3000:]}"
-    time.sleep(3)
-    proc.send_signal(signal.SIGTERM)
-    killed_out = proc.communicate(timeout=120)[0]
-    killed = SimpleNamespace(
-        rc=proc.returncode,
-        out=killed_out,
-        leftovers=[
-            c for c in farm_containers(client) if c.labels.get("org.mamba-farm.owner", "").endswith(f":{proc.pid}")
-        ],
-        wheels=sorted((dist / "wheels").glob("*")) if (dist / "wheels").exists() else [],
-    )
-    # 2. the rerun, 3. the run after it
-    first = run_build(*args)
-    wheels_after_first = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (dist / "wheels").glob("*.whl")}
-    logs_after_first = _log_stamps(dist)
-    second = run_build(*args)
-    return SimpleNamespace(
-        spec=spec,
-        dist=dist,
-        killed=killed,
-        first=first,
-        second=second,
-        wheels=wheels_after_first,
-        logs=logs_after_first,
-    )
-
-
-def _log_stamps(dist: Path) -> dict[str, int]:
-    """A build that runs rewrites its log: unchanged stamps mean nothing was rebuilt."""
-    return {p.name: p.stat().st_mtime_ns for p in (dist / "logs").glob("*.log")}
-
-
-def test_killed_build_leaves_no_container_and_nothing_in_dist(cpu_runs) -> None:
-    k = cpu_runs.killed
+def test_killed_build_leaves_no_container_and_nothing_in_dist(ci_cpu_runs) -> None:
+    k = ci_cpu_runs.killed
     assert k.rc != 0
     assert "interrupted" in k.out
     assert k.leftovers == [], [c.name for c in k.leftovers]
     assert k.wheels == []
 
 
-def test_rerun_builds_the_cpu_wheel_in_a_container(cpu_runs) -> None:
-    first, dist, spec = cpu_runs.first, cpu_runs.dist, cpu_runs.spec
+def test_rerun_builds_the_cpu_wheel_in_a_container(ci_cpu_runs) -> None:
+    first, dist, spec = ci_cpu_runs.first, ci_cpu_runs.dist, ci_cpu_runs.spec
     assert first.rc == 0, first.out[-4000:]
     assert "executor: docker" in first.out
-    (wheel,) = cpu_runs.wheels
+    (wheel,) = ci_cpu_runs.wheels
     assert f"+{spec.label}-{spec.python_tag}-{spec.python_tag}-" in wheel
     assert (dist / "logs" / f"{spec.id}.log").read_text().strip().endswith("done")
     # its provenance says what ran: Docker, the spec's image and the base it was really built FROM
@@ -125,35 +56,35 @@ def test_rerun_builds_the_cpu_wheel_in_a_container(cpu_runs) -> None:
     )
 
 
-def test_wheel_installs_in_a_clean_env_and_imports(cpu_runs, tmp_path: Path) -> None:
-    (name,) = cpu_runs.wheels
-    proc = import_check(cpu_runs.dist / "wheels" / name, tmp_path / "site")
+def test_wheel_installs_in_a_clean_env_and_imports(ci_cpu_runs, tmp_path: Path) -> None:
+    (name,) = ci_cpu_runs.wheels
+    proc = import_check(ci_cpu_runs.dist / "wheels" / name, tmp_path / "site")
     assert proc.returncode == 0, proc.stderr
     assert "import ok" in proc.stdout
 
 
-def test_the_wheel_carries_its_evidence_record(cpu_runs) -> None:
-    (rec,) = checked_evidence(cpu_runs.dist, cpu_runs.first.out, numerics=True, modules=("mamba_ssm._C",))
+def test_the_wheel_carries_its_evidence_record(ci_cpu_runs) -> None:
+    (rec,) = checked_evidence(ci_cpu_runs.dist, ci_cpu_runs.first.out, numerics=True, modules=("mamba_ssm._C",))
     assert rec["verified"]["repaired"].startswith("manylinux_") and rec["verified"]["machine"] == "x86_64"
 
 
-def test_index_lists_the_wheel_with_its_hash(cpu_runs) -> None:
-    (name,), (sha,) = cpu_runs.wheels, cpu_runs.wheels.values()
-    page = (cpu_runs.dist / "index" / cpu_runs.spec.variant / "index.html").read_text()
+def test_index_lists_the_wheel_with_its_hash(ci_cpu_runs) -> None:
+    (name,), (sha,) = ci_cpu_runs.wheels, ci_cpu_runs.wheels.values()
+    page = (ci_cpu_runs.dist / "index" / ci_cpu_runs.spec.variant / "index.html").read_text()
     assert name in page and f"sha256={sha}" in page
 
 
-def test_second_run_rebuilds_nothing(cpu_runs) -> None:
-    second = cpu_runs.second
+def test_second_run_rebuilds_nothing(ci_cpu_runs) -> None:
+    second = ci_cpu_runs.second
     assert second.rc == 0, second.out[-3000:]
     assert "0 to build" in second.out
-    now = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (cpu_runs.dist / "wheels").glob("*.whl")}
-    assert now == cpu_runs.wheels
-    assert _log_stamps(cpu_runs.dist) == cpu_runs.logs != {}
+    now = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (ci_cpu_runs.dist / "wheels").glob("*.whl")}
+    assert now == ci_cpu_runs.wheels
+    assert log_stamps(ci_cpu_runs.dist) == ci_cpu_runs.logs != {}
 
 
 @pytest.mark.cuda_build
-def test_ci_profile_end_to_end(cpu_runs, tmp_path: Path) -> None:
+def test_ci_profile_end_to_end(ci_cpu_runs, tmp_path: Path) -> None:
     """The README's first maintainer command, as typed (with --dist): every ci spec (cpu torch 2.13 py3.11;
     cu13 torch 2.14 py3.11, py3.12) in containers, then the pip commands that install from its index.
 
@@ -163,7 +94,7 @@ def test_ci_profile_end_to_end(cpu_runs, tmp_path: Path) -> None:
     docker_client()
     from builder.planning.plan import load_plan
 
-    dist = cpu_runs.dist
+    dist = ci_cpu_runs.dist
     t0 = time.monotonic()
     proc = subprocess.run(
         ["bash", "scripts/build-ci.sh", "--dist", str(dist)],
@@ -211,7 +142,7 @@ def test_ci_profile_end_to_end(cpu_runs, tmp_path: Path) -> None:
     assert imported.returncode == 0 and imported.stdout.startswith(str(site)), imported.stderr
     # verified wheels passed the smoke test (a clean env with the matching torch) before publication
     # the same command again: its set-up only checks, and nothing is rebuilt
-    logs = _log_stamps(dist)
+    logs = log_stamps(dist)
     again = subprocess.run(
         ["bash", "scripts/build-ci.sh", "--dist", str(dist)], check=False, cwd=REPO, capture_output=True, text=True
     )
@@ -219,4 +150,4 @@ def test_ci_profile_end_to_end(cpu_runs, tmp_path: Path) -> None:
     assert [c for c in again.stdout.split("Installed from the local index", 1)[1].split() if "==" in c] == [
         c for c in " ".join(commands).split() if "==" in c
     ]
-    assert _log_stamps(dist) == logs and sum(not n.startswith("image-") for n in logs) == 3
+    assert log_stamps(dist) == logs and sum(not n.startswith("image-") for n in logs) == 3

@@ -23,6 +23,7 @@ import cudakit
 import pytest
 from indexkit import find_python, serve
 from sdistkit import COMPILE_MARK, PREBUILT_MARK, base_env, checked, make_sdist, run
+from sharedruns import torch_venv
 from wheelmaker import make_wheel
 
 from builder.publishing.index import build_index
@@ -75,10 +76,13 @@ def standin(tmp_path_factory) -> Path:
 
 def fresh_venv(path: Path, python: str, torch_wheel: Path | None) -> Path:
     """``python -m venv`` (pip 23.x and setuptools 65.5 on 3.10/3.11, no setuptools on 3.12+), plus torch:
-    the real one with its dependencies (among them setuptools>=77.0.3), the stand-in alone."""
+    the real one with its dependencies (among them setuptools>=77.0.3), the stand-in alone. The real one is
+    the farm's smoke-test venv of that Python and torch (such a venv, made once), hard-linked (tests/sharedruns.py)."""
     interpreter = find_python(python)
     if interpreter is None:
         pytest.skip(f"no Python {python} here")
+    if torch_wheel == LOCAL_TORCH:
+        return torch_venv(path, interpreter, f"torch=={TORCH.split('+')[0]}", base_env())
     checked(run([interpreter, "-m", "venv", path]))
     py = path / "bin" / "python"
     if torch_wheel is not None:

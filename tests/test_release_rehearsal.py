@@ -88,12 +88,9 @@ def _run(cmd: list[str] | str, env: dict, timeout: int = 900) -> subprocess.Comp
 
 
 @pytest.fixture(scope="module")
-def dry(tmp_path_factory):
-    docker_client()  # skips without an engine: the build jobs run the farm's Docker executor, as on GitHub
-    work = tmp_path_factory.mktemp("rehearsal-dry")
-    result = rehearse(work / "r", actions=ACTIONS, profile=DRY_RUN_PROFILE, index_port=free_port(), python=_python311())
-    print(f"dry run: {len(result.jobs)} jobs in {result.seconds:.0f} s, act exit {result.rc}: {result.jobs}")
-    return result
+def dry(release_dry_run):
+    """The dry run, made once per pytest run (tests/sharedruns.py): tests/test_reproducible.py reads it too."""
+    return release_dry_run
 
 
 def test_the_upload_artifact_v6_mapping_is_the_one_act_workaround():

@@ -1,10 +1,13 @@
 """Reproducible wheels, for real: our CPU classic and CPU stable wheels, built twice in Docker, are the same bytes.
 
-For each kind, `builder build` makes the wheel once (dist A, from a clean clone of HEAD); then `builder verify --rebuild ID WHEEL`
-rebuilds the spec in another dist folder (B, later, with the kernel cache the first build warmed) and must
-say "identical". The same wheel with one byte of its extension changed must be reported as different
-(exit 14) with that member named; that check reuses B's build (its ledger says up to date: nothing is
-compiled a third time). The member-level comparison itself is tested without Docker in test_verify.py.
+The classic wheel: the ci profile's CPU run makes it once (dist A, tests/sharedruns.py `ci_cpu_runs`, shared
+with tests/test_farm_docker.py); then `builder verify --rebuild ID WHEEL` rebuilds the spec in another dist
+folder (B, later, with the kernel cache the first build warmed, from a clean clone of the commit the wheel
+records) and must say "identical". The same wheel with one byte of its extension changed must be reported
+as different (exit 14) with that member named; that check reuses B's build (its ledger says up to date:
+nothing is compiled a third time). The stable wheel: the release dry run (`release_dry_run`, shared with
+tests/test_release_rehearsal.py) builds it and its reproduce job rebuilds it with the same check. The
+member-level comparison itself is tested without Docker in test_verify.py.
 """
 
 from __future__ import annotations
@@ -66,15 +69,9 @@ def _one_byte_changed(wheel: Path, dest: Path) -> str:
     return so
 
 
-@pytest.mark.parametrize("profile", ["ci", "ci-stable"])
-def test_cpu_wheel_rebuilds_to_the_same_bytes(profile: str, tmp_path: Path) -> None:
-    docker_client()
-    spec = _spec(profile)
-    first = run_build("--profile", profile, "--only", spec.id, "--executor", "docker", "--no-smoke",
-                      "--dist", str(tmp_path / "a"), "--source", str(_clean_clone(tmp_path / "src")))  # fmt: skip
-    assert first.rc == 0, first.out[-4000:]
-    (wheel,) = (tmp_path / "a" / "wheels").glob("*.whl")
-    # what built it, in the wheel and in the index's sidecar alike
+def _rebuilt_identical(spec, wheel: Path, tmp_path: Path) -> None:
+    """WHEEL (what built it, in the wheel and in the index's sidecar alike) rebuilt by `builder verify --rebuild`
+    into dist B: identical; a copy with one byte of its extension changed: exit 14, that member named."""
     sidecar = json.loads(Path(f"{wheel}.spec.json").read_text())
     assert sidecar["provenance"] == provenance.read_wheel(wheel) and sidecar["provenance"]["id"] == spec.id
     assert sidecar["provenance"]["source"] == {"kind": "checkout", "commit": provenance.checkout_commit(REPO)}
@@ -92,8 +89,67 @@ def test_cpu_wheel_rebuilds_to_the_same_bytes(profile: str, tmp_path: Path) -> N
     assert "0 to build" in diff.stderr  # B's rebuild reused, not a third compile
     assert f"  {member}: size " in diff.stderr and "ELF section" in diff.stderr
     assert "Traceback" not in diff.stderr
+    _one_time(wheel)
+
+
+def _one_time(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         assert {i.date_time for i in zf.infolist()} == {zf.infolist()[0].date_time}  # one time: the commit's
+
+
+def _built_from_a_clean_clone(profile: str, spec, tmp_path: Path) -> Path:
+    first = run_build("--profile", profile, "--only", spec.id, "--executor", "docker", "--no-smoke",
+                      "--dist", str(tmp_path / "a"), "--source", str(_clean_clone(tmp_path / "src")))  # fmt: skip
+    assert first.rc == 0, first.out[-4000:]
+    (wheel,) = (tmp_path / "a" / "wheels").glob("*.whl")
+    return wheel
+
+
+def test_cpu_wheel_rebuilds_to_the_same_bytes(request, tmp_path: Path) -> None:
+    """Our CPU classic wheel. Dist A is the ci profile's CPU run (tests/sharedruns.py `ci_cpu_runs`, which
+    tests/test_farm_docker.py checks), built from this checkout; a checkout with uncommitted edits builds A
+    itself from a clean clone of HEAD (its wheel would record `dirty`, which verify refuses)."""
+    docker_client()
+    spec = _spec("ci")
+    if provenance.checkout_dirty(REPO):
+        wheel = _built_from_a_clean_clone("ci", spec, tmp_path)
+    else:
+        runs = request.getfixturevalue("ci_cpu_runs")
+        assert runs.first.rc == 0 and runs.spec.id == spec.id, runs.first.out[-4000:]
+        (name,) = runs.wheels
+        wheel = runs.dist / "wheels" / name
+    _rebuilt_identical(spec, wheel, tmp_path)
+
+
+def test_cpu_stable_wheel_rebuilds_to_the_same_bytes(request, tmp_path: Path) -> None:
+    """Our CPU stable-ABI wheel: the release dry run (tests/sharedruns.py `release_dry_run`, profile ci-stable)
+    builds it in its build job and rebuilds it in its reproduce job, from the same commit, with this farm's
+    `verify --rebuild` check; here its wheel, its sidecar and the reproduce job's verdict on those very bytes.
+    (A one-byte change reported as different: the classic wheel above; for this kind, the rehearsal's tampered
+    release, --run-slow.) Without act's actions here, the wheel is built and rebuilt as the classic one."""
+    from sharedruns import rehearsal_actions
+
+    docker_client()
+    spec = _spec("ci-stable")
+    if not rehearsal_actions().is_dir():
+        _rebuilt_identical(spec, _built_from_a_clean_clone("ci-stable", spec, tmp_path), tmp_path)
+        return
+    dry = request.getfixturevalue("release_dry_run")
+    assert dry.jobs.get("reproduce") == "succeeded", dry.jobs
+    wheels = [
+        w
+        for zipped in sorted(dry.artifacts.glob("*/wheel-*/*.zip"))
+        for w in dry.artifact(zipped.parent.name, tmp_path / zipped.parent.name).rglob("*.whl")
+        if json.loads(Path(f"{w}.spec.json").read_text())["provenance"]["id"] == spec.id
+    ]
+    assert len(wheels) == 1, wheels
+    (wheel,) = wheels
+    sidecar = json.loads(Path(f"{wheel}.spec.json").read_text())
+    assert sidecar["provenance"] == provenance.read_wheel(wheel)
+    assert sidecar["provenance"]["source"] == {"kind": "checkout", "commit": provenance.checkout_commit(REPO)}
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert f"identical: {wheel.name} (sha256 {sha}) is what {spec.id} rebuilds to" in dry.log.read_text()
+    _one_time(wheel)
 
 
 def _cuda_spec(profile: str, project: str):

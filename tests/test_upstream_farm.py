@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from farmkit import REPO, checked_evidence, docker_client, run_build
 from indexkit import find_python, serve
+from sharedruns import torch_venv
 
 from builder.errors import PatchError, SourceIntegrityError
 from builder.planning.plan import load_plan
@@ -104,11 +105,9 @@ def test_pip_installs_both_from_the_served_index_next_to_torch_2_14_1(cp311, tmp
     python = find_python("3.11")
     if python is None:
         pytest.skip("no Python 3.11 on this machine")
-    venv = tmp_path / "venv"
-    subprocess.run([python, "-m", "venv", str(venv)], check=True)
-    vpy = str(venv / "bin" / "python")
-    # torch through the host's pip settings (its local wheelhouse), as a user has it
-    subprocess.run([vpy, "-m", "pip", "install", "-q", "torch==2.14.1"], check=True)
+    # torch through the host's pip settings (its local wheelhouse), as a user has it: the farm's smoke-test venv
+    # of that Python and torch (made that way), hard-linked (tests/sharedruns.py)
+    vpy = str(torch_venv(tmp_path / "venv", python, "torch==2.14.1", dict(os.environ)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
     variant = "cu13-torch2.14-cxx11abiTRUE"
