@@ -44,7 +44,7 @@ def cache(tmp_path_factory) -> SourceCache:
 
 def test_the_recipes_load_and_pin_the_published_sdists():
     recipes = load_recipes()
-    assert sorted(recipes) == ["causal-conv1d", "mamba-ssm"]
+    assert sorted(recipes) == ["causal-conv1d", "fast-hadamard-transform", "mamba-ssm"]
     assert recipes["mamba-ssm"].source == MAMBA and recipes["causal-conv1d"].source == CAUSAL
     assert recipes["mamba-ssm"].extensions == ("selective_scan_cuda*.so",)
     assert recipes["causal-conv1d"].extensions == ("causal_conv1d_cuda*.so",)

@@ -232,6 +232,27 @@ def test_an_archive_or_git_pin_is_the_same_product_line_as_the_projects_sdists()
     assert source_line(GitPin("other", "1.0", "https://example.org/o.git", "c" * 40).identity) != "sdist:demo"
 
 
+def test_the_index_reads_an_archive_or_git_wheels_sidecar_and_holds_it_to_its_project():
+    """The sidecar's ``source`` of a wheel built from an archive or a git pin is an identity the index takes;
+    a pin of another project, a short commit or a bare kind are refused, naming the sidecar."""
+    from builder.errors import UsageError
+    from builder.publishing.index.reader import read_source
+
+    archive = ArchivePin("demo", "1.1", "b" * 64, "https://example.org/demo/archive/refs/tags/v1.1.tar.gz").identity
+    git = GitPin("Demo", "1.2", "https://example.org/demo.git", "c" * 40).identity
+    for identity in (archive, git):
+        assert read_source("w.spec.json", {"source": identity}, "demo") == identity
+    for source, says in (
+        (archive, "but the wheel is a other wheel"),
+        (git, "but the wheel is a other wheel"),
+    ):
+        with pytest.raises(UsageError, match=says):
+            read_source("w.spec.json", {"source": source}, "other")
+    for source in (git[:-1], "git:demo==1.2@sha256:" + "c" * 64, "archive:demo==1.1@" + "c" * 40, "archive:x"):
+        with pytest.raises(UsageError, match="w.spec.json: 'source' is .*, not a source identity"):
+            read_source("w.spec.json", {"source": source}, "demo")
+
+
 def test_the_doctor_and_the_summary_name_an_archive_or_git_source():
     from builder.verifying import provenance
     from mamba_ssm.doctor import report

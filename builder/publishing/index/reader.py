@@ -38,7 +38,12 @@ class Named(NamedTuple):
 # digits and ``_`` (``.`` joins compressed tag sets).
 _TAG_PART_RE = re.compile(r"[A-Za-z0-9_]+")
 _MAX_SIDECAR_BYTES = 1 << 20  # a BuildSpec's JSON is a few kB
-_SOURCE_RE = re.compile(r"checkout|sdist:(?P<name>[A-Za-z0-9._-]+)==[^@\s]+@sha256:[0-9a-f]{64}")
+# builder/facts/spec.py's identities: this checkout, or a recipe's pin (a PyPI sdist or an archive URL by sha256,
+# a git repository at a full commit)
+_SOURCE_RE = re.compile(
+    r"checkout|(?:sdist|archive):(?P<name>[A-Za-z0-9._-]+)==[^@\s]+@sha256:[0-9a-f]{64}"
+    r"|git:(?P<git_name>[A-Za-z0-9._-]+)==[^@\s]+@[0-9a-f]{40}"
+)
 _DIST_RE = re.compile(r"[A-Za-z0-9]+(?:[._][A-Za-z0-9]+)*")
 
 
@@ -210,9 +215,11 @@ def read_source(sidecar: str, spec: dict | None, project: str) -> str:
     if m is None:
         raise UsageError(
             f"{sidecar}: 'source' is {source!r}, not a source identity",
-            hint="expected 'checkout' or a pinned sdist's 'sdist:<name>==<version>@sha256:<hex>' (builder.sourcing.sources)",
+            hint="expected 'checkout', or a recipe's pin: 'sdist:' or 'archive:<name>==<version>@sha256:<hex>', "
+            "'git:<name>==<version>@<commit>' (builder/facts/spec.py)",
         )
-    if m["name"] and canonicalize_name(m["name"]) != project:
+    name = m["name"] or m["git_name"]
+    if name and canonicalize_name(name) != project:
         raise UsageError(f"{sidecar}: 'source' is {source!r}, but the wheel is a {project} wheel")
     return source
 
