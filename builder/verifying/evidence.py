@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 from builder.errors import UsageError
@@ -222,6 +223,9 @@ def line(rec: dict) -> str:
 # ledger keeps it under its own key, and a ROCm cell of its line with no wheel record stays planned, saying this.
 HIP_KIND = "hip-compile"
 MAX_HIP_TUS = 64
+_GFX = re.compile(r"gfx[0-9a-f]{2,5}")
+_HIP_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9A-Za-z]{1,16}){0,4}")
+_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]{0,199}(:[A-Za-z0-9._-]{1,128})?")
 
 
 def check_hip(rec: object, what: str) -> dict:
@@ -231,14 +235,16 @@ def check_hip(rec: object, what: str) -> dict:
         raise Untrusted(f"{what}: not a {HIP_KIND} record of schema {SCHEMA}")
     if rec.get("linked") is not False:
         raise Untrusted(f"{what}: 'linked' must be false (a HIP compile links against no torch)")
-    for key in ("hip_version", "line"):
-        if not expect(rec.get(key), str, f"{what}: '{key}'"):
-            raise Untrusted(f"{what}: '{key}' is empty")
+    if expect(rec.get("line"), str, f"{what}: 'line'") not in ("checkout", "upstream"):
+        raise Untrusted(f"{what}: 'line' is neither checkout nor upstream")
+    if not _HIP_VERSION.fullmatch(expect(rec.get("hip_version"), str, f"{what}: 'hip_version'")):
+        raise Untrusted(f"{what}: 'hip_version' is empty or not a version")
     archs = expect(rec.get("archs"), list, f"{what}: 'archs'")
-    if not archs or not all(isinstance(a, str) and a.startswith("gfx") and a[3:].isalnum() for a in archs):
+    if not archs or not all(isinstance(a, str) and _GFX.fullmatch(a) for a in archs):
         raise Untrusted(f"{what}: 'archs' is not a list of gfx targets")
     toolchain = expect(rec.get("toolchain"), dict, f"{what}: 'toolchain'")
-    expect(toolchain.get("image"), str, f"{what}: 'toolchain.image'")
+    if not _IMAGE.fullmatch(expect(toolchain.get("image"), str, f"{what}: 'toolchain.image'")):
+        raise Untrusted(f"{what}: 'toolchain.image' is not an image name")
     tus = expect(rec.get("tus"), list, f"{what}: 'tus'")
     if not tus or len(tus) > MAX_HIP_TUS or not all(isinstance(t, dict) for t in tus):
         raise Untrusted(f"{what}: 'tus' is not a list of 1 to {MAX_HIP_TUS} objects")
