@@ -287,7 +287,8 @@ def record(version: str, results: list[Compiled]) -> dict:
     from builder.verifying.provenance import checkout_commit, checkout_dirty
 
     held = [{c.arch for c in r.code_objects} for r in results]
-    archs = sorted(set.intersection(*held) if held else set(), key=lambda a: (len(a), a))
+    order = lambda a: (len(a), a)  # gfx90a, gfx942, gfx1100
+    archs = sorted(set.intersection(*held) if held else set(), key=order)
     if not archs:
         raise BuildFailed("the HIP compile left no gfx target in every object: nothing to record")
     return {
@@ -297,7 +298,7 @@ def record(version: str, results: list[Compiled]) -> dict:
         "toolchain": {"image": results[0].image, "suite": SUITE, "packages": list(PACKAGES),
                       "flags": list(HIPCC_FLAGS)},
         "tus": [
-            {"tu": r.tu, "archs": sorted(c.arch for c in r.code_objects), "bytes": sum(c.size for c in r.code_objects),
+            {"tu": r.tu, "archs": sorted((c.arch for c in r.code_objects), key=order), "bytes": sum(c.size for c in r.code_objects),
              "kernels": sorted({k for c in r.code_objects for k in c.kernels}), "bundler": list(r.bundler_targets),
              "seconds": round(r.seconds, 1), "cpu_seconds": round(r.cpu_seconds, 1)}
             for r in results

@@ -224,7 +224,7 @@ def line(rec: dict) -> str:
 HIP_KIND = "hip-compile"
 MAX_HIP_TUS = 64
 _GFX = re.compile(r"gfx[0-9a-f]{2,5}")
-_HIP_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9A-Za-z]{1,16}){0,4}")
+_HIP_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9A-Za-z]{1,16}){0,4}(-[0-9A-Za-z.]{1,32})?")  # 5.7.31921-0
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]{0,199}(:[A-Za-z0-9._-]{1,128})?")
 
 
