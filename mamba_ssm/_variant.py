@@ -6,7 +6,7 @@ standard library alone: no torch at import time (torch is queried lazily in
 :func:`detect`, or read from its files by :func:`installed_torch`), no compiled
 extension, no ``builder``, no ``packaging``.
 
-Naming (DESIGN.md):
+Naming:
   variant key   ``cu12-torch2.6-cxx11abiFALSE``   (directory names, ids)
   local label   ``cu12torch2.6cxx11abiFALSE``     (the wheel's ``+local`` version)
   stable wheel  ``cu13-torchstable-abi3`` / ``cu13torchstable``: one wheel that

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepare the GPU check (issue #14) HERE, on a build machine with no GPU: everything the
+# Prepare the GPU check HERE, on a build machine with no GPU: everything the
 # device run needs goes into .gpu/ (ignored by git, carried to the device):
 #   - our stable-ABI CUDA 13 wheel for sm_80 + sm_90 (cp310-abi3, torch>=2.10), built by
 #     setup.py against torch 2.14.1 with nvcc 13.0, as tests/test_stable_abi.py builds it;

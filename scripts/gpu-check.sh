@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue #14, run ON the device machine (python3 with a CUDA torch, nvcc,
+# The GPU check, run ON the device machine (python3 with a CUDA torch, nvcc,
 # ninja, no network) from the repository root, with .gpu/ carried there
 # (scripts/gpu-check-prepare.sh fills it here):
 #   1. installs our stable-ABI CUDA 13 wheel from .gpu/ into /tmp/site (no index, no deps);

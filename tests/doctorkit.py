@@ -1,4 +1,4 @@
-"""Hostile input for the doctor (issue 28), shared by tests/test_doctor_hostile.py and the corpus's doctor cases:
+"""Hostile input for the doctor, shared by tests/test_doctor_hostile.py and the corpus's doctor cases:
 a fake line meant to be drawn over the report, a check for raw control characters, an index that lies."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile inputs, made by the tests themselves (issue 20): archives, recipes, wheels, pages and manifests.
+"""Hostile inputs, made by the tests themselves: archives, recipes, wheels, pages and manifests.
 
 Nothing here is destructive: an escape is proven by a marker file inside the test's own temporary folder.
 """

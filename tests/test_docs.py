@@ -99,6 +99,20 @@ def test_the_site_builds_strict_with_every_page_in_the_nav(site):
     assert "<!-- generated:" not in (site / "reference" / "cli" / "index.html").read_text()
 
 
+def test_the_site_carries_the_changelog_and_the_faq_in_its_nav(site):
+    """The changelog page is CHANGELOG.md itself (included, not copied), and the FAQ's answers are linked from
+    the pages that used to repeat them."""
+    config = (REPO / "mkdocs.yml").read_text()
+    assert " changelog.md" in config and " user/faq.md" in config
+    page = (site / "changelog" / "index.html").read_text()
+    for heading in re.findall(r"^## \[([^\]]+)\]", (REPO / "CHANGELOG.md").read_text(), re.M):
+        assert heading in page, f"CHANGELOG.md's {heading} is not on the site's changelog page"
+    for linked in ("README.md", "docs/index.md", "docs/user/install-prebuilt.md"):
+        assert "faq.md#pin" in (REPO / linked).read_text(), f"{linked} should link the FAQ's answer on pins"
+    faq = (site / "user" / "faq" / "index.html").read_text()
+    assert 'id="pin"' in faq and 'id="build-isolation"' in faq
+
+
 def _browser() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
         if shutil.which(name):
@@ -757,3 +771,25 @@ def test_add_recipe_lists_every_placeholder_as_the_code_defines_them():
     lines = [line.strip() for line in page.splitlines()]
     start = lines.index(table[0])
     assert lines[start : start + len(table)] == table
+
+
+# Words that tie a comment to the project's tracker or to files outside the repository rather than to the code.
+_HISTORY = re.compile(r"(?<!act )\b(?:issue|Issue) #?\d+|\(#\d+\)|" + "DESIGN" + r"\.md")
+
+
+def test_comments_describe_the_code_not_the_trackers_history():
+    """No comment, docstring or page names one of this project's issue numbers or a design file a clone does not
+    hold (act's own issue, named with its project, is a reference and stays)."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    found = []
+    for name in tracked:
+        if name == "CHANGELOG.md" or not name.endswith((".py", ".md", ".sh", ".toml", ".yml", ".j2", ".cu", ".cpp", ".h")):
+            continue
+        for n, line in enumerate((REPO / name).read_text(errors="replace").splitlines(), 1):
+            if _HISTORY.search(line):
+                found.append(f"{name}:{n}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)
+    issue = "issue"
+    assert _HISTORY.search(f"quoted in {issue} 2") and _HISTORY.search("see (" + "#12)")
+    assert not _HISTORY.search(f"nektos/act {issue} 6021")
+

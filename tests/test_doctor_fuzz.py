@@ -1,4 +1,4 @@
-"""Fuzzing the doctor's text paths (issue 28): the ``--explain`` classifier and the report printer, with generated
+"""Fuzzing the doctor's text paths: the ``--explain`` classifier and the report printer, with generated
 text built from the rules' own near-misses, escape sequences and arbitrary Unicode.
 
 The property: a result (never an exception), no raw control or bidi character in what is printed, JSON that

@@ -1,4 +1,4 @@
-"""The doctor against hostile input (issue 28): pasted text that backtracks, outside values that become words of
+"""The doctor against hostile input: pasted text that backtracks, outside values that become words of
 a printed command, escape sequences meant to draw over the report, and indexes that lie, trickle or flood.
 
 The worst-case texts are built from the rule patterns themselves (each pattern walked to the longest text it

@@ -423,7 +423,7 @@ def test_the_drift_exit_code_is_no_errors_code():
     assert drift_mod.DRIFT_EXIT == DRIFT_EXIT
 
 
-# --- a hostile index (issue 20's rules hold for the drift check too: it reads listings people can publish) ---
+# --- a hostile index (the hostile-input rules hold for the drift check too: it reads listings people can publish) ---
 
 
 def test_a_listing_that_links_a_local_file_reads_nothing_of_this_host(farm, tmp_path):

@@ -241,7 +241,7 @@ def test_the_reader_is_stdlib_only(tmp_path):
     assert p.stdout.strip() == "[]"
 
 
-# --------------------------------------------------------------------------- malformed images (issue 28)
+# --------------------------------------------------------------------------- malformed images
 
 
 def _header(shoff: int, shnum: int, shstrndx: int, shentsize: int = 64) -> bytearray:

@@ -1,4 +1,4 @@
-"""Every parser of outside data driven with generated input (issue 28): a clear error or a result, never a
+"""Every parser of outside data driven with generated input: a clear error or a result, never a
 traceback, a hang or a write outside.
 
 Each test feeds one parser what hypothesis makes: mutations of a real input (the repository's matrix and

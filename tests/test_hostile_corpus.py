@@ -1,4 +1,4 @@
-"""The hostile-input corpus (issue 20): every hostile or broken input the farm takes, through the real CLI.
+"""The hostile-input corpus: every hostile or broken input the farm takes, through the real CLI.
 
 Each case makes its input in its own scratch folder, runs ``python -m builder ...`` in a subprocess (a file
 size and memory limit, a timeout: a hang or an endless read ends the case, never the machine), and asserts:
@@ -10,7 +10,7 @@ Cases by surface: ``sdist-*`` (archives unpacked by ``recipe prepare``), ``fetch
 ``recipe fetch`` against a page served on 127.0.0.1), ``recipe-*`` (``recipe explain``), ``matrix-*`` (``plan``),
 ``index-*`` (``index`` into the published index), ``resolve-*`` (``resolve`` of a hostile manifest), ``drift-*``
 (``drift`` of a hostile listing), ``cache-*`` (``cache`` of a hostile smoke cache), ``render-*``, ``build-*``,
-``rehearse-*`` (issue 28). Add a case with each new surface: :data:`SURFACES` names, for every command of
+``rehearse-*``. Add a case with each new surface: :data:`SURFACES` names, for every command of
 ``builder/cli.py``'s registry, each input it reads from outside and the cases that attack it, and
 ``test_every_command_that_reads_outside_data_has_a_hostile_case_per_input`` fails when one has none. The classes
 of hostile input (a wrong shape, an empty field, a refused marker, bytes that are not text, terminal controls, links
@@ -489,7 +489,7 @@ def _first(doc):
     return next(iter(doc["files"].values()))
 
 
-# --- issue 28: the surfaces that landed after the first corpus
+# --- the surfaces that landed after the first corpus
 
 
 def _resolve_raw(build):
@@ -766,7 +766,7 @@ CASES = [
          _resolve_case(lambda d: {**d, "base_url": "javascript:alert(1)//"})),
     Case("resolve-base-url-shell", 2, "is not an http(s) URL",
          _resolve_case(lambda d: {**d, "base_url": "https://x.example/$(touch marker)"})),
-    # --- issue 28: resolve's manifest as bytes, a FIFO, a file:// FIFO
+    # --- resolve's manifest as bytes, a FIFO, a file:// FIFO
     Case("resolve-fifo-manifest", 2, "not a regular file", _resolve_raw(os.mkfifo)),
     Case("resolve-fifo-manifest-file-url", 2, "not a regular file", _resolve_fifo_url),
     Case("resolve-deep-nesting", 2, "nested deeper", _resolve_raw(lambda p: p.write_text("[" * 100000 + "]" * 100000))),
@@ -1250,7 +1250,7 @@ def test_hostile_input(world: World, case: Case):
     assert not published and world.victim.read_bytes() and not reached
 
 
-# =========================================================================== the doctor (issue 28)
+# =========================================================================== the doctor
 # `python -m mamba_ssm.doctor` against hostile pasted text, outside values, indexes and installed files. Its own
 # block (own cases, launcher and test) beside the builder's: same assertions, plus no raw control character
 # printed. A case gives (argv, env, stdin): stdin is bytes, or a callable giving a file descriptor.
@@ -1462,7 +1462,7 @@ def test_doctor_hostile_input(doctor_world: DoctorWorld, case: DoctorCase):
     assert not result["raw_control"], result["raw_control"]
     assert not outside, f"written outside the scratch folder: {outside[:5]}"
     assert not list(scratch.rglob("MARK*")), "a printed value reached a shell"
-# --------------------------------------------------------------------------- the rule for new surfaces (issue 28)
+# --------------------------------------------------------------------------- the rule for new surfaces
 
 # Every command of builder/cli.py's registry: each input it reads from outside the process, and the prefixes of
 # the cases above that attack it (a reader two commands share counts for both: `build` unpacks sdists with
@@ -1508,7 +1508,7 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
 NO_OUTSIDE_DATA = {
     "hip-compile": "reads this checkout's own csrc/ and the ROCm toolchain it runs; no outside data",
     "doctor-dist": "packs this checkout's own mamba_ssm/doctor and the modules it imports; no outside data",
-    "base-image": "reads --ca-bundle (a host file the operator names) and Docker; no case yet (issue 28's report)",
+    "base-image": "reads --ca-bundle (a host file the operator names) and Docker; no case yet",
 }
 
 

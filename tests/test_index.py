@@ -535,7 +535,7 @@ def test_a_manifest_entry_off_the_schema_is_an_integrity_error_naming_it(wheels,
         build_index(wheels, out)
 
 
-# --- hostile wheels folders and names (issue 20) --------------------------------------------------------------
+# --- hostile wheels folders and names --------------------------------------------------------------
 
 
 def _cli(*argv: str, timeout: int = 60):

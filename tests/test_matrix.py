@@ -487,7 +487,7 @@ def test_compat_data_is_consistent() -> None:
         assert tk["full"].startswith(version + ".") and tk["archs"]
 
 
-# --- cost (issue 20): exclude matching is indexed -------------------------------------------------------------
+# --- cost: exclude matching is indexed -------------------------------------------------------------
 
 
 def _many_excludes(n: int) -> str:

@@ -337,7 +337,7 @@ def test_a_recipe_for_an_unknown_project_says_which_exist():
         recipe_for("mamba_sm")
 
 
-# --- hostile recipes (issue 20) -------------------------------------------------------------------------------
+# --- hostile recipes -------------------------------------------------------------------------------
 
 _BASE_RECIPE = """\
 [project]

@@ -746,7 +746,7 @@ def test_drift_yml_refreshes_its_pr_then_fails_on_a_broken_patch(drift_work):
     assert "a recipe's new sdist breaks one of its patches" in r.log.read_text()
 
 
-# --------------------------------------------------------------------------- the release checks itself (issue 33)
+# --------------------------------------------------------------------------- the release checks itself
 
 
 def _wheel_kinds(r, dest: Path) -> dict[str, str]:

@@ -334,7 +334,7 @@ def log_records(log: str) -> list[str]:
 
 
 def test_kernel_log_lines_are_one_write_each_under_threads():
-    """Issue 20's flaky CPU build test: kernels.build logs from a thread pool; each line must be one write.
+    """Once a flaky CPU build test: kernels.build logs from a thread pool; each line must be one write.
     Cheap stand-in for the full build (which compiles the kernel): 300 jobs that write an empty object, 8 threads,
     a pipe."""
     code = (

@@ -196,7 +196,7 @@ def test_a_hash_mismatch_has_an_exit_code_of_its_own():
     assert SourceIntegrityError.exit_code not in others.values(), others
 
 
-# --- hostile archives (issue 20): each is made here; a marker file proves an escape -----------------------
+# --- hostile archives: each is made here; a marker file proves an escape -----------------------
 
 
 def _pin_of(archive: Path, name: str = "evil", version: str = "1.0") -> SdistPin:
@@ -332,7 +332,7 @@ def test_an_unpack_never_writes_into_the_cache(fetched, tmp_path):
         cache.unpack(CAUSAL, cache.root / "tree")
 
 
-# --- hostile indexes and downloads (issue 20) ----------------------------------------------------------------
+# --- hostile indexes and downloads ----------------------------------------------------------------
 
 
 def _page(folder: Path, project: str, links: list[tuple[str, str]]) -> None:

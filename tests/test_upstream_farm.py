@@ -1,4 +1,4 @@
-"""The farm builds upstream's packages from their pinned sdists (issue #12), for real.
+"""The farm builds upstream's packages from their pinned sdists, for real.
 
 - In Docker (the CI set): `build --profile ci-upstream` compiles causal-conv1d 1.7.0 and mamba-ssm
   2.3.2.post1 (cu13 x torch 2.14 x cp311 x sm_80, the C++20 patch applied); the wheels are verified,

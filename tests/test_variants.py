@@ -408,7 +408,7 @@ def test_the_doctor_names_the_build_of_an_installed_variant_wheel():
         "cputorchstable", "cu13torchstable", "cu13torchstable", "", ""]
 
 
-# --------------------------------------------------------------------------- hostile wheels (issue 28)
+# --------------------------------------------------------------------------- hostile wheels
 
 
 def _tampered(tmp_path: Path, change) -> Path:

@@ -222,7 +222,7 @@ def _group(cells: list[Cell]) -> list[tuple[Cell, tuple[Cell, ...]]]:
     return [(c, (c,)) for c in cells]
 
 
-# --- stable-ABI collapse (issue 8) ------------------------------------------------
+# --- stable-ABI collapse ------------------------------------------------------------
 # A stable-ABI wheel (setup.py with MAMBA_STABLE_ABI=TRUE) is cp310-abi3, requires
 # torch >= the floor and serves both C++ ABIs, so one build per accelerator and
 # platform serves every such cell. Its floors and backends (CPU and CUDA: setup.py

@@ -340,7 +340,7 @@ def write_matrix_axis(path: Path, minors: list[str]) -> None:
     path.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
 
 
-# --- the matrix's Python axis against the Pythons torch ships (issue 30) ---------------------------------
+# --- the matrix's Python axis against the Pythons torch ships ---------------------------------------------
 
 
 def compare_python_axis(matrix: dict, data: dict, facts: dict[str, TorchFacts]) -> list[Drift]:

@@ -1,4 +1,4 @@
-"""What "a wheel is good" means, checked on every wheel before it reaches dist/ (DESIGN.md).
+"""What "a wheel is good" means, checked on every wheel before it reaches dist/.
 
 :func:`verify_wheel` runs, in order:
 
