@@ -307,3 +307,78 @@ def test_harvest_reads_real_records_beside_their_wheels_into_the_ledger(tmp_path
     with pytest.raises(UsageError, match="the record is of sha256"):
         tiers.harvest(tmp_path / "dist", ledger)
     assert tiers.load_ledger(ledger) == [kept]
+
+
+def _hip_record(archs, image="mamba-farm/hip-toolchain:0123456789abcdef"):
+    """What hip-compile --evidence writes, made by its own function from the audit's results for ARCHS."""
+    from builder.building import hip
+
+    objs = tuple(hip.CodeObject(f"hipv4-amdgcn-amd-amdhsa--{a}", a, 40960, ("scan_fwd_kernel",)) for a in archs)
+    done = [hip.Compiled(f"hip/{tu}.hip", Path(f"/w/{tu}.o"), 1.0, 1.0, tuple(archs), objs, (), image)
+            for tu in ("selective_scan_fwd", "selective_scan_bwd")]  # fmt: skip
+    return hip.record("5.7.1", done)
+
+
+def test_a_rocm_cell_says_hip_compiled_only_as_its_hip_record_says(tmp_path, capsys):
+    """The tier text of a ROCm cell follows the ledger's HIP compile record: without one it is plain planned; with
+    one it says which of the cell's targets were compiled, with which toolchain, and that nothing was linked; the
+    tier itself stays planned."""
+    from builder.cli import main
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    plan = load_plan(profile="release")
+    ledger = tmp_path / "evidence.json"
+    ledger.write_text(json.dumps({"schema": 1, "records": tiers.load_ledger()}))
+    records = tiers.load_ledger(ledger)
+    found = tiers.cell_tiers(plan, records)
+    rocm = [(b, t, r) for _c, b, t, r in found if b.label.startswith("hip")]
+    assert rocm and all(t == "planned" and r is None for b, t, r in rocm)
+    assert {tiers.cell_detail(b, t, r, tiers.load_hip(ledger)) for b, t, r in rocm} == {"planned"}
+    assert main(["evidence", "tiers", "--ledger", str(ledger)]) == 0
+    before = capsys.readouterr().out
+    assert "HIP compiled" not in before
+
+    path = tmp_path / "hip.evidence.json"
+    evidence.write(path, _hip_record(("gfx90a", "gfx942", "gfx1100")))
+    assert main(["evidence", "harvest", "--hip", str(path), "--ledger", str(ledger)]) == 0
+    assert "HIP compile of gfx90a, gfx942, gfx1100 (HIP 5.7.1, linked: false)" in capsys.readouterr().out
+    assert tiers.load_ledger(ledger) == records and [h["archs"] for h in tiers.load_hip(ledger)] == [
+        ["gfx90a", "gfx942", "gfx1100"]
+    ]
+    hip = tiers.load_hip(ledger)
+    said = {b.id: tiers.cell_detail(b, t, r, hip) for b, t, r in rocm}
+    ours = [b for b, _t, _r in rocm if not b.from_recipe]
+    tail = "; HIP 5.7.1 in mamba-farm/hip-toolchain:0123456789abcdef), never linked against a ROCm torch"
+    for b in ours:
+        left = [a for a in b.archs if a not in ("gfx90a", "gfx942", "gfx1100")]
+        want = "planned: HIP compiled (" + ", ".join(a for a in b.archs if a not in left)
+        assert said[b.id] == want + (f"; not {', '.join(left)}" if left else "") + tail, said[b.id]
+    assert any("; not gfx950" in said[b.id] for b in ours) and any("; not" not in said[b.id] for b in ours)
+    # the kernels compiled are this checkout's: upstream's ROCm cells stay plain planned
+    assert {said[b.id] for b, _t, _r in rocm if b.from_recipe} == {"planned"}
+    assert tiers.counts(plan, tiers.load_ledger(ledger)) == tiers.counts(plan, records)  # no tier moved
+    assert main(["evidence", "tiers", "--ledger", str(ledger)]) == 0
+    after = capsys.readouterr().out
+    assert after.splitlines()[0] == before.splitlines()[0]
+    n = sum(1 for c, b, t, _r in found if b.label.startswith("hip") and not b.from_recipe)
+    shown = [ln for ln in after.splitlines() if "HIP compiled" in ln]
+    assert sum(int(ln.split()[0]) for ln in shown) == n and all(ln.endswith("ROCm torch") for ln in shown)
+
+    # another record, of one target: the text follows it (and replaces the line's earlier record)
+    evidence.write(path, _hip_record(("gfx90a",)))
+    assert main(["evidence", "harvest", "--hip", str(path), "--ledger", str(ledger)]) == 0
+    (one,) = tiers.load_hip(ledger)
+    b = ours[0]
+    assert tiers.cell_detail(b, "planned", None, [one]).startswith("planned: HIP compiled (gfx90a; not gfx942")
+    # a wheel record of the cell speaks instead
+    rec = records[0]
+    assert tiers.cell_detail(b, evidence.tier(rec), rec, [one]) == evidence.tier_detail(rec)
+    # a record that says it linked, or lists no gfx target, is refused
+    for bad in ({**one, "linked": True}, {**one, "archs": ["sm_80"]}, {**one, "archs": []}):
+        path.write_text(json.dumps(bad))
+        assert main(["evidence", "harvest", "--hip", str(path), "--ledger", str(ledger)]) == UsageError.exit_code
+        assert "not a HIP compile record the farm wrote" in capsys.readouterr().err
+    assert tiers.load_hip(ledger) == [one]
+    assert main(["evidence", "harvest", "--ledger", str(ledger)]) == UsageError.exit_code
+    assert "nothing to read" in capsys.readouterr().err

@@ -403,6 +403,28 @@ def _ledger_case(content: bytes):
     return make
 
 
+def _hip_case(content):
+    """``evidence harvest --hip`` of a record holding CONTENT (bytes, or a callable that makes the path)."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        path = scratch / "hip.evidence.json"
+        if callable(content):
+            content(path)
+        else:
+            path.write_bytes(content)
+        return ["evidence", "harvest", "--hip", str(path), "--ledger", str(scratch / "ledger.json")]
+
+    return make
+
+
+_HIP_OK = {"schema": 1, "kind": "hip-compile", "linked": False, "line": "checkout", "archs": ["gfx90a"],
+           "hip_version": "5.7.1", "toolchain": {"image": "mamba-farm/hip-toolchain:0"}, "tus": [{"tu": "a.hip"}]}  # fmt: skip
+
+
+def _hip_with(**fields) -> bytes:
+    return json.dumps({**_HIP_OK, **fields}).encode()
+
+
 def _evidence_beside(folder: Path, text: str | None, **fields) -> None:
     """A wheel with an evidence record beside it: TEXT as it is, or a well-formed record with FIELDS changed."""
     whl = make_mamba_wheel(folder, LABEL, "cp312")
@@ -880,6 +902,17 @@ CASES += [
     Case("evidence-ledger-schema", 2, "schema 7", _ledger_case(b'{"schema": 7, "records": []}')),
     Case("evidence-ledger-records-an-object", 2, "'records'", _ledger_case(b'{"schema": 1, "records": {}}')),
     Case("evidence-ledger-over-16-MiB", 2, "more than", _ledger_case(b" " * (17 << 20))),
+    # --- evidence harvest --hip: a HIP compile record (hip-compile --evidence), read as outside data
+    Case("evidence-hip-fifo", 2, "not a regular file", _hip_case(lambda p: os.mkfifo(p))),
+    Case("evidence-hip-dev-zero-link", 2, "not a regular file", _hip_case(lambda p: p.symlink_to("/dev/zero"))),
+    Case("evidence-hip-deep", 2, "nested deeper", _hip_case(b"[" * 100_000 + b"]" * 100_000)),
+    Case("evidence-hip-over-1-MiB", 2, "more than", _hip_case(b'{"pad": "' + b"x" * (2 << 20) + b'"}')),
+    Case("evidence-hip-not-utf8", 2, "not a HIP compile record", _hip_case(b'{"schema": 1, "kind": "\xff"}')),
+    Case("evidence-hip-linked", 2, "'linked' must be false", _hip_case(_hip_with(linked=True))),
+    Case("evidence-hip-archs-an-object", 2, "'archs'", _hip_case(_hip_with(archs={"gfx90a": 1}))),
+    Case("evidence-hip-archs-escapes", 2, "'archs' is not a list of gfx targets",
+         _hip_case(_hip_with(archs=["gfx90a\x1b]52;c;ZWNobyBoaQ==\x07\u202e"]))),
+    Case("evidence-hip-version-empty", 2, "'hip_version' is empty or not a version", _hip_case(_hip_with(hip_version=""))),
     Case("release-cost-fifo", 2, "not a regular file", _cost_case(lambda f: os.mkfifo(f / "job-cost.json"))),
     Case("release-cost-dev-zero-link", 2, "not a regular file",
          _cost_case(lambda f: (f / "job-cost.json").symlink_to("/dev/zero"))),
@@ -1462,7 +1495,8 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     # release: only `release cost`'s records have cases; collect/split/variant-files/gate read the plan's own JSON,
     # the sidecars and the evidence records (the index's and `evidence`'s cases), made by this farm in CI
     "release": {"cost records": ("release-cost-",)},
-    "evidence": {"evidence records": ("evidence-harvest-",), "--ledger": ("evidence-ledger-",)},
+    "evidence": {"evidence records": ("evidence-harvest-",), "--ledger": ("evidence-ledger-",),
+                 "--hip": ("evidence-hip-",)},
     "rehearse": {
         "--tag/--version": ("rehearse-tag-", "rehearse-version-"),
         "--port": ("rehearse-port-",),

@@ -290,6 +290,8 @@ def _line_of(path: Path, needle: str, nth: int = 1) -> int:
         ('imports = ["torch"', 'imports = ["torch-x"', "imports =", 1, "test.imports#1", "is not a module name"),
         ('api = ["causal_conv1d.causal_conv1d_fn"', 'api = ["causal_conv1d_fn"', "api =", 1, "test.api#1",
          "is not a public name as module.Name"),
+        ('imports = ["torch"', 'deps = "yes"\nimports = ["torch"', "deps =", 1, "test.deps",
+         'must be true or false, got a string "yes"'),
         (
             'extensions = ["causal_conv1d_cuda*.so"]',
             'extensions = ["../x.so"]',
@@ -403,3 +405,36 @@ def test_a_recipes_public_api_is_imported_name_by_name_from_its_module():
         "from causal_conv1d import causal_conv1d_fn",
         "from causal_conv1d import causal_conv1d_update",
     ]
+
+
+def test_a_recipe_with_deps_has_its_declared_dependencies_judged_for_the_smoke_python(tmp_path):
+    """``deps = true``: the smoke test installs what the wheel declares, judged for its Python (markers and
+    extras), torch left out (already there, held by pip check), sorted; the layer's name follows that set."""
+    import sys
+    import zipfile
+
+    from builder.building.cache import deps_layer
+    from builder.verifying.wheels import declared_requirements, marker_environment
+
+    assert load_recipes()["mamba-ssm"].deps and not load_recipes()["causal-conv1d"].deps
+    wheel = tmp_path / "up-1.0-py3-none-any.whl"
+    meta = "\n".join([
+        "Metadata-Version: 2.1", "Name: up", "Version: 1.0", "Requires-Dist: torch", "Requires-Dist: einops",
+        "Requires-Dist: triton>=3.5.0; platform_system == 'Linux'", "Requires-Dist: winonly; sys_platform == 'win32'",
+        "Requires-Dist: old; python_version < '3.8'", "Requires-Dist: pytest; extra == \"dev\"",
+        "Requires-Dist: Torch==2.14.*", "",
+    ])  # fmt: skip
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("up-1.0.dist-info/METADATA", meta)
+    env = marker_environment(sys.executable)
+    assert env["python_version"] == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert declared_requirements(wheel, env) == ["einops", "triton>=3.5.0"]
+    assert declared_requirements(wheel, {**env, "platform_system": "Darwin"}) == ["einops"]
+    # a layer already made is reused, found by the torch venv and the sorted set, in either order
+    torch_venv = tmp_path / "torch-envs" / "py3.11.7-e0d771fde6"
+    made = tmp_path / "deps" / "py3.11.7-e0d771fde6-e2cdf3db56f0"
+    made.mkdir(parents=True)
+    (made / ".complete").write_text("x\n")
+    found = deps_layer(torch_venv, "torch==2.14.1", ["triton>=3.5.0", "einops"], tmp_path / "deps")
+    assert found == deps_layer(torch_venv, "torch==2.14.1", ["einops", "triton>=3.5.0"], tmp_path / "deps")
+    assert found == made

@@ -85,6 +85,31 @@ def test_kernels_hipify_and_compile_for_three_gfx_targets(client, image, tmp_pat
         assert archs_of(r.obj).hip == sorted(ARCHS)
 
 
+@pytest.mark.docker
+@needs_torch
+def test_hip_compile_records_what_compiled_and_the_ledger_takes_it(image, tmp_path: Path, capsys) -> None:
+    """The maintainer's two commands (docs/maintainer/rocm.md): `hip-compile --evidence` records the targets the
+    audit found, the image and `linked: false`; `evidence harvest --hip` puts it in a ledger, and this line's ROCm
+    cells then say it."""
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+    from builder.verifying import evidence
+
+    path = tmp_path / "hip.evidence.json"
+    assert cli_main(["hip-compile", "--archs", "gfx90a", "--evidence", str(path)]) == 0
+    rec = evidence.read_hip(path)
+    assert rec["archs"] == ["gfx90a"] and rec["linked"] is False and rec["toolchain"]["image"] == image
+    assert rec["hip_version"].startswith("5.7.") and rec["line"] == "checkout"
+    assert sorted(t["tu"] for t in rec["tus"]) == ["hip/selective_scan_bwd.hip", "hip/selective_scan_fwd.hip"]
+    assert all(t["archs"] == ["gfx90a"] and t["bytes"] > 4096 for t in rec["tus"])
+    ledger = tmp_path / "ledger.json"
+    assert cli_main(["evidence", "harvest", "--hip", str(path), "--ledger", str(ledger)]) == 0
+    assert tiers.load_hip(ledger) == [rec]
+    rocm = next(b for b in load_plan(profile="release").builds if b.label.startswith("hip") and not b.from_recipe)
+    assert tiers.cell_detail(rocm, "planned", None, [rec]).startswith(f"planned: HIP compiled (gfx90a; not {rocm.archs[1]}")
+    capsys.readouterr()
+
+
 @needs_torch
 def test_hipify_leaves_no_cuda_runtime_api(tmp_path: Path) -> None:
     """What hipify does not map would surface as a hipcc error; catch it without Docker."""

@@ -28,6 +28,7 @@ from sharedruns import torch_venv
 
 from builder.errors import PatchError, SourceIntegrityError
 from builder.planning.plan import load_plan
+from builder.planning.recipes import load_recipes
 
 LABEL = "cu13torch2.14cxx11abiTRUE"
 VERSIONS = {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"}
@@ -95,6 +96,17 @@ def test_ci_upstream_builds_verifies_and_indexes_both_packages(cp311):
         assert rec["imported"]["torch"].startswith("2.14.1"), rec["imported"]
     (conv,) = [r for r in records if r["wheel"].startswith("causal_conv1d-")]
     assert conv["imported"]["api"] == ["causal_conv1d.causal_conv1d_fn", "causal_conv1d.causal_conv1d_update"]
+    assert "deps" not in conv["imported"]  # its recipe imports what needs torch alone
+    # mamba-ssm's public API (Mamba, Mamba2, MambaLMHeadModel, its ops), whose modules import its declared
+    # dependencies: installed beside torch 2.14.1 first (the recipe's deps = true), torch itself never among them
+    (mamba,) = [r for r in records if r["wheel"].startswith("mamba_ssm-")]
+    imported = mamba["imported"]
+    assert imported["api"] == list(load_recipes()["mamba-ssm"].api), imported
+    assert {"mamba_ssm.Mamba", "mamba_ssm.Mamba2", "mamba_ssm.models.mixer_seq_simple.MambaLMHeadModel"} <= set(imported["api"])
+    assert "mamba_ssm" in imported["modules"], imported
+    names = {re.match(r"[A-Za-z0-9._-]+", d).group(0).lower() for d in imported["deps"]}
+    assert {"einops", "transformers", "triton"} <= names and "torch" not in names, imported["deps"]
+    assert re.search(r"mamba-ssm-\S+: dependency layer \S+: \d+ requirement\(s\) \(\d+s\)", first.out), first.out[-3000:]
 
 
 @pytest.mark.docker

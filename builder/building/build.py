@@ -349,11 +349,19 @@ def _verify_and_publish(
         smoke_dir.mkdir(parents=True, exist_ok=True)
         python3, torch_requirement = str(python / "bin" / "python3"), f"torch=={spec.torch_version}"
         with FileLock(str(smoke_dir) + ".lock"):
+            torch_venv = cache.torch_venv(python3, torch_requirement, smoke_dir / "torch-envs")
+            layer, deps = None, ()
+            if recipe is not None and recipe.deps:  # its public modules import what it declares: install that once
+                t0 = time.monotonic()
+                deps = tuple(wheels.declared_requirements(good, wheels.marker_environment(python3)))
+                layer = cache.deps_layer(torch_venv, torch_requirement, list(deps), smoke_dir / "deps-envs")
+                took = time.monotonic() - t0
+                log(f"{spec.id}: dependency layer {layer.name}: {len(deps)} requirement(s) ({took:.0f}s)")
             ran = wheels.smoke_test(
                 good, spec, python=python3, torch_requirement=torch_requirement, workdir=smoke_dir,
-                torch_venv=cache.torch_venv(python3, torch_requirement, smoke_dir / "torch-envs"),
+                torch_venv=torch_venv,
                 imports=recipe.imports if recipe else (), commands=recipe.commands if recipe else (),
-                api=recipe.api if recipe else (),
+                api=recipe.api if recipe else (), deps_layer=layer, deps=deps,
             )
     # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.
     staged = workdir / (good.name + ".staged")

@@ -285,6 +285,51 @@ def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
     return base
 
 
+def deps_layer(torch_venv: Path, torch_requirement: str, requirements: list[str], root: Path) -> Path:
+    """A layer holding REQUIREMENTS (a wheel's declared dependencies, judged for the smoke test's Python, torch
+    left out: builder.verifying.wheels.declared_requirements) on top of TORCH_VENV, made once under ROOT and
+    reused: its folder is named by the torch venv and the sorted requirement set. It is a venv that sees the
+    torch venv through a .pth file, so pip resolves against the torch already there (held to
+    TORCH_REQUIREMENT by a constraint: never replaced) and installs only what is missing; made in a
+    temporary folder and renamed into place whole. The smoke test adds its site-packages with
+    ``site.addsitedir`` (builder.verifying.wheels.smoke_test)."""
+    from builder.verifying.wheels import run_step, site_packages
+
+    key = hashlib.sha256("\n".join([torch_requirement, *sorted(requirements)]).encode()).hexdigest()[:12]
+    layer = root / f"{torch_venv.name}-{key}"
+    if (layer / ".complete").exists():
+        touch(layer)
+        return layer
+    started = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{layer.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tpy = str(torch_venv / "bin" / "python")
+    run_step([tpy, "-m", "venv", "--without-pip", str(tmp)], "create the dependency layer")
+    (Path(site_packages(str(tmp / "bin" / "python"))) / "_torch_base.pth").write_text(site_packages(tpy) + "\n")
+    wanted = tmp / ".requirements.txt"
+    wanted.write_text("".join(r + "\n" for r in sorted(requirements)))
+    held = tmp / ".constraints.txt"
+    held.write_text(torch_requirement + "\n")
+    pip = [tpy, "-m", "pip", "--python", str(tmp / "bin" / "python")]
+    run_step(
+        [*pip, "install", "-q", "-r", str(wanted), "-c", str(held)],
+        f"install the wheel's dependencies ({', '.join(sorted(requirements))}) next to {torch_requirement}",
+    )
+    (tmp / ".complete").write_text("".join(ln + "\n" for ln in [torch_requirement, *sorted(requirements)]))
+    if layer.is_dir() and not layer.is_symlink() and not (layer / ".complete").exists():
+        shutil.rmtree(layer)  # a layer a killed run left half made
+    try:
+        os.rename(tmp, layer)  # whole or not at all; another run's layer of the same name is as good
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (layer / ".complete").exists():
+            raise VerificationError(f"smoke test: could not put the dependency layer in place at {layer}") from None
+    touch(layer)
+    timings.record("deps", f"layer {layer.name} ({len(requirements)} requirement(s))", time.monotonic() - started)
+    return layer
+
+
 def preflight(needs: list[tuple[str, str, bool]], root: Path | None = None) -> str | None:
     """NEEDS: (python tag, torch version, CUDA build?) per smoke test of a run. A warning when the venvs
     the run would add (the ones not cached yet, one per torch: Pythons share) take the cache past the

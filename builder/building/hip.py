@@ -91,6 +91,7 @@ class Compiled:
     archs: tuple[str, ...]
     code_objects: tuple[CodeObject, ...] = ()
     bundler_targets: tuple[str, ...] = ()  # what clang-offload-bundler --list says
+    image: str = ""  # the hipcc image that compiled it
 
 
 @dataclass
@@ -272,9 +273,37 @@ def compile_kernels(
             obj = f"/w/{Path(tu).stem}.o"
             seconds, cpu = tc.compile(tu, archs, obj)
             host_obj = work / Path(obj).name
-            results.append(Compiled(tu, host_obj, seconds, cpu, archs, code_objects(host_obj), tc.bundler_targets(obj)))
+            results.append(
+                Compiled(tu, host_obj, seconds, cpu, archs, code_objects(host_obj), tc.bundler_targets(obj), image)
+            )
             log(f"hip: {tu}: {seconds:.1f}s wall, {cpu:.1f}s CPU for {','.join(archs)}")
         return tc.hip_version, results
+
+
+def record(version: str, results: list[Compiled]) -> dict:
+    """The evidence record of a HIP compile (builder.verifying.evidence.check_hip): the gfx targets every TU's
+    audited code objects hold (not the ones asked for), the toolchain, this checkout's commit, ``linked: false``."""
+    from builder.verifying import evidence
+    from builder.verifying.provenance import checkout_commit, checkout_dirty
+
+    held = [{c.arch for c in r.code_objects} for r in results]
+    order = lambda a: (len(a), a)  # gfx90a, gfx942, gfx1100
+    archs = sorted(set.intersection(*held) if held else set(), key=order)
+    if not archs:
+        raise BuildFailed("the HIP compile left no gfx target in every object: nothing to record")
+    return {
+        "schema": evidence.SCHEMA, "kind": evidence.HIP_KIND, "linked": False, "line": "checkout",
+        "source": {"kind": "checkout", "commit": checkout_commit(REPO_ROOT), "dirty": checkout_dirty(REPO_ROOT)},
+        "archs": archs, "hip_version": version,
+        "toolchain": {"image": results[0].image, "suite": SUITE, "packages": list(PACKAGES),
+                      "flags": list(HIPCC_FLAGS)},
+        "tus": [
+            {"tu": r.tu, "archs": sorted((c.arch for c in r.code_objects), key=order), "bytes": sum(c.size for c in r.code_objects),
+             "kernels": sorted({k for c in r.code_objects for k in c.kernels}), "bundler": list(r.bundler_targets),
+             "seconds": round(r.seconds, 1), "cpu_seconds": round(r.cpu_seconds, 1)}
+            for r in results
+        ],
+    }  # fmt: skip
 
 
 def _tail(text: str, n: int = 25) -> str:
@@ -299,6 +328,11 @@ def add_command(subparsers) -> None:
     )
     p.add_argument("--out", type=Path, default=None, help="keep the hipified sources and objects here")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument(
+        "--evidence", type=Path, default=None, metavar="PATH",
+        help="write what was compiled (gfx targets, toolchain image, linked: false) as a record for "
+        "`evidence harvest --hip`",
+    )  # fmt: skip
     p.set_defaults(func=_run)
 
 
@@ -313,6 +347,11 @@ def _run(args: argparse.Namespace) -> int:
         total = time.monotonic() - started
         if args.out:
             _publish(work, args.out)
+    if args.evidence:
+        from builder.verifying import evidence
+
+        evidence.write(args.evidence, record(version, results))
+        log(f"hip: evidence record {args.evidence}")
     if args.json:
         json.dump(
             {

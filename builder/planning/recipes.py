@@ -14,7 +14,9 @@ tests) and ComputeCanada's wheels_builder (one config per package):
   search/replace edits (``[[patch.edit]]``): each ``search`` must occur exactly ``count`` times
   (default 1), else the build fails naming the patch and the file; never skipped silently;
 - ``[test]``: the imports, the public names (``api``: ``module.Name``, each imported from its module) and commands
-  (argv lists, no shell) that prove a wheel works;
+  (argv lists, no shell) that prove a wheel works; ``deps = true`` runs them with the wheel's declared
+  dependencies installed (its ``Requires-Dist`` but torch, in a cached layer beside the smoke test's torch),
+  for a package whose public modules import them;
 - ``[verify]``: globs of the extension modules the ABI and GPU arch audits look at.
 
 Conditions (``[requires]`` and each patch's ``when``) are tables of
@@ -215,6 +217,7 @@ class Recipe:
     extensions: tuple[str, ...]  # globs inside the wheel
     digest: str  # sha256 of the recipe file: part of a build's inputs
     api: tuple[str, ...] = ()  # public names the smoke test imports (``causal_conv1d.causal_conv1d_fn``)
+    deps: bool = False  # the smoke test installs the wheel's Requires-Dist (torch aside) before importing
 
     def where(self, line: int | None) -> str:
         return f"{self.path}:{line}" if line else str(self.path)
@@ -246,6 +249,11 @@ class _Checker(TomlChecker):
             self.fail(path, f"must be an array, got {type_name(value)} {show(value)}")
         if not value and not empty_ok:
             self.fail(path, "is empty; give at least one value")
+        return value
+
+    def boolean(self, value: Any, path: tuple) -> bool:
+        if not isinstance(value, bool):
+            self.fail(path, f"must be true or false, got {type_name(value)} {show(value)}")
         return value
 
     def specifier(self, value: Any, path: tuple) -> SpecifierSet:
@@ -458,7 +466,7 @@ def load_recipe(path: Path) -> Recipe:
     patches = _patches(ck, data.get("patch", []), requires)
 
     test = ck.table(data["test"], ("test",))
-    ck.keys(test, ("test",), ("imports", "api", "commands"), required=("imports",))
+    ck.keys(test, ("test",), ("imports", "api", "commands", "deps"), required=("imports",))
     imports = tuple(
         ck.string(m, ("test", "imports", i), MODULE_RE, "a module name")
         for i, m in enumerate(ck.array(test["imports"], ("test", "imports"), empty_ok=False))
@@ -491,6 +499,7 @@ def load_recipe(path: Path) -> Recipe:
         patches=patches,
         imports=imports,
         api=api,
+        deps=ck.boolean(test.get("deps", False), ("test", "deps")),
         commands=tuple(commands),
         extensions=extensions,
         digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),  # the file's bytes (valid UTF-8 round-trips)

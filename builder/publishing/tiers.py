@@ -13,6 +13,11 @@ The records live in the evidence ledger, ``builder/data/evidence.json``: harvest
 data), never written by hand. JSON, not TOML: a record is the farm's own JSON document, kept as it was written.
 The support page and this command compute tiers from it; the CI set's own builds compare what they record now
 with what the ledger says (:func:`overclaims`: a ledger that claims more than a build now proves fails).
+
+The ledger's ``hip`` key holds the HIP compile records (``python -m builder hip-compile --evidence PATH``, harvested
+by ``evidence harvest --hip PATH``): no wheel, so no tier, but what a ROCm cell of their line that has no wheel
+record says of itself (:func:`cell_detail`): ``planned: HIP compiled (gfx90a, ...), never linked against a ROCm
+torch``. Without one such a cell is plainly ``planned``.
 """
 
 from __future__ import annotations
@@ -68,18 +73,39 @@ def build_kind(spec) -> tuple[str, str, str, str, str]:
 # --------------------------------------------------------------------------- the ledger
 
 
-def load_ledger(path: Path = LEDGER) -> list[dict]:
-    """The ledger's records, each checked as any record read from outside (UsageError naming the file)."""
+def _load(path: Path) -> tuple[list[dict], list[dict]]:
+    """The ledger's wheel records and HIP compile records, each checked as any record read from outside."""
     if not path.is_file():
-        return []
+        return [], []
     try:
         doc = expect(load_json(read_regular(path, _MAX_LEDGER), str(path)), dict, str(path))
         if doc.get("schema") != LEDGER_SCHEMA:
             raise Untrusted(f"{path}: schema {doc.get('schema')!r}, this builder reads {LEDGER_SCHEMA}")
         records = expect(doc.get("records"), list, f"{path}: 'records'")
-        return [evidence.check(r, f"{path}: record {i}") for i, r in enumerate(records)]
+        hip = expect(doc.get("hip", []), list, f"{path}: 'hip'")
+        return ([evidence.check(r, f"{path}: record {i}") for i, r in enumerate(records)],
+                [evidence.check_hip(r, f"{path}: hip record {i}") for i, r in enumerate(hip)])  # fmt: skip
     except Untrusted as err:
         raise UsageError(f"{err}", hint="remake it with `python -m builder evidence harvest`") from None
+
+
+def load_ledger(path: Path = LEDGER) -> list[dict]:
+    """The ledger's wheel records, each checked as any record read from outside (UsageError naming the file)."""
+    return _load(path)[0]
+
+
+def load_hip(path: Path = LEDGER) -> list[dict]:
+    """The ledger's HIP compile records (its ``hip`` key), checked the same way."""
+    return _load(path)[1]
+
+
+def _write(ledger: Path, records: list[dict], hip: list[dict]) -> None:
+    doc = {"schema": LEDGER_SCHEMA, "records": records}
+    if hip:
+        doc["hip"] = hip
+    tmp = ledger.with_name(f".{ledger.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, ledger)
 
 
 def _slim(rec: dict) -> dict:
@@ -107,14 +133,39 @@ def harvest(wheels: Path, ledger: Path = LEDGER) -> tuple[int, int]:
         if not rec.get("built"):
             raise UsageError(f"{path}: the record says nothing of how the wheel was built", hint="rebuild it")
         found.append(_slim(rec))
-    by_kind = {record_kind(r): r for r in load_ledger(ledger)}
+    old, hip = _load(ledger)
+    by_kind = {record_kind(r): r for r in old}
     for r in found:
         by_kind[record_kind(r)] = r
     records = [by_kind[k] for k in sorted(by_kind)]
-    tmp = ledger.with_name(f".{ledger.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"schema": LEDGER_SCHEMA, "records": records}, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, ledger)
+    _write(ledger, records, hip)
     return len(found), len(records)
+
+
+def harvest_hip(path: Path, ledger: Path = LEDGER) -> dict:
+    """Read the HIP compile record at PATH into the ledger's ``hip`` key, in place of its line's earlier one."""
+    rec = evidence.read_hip(path)
+    records, hip = _load(ledger)
+    _write(ledger, records, [*(h for h in hip if h["line"] != rec["line"]), rec])
+    return rec
+
+
+def hip_record(build, hip: list[dict]) -> dict | None:
+    """The HIP compile record that speaks for BUILD: a ROCm build of the record's line (the kernels it compiled are
+    this checkout's), else None."""
+    if not build.label.startswith("hip"):
+        return None
+    line = "upstream" if build.from_recipe else "checkout"
+    return next((h for h in hip if h["line"] == line), None)
+
+
+def cell_detail(build, tier: str, rec: dict | None, hip: list[dict]) -> str:
+    """What a cell's tier rests on, for a page: its wheel record's detail; with none, a ROCm cell's HIP compile
+    (:func:`builder.verifying.evidence.hip_detail`), else ``planned``."""
+    if rec is not None:
+        return evidence.tier_detail(rec)
+    found = hip_record(build, hip) if tier == "planned" else None
+    return evidence.hip_detail(found, build.archs) if found else tier
 
 
 def by_kind(records: list[dict]) -> dict[tuple, dict]:
@@ -183,9 +234,8 @@ def add_command(subparsers) -> None:
     p = subparsers.add_parser("evidence", help="the evidence ledger: harvest records of real runs; each cell's tier")
     sub = p.add_subparsers(dest="evidence_command", required=True)
     h = sub.add_parser("harvest", help="read each <wheel>.evidence.json under --wheels into the ledger")
-    h.add_argument(
-        "--wheels", type=Path, required=True, help="a dist/wheels folder of a real run (searched recursively)"
-    )
+    h.add_argument("--wheels", type=Path, help="a dist/wheels folder of a real run (searched recursively)")
+    h.add_argument("--hip", type=Path, metavar="PATH", help="a record `hip-compile --evidence PATH` wrote")
     h.add_argument("--ledger", type=Path, default=LEDGER, help="the ledger (default builder/data/evidence.json)")
     t = sub.add_parser("tiers", help="how many cells of a plan have each tier, per product line")
     t.add_argument("--profile", default="release", help="the plan's profile (default release)")
@@ -195,12 +245,26 @@ def add_command(subparsers) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     if args.evidence_command == "harvest":
-        read, total = harvest(args.wheels, args.ledger)
-        print(f"evidence: {read} record(s) harvested from {args.wheels}; the ledger {args.ledger} holds {total}")
+        if args.wheels is None and args.hip is None:
+            raise UsageError("evidence harvest: nothing to read", hint="give --wheels DIR, --hip PATH or both")
+        if args.wheels is not None:
+            read, total = harvest(args.wheels, args.ledger)
+            print(f"evidence: {read} record(s) harvested from {args.wheels}; the ledger {args.ledger} holds {total}")
+        if args.hip is not None:
+            rec = harvest_hip(args.hip, args.ledger)
+            print(f"evidence: HIP compile of {', '.join(rec['archs'])} (HIP {rec['hip_version']}, linked: false) "
+                  f"harvested from {args.hip} into {args.ledger}")  # fmt: skip
         return 0
     from builder.planning.plan import load_plan
 
     plan = load_plan(profile=args.profile)
-    for line, c in counts(plan, load_ledger(args.ledger)).items():
+    records, hip = _load(args.ledger)
+    found = cell_tiers(plan, records)
+    for line, c in counts(plan, records).items():
         print(f"{line}: {sum(c.values())} cells: " + ", ".join(f"{c[t]} {t}" for t in evidence.TIERS))
+        said = Counter(cell_detail(b, t, r, hip) for _c, b, t, r in found
+                       if ("upstream" if b.from_recipe else "checkout") == line and t == "planned")  # fmt: skip
+        for text, n in sorted(said.items()):
+            if text != "planned":
+                print(f"  {n} of the planned: {text}")
     return 0

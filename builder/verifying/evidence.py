@@ -7,7 +7,8 @@ return, the GPU gate (``builder/publishing/gpugate.py``) appends its runs. A rec
 - ``schema``, the wheel's file name and ``sha256`` (the record is of those bytes, no other);
 - ``built``: the wheel's own provenance record (``*.dist-info/farm-provenance.json``) as it is;
 - ``verified``: tags, the C++ ABI found in each extension, GPU archs, ELF machine, the manylinux repair;
-- ``imported``: the modules and public API the smoke test imported, with which torch and Python (None: none);
+- ``imported``: the modules and public API the smoke test imported, with which torch and Python, and ``deps``:
+  the declared dependencies installed beside it first (a recipe's ``deps = true``) (None: nothing imported);
 - ``numerics``: the numerics that ran on the CPU, each with its error and tolerance ([]: none);
 - ``gpu``: the GPU gate's runs (device, GPU, sm, what ran, passed).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 from builder.errors import UsageError
@@ -90,7 +92,7 @@ def check(rec: object, what: str) -> dict:
     if imported is not None:
         imported = expect(imported, dict, f"{what}: 'imported'")
         expect(imported.get("torch"), str, f"{what}: 'imported.torch'")
-        for key in ("modules", "api"):
+        for key in ("modules", "api", "deps"):
             items = expect(imported.get(key, []), list, f"{what}: 'imported.{key}'")
             if not all(isinstance(m, str) for m in items):
                 raise Untrusted(f"{what}: 'imported.{key}' is not a list of names")
@@ -200,6 +202,8 @@ def line(rec: dict) -> str:
         what = [f"imports {', '.join(imported.get('modules') or ())}"]
         if imported.get("api"):
             what.append(f"API {', '.join(imported['api'])}")
+        if imported.get("deps"):
+            what.append(f"with its {len(imported['deps'])} declared dependencies")
         for n in rec.get("numerics") or ():
             what.append(f"numerics {n.get('check')} on {n.get('device', 'cpu')}")
         emulated = " under emulation" if imported.get("emulated") else ""
@@ -209,3 +213,64 @@ def line(rec: dict) -> str:
     for g in gpus(rec):
         text += f", run on {g}"
     return text
+
+
+# --------------------------------------------------------------------------- a HIP compile (no wheel)
+
+# What ``python -m builder hip-compile --evidence PATH`` writes (builder/building/hip.py): the kernels hipified and
+# compiled with a real hipcc, their code objects audited, for which gfx targets and with which toolchain. Not of a
+# wheel (torch's ROCm builds are not on PyPI: nothing here links against a ROCm torch), so it proves no tier: the
+# ledger keeps it under its own key, and a ROCm cell of its line with no wheel record stays planned, saying this.
+HIP_KIND = "hip-compile"
+MAX_HIP_TUS = 64
+_GFX = re.compile(r"gfx[0-9a-f]{2,5}")
+_HIP_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9A-Za-z]{1,16}){0,4}(-[0-9A-Za-z.]{1,32})?")  # 5.7.31921-0
+_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]{0,199}(:[A-Za-z0-9._-]{1,128})?")
+
+
+def check_hip(rec: object, what: str) -> dict:
+    """A HIP compile record's shape, checked field by field (Untrusted naming WHAT and the field otherwise)."""
+    rec = expect(rec, dict, what)
+    if rec.get("schema") != SCHEMA or rec.get("kind") != HIP_KIND:
+        raise Untrusted(f"{what}: not a {HIP_KIND} record of schema {SCHEMA}")
+    if rec.get("linked") is not False:
+        raise Untrusted(f"{what}: 'linked' must be false (a HIP compile links against no torch)")
+    if expect(rec.get("line"), str, f"{what}: 'line'") not in ("checkout", "upstream"):
+        raise Untrusted(f"{what}: 'line' is neither checkout nor upstream")
+    if not _HIP_VERSION.fullmatch(expect(rec.get("hip_version"), str, f"{what}: 'hip_version'")):
+        raise Untrusted(f"{what}: 'hip_version' is empty or not a version")
+    archs = expect(rec.get("archs"), list, f"{what}: 'archs'")
+    if not archs or not all(isinstance(a, str) and _GFX.fullmatch(a) for a in archs):
+        raise Untrusted(f"{what}: 'archs' is not a list of gfx targets")
+    toolchain = expect(rec.get("toolchain"), dict, f"{what}: 'toolchain'")
+    if not _IMAGE.fullmatch(expect(toolchain.get("image"), str, f"{what}: 'toolchain.image'")):
+        raise Untrusted(f"{what}: 'toolchain.image' is not an image name")
+    tus = expect(rec.get("tus"), list, f"{what}: 'tus'")
+    if not tus or len(tus) > MAX_HIP_TUS or not all(isinstance(t, dict) for t in tus):
+        raise Untrusted(f"{what}: 'tus' is not a list of 1 to {MAX_HIP_TUS} objects")
+    return rec
+
+
+def read_hip(path: Path | str) -> dict:
+    """The HIP compile record at PATH, read as outside data (UsageError naming the file)."""
+    path = str(path)
+    try:
+        return check_hip(load_json(read_regular(path, MAX_BYTES), path), path)
+    except Untrusted as err:
+        raise UsageError(
+            f"{err}: not a HIP compile record the farm wrote",
+            hint="write one with `python -m builder hip-compile --evidence PATH`",
+        ) from None
+
+
+def hip_detail(rec: dict, archs: tuple[str, ...] | list[str]) -> str:
+    """What a HIP compile record says of a ROCm cell that wants ARCHS: it stays planned, since no wheel of it was
+    linked against a ROCm torch, with the targets compiled (and the cell's others, not compiled) and the toolchain."""
+    done = [a for a in archs if a in rec["archs"]]
+    if not done:
+        return "planned"
+    left = [a for a in archs if a not in rec["archs"]]
+    text = f"planned: HIP compiled ({', '.join(done)}"
+    if left:
+        text += f"; not {', '.join(left)}"
+    return text + f"; HIP {rec['hip_version']} in {rec['toolchain']['image']}), never linked against a ROCm torch"

@@ -36,6 +36,7 @@ class WheelMetadata(NamedTuple):  # (a NamedTuple: built 5,000 times in a large 
     requires_torch: str | None  # the torch pin (see the module doc): "" for a bare torch, None for none
     wheel_tags: tuple[str, ...] | None  # the Tag: lines of WHEEL, sorted (None unless asked for)
     name: str = ""  # METADATA's Name ("" if absent)
+    requires_dist: tuple[str, ...] = ()  # every Requires-Dist value, markers and all, as written
 
 
 def read(src, *, wheel_tags: bool = False) -> WheelMetadata:
@@ -70,6 +71,7 @@ def read(src, *, wheel_tags: bool = False) -> WheelMetadata:
         requires_torch=torch_pin(headers.get("requires-dist", ())),
         wheel_tags=tags,
         name=(headers.get("name") or [""])[0],
+        requires_dist=tuple(headers.get("requires-dist", ())),
     )
 
 

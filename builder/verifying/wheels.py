@@ -620,17 +620,78 @@ def smoke_evidence(output: str) -> dict:
 SMOKE_SCRIPT = _SMOKE  # what an emulated smoke test (builder/building/executors/docker.py) runs in its container
 
 
+# The marker environment of the interpreter that runs the smoke test (packaging's default_environment, stdlib only).
+_MARKER_ENV = r"""
+import json, os, platform, sys
+impl = sys.implementation
+iv = f"{impl.version.major}.{impl.version.minor}.{impl.version.micro}"
+if impl.version.releaselevel != "final":
+    iv += impl.version.releaselevel[0] + str(impl.version.serial)
+print(json.dumps({
+    "implementation_name": impl.name, "implementation_version": iv, "os_name": os.name,
+    "platform_machine": platform.machine(), "platform_release": platform.release(),
+    "platform_system": platform.system(), "platform_version": platform.version(),
+    "python_full_version": platform.python_version(), "platform_python_implementation": platform.python_implementation(),
+    "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform,
+}))
+"""
+
+
+def marker_environment(python: str) -> dict[str, str]:
+    """The environment markers of PYTHON (the smoke test's interpreter), as packaging names them."""
+    import json
+
+    proc = subprocess.run([python, "-I", "-c", _MARKER_ENV], check=False, capture_output=True, text=True)
+    if proc.returncode:
+        raise VerificationError(f"smoke test: cannot run {python}: {proc.stderr.strip()[-300:]}")
+    return json.loads(proc.stdout)
+
+
+def declared_requirements(wheel: Path, environment: dict[str, str]) -> list[str]:
+    """What installing WHEEL (no extras) pulls in, judged for ENVIRONMENT (:func:`marker_environment`): its
+    ``Requires-Dist`` whose markers hold there, torch left out (the smoke test's torch is already installed and
+    ``pip check`` holds the wheel's pin against it), sorted, markers dropped once judged."""
+    from packaging.requirements import InvalidRequirement
+
+    from mamba_ssm._untrusted import Untrusted, marker_holds
+
+    try:
+        declared = wheelmeta.read(wheel).requires_dist
+    except wheelmeta.MetadataError as err:
+        raise VerificationError(f"{wheel.name}: {err}") from None
+    out = set()
+    for line in declared:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as err:
+            raise VerificationError(f"{wheel.name}: Requires-Dist {line!r} is not a requirement ({err})") from None
+        try:
+            if req.marker is not None and not marker_holds(req.marker, {**environment, "extra": ""}, wheel.name):
+                continue
+        except Untrusted as err:
+            raise VerificationError(str(err)) from None
+        if canonicalize_name(req.name) == "torch":
+            continue
+        req.marker = None
+        out.add(str(req))
+    return sorted(out)
+
+
 def smoke_test(
     wheel: Path, spec: BuildSpec, *, python: str, torch_venv: Path, torch_requirement: str, workdir: Path,
     imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (), api: tuple[str, ...] = (),
+    deps_layer: Path | None = None, deps: tuple[str, ...] = (),
 ) -> dict:
     """Install ``wheel`` into a clean venv made by ``python`` next to ``torch_requirement``; import it,
     check the ops are registered, run the CPU scan against the reference. Returns what ran: ``line`` (the
     success line), ``imported`` (torch, Python, modules, public API) and ``numerics`` (the CPU checks that ran).
 
     A recipe's wheel (``spec.from_recipe``) is installed without its dependencies (upstream's pull in
-    triton, transformers...) and proven by the recipe's own ``imports`` and ``commands`` instead, run
-    from ``/`` (``python`` in a command is the smoke venv's).
+    triton, transformers...) and proven by the recipe's own ``imports``, ``api`` and ``commands`` instead,
+    run from ``/`` (``python`` in a command is the smoke venv's). With ``deps_layer`` (a recipe's
+    ``deps = true``: the layer its caller made of ``deps``, :func:`declared_requirements`, on top of the torch
+    venv; builder.building.cache.deps_layer) the smoke venv sees that layer too, through ``site.addsitedir``
+    (its own .pth files run), and ``pip check`` must pass before anything is imported.
 
     ``torch_venv`` holds only ``torch_requirement``, made once and kept by the caller (the build: the farm
     cache's, builder.building.cache.torch_venv); each smoke test gets a fresh venv that sees its
@@ -643,11 +704,17 @@ def smoke_test(
     shutil.rmtree(venv, ignore_errors=True)
     run_step([python, "-m", "venv", "--without-pip", str(venv)], "create the smoke-test venv")
     vpy = str(venv / "bin" / "python")
-    (Path(_site_packages(vpy)) / "_torch_base.pth").write_text(_site_packages(str(base / "bin" / "python")) + "\n")
+    (Path(site_packages(vpy)) / "_torch_base.pth").write_text(site_packages(str(base / "bin" / "python")) + "\n")
     bpip = [str(base / "bin" / "python"), "-m", "pip", "--python", vpy]
     run_step([*bpip, "install", "-q", "--no-deps", str(wheel)], f"install {wheel.name}")
     if spec.from_recipe:
+        if deps_layer is not None:
+            layer_site = site_packages(str(Path(deps_layer) / "bin" / "python"))
+            (Path(site_packages(vpy)) / "_farm_deps.pth").write_text(f"import site; site.addsitedir({layer_site!r})\n")
+            run_step([*bpip, "check"], f"pip check ({wheel.name}'s dependencies and {torch_requirement})")
         ran = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands, api)
+        if deps_layer is not None:
+            ran["imported"]["deps"] = list(deps)
         shutil.rmtree(venv, ignore_errors=True)
         return ran
     # the wheel's own torch pin must accept the torch it is tested with
@@ -691,7 +758,7 @@ def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, comman
     }
 
 
-def _site_packages(python: str) -> str:
+def site_packages(python: str) -> str:
     out = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,

@@ -436,15 +436,22 @@ def _tier_counts(found) -> str:
     return ", ".join(f"{c[t]} {t}" for t in TIERS if c[t])
 
 
-def _backed_by(records) -> str:
+def _backed_by(found) -> str:
+    """The wheel records behind a row's cells; with none, what the ledger's HIP compile records say of them
+    (builder.publishing.tiers.cell_detail: ROCm cells, planned, HIP compiled), else that nothing was built."""
+    from builder.publishing import tiers
     from builder.verifying.evidence import tier_detail
 
     seen = {}
-    for r in records:
+    for _c, _b, _t, r in found:
         if r is not None:
             archs = ", ".join(r["verified"].get("archs") or ()) or "no device code"
             seen[r["wheel"]] = f"`{r['wheel']}`: {tier_detail(r)}, {archs}"
-    return "; ".join(seen[k] for k in sorted(seen)) or "no record: nothing of this kind built here"
+    if seen:
+        return "; ".join(seen[k] for k in sorted(seen))
+    hip = tiers.load_hip()
+    said = sorted({tiers.cell_detail(b, t, r, hip) for _c, b, t, r in found} - {"planned"})
+    return "; ".join(said) or "no record: nothing of this kind built here"
 
 
 def support_tiers() -> list[dict]:
@@ -481,7 +488,7 @@ def support_tiers() -> list[dict]:
             "accelerators": [_acc_title(a) for a in accs],
             "torch": _span([c.torch for c in cells], torches), "python": _span([c.python for c in cells], pythons),
             "archs": [(a, gpu_names.get(a, "")) for a in archs],
-            "records": _backed_by(r for *_x, r in found), "stand_in": stand_in.get(kind, ""),
+            "records": _backed_by(found), "stand_in": stand_in.get(kind, ""),
         })  # fmt: skip
     return rows
 
