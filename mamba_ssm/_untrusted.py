@@ -278,13 +278,6 @@ def plain_url(url: object) -> str | None:
     return urllib.parse.urlunsplit(parts)
 
 
-def web_url(url: object, what: str = "URL") -> str:
-    """``url`` if it is an http(s) URL (:func:`is_web_url`), else Untrusted."""
-    if not is_web_url(url):
-        raise Untrusted(f"{what} {shown(repr(url), 200)} is not an http(s) URL")
-    return url
-
-
 # --------------------------------------------------------------------------- files opened by path
 
 

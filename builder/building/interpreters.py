@@ -35,13 +35,13 @@ import tomllib
 from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeArchiveError
 from builder.facts import hostenv
 from builder.facts.spec import FilePin
+from builder.planning.matrix import PYTHON_RE
 from builder.sourcing.sources import SourceCache, is_web_url, max_unpacked_bytes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "interpreters.toml"
 ROOT = hostenv.CACHE_ROOT / "interpreters"
 READY = ".mamba-farm-ready"  # in the interpreter's folder: the digest of the pins it was made from
 _POOL_RE = re.compile(r"pool/main/(?:lib)?[a-z0-9]/[a-z0-9.+-]+/[A-Za-z0-9.+~_-]+\.deb")
-_VERSION_RE = re.compile(r"3\.\d{1,2}")
 # What a build never needs from the packages: documentation, and static libpython (extensions link none).
 _SKIP_PREFIXES = ("usr/share/doc/", "usr/share/man/", "usr/share/lintian/")
 
@@ -103,7 +103,7 @@ class Interpreter:
 
 def interpreter(version: str, machine: str) -> Interpreter:
     """The pinned packages of CPython VERSION for MACHINE, checked before any is fetched."""
-    if not _VERSION_RE.fullmatch(version) or not known(version, machine):
+    if not PYTHON_RE.fullmatch(version) or not known(version, machine):
         have = ", ".join(f"{v} ({'/'.join(m)})" for v, m in provided().items()) or "none"
         raise InterpreterUnavailable(
             f"Python {version} for {machine}: not on this host and not one the farm provides (it provides {have})",

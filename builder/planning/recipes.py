@@ -53,7 +53,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import RecipeError
 from builder.facts.spec import ArchivePin, GitPin, RecipeSource, SdistPin
-from builder.planning.matrix import ARCH_RE, DIST_RE, RELPATH_RE
+from builder.planning.matrix import ARCH_RE, DIST_RE, RELPATH_RE, SAFE_TEXT_RE
 from builder.planning.tomlcheck import TomlChecker, read_toml, show, type_name
 from builder.planning.tomllines import TomlLines
 from mamba_ssm._untrusted import COMMIT_RE, SHA256_RE, Untrusted, git_url, is_web_url
@@ -80,7 +80,6 @@ MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 API_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")  # module.Name
 GLOB_RE = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_*?.\[\]/-]{1,200}")
 ARGV_ITEM_RE = re.compile(r"[^\x00]{0,2000}")
-TEXT_RE = re.compile(r"[^\x00-\x1f\x7f]{0,300}")
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of TOML; 1 MiB is generous, and loads in milliseconds
 
 # Names a recipe may neither set nor unset: they steer the build's own machinery, not the project's setup.py.
@@ -370,7 +369,7 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
         if name in seen:
             ck.fail(path + ("name",), f"patch {show(name)} is named twice (first: patch #{seen[name] + 1})")
         seen[name] = i
-        why = ck.string(table["why"], path + ("why",), TEXT_RE, "one line of text")
+        why = ck.string(table["why"], path + ("why",), SAFE_TEXT_RE, "one line of text")
         file = ck.string(table["file"], path + ("file",), RELPATH_RE, "a relative path inside the sdist")
         when = _condition(ck, table.get("when", {}), path + ("when",))
         kinds = tuple(k for k in when.kinds if k in requires.kinds)
@@ -435,14 +434,14 @@ def load_recipe(path: Path) -> Recipe:
     if path.stem != name:
         ck.fail(("project", "name"), f"{show(name)} must match the file name ({path.name})",
                 hint=f"rename the file to {name}.toml")  # fmt: skip
-    summary = ck.string(project.get("summary", ""), ("project", "summary"), TEXT_RE, "one line of text")
+    summary = ck.string(project.get("summary", ""), ("project", "summary"), SAFE_TEXT_RE, "one line of text")
     source = _source(ck, data["source"])
     if source.project != name:
         ck.fail(("source", "name"), f"the source {show(source.name)} is not the project {show(name)}")
 
     req = ck.table(data.get("requires", {}), ("requires",))
     requires = _condition(ck, req, ("requires",), extra=("why",))
-    requires_why = ck.string(req.get("why", ""), ("requires", "why"), TEXT_RE, "one line of text")
+    requires_why = ck.string(req.get("why", ""), ("requires", "why"), SAFE_TEXT_RE, "one line of text")
 
     build = ck.table(data["build"], ("build",))
     ck.keys(build, ("build",), ("env", "unset"))
@@ -451,7 +450,7 @@ def load_recipe(path: Path) -> Recipe:
         kpath = ("build", "env", key)
         ck.string(key, kpath, ENV_NAME_RE, "an environment variable name (A-Z, 0-9, _)")
         _allowed_name(ck, key, kpath)
-        if not isinstance(val, str) or not TEXT_RE.fullmatch(val):
+        if not isinstance(val, str) or not SAFE_TEXT_RE.fullmatch(val):
             ck.fail(kpath, f"must be one line of text, got {type_name(val)} {show(val)}")
         ck.placeholders(val, kpath, requires.kinds)
         env[key] = val

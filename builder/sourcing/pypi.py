@@ -38,6 +38,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import SourceFetchError
 from builder.facts import hostenv
+from builder.facts.compat import vtuple
 from builder.sourcing.sources import DEFAULT_INDEX, MAX_PAGE_BYTES, Fetcher, request_deadline
 from mamba_ssm._untrusted import (
     BudgetSpent,
@@ -100,7 +101,7 @@ class File:
                 continue
             glibc = f"{m.group(2)}.{m.group(3)}" if m.group(2) else _GLIBC_OF[m.group(1)]
             plat = f"linux_{m.group(4)}"
-            if plat not in out or _v(glibc) < _v(out[plat]):
+            if plat not in out or vtuple(glibc) < vtuple(out[plat]):
                 out[plat] = glibc
         return out
 
@@ -115,10 +116,6 @@ class File:
                 digits = t.interpreter[2:]
                 return f"{digits[0]}.{digits[1:]}"
         return None
-
-
-def _v(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split("."))
 
 
 class _RangeFile(io.RawIOBase):
