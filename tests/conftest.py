@@ -3,9 +3,13 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+# The checkout, for every test module: `from conftest import REPO`.
+REPO = Path(__file__).resolve().parents[1]
 
 # The fuzzers of tests/test_fuzz_parsers.py (and any @given test): bounded in the CI set, long behind --run-slow.
 settings.register_profile("ci", max_examples=25, deadline=5000, print_blob=True)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 TORCH = "2.14.1"
 CACHE = Path(os.environ.get("MAMBA_FARM_CACHE", Path.home() / ".cache" / "mamba-farm"))
 VENV = CACHE / f"venv-torch{TORCH}-cp311"
@@ -64,7 +65,7 @@ def stage_source(dst: Path) -> Path:
     dst.mkdir(parents=True, exist_ok=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.so", "*.egg-info")
     for name in SOURCE_ITEMS:
-        src = ROOT / name
+        src = REPO / name
         if src.is_dir():
             shutil.copytree(src, dst / name, ignore=ignore)
         elif src.is_file():
@@ -174,7 +175,7 @@ def nvcc_object_cost(
     """Compile one kernel TU alone the way setup.py does (its nvcc flags from mamba_build/build.toml): wall, CPU, RSS."""
     import tomllib
 
-    flags = tomllib.loads((ROOT / "mamba_build" / "build.toml").read_text())["cuda"]["nvcc_flags"]
+    flags = tomllib.loads((REPO / "mamba_build" / "build.toml").read_text())["cuda"]["nvcc_flags"]
     gencode = [f for sm in archs for f in ("-gencode", f"arch=compute_{sm},code=sm_{sm}")]
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -186,7 +187,7 @@ def nvcc_object_cost(
         "-Xcompiler",
         "-fPIC",
         "-I",
-        str(ROOT / "csrc"),
+        str(REPO / "csrc"),
         *(extra or []),
         "-c",
         str(source),

@@ -12,9 +12,6 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     requests: list | None = None  # (serve's ``log``) every GET's path, for tests of what an installer fetched
 

@@ -10,7 +10,8 @@ import time
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 COMPILE_MARK = "building 'mamba_ssm._C' extension"  # setuptools prints it only when it compiles
 PREBUILT_MARK = "mamba-ssm: using prebuilt wheel"
 

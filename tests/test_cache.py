@@ -15,7 +15,8 @@ from filelock import FileLock
 
 from builder.building import cache
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 MB = 1 << 20
 
 
@@ -84,7 +85,7 @@ def test_cache_command_shows_and_prunes_a_farm_cache(tmp_path):
     env = {**os.environ, "MAMBA_FARM_CACHE": str(root)}
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "builder", "cache", *args], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "builder", "cache", *args], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
 
     shown = run()
@@ -137,7 +138,7 @@ def test_prune_never_deletes_through_a_link_out_of_the_cache(tmp_path):
     (root / "smoke" / "cp310-torch2.13.0" / "torch-envs").mkdir(parents=True)
     (root / "smoke" / "cp310-torch2.13.0" / "torch-envs" / venv.name).symlink_to(venv)  # the venv is a link
     env = {**os.environ, "MAMBA_FARM_CACHE": str(root)}
-    run = subprocess.run([sys.executable, "-m", "builder", "cache", "prune", "--all"], cwd=ROOT, env=env,
+    run = subprocess.run([sys.executable, "-m", "builder", "cache", "prune", "--all"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert run.returncode == 0 and "removed 1 torch venv(s)" in run.stdout, run.stdout + run.stderr
     assert not mine.exists()
@@ -159,7 +160,7 @@ def test_a_complete_marker_that_is_not_a_small_file_is_refused_not_read(tmp_path
     else:
         done.write_bytes(b"torch==\xff\xfe\x1b[2J")
     env = {**os.environ, "MAMBA_FARM_CACHE": str(root)}
-    run = subprocess.run([sys.executable, "-m", "builder", "cache"], cwd=ROOT, env=env, capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "builder", "cache"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=30, check=False)  # fmt: skip
     assert run.returncode == 0 and "0 torch venv(s)" in run.stdout, run.stdout + run.stderr
     assert "skipped, not a complete venv" in run.stderr and "Traceback" not in run.stderr

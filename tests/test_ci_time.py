@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO
+
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import ci_time  # benchmarks/ is not a package: on sys.path above

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-EMU = ROOT / "tests" / "cuda_emu"
+from conftest import REPO
+
+EMU = REPO / "tests" / "cuda_emu"
 CXX = shutil.which("g++")
 
 
@@ -25,7 +25,7 @@ CXX = shutil.which("g++")
 @pytest.mark.parametrize("warp", [32, pytest.param(64, marks=pytest.mark.slow)], ids=["warp32-nvidia", "wave64-amd"])
 def test_cuda_kernels_match_cpu_kernels_under_emulation(tmp_path, warp):
     exe = tmp_path / "emu_harness"
-    cuda = ROOT / "csrc" / "cuda"
+    cuda = REPO / "csrc" / "cuda"
     cmd = [
         CXX,
         "-std=c++20",
@@ -36,14 +36,14 @@ def test_cuda_kernels_match_cpu_kernels_under_emulation(tmp_path, warp):
         "-I",
         str(EMU / "include"),
         "-I",
-        str(ROOT / "csrc"),
+        str(REPO / "csrc"),
         "-x",
         "c++",
         str(cuda / "selective_scan_fwd.cu"),
         str(cuda / "selective_scan_bwd.cu"),
         "-x",
         "none",
-        str(ROOT / "csrc" / "selective_scan_cpu.cpp"),
+        str(REPO / "csrc" / "selective_scan_cpu.cpp"),
         str(EMU / "harness.cpp"),
         "-o",
         str(exe),

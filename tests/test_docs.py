@@ -40,7 +40,8 @@ from wheelmaker import (
 from builder.publishing import doctor_dist, pins
 from docs.hooks import refgen
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 DOCS = REPO / "docs"
 INDEX_URL = "https://mamba-ssm.github.io/wheels/"
 # The front door: PyPI's torch 2.14 (CUDA 13, CXX11 ABI) and upstream's packages for it, pinned (upstream's line first).

@@ -24,7 +24,8 @@ torch = pytest.importorskip("torch")
 
 from mamba_ssm import _elf, _variant
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 WANT = _variant.detect()  # cpu-torch2.13-cxx11abiTRUE in the dev venv
 

@@ -27,7 +27,8 @@ from wheelmaker import (
 from builder.errors import UsageError
 from builder.publishing import doctor_dist
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 NEEDS = "cu13torch2.14cxx11abiTRUE"  # what the stand-in torch 2.14.1+cu130 needs
 WRONG = "cu12torch2.6cxx11abiFALSE"
 

@@ -34,8 +34,7 @@ except ImportError:  # pragma: no cover
     import sre_constants
     import sre_parse
 
-REPO = Path(__file__).resolve().parents[1]
-
+from conftest import REPO
 
 def doctor(*args: str, stdin=None, input_bytes: bytes | None = None, env: dict | None = None, timeout: float = 60):
     e = {k: v for k, v in os.environ.items() if k != "MAMBA_WHEEL_INDEX"}

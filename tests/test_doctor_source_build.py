@@ -30,7 +30,8 @@ from mamba_ssm.doctor.rules import RULES
 
 cl = importlib.import_module("mamba_ssm.doctor.classify")  # the package re-exports a function of that name
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 OURS = f"mamba-ssm @ git+{_prebuilt.SOURCE_REPOSITORY}@v2.3.0"
 GLIBC = "ImportError: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found (required by _C.so)"
 

@@ -40,8 +40,9 @@ from indexkit import running
 from builder.facts.spec import ArchivePin, GitPin
 from builder.planning.recipes import load_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
-RECORDING = ROOT / "tests" / "data" / "pypi-recording.json"
+from conftest import REPO
+
+RECORDING = REPO / "tests" / "data" / "pypi-recording.json"
 DRIFT_EXIT, PATCH_EXIT = 13, 10
 RANGED = "2.15.0"  # the release whose wheels are served as zips without a .metadata file
 
@@ -176,7 +177,7 @@ def serve(recorded: _Recorded, *, honour_ranges: bool = True):
 def farm(tmp_path):
     """Copies of the data, matrix and recipes the command may write, and an empty farm cache."""
     (tmp_path / "recipes").mkdir()
-    for p in (ROOT / "recipes").glob("*.toml"):
+    for p in (REPO / "recipes").glob("*.toml"):
         text, source = p.read_text(), load_recipe(p).source
         # No test reaches GitHub: drift would list a tag archive's repository there. Here its URL loses the
         # tag layout, so drift has no releases to list and leaves it be; tests/test_source_kinds.py serves a
@@ -186,10 +187,10 @@ def farm(tmp_path):
             text = text.replace(source.url, source.url.replace("/archive/refs/tags/", "/archive/"))
         assert not isinstance(source, GitPin), f"{p}: a git source's drift needs a stand-in for its repository here"
         (tmp_path / "recipes" / p.name).write_text(text)
-    shutil.copy(ROOT / "builder" / "data" / "torch.toml", tmp_path / "torch.toml")
-    shutil.copy(ROOT / "matrix.toml", tmp_path / "matrix.toml")
+    shutil.copy(REPO / "builder" / "data" / "torch.toml", tmp_path / "torch.toml")
+    shutil.copy(REPO / "matrix.toml", tmp_path / "matrix.toml")
     (tmp_path / "mamba_ssm").mkdir()  # the version file the matrix names: --write plans from what it writes
-    shutil.copy(ROOT / "mamba_ssm" / "__init__.py", tmp_path / "mamba_ssm" / "__init__.py")
+    shutil.copy(REPO / "mamba_ssm" / "__init__.py", tmp_path / "mamba_ssm" / "__init__.py")
     return tmp_path
 
 
@@ -202,7 +203,7 @@ def drift(farm: Path, index: str, *extra: str) -> subprocess.CompletedProcess:
         for k, v in os.environ.items()
         if not k.startswith(("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"))
     }
-    return subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
 
 
 def changed(before: str, after: str) -> tuple[list[str], list[str]]:
@@ -383,7 +384,7 @@ def _record() -> None:
     """Re-make the recording from the live index (what the tests above serve)."""
     import datetime
 
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(REPO))
     from builder.facts.compat import vtuple
     from builder.sourcing.pypi import Index
 
@@ -504,7 +505,7 @@ def _without_2_15(farm: Path) -> None:
 
 
 def _plan(farm: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder", "plan", "--matrix", str(farm / "matrix.toml")], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "builder", "plan", "--matrix", str(farm / "matrix.toml")], cwd=REPO,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
 
 
@@ -606,7 +607,7 @@ def test_a_server_that_trickles_a_byte_every_2_s_ends_at_the_request_deadline(fa
         cmd = [sys.executable, "-m", "builder", "drift", "--index", f"{url}/simple", "--torch-data",
                str(farm / "torch.toml"), "--no-recipes", "--cache", str(farm / "cache")]  # fmt: skip
         start = time.monotonic()
-        report = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env, check=False)
+        report = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60, env=env, check=False)
         took = time.monotonic() - start
     assert report.returncode == 9 and "no answer within 5 s" in report.stderr, report.stderr
     assert took < 20 and "Traceback" not in report.stderr

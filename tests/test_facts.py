@@ -31,8 +31,9 @@ from builder.facts.compat import parse_accelerator
 from builder.planning.plan import load_plan, stable_floor
 from builder.verifying import wheels
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILD_TOML = ROOT / "mamba_build" / "build.toml"
+from conftest import REPO
+
+BUILD_TOML = REPO / "mamba_build" / "build.toml"
 
 
 DATA = toolchain.load_data()  # what setup.py reads (toolchain loaded by file path, as setup.py does)
@@ -56,8 +57,8 @@ def one_toolkit_plan(tmp_path: Path, accelerator: str, compat, stable: bool):
 
 
 def test_builder_data_holds_none_of_the_shared_facts(compat) -> None:
-    toolkits = tomllib.loads((ROOT / "builder" / "data" / "toolkits.toml").read_text())
-    torch = tomllib.loads((ROOT / "builder" / "data" / "torch.toml").read_text())
+    toolkits = tomllib.loads((REPO / "builder" / "data" / "toolkits.toml").read_text())
+    torch = tomllib.loads((REPO / "builder" / "data" / "torch.toml").read_text())
     assert "cuda_arch" not in toolkits and "rocm_policy" not in toolkits
     assert not any("hip_bf16_patch" in row for row in toolkits["rocm"].values())
     assert not any("cxx_std" in row for row in torch["torch"].values())
@@ -70,7 +71,7 @@ def test_builder_data_holds_none_of_the_shared_facts(compat) -> None:
     assert compat.stable_python == DATA["stable"]["python"]
     assert compat.stable_kinds == tuple(DATA["stable"]["backends"])
     assert "/work/" not in BUILD_TOML.read_text()  # no path of the build machine in a shipped file
-    assert "recursive-include mamba_build *.py *.toml" in (ROOT / "MANIFEST.in").read_text()
+    assert "recursive-include mamba_build *.py *.toml" in (REPO / "MANIFEST.in").read_text()
 
 
 def test_sm_87_needs_cuda_11_4() -> None:
@@ -144,7 +145,7 @@ def test_the_rocm_floor_and_patch_are_setup_pys(tmp_path: Path, compat) -> None:
         assert compat.hip_bf16_patch(acc) == bool(warned) or setup_refuses, version
         # rocm_patch/apply.sh (run while a ROCm image is built) holds the same two rules in bash
         script = subprocess.run(
-            ["bash", str(ROOT / "rocm_patch" / "apply.sh"), str(tmp_path / "no-rocm"), f"{version}.1"],
+            ["bash", str(REPO / "rocm_patch" / "apply.sh"), str(tmp_path / "no-rocm"), f"{version}.1"],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert (script.returncode == 3) == setup_refuses, (version, script.stderr)
@@ -169,7 +170,7 @@ def setup_version(pythonpath: Path | None, **env: str) -> subprocess.CompletedPr
     if pythonpath:
         base["PYTHONPATH"] = str(pythonpath)
     return subprocess.run(
-        [sys.executable, "setup.py", "--version"], cwd=ROOT, env={**base, **env},
+        [sys.executable, "setup.py", "--version"], cwd=REPO, env={**base, **env},
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 
@@ -178,7 +179,7 @@ def test_the_stable_abi_floors_and_backends_agree(tmp_path: Path, compat) -> Non
     tag = "cp" + DATA["stable"]["python"].replace(".", "")
     assert tag == compat.stable_python_tag == "cp310"
     # setup.py: the tag it gives bdist_wheel and the backends it builds stably
-    setup_py = _load("_facts_setup_py", ROOT / "setup.py")
+    setup_py = _load("_facts_setup_py", REPO / "setup.py")
     target = setup_py.Target(env={"MAMBA_STABLE_ABI": "TRUE"})  # the dev venv's torch 2.13.0+cpu
     assert target.stable_tag == tag and f"{tag}-abi3" in target.summary()
     assert target.install_requires == [f"torch>={DATA['stable']['floor']}"]

@@ -31,7 +31,8 @@ from builder.verifying import variants, wheelmeta
 from mamba_ssm import _elf, _variant
 from mamba_ssm._untrusted import Untrusted, load_json, load_toml
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 SETTINGS = {"suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]}
 
 # JSON values of any shape (what a hostile listing, manifest or variant.json may hold)
@@ -81,7 +82,7 @@ def test_json_and_toml_give_a_document_or_untrusted(raw):
 
 
 @settings(**SETTINGS)
-@given(mutated((ROOT / "matrix.toml").read_bytes()))
+@given(mutated((REPO / "matrix.toml").read_bytes()))
 def test_matrix(tmp_path_factory, raw):
     from builder.facts import compat
     from builder.planning.matrix import load_matrix
@@ -94,7 +95,7 @@ def test_matrix(tmp_path_factory, raw):
         pass
 
 
-RECIPE = min((ROOT / "recipes").glob("*.toml"))
+RECIPE = min((REPO / "recipes").glob("*.toml"))
 
 
 @settings(**SETTINGS)

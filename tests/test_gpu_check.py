@@ -23,8 +23,9 @@ import torch
 
 from mamba_ssm.ops import selective_scan_interface as ssi
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
 import upstream_sdist
 
 CLASSES = {"seqlen", "chunk-edge", "bc-layout", "options", "last-state", "strides", "dstate"}
@@ -38,12 +39,12 @@ def _gpu_check():
 
 @needs_ext
 def test_cpu_dry_run_passes_every_case_class_and_writes_the_report(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's mamba_ssm, as pytest sees it
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's mamba_ssm, as pytest sees it
     env.pop("OUT", None)
     proc = subprocess.run(
         [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--quick", "--upstream", "--out", str(tmp_path)],
         check=False,
-        cwd=ROOT,
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
@@ -201,7 +202,7 @@ def test_no_extension_is_a_clear_error(tmp_path, monkeypatch, capsys):
 
 def test_the_shell_scripts_parse():
     for script in ("gpu-check.sh", "gpu-check-prepare.sh"):
-        proc = subprocess.run(["bash", "-n", str(ROOT / "scripts" / script)], check=False, capture_output=True)
+        proc = subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=False, capture_output=True)
         assert proc.returncode == 0, proc.stderr.decode()
 
 
@@ -221,7 +222,7 @@ def test_the_patch_fails_loudly_when_its_text_is_gone(tmp_path):
 
 
 def _cached_sdist() -> Path | None:
-    for folder in (ROOT / ".gpu", upstream_sdist_cache()):
+    for folder in (REPO / ".gpu", upstream_sdist_cache()):
         if (folder / upstream_sdist.FILENAME).is_file():
             return folder
     return None

@@ -20,8 +20,7 @@ from builder.publishing import gpugate
 from builder.publishing.release import split
 from builder.verifying import evidence
 
-REPO = Path(__file__).resolve().parents[1]
-
+from conftest import REPO
 
 def _lines(tmp_path: Path) -> Path:
     wheels = tmp_path / "wheels"

@@ -40,8 +40,9 @@ import pytest
 from hostilekit import add, chain_archive, corrupt_gzip, sha256, snapshot
 from wheelmaker import make_mamba_wheel
 
-ROOT = Path(__file__).resolve().parents[1]
-CODE = Path(os.environ.get("HOSTILE_CORPUS_CODE") or ROOT)
+from conftest import REPO
+
+CODE = Path(os.environ.get("HOSTILE_CORPUS_CODE") or REPO)
 REPORT = os.environ.get("HOSTILE_CORPUS_REPORT")
 TIMEOUT_S = 30
 LIMITS = {resource.RLIMIT_FSIZE: 256 << 20, resource.RLIMIT_AS: 4 << 30}  # /dev/zero never fills a disk or RAM

@@ -12,7 +12,7 @@ import itertools
 import shutil
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO
 
 # builder/'s stages, in import order (docs/architecture.md): a module of a stage imports only its own stage,
 # the stages before it and builder.errors. builder's top (cli, __main__) may import anything; errors nothing.

@@ -29,7 +29,8 @@ from wheelmaker import make_wheel
 from builder.publishing.index import build_index
 from mamba_ssm import _variant as V
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 PUBLIC = re.search(r'__version__\s*=\s*"([^"]+)"', (REPO / "mamba_ssm" / "__init__.py").read_text()).group(1)
 TORCH = "2.13.0+cpu"
 LOCAL_TORCH = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")

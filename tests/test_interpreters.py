@@ -31,8 +31,7 @@ from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeA
 from builder.facts.hostenv import host_machine
 from builder.facts.spec import FilePin
 
-REPO = Path(__file__).resolve().parent.parent
-
+from conftest import REPO
 
 def _mirror_reachable() -> bool:
     try:

@@ -25,7 +25,7 @@ from builder.errors import VerificationError
 from builder.verifying.wheels import check_machine, verify_wheel
 from mamba_ssm import _elf
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 AARCH64_SPEC = spec_for(
     id="cpu-torch2.6-cxx11abiFALSE-cp311-linux_aarch64",

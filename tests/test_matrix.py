@@ -16,7 +16,8 @@ from builder.cli import main
 from builder.facts import compat as compat_mod
 from builder.facts.compat import PLATFORMS, vtuple
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO
+
 DEFAULT = (REPO / "matrix.toml").read_text()
 # The [axes] torch line as it is today (`builder drift --write` appends new minors to it).
 TORCH_AXIS = re.search(r"^torch = \[.*\]$", DEFAULT, re.M).group(0)

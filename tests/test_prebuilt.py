@@ -21,7 +21,8 @@ from builder.publishing.index import build_index
 from mamba_ssm import _prebuilt as P
 from mamba_ssm import _variant as V
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 PY, PLAT = "cp311", "linux_x86_64"
 CPU = V.from_values("2.13.0+cpu", cxx11abi=True, python=PY, platform=PLAT)
 CU13 = V.from_values("2.14.1", cuda="13.0", cxx11abi=True, python=PY, platform=PLAT)

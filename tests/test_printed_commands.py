@@ -25,7 +25,8 @@ from builder.publishing import pins
 from docs.hooks import refgen
 from mamba_ssm.doctor.classify import Context, classify
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 PAGES = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md"))]
 
 

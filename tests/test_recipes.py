@@ -25,7 +25,8 @@ from builder.planning.recipes import RECIPES_DIR, CellFacts, explain, inputs, lo
 from builder.sourcing.prepare import prepare
 from builder.sourcing.sources import SourceCache
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 TORCH_VENV = Path.home() / ".cache" / "mamba-farm" / "venv-torch2.14.1-cp311"
 CUDA13 = Path("/usr/local/cuda-13.0")
 EXTENSION = {"mamba-ssm": "selective_scan_cuda", "causal-conv1d": "causal_conv1d_cuda"}
@@ -216,7 +217,7 @@ def test_explain_lists_each_patch_with_its_reason():
 def test_explain_cli():
     proc = subprocess.run(
         [sys.executable, "-m", "builder", "recipe", "explain", "causal-conv1d", "--torch", "2.14.1",
-         "--accelerator", "cuda-13.0", "--archs", "sm_80"], check=False, cwd=ROOT, capture_output=True, text=True,
+         "--accelerator", "cuda-13.0", "--archs", "sm_80"], check=False, cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "patch cxx20 (setup.py, 3 edits): applies: torch 2.14.1 matches >=2.14" in proc.stdout

@@ -40,7 +40,8 @@ from builder.upkeep.rehearse import (
     shared_actions,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 ACTIONS = shared_actions(REPO)  # $REHEARSAL_ACTIONS, else ../shared/actions
 OWNER_REPO = "mamba-ssm/wheels"  # builder.upkeep.rehearse.ORIGIN
 TORCH_CPU = "torch==2.13.0"

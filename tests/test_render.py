@@ -20,7 +20,8 @@ from builder.facts.hostenv import host_machine
 from builder.facts.spec import ImageSpec
 from builder.planning.plan import load_plan
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO
+
 HADOLINT = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
 PLAN = load_plan()
 IMAGES = sorted(PLAN.images.values(), key=lambda i: i.id)

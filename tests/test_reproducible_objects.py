@@ -18,10 +18,7 @@ import pytest
 from builder.sourcing.reproducible import stamp
 from mamba_build import kernels  # stdlib only; setup.py's helper folder, importable from the checkout
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-
+from conftest import REPO
 
 def test_an_object_is_compiled_under_its_final_name_not_a_random_one(tmp_path: Path) -> None:
     """nvcc names its intermediate files after the object (--objdir-as-tempdir) and those names land in
@@ -41,7 +38,7 @@ def test_a_compiler_that_writes_no_object_is_a_failed_compile(tmp_path: Path) ->
 
 
 def _csrc(where: Path) -> Path:
-    shutil.copytree(ROOT / "csrc", where / "csrc")
+    shutil.copytree(REPO / "csrc", where / "csrc")
     return where / "csrc"
 
 

@@ -12,7 +12,8 @@ from wheelmaker import make_mamba_wheel
 
 from builder.publishing.index import build_index
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 LABEL = "cu13torch2.14cxx11abiTRUE"
 
 

@@ -24,7 +24,8 @@ from builder.facts import compat as compat_mod
 from builder.facts.compat import parse_accelerator
 from builder.facts.spec import ImageSpec
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO
+
 ARCHS = ("gfx90a", "gfx942", "gfx1100")
 KERNELS = {"selective_scan_fwd": "scan_fwd_kernel", "selective_scan_bwd": "scan_bwd_kernel"}
 

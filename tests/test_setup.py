@@ -18,7 +18,8 @@ from pathlib import Path
 import cudakit
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 PY = sys.executable  # the dev venv: torch 2.13.0+cpu
 
 
@@ -30,8 +31,8 @@ def _load(name: str, path: Path):
     return mod
 
 
-toolchain = _load("_test_mamba_toolchain", ROOT / "mamba_build" / "toolchain.py")
-kernels = _load("_test_mamba_kernels", ROOT / "mamba_build" / "kernels.py")
+toolchain = _load("_test_mamba_toolchain", REPO / "mamba_build" / "toolchain.py")
+kernels = _load("_test_mamba_kernels", REPO / "mamba_build" / "kernels.py")
 DATA = toolchain.load_data()
 
 
@@ -295,7 +296,7 @@ def test_cpu_build_against_torch_2_13_builds_installs_and_runs(src, tmp_path):
 
 def test_the_binding_object_is_keyed_by_the_torch_build_not_by_the_venv(tmp_path):
     """Each Python's venv has its own copy of torch's headers; the key names the torch build instead."""
-    csrc = ROOT / "csrc"
+    csrc = REPO / "csrc"
     flags = ["-O2", "-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=1", "-fopenmp"]
 
     def key(venv: str, torch: str) -> str:
@@ -344,7 +345,7 @@ def test_kernel_log_lines_are_one_write_each_under_threads():
         "kernels.build(jobs, Path(tempfile.mkdtemp()), 8)\n"
     )
     for _ in range(3):
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
         lines = proc.stdout.splitlines()
         assert len(lines) == 300 and all(ln.startswith("mamba-ssm: sh -c") and ln.count("mamba-ssm: ") == 1
                                          for ln in lines), [ln for ln in lines if ln.count("mamba-ssm: ") != 1][:3]  # fmt: skip

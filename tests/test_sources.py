@@ -23,8 +23,7 @@ from builder.errors import SourceFetchError, SourceIntegrityError, UsageError
 from builder.facts.spec import SdistPin
 from builder.sourcing.sources import Fetcher, SourceCache
 
-ROOT = Path(__file__).resolve().parents[1]
-
+from conftest import REPO
 
 @pytest.fixture(scope="module")
 def fetched(tmp_path_factory) -> SourceCache:
@@ -95,7 +94,7 @@ def test_tampered_cache_refused_by_the_cli_with_its_exit_code(fetched, tmp_path)
     cache.path(CAUSAL).write_bytes(b"not the sdist")
     proc = subprocess.run(
         [sys.executable, "-m", "builder", "recipe", "fetch", "causal-conv1d"],
-        check=False, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "MAMBA_FARM_CACHE": str(farm_cache)},
+        check=False, cwd=REPO, capture_output=True, text=True, env={**os.environ, "MAMBA_FARM_CACHE": str(farm_cache)},
     )  # fmt: skip
     assert proc.returncode == 8, proc.stderr
     assert "does not match the pin 3202758494eaa7b5" in proc.stderr

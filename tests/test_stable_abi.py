@@ -31,8 +31,9 @@ from packaging.utils import parse_wheel_filename
 
 from mamba_ssm import _variant
 
-ROOT = Path(__file__).resolve().parents[1]
-FLOOR = re.search(r'^\[stable\]\s*\nfloor\s*=\s*"([^"]+)"', (ROOT / "mamba_build" / "build.toml").read_text(), re.M)
+from conftest import REPO
+
+FLOOR = re.search(r'^\[stable\]\s*\nfloor\s*=\s*"([^"]+)"', (REPO / "mamba_build" / "build.toml").read_text(), re.M)
 
 pytestmark = pytest.mark.skipif(cudakit.python311() is None, reason="needs python3.11 for the torch 2.14.1 venv")
 
@@ -44,7 +45,7 @@ def _schemas(source: Path) -> list[str]:
 
 
 def test_stable_binding_registers_the_classic_schemas():
-    classic, stable = _schemas(ROOT / "csrc" / "binding.cpp"), _schemas(ROOT / "csrc" / "binding_stable.cpp")
+    classic, stable = _schemas(REPO / "csrc" / "binding.cpp"), _schemas(REPO / "csrc" / "binding_stable.cpp")
     assert len(classic) == 2 and stable == classic
 
 
@@ -177,7 +178,7 @@ def _assert_correct(res: dict, torch_prefix: str, tree: Path) -> None:
     assert res["torch"].startswith(torch_prefix)
     assert Path(res["module"]).is_relative_to(tree)  # the wheel's package, not the checkout
     assert res["schemas"] == [s.replace("selective_scan", "mamba_ssm::selective_scan", 1) for s in
-                              _schemas(ROOT / "csrc" / "binding.cpp")]
+                              _schemas(REPO / "csrc" / "binding.cpp")]
     for name, err in res["cases"].items():
         tol = 3e-2 if name.startswith("bf16") else 1e-4
         assert err["out"] < tol and err["grads"] < tol, (name, err)

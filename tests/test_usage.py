@@ -7,11 +7,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 PAGE = REPO / "docs" / "user" / "usage.md"
 
 

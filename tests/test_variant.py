@@ -11,8 +11,7 @@ import pytest
 
 from mamba_ssm import _variant as V
 
-ROOT = Path(__file__).resolve().parents[1]
-
+from conftest import REPO
 
 @pytest.mark.parametrize(
     ("version", "cuda", "hip", "abi", "key", "label"),
@@ -62,7 +61,7 @@ def test_imports_without_torch_or_the_package():
     # setup.py loads the file by path before anything is installed.
     code = (
         "import importlib.util, sys\n"
-        f"s = importlib.util.spec_from_file_location('v', {str(ROOT / 'mamba_ssm' / '_variant.py')!r})\n"
+        f"s = importlib.util.spec_from_file_location('v', {str(REPO / 'mamba_ssm' / '_variant.py')!r})\n"
         "m = importlib.util.module_from_spec(s); sys.modules['v'] = m; s.loader.exec_module(m)\n"
         "assert 'torch' not in sys.modules and 'mamba_ssm' not in sys.modules\n"
         "print(m.from_values('2.6.0', cuda='12.4').label)\n"
@@ -97,7 +96,7 @@ def _torch_pythons() -> list[str]:
 @pytest.mark.parametrize("python", _torch_pythons(), ids=lambda p: Path(p).parts[-3])
 def test_the_files_of_a_real_torch_give_the_variant_importing_it_gives(python):
     pytest.importorskip("torch")
-    p = subprocess.run([python, "-c", _PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([python, "-c", _PROBE], cwd=REPO, capture_output=True, text=True, timeout=300)
     from_files, imported_first, from_import = p.stdout.split()
     assert p.returncode == 0, p.stderr
     assert imported_first == "False"  # reading the files did not import torch
@@ -120,7 +119,7 @@ def test_the_cxx_abi_is_read_from_libc10_without_importing_torch(tmp_path, abi):
         ["c++", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", str(src), "-o", str(torch_dir / "lib" / "libc10.so")],
         check=True,
     )
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}"}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}"}
     code = "from mamba_ssm import _variant as V; print(V.detect_installed().key)"
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -129,7 +128,7 @@ def test_the_cxx_abi_is_read_from_libc10_without_importing_torch(tmp_path, abi):
 
 def test_no_torch_installed_is_none(tmp_path):
     code = "from mamba_ssm import _variant as V; print(V.installed_torch(), V.detect_installed())"
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
     p = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 0 and p.stdout.split() == ["None", "None"], p.stderr
 

@@ -38,7 +38,8 @@ variantlib = pytest.importorskip("variantlib")
 from variantlib.variant_dist_info import VariantDistInfo
 from variantlib.variants_json import VariantsJson
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 TORCH_CPU = "2.13.0"
 
 

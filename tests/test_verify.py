@@ -27,8 +27,7 @@ from builder.sourcing import reproducible
 from builder.verifying import relabel
 from mamba_ssm import _elf
 
-REPO = Path(__file__).resolve().parent.parent
-
+from conftest import REPO
 
 def _real_elf() -> bytes:
     """A real shared object of this interpreter (a C extension module of the standard library)."""

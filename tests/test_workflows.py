@@ -27,8 +27,9 @@ from tests.wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, ma
 
 from builder.verifying import evidence
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKFLOWS = ROOT / ".github" / "workflows"
+from conftest import REPO
+
+WORKFLOWS = REPO / ".github" / "workflows"
 RELEASE = WORKFLOWS / "release.yml"
 CI = WORKFLOWS / "ci.yml"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
@@ -38,7 +39,7 @@ BAD_ARTIFACT_CHARS = set('":<>|*?\\/\r\n')
 
 BUILD_JOBS = {"build-x86_64": "linux_x86_64", "build-aarch64": "linux_aarch64"}  # job -> platform
 HAS_PLAN = importlib.util.find_spec("builder.planning.plan") is not None
-NOXFILE = (ROOT / "noxfile.py").read_text()
+NOXFILE = (REPO / "noxfile.py").read_text()
 HAS_INDEX_SESSION = re.search(r"^def index\(", NOXFILE, re.MULTILINE) is not None
 needs_plan = pytest.mark.skipif(
     not HAS_PLAN, reason="needs `python -m builder plan --format github` (builder/planning/plan.py), not in the tree yet"
@@ -83,7 +84,7 @@ def test_the_release_and_ci_workflows_exist():
 
 
 def test_actionlint_passes_on_every_workflow():
-    proc = actionlint(ROOT, *all_workflows())
+    proc = actionlint(REPO, *all_workflows())
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -408,10 +409,10 @@ def workspace(tmp: Path) -> Path:
     ws = tmp / "ws"
     ws.mkdir()
     for name in ("noxfile.py", "pyproject.toml", "builder", "mamba_ssm", "matrix.toml", "README.md"):
-        if (ROOT / name).exists():
-            (ws / name).symlink_to(ROOT / name)
-    (ROOT / ".nox").mkdir(exist_ok=True)
-    (ws / ".nox").symlink_to(ROOT / ".nox")  # nox's venvs are reused between runs
+        if (REPO / name).exists():
+            (ws / name).symlink_to(REPO / name)
+    (REPO / ".nox").mkdir(exist_ok=True)
+    (ws / ".nox").symlink_to(REPO / ".nox")  # nox's venvs are reused between runs
     return ws
 
 
@@ -434,7 +435,7 @@ def run_plan(
     }
     tmp.joinpath("bin").mkdir(parents=True, exist_ok=True)
     env = base_env(tmp, {k: render(v, ctx) for k, v in step["env"].items()})
-    return run_bash(["-c", step["run"]], ROOT, env), outputs(tmp)
+    return run_bash(["-c", step["run"]], REPO, env), outputs(tmp)
 
 
 def matrix_keys_used(job: dict) -> set[str]:
@@ -972,7 +973,7 @@ def test_publish_refuses_a_wheel_without_its_sidecar(tmp_path):
 def _nox_sessions() -> set[str]:
     # `nox --list --json` lists only the default-selected sessions; the text listing has all,
     # one per line as "* name -> doc" (selected) or "- name -> doc".
-    proc = subprocess.run([tool("nox"), "--list"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run([tool("nox"), "--list"], cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
     return set(re.findall(r"^[*-] ([\w-]+)", proc.stdout, flags=re.M))
 
 
