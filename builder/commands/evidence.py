@@ -8,7 +8,8 @@ from pathlib import Path
 
 from builder.commands import summary
 from builder.errors import UsageError
-from builder.publishing.tiers import LEDGER, cell_detail, cell_tiers, counts, harvest, harvest_hip, load_records
+from builder.publishing import tiers
+from builder.publishing.tiers import cell_detail, cell_tiers, counts, harvest, harvest_hip, load_records
 from builder.verifying import evidence
 
 
@@ -18,10 +19,10 @@ def add_command(subparsers) -> None:
     h = sub.add_parser("harvest", help="read each <wheel>.evidence.json under --wheels into the ledger")
     h.add_argument("--wheels", type=Path, help="a dist/wheels folder of a real run (searched recursively)")
     h.add_argument("--hip", type=Path, metavar="PATH", help="a record `hip-compile --evidence PATH` wrote")
-    h.add_argument("--ledger", type=Path, default=LEDGER, help="the ledger (default builder/data/evidence.json)")
+    h.add_argument("--ledger", type=Path, default=tiers.LEDGER, help="the ledger (default builder/data/evidence.json)")
     t = sub.add_parser("tiers", help="how many cells of a plan have each tier, per product line")
     t.add_argument("--profile", default="release", help="the plan's profile (default release)")
-    t.add_argument("--ledger", type=Path, default=LEDGER, help="the ledger (default builder/data/evidence.json)")
+    t.add_argument("--ledger", type=Path, default=tiers.LEDGER, help="the ledger (default builder/data/evidence.json)")
     p.set_defaults(func=run)
 
 

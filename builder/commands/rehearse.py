@@ -14,9 +14,7 @@ from mamba_ssm._untrusted import shown
 
 
 def add_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "rehearse", help=summary("rehearse")
-    )
+    p = subparsers.add_parser("rehearse", help=summary("rehearse"))
     p.add_argument(
         "--work", type=Path, default=Path("build/rehearsal"), help="scratch folder (default build/rehearsal)"
     )

@@ -14,9 +14,7 @@ from builder.publishing.release import LINES, collect, planned, split, variant_f
 
 
 def add_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "release", help=summary("release")
-    )
+    p = subparsers.add_parser("release", help=summary("release"))
     sub = p.add_subparsers(dest="release_command", metavar="ACTION", required=True)
     q = sub.add_parser("collect", help="print '<build id> <job id> built|failed' for every build the matrix plans")
     q.add_argument("--matrix", type=Path, required=True, help="the plan's GitHub matrix (plan --format github)")

@@ -12,7 +12,9 @@ from builder.commands import summary
 
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("render", help=summary("render"))
-    p.add_argument("--out", type=Path, default=Path("build/docker"), help="folder for the Dockerfiles (default build/docker)")
+    p.add_argument(
+        "--out", type=Path, default=Path("build/docker"), help="folder for the Dockerfiles (default build/docker)"
+    )
     p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
     p.add_argument("--profile", default=None, help="a profile of the matrix (e.g. ci)")
     p.add_argument("--only", nargs="*", default=None, metavar="ID", help="just the images of these build ids")

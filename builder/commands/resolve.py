@@ -55,7 +55,13 @@ def _parse_platform(value: str) -> str:
     """x86_64 / aarch64 (or arm64), or a Linux wheel platform tag -> the tag Variant carries (linux_<machine>)."""
     name = value.strip().lower()
     name = {"arm64": "aarch64", "amd64": "x86_64"}.get(name, name)
-    machine = name if name in ("x86_64", "aarch64") else tag_machine(name) if re.fullmatch(r"(many)?linux_\w+", name) else None
+    machine = (
+        name
+        if name in ("x86_64", "aarch64")
+        else tag_machine(name)
+        if re.fullmatch(r"(many)?linux_\w+", name)
+        else None
+    )
     if machine not in ("x86_64", "aarch64"):
         raise argparse.ArgumentTypeError(f"{value!r}: expected x86_64 or aarch64 (or a tag such as linux_aarch64)")
     return f"linux_{machine}"

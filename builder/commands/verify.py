@@ -11,9 +11,7 @@ from builder.commands import summary
 
 
 def add_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "verify", help=summary("verify")
-    )
+    p = subparsers.add_parser("verify", help=summary("verify"))
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--rebuild", metavar="ID", help="the spec id that made WHEEL (its .spec.json's id)")
     what.add_argument(
