@@ -128,17 +128,7 @@ def run_build(request: BuildRequest) -> int:
     runnable = [s for s in specs if s.id not in refused]
     if any(s.id not in refused for s in todo):
         executor = select(request.executor, options)
-    # Snapshot the source now, next to the plan's inputs hash: edits made while the run
-    # goes on must not slip into wheels recorded under the old hash.
-    from builder.building.executors.host import copy_source
-
-    source = run_dir / "src"
-    if any(not s.from_recipe for s in todo):
-        copy_source(request.source.absolute(), source)
-        # The clone's mtimes are the time it was made: the snapshot carries the commit's instead.
-        reproducible.stamp(source, reproducible.checkout_epoch(request.source.absolute()))
-    commit = provenance.checkout_commit(request.source.absolute()) if any(not s.from_recipe for s in todo) else None
-    dirty = provenance.checkout_dirty(request.source.absolute()) if commit else None
+    source, commit, dirty = _snapshot_source(request.source, run_dir, todo)
 
     def on_signal(signum, frame):
         # Stop launching, remove containers / kill build processes now, then unwind.
@@ -202,21 +192,43 @@ def run_build(request: BuildRequest) -> int:
     log(f"done in {time.monotonic() - t0:.1f}s: wheels in {wheels_dir}, logs in {logs_dir}, index in {dist / 'index'}")
     failed = [o for o in outcomes if o.state == "failed"]
     if failed:
-        parts = [f"{len(failed)} of {len(outcomes)} build(s) failed:"]
-        for o in failed:
-            parts.append(f"\n--- {o.spec.id}: {o.reason}\n    log: {o.log}")
-            cause = schedule.first_error(o.log)
-            if cause:
-                parts.append(f"\n    first error: {cause}")
-            parts.append(f"\n    last lines:\n{_indent(schedule.tail(o.log))}")
-        if index_error:
-            parts.append(f"\nand the index failed: {index_error}")
-        err = BuildFailed("".join(parts), hint="each log above ends with the failing step; fix it and rerun (finished builds are kept)")
-        err.exit_code = _exit_code(failed, refused)
-        raise err
+        raise _failed(failed, len(outcomes), refused, index_error)
     if index_error:
         raise BuildFailed(f"the wheels were built, but the index failed: {index_error}", hint=index_error.hint)
     return 0
+
+
+def _snapshot_source(tree: Path, run_dir: Path, todo: list) -> tuple[Path, str | None, bool | None]:
+    """(the snapshot, its commit, dirty) of the checkout TREE when TODO builds it (the snapshot is not made
+    otherwise). Taken now, next to the plan's inputs hash: edits made while the run goes on must not slip into
+    wheels recorded under the old hash."""
+    from builder.building.executors.host import copy_source
+
+    source = run_dir / "src"
+    if any(not s.from_recipe for s in todo):
+        copy_source(tree.absolute(), source)
+        # The clone's mtimes are the time it was made: the snapshot carries the commit's instead.
+        reproducible.stamp(source, reproducible.checkout_epoch(tree.absolute()))
+    commit = provenance.checkout_commit(tree.absolute()) if any(not s.from_recipe for s in todo) else None
+    dirty = provenance.checkout_dirty(tree.absolute()) if commit else None
+    return source, commit, dirty
+
+
+def _failed(failed: list, total: int, refused: dict, index_error) -> BuildFailed:
+    """The error a run with FAILED builds (of TOTAL) ends with: each build's reason, log, first error and last
+    lines, then the index's failure if any; its exit code by cause (_exit_code)."""
+    parts = [f"{len(failed)} of {total} build(s) failed:"]
+    for o in failed:
+        parts.append(f"\n--- {o.spec.id}: {o.reason}\n    log: {o.log}")
+        cause = schedule.first_error(o.log)
+        if cause:
+            parts.append(f"\n    first error: {cause}")
+        parts.append(f"\n    last lines:\n{_indent(schedule.tail(o.log))}")
+    if index_error:
+        parts.append(f"\nand the index failed: {index_error}")
+    err = BuildFailed("".join(parts), hint="each log above ends with the failing step; fix it and rerun (finished builds are kept)")
+    err.exit_code = _exit_code(failed, refused)
+    return err
 
 
 def _evidence_lines(outcomes: list, log, *, indexed: bool) -> None:
