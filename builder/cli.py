@@ -1,8 +1,8 @@
 """``python -m builder <command>``: argument parsing and error reporting only.
 
-Each command lives in its own module, which exposes ``add_command(subparsers)``;
-the parser it adds sets ``func`` to a callable taking the parsed args and
-returning an exit code.
+Each command lives in its own module under builder/commands/ (the table there, ``COMMANDS``, names it
+and its one-line summary), which exposes ``add_command(subparsers)``; the parser it adds sets ``func``
+to a callable taking the parsed args and returning an exit code.
 """
 
 from __future__ import annotations
@@ -11,37 +11,23 @@ import argparse
 import importlib
 import sys
 
+from builder.commands import COMMANDS
 from builder.errors import FarmError, UsageError
 from mamba_ssm._untrusted import Untrusted, guard_output, shown
 
-# command name -> the module that implements it; order is the order of ``--help``.
-COMMANDS = {
-    "plan": "builder.planning.plan",
-    "render": "builder.building.render",
-    "base-image": "builder.building.base_image",
-    "build": "builder.building.build",
-    "verify": "builder.building.verify",
-    "index": "builder.publishing.index",
-    "resolve": "builder.publishing.resolve",
-    "hip-compile": "builder.building.hip",
-    "recipe": "builder.sourcing.prepare",
-    "release": "builder.publishing.release",
-    "drift": "builder.upkeep.drift",
-    "cache": "builder.building.cache",
-    "rehearse": "builder.upkeep.rehearse",
-    "doctor-dist": "builder.publishing.doctor_dist",
-    "evidence": "builder.publishing.tiers",
-}
 
-
-def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The parser; only the named command's module is imported (a cold start stays fast)."""
+def build_parser(argv: list[str] | None = None, *, every: bool = False) -> argparse.ArgumentParser:
+    """The parser; only the named command's module is imported (a cold start stays fast). Without a
+    command (``--help``, a typo) each command is listed from the table's summary, no module imported;
+    EVERY: each command's module adds its full parser (the CLI reference is generated from that)."""
     parser = argparse.ArgumentParser(prog="python -m builder", description="mamba-ssm wheel farm")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     first = next((a for a in (argv or []) if not a.startswith("-")), None)
-    modules = [COMMANDS[first]] if first in COMMANDS else list(COMMANDS.values())
-    for name in modules:
-        importlib.import_module(name).add_command(sub)
+    for name, command in COMMANDS.items():
+        if every or name == first:
+            importlib.import_module(command.module).add_command(sub)
+        elif first not in COMMANDS:
+            sub.add_parser(name, help=command.summary)
     return parser
 
 

@@ -584,10 +584,10 @@ def test_every_exit_code_has_a_meaning_in_the_reference():
     # exit codes a command returns itself (`return 130`, `return DRIFT_EXIT if every else 0`) must be documented
     from builder.cli import COMMANDS
 
-    command_of = {module: name for name, module in COMMANDS.items()}
+    command_of = {command.module: name for name, command in COMMANDS.items()}
     for path in sorted((REPO / "builder").rglob("*.py")):
         module = ".".join(path.relative_to(REPO).with_suffix("").parts)
-        for code, line in _returned_codes(ast.parse(path.read_text())):
+        for code, line in _returned_codes(ast.parse(path.read_text()), command=module.startswith("builder.commands.")):
             if code in refgen.OTHER_BUILDER_EXITS or (command_of.get(module), code) in refgen.COMMAND_EXITS:
                 continue
             if path.name == "hipify_tus.py":  # a script hip.py runs, not a command: its codes are its own
@@ -597,9 +597,9 @@ def test_every_exit_code_has_a_meaning_in_the_reference():
     assert errors.FarmError in refgen.farm_errors()
 
 
-def _returned_codes(tree: ast.Module) -> list[tuple[int, int]]:
-    """(code, line) of each int a command function (main, run_command, _run*) returns: a literal, a
-    module-level int constant, or either branch of `a if c else b`."""
+def _returned_codes(tree: ast.Module, command: bool = False) -> list[tuple[int, int]]:
+    """(code, line) of each int a command function (main, _run*, a domain's run_* entry point, a COMMAND
+    module's run) returns: a literal, a module-level int constant, or either branch of `a if c else b`."""
     consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
               and type(n.value.value) is int for t in n.targets if isinstance(t, ast.Name)}  # fmt: skip
 
@@ -614,7 +614,9 @@ def _returned_codes(tree: ast.Module) -> list[tuple[int, int]]:
 
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and (node.name in ("main", "run_command") or node.name.startswith("_run")):
+        if isinstance(node, ast.FunctionDef) and (
+            node.name == "main" or node.name.startswith(("run_", "_run")) or (command and node.name == "run")
+        ):
             out += [
                 (c, r.lineno) for r in ast.walk(node) if isinstance(r, ast.Return) and r.value for c in ints(r.value)
             ]

@@ -26,6 +26,7 @@ from test_setup import _load, toolchain
 from builder import cli, errors
 from builder.building import hip
 from builder.building.executors import EXIT_INFRA, spec_env
+from builder.commands import Command
 from builder.facts import compat as compat_mod
 from builder.facts.compat import parse_accelerator
 from builder.planning.plan import load_plan, stable_floor
@@ -232,7 +233,7 @@ def test_every_error_has_its_own_exit_code(monkeypatch, capsys) -> None:
 
     failing.add_command = add_command
     monkeypatch.setitem(sys.modules, failing.__name__, failing)
-    monkeypatch.setitem(cli.COMMANDS, "fail", failing.__name__)
+    monkeypatch.setitem(cli.COMMANDS, "fail", Command(failing.__name__, "a command that fails"))
     assert cli.main(["fail"]) == errors.BuildFailed.exit_code
     err = capsys.readouterr().err
     assert "error: 1 of 1 build(s) failed" in err and "hint: read its log" in err

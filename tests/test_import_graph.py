@@ -10,13 +10,19 @@ from __future__ import annotations
 import ast
 import itertools
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import REPO
 
 # builder/'s stages, in import order (docs/architecture.md): a module of a stage imports only its own stage,
 # the stages before it and builder.errors. builder's top (cli, __main__) may import anything; errors nothing.
-STAGES = ("facts", "planning", "sourcing", "verifying", "publishing", "building", "upkeep")
+# commands (each command's argument parsing and printing) is the top layer: no stage imports it.
+# DOMAIN, the stages that do the work: `python -m builder --help` imports none of them.
+DOMAIN = ("facts", "planning", "sourcing", "verifying", "publishing", "building", "upkeep")
+STAGES = (*DOMAIN, "commands")
+
 # what builder/ holds besides the stage packages
 TOP = {"__init__.py", "__main__.py", "cli.py", "errors.py", "data", "templates"}
 
@@ -202,7 +208,7 @@ def test_builder_has_no_import_cycle() -> None:
     graph = import_graph(REPO, "builder")
     # the reader sees what it must: module-level imports and function-local ones, submodules by name
     assert "builder.building.engine" in graph["builder.building.executors.docker"]
-    assert "builder.planning.plan" in graph["builder.building.render"]  # imported inside _run()
+    assert "builder.planning.plan" in graph["builder.building.verify"]  # imported inside _profile_of()
     assert "builder.building.schedule" in graph["builder.building.build"]  # from builder.building import schedule
     found = cycles(graph, ALLOWED)
     assert not found, "import cycles in builder/:\n" + "\n".join(found)
@@ -222,3 +228,86 @@ def test_a_cycle_through_a_function_local_import_is_named(tmp_path: Path) -> Non
     assert cycles(graph) == ["pkg.a -> pkg.sub.b (pkg/a.py:1) -> pkg.a (pkg/sub/b.py:5)"]
     (pkg / "sub" / "b.py").write_text("import os\n\n\ndef thing():\n    return os\n")
     assert cycles(import_graph(tmp_path, "pkg")) == []
+
+
+# --------------------------------------------------------------------------- the commands apart from the work
+
+# Modules outside builder/commands/ that may parse arguments, and why.
+ARGPARSE_ALLOWED = {
+    "builder/cli.py": "the entry point: the top parser that the commands' parsers hang from",
+    "builder/upkeep/standins/gh.py": "a stand-in program for GitHub's `gh` CLI that tests run as its own "
+    "executable: it parses gh's arguments, not the farm's",
+}
+
+
+def argparse_importers(root: Path, package: str) -> list[str]:
+    """Files of PACKAGE under ROOT, outside PACKAGE/commands/, with an import of argparse (any statement)."""
+    out = []
+    for path in sorted((root / package).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(f"{package}/commands/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(n == "argparse" or n.startswith("argparse.") for n in names):
+                out.append(f"{rel}:{node.lineno}")
+                break
+    return out
+
+
+def test_only_the_commands_parse_arguments() -> None:
+    found = [f for f in argparse_importers(REPO, "builder") if f.split(":")[0] not in ARGPARSE_ALLOWED]
+    assert not found, "argparse outside builder/commands/ (a domain module takes typed options):\n" + "\n".join(found)
+    assert all((REPO / f).is_file() for f in ARGPARSE_ALLOWED), "an exception names a file that is gone: delete it"
+
+
+def test_an_argparse_import_outside_the_commands_is_named(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "builder", tmp_path / "builder", ignore=shutil.ignore_patterns("__pycache__"))
+    plan = tmp_path / "builder" / "planning" / "plan.py"
+    lines = plan.read_text().count("\n")
+    plan.write_text(
+        plan.read_text() + "\n\ndef _parse():\n    from argparse import ArgumentParser\n\n    return ArgumentParser\n"
+    )
+    found = [f for f in argparse_importers(tmp_path, "builder") if f.split(":")[0] not in ARGPARSE_ALLOWED]
+    assert found == [f"builder/planning/plan.py:{lines + 4}"]
+
+
+_IMPORTED = """
+import sys
+from builder.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(" ".join(sorted(m for m in sys.modules if m == "builder" or m.startswith("builder."))))
+"""
+
+
+def _imported_by(*argv: str) -> set[str]:
+    """The builder modules a fresh interpreter has imported after ``python -m builder ARGV`` (main, in-process)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *argv], cwd=REPO, capture_output=True, text=True, check=True, timeout=120
+    )
+    return set(proc.stdout.split())
+
+
+def _domain(modules: set[str], stages=DOMAIN) -> list[str]:
+    return sorted(m for m in modules if stage_of(m) in stages)
+
+
+def test_help_lists_the_commands_without_importing_the_work() -> None:
+    modules = _imported_by("--help")
+    assert {"builder.cli", "builder.commands"} <= modules, modules
+    assert not _domain(modules), f"python -m builder --help imported domain modules: {_domain(modules)}"
+    assert not [m for m in modules if m.startswith("builder.commands.")], modules  # the table's summaries suffice
+    # one command's --help imports that command's module and what it needs, not the others'
+    plan = _imported_by("plan", "--help")
+    assert "builder.commands.plan" in plan and "builder.planning.plan" in plan
+    assert not [m for m in plan if m.startswith("builder.commands.") and m != "builder.commands.plan"], plan
+    assert not _domain(plan, ("building", "publishing", "upkeep")), _domain(plan, ("building", "publishing", "upkeep"))

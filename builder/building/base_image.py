@@ -12,31 +12,27 @@ already exists is reused, never rebuilt.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from builder.building import timings
-from builder.building.engine import build_image, connect, image_exists
+from builder.building.engine import build_image, image_exists
 from builder.building.images import (
     DEBIAN_ARCH,
-    DEFAULT_SUITE,
     SUITES,
     docker_platform,
     is_local_base,
     local_machine,
     local_name,
     local_suite,
-    machine_of,
     suite_for,
 )
 from builder.errors import EngineUnavailable, UsageError
-from builder.facts.hostenv import find_ca_bundle, host_machine
+from builder.facts.hostenv import host_machine
 
 MIRROR = "http://deb.debian.org/debian"
 
@@ -129,25 +125,3 @@ def resolve_base(
     suite = fallback or suite_for(base)
     log(f"base image: cannot pull {base} ({reason}); using the farm's own Debian {suite} base instead")
     return ensure(client, suite, ca_bundle=ca_bundle, log=log, machine=machine)
-
-
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser("base-image", help="make a local Debian base image (debootstrap + docker import)")
-    p.add_argument("--suite", default=DEFAULT_SUITE, choices=SUITES, help=f"Debian suite (default {DEFAULT_SUITE})")
-    p.add_argument(
-        "--platform",
-        default=None,
-        choices=[f"linux_{m}" for m in DEBIAN_ARCH],
-        help="the wheel platform the base is for (default: this host's); another one is made under emulation",
-    )
-    p.add_argument("--ca-bundle", type=Path, default=None, help="CA bundle to bake in (default: the host's)")
-    p.set_defaults(func=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    client = connect()
-    ca = find_ca_bundle(args.ca_bundle)
-    machine = machine_of(args.platform) if args.platform else None
-    name = ensure(client, args.suite, ca_bundle=ca, log=lambda m: print(m, file=sys.stderr), machine=machine)
-    print(name)
-    return 0

@@ -14,7 +14,6 @@ Layout of ``--dist`` (default ``dist``)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -23,13 +22,14 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
 from builder.building import schedule, timings
 from builder.building.executors import BuildOptions
-from builder.building.executors.choose import EXECUTORS, select
+from builder.building.executors.choose import select
 from builder.errors import BuildFailed, FarmError, UsageError
 from builder.publishing import cost
 from builder.sourcing import reproducible
@@ -39,64 +39,60 @@ from mamba_ssm._untrusted import neutral, unguarded
 REPO = Path(__file__).resolve().parents[2]
 
 
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser("build", help="build, verify and index every wheel of the plan into --dist")
-    p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
-    p.add_argument("--profile", default=None, help="a profile of the matrix (e.g. ci)")
-    p.add_argument("--only", nargs="+", default=None, metavar="ID", help="build only these spec ids")
-    p.add_argument(
-        "--projects", nargs="+", default=None, metavar="NAME",
-        help="build these projects instead of the profile's (checkout and/or recipe names, e.g. causal-conv1d)",
-    )  # fmt: skip
-    p.add_argument("--executor", default="auto", choices=EXECUTORS, help="docker, host, or auto (default: docker when an engine answers, else host)")
-    p.add_argument("--jobs", type=int, default=None, help="builds at once (default: from cores and memory)")
-    p.add_argument(
-        "--compile-jobs", type=int, default=None, metavar="N",
-        help="compiler jobs inside each build (MAX_JOBS; default: cores / --jobs); 1 for a one-core or memory-tight host",
-    )  # fmt: skip
-    p.add_argument(
-        "--wheelhouse", type=Path, action="append", default=None, metavar="DIR",
-        help="a local wheel dir builds install torch from (repeatable; default ~/.cache/mamba-farm/wheelhouse)",
-    )
-    p.add_argument("--dist", type=Path, default=Path("dist"), help="output folder: wheels/, logs/, index/ (default dist)")
-    p.add_argument("--ca-bundle", type=Path, default=None, help="CA bundle for builds (default: the host's pip cert)")
-    p.add_argument("--timeout", type=float, default=5400, help="seconds one build may take (default 5400)")
-    p.add_argument("--retries", type=int, default=1, help="retries after an infrastructure failure (default 1)")
-    p.add_argument("--source", type=Path, default=REPO, help="the package source tree (default: this checkout)")
-    p.add_argument("--no-smoke", action="store_true", help="skip the smoke test in a clean env (verification still runs)")
-    p.set_defaults(func=run_command)
+@dataclass(frozen=True)
+class BuildRequest:
+    """One build run: which builds of which plan, how, and where to (``python -m builder build``'s flags, typed).
+    ``wheelhouse`` None: the host's default wheelhouses; ``ca_bundle`` None: the host's pip cert; ``jobs`` and
+    ``compile_jobs`` None: from cores and memory."""
+
+    matrix: Path | None = None
+    profile: str | None = None
+    only: list[str] | None = None
+    projects: list[str] | None = None
+    executor: str = "auto"
+    jobs: int | None = None
+    compile_jobs: int | None = None
+    wheelhouse: list[Path] | None = None
+    dist: Path = Path("dist")
+    ca_bundle: Path | None = None
+    timeout: float = 5400
+    retries: int = 1
+    source: Path = REPO
+    no_smoke: bool = False
 
 
-def _validate(args: argparse.Namespace) -> None:
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs {args.jobs}: must be at least 1")
-    if args.compile_jobs is not None and args.compile_jobs < 1:
-        raise UsageError(f"--compile-jobs {args.compile_jobs}: must be at least 1")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout {args.timeout}: must be positive")
-    if args.retries < 0:
-        raise UsageError(f"--retries {args.retries}: must be 0 or more")
-    for wh in args.wheelhouse or []:
+def _validate(request: BuildRequest) -> None:
+    if request.jobs is not None and request.jobs < 1:
+        raise UsageError(f"--jobs {request.jobs}: must be at least 1")
+    if request.compile_jobs is not None and request.compile_jobs < 1:
+        raise UsageError(f"--compile-jobs {request.compile_jobs}: must be at least 1")
+    if request.timeout <= 0:
+        raise UsageError(f"--timeout {request.timeout}: must be positive")
+    if request.retries < 0:
+        raise UsageError(f"--retries {request.retries}: must be 0 or more")
+    for wh in request.wheelhouse or []:
         if not wh.is_dir():
             raise UsageError(f"--wheelhouse {wh}: no such directory", hint="pass a folder of .whl files")
-    if not (args.source / "setup.py").is_file():
-        raise UsageError(f"--source {args.source}: no setup.py there", hint="point --source at the mamba-ssm checkout")
+    if not (request.source / "setup.py").is_file():
+        raise UsageError(f"--source {request.source}: no setup.py there", hint="point --source at the mamba-ssm checkout")
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_build(request: BuildRequest) -> int:
+    """Plan, build, verify and index REQUEST's builds into its dist folder: 0, or 130 when interrupted
+    (BuildFailed, exit code by cause, when a build or the index failed)."""
     from builder.facts.hostenv import default_wheelhouses, find_ca_bundle
     from builder.planning.plan import load_plan
 
-    _validate(args)
+    _validate(request)
     console = Console(file=unguarded(sys.stderr), width=None if sys.stderr.isatty() else 200)  # its own styles
     log = lambda msg: console.print(neutral(str(msg)), highlight=False, markup=False, soft_wrap=True)  # a line stays one line
     t0 = time.monotonic()
-    plan = load_plan(matrix_file=args.matrix, profile=args.profile, only=args.only, projects=args.projects)
+    plan = load_plan(matrix_file=request.matrix, profile=request.profile, only=request.only, projects=request.projects)
     specs = list(plan.builds)
     if not specs:
         raise UsageError("the plan selects no builds", hint="check --profile / --only against `python -m builder plan`")
 
-    dist = args.dist.absolute()
+    dist = request.dist.absolute()
     wheels_dir, logs_dir, work = dist / "wheels", dist / "logs", dist / ".work"
     for d in (wheels_dir, logs_dir, work):
         d.mkdir(parents=True, exist_ok=True)
@@ -105,11 +101,11 @@ def run_command(args: argparse.Namespace) -> int:
     todo = [s for s in specs if ledger.done(s, wheels_dir) is None]
     previous = previous_entries(ledger, todo)  # before this run's record() overwrites them
 
-    jobs = args.jobs or schedule.auto_jobs(todo or specs)
+    jobs = request.jobs or schedule.auto_jobs(todo or specs)
     options = BuildOptions(
-        wheelhouses=args.wheelhouse if args.wheelhouse is not None else default_wheelhouses(),
-        ca_bundle=find_ca_bundle(args.ca_bundle),
-        max_jobs=args.compile_jobs or schedule.compiler_jobs(jobs),
+        wheelhouses=request.wheelhouse if request.wheelhouse is not None else default_wheelhouses(),
+        ca_bundle=find_ca_bundle(request.ca_bundle),
+        max_jobs=request.compile_jobs or schedule.compiler_jobs(jobs),
         logs_dir=logs_dir,
         log=log,
     )
@@ -117,7 +113,7 @@ def run_command(args: argparse.Namespace) -> int:
         f"plan: {len(specs)} build(s), {len(specs) - len(todo)} up to date, {len(todo)} to build, {jobs} at once"
         f" ({options.max_jobs} compiler job(s) each)"
     )
-    if not args.no_smoke:
+    if not request.no_smoke:
         warning = _cache_preflight(todo)
         if warning:
             log(warning)
@@ -131,18 +127,8 @@ def run_command(args: argparse.Namespace) -> int:
     trees, refused = _prepare_sources(todo, plan, run_dir, logs_dir, log)
     runnable = [s for s in specs if s.id not in refused]
     if any(s.id not in refused for s in todo):
-        executor = select(args.executor, options)
-    # Snapshot the source now, next to the plan's inputs hash: edits made while the run
-    # goes on must not slip into wheels recorded under the old hash.
-    from builder.building.executors.host import copy_source
-
-    source = run_dir / "src"
-    if any(not s.from_recipe for s in todo):
-        copy_source(args.source.absolute(), source)
-        # The clone's mtimes are the time it was made: the snapshot carries the commit's instead.
-        reproducible.stamp(source, reproducible.checkout_epoch(args.source.absolute()))
-    commit = provenance.checkout_commit(args.source.absolute()) if any(not s.from_recipe for s in todo) else None
-    dirty = provenance.checkout_dirty(args.source.absolute()) if commit else None
+        executor = select(request.executor, options)
+    source, commit, dirty = _snapshot_source(request.source, run_dir, todo)
 
     def on_signal(signum, frame):
         # Stop launching, remove containers / kill build processes now, then unwind.
@@ -165,7 +151,7 @@ def run_command(args: argparse.Namespace) -> int:
                 if attempt == 1 and log_path.exists() and spec.id not in trees:
                     log_path.unlink()
                 started = time.monotonic()
-                result = executor.build(spec, trees.get(spec.id, source), raw, log_path, args.timeout)
+                result = executor.build(spec, trees.get(spec.id, source), raw, log_path, request.timeout)
                 # what it cost, beside its log (which every release job uploads, failed or not)
                 wall = time.monotonic() - started
                 cost.write_build_record(logs_dir, spec.id, wall=wall, cpu=result.cpu_seconds,
@@ -175,7 +161,7 @@ def run_command(args: argparse.Namespace) -> int:
 
             def finish(spec, result):
                 return _verify_and_publish(
-                    spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not args.no_smoke,
+                    spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not request.no_smoke,
                     epoch=reproducible.tree_epoch(trees.get(spec.id, source)), ran=executor.ran(spec), commit=commit,
                     dirty=dirty, allow_newer_manylinux=executor.newer_glibc(spec), recipe=plan.recipe_of(spec),
                     emulated_smoke=getattr(executor, "smoke", None), log_path=logs_dir / f"{spec.id}.log", log=log,
@@ -183,7 +169,7 @@ def run_command(args: argparse.Namespace) -> int:
 
             ran = schedule.run(
                 runnable, build_one, finish, ledger=ledger, wheels_dir=wheels_dir, jobs=jobs,
-                retries=args.retries, console=console, stop=stop,
+                retries=request.retries, console=console, stop=stop,
             )
         else:
             ran = [schedule.Outcome(s, "skipped", ledger.done(s, wheels_dir), reason="up to date") for s in runnable]
@@ -206,21 +192,43 @@ def run_command(args: argparse.Namespace) -> int:
     log(f"done in {time.monotonic() - t0:.1f}s: wheels in {wheels_dir}, logs in {logs_dir}, index in {dist / 'index'}")
     failed = [o for o in outcomes if o.state == "failed"]
     if failed:
-        parts = [f"{len(failed)} of {len(outcomes)} build(s) failed:"]
-        for o in failed:
-            parts.append(f"\n--- {o.spec.id}: {o.reason}\n    log: {o.log}")
-            cause = schedule.first_error(o.log)
-            if cause:
-                parts.append(f"\n    first error: {cause}")
-            parts.append(f"\n    last lines:\n{_indent(schedule.tail(o.log))}")
-        if index_error:
-            parts.append(f"\nand the index failed: {index_error}")
-        err = BuildFailed("".join(parts), hint="each log above ends with the failing step; fix it and rerun (finished builds are kept)")
-        err.exit_code = _exit_code(failed, refused)
-        raise err
+        raise _failed(failed, len(outcomes), refused, index_error)
     if index_error:
         raise BuildFailed(f"the wheels were built, but the index failed: {index_error}", hint=index_error.hint)
     return 0
+
+
+def _snapshot_source(tree: Path, run_dir: Path, todo: list) -> tuple[Path, str | None, bool | None]:
+    """(the snapshot, its commit, dirty) of the checkout TREE when TODO builds it (the snapshot is not made
+    otherwise). Taken now, next to the plan's inputs hash: edits made while the run goes on must not slip into
+    wheels recorded under the old hash."""
+    from builder.building.executors.host import copy_source
+
+    source = run_dir / "src"
+    if any(not s.from_recipe for s in todo):
+        copy_source(tree.absolute(), source)
+        # The clone's mtimes are the time it was made: the snapshot carries the commit's instead.
+        reproducible.stamp(source, reproducible.checkout_epoch(tree.absolute()))
+    commit = provenance.checkout_commit(tree.absolute()) if any(not s.from_recipe for s in todo) else None
+    dirty = provenance.checkout_dirty(tree.absolute()) if commit else None
+    return source, commit, dirty
+
+
+def _failed(failed: list, total: int, refused: dict, index_error) -> BuildFailed:
+    """The error a run with FAILED builds (of TOTAL) ends with: each build's reason, log, first error and last
+    lines, then the index's failure if any; its exit code by cause (_exit_code)."""
+    parts = [f"{len(failed)} of {total} build(s) failed:"]
+    for o in failed:
+        parts.append(f"\n--- {o.spec.id}: {o.reason}\n    log: {o.log}")
+        cause = schedule.first_error(o.log)
+        if cause:
+            parts.append(f"\n    first error: {cause}")
+        parts.append(f"\n    last lines:\n{_indent(schedule.tail(o.log))}")
+    if index_error:
+        parts.append(f"\nand the index failed: {index_error}")
+    err = BuildFailed("".join(parts), hint="each log above ends with the failing step; fix it and rerun (finished builds are kept)")
+    err.exit_code = _exit_code(failed, refused)
+    return err
 
 
 def _evidence_lines(outcomes: list, log, *, indexed: bool) -> None:

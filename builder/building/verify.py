@@ -13,14 +13,13 @@ given, a wheel built from a tree with uncommitted changes and no --source), 2 fo
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.errors import FarmError, NotReproducible, RebuildFailed, UsageError
@@ -33,26 +32,23 @@ FETCH_SECONDS = 900.0
 MAX_UNPACKED_BYTES = 8 << 30  # what compare() may read of one wheel's members (a zip bomb stops here)
 
 
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "verify", help="rebuild one spec from its recorded inputs and compare it byte for byte with a wheel"
-    )
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--rebuild", metavar="ID", help="the spec id that made WHEEL (its .spec.json's id)")
-    what.add_argument(
-        "--one-per-kind", type=Path, metavar="DIR",
-        help="rebuild one wheel of each kind (CPU, CUDA, each stable-ABI, recipe) among DIR's wheels with .spec.json sidecars",
-    )  # fmt: skip
-    p.add_argument("wheel", metavar="WHEEL", nargs="?", help="with --rebuild: a path, or an http(s) URL with --sha256")
-    p.add_argument("--projects", nargs="+", default=None, metavar="NAME", help="as for build (a recipe's ids)")
-    p.add_argument("--sha256", default=None, help="the wheel's expected sha256 (required for a URL)")
-    p.add_argument("--profile", default=None, help="the matrix profile that plans ID (default: the first that does)")
-    p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
-    p.add_argument("--executor", default="auto", choices=("auto", "docker", "host"), help="as for build (default auto)")
-    p.add_argument("--wheelhouse", type=Path, action="append", default=None, metavar="DIR", help="as for build")
-    p.add_argument("--source", type=Path, default=None, help="the package source tree (default: this checkout)")
-    p.add_argument("--keep", type=Path, default=None, metavar="DIR", help="keep the rebuild's dist folder here")
-    p.set_defaults(func=run_command)
+@dataclass(frozen=True)
+class VerifyRequest:
+    """What ``python -m builder verify`` checks, typed: ``rebuild`` (a spec id) with ``wheel`` (a path or URL, with
+    ``sha256`` for a URL), or ``one_per_kind`` (a folder); the rest as for a build (``source`` None: the wheel's
+    recorded commit, else this checkout). ``keep``: a folder to keep the rebuild's dist folder in."""
+
+    rebuild: str | None = None
+    one_per_kind: Path | None = None
+    wheel: str | None = None
+    projects: list[str] | None = None
+    sha256: str | None = None
+    profile: str | None = None
+    matrix: Path | None = None
+    executor: str = "auto"
+    wheelhouse: list[Path] | None = None
+    source: Path | None = None
+    keep: Path | None = None
 
 
 # --------------------------------------------------------------------------- comparing two wheels
@@ -162,7 +158,7 @@ def compare(expected: Path, rebuilt: Path) -> list[Difference]:
 # --------------------------------------------------------------------------- the command
 
 
-def _given_wheel(args: argparse.Namespace, scratch: Path) -> Path:
+def _given_wheel(args: VerifyRequest, scratch: Path) -> Path:
     """The wheel to check, as a local file whose sha256 is the one given (if given)."""
     from builder.sourcing.sources import Fetcher, is_web_url
 
@@ -258,21 +254,16 @@ def _profile_of(spec_id: str, matrix: Path | None, profile: str | None, projects
     )
 
 
-def _rebuild(args: argparse.Namespace, spec_id: str, profile: str, dist: Path, projects=None) -> Path:
+def _rebuild(args: VerifyRequest, spec_id: str, profile: str, dist: Path, projects=None) -> Path:
     from builder.building import build
 
-    argv = ["build", "--only", spec_id, "--dist", str(dist), "--no-smoke", "--executor", args.executor]
-    argv += ["--profile", profile] if profile else []
-    argv += ["--projects", *projects] if projects else []
-    argv += ["--matrix", str(args.matrix)] if args.matrix else []
-    argv += ["--source", str(args.source)] if args.source else []
-    for wh in args.wheelhouse or []:
-        argv += ["--wheelhouse", str(wh)]
-    parser = argparse.ArgumentParser(prog="python -m builder")  # the CLI's parser, with only `build` in it
-    build.add_command(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
-    build_args = parser.parse_args(argv)
+    request = build.BuildRequest(
+        only=[spec_id], dist=dist, no_smoke=True, executor=args.executor, profile=profile or None,
+        projects=list(projects) if projects else None, matrix=args.matrix, source=args.source or build.REPO,
+        wheelhouse=list(args.wheelhouse) if args.wheelhouse else None,
+    )  # fmt: skip
     try:
-        build_args.func(build_args)
+        build.run_build(request)
     except FarmError as err:
         raise RebuildFailed(f"the rebuild of {spec_id} failed: {err}", hint=err.hint) from None
     made = sorted((dist / "wheels").glob("*.whl"))
@@ -335,7 +326,7 @@ def built_dirty(given: Path, source: Path | None) -> None:
 
 
 def check(
-    args: argparse.Namespace, spec_id: str, given: Path, dist: Path, projects=None, scratch: Path | None = None
+    args: VerifyRequest, spec_id: str, given: Path, dist: Path, projects=None, scratch: Path | None = None
 ) -> None:
     """Rebuild SPEC_ID into DIST and compare with GIVEN: prints ``identical`` or raises NotReproducible."""
     projects = projects or args.projects
@@ -344,7 +335,7 @@ def check(
         source = recorded_source(given, scratch)
         if source is not None:  # that commit's matrix too: its plan (ids, inputs hash) is the wheel's
             matrix = args.matrix or (source / "matrix.toml" if (source / "matrix.toml").is_file() else None)
-            args = argparse.Namespace(**{**vars(args), "source": source, "matrix": matrix})
+            args = replace(args, source=source, matrix=matrix)
     profile = _profile_of(spec_id, args.matrix, args.profile, projects)
     rebuilt = _rebuild(args, spec_id, profile, dist, projects)
     if rebuilt.name != given.name:
@@ -360,7 +351,8 @@ def check(
     print(f"identical: {given.name} (sha256 {sha}) is what {spec_id} rebuilds to", flush=True)
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_verify(args: VerifyRequest) -> int:
+    """Rebuild and compare (``rebuild`` with ``wheel``, or ``one_per_kind``): 0 when identical, else an error."""
     scratch = Path(tempfile.mkdtemp(prefix="mamba-farm-verify-"))
     try:
         if args.rebuild is not None:
@@ -376,7 +368,7 @@ def run_command(args: argparse.Namespace) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _one_per_kind(args: argparse.Namespace, scratch: Path) -> int:
+def _one_per_kind(args: VerifyRequest, scratch: Path) -> int:
     """The release's check: every picked wheel rebuilt and compared, each reported, then one verdict."""
     from builder.facts.hostenv import host_machine
 

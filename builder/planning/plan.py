@@ -14,7 +14,6 @@ serves every cell a cp310-abi3 wheel for torch >= the floor can (``_group_stable
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import hashlib
 import json
@@ -159,7 +158,7 @@ def _nothing_to_build(matrix: Matrix, prof: Profile | None, dropped: list[Droppe
     if not dropped:
         hint = "no combination was dropped: the axes (and the profile's keys) select none; widen them"
     elif len(dropped) <= EXPLAIN_INLINE:
-        message += ":\n" + _dropped_lines(dropped)
+        message += ":\n" + dropped_lines(dropped)
         hint = None
     else:
         hint = "rerun the plan with --explain to see what was dropped and why"
@@ -168,7 +167,7 @@ def _nothing_to_build(matrix: Matrix, prof: Profile | None, dropped: list[Droppe
     return err
 
 
-def _dropped_lines(dropped: list[Dropped]) -> str:
+def dropped_lines(dropped: list[Dropped]) -> str:
     return "\n".join(f"  {cell.describe()}: {reason}" for cell, reason in dropped)
 
 
@@ -504,77 +503,6 @@ def _select(matrix: Matrix, builds: list[BuildSpec], only: list[str]) -> list[Bu
     return [b for b in builds if b.id in wanted]
 
 
-# ---------------------------------------------------------------------------
-# The command.
-
-
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "plan",
-        help="show what the farm would build (from matrix.toml)",
-        description="Expand matrix.toml into builds and toolchain images.",
-    )
-    p.add_argument(
-        "--matrix", type=Path, default=None, help=f"matrix file (default: {DEFAULT_MATRIX.name} in the repo)"
-    )
-    p.add_argument("--profile", default=None, help="a [profiles.NAME] subset, e.g. ci")
-    p.add_argument("--only", nargs="+", action="extend", default=None, metavar="ID", help="just these build ids")
-    p.add_argument(
-        "--projects", nargs="+", action="extend", default=None, metavar="NAME",
-        help=f"build these projects instead of the profile's ({CHECKOUT} and/or recipe names, e.g. causal-conv1d)",
-    )  # fmt: skip
-    p.add_argument(
-        "--format", choices=("table", "json", "github"), default="table",
-        help="table (default), json (one object per build) or github (an Actions matrix)",
-    )  # fmt: skip
-    p.add_argument(
-        "--explain", action="store_true", help="also list every dropped combination and why, and each recipe's patches"
-    )
-    p.add_argument(
-        "--stable",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="serve every cell a stable-ABI (abi3) wheel can from one build per accelerator and platform "
-        "(default: matrix.toml's [plan] stable_abi, or the profile's)",
-    )
-    p.set_defaults(func=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    try:
-        plan = load_plan(
-            args.matrix, args.profile, args.only, stable=getattr(args, "stable", None),
-            projects=getattr(args, "projects", None),
-        )  # fmt: skip
-    except MatrixError as err:
-        dropped = getattr(err, "dropped", None)
-        if args.explain and dropped and len(dropped) > EXPLAIN_INLINE:  # a few are in the error itself
-            out = sys.stdout if args.format == "table" else sys.stderr
-            print(f"dropped {len(dropped)} combination(s):\n{_dropped_lines(dropped)}", file=out)
-        raise
-    if args.format == "json":
-        json.dump([b.to_json() for b in plan.builds], sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    elif args.format == "github":
-        jobs = github_jobs(plan.builds)
-        json.dump({"include": jobs}, sys.stdout, separators=(",", ":"))
-        sys.stdout.write("\n")
-        for platform in RUNNERS:  # the release runs one matrix per platform
-            n = sum(j["platform"] == platform for j in jobs)
-            if n > GITHUB_MATRIX_LIMIT:
-                print(
-                    f"warning: {n} {platform} jobs exceed GitHub's {GITHUB_MATRIX_LIMIT}-job matrix limit; "
-                    "split the run with --profile or --only",
-                    file=sys.stderr,
-                )
-    else:
-        _table(plan)
-    if args.explain:
-        # Machine-readable formats keep stdout pure JSON.
-        _explain(plan, sys.stdout if args.format == "table" else sys.stderr)
-    return 0
-
-
 def github_jobs(builds: list[BuildSpec]) -> list[dict]:
     """The release's build jobs, in plan order: one per build, but one per compile group for the classic
     CUDA builds, which share compiled kernels across Pythons (a recipe's through ccache, the checkout's through the
@@ -627,7 +555,7 @@ def _archs_short(archs: tuple[str, ...]) -> str:
     return f"{archs[0]}..{archs[-1]} ({len(archs)})"
 
 
-def _table(plan: Plan) -> None:
+def print_table(plan: Plan) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -658,7 +586,7 @@ def _serves_short(plan: Plan, b: BuildSpec) -> str:
     return f"{n} cell{'s' * (n != 1)}: torch {span(torches)} x py{span(pythons)} ({v} variant{'s' * (v != 1)})"
 
 
-def _explain(plan: Plan, out) -> None:
+def print_explanation(plan: Plan, out) -> None:
     for b in plan.builds:
         if (recipe := plan.recipe_of(b)) is not None:  # the recipe's patches, env and unset for this cell
             print(f"{b.id}:", file=out)
@@ -671,4 +599,4 @@ def _explain(plan: Plan, out) -> None:
                 print(f"  {c.describe()}", file=out)
     print(f"dropped {len(plan.dropped)} combination(s):", file=out)
     if plan.dropped:
-        print(_dropped_lines(plan.dropped), file=out)
+        print(dropped_lines(plan.dropped), file=out)

@@ -181,32 +181,3 @@ def write_lines() -> Path:
     path = REPO / pins.LINES_MODULE
     path.write_text(pins.doctor_lines_source(), encoding="utf-8")
     return path
-
-
-def _run(args) -> int:
-    if args.write_lines:
-        print(f"doctor: wrote {write_lines().relative_to(REPO)} from the release plan")
-        if args.out is None:
-            return 0
-    if args.out is None:
-        raise UsageError("doctor-dist: nothing to do", hint="pass --out DIR (the site's doctor/), or --write-lines")
-    wheel = publish(Path(args.out))
-    print(
-        f"doctor: {wheel} ({wheel.stat().st_size} bytes); pip install {NAME} --index-url <where {args.out} is served>"
-    )
-    return 0
-
-
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "doctor-dist",
-        help="build the standalone doctor wheel (mamba-doctor) and its index page",
-        description="The doctor, from mamba_ssm/doctor and the stdlib-only modules it imports, as a pure-Python "
-        "wheel with no dependencies, in a PEP 503 index of its own.",
-    )
-    p.add_argument("--out", help="folder to write the index into (the site's doctor/)")
-    p.add_argument(
-        "--write-lines", action="store_true",
-        help="first rewrite mamba_ssm/doctor/lines.py (each line's site folder and newest versions) from the release plan",
-    )  # fmt: skip
-    p.set_defaults(func=_run)

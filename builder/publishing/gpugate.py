@@ -222,24 +222,3 @@ def summary(outcomes: list[Outcome], device: str) -> str:
             f"| `{o.wheel}` | `{o.variant}/` | {o.check} | {'passed' if o.ok else '**failed**'} | {o.seconds:.0f} |"
         )
     return "\n".join([*lines, ""])
-
-
-def run_command(args) -> int:
-    outcomes = gate(args.lines, args.device, args.out)
-    (args.out / "results").mkdir(parents=True, exist_ok=True)
-    (args.out / "results" / "gate.json").write_text(json.dumps([o.__dict__ for o in outcomes], indent=1) + "\n")
-    if args.summary:
-        with open(args.summary, "a", encoding="utf-8") as f:
-            f.write(summary(outcomes, args.device))
-    bad = [o for o in outcomes if not o.ok]
-    for o in bad:
-        print(o.detail, file=sys.stderr)
-        # a GitHub annotation (elsewhere a plain line): the run's page names the wheel
-        print(f"::error::GPU gate: {o.wheel} failed its {o.check} (installed from {o.variant}/)")
-    if bad:
-        raise VerificationError(
-            f"GPU gate: {len(bad)} of {len(outcomes)} CUDA wheel(s) failed: {', '.join(o.wheel for o in bad)}",
-            hint=f"their logs: {args.out / 'results'}/<wheel>/log.txt; nothing is published",
-        )
-    print(f"gate: {len(outcomes)} CUDA wheel(s) passed on {args.device}")
-    return 0

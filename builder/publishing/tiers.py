@@ -22,7 +22,6 @@ torch``. Without one such a cell is plainly ``planned``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections import Counter
@@ -73,7 +72,7 @@ def build_kind(spec) -> tuple[str, str, str, str, str]:
 # --------------------------------------------------------------------------- the ledger
 
 
-def _load(path: Path) -> tuple[list[dict], list[dict]]:
+def load_records(path: Path) -> tuple[list[dict], list[dict]]:
     """The ledger's wheel records and HIP compile records, each checked as any record read from outside."""
     if not path.is_file():
         return [], []
@@ -91,12 +90,12 @@ def _load(path: Path) -> tuple[list[dict], list[dict]]:
 
 def load_ledger(path: Path = LEDGER) -> list[dict]:
     """The ledger's wheel records, each checked as any record read from outside (UsageError naming the file)."""
-    return _load(path)[0]
+    return load_records(path)[0]
 
 
 def load_hip(path: Path = LEDGER) -> list[dict]:
     """The ledger's HIP compile records (its ``hip`` key), checked the same way."""
-    return _load(path)[1]
+    return load_records(path)[1]
 
 
 def _write(ledger: Path, records: list[dict], hip: list[dict]) -> None:
@@ -133,7 +132,7 @@ def harvest(wheels: Path, ledger: Path = LEDGER) -> tuple[int, int]:
         if not rec.get("built"):
             raise UsageError(f"{path}: the record says nothing of how the wheel was built", hint="rebuild it")
         found.append(_slim(rec))
-    old, hip = _load(ledger)
+    old, hip = load_records(ledger)
     by_kind = {record_kind(r): r for r in old}
     for r in found:
         by_kind[record_kind(r)] = r
@@ -145,7 +144,7 @@ def harvest(wheels: Path, ledger: Path = LEDGER) -> tuple[int, int]:
 def harvest_hip(path: Path, ledger: Path = LEDGER) -> dict:
     """Read the HIP compile record at PATH into the ledger's ``hip`` key, in place of its line's earlier one."""
     rec = evidence.read_hip(path)
-    records, hip = _load(ledger)
+    records, hip = load_records(ledger)
     _write(ledger, records, [*(h for h in hip if h["line"] != rec["line"]), rec])
     return rec
 
@@ -225,46 +224,3 @@ def check_ledger(records: list[dict], plans: list) -> list[str]:
         if r["verified"].get("tags") != [tag]:
             problems.append(f"{r['wheel']}: its record verified tags {r['verified'].get('tags')}, the wheel is {tag}")
     return problems
-
-
-# --------------------------------------------------------------------------- the command
-
-
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser("evidence", help="the evidence ledger: harvest records of real runs; each cell's tier")
-    sub = p.add_subparsers(dest="evidence_command", required=True)
-    h = sub.add_parser("harvest", help="read each <wheel>.evidence.json under --wheels into the ledger")
-    h.add_argument("--wheels", type=Path, help="a dist/wheels folder of a real run (searched recursively)")
-    h.add_argument("--hip", type=Path, metavar="PATH", help="a record `hip-compile --evidence PATH` wrote")
-    h.add_argument("--ledger", type=Path, default=LEDGER, help="the ledger (default builder/data/evidence.json)")
-    t = sub.add_parser("tiers", help="how many cells of a plan have each tier, per product line")
-    t.add_argument("--profile", default="release", help="the plan's profile (default release)")
-    t.add_argument("--ledger", type=Path, default=LEDGER, help="the ledger (default builder/data/evidence.json)")
-    p.set_defaults(func=run_command)
-
-
-def run_command(args: argparse.Namespace) -> int:
-    if args.evidence_command == "harvest":
-        if args.wheels is None and args.hip is None:
-            raise UsageError("evidence harvest: nothing to read", hint="give --wheels DIR, --hip PATH or both")
-        if args.wheels is not None:
-            read, total = harvest(args.wheels, args.ledger)
-            print(f"evidence: {read} record(s) harvested from {args.wheels}; the ledger {args.ledger} holds {total}")
-        if args.hip is not None:
-            rec = harvest_hip(args.hip, args.ledger)
-            print(f"evidence: HIP compile of {', '.join(rec['archs'])} (HIP {rec['hip_version']}, linked: false) "
-                  f"harvested from {args.hip} into {args.ledger}")  # fmt: skip
-        return 0
-    from builder.planning.plan import load_plan
-
-    plan = load_plan(profile=args.profile)
-    records, hip = _load(args.ledger)
-    found = cell_tiers(plan, records)
-    for line, c in counts(plan, records).items():
-        print(f"{line}: {sum(c.values())} cells: " + ", ".join(f"{c[t]} {t}" for t in evidence.TIERS))
-        said = Counter(cell_detail(b, t, r, hip) for _c, b, t, r in found
-                       if ("upstream" if b.from_recipe else "checkout") == line and t == "planned")  # fmt: skip
-        for text, n in sorted(said.items()):
-            if text != "planned":
-                print(f"  {n} of the planned: {text}")
-    return 0

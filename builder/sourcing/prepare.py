@@ -15,26 +15,19 @@ separate: this module only joins the first two for one build.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
-import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.errors import PatchError, RecipeError, UsageError
-from builder.facts.spec import GitPin
 from builder.planning.recipes import (
     CellFacts,
     Patch,
     Recipe,
     decide,
-    explain,
     inputs,
     placeholder_values,
-    recipe_for,
     render,
     supported,
 )
@@ -118,7 +111,7 @@ def prepare(recipe: Recipe, facts: CellFacts, workdir: Path, cache: SourceCache 
 
 
 # ---------------------------------------------------------------------------
-# python -m builder recipe {explain,prepare,fetch}
+# The cell a recipe is explained or prepared for (`python -m builder recipe explain|prepare`).
 
 
 def _label(facts: CellFacts) -> str:
@@ -128,64 +121,14 @@ def _label(facts: CellFacts) -> str:
     return f"{acc}torch{mm}cxx11abi{'TRUE' if facts.cxx11abi else 'FALSE'}"
 
 
-def facts_from_args(args: argparse.Namespace) -> CellFacts:
-    acc = args.accelerator
+def cell_facts(torch: str, accelerator: str, archs: str, cxx11abi: bool, label: str | None) -> CellFacts:
+    """The cell a recipe is explained or prepared for, from the command's values (UsageError naming the flag)."""
+    acc = accelerator
     m = re.fullmatch(r"(cuda|rocm)-(\d{1,2}\.\d{1,2})", acc)
     if not (m or acc == "cpu"):
         raise UsageError(f"--accelerator {acc!r}: expected cpu, cuda-X.Y or rocm-X.Y")
-    if not re.fullmatch(r"\d+\.\d+\.\d+", args.torch):
-        raise UsageError(f"--torch {args.torch!r}: give the exact release, e.g. 2.14.1")
-    archs = tuple(a for a in re.split(r"[,\s]+", args.archs or "") if a)
-    facts = CellFacts(args.torch, m.group(1) if m else "cpu", m.group(2) if m else None, args.cxx11abi == "TRUE", archs)
-    return CellFacts(facts.torch, facts.kind, facts.toolkit, facts.cxx11abi, archs, args.label or _label(facts))
-
-
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser("recipe", help="third-party recipes: explain a cell's patches, fetch, prepare a tree")
-    sub = p.add_subparsers(dest="recipe_command", metavar="ACTION", required=True)
-    for name, text in (
-        ("explain", "which patches of the recipe apply to a cell, and why"),
-        ("prepare", "fetch and check the sdist, unpack and patch it into --out; print the tree and env"),
-        ("fetch", "fetch the pinned sdist into the farm cache and check its hash"),
-    ):
-        q = sub.add_parser(name, help=text)
-        q.add_argument("project", help="the recipe's project (mamba-ssm, causal-conv1d)")
-        q.add_argument("--recipes", type=Path, default=None, help="recipes folder (default: recipes/)")
-        if name == "fetch":
-            continue
-        q.add_argument("--torch", required=True, help="the torch release, e.g. 2.14.1")
-        q.add_argument("--accelerator", required=True, help="cpu, cuda-X.Y or rocm-X.Y")
-        q.add_argument("--archs", default="", help="sm_80,sm_90 or gfx90a,...")
-        q.add_argument("--cxx11abi", choices=("TRUE", "FALSE"), default="TRUE", help="the C++ ABI (default TRUE)")
-        q.add_argument("--label", default=None, help="local version label (default: from the cell)")
-        if name == "prepare":
-            q.add_argument("--out", type=Path, required=True, help="a new folder for the tree")
-            q.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
-    p.set_defaults(func=run_command)
-
-
-def run_command(args: argparse.Namespace) -> int:
-    from builder.planning.recipes import RECIPES_DIR
-
-    recipe = recipe_for(args.project, args.recipes or RECIPES_DIR)
-    if args.recipe_command == "fetch":
-        cache = SourceCache()
-        print(cache.fetch_git(recipe.source) if isinstance(recipe.source, GitPin) else cache.fetch(recipe.source))
-        return 0
-    facts = facts_from_args(args)
-    if args.recipe_command == "explain":
-        print("\n".join(explain(recipe, facts)))
-        return 0
-    if args.out.exists():
-        raise UsageError(f"--out {args.out}: already exists; every prepared tree goes into a new folder")
-    prep = prepare(recipe, facts, args.out)
-    if args.format == "json":
-        json.dump({"tree": str(prep.tree), "env": prep.env, "unset": list(prep.unset),
-                   "applied": list(prep.applied), "skipped": list(prep.skipped)}, sys.stdout, indent=2)  # fmt: skip
-        print()
-    else:
-        print(f"tree: {prep.tree}")
-        print(f"patches: {', '.join(prep.applied) or 'none'} (skipped: {', '.join(prep.skipped) or 'none'})")
-        print("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in prep.env.items()))
-        print("unset: " + " ".join(prep.unset))
-    return 0
+    if not re.fullmatch(r"\d+\.\d+\.\d+", torch):
+        raise UsageError(f"--torch {torch!r}: give the exact release, e.g. 2.14.1")
+    archs = tuple(a for a in re.split(r"[,\s]+", archs or "") if a)
+    facts = CellFacts(torch, m.group(1) if m else "cpu", m.group(2) if m else None, cxx11abi, archs)
+    return CellFacts(facts.torch, facts.kind, facts.toolkit, facts.cxx11abi, archs, label or _label(facts))

@@ -32,7 +32,6 @@ with :class:`~builder.errors.PatchError`'s code.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -523,32 +522,24 @@ def prove(staged: Staged, torch_data: Path, matrix: Path, recipes: dict) -> None
 
 
 # ---------------------------------------------------------------------------
-# The command.
+# A run.
 
 
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "drift",
-        help="compare the torch data and recipe pins with what the index publishes",
-        description=f"Reports new torch minors and patch releases, Python ranges, CUDA per platform, glibc floors, "
-        f"and new sdists of each recipe. Exit 0: no drift; {DRIFT_EXIT}: drift (a table says what); "
-        f"{PatchError.exit_code}: a recipe's new sdist breaks one of its patches (with --write: its pin stays); "
-        "8/9: with --write, a new sdist did not match its listed sha256 / could not be fetched.",
-    )
-    p.add_argument("--index", help="the simple API to read (default: the host's pip index-url, else PyPI)")
-    p.add_argument("--write", action="store_true", help="update the TOML files (comments kept)")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or json")
-    p.add_argument("--torch-data", type=Path, default=DATA_DIR / "torch.toml", help=argparse.SUPPRESS)
-    p.add_argument("--matrix", type=Path, default=ROOT / "matrix.toml", help=argparse.SUPPRESS)
-    p.add_argument("--recipes", type=Path, default=ROOT / "recipes", help=argparse.SUPPRESS)
-    p.add_argument("--cache", type=Path, default=None, help="the farm cache to use (default: the farm's)")
-    p.add_argument("--no-recipes", action="store_true", help="torch only")
-    p.add_argument("--since", metavar="MINOR", help="compare torch minors from this one up (default: every row)")
-    p.add_argument("--budget-seconds", type=float, metavar="S",
-                   help=f"stop after S seconds (default: MAMBA_FARM_RUN_SECONDS or {RUN_BUDGET[0]})")  # fmt: skip
-    p.add_argument("--budget-mb", type=float, metavar="MB",
-                   help=f"stop after MB MiB read from the index (default: MAMBA_FARM_RUN_MB or {RUN_BUDGET[1]})")  # fmt: skip
-    p.set_defaults(func=run_command)
+@dataclass(frozen=True)
+class DriftOptions:
+    """What one drift run reads, compares and (with ``write``) writes; the command's flags, typed."""
+
+    index: str | None = None  # the simple API to read (None: the host's pip index-url, else PyPI)
+    write: bool = False  # update the TOML files (comments kept)
+    format: str = "table"  # table or json
+    torch_data: Path = DATA_DIR / "torch.toml"
+    matrix: Path = ROOT / "matrix.toml"
+    recipes: Path = ROOT / "recipes"
+    cache: Path | None = None  # the farm cache (None: the farm's)
+    no_recipes: bool = False  # torch only
+    since: str | None = None  # compare torch minors from this one up
+    budget_seconds: float | None = None
+    budget_mb: float | None = None
 
 
 def _read_toml(path: Path) -> dict:
@@ -563,21 +554,22 @@ def _read_toml(path: Path) -> dict:
         raise UsageError(f"{path}: not valid TOML: {err}") from None
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_drift(options: DriftOptions) -> int:
+    """Compare (and with ``write``, update) the data; the report's exit code: 0, or DRIFT_EXIT on drift."""
     from builder.planning.recipes import load_recipes
 
-    cache_root = args.cache or hostenv.CACHE_ROOT
-    index = Index(args.index, cache=cache_root / "metadata")
-    data = _read_toml(args.torch_data).get("torch", {})
+    cache_root = options.cache or hostenv.CACHE_ROOT
+    index = Index(options.index, cache=cache_root / "metadata")
+    data = _read_toml(options.torch_data).get("torch", {})
     if not data:
-        raise UsageError(f'{args.torch_data}: no [torch."M.m"] rows')
+        raise UsageError(f'{options.torch_data}: no [torch."M.m"] rows')
     oldest = min(data, key=vtuple)
-    if args.since:
-        if not re.fullmatch(r"\d+\.\d+", args.since):
-            raise UsageError(f"--since {shown(repr(args.since), 60)}: write a torch minor such as 2.13")
-        oldest = max(oldest, args.since, key=vtuple)
+    if options.since:
+        if not re.fullmatch(r"\d+\.\d+", options.since):
+            raise UsageError(f"--since {shown(repr(options.since), 60)}: write a torch minor such as 2.13")
+        oldest = max(oldest, options.since, key=vtuple)
     try:
-        budget = run_budget("python -m builder drift", args.budget_seconds, args.budget_mb, RUN_BUDGET)
+        budget = run_budget("python -m builder drift", options.budget_seconds, options.budget_mb, RUN_BUDGET)
     except Untrusted as err:
         raise UsageError(str(err)) from None
     staged = Staged()
@@ -586,23 +578,23 @@ def run_command(args: argparse.Namespace) -> int:
         with budget:
             facts = torch_facts(index, oldest)
             drifts = compare_torch(data, facts)
-            py_drifts = compare_python_axis(_read_toml(args.matrix), data, facts)
-            recipes = {} if args.no_recipes else load_recipes(args.recipes)
+            py_drifts = compare_python_axis(_read_toml(options.matrix), data, facts)
+            recipes = {} if options.no_recipes else load_recipes(options.recipes)
             recipe_drifts = [(r, d) for r in recipes.values() if (d := compare_recipe(index, r))]
-            if args.write:
-                _write(args, index, drifts + py_drifts, facts, recipe_drifts, staged)
+            if options.write:
+                _write(options, index, drifts + py_drifts, facts, recipe_drifts, staged)
         every = drifts + py_drifts + [d for _, d in recipe_drifts]
-        if args.write:
+        if options.write:
             try:
-                prove(staged, args.torch_data, args.matrix, recipes)
+                prove(staged, options.torch_data, options.matrix, recipes)
             except UnprovenWrite:
                 for d in every:
                     if d.status.startswith("written"):
                         d.status = "not written: the new data does not load (below)"
-                _report(args, index, every, facts, recipes)
+                _report(options, index, every, facts, recipes)
                 raise
             staged.commit()
-            if args.recipes.resolve() == (ROOT / "recipes").resolve() and any(
+            if options.recipes.resolve() == (ROOT / "recipes").resolve() and any(
                 d.status.startswith("written") for _, d in recipe_drifts
             ):  # the doctor pins a line's newest version where the installed one is unknown: it moves with the pin
                 from builder.publishing.doctor_dist import write_lines
@@ -612,24 +604,24 @@ def run_command(args: argparse.Namespace) -> int:
         raise SourceFetchError(str(err)) from None
     finally:
         staged.discard()
-    return _report(args, index, every, facts, recipes)
+    return _report(options, index, every, facts, recipes)
 
 
-def _write(args, index: Index, drifts: list[Drift], facts: dict, recipe_drifts: list, staged: Staged) -> None:
+def _write(options: DriftOptions, index: Index, drifts: list[Drift], facts: dict, recipe_drifts: list, staged: Staged) -> None:
     """Every edit --write makes, onto the staged copies (:class:`Staged`)."""
     today = datetime.date.today().isoformat()
     python_axis = [d for d in drifts if d.what == "python-axis"]
     drifts = [d for d in drifts if d.what not in ("python-axis", "python-unshipped")]
     if drifts:
-        write_torch(staged[args.torch_data], drifts, facts, today)
+        write_torch(staged[options.torch_data], drifts, facts, today)
         new = [d.subject.split()[1] for d in drifts if d.what == "new-minor"]
         if new:
-            write_matrix_axis(staged[args.matrix], new)
+            write_matrix_axis(staged[options.matrix], new)
     if python_axis:
-        write_python_axis(staged[args.matrix], python_axis)
+        write_python_axis(staged[options.matrix], python_axis)
     for recipe, d in recipe_drifts:
         try:
-            write_recipe(index, recipe, d, args.cache, out=staged.named(recipe.path))
+            write_recipe(index, recipe, d, options.cache, out=staged.named(recipe.path))
         except FarmError as err:  # the new sdist could not be fetched or unpacked: the pin stays
             staged.drop(recipe.path)
             d.status = f"not written: {err}"
@@ -639,16 +631,16 @@ def _write(args, index: Index, drifts: list[Drift], facts: dict, recipe_drifts: 
                 staged.drop(recipe.path)
 
 
-def _report(args, index: Index, every: list[Drift], facts: dict, recipes: dict) -> int:
+def _report(options: DriftOptions, index: Index, every: list[Drift], facts: dict, recipes: dict) -> int:
     checked = f"torch {min(facts, key=vtuple, default='-')}..{max(facts, key=vtuple, default='-')}, " + (
         ", ".join(f"{r.name} {r.source.version}" for r in recipes.values()) or "no recipes"
     )
     cost = f"{index.requests} requests, {index.bytes / 1e6:.1f} MB read from {index.url}"
-    if args.format == "json":
+    if options.format == "json":
         print(json.dumps({"index": index.url, "checked": checked, "drift": [asdict(d) for d in every],
                           "requests": index.requests, "bytes": index.bytes}, indent=2))  # fmt: skip
     else:
-        _table(every, checked, cost, args.write)
+        _table(every, checked, cost, options.write)
     failed = [d.detail["exit"] for d in every if d.detail.get("exit")]
     if failed:  # a broken patch (10), or the new sdist's fetch (9) / hash (8): someone has to look
         return failed[0]

@@ -24,7 +24,6 @@ Nothing of OIDC, Sigstore, Pages or PyPI itself is exercised.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -37,8 +36,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.errors import RehearsalError, UsageError
-from mamba_ssm._untrusted import shown
+from builder.errors import RehearsalError
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -116,7 +114,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _act() -> str:
+def act_binary() -> str:
     here = Path(sys.executable).parent / "act"
     found = str(here) if here.exists() else shutil.which("act")
     if not found:
@@ -247,7 +245,7 @@ def rehearse(
     PROFILE, ONLY_IDS or PROJECTS, a manual run on that tag (it publishes too). The work folder keeps the clone and
     the stand-ins' state, so a second call with the same WORK is the next release. GPU_RUNNER: the GPU gate's
     runner label (vars.GPU_RUNNER), run on this host with GPU_CHECK_DEVICE=cpu (the checks' dry run)."""
-    act = _act()  # found before anything is cloned or made
+    act = act_binary()  # found before anything is cloned or made
     actions = actions or shared_actions(root)
     if not actions.is_dir():
         raise RehearsalError(
@@ -336,79 +334,3 @@ def rehearse(
     text = log.read_text(encoding="utf-8")
     jobs = job_results(text)
     return Result(rc, jobs, log, artifacts, work, seconds, index_url, records)
-
-
-# ---------------------------------------------------------------------------
-# The command.
-
-
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "rehearse", help="run .github/workflows/release.yml under act on this host (a dry run, or a tag release)"
-    )
-    p.add_argument(
-        "--work", type=Path, default=Path("build/rehearsal"), help="scratch folder (default build/rehearsal)"
-    )
-    p.add_argument(
-        "--profile",
-        default="",
-        help=f"the profile input (default for a dry run: {DRY_RUN_PROFILE}; a tag release without one is a tag push: the release profile)",
-    )
-    p.add_argument("--only-ids", default="", help="a dry run's only-ids input")
-    p.add_argument("--projects", default="", help="a dry run's projects input")
-    p.add_argument("--release", action="store_true", help="push a v* tag instead (GitHub and PyPI stand-ins)")
-    p.add_argument("--version", help="with --release: commit this __version__ in the scratch clone first")
-    p.add_argument("--tag", help="with --release: the tag to push (default v<__version__>)")
-    p.add_argument("--push", action="store_true", help="with --release and no --profile: the tag push itself")
-    p.add_argument("--actions", type=Path, default=None, help="GitHub's actions (default ../shared/actions)")
-    p.add_argument("--port", type=int, default=None, help="the port INDEX_URL names (default: a free one)")
-    p.add_argument("--workflow", default="release.yml", help="another workflow of .github/workflows (ci.yml)")
-    p.add_argument("--job", help="run only this job of the workflow (for example: --workflow ci.yml --job lint)")
-    p.set_defaults(func=run_command)
-
-
-_REF_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,127}")  # a tag or version git and PEP 440 take: never an option
-_WORKFLOW_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.ya?ml")
-
-
-def check_args(args: argparse.Namespace) -> None:
-    """What reaches git, act and the work folder, checked before anything is cloned, made or run."""
-    for flag, value in (("--tag", args.tag), ("--version", args.version)):
-        if value is not None and (not _REF_RE.fullmatch(value) or ".." in value):
-            raise UsageError(f"{flag} {shown(repr(value), 100)}: not a tag or version (letters, digits, . _ + - /, "
-                             "not starting with '-')")  # fmt: skip
-    if args.port is not None and not 1 <= args.port <= 65535:
-        raise UsageError(f"--port {args.port}: not a TCP port (1-65535)")
-    if not _WORKFLOW_RE.fullmatch(args.workflow) or not (ROOT / WORKFLOWS / args.workflow).is_file():
-        known = ", ".join(sorted(p.name for p in (ROOT / WORKFLOWS).glob("*.y*ml")))
-        raise UsageError(f"--workflow {shown(repr(args.workflow), 200)}: not a workflow of {WORKFLOWS} ({known})")
-    if args.work.exists() and not args.work.is_dir():
-        raise UsageError(f"--work {shown(args.work)}: exists and is not a folder")
-    _act()
-
-
-def run_command(args: argparse.Namespace) -> int:
-    check_args(args)
-    if (args.version or args.tag) and not args.release:
-        raise UsageError("--version and --tag go with --release", hint="add --release, or drop them for a dry run")
-    if args.release and not (args.profile or args.only_ids or args.projects or args.push):
-        raise UsageError(
-            "--release without --profile pushes the tag, which builds matrix.toml's whole release profile",
-            hint="rehearse with a small profile (--release --profile ci-stable: a manual run on the tag, which "
-            "publishes too), or add --push to mean the tag push",
-        )
-    result = rehearse(
-        args.work, actions=args.actions, release=args.release, version=args.version, tag=args.tag,
-        profile=args.profile, only_ids=args.only_ids, projects=args.projects,
-        index_port=args.port, workflow=args.workflow, job=args.job, stream=sys.stdout,
-    )  # fmt: skip
-    print(f"\nrehearsal: {len(result.jobs)} job(s) in {result.seconds:.0f} s, act exit code {result.rc}")
-    for job, end in result.jobs.items():
-        print(f"  {end:9}  {job}")
-    print(f"log: {result.log}")
-    if args.workflow == "release.yml" and not args.release and result.rc == 0:
-        site = result.artifact("index", args.work / "site")
-        print(f"the dry run's site: {site} (its links name {result.index_url}/: serve it there)")
-    elif args.release:
-        print(f"what the stand-ins got: {result.records / 'calls.jsonl'}; releases: {args.work / 'github'}")
-    return 0 if result.rc == 0 else 1

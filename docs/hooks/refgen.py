@@ -88,7 +88,7 @@ def walk(parser: argparse.ArgumentParser, path: str = "") -> list[tuple[str, str
 def builder_parser() -> argparse.ArgumentParser:
     from builder.cli import build_parser
 
-    return build_parser([])
+    return build_parser(every=True)  # each command's full parser, not --help's summaries
 
 
 def doctor_parser() -> argparse.ArgumentParser:
@@ -161,14 +161,14 @@ def cli_markdown(parser: argparse.ArgumentParser, prefix: str) -> str:
 
 def farm_errors() -> list[type]:
     """Every FarmError class of the farm: builder/errors.py's (base first), then any a command's module
-    defines itself (every command module is imported, as `--help` does)."""
+    defines itself (every command's module is imported, as the full parser does)."""
     import importlib
 
     from builder import errors
     from builder.cli import COMMANDS
 
-    for module in COMMANDS.values():
-        importlib.import_module(module)
+    for command in COMMANDS.values():
+        importlib.import_module(command.module)
     found = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.FarmError)]
     stack = [errors.FarmError]
     while stack:

@@ -61,7 +61,6 @@ The package, one module per concern (importing it imports none of them: each loa
     pages        the find-links, PEP 503/691 and coverage pages of a generation
     store        the fd-based store: ingest, integrity checks
     generation   a run: lock, check, ingest, write a generation, swap, collect garbage
-    cli          ``python -m builder index``
 """
 
 from __future__ import annotations
@@ -70,7 +69,6 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from builder.publishing.index.cli import add_command
     from builder.publishing.index.generation import IndexResult, build_index, load_manifest
     from builder.publishing.index.model import (
         PROJECT,
@@ -84,7 +82,6 @@ if TYPE_CHECKING:
     )
 
 _HOME = {
-    "add_command": "cli",
     "IndexResult": "generation",
     "build_index": "generation",
     "load_manifest": "generation",
@@ -105,7 +102,6 @@ __all__ = [
     "IndexResult",
     "Manifest",
     "Wheel",
-    "add_command",
     "build_index",
     "install_command",
     "load_manifest",

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
+import argparse
 import os
 import time
 from pathlib import Path
 
+from builder.commands import summary
+from builder.publishing import index
 from builder.publishing.index.generation import build_index
 
 
 def add_command(subparsers) -> None:
     p = subparsers.add_parser(
         "index",
-        help="index a folder of wheels: per-variant find-links pages, PEP 503/691 simple pages, coverage page",
-        description=importlib.import_module(__package__).__doc__.split("\n\n")[0],
+        help=summary("index"),
+        description=index.__doc__.split("\n\n")[0],
     )
     p.add_argument(
         "--wheels",
@@ -45,10 +47,10 @@ def add_command(subparsers) -> None:
         help="supersede these published wheel filenames with the different files of the same name in --wheels "
         "(a local rebuild; never on an index others install from). Default: such files are refused",
     )
-    p.set_defaults(func=_run)
+    p.set_defaults(func=run)
 
 
-def _run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     replace = {os.path.basename(n) for n in args.replace or ()}
     res = build_index(

@@ -1,0 +1,63 @@
+"""The commands of ``python -m builder``: one module per command, each holding its argument parsing
+(``add_command(subparsers)``) and ``run(args)``, which reads the parsed arguments, calls the domain
+modules with typed values and prints.
+
+This package's ``__init__`` imports nothing of the domain: ``python -m builder --help`` lists the
+commands from :data:`COMMANDS` (name, module, one-line summary) without importing any of them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Command(NamedTuple):
+    module: str  # the module under builder/commands/ with add_command(subparsers) and run(args)
+    summary: str  # the one line ``python -m builder --help`` shows for it
+
+
+# command name -> its module and summary; order is the order of ``--help``.
+COMMANDS: dict[str, Command] = {
+    "plan": Command("builder.commands.plan", "show what the farm would build (from matrix.toml)"),
+    "render": Command("builder.commands.render", "write the Dockerfile of every toolchain image"),
+    "base-image": Command(
+        "builder.commands.base_image", "make a local Debian base image (debootstrap + docker import)"
+    ),
+    "build": Command("builder.commands.build", "build, verify and index every wheel of the plan into --dist"),
+    "verify": Command(
+        "builder.commands.verify",
+        "rebuild one spec from its recorded inputs and compare it byte for byte with a wheel",
+    ),
+    "index": Command(
+        "builder.commands.index",
+        "index a folder of wheels: per-variant find-links pages, PEP 503/691 simple pages, coverage page",
+    ),
+    "resolve": Command("builder.commands.resolve", "print the variant, wheel and pip command for an environment"),
+    "hip-compile": Command(
+        "builder.commands.hip",
+        "hipify the kernels and compile them with a real hipcc for AMD GPU targets (Docker)",
+    ),
+    "recipe": Command(
+        "builder.commands.recipe", "third-party recipes: explain a cell's patches, fetch, prepare a tree"
+    ),
+    "release": Command(
+        "builder.commands.release", "the release's publish steps: which builds made a wheel; one folder per index"
+    ),
+    "drift": Command("builder.commands.drift", "compare the torch data and recipe pins with what the index publishes"),
+    "cache": Command("builder.commands.cache", "show or prune the smoke-test torch venvs (size budget, LRU)"),
+    "rehearse": Command(
+        "builder.commands.rehearse",
+        "run .github/workflows/release.yml under act on this host (a dry run, or a tag release)",
+    ),
+    "doctor-dist": Command(
+        "builder.commands.doctor_dist", "build the standalone doctor wheel (mamba-doctor) and its index page"
+    ),
+    "evidence": Command(
+        "builder.commands.evidence", "the evidence ledger: harvest records of real runs; each cell's tier"
+    ),
+}
+
+
+def summary(name: str) -> str:
+    """The --help line of command NAME (its module's add_parser passes it as help=)."""
+    return COMMANDS[name].summary

@@ -1,0 +1,89 @@
+"""``python -m builder plan``: expand matrix.toml into builds and toolchain images (builder.planning.plan)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from builder.commands import summary
+from builder.errors import MatrixError
+from builder.planning import plan as planning  # read at run time: tests set planning.GITHUB_MATRIX_LIMIT
+from builder.planning.matrix import CHECKOUT
+from builder.planning.plan import (
+    DEFAULT_MATRIX,
+    EXPLAIN_INLINE,
+    RUNNERS,
+    dropped_lines,
+    github_jobs,
+    print_explanation,
+    print_table,
+)
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help=summary("plan"),
+        description="Expand matrix.toml into builds and toolchain images.",
+    )
+    p.add_argument(
+        "--matrix", type=Path, default=None, help=f"matrix file (default: {DEFAULT_MATRIX.name} in the repo)"
+    )
+    p.add_argument("--profile", default=None, help="a [profiles.NAME] subset, e.g. ci")
+    p.add_argument("--only", nargs="+", action="extend", default=None, metavar="ID", help="just these build ids")
+    p.add_argument(
+        "--projects", nargs="+", action="extend", default=None, metavar="NAME",
+        help=f"build these projects instead of the profile's ({CHECKOUT} and/or recipe names, e.g. causal-conv1d)",
+    )  # fmt: skip
+    p.add_argument(
+        "--format", choices=("table", "json", "github"), default="table",
+        help="table (default), json (one object per build) or github (an Actions matrix)",
+    )  # fmt: skip
+    p.add_argument(
+        "--explain", action="store_true", help="also list every dropped combination and why, and each recipe's patches"
+    )
+    p.add_argument(
+        "--stable",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve every cell a stable-ABI (abi3) wheel can from one build per accelerator and platform "
+        "(default: matrix.toml's [plan] stable_abi, or the profile's)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        plan = planning.load_plan(
+            args.matrix, args.profile, args.only, stable=getattr(args, "stable", None),
+            projects=getattr(args, "projects", None),
+        )  # fmt: skip
+    except MatrixError as err:
+        dropped = getattr(err, "dropped", None)
+        if args.explain and dropped and len(dropped) > EXPLAIN_INLINE:  # a few are in the error itself
+            out = sys.stdout if args.format == "table" else sys.stderr
+            print(f"dropped {len(dropped)} combination(s):\n{dropped_lines(dropped)}", file=out)
+        raise
+    if args.format == "json":
+        json.dump([b.to_json() for b in plan.builds], sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.format == "github":
+        jobs = github_jobs(plan.builds)
+        json.dump({"include": jobs}, sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+        for platform in RUNNERS:  # the release runs one matrix per platform
+            n = sum(j["platform"] == platform for j in jobs)
+            if n > planning.GITHUB_MATRIX_LIMIT:
+                print(
+                    f"warning: {n} {platform} jobs exceed GitHub's {planning.GITHUB_MATRIX_LIMIT}-job matrix limit; "
+                    "split the run with --profile or --only",
+                    file=sys.stderr,
+                )
+    else:
+        print_table(plan)
+    if args.explain:
+        # Machine-readable formats keep stdout pure JSON.
+        print_explanation(plan, sys.stdout if args.format == "table" else sys.stderr)
+    return 0

@@ -1,0 +1,66 @@
+"""``python -m builder recipe {explain,prepare,fetch}``: third-party recipes (builder.sourcing.prepare)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from builder.commands import summary
+from builder.errors import UsageError
+from builder.planning.recipes import GitPin, explain, recipe_for
+from builder.sourcing.prepare import cell_facts, prepare
+from builder.sourcing.sources import SourceCache
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("recipe", help=summary("recipe"))
+    sub = p.add_subparsers(dest="recipe_command", metavar="ACTION", required=True)
+    for name, text in (
+        ("explain", "which patches of the recipe apply to a cell, and why"),
+        ("prepare", "fetch and check the sdist, unpack and patch it into --out; print the tree and env"),
+        ("fetch", "fetch the pinned sdist into the farm cache and check its hash"),
+    ):
+        q = sub.add_parser(name, help=text)
+        q.add_argument("project", help="the recipe's project (mamba-ssm, causal-conv1d)")
+        q.add_argument("--recipes", type=Path, default=None, help="recipes folder (default: recipes/)")
+        if name == "fetch":
+            continue
+        q.add_argument("--torch", required=True, help="the torch release, e.g. 2.14.1")
+        q.add_argument("--accelerator", required=True, help="cpu, cuda-X.Y or rocm-X.Y")
+        q.add_argument("--archs", default="", help="sm_80,sm_90 or gfx90a,...")
+        q.add_argument("--cxx11abi", choices=("TRUE", "FALSE"), default="TRUE", help="the C++ ABI (default TRUE)")
+        q.add_argument("--label", default=None, help="local version label (default: from the cell)")
+        if name == "prepare":
+            q.add_argument("--out", type=Path, required=True, help="a new folder for the tree")
+            q.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from builder.planning.recipes import RECIPES_DIR
+
+    recipe = recipe_for(args.project, args.recipes or RECIPES_DIR)
+    if args.recipe_command == "fetch":
+        cache = SourceCache()
+        print(cache.fetch_git(recipe.source) if isinstance(recipe.source, GitPin) else cache.fetch(recipe.source))
+        return 0
+    facts = cell_facts(args.torch, args.accelerator, args.archs, args.cxx11abi == "TRUE", args.label)
+    if args.recipe_command == "explain":
+        print("\n".join(explain(recipe, facts)))
+        return 0
+    if args.out.exists():
+        raise UsageError(f"--out {args.out}: already exists; every prepared tree goes into a new folder")
+    prep = prepare(recipe, facts, args.out)
+    if args.format == "json":
+        json.dump({"tree": str(prep.tree), "env": prep.env, "unset": list(prep.unset),
+                   "applied": list(prep.applied), "skipped": list(prep.skipped)}, sys.stdout, indent=2)  # fmt: skip
+        print()
+    else:
+        print(f"tree: {prep.tree}")
+        print(f"patches: {', '.join(prep.applied) or 'none'} (skipped: {', '.join(prep.skipped) or 'none'})")
+        print("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in prep.env.items()))
+        print("unset: " + " ".join(prep.unset))
+    return 0
