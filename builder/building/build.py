@@ -31,12 +31,12 @@ from builder.building import schedule, timings
 from builder.building.executors import BuildOptions
 from builder.building.executors.choose import select
 from builder.errors import BuildFailed, FarmError, UsageError
+from builder.facts.paths import REPO
 from builder.publishing import cost
 from builder.sourcing import reproducible
 from builder.verifying import evidence, provenance
 from mamba_ssm._untrusted import neutral, unguarded
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,10 @@ from builder.building.render import hip_toolchain
 from builder.errors import BuildFailed, UsageError
 from builder.facts import compat as compat_mod
 from builder.facts.hostenv import find_ca_bundle
+from builder.facts.paths import REPO
 from builder.facts.spec import stable_hash
 from mamba_ssm import _elf
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HIPIFY_SCRIPT = Path(__file__).resolve().parent / "hipify_tus.py"
 SUITE = NEWER_SUITE  # the Debian release with hipcc (5.7.1)
 IMAGE_REPO = image_repo("hip-toolchain")
@@ -193,7 +193,7 @@ def ensure_image(client, *, log=print) -> str:
 # ---- hipify ------------------------------------------------------------------------
 
 
-def hipify(work: Path, *, python: str, csrc: Path = REPO_ROOT / "csrc") -> list[str]:
+def hipify(work: Path, *, python: str, csrc: Path = REPO / "csrc") -> list[str]:
     """Copy CSRC to WORK/csrc and hipify it there; the hipified TUs, relative to WORK/csrc."""
     dest = work / "csrc"
     if dest.exists():
@@ -291,7 +291,7 @@ def record(version: str, results: list[Compiled]) -> dict:
         raise BuildFailed("the HIP compile left no gfx target in every object: nothing to record")
     return {
         "schema": evidence.SCHEMA, "kind": evidence.HIP_KIND, "linked": False, "line": "checkout",
-        "source": {"kind": "checkout", "commit": checkout_commit(REPO_ROOT), "dirty": checkout_dirty(REPO_ROOT)},
+        "source": {"kind": "checkout", "commit": checkout_commit(REPO), "dirty": checkout_dirty(REPO)},
         "archs": archs, "hip_version": version,
         "toolchain": {"image": results[0].image, "suite": SUITE, "packages": list(PACKAGES),
                       "flags": list(HIPCC_FLAGS)},

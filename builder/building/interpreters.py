@@ -34,11 +34,12 @@ import tomllib
 
 from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeArchiveError
 from builder.facts import hostenv
+from builder.facts import paths
 from builder.facts.spec import FilePin
 from builder.planning.matrix import PYTHON_RE
 from builder.sourcing.sources import SourceCache, is_web_url, max_unpacked_bytes
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "interpreters.toml"
+DATA = paths.DATA / "interpreters.toml"
 ROOT = hostenv.CACHE_ROOT / "interpreters"
 READY = ".mamba-farm-ready"  # in the interpreter's folder: the digest of the pins it was made from
 _POOL_RE = re.compile(r"pool/main/(?:lib)?[a-z0-9]/[a-z0-9.+-]+/[A-Za-z0-9.+~_-]+\.deb")

@@ -30,9 +30,9 @@ from builder.building.images import (
 )
 from builder.errors import InterpreterUnavailable, UsageError
 from builder.facts.hostenv import host_machine, pyenv_pythons
+from builder.facts.paths import REPO
 from builder.facts.spec import ImageSpec, stable_hash
 
-REPO = Path(__file__).resolve().parents[2]
 DOCKER_DIR = REPO / "docker"
 PACKAGES = DOCKER_DIR / "packages.toml"
 

@@ -278,7 +278,7 @@ def recorded_source(given: Path, scratch: Path) -> Path | None:
     HEAD or its uncommitted edits; None when the wheel records no commit (its own tree is rebuilt then)."""
     import subprocess
 
-    from builder.building.build import REPO
+    from builder.facts.paths import REPO
     from builder.verifying import provenance
 
     rec = provenance.read_wheel(given) or {}

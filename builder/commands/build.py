@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.building.build import REPO, BuildRequest, run_build
+from builder.building.build import BuildRequest, run_build
+from builder.facts.paths import REPO
 from builder.building.executors.choose import EXECUTORS
 from builder.commands import summary
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from builder.commands import summary
 from builder.errors import UsageError
-from builder.publishing.doctor_dist import NAME, REPO, publish, write_lines
+from builder.facts.paths import REPO
+from builder.publishing.doctor_dist import NAME, publish, write_lines
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,7 +9,8 @@ from pathlib import Path
 from builder.commands import summary
 from builder.errors import PatchError
 from builder.facts.compat import DATA_DIR
-from builder.upkeep.drift import DRIFT_EXIT, ROOT, RUN_BUDGET, DriftOptions, run_drift
+from builder.facts.paths import REPO
+from builder.upkeep.drift import DRIFT_EXIT, RUN_BUDGET, DriftOptions, run_drift
 
 
 def add_command(subparsers) -> None:
@@ -25,8 +26,8 @@ def add_command(subparsers) -> None:
     p.add_argument("--write", action="store_true", help="update the TOML files (comments kept)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or json")
     p.add_argument("--torch-data", type=Path, default=DATA_DIR / "torch.toml", help=argparse.SUPPRESS)
-    p.add_argument("--matrix", type=Path, default=ROOT / "matrix.toml", help=argparse.SUPPRESS)
-    p.add_argument("--recipes", type=Path, default=ROOT / "recipes", help=argparse.SUPPRESS)
+    p.add_argument("--matrix", type=Path, default=REPO / "matrix.toml", help=argparse.SUPPRESS)
+    p.add_argument("--recipes", type=Path, default=REPO / "recipes", help=argparse.SUPPRESS)
     p.add_argument("--cache", type=Path, default=None, help="the farm cache to use (default: the farm's)")
     p.add_argument("--no-recipes", action="store_true", help="torch only")
     p.add_argument("--since", metavar="MINOR", help="compare torch minors from this one up (default: every row)")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from builder.commands import summary
 from builder.errors import UsageError
-from builder.upkeep.rehearse import DRY_RUN_PROFILE, ROOT, WORKFLOWS, act_binary, rehearse
+from builder.facts.paths import REPO
+from builder.upkeep.rehearse import DRY_RUN_PROFILE, WORKFLOWS, act_binary, rehearse
 from mamba_ssm._untrusted import shown
 
 
@@ -48,8 +49,8 @@ def check_args(args: argparse.Namespace) -> None:
                              "not starting with '-')")  # fmt: skip
     if args.port is not None and not 1 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: not a TCP port (1-65535)")
-    if not _WORKFLOW_RE.fullmatch(args.workflow) or not (ROOT / WORKFLOWS / args.workflow).is_file():
-        known = ", ".join(sorted(p.name for p in (ROOT / WORKFLOWS).glob("*.y*ml")))
+    if not _WORKFLOW_RE.fullmatch(args.workflow) or not (REPO / WORKFLOWS / args.workflow).is_file():
+        known = ", ".join(sorted(p.name for p in (REPO / WORKFLOWS).glob("*.y*ml")))
         raise UsageError(f"--workflow {shown(repr(args.workflow), 200)}: not a workflow of {WORKFLOWS} ({known})")
     if args.work.exists() and not args.work.is_dir():
         raise UsageError(f"--work {shown(args.work)}: exists and is not a folder")

@@ -19,9 +19,10 @@ from pathlib import Path
 import tomllib
 
 from mamba_ssm._untrusted import release
+from builder.facts import paths
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
-BUILD_DATA = Path(__file__).resolve().parents[2] / "mamba_build" / "build.toml"  # shared with setup.py
+DATA_DIR = paths.DATA
+BUILD_DATA = paths.REPO / "mamba_build" / "build.toml"  # shared with setup.py
 PLATFORMS = ("linux_x86_64", "linux_aarch64")
 # Ways a toolkit can reach an image; "none" is the CPU image's.
 TOOLKIT_SOURCES = ("base", "pypi", "debian")

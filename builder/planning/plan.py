@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name
 from builder.errors import MatrixError
 from builder.facts import compat as compat_mod
 from builder.facts.compat import Accelerator, Compat, image_setting_key, parse_accelerator, vtuple
+from builder.facts.paths import REPO
 from builder.facts.spec import BuildSpec, ImageSpec, stable_hash
 from builder.planning.matrix import (
     CHECKOUT,
@@ -45,8 +46,7 @@ from builder.planning.recipes import inputs as prepare_inputs
 from mamba_ssm._untrusted import unguarded
 from mamba_ssm._variant import Variant
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MATRIX = REPO_ROOT / "matrix.toml"
+DEFAULT_MATRIX = REPO / "matrix.toml"
 # GitHub-hosted runners per platform, for --format github.
 RUNNERS = {"linux_x86_64": "ubuntu-24.04", "linux_aarch64": "ubuntu-24.04-arm"}
 GITHUB_MATRIX_LIMIT = 256  # jobs per matrix, GitHub's documented cap
@@ -123,7 +123,7 @@ def load_plan(
 
 
 def _recipes_dir(matrix: Matrix) -> Path:
-    return matrix.recipes_dir or REPO_ROOT / "recipes"
+    return matrix.recipes_dir or REPO / "recipes"
 
 
 def _projects(matrix: Matrix, prof: Profile | None, projects: list[str] | None) -> tuple[str, ...]:

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import jinja2
 
+from builder.facts import paths
 from builder.publishing.index.model import PROJECT, Index, describe_source, install_command
 from builder.verifying import variants
 from mamba_ssm import _variant
 
-_TEMPLATES = Path(__file__).parents[1] / "templates"
+_TEMPLATES = paths.TEMPLATES
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ import zipfile
 from pathlib import Path
 
 from builder.errors import UsageError
+from builder.facts.paths import REPO
 from builder.verifying.relabel import write_wheel
 
-REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "mamba_ssm"
 NAME, PACKAGE = "mamba-doctor", "mamba_doctor"
 # Imported at run time from the user's environment, never a requirement of the wheel.

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import UsageError, VerificationError
+from builder.facts.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 GPU_CHECK = REPO / "benchmarks" / "gpu_check.py"
 STEP_TIMEOUT = 3600  # one pip install or one check (a torch with its CUDA libraries is gigabytes)
 TAIL = 3000  # characters of a failed step's output kept in the results

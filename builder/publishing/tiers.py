@@ -30,11 +30,12 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from builder.errors import UsageError
+from builder.facts import paths
 from builder.verifying import evidence
 from mamba_ssm._elf import tag_machine
 from mamba_ssm._untrusted import Untrusted, expect, load_json, read_regular
 
-LEDGER = Path(__file__).resolve().parents[1] / "data" / "evidence.json"
+LEDGER = paths.DATA / "evidence.json"
 LEDGER_SCHEMA = 1
 _MAX_LEDGER = 16 << 20
 RANK = {t: i for i, t in enumerate(reversed(evidence.TIERS))}  # planned 0 ... gpu-run 3

@@ -50,11 +50,11 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import FarmError, PatchError, SourceFetchError, UnprovenWrite, UsageError
 from builder.facts import hostenv
 from builder.facts.compat import DATA_DIR, PLATFORMS, vtuple
+from builder.facts.paths import REPO
 from builder.sourcing.pypi import File, Index
 from mamba_ssm._untrusted import Untrusted, marker_holds, run_budget, shown
 
 DRIFT_EXIT = 13  # the data is behind the index (not a failure of the farm); errors.py lists every code
-ROOT = Path(__file__).resolve().parents[2]
 _MACHINE = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64"}
 _CUDA_PINS = re.compile(r"cuda-toolkit|nvidia-cuda-runtime(?:-cu\d+)?")
 _CUDA_VERSION = re.compile(r"(\d{1,3})\.(\d{1,3})(?:\.\d{1,6}){0,2}")  # 13.2.2, 12.8.90: what a CUDA pin is
@@ -533,8 +533,8 @@ class DriftOptions:
     write: bool = False  # update the TOML files (comments kept)
     format: str = "table"  # table or json
     torch_data: Path = DATA_DIR / "torch.toml"
-    matrix: Path = ROOT / "matrix.toml"
-    recipes: Path = ROOT / "recipes"
+    matrix: Path = REPO / "matrix.toml"
+    recipes: Path = REPO / "recipes"
     cache: Path | None = None  # the farm cache (None: the farm's)
     no_recipes: bool = False  # torch only
     since: str | None = None  # compare torch minors from this one up
@@ -594,7 +594,7 @@ def run_drift(options: DriftOptions) -> int:
                 _report(options, index, every, facts, recipes)
                 raise
             staged.commit()
-            if options.recipes.resolve() == (ROOT / "recipes").resolve() and any(
+            if options.recipes.resolve() == (REPO / "recipes").resolve() and any(
                 d.status.startswith("written") for _, d in recipe_drifts
             ):  # the doctor pins a line's newest version where the installed one is unknown: it moves with the pin
                 from builder.publishing.doctor_dist import write_lines

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.errors import RehearsalError
+from builder.facts.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
 STANDINS = Path(__file__).resolve().parent / "standins"
 WORKFLOWS = Path(".github/workflows")
 ORIGIN = "https://github.com/mamba-ssm/wheels.git"  # GitHub-style: act reads owner/repo from it
@@ -71,7 +71,7 @@ def job_results(log_text: str) -> dict[str, str]:
     return {j: "failed" if j in failed or (j in act_failed and j not in steps) else "succeeded" for j in sorted(ended)}
 
 
-def shared_actions(root: Path = ROOT) -> Path:
+def shared_actions(root: Path = REPO) -> Path:
     """``$REHEARSAL_ACTIONS``, else ``../shared/actions/`` beside the repository root (CI lays out shared/ so)."""
     return (
         Path(os.environ["REHEARSAL_ACTIONS"])
@@ -137,8 +137,8 @@ def version_of(repo: Path) -> str:
 
 
 def scratch_clone(root: Path, dest: Path) -> Path:
-    """A clone of ROOT's committed HEAD. An existing one is kept while it holds that commit (a second release
-    builds on the first one's version bump), and reset to it when ROOT has moved on (a new rehearsal)."""
+    """A clone of REPO's committed HEAD. An existing one is kept while it holds that commit (a second release
+    builds on the first one's version bump), and reset to it when REPO has moved on (a new rehearsal)."""
     head = _git(root, "rev-parse", "HEAD")
     if _git(root, "status", "--porcelain", "--untracked-files=no"):
         print(f"rehearse: {root} has uncommitted changes; the rehearsal runs the committed HEAD {head[:12]}",
@@ -224,7 +224,7 @@ def event_payload(ref: str, inputs: dict[str, str]) -> dict:
 def rehearse(
     work: Path,
     *,
-    root: Path = ROOT,
+    root: Path = REPO,
     actions: Path | None = None,
     release: bool = False,
     version: str | None = None,
