@@ -60,7 +60,7 @@ def main() -> None:
     ci = median_s(lambda: load_plan(profile="ci"), n)
     src = median_s(lambda: source_hash(matrix), n)
     cold_base = wall_s([sys.executable, "-c", "pass"], max(3, n // 5))
-    cold_parser = wall_s([sys.executable, "-c", "from builder.cli import build_parser; build_parser()"], max(3, n // 5))
+    cold_parser = wall_s([sys.executable, "-c", "from builder.commands.cli import build_parser; build_parser()"], max(3, n // 5))
     cold_cli = wall_s([sys.executable, "-m", "builder", "plan", "--format", "json"], max(3, n // 5))
 
     print(f"full default matrix: {len(plan.builds)} builds, {len(plan.images)} images, {len(plan.dropped)} dropped")

@@ -1,3 +1,3 @@
-from builder.cli import main
+from builder.commands.cli import main
 
 raise SystemExit(main())

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.cli import main
+from builder.commands.cli import main
 from builder.errors import UsageError
 from builder.publishing import cost
 

@@ -582,7 +582,7 @@ def test_every_exit_code_has_a_meaning_in_the_reference():
     constants = {v for k, v in vars(doctor_cli).items() if k.startswith("EXIT_") and isinstance(v, int)}
     assert constants == set(doctor_cli.EXIT_CODES), "every doctor EXIT_ constant needs its meaning in EXIT_CODES"
     # exit codes a command returns itself (`return 130`, `return DRIFT_EXIT if every else 0`) must be documented
-    from builder.cli import COMMANDS
+    from builder.commands.cli import COMMANDS
 
     command_of = {command.module: name for name, command in COMMANDS.items()}
     for path in sorted((REPO / "builder").rglob("*.py")):

@@ -323,7 +323,7 @@ def test_a_rocm_cell_says_hip_compiled_only_as_its_hip_record_says(tmp_path, cap
     """The tier text of a ROCm cell follows the ledger's HIP compile record: without one it is plain planned; with
     one it says which of the cell's targets were compiled, with which toolchain, and that nothing was linked; the
     tier itself stays planned."""
-    from builder.cli import main
+    from builder.commands.cli import main
     from builder.planning.plan import load_plan
     from builder.publishing import tiers
 

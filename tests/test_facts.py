@@ -23,7 +23,8 @@ import tomllib
 from test_matrix import DEFAULT, make_dir
 from test_setup import _load, toolchain
 
-from builder import cli, errors
+from builder import errors
+from builder.commands import cli
 from builder.building import hip
 from builder.building.executors import EXIT_INFRA, spec_env
 from builder.commands import Command

@@ -11,7 +11,7 @@ Cases by surface: ``sdist-*`` (archives unpacked by ``recipe prepare``), ``fetch
 ``index-*`` (``index`` into the published index), ``resolve-*`` (``resolve`` of a hostile manifest), ``drift-*``
 (``drift`` of a hostile listing), ``cache-*`` (``cache`` of a hostile smoke cache), ``render-*``, ``build-*``,
 ``rehearse-*``. Add a case with each new surface: :data:`SURFACES` names, for every command of
-``builder/cli.py``'s registry, each input it reads from outside and the cases that attack it, and
+``builder/commands/cli.py``'s registry, each input it reads from outside and the cases that attack it, and
 ``test_every_command_that_reads_outside_data_has_a_hostile_case_per_input`` fails when one has none. The classes
 of hostile input (a wrong shape, an empty field, a refused marker, bytes that are not text, terminal controls, links
 out of the farm's folders, work without a budget) each have, per command, their cases or a reason (:data:`CLASSES`),
@@ -1465,7 +1465,7 @@ def test_doctor_hostile_input(doctor_world: DoctorWorld, case: DoctorCase):
     assert not list(scratch.rglob("MARK*")), "a printed value reached a shell"
 # --------------------------------------------------------------------------- the rule for new surfaces
 
-# Every command of builder/cli.py's registry: each input it reads from outside the process, and the prefixes of
+# Every command of builder/commands/cli.py's registry: each input it reads from outside the process, and the prefixes of
 # the cases above that attack it (a reader two commands share counts for both: `build` unpacks sdists with
 # `recipe prepare`'s code and reads the matrix with `plan`'s). A new command, or a new input, lands with its case.
 SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
@@ -1514,7 +1514,7 @@ NO_OUTSIDE_DATA = {
 
 
 def test_every_command_that_reads_outside_data_has_a_hostile_case_per_input():
-    from builder.cli import COMMANDS
+    from builder.commands.cli import COMMANDS
 
     names = [c.name for c in CASES]
     missing = [c for c in COMMANDS if c not in SURFACES and c not in NO_OUTSIDE_DATA]

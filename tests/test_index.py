@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from wheelmaker import make_mamba_wheel, make_wheel
 
-from builder import cli
+from builder.commands import cli
 from builder.errors import IndexIntegrityError, UsageError
 from builder.publishing.index import build_index
 

@@ -12,7 +12,7 @@ import pytest
 from indexkit import serve
 from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel
 
-from builder import cli
+from builder.commands import cli
 from builder.errors import IndexIntegrityError, UsageError
 from builder.publishing.index import Manifest, build_index
 

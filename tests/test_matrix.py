@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builder.cli import main
+from builder.commands.cli import main
 from builder.facts import compat as compat_mod
 from builder.facts.compat import PLATFORMS, vtuple
 

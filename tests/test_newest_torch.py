@@ -9,7 +9,6 @@ lifted for the run: the point is a torch newer than the ones the farm pinned bef
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

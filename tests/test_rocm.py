@@ -19,7 +19,7 @@ import pytest
 
 from builder.building import hip
 from builder.building.render import render
-from builder.cli import main as cli_main
+from builder.commands.cli import main as cli_main
 from builder.facts import compat as compat_mod
 from builder.facts.compat import parse_accelerator
 from builder.facts.spec import ImageSpec

@@ -254,7 +254,7 @@ def test_a_patch_that_no_longer_applies_fails_that_build_and_the_other_publishes
 
 
 def test_plan_explain_names_the_project_and_shows_each_cells_patches(capsys):
-    from builder.cli import main
+    from builder.commands.cli import main
 
     assert main(["plan", "--profile", "ci-upstream", "--explain"]) == 0
     out = capsys.readouterr().out

@@ -477,7 +477,7 @@ def test_plan_step_output_is_the_matrix_the_build_jobs_read(tmp_path):
         seen += part
     assert sorted(e["id"] for e in seen) == sorted(ids), "every planned build lands in exactly one build job"
     # Every build id is one that `--only` takes back (what each build job passes to the farm).
-    from builder.cli import main
+    from builder.commands.cli import main
 
     for e in include:
         # one job per build, but one per compile group for a classic CUDA build's Pythons (it compiles the kernels once)
@@ -566,7 +566,7 @@ def test_build_step_asks_the_farm_for_the_plan_jobs_ids(tmp_path, profile, capsy
     """The build job passes the plan job's profile on: the profile decides which ids exist
     (its stable_abi) and each one's archs, so `--only IDS` must see the same plan; a compile
     group's job asks for all of its builds."""
-    from builder.cli import main
+    from builder.commands.cli import main
     from builder.planning.plan import github_jobs, load_plan
 
     step = next(s for s in load(RELEASE)["jobs"]["build-x86_64"]["steps"] if "nox -s build_matrix" in s.get("run", ""))
@@ -991,7 +991,7 @@ def test_every_nox_session_the_workflows_call_exists():
 def test_reproduce_rebuilds_one_wheel_per_kind_between_build_and_publish(tmp_path, profile):
     """The release checks itself: `reproduce` runs after the x86_64 builds, on their wheels, asks the farm for
     `verify --one-per-kind` under the plan's profile, and publish does not run when it failed (a difference)."""
-    from builder.cli import build_parser
+    from builder.commands.cli import build_parser
 
     jobs = load(RELEASE)["jobs"]
     job = jobs["reproduce"]

@@ -4,7 +4,7 @@ MkDocs loads this file as a hook (``hooks:`` in mkdocs.yml). A page asks for a g
 with a marker line of its own, ``<!-- generated: NAME -->``; ``on_page_markdown`` replaces it:
 
 - ``cli-builder``, ``cli-doctor``: every command, flag and help text, from the argparse parsers
-  (``builder.cli.build_parser``, ``mamba_ssm.doctor.cli._parser``);
+  (``builder.commands.cli.build_parser``, ``mamba_ssm.doctor.cli._parser``);
 - ``exit-codes-builder``, ``exit-codes-doctor``: from ``builder/errors.py`` (each FarmError's
   ``exit_code`` and docstring, plus ``OTHER_BUILDER_EXITS``) and the doctor's ``EXIT_CODES``;
 - ``env-vars``: the one list, ``mamba_build/envvars.toml``;
@@ -86,7 +86,7 @@ def walk(parser: argparse.ArgumentParser, path: str = "") -> list[tuple[str, str
 
 
 def builder_parser() -> argparse.ArgumentParser:
-    from builder.cli import build_parser
+    from builder.commands.cli import build_parser
 
     return build_parser(every=True)  # each command's full parser, not --help's summaries
 
@@ -165,7 +165,7 @@ def farm_errors() -> list[type]:
     import importlib
 
     from builder import errors
-    from builder.cli import COMMANDS
+    from builder.commands.cli import COMMANDS
 
     for command in COMMANDS.values():
         importlib.import_module(command.module)

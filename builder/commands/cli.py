@@ -1,6 +1,6 @@
 """``python -m builder <command>``: argument parsing and error reporting only.
 
-Each command lives in its own module under builder/commands/ (the table there, ``COMMANDS``, names it
+Each command lives in its own module beside this one (the table in this package, ``COMMANDS``, names it
 and its one-line summary), which exposes ``add_command(subparsers)``; the parser it adds sets ``func``
 to a callable taking the parsed args and returning an exit code.
 """
