@@ -154,8 +154,10 @@ def test_the_doctors_offline_upstream_versions_are_the_recipes_pins():
     that drift --write moved in recipes/ without moving this would send users to wheels no index holds)."""
     import tomllib
 
+    released = set(tomllib.loads((REPO / "matrix.toml").read_text())["profiles"]["release"]["projects"]) - {"checkout"}
     pins = {}
     for recipe in sorted((REPO / "recipes").glob("*.toml")):
         data = tomllib.loads(recipe.read_text())
-        pins[data["project"]["name"]] = data["source"]["version"]
+        if data["project"]["name"] in released:  # a recipe no release builds (a third party's) has no line
+            pins[data["project"]["name"]] = data["source"]["version"]
     assert pins == UPSTREAM
