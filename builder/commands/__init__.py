@@ -8,7 +8,10 @@ commands from :data:`COMMANDS` (name, module, one-line summary) without importin
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+from typing import NamedTuple, TypeVar
+
+T = TypeVar("T")
 
 
 class Command(NamedTuple):
@@ -61,3 +64,8 @@ COMMANDS: dict[str, Command] = {
 def summary(name: str) -> str:
     """The --help line of command NAME (its module's add_parser passes it as help=)."""
     return COMMANDS[name].summary
+
+
+def typed(options: type[T], args) -> T:
+    """The parsed arguments as a domain's typed options (a dataclass): each field from the flag of its name."""
+    return options(**{f.name: getattr(args, f.name) for f in dataclasses.fields(options)})

@@ -7,9 +7,9 @@ import argparse
 from pathlib import Path
 
 from builder.building.build import BuildRequest, run_build
-from builder.facts.paths import REPO
 from builder.building.executors.choose import EXECUTORS
-from builder.commands import summary
+from builder.commands import summary, typed
+from builder.facts.paths import REPO
 
 
 def add_command(subparsers) -> None:
@@ -54,11 +54,4 @@ def add_command(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_build(
-        BuildRequest(
-            matrix=args.matrix, profile=args.profile, only=args.only, projects=args.projects, executor=args.executor,
-            jobs=args.jobs, compile_jobs=args.compile_jobs, wheelhouse=args.wheelhouse, dist=args.dist,
-            ca_bundle=args.ca_bundle, timeout=args.timeout, retries=args.retries, source=args.source,
-            no_smoke=args.no_smoke,
-        )
-    )  # fmt: skip
+    return run_build(typed(BuildRequest, args))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.commands import summary
+from builder.commands import summary, typed
 from builder.errors import PatchError
 from builder.facts.compat import DATA_DIR
 from builder.facts.paths import REPO
@@ -39,10 +39,4 @@ def add_command(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_drift(
-        DriftOptions(
-            index=args.index, write=args.write, format=args.format, torch_data=args.torch_data, matrix=args.matrix,
-            recipes=args.recipes, cache=args.cache, no_recipes=args.no_recipes, since=args.since,
-            budget_seconds=args.budget_seconds, budget_mb=args.budget_mb,
-        )
-    )  # fmt: skip
+    return run_drift(typed(DriftOptions, args))

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from builder.building.verify import VerifyRequest, run_verify
-from builder.commands import summary
+from builder.commands import summary, typed
 
 
 def add_command(subparsers) -> None:
@@ -31,10 +31,4 @@ def add_command(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_verify(
-        VerifyRequest(
-            rebuild=args.rebuild, one_per_kind=args.one_per_kind, wheel=args.wheel, projects=args.projects,
-            sha256=args.sha256, profile=args.profile, matrix=args.matrix, executor=args.executor,
-            wheelhouse=args.wheelhouse, source=args.source, keep=args.keep,
-        )
-    )  # fmt: skip
+    return run_verify(typed(VerifyRequest, args))
