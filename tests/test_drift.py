@@ -173,19 +173,24 @@ def serve(recorded: _Recorded, *, honour_ranges: bool = True):
         yield f"{url}/simple", seen
 
 
+def recipe_without_github_tags(path: Path) -> str:
+    """A recipe's text as drift may read it here. No test reaches GitHub, and drift would list a tag archive's
+    repository there: its URL loses the tag layout, so drift has no releases to list and leaves it be
+    (tests/test_source_kinds.py serves a stand-in for GitHub's tags and archives to test that drift)."""
+    text, source = path.read_text(), load_recipe(path).source
+    if isinstance(source, ArchivePin) and "/archive/refs/tags/" in source.url:
+        assert text.count(source.url) == 1, path
+        text = text.replace(source.url, source.url.replace("/archive/refs/tags/", "/archive/"))
+    assert not isinstance(source, GitPin), f"{path}: a git source's drift needs a stand-in for its repository here"
+    return text
+
+
 @pytest.fixture
 def farm(tmp_path):
     """Copies of the data, matrix and recipes the command may write, and an empty farm cache."""
     (tmp_path / "recipes").mkdir()
     for p in (REPO / "recipes").glob("*.toml"):
-        text, source = p.read_text(), load_recipe(p).source
-        # No test reaches GitHub: drift would list a tag archive's repository there. Here its URL loses the
-        # tag layout, so drift has no releases to list and leaves it be; tests/test_source_kinds.py serves a
-        # stand-in for GitHub's tags and archives to test that drift.
-        if isinstance(source, ArchivePin):
-            assert text.count(source.url) == 1 and "/archive/refs/tags/" in source.url, p
-            text = text.replace(source.url, source.url.replace("/archive/refs/tags/", "/archive/"))
-        assert not isinstance(source, GitPin), f"{p}: a git source's drift needs a stand-in for its repository here"
+        text = recipe_without_github_tags(p)
         (tmp_path / "recipes" / p.name).write_text(text)
     shutil.copy(REPO / "builder" / "data" / "torch.toml", tmp_path / "torch.toml")
     shutil.copy(REPO / "matrix.toml", tmp_path / "matrix.toml")

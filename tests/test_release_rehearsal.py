@@ -650,20 +650,15 @@ def _extra_indexes() -> list[str]:
 
 
 def _no_github_tags(repo: Path) -> None:
-    """No test reaches GitHub, and the farm's git runs with no config a test could point elsewhere: in the
-    scratch clone a tag archive's URL loses the tag layout (committed, as drift.yml runs the committed tree),
-    so drift has no repository to list and leaves that recipe be, as in tests/test_drift.py's copies;
-    tests/test_source_kinds.py serves a stand-in for GitHub's tags to test that drift."""
-    from builder.facts.spec import ArchivePin
-    from builder.planning.recipes import load_recipe
+    """The scratch clone's recipes as tests/test_drift.py's copies are (no tag archive's repository to list on
+    GitHub), committed: drift.yml runs the committed tree, and the farm's git reads no config a test could
+    point elsewhere."""
+    from test_drift import recipe_without_github_tags
 
-    changed = False
     for path in sorted((repo / "recipes").glob("*.toml")):
-        source = load_recipe(path).source
-        if isinstance(source, ArchivePin) and "/archive/refs/tags/" in source.url:
-            path.write_text(path.read_text().replace(source.url, source.url.replace("/archive/refs/tags/", "/archive/")))
-            changed = True
-    if changed:
+        path.write_text(recipe_without_github_tags(path))
+    status = ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"]
+    if subprocess.run(status, capture_output=True, text=True, check=True).stdout.strip():
         subprocess.run(["git", "-C", str(repo), "commit", "-q", "-am", "stand-in: no GitHub tags here"], check=True)
 
 
