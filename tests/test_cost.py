@@ -21,6 +21,7 @@ import pytest
 
 from builder.commands.cli import main
 from builder.errors import UsageError
+from builder.facts import cputime
 from builder.publishing import cost
 
 # CPU-bound work in a child process: ~1 s of CPU here, whatever the load (it is a count, not a clock)
@@ -41,7 +42,7 @@ def test_a_host_build_is_charged_its_own_process_tree_and_nothing_else(tmp_path)
     try:
         t0 = time.monotonic()
         proc = subprocess.Popen(["bash", "-c", f"{shlex.join(BURN)} && sleep 0.5"])
-        code, cpu = cost.wait_with_rusage(proc, timeout=120)
+        code, cpu = cputime.wait_with_rusage(proc, timeout=120)
         wall = time.monotonic() - t0
     finally:
         stop.set()
@@ -56,7 +57,7 @@ def test_a_host_build_past_its_timeout_raises_and_keeps_its_exit_code_unknown():
     proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
         with pytest.raises(subprocess.TimeoutExpired):
-            cost.wait_with_rusage(proc, timeout=0.5)
+            cputime.wait_with_rusage(proc, timeout=0.5)
         assert proc.returncode is None
     finally:
         proc.kill()
@@ -65,7 +66,7 @@ def test_a_host_build_past_its_timeout_raises_and_keeps_its_exit_code_unknown():
 
 def test_an_exit_code_is_kept():
     proc = subprocess.Popen(["bash", "-c", "exit 75"])
-    assert cost.wait_with_rusage(proc, timeout=30)[0] == 75
+    assert cputime.wait_with_rusage(proc, timeout=30)[0] == 75
 
 
 @pytest.mark.parametrize(
@@ -73,7 +74,7 @@ def test_an_exit_code_is_kept():
     [("usec 2500000\n", 2.5), ("nsec 1500000000\n", 1.5), ("", None), ("usec -1", None), ("usec 1e9", None)],
 )
 def test_the_container_counter_is_read_in_its_unit(text, seconds):
-    assert cost.parse_cgroup_cpu(text) == seconds
+    assert cputime.parse_cgroup_cpu(text) == seconds
 
 
 def _base_image(client) -> str:
@@ -99,7 +100,7 @@ def test_a_docker_build_is_charged_its_containers_cpu(tmp_path):
     burn = "awk 'BEGIN { for (i = 0; i < 40000000; i++) s += i; print s }' > /dev/null"
     got = {}
     for name, work in (("burn", f"{burn}; {burn}; times > /tmp/times"), ("sleep", "sleep 2; times > /tmp/times")):
-        c = client.containers.create(image, ["bash", "-c", f"{work}; {cost.CGROUP_CPU_SH}; exit 3"],
+        c = client.containers.create(image, ["bash", "-c", f"{work}; {cputime.CGROUP_CPU_SH}; exit 3"],
                                      labels={"org.mamba-farm.test": "cost"})  # fmt: skip
         try:
             c.start()

@@ -51,7 +51,7 @@ from builder.building.images import (
 from builder.building.render import load_packages, render
 from builder.errors import FarmError, InfrastructureError
 from builder.facts.hostenv import CACHE_ROOT, host_machine, host_pip_settings
-from builder.publishing.cost import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu
+from builder.facts.cputime import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu
 from builder.sourcing.reproducible import tree_epoch
 
 PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
@@ -589,7 +589,7 @@ def _pump_logs(container, log_path: Path) -> None:
 
 
 def _cgroup_cpu(container) -> float | None:
-    """The CPU seconds the build's container used (builder.publishing.cost.CGROUP_CPU_SH's file), None if it left none."""
+    """The CPU seconds the build's container used (builder.facts.cputime.CGROUP_CPU_SH's file), None if it left none."""
     try:
         stream, _ = container.get_archive(CGROUP_CPU_FILE)
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream)[: 1 << 16])) as tar:

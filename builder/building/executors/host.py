@@ -35,7 +35,7 @@ from builder.building.executors import (
 from builder.building.render import load_packages
 from builder.errors import EngineUnavailable
 from builder.facts.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
-from builder.publishing.cost import wait_with_rusage
+from builder.facts.cputime import wait_with_rusage
 from builder.sourcing.reproducible import tree_epoch
 from mamba_ssm._untrusted import Untrusted, file_name, open_zip, remove_tree, zip_read
 
