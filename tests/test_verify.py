@@ -23,6 +23,7 @@ import pytest
 from wheelmaker import make_wheel
 
 from builder.building import verify
+from builder.verifying.compare import compare
 from builder.sourcing import reproducible
 from builder.verifying import relabel
 from mamba_ssm import _elf
@@ -101,8 +102,8 @@ def test_compare_names_the_member_its_bytes_and_the_elf_section(tmp_path: Path) 
     bad = relabel.write_wheel(
         *relabel.read_members(_wheel(tmp_path / "b", bytes(bad_so))), tmp_path / "bad" / "d.whl", epoch=0
     )
-    assert verify.compare(good, good) == []
-    diffs = {d.member: d.how for d in verify.compare(good, bad)}
+    assert compare(good, good) == []
+    diffs = {d.member: d.how for d in compare(good, bad)}
     assert set(diffs) == {"demo/_C.so", "demo-1.0.dist-info/RECORD"}
     how = diffs["demo/_C.so"]
     assert f"size {len(so)} vs {len(so)}" in how and f"first difference at byte {len(so) // 2}" in how
@@ -116,7 +117,7 @@ def test_compare_names_the_zip_field_when_only_the_container_differs(tmp_path: P
     wheel = _wheel(tmp_path / "w", b"payload")
     a = relabel.write_wheel(*relabel.read_members(wheel), tmp_path / "a" / "d.whl", epoch=1700000000)
     b = relabel.write_wheel(*relabel.read_members(wheel), tmp_path / "b" / "d.whl", epoch=1700000002)
-    diffs = verify.compare(a, b)
+    diffs = compare(a, b)
     assert diffs and all("zip entry: date_time" in d.how for d in diffs)
 
 
