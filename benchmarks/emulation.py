@@ -1,7 +1,7 @@
 """Emulated aarch64 against native x86_64: one CPU stable-ABI build and its smoke test, cold, in the farm's images.
 
 The arm64 CPU image compiles with Debian's x86_64-hosted cross g++ (run natively inside the emulated
-container, builder/building/render.py cross_compiler); ``--no-cross`` measures the emulated native g++
+container, builder/building/images/render.py cross_compiler); ``--no-cross`` measures the emulated native g++
 of the same image instead (CC/CXX unset: the image's aarch64 g++), so both ways come from one image.
 
     .venv/bin/python benchmarks/emulation.py                     # both machines, one after the other
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from builder.building.engine import connect
+from builder.building.images.engine import connect
 from builder.building.executors import KERNEL_CACHE_MOUNT, BuildOptions
 from builder.building.executors.docker import DockerExecutor
 from builder.building.executors.host import copy_source

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from builder.building import hip
-from builder.building.engine import connect
+from builder.building.images.engine import connect
 
 BASELINE = "gfx90a"
 

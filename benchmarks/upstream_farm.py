@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from builder.building.engine import connect  # noqa: E402
+from builder.building.images.engine import connect  # noqa: E402
 from builder.building.executors import KERNEL_CACHE_MOUNT, BuildOptions, kernel_cache_name, spec_env  # noqa: E402
 from builder.building.executors.docker import DockerExecutor  # noqa: E402
 from builder.planning.plan import load_plan  # noqa: E402

@@ -119,7 +119,7 @@ class InterpreterUnavailable(FarmError):
 # not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
 
 
-# --- Reproducibility (builder/building/verify.py: ``python -m builder verify --rebuild``) ---
+# --- Reproducibility (builder/building/driver/verify.py: ``python -m builder verify --rebuild``) ---
 
 
 class NotReproducible(FarmError):

@@ -229,7 +229,7 @@ def canary_venv(version: str) -> Path:
     empty = smoke.parent / ".no-constraints.txt"
     empty.write_text("")
     old = os.environ.get("PIP_CONSTRAINT")
-    with FileLock(str(smoke) + ".lock"):  # the lock builder/building/build.py's smoke test takes
+    with FileLock(str(smoke) + ".lock"):  # the lock builder/building/driver/build.py's smoke test takes
         os.environ["PIP_CONSTRAINT"] = str(empty)
         try:
             return cache.torch_venv(python311(), f"torch=={version}", smoke / "torch-envs")

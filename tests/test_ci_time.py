@@ -52,7 +52,7 @@ def produced_log(tmp_path_factory) -> str:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # the farm's lines, written by the real recorder, printed as .ci/run prints them
-    from builder.building import timings
+    from builder.building.driver import timings
 
     record = tmp / "timings.jsonl"
     with pytest.MonkeyPatch.context() as mp:

@@ -78,7 +78,7 @@ def test_the_container_counter_is_read_in_its_unit(text, seconds):
 
 
 def _base_image(client) -> str:
-    from builder.building.images import local_name
+    from builder.building.images.images import local_name
 
     name = local_name("bookworm")
     if not any(name in (i.tags or []) for i in client.images.list()):

@@ -1,4 +1,4 @@
-"""builder/building/engine.py: the one image-build loop the executors and the hipcc image share, on a real engine."""
+"""builder/building/images/engine.py: the one image-build loop the executors and the hipcc image share, on a real engine."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from farmkit import docker_client
 
-from builder.building.engine import build_image, connect, image_exists
-from builder.building.images import IMAGE_LABEL, LABEL, image_tag, local_name
+from builder.building.images.engine import build_image, connect, image_exists
+from builder.building.images.images import IMAGE_LABEL, LABEL, image_tag, local_name
 from builder.errors import EngineUnavailable
 
 

@@ -2,10 +2,10 @@
 
 The ci-aarch64 profile's two builds, through `python -m builder build --executor docker`:
 - the aarch64 CPU stable-ABI wheel (torch 2.10, PyPI's CPU-only aarch64 build), compiled by Debian's
-  x86_64-hosted cross g++ in the arm64 image (builder/building/render.py cross_compiler), run natively;
+  x86_64-hosted cross g++ in the arm64 image (builder/building/images/render.py cross_compiler), run natively;
 - the aarch64 CUDA 13 stable-ABI wheel for sm_90 (GH200), against PyPI's aarch64 CUDA torch 2.11,
   its device code compiled at native speed: the arm64 image's nvcc, cudafe++, cicc and ptxas are
-  x86_64 programs (builder/building/render.py compiler_overlay), everything else is aarch64.
+  x86_64 programs (builder/building/images/render.py compiler_overlay), everything else is aarch64.
 Each is built in the farm's arm64 image, verified (its ELF files are AArch64, as its tag says; the
 CUDA wheel's SASS exactly sm_90, read from the aarch64 objects), smoke-tested in that image (the
 CPU scan against the float64 reference, so the kernel's aarch64 vector code runs), indexed. Then, in

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from farmkit import REPO, ci_spec, docker_client, farm_containers, partial_files, run_build
 
-from builder.building import schedule
+from builder.building.driver import schedule
 from builder.building.executors import BuildResult
 from builder.building.executors.host import copy_source
 from builder.errors import BuildFailed

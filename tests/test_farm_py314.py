@@ -39,8 +39,8 @@ def py314_run(tmp_path_factory):
 
 def test_the_image_takes_the_farms_own_cpython_314():
     from builder.building import interpreters
-    from builder.building.images import fallback_suite
-    from builder.building.render import render
+    from builder.building.images.images import fallback_suite
+    from builder.building.images.render import render
     from builder.planning.plan import load_plan
 
     plan = load_plan(profile=PROFILE)
@@ -96,7 +96,7 @@ def test_the_images_cp314_runs_with_its_own_c_library_on_the_base(py314_run):
     the compiler links) stays bookworm's."""
     client, dist, run = py314_run
     assert run.rc == 0, run.out[-3000:]
-    from builder.building.images import IMAGE_LABEL
+    from builder.building.images.images import IMAGE_LABEL
     from builder.planning.plan import load_plan
 
     (image,) = load_plan(profile=PROFILE).images.values()

@@ -14,7 +14,7 @@ from pathlib import Path
 from farmkit import ci_spec
 from wheelmaker import make_wheel
 
-from builder.building import build, schedule
+from builder.building.driver import build, schedule
 from builder.errors import IndexIntegrityError
 from builder.verifying import evidence
 

@@ -763,7 +763,7 @@ def test_drift_yml_refreshes_its_pr_then_fails_on_a_broken_patch(drift_work):
 
 def _wheel_kinds(r, dest: Path) -> dict[str, str]:
     """{wheel name: kind} of the run's build artifacts (their sidecars, as the reproduce job reads them)."""
-    from builder.building.verify import kind_of
+    from builder.building.driver.verify import kind_of
 
     out = {}
     for zipped in sorted(r.artifacts.glob("*/wheel-*/*.zip")):

@@ -12,9 +12,9 @@ import jinja2
 import pytest
 
 from builder.building import interpreters
-from builder.building.base_image import local_name
-from builder.building.images import DEBIAN_ARCH, machine_of
-from builder.building.render import DOCKER_DIR, environment, fallback_suite, load_packages, os_table, render
+from builder.building.images.base_image import local_name
+from builder.building.images.images import DEBIAN_ARCH, machine_of
+from builder.building.images.render import DOCKER_DIR, environment, fallback_suite, load_packages, os_table, render
 from builder.errors import InterpreterUnavailable, UsageError
 from builder.facts.hostenv import host_machine
 from builder.facts.spec import ImageSpec
@@ -137,7 +137,7 @@ def test_render_command_writes_every_dockerfile(tmp_path: Path) -> None:
 
 
 def test_amd_rocm_image_stages_the_header_patch_and_its_bytes_make_the_tag(tmp_path: Path, monkeypatch) -> None:
-    import builder.building.render as render_mod
+    import builder.building.images.render as render_mod
 
     amd = ImageSpec(
         id="rocm6.0-x86_64-test", kind="rocm", base="rocm/dev-ubuntu-22.04:6.0.2-complete", platform="linux_x86_64",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from builder.building import hip
-from builder.building.render import render
+from builder.building.images.render import render
 from builder.commands.cli import main as cli_main
 from builder.facts import compat as compat_mod
 from builder.facts.compat import parse_accelerator
@@ -43,7 +43,7 @@ needs_torch = pytest.mark.skipif(not _has_torch(), reason="torch.utils.hipify ne
 
 @pytest.fixture(scope="module")
 def client():
-    from builder.building.engine import connect
+    from builder.building.images.engine import connect
 
     return connect()
 

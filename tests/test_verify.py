@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from wheelmaker import make_wheel
 
-from builder.building import verify
+from builder.building.driver import verify
 from builder.verifying.compare import compare
 from builder.sourcing import reproducible
 from builder.verifying import relabel

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from builder.building import timings
+from builder.building.driver import timings
 from builder.errors import UsageError, VerificationError
 from builder.facts import hostenv
 from mamba_ssm._untrusted import Untrusted, read_inside, remove_tree, shown, text
@@ -201,7 +201,7 @@ def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, l
             break
         if e.path in keep:
             continue
-        # a smoke test running now holds its (Python, torch) folder's lock (builder/building/build.py): skip that one
+        # a smoke test running now holds its (Python, torch) folder's lock (builder/building/driver/build.py): skip that one
         lock = FileLock(str(e.path.parent.parent) + ".lock", timeout=0)
         try:
             lock.acquire()

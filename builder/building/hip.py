@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from builder.building.base_image import ensure
-from builder.building.engine import build_image, image_exists
-from builder.building.images import NEWER_SUITE, OWNER_LABEL, image_repo, owner
-from builder.building.render import hip_toolchain
+from builder.building.images.base_image import ensure
+from builder.building.images.engine import build_image, image_exists
+from builder.building.images.images import NEWER_SUITE, OWNER_LABEL, image_repo, owner
+from builder.building.images.render import hip_toolchain
 from builder.errors import BuildFailed, UsageError
 from builder.facts import compat as compat_mod
 from builder.facts.hostenv import find_ca_bundle

@@ -1,4 +1,4 @@
-"""``python -m builder base-image``: make a local Debian base image (builder.building.base_image)."""
+"""``python -m builder base-image``: make a local Debian base image (builder.building.images.base_image)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from builder.building.base_image import DEBIAN_ARCH, SUITES, ensure
-from builder.building.engine import connect
-from builder.building.images import DEFAULT_SUITE, machine_of
+from builder.building.images.base_image import DEBIAN_ARCH, SUITES, ensure
+from builder.building.images.engine import connect
+from builder.building.images.images import DEFAULT_SUITE, machine_of
 from builder.commands import summary
 from builder.facts.hostenv import find_ca_bundle
 

@@ -1,12 +1,12 @@
 """``python -m builder build``: plan -> images -> builds -> verify -> dist/wheels -> dist/index
-(builder.building.build)."""
+(builder.building.driver.build)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from builder.building.build import BuildRequest, run_build
+from builder.building.driver.build import BuildRequest, run_build
 from builder.building.executors.choose import EXECUTORS
 from builder.commands import summary, typed
 from builder.facts.paths import REPO

@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from builder.building.engine import connect
+from builder.building.images.engine import connect
 from builder.building.hip import DEFAULT_ARCHS, check_archs, compile_kernels, publish, record
 from builder.commands import summary
 

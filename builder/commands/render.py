@@ -1,4 +1,4 @@
-"""``python -m builder render``: write the Dockerfile of every toolchain image (builder.building.render)."""
+"""``python -m builder render``: write the Dockerfile of every toolchain image (builder.building.images.render)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from builder.building.render import write_all
+from builder.building.images.render import write_all
 from builder.commands import summary
 
 

@@ -1,12 +1,12 @@
 """``python -m builder verify``: rebuild one spec and compare it, byte for byte, with a wheel
-(builder.building.verify)."""
+(builder.building.driver.verify)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from builder.building.verify import VerifyRequest, run_verify
+from builder.building.driver.verify import VerifyRequest, run_verify
 from builder.commands import summary, typed
 
 

@@ -1,6 +1,6 @@
 """What was checked of a wheel: ``<wheel>.evidence.json``, beside it in dist/wheels, the index and a release.
 
-The farm writes it as it works, never by hand: ``builder/building/build.py`` from what the verifier
+The farm writes it as it works, never by hand: ``builder/building/driver/build.py`` from what the verifier
 (:func:`builder.verifying.wheels.verify_wheel`) and the smoke test (:func:`builder.verifying.wheels.smoke_test`)
 return, the GPU gate (``builder/publishing/gpugate.py``) appends its runs. A record holds:
 

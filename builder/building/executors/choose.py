@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from builder.building.engine import connect
+from builder.building.images.engine import connect
 from builder.building.executors import BuildOptions, Executor
 from builder.building.executors.docker import DockerExecutor
 from builder.building.executors.host import HostExecutor

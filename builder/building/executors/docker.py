@@ -20,9 +20,10 @@ import threading
 import time
 from pathlib import Path
 
-from builder.building import interpreters, timings
-from builder.building.base_image import resolve_base
-from builder.building.engine import build_image, image_exists
+from builder.building import interpreters
+from builder.building.driver import timings
+from builder.building.images.base_image import resolve_base
+from builder.building.images.engine import build_image, image_exists
 from builder.building.executors import (
     BUILD_SCRIPT,
     KERNEL_CACHE_MOUNT,
@@ -34,7 +35,7 @@ from builder.building.executors import (
     spec_env,
     toolchain_record,
 )
-from builder.building.images import (
+from builder.building.images.images import (
     BUILD_LABEL,
     IMAGE_LABEL,
     LABEL,
@@ -48,7 +49,7 @@ from builder.building.images import (
     machine_of,
     owner,
 )
-from builder.building.render import load_packages, render
+from builder.building.images.render import load_packages, render
 from builder.errors import FarmError, InfrastructureError
 from builder.facts.hostenv import CACHE_ROOT, host_machine, host_pip_settings
 from builder.facts.cputime import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu

@@ -32,7 +32,7 @@ from builder.building.executors import (
     spec_env,
     toolchain_record,
 )
-from builder.building.render import load_packages
+from builder.building.images.render import load_packages
 from builder.errors import EngineUnavailable
 from builder.facts.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
 from builder.facts.cputime import wait_with_rusage
@@ -119,7 +119,7 @@ class HostExecutor:
         return toolchain_record("host", image=None, base=None, compiler="host", toolkit=toolkit)
 
     def prepare(self, images: dict, specs: list) -> None:
-        from builder.building.images import machine_of
+        from builder.building.images.images import machine_of
         from builder.facts.hostenv import host_machine
 
         for spec in specs:

@@ -3,7 +3,7 @@
 - Labels: everything the farm makes (images, containers, volumes) carries ``org.mamba-farm=1``;
   build containers also carry ``org.mamba-farm.owner=<host>:<pid>``, the process they belong to.
 - Names: toolchain images are ``mamba-farm/<name>:<content hash>``; the farm's own Debian bases
-  (``builder/building/base_image.py``) are ``mamba-farm/debian:<suite>`` on the host's architecture and
+  (``builder/building/images/base_image.py``) are ``mamba-farm/debian:<suite>`` on the host's architecture and
   ``mamba-farm/debian:<suite>-<arch>`` (``bookworm-arm64``) for another one, run under emulation.
 - Rules: which Debian suite stands in for a base that cannot be pulled, and what a toolkit
   becomes on that stand-in.

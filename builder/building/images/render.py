@@ -16,7 +16,7 @@ import jinja2
 import tomllib
 
 from builder.building import interpreters
-from builder.building.images import (
+from builder.building.images.images import (
     DEBIAN_ARCH,
     LABEL,
     docker_platform,

@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from builder.building import timings
-from builder.building.engine import build_image, image_exists
-from builder.building.images import (
+from builder.building.driver import timings
+from builder.building.images.engine import build_image, image_exists
+from builder.building.images.images import (
     DEBIAN_ARCH,
     SUITES,
     docker_platform,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from builder.building import schedule, timings
+from builder.building.driver import schedule, timings
 from builder.building.executors import BuildOptions
 from builder.building.executors.choose import select
 from builder.errors import BuildFailed, FarmError, UsageError
@@ -319,7 +319,7 @@ def _verify_and_publish(
     Another machine's wheel (linux_aarch64 on x86_64) is smoke-tested in its own image under emulation
     (EMULATED_SMOKE: the Docker executor's ``smoke``); without one it cannot be, and is refused.
     """
-    from builder.building.images import machine_of
+    from builder.building.images.images import machine_of
     from builder.facts.hostenv import host_machine
     from builder.verifying import wheels
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from builder.building.images import LABEL
+from builder.building.images.images import LABEL
 from builder.errors import EngineUnavailable, FarmError
 
 
