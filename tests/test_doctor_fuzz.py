@@ -12,7 +12,7 @@ import json
 import shlex
 
 import pytest
-from doctorkit import FAKE_LINE, raw_hidden
+from hostilekit import FAKE_LINE, raw_hidden
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_doctor_hostile import adversarial_units

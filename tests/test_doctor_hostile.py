@@ -19,9 +19,9 @@ import threading
 import time
 from pathlib import Path
 
-import doctorkit
+import hostilekit
 import pytest
-from doctorkit import FAKE_LINE, raw_hidden
+from hostilekit import FAKE_LINE, raw_hidden
 
 from mamba_ssm import _prebuilt, _variant
 from mamba_ssm.doctor import classify, report
@@ -406,7 +406,7 @@ def test_a_trickling_fifo_on_stdin_ends_at_the_overall_deadline(tmp_path):
 
 @pytest.fixture(scope="module")
 def hostile_index():
-    with doctorkit.hostile_index() as url:
+    with hostilekit.hostile_index() as url:
         yield url
 
 

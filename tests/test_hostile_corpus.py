@@ -1259,8 +1259,8 @@ def test_hostile_input(world: World, case: Case):
 # (its imports here, not at the top: the block stands apart from the builder's, for clean merges)
 import shlex
 
-import doctorkit
-from doctorkit import FAKE_LINE, raw_hidden
+import hostilekit
+from hostilekit import FAKE_LINE, raw_hidden
 
 _DOCTOR_LIMITED = _LIMITED.replace("'-m', 'builder'", "'-m', 'mamba_ssm.doctor'")
 DOCTOR_SYMBOL = "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
@@ -1405,7 +1405,7 @@ DOCTOR_CASES += [
 
 @pytest.fixture(scope="module")
 def doctor_world(tmp_path_factory):
-    with doctorkit.hostile_index() as url:
+    with hostilekit.hostile_index() as url:
         yield DoctorWorld(tmp_path_factory.mktemp("hostile-doctor"), url)
 
 
