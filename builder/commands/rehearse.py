@@ -30,7 +30,7 @@ def add_command(subparsers) -> None:
     p.add_argument("--version", help="with --release: commit this __version__ in the scratch clone first")
     p.add_argument("--tag", help="with --release: the tag to push (default v<__version__>)")
     p.add_argument("--push", action="store_true", help="with --release and no --profile: the tag push itself")
-    p.add_argument("--actions", type=Path, default=None, help="GitHub's actions (default ../shared/actions)")
+    p.add_argument("--actions", type=Path, default=None, help="GitHub's actions at the pinned SHAs (default: $REHEARSAL_ACTIONS, else shared/actions beside the checkout)")
     p.add_argument("--port", type=int, default=None, help="the port INDEX_URL names (default: a free one)")
     p.add_argument("--workflow", default="release.yml", help="another workflow of .github/workflows (ci.yml)")
     p.add_argument("--job", help="run only this job of the workflow (for example: --workflow ci.yml --job lint)")
