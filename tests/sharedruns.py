@@ -87,7 +87,7 @@ def ci_cpu_runs(root: Path) -> SimpleNamespace:
 def rehearsal_actions() -> Path:
     from builder.upkeep.rehearse import shared_actions
 
-    return shared_actions(REPO)  # $REHEARSAL_ACTIONS, else ../shared/actions
+    return shared_actions(REPO)  # $REHEARSAL_ACTIONS, else shared/actions beside the checkout
 
 
 def python311() -> str:
