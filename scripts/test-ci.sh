@@ -12,7 +12,9 @@ start=$(date +%s%N)
 
 timings=$(mktemp /tmp/ci-timings.XXXXXX)
 rc=0
-MAMBA_FARM_TIMINGS=$timings .venv/bin/nox -s tests -- --durations=40 --durations-min=1 --file-times "$@" || rc=$?
+# every core: a worker per core, each test file on one worker (tests/conftest.py groups them)
+MAMBA_FARM_TIMINGS=$timings .venv/bin/nox -s tests -- -n auto --no-loadscope-reorder \
+  --durations=40 --durations-min=1 --file-times "$@" || rc=$?
 sed 's/^/ci-time: farm /' "$timings"
 rm -f "$timings"
 echo "ci: finished in $(seconds_since "$start") s"

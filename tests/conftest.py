@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -30,12 +29,39 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the files that use the Docker engine first: they are the longest, and one started last is the run's tail
+    items.sort(key=lambda item: "docker" not in item.keywords)
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="slow end-to-end build: run with --run-slow")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# The files that build the ci profile's specs through the Docker engine and check its containers, or read a
+# session run of tests/sharedruns.py: with pytest-xdist they run in turn on one worker.
+ONE_WORKER = {
+    "tests/test_farm_docker.py",
+    "tests/test_farm_faults.py",
+    "tests/test_reproducible.py",
+    "tests/test_upstream_farm.py",
+    "tests/test_release_rehearsal.py",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """With ``-n`` (scripts/test-ci.sh runs ``-n auto``): each test file on one worker, so its module fixtures
+    are made once, and the ONE_WORKER files together on one."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return "one-worker" if path in ONE_WORKER else path
+
+    return ByFile(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -67,14 +93,10 @@ def release_dry_run(tmp_path_factory):
 _FILE_SECONDS: dict[str, float] = defaultdict(float)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    # setup, call and teardown together: a module fixture's cost lands on the test that made it
-    started = time.monotonic()
-    try:
-        return (yield)
-    finally:
-        _FILE_SECONDS[item.nodeid.split("::")[0]] += time.monotonic() - started
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # setup, call and teardown together (a module fixture's cost lands on the test that made it); with
+    # pytest-xdist the reports reach the controller, which prints the sums
+    _FILE_SECONDS[report.nodeid.split("::")[0]] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
