@@ -33,6 +33,8 @@ FILE = re.compile(r"ci-time: file (\S+) (\d+(?:\.\d+)?) s\b")
 FARM = re.compile(r"ci-time: farm (\{.*\})\s*$")
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S+)")
 PASSED = re.compile(r"^=+ (.*\d+ (?:passed|failed).*) in (\d+(?:\.\d+)?)s\b")
+WORKERS = re.compile(r"^created: (\d+)/\d+ workers")  # pytest-xdist: the files ran side by side
+FINISHED = re.compile(r"^ci: finished in (\d+(?:\.\d+)?) s")
 PROGRESS = re.compile(r"^(tests/\S+\.py) [.sFEx]*\s*(?:\[\s*\d+%\])?\s*$")
 CONTINUED = re.compile(r"^[.sFEx]+\s*\[\s*\d+%\]\s*$")
 # The old .ci/run (bootstrap, venv, nox -s tests) without ci-time lines: the line that opens each step.
@@ -59,6 +61,8 @@ def parse(lines: list[str]) -> dict:
     farm: list[dict] = []
     durations: list[tuple[float, str, str]] = []
     passed = None
+    workers = 1
+    finished = None
     stamped: list[tuple[float, str]] = []
     for raw in lines:
         line = raw.rstrip("\n")
@@ -81,6 +85,10 @@ def parse(lines: list[str]) -> dict:
             durations.append((float(m.group(1)), m.group(2), m.group(3)))
         elif m := PASSED.match(line):
             passed = (m.group(1), float(m.group(2)))
+        elif m := WORKERS.match(line):
+            workers = int(m.group(1))
+        elif m := FINISHED.match(line):
+            finished = float(m.group(1))
     if stamped and not steps:
         steps = _steps_from_stamps(stamped)
     if stamped and not files:
@@ -88,8 +96,9 @@ def parse(lines: list[str]) -> dict:
     if not files:  # only --durations: each file's phases that were long enough to be listed
         for seconds, _, node in durations:
             files[node.split("::")[0]] = files.get(node.split("::")[0], 0.0) + seconds
-    total = stamped[-1][0] if stamped else None
-    return {"steps": steps, "files": files, "farm": farm, "durations": durations, "passed": passed, "total": total}
+    total = stamped[-1][0] if stamped else finished
+    return {"steps": steps, "files": files, "farm": farm, "durations": durations, "passed": passed, "total": total,
+            "workers": workers}  # fmt: skip
 
 
 def _steps_from_stamps(stamped: list[tuple[float, str]]) -> dict[str, float]:
@@ -152,7 +161,9 @@ def table(result: dict, top: int = 25) -> str:
     if len(ranked) > top:
         out.append(f"| tests: {len(ranked) - top} other files | {sum(s for _, s in ranked[top:]):.0f} |")
     if files:
-        out.append(f"| **tests, all files** | **{sum(files.values()):.0f}** |")
+        workers = result.get("workers", 1)
+        summed = f" (summed over {workers} workers: the pytest wall above is the run's)" if workers > 1 else ""
+        out.append(f"| **tests, all files{summed}** | **{sum(files.values()):.0f}** |")
     if result["durations"]:
         out += ["", "Slowest test phases (pytest's --durations):", "", "| seconds | phase | test |", "|---:|---|---|"]
         for seconds, phase, node in sorted(result["durations"], key=lambda d: -d[0])[:10]:

@@ -45,8 +45,9 @@ def produced_log(tmp_path_factory) -> str:
         )
     )
     (tmp / "test_fast_two.py").write_text("def test_c():\n    pass\n")
+    # two workers, as scripts/test-ci.sh runs the CI set: each file's time still reaches the summary
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "conftest", "--rootdir", str(tmp), "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-p", "conftest", "--rootdir", str(tmp), "-p", "no:cacheprovider", "-n", "2",
          "--durations=40", "--durations-min=1", "--file-times", "test_slow_one.py", "test_fast_two.py"],
         check=False, cwd=tmp, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "tests")},
     )  # fmt: skip
@@ -75,8 +76,9 @@ def test_the_table_has_each_set_up_step_and_each_test_file(produced_log) -> None
     assert result["files"]["test_slow_one.py"] >= 1.3 > result["files"]["test_fast_two.py"]
     # the module fixture's sleep is the one phase over a second
     assert [(phase, node) for _, phase, node in result["durations"]] == [("setup", "test_slow_one.py::test_a")]
-    assert result["passed"][0].startswith("3 passed")
+    assert result["passed"][0].startswith("3 passed") and result["workers"] == 2 and result["total"] == 400.0
     table = ci_time.table(result)
+    assert "Whole run: 400 s." in table and "| **tests, all files (summed over 2 workers" in table
     assert "| set-up: venv | 20 |" in table and "| **set-up, all** | **50** |" in table
     assert "| tests: test_slow_one.py | 1 |" in table
     assert "| 1 | setup | test_slow_one.py::test_a |" in table
