@@ -31,7 +31,6 @@ from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeA
 from builder.facts.hostenv import host_machine
 from builder.facts.spec import FilePin
 
-from conftest import REPO
 
 def _mirror_reachable() -> bool:
     try:

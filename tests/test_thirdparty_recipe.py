@@ -91,23 +91,19 @@ def github(tmp_path_factory):
         yield url, farm
 
 
-def _farm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=REPO, capture_output=True, text=True, timeout=600)
-
-
-def test_the_pin_is_the_tags_archive_and_every_patch_applies(github, tmp_path):
+def test_the_pin_is_the_tags_archive_and_every_patch_applies(github, tmp_path, cli):
     url, farm = github
     recipes = str(farm / "recipes")
     # docs/maintainer/add-recipe.md step 1: the archive holds the sources the PyPI sdists lack
-    fetched = _farm("recipe", "fetch", "fast-hadamard-transform", "--recipes", recipes)
+    fetched = cli("recipe", "fetch", "fast-hadamard-transform", "--recipes", recipes)
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
     with __import__("tarfile").open(fetched.stdout.strip().splitlines()[-1]) as tf:
         kernels = [n for n in tf.getnames() if re.search(r"\.(cu|cuh|cpp|h)$", n)]
     assert "fast-hadamard-transform-1.1.0/csrc/fast_hadamard_transform_cuda.cu" in kernels
     # "Try it on one cell": every patch applies to the tag's setup.py
     out = tmp_path / "prep"
-    prep = _farm("recipe", "prepare", "fast-hadamard-transform", "--recipes", recipes,
-                 "--torch", "2.14.1", "--accelerator", "cuda-13.0", "--archs", "sm_80", "--out", str(out))  # fmt: skip
+    prep = cli("recipe", "prepare", "fast-hadamard-transform", "--recipes", recipes,
+               "--torch", "2.14.1", "--accelerator", "cuda-13.0", "--archs", "sm_80", "--out", str(out))  # fmt: skip
     assert prep.returncode == 0, prep.stdout + prep.stderr
     assert "patches: cxx20, cuda-archs (skipped: none)" in prep.stdout
     setup_py = (out / "src" / "fast-hadamard-transform-1.1.0" / "setup.py").read_text()
