@@ -509,12 +509,7 @@ def _without_2_15(farm: Path) -> None:
     (farm / "matrix.toml").write_text(tomlkit.dumps(matrix))
 
 
-def _plan(farm: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder", "plan", "--matrix", str(farm / "matrix.toml")], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-
-
-def test_write_takes_only_a_date_from_an_upload_time_and_plans_what_it_wrote(farm):
+def test_write_takes_only_a_date_from_an_upload_time_and_plans_what_it_wrote(farm, cli):
     """Control characters from an upload time went into a TOML comment; now only its date is data."""
     _without_2_15(farm)
     recorded = _Recorded()
@@ -530,7 +525,7 @@ def test_write_takes_only_a_date_from_an_upload_time_and_plans_what_it_wrote(far
     import tomllib
 
     tomllib.loads(text)  # what was written loads, and plans
-    assert _plan(farm).returncode == 0
+    assert cli("plan", "--matrix", farm / "matrix.toml", timeout=120).returncode == 0
 
 
 def test_an_arbitrary_equality_cuda_pin_is_refused_and_nothing_is_written(farm):
@@ -547,7 +542,7 @@ def test_an_arbitrary_equality_cuda_pin_is_refused_and_nothing_is_written(farm):
     assert {p.name: p.read_bytes() for p in farm.glob("*.toml")} == before
 
 
-def test_write_proves_its_data_loads_and_plans_before_it_replaces_a_file(farm):
+def test_write_proves_its_data_loads_and_plans_before_it_replaces_a_file(farm, cli):
     """The proof itself: a staged edit the farm's loaders refuse (a CUDA list the plan cannot take) is never
     written, whatever the reason it got there; a good one replaces the file atomically and plans."""
     from builder.errors import UnprovenWrite
@@ -570,7 +565,8 @@ def test_write_proves_its_data_loads_and_plans_before_it_replaces_a_file(farm):
     copy.write_text(before.decode().replace('latest = "2.15.0"', 'latest = "2.15.1"'))
     drift_mod.prove(staged, farm / "torch.toml", farm / "matrix.toml", {})
     staged.commit()
-    assert 'latest = "2.15.1"' in (farm / "torch.toml").read_text() and _plan(farm).returncode == 0
+    assert 'latest = "2.15.1"' in (farm / "torch.toml").read_text()
+    assert cli("plan", "--matrix", farm / "matrix.toml", timeout=120).returncode == 0
 
 
 def test_a_listing_of_100000_minors_costs_bounded_requests(farm):
