@@ -93,7 +93,7 @@ def cli():
     It returns the completed process (``returncode``, ``stdout``, ``stderr``), whatever the exit code.
 
     ``in_process=True`` calls the same entry point (``builder.commands.cli.main``) in this interpreter instead,
-    its output captured alike: for the tests that run it hundreds of times, where a process each would cost."""
+    its output captured alike: for the tests that run it hundreds of times, or that monkeypatch what it calls."""
     import subprocess
     import sys
 

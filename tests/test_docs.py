@@ -1,13 +1,8 @@
 """The documentation: README and the site in docs/ (mkdocs.yml).
 
-- the site builds with `mkdocs build --strict` (a broken link or anchor, a missing page: a warning, so a failure);
-- the README's and the home page's first screen give the install commands (the home page measured in a real
-  headless Chromium, with a screenshot kept for a person to look at);
-- every command of the user guides runs, against an index served on 127.0.0.1, or is named here with the test
-  that runs it; `resolve` prints what the publishing guide shows;
-- the generated references cover the code: every CLI flag has help (the CLI page is generated from the
-  parsers), every environment variable the code reads is in mamba_build/envvars.toml, every exit code has a
-  meaning; docs/architecture.md's tables name every module and top-level path there is.
+The site builds with ``mkdocs build --strict``; the first screen gives the install commands; every command of
+the user guides runs (or names the test that runs it); the generated references cover the code (CLI flags,
+environment variables, exit codes); docs/architecture.md names every module and top-level path.
 """
 
 from __future__ import annotations

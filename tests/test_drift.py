@@ -1,18 +1,9 @@
 """``python -m builder drift`` against a recorded copy of PyPI's answers, served on 127.0.0.1.
 
-``tests/data/pypi-recording.json`` holds what PyPI answered on the day it was recorded (its
-``recorded`` key): the PEP 691 listing of torch 2.8.0, 2.13.0, 2.14.0, 2.14.1 and 2.15.0 (Linux
-files and one macOS file), the METADATA of the one wheel per release and platform the command
-reads (Requires-Dist and Requires-Python as published), and the newest sdists of causal-conv1d
-and mamba-ssm with their real sha256. ``_record()`` (``python tests/test_drift.py --record``)
-makes it again from the live index.
-
-The server here serves that listing, a PEP 658 ``.metadata`` file for most wheels and, for the
-torch 2.15 wheels, a real (small) zip with no ``.metadata`` beside it, so the ranged-read path
-runs too; it answers ranges with 206 and counts every whole-wheel download, which must stay 0.
-Three cases, each with its report, exit code and ``--write`` TOML diff: a new torch minor, a new
-patch release, a new recipe sdist whose patch no longer applies (and one whose patches apply).
-The last test runs the command once against the real index: informative only, it says so.
+``tests/data/pypi-recording.json`` holds the listings, METADATA and sdists the command reads
+(``python tests/test_drift.py --record`` makes it again). The server offers PEP 658 files for most wheels
+and real small zips for others, so the ranged-read path runs too; whole-wheel downloads must stay 0. The
+last test runs once against the real index, informative only.
 """
 
 from __future__ import annotations

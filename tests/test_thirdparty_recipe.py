@@ -1,17 +1,9 @@
-"""A project that is no part of this repository, added from docs/maintainer/add-recipe.md alone:
-Dao-AILab's fast-hadamard-transform 1.1.0 (``recipes/fast-hadamard-transform.toml``), whose PyPI sdists
-carry no ``csrc/``, so its recipe pins the v1.1.0 tag's source archive by sha256.
+"""A project that is no part of this repository, added from docs/maintainer/add-recipe.md alone: Dao-AILab's
+fast-hadamard-transform 1.1.0, whose recipe pins the v1.1.0 tag's source archive by sha256.
 
-- Always (no source needed): the recipe loads, plans one build for the ``ci-thirdparty`` profile, and says
-  which patches apply to that cell and why.
-- With a copy of the project's git repository (``MAMBA_FARM_TEST_FHT_GIT``: a clone of
-  github.com/Dao-AILab/fast-hadamard-transform; skipped without it): it stands in for GitHub. The test
-  makes the tag's archive as GitHub's tag tarballs are made (``git archive`` of the tag, top folder
-  ``fast-hadamard-transform-1.1.0``, ``gzip -n``) and serves it on 127.0.0.1 at GitHub's path; a copy
-  of the recipe with only the URL's host changed fetches it, so the recipe's sha256 is checked against
-  those bytes, and every patch applies to its setup.py. No test reaches GitHub.
-- ``--run-slow``: the wheel is built with the host executor and with Docker, installed alone into a venv
-  with torch 2.14.1 and imported there, and its ``farm-provenance.json`` says what ran.
+Always: the recipe loads and plans. With ``MAMBA_FARM_TEST_FHT_GIT`` (a clone of its repository), the tag's
+archive is served on 127.0.0.1 at GitHub's path and fetched, checked and patched (no test reaches GitHub).
+``--run-slow``: built with both executors, installed beside torch 2.14.1 and imported.
 """
 
 from __future__ import annotations
