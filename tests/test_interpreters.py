@@ -1,11 +1,8 @@
 """CPythons the farm provides itself (builder/building/interpreters.py): Debian forky's packages, pinned by sha256.
 
-For real: CPython 3.14 is fetched from the apt mirror into the farm cache (once; later runs find it
-ready), runs on this bookworm host with its own newer C library, makes a venv with pip, and builds a C
-extension that needs only this host's glibc: auditwheel gives its wheel a tag no newer than the host's,
-as for every other Python. Refused: a package whose bytes are not the pin's (nothing is unpacked), an
-archive member that leaves the tree, a Python the farm does not provide, an unreachable mirror: each
-with an `error:` line naming the Python and the way to provide one, and exit 17.
+For real: CPython 3.14 from the apt mirror runs on this host, makes a venv and builds a C extension whose
+wheel tag is no newer than the host's. Refused with exit 17 and an ``error:`` line: wrong bytes, an unsafe
+member, a Python the farm does not provide, an unreachable mirror.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Reproducible wheels without Docker: the one rewriter's layout, the source's time, and `verify`'s comparison.
+"""Reproducible wheels without Docker: the one rewriter's layout, the source's time, and ``verify``'s comparison.
 
-The Docker rebuilds of our CPU wheels are tests/test_reproducible.py; here the parts each of them rests on:
-- relabel.write_wheel gives the same bytes whatever order, times and modes its input had (auditwheel's
-  walk order, the repair's clock, a builder's umask), and stamps SOURCE_DATE_EPOCH;
-- the epoch comes from the source (a checkout's commit time, an sdist's PKG-INFO), never the clock;
-- `builder verify` names the member that differs (size, sha256, offset, ELF section), names the zip field
-  when only the container differs, and exits 15, not 14, when it cannot compare at all.
+The parts the Docker rebuilds (tests/test_reproducible.py) rest on: ``relabel.write_wheel`` gives the same bytes
+whatever its input's order, times and modes; the epoch comes from the source; ``builder verify`` names what
+differs, and exits 15, not 14, when it cannot compare.
 """
 
 from __future__ import annotations
