@@ -491,13 +491,13 @@ def run_doctor(cmd: str, env: dict, where: str) -> None:
         assert "Checks" in proc.stdout and ("Verdict" in proc.stdout), f"{where}: {proc.stdout}"
 
 
-def test_resolve_prints_what_the_publishing_guide_shows(loopback):
+def test_resolve_prints_what_the_publishing_guide_shows(loopback, cli):
     url, _torches = loopback
     text = (DOCS / "maintainer" / "publish-index.md").read_text()
     cmd = re.search(r"^\.venv/bin/python -m builder resolve (.*)$", text, re.M).group(1)
     shown = re.search(r"```text\n(project:.*?)```", text, re.S).group(1)
     args = shlex.split(cmd.replace(INDEX_URL, f"{url}/index"))
-    proc = subprocess.run([sys.executable, "-m", "builder", "resolve", *args], capture_output=True, text=True, cwd=REPO)
+    proc = cli("resolve", *args)
     assert proc.returncode == 0, proc.stderr
     want = _local(shown, url)
     norm = lambda s: re.sub(
