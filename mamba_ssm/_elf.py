@@ -1,11 +1,8 @@
-"""What a compiled extension is: what its file name says (module, abi3 or version-specific) and what is
-compiled into it (the machine it runs on, the C++ ABI of the symbols it needs, CUDA fatbin and HIP
-offload-bundle targets).
+"""What a compiled extension is: its file name's meaning (module, abi3 or version-specific) and what is compiled
+into it (machine, the C++ ABI of the symbols it needs, CUDA fatbin and HIP offload-bundle targets).
 
-The one reader of these facts for the farm's verifier (``builder.wheels``, ``builder.hip``) and the doctor.
-Standard library only, on purpose: the doctor runs in the broken environment it diagnoses, where pyelftools
-and cuobjdump are usually absent. It imports neither torch nor builder. Only 64-bit little-endian ELF is read
-(x86_64, aarch64, AMDGPU code objects).
+Standard library only, importing neither torch nor builder: the farm's verifier and the doctor (which runs
+in the broken environment it diagnoses) both read extensions here. 64-bit little-endian ELF only.
 """
 
 from __future__ import annotations

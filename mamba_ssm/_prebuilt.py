@@ -1,18 +1,8 @@
-"""Find, download and verify the prebuilt wheel for this environment.
+"""Find, download and verify the prebuilt wheel for this environment, in ``builder index``'s layout.
 
-Runs inside ``setup.py`` (loaded by file path, before the package exists), so it
-uses the standard library only: no ``packaging``, no ``requests``, no torch import
-of its own (the caller passes the :class:`_variant.Variant`).
-
-The index is the one ``builder index`` writes (``default_index_url()``: the one the release that made this
-sdist deployed, else ``DEFAULT_INDEX_URL``; ``MAMBA_WHEEL_INDEX`` overrides it): ``<root>/<variant key>/index.html``
-is a find-links page whose anchors carry ``#sha256=<hex>``; a stable-ABI wheel is
-listed in every variant page it serves, and its own key
-(``cu13-torchstable-abi3``) is asked for when the variant has no page.
-
-Every way this can fail ends in a :class:`Outcome` whose ``line`` says which, in
-one line; the caller then builds from source. Nothing here raises on bad network,
-bad pages or bad hashes.
+Runs inside ``setup.py`` before the package exists, so it uses the standard library only and takes the
+:class:`_variant.Variant` from its caller. Every failure ends in an :class:`Outcome` whose ``line`` says
+which, and the caller builds from source; nothing here raises on bad network, pages or hashes.
 """
 
 # No `from __future__ import annotations`: setup.py may load this file by path without registering

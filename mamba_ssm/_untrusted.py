@@ -1,28 +1,8 @@
 """The one layer for data from outside the process: names, capped reads, deadlines, shown text, pasted commands.
 
-Every reader of outside data (index listings, wheels, sdists, manifests, recipes, matrices, cache state,
-pasted text, command-line paths) goes through these rules, so that one rule has one home:
-- a name that becomes a path is checked against a fixed alphabet before it is used;
-- a read is capped in size, and a request or command has an overall deadline (a socket timeout alone
-  never trips on a server that trickles a byte at a time);
-- text shown to a person has its control and bidi characters made visible, never obeyed;
-- a command printed for people to paste is quoted;
-- a file opened by path is a regular file (a FIFO or a device is refused, never waited on or read forever);
-- JSON and TOML are parsed with a depth cap and their values checked for type;
-- a zip is read with its central directory and each member's inflated bytes capped, and every way it can be
-  broken (bad CRC, encryption, unknown compression, truncation) is one refusal;
-- a tree is deleted only inside its root, never through a link, and a marker or record of the farm's own
-  folders is read only when reached by real folders (a link out of them is refused, never followed);
-- a field is read with its shape checked (an object where an object is meant), a dotted version with every
-  component present, an environment marker evaluated with the library's refusals made one error,
-  bytes decoded with a named error;
-- everything a command prints passes one filter (:func:`guard_output`): controls, bidi overrides and lone
-  surrogates are shown as escapes, never obeyed and never a UnicodeEncodeError;
-- one run has a budget of wall time and of bytes read from the network (:class:`RunBudget`), beside each
-  request's deadline; a zip member is capped by its compressed size as well as by what it inflates to.
-
-Standard library only, and no import of torch or builder: the doctor, setup.py's prebuilt lookup and the
-farm all import it.
+Every reader of outside data (index listings, wheels, sdists, manifests, recipes, cache state, pasted text)
+goes through these rules, so each rule has one home. Standard library only, importing neither torch nor
+builder: the doctor, setup.py's prebuilt lookup and the farm all import it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""The one definition of "which build variant does this environment need".
+"""The one definition of "which build variant does this environment need" (key ``cu12-torch2.6-cxx11abiFALSE``,
+label ``cu12torch2.6cxx11abiFALSE``, stable ``cu13-torchstable-abi3``).
 
-Imported by setup.py (by file path, before the package exists), by
-``mamba_ssm.doctor`` and by ``builder``. It must therefore import with the
-standard library alone: no torch at import time (torch is queried lazily in
-:func:`detect`, or read from its files by :func:`installed_torch`), no compiled
-extension, no ``builder``, no ``packaging``.
-
-Naming:
-  variant key   ``cu12-torch2.6-cxx11abiFALSE``   (directory names, ids)
-  local label   ``cu12torch2.6cxx11abiFALSE``     (the wheel's ``+local`` version)
-  stable wheel  ``cu13-torchstable-abi3`` / ``cu13torchstable``: one wheel that
-                serves every torch >= the stable floor, both ABIs, every CPython.
+Imported by setup.py (by file path), the doctor and builder, so it imports the standard library alone:
+torch is queried lazily (:func:`detect`) or read from its files (:func:`installed_torch`).
 """
 
 from __future__ import annotations

@@ -103,3 +103,46 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if config.getoption("--file-times"):
         for path, seconds in _FILE_SECONDS.items():
             terminalreporter.write_line(f"ci-time: file {path} {seconds:.1f} s")
+
+
+# `python -m builder ...` for every test file: the `cli` fixture.
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """``cli(*args, env=None, cwd=None, input=None, timeout=600)`` runs ``python -m builder ARGS...`` as a user
+    would: a subprocess in the checkout (or ``cwd``), ``env`` set over this process's environment, text output.
+    It returns the completed process (``returncode``, ``stdout``, ``stderr``), whatever the exit code.
+
+    ``in_process=True`` calls the same entry point (``builder.commands.cli.main``) in this interpreter instead,
+    its output captured alike: for the tests that run it hundreds of times, or that monkeypatch what it calls."""
+    import subprocess
+    import sys
+
+    def run(*args, env=None, cwd=None, input=None, timeout=600, in_process=False) -> subprocess.CompletedProcess:
+        argv = [str(a) for a in args]
+        if in_process:
+            assert env is None and cwd is None and input is None, "in_process runs here: no env, cwd or input"
+            return _in_process(argv)
+        return subprocess.run(
+            [sys.executable, "-m", "builder", *argv], cwd=cwd or REPO, env={**os.environ, **(env or {})},
+            input=input, capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+
+    return run
+
+
+def _in_process(argv: list[str]):
+    import contextlib
+    import io
+    import subprocess
+
+    from builder.commands.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse's usage errors and --help, as the process would end
+            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return subprocess.CompletedProcess(["python", "-m", "builder", *argv], rc, out.getvalue(), err.getvalue())

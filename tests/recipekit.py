@@ -1,13 +1,8 @@
 """Shared by tests/test_sources.py and tests/test_recipes.py: the real upstream sdists, and what a setup.py computes.
 
-``setup_py_flags`` runs a (patched) upstream setup.py for real, up to its ``setup()`` call, and
-returns what it would build: the extension's name and its cxx/nvcc flags, the version with its
-local label, and TORCH_CUDA_ARCH_LIST as setup.py left it. With ``torch_python`` (a venv holding
-torch, e.g. tests/cudakit.py's 2.14.1) and a real ``cuda_home`` it is torch's own cpp_extension
-and the machine's nvcc; for the cells this machine has no torch or toolkit for (torch 2.11 +
-CUDA 12.8, ROCm), a stand-in ``torch`` package answers only the version questions setup.py asks
-(torch.__version__, torch.version.cuda/hip, the ABI flag), and a stand-in nvcc/hipcc prints its
-release. setup.py's own logic (version checks, flag lists, env reads) is what runs either way.
+``setup_py_flags`` runs a (patched) upstream setup.py up to its ``setup()`` call and returns the extension's
+name, flags, version and arch list, with a real torch and nvcc where this machine has them, else a stand-in
+``torch`` and compiler that answer only the version questions setup.py asks.
 """
 
 from __future__ import annotations

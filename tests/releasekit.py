@@ -1,11 +1,7 @@
 """For the release rehearsal's tests: GitHub's release-asset host, stood in for on 127.0.0.1.
 
-A rehearsed release links every wheel to its real asset URL, ``https://github.com/<owner>/<repo>/releases/
-download/<tag>/<file>``, as the workflow writes it. No machine here reaches github.com, so pip and setup.py
-(urllib) reach those URLs through ``https_proxy``: a loopback proxy that answers CONNECT github.com:443 itself,
-with a certificate for github.com from a throwaway CA the test's processes trust (``SSL_CERT_FILE``,
-``PIP_CERT``), serving the gh stand-in's folder (``builder/upkeep/standins/gh.py`` keeps releases there under the
-same paths). Every other host is tunnelled through unchanged (the machine's usual indexes). The links, paths and TLS are real; only the host is a stand-in.
+pip and setup.py reach the real asset URLs through ``https_proxy``: a loopback proxy that answers CONNECT
+github.com:443 itself (a throwaway CA the test trusts) from the gh stand-in's folder, and tunnels every other host.
 """
 
 from __future__ import annotations

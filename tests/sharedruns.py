@@ -1,18 +1,7 @@
-"""What the CI set makes once per pytest run and every test file that needs it reads.
-
-Each is made on first use (tests/conftest.py's session fixtures hand them out), so a file run alone still
-makes what it needs, and a full run makes each once:
-
-- ``ci_cpu_runs``: the ``ci`` profile's CPU wheel in Docker, as a maintainer meets it: the build killed
-  mid-compile, the rerun that completes it, the run after that which rebuilds nothing (one dist folder);
-  tests/test_farm_docker.py checks each step, its CUDA test builds the rest of the profile into the same
-  dist, and tests/test_reproducible.py rebuilds that wheel and compares the bytes;
-- ``release_dry_run``: ``release.yml`` under act, the dry run of ``builder.upkeep.rehearse`` (its build
-  jobs, the reproduce job's rebuild of each kind, publish); tests/test_release_rehearsal.py reads its
-  jobs, log and artifacts, tests/test_reproducible.py the stable-ABI kind the reproduce job rebuilt;
-- ``torch_venv``: a venv with torch, a hard-linked copy (``cp -al``) of the smoke-test venv the farm
-  keeps for that Python and torch (``builder.building.cache.torch_venv``, made there first when
-  missing), instead of a fresh ``pip install torch`` in each test.
+"""What the CI set makes once per pytest run and every test file that needs it reads, each made on first use
+(tests/conftest.py's session fixtures hand them out): ``ci_cpu_runs`` (the ci profile's CPU wheel in Docker:
+killed, rerun, run again), ``release_dry_run`` (release.yml under act) and ``torch_venv`` (a hard-linked copy
+of the farm's smoke-test venv for one Python and torch).
 """
 
 from __future__ import annotations

@@ -5,8 +5,6 @@ Real files, hard links and `python -m builder cache` on a farm cache made in tmp
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,7 +13,6 @@ from filelock import FileLock
 
 from builder.building import cache
 
-from conftest import REPO
 
 MB = 1 << 20
 
@@ -78,15 +75,13 @@ def test_a_run_past_the_budget_says_so_before_it_starts(tmp_path, monkeypatch):
     assert msg and "4 torch venv(s) for 3 torch release(s)" in msg and "past the 12.0 GiB budget" in msg
 
 
-def test_cache_command_shows_and_prunes_a_farm_cache(tmp_path):
+def test_cache_command_shows_and_prunes_a_farm_cache(tmp_path, cli):
     root = tmp_path / "farm"
     make_venv(root / "smoke", "3.11", "2.14.1", {"x.so": blob("a")}, time.time() - 10)
     make_venv(root / "smoke", "3.12", "2.15.0", {"x.so": blob("b")}, time.time())
-    env = {**os.environ, "MAMBA_FARM_CACHE": str(root)}
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "builder", "cache", *args], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        return cli("cache", *args, env={"MAMBA_FARM_CACHE": str(root)}, timeout=60)
 
     shown = run()
     assert shown.returncode == 0 and "2 torch venv(s)" in shown.stdout and "(torch==2.15.0)" in shown.stdout
@@ -123,7 +118,7 @@ def test_the_host_executors_build_venv_and_the_smoke_venv_of_one_torch_share_fil
     assert cache.build_venvs() == [build]
 
 
-def test_prune_never_deletes_through_a_link_out_of_the_cache(tmp_path):
+def test_prune_never_deletes_through_a_link_out_of_the_cache(tmp_path, cli):
     """People link caches to bigger disks: a slot, a torch-envs folder or a venv that is a link elsewhere is
     not the cache's. Before the fix, `prune --all` deleted the venvs in the link's target."""
     root = tmp_path / "farm"
@@ -137,9 +132,7 @@ def test_prune_never_deletes_through_a_link_out_of_the_cache(tmp_path):
     venv = make_venv(elsewhere / "venv", "3.10", "2.13.0", {"x.so": blob("d")}, time.time())
     (root / "smoke" / "cp310-torch2.13.0" / "torch-envs").mkdir(parents=True)
     (root / "smoke" / "cp310-torch2.13.0" / "torch-envs" / venv.name).symlink_to(venv)  # the venv is a link
-    env = {**os.environ, "MAMBA_FARM_CACHE": str(root)}
-    run = subprocess.run([sys.executable, "-m", "builder", "cache", "prune", "--all"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    run = cli("cache", "prune", "--all", env={"MAMBA_FARM_CACHE": str(root)}, timeout=60)
     assert run.returncode == 0 and "removed 1 torch venv(s)" in run.stdout, run.stdout + run.stderr
     assert not mine.exists()
     for target in (slot, envs, venv):
@@ -148,7 +141,7 @@ def test_prune_never_deletes_through_a_link_out_of_the_cache(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "not-utf8"])
-def test_a_complete_marker_that_is_not_a_small_file_is_refused_not_read(tmp_path, kind):
+def test_a_complete_marker_that_is_not_a_small_file_is_refused_not_read(tmp_path, kind, cli):
     root = tmp_path / "farm"
     venv = make_venv(root / "smoke", "3.11", "2.14.1", {"x.so": blob("a")}, time.time())
     done = venv / ".complete"
@@ -159,9 +152,7 @@ def test_a_complete_marker_that_is_not_a_small_file_is_refused_not_read(tmp_path
         done.symlink_to("/dev/zero")
     else:
         done.write_bytes(b"torch==\xff\xfe\x1b[2J")
-    env = {**os.environ, "MAMBA_FARM_CACHE": str(root)}
-    run = subprocess.run([sys.executable, "-m", "builder", "cache"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=30, check=False)  # fmt: skip
+    run = cli("cache", env={"MAMBA_FARM_CACHE": str(root)}, timeout=30)
     assert run.returncode == 0 and "0 torch venv(s)" in run.stdout, run.stdout + run.stderr
     assert "skipped, not a complete venv" in run.stderr and "Traceback" not in run.stderr
     assert "\x1b" not in run.stdout + run.stderr

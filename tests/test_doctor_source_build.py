@@ -1,12 +1,6 @@
-"""The doctor's source-build fixes build the line that is installed, never PyPI's bare `mamba-ssm`.
-
-PyPI's `mamba-ssm` is upstream's sdist (2.3.2.post1 today): a fix that printed `pip install ... mamba-ssm` for this
-repository's line compiled another project's code for half an hour. This line's source build names its release
-tag in the source repository (a PEP 508 direct reference); upstream's line names its pinned sdist.
-
-The end-to-end case runs the printed line as a user types it, in a venv with torch: git's `url.insteadOf` (as a
-user's git config may say) sends `https://github.com/mamba-ssm/wheels` to a bare clone of this checkout, tagged
-as the release, served by git's own smart HTTP on 127.0.0.1 (GitHub cannot be reached here: the stand-in).
+"""The doctor's source-build fixes build the line that is installed, never PyPI's bare ``mamba-ssm`` (upstream's
+sdist): this line's fix names its release tag as a PEP 508 direct reference, upstream's its pinned sdist. The
+end-to-end case runs the printed line against a bare clone of this checkout served on 127.0.0.1.
 """
 
 from __future__ import annotations

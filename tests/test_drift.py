@@ -1,18 +1,9 @@
 """``python -m builder drift`` against a recorded copy of PyPI's answers, served on 127.0.0.1.
 
-``tests/data/pypi-recording.json`` holds what PyPI answered on the day it was recorded (its
-``recorded`` key): the PEP 691 listing of torch 2.8.0, 2.13.0, 2.14.0, 2.14.1 and 2.15.0 (Linux
-files and one macOS file), the METADATA of the one wheel per release and platform the command
-reads (Requires-Dist and Requires-Python as published), and the newest sdists of causal-conv1d
-and mamba-ssm with their real sha256. ``_record()`` (``python tests/test_drift.py --record``)
-makes it again from the live index.
-
-The server here serves that listing, a PEP 658 ``.metadata`` file for most wheels and, for the
-torch 2.15 wheels, a real (small) zip with no ``.metadata`` beside it, so the ranged-read path
-runs too; it answers ranges with 206 and counts every whole-wheel download, which must stay 0.
-Three cases, each with its report, exit code and ``--write`` TOML diff: a new torch minor, a new
-patch release, a new recipe sdist whose patch no longer applies (and one whose patches apply).
-The last test runs the command once against the real index: informative only, it says so.
+``tests/data/pypi-recording.json`` holds the listings, METADATA and sdists the command reads
+(``python tests/test_drift.py --record`` makes it again). The server offers PEP 658 files for most wheels
+and real small zips for others, so the ranged-read path runs too; whole-wheel downloads must stay 0. The
+last test runs once against the real index, informative only.
 """
 
 from __future__ import annotations
@@ -509,12 +500,7 @@ def _without_2_15(farm: Path) -> None:
     (farm / "matrix.toml").write_text(tomlkit.dumps(matrix))
 
 
-def _plan(farm: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder", "plan", "--matrix", str(farm / "matrix.toml")], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-
-
-def test_write_takes_only_a_date_from_an_upload_time_and_plans_what_it_wrote(farm):
+def test_write_takes_only_a_date_from_an_upload_time_and_plans_what_it_wrote(farm, cli):
     """Control characters from an upload time went into a TOML comment; now only its date is data."""
     _without_2_15(farm)
     recorded = _Recorded()
@@ -530,7 +516,7 @@ def test_write_takes_only_a_date_from_an_upload_time_and_plans_what_it_wrote(far
     import tomllib
 
     tomllib.loads(text)  # what was written loads, and plans
-    assert _plan(farm).returncode == 0
+    assert cli("plan", "--matrix", farm / "matrix.toml", timeout=120).returncode == 0
 
 
 def test_an_arbitrary_equality_cuda_pin_is_refused_and_nothing_is_written(farm):
@@ -547,7 +533,7 @@ def test_an_arbitrary_equality_cuda_pin_is_refused_and_nothing_is_written(farm):
     assert {p.name: p.read_bytes() for p in farm.glob("*.toml")} == before
 
 
-def test_write_proves_its_data_loads_and_plans_before_it_replaces_a_file(farm):
+def test_write_proves_its_data_loads_and_plans_before_it_replaces_a_file(farm, cli):
     """The proof itself: a staged edit the farm's loaders refuse (a CUDA list the plan cannot take) is never
     written, whatever the reason it got there; a good one replaces the file atomically and plans."""
     from builder.errors import UnprovenWrite
@@ -570,7 +556,8 @@ def test_write_proves_its_data_loads_and_plans_before_it_replaces_a_file(farm):
     copy.write_text(before.decode().replace('latest = "2.15.0"', 'latest = "2.15.1"'))
     drift_mod.prove(staged, farm / "torch.toml", farm / "matrix.toml", {})
     staged.commit()
-    assert 'latest = "2.15.1"' in (farm / "torch.toml").read_text() and _plan(farm).returncode == 0
+    assert 'latest = "2.15.1"' in (farm / "torch.toml").read_text()
+    assert cli("plan", "--matrix", farm / "matrix.toml", timeout=120).returncode == 0
 
 
 def test_a_listing_of_100000_minors_costs_bounded_requests(farm):

@@ -1,19 +1,9 @@
-"""linux_aarch64 on this x86_64 host, under emulation (qemu-user-static registered with the F flag).
+"""linux_aarch64 on this x86_64 host, under emulation: the ci-aarch64 profile's builds through
+``python -m builder build --executor docker``.
 
-The ci-aarch64 profile's two builds, through `python -m builder build --executor docker`:
-- the aarch64 CPU stable-ABI wheel (torch 2.10, PyPI's CPU-only aarch64 build), compiled by Debian's
-  x86_64-hosted cross g++ in the arm64 image (builder/building/images/render.py cross_compiler), run natively;
-- the aarch64 CUDA 13 stable-ABI wheel for sm_90 (GH200), against PyPI's aarch64 CUDA torch 2.11,
-  its device code compiled at native speed: the arm64 image's nvcc, cudafe++, cicc and ptxas are
-  x86_64 programs (builder/building/images/render.py compiler_overlay), everything else is aarch64.
-Each is built in the farm's arm64 image, verified (its ELF files are AArch64, as its tag says; the
-CUDA wheel's SASS exactly sm_90, read from the aarch64 objects), smoke-tested in that image (the
-CPU scan against the float64 reference, so the kernel's aarch64 vector code runs), indexed. Then, in
-an arm64 container: `resolve` against the index served on 127.0.0.1, real pip installs the wheel
-it names next to torch, the op runs, and the doctor finds every compiled file AArch64.
-
-The CPU build and its install are in the CI set; the CUDA build, its image check and its install run
-with --run-slow. A host without emulation skips, printing the reason the farm gives.
+The CPU stable-ABI wheel (cross g++) and, with --run-slow, the CUDA 13 wheel for sm_90 (x86_64 nvcc overlay)
+are built in the farm's arm64 image, verified, smoke-tested and indexed, then resolved, installed with pip and
+run in an arm64 container. A host without emulation skips, printing the farm's reason.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The farm in containers, for real: the ci profile's CPU build through `python -m builder build`.
+"""The farm in containers, for real: the ci profile's CPU build through ``python -m builder build``.
 
-One run sequence, made once per pytest run (`ci_cpu_runs`, tests/sharedruns.py; each step is what a
-maintainer would do):
-1. start the build and kill the orchestrator (SIGTERM) while the compile runs;
-2. run it again: it completes;
-3. run it a third time: nothing is rebuilt.
-The CUDA builds of the ci profile are the test at the end, into the same dist.
+One run sequence, made once per pytest run (``ci_cpu_runs``, tests/sharedruns.py): the build killed mid-compile,
+the rerun that completes it, a third run that rebuilds nothing; then the profile's CUDA builds into the same dist.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Python 3.14 in containers, for real: the ci-py314 profile's classic CPU wheel (torch 2.14.1, which ships
-cp314) through `python -m builder build --executor docker`.
-
-Neither this host's pyenv nor the farm's bookworm base has CPython 3.14: the farm provides its own
-(builder/building/interpreters.py: Debian forky's packages, pinned by sha256, in the farm cache) and the image
-copies it in. The wheel is built, verified (tags, ABI audit, auditwheel repair) and smoke-tested under
-torch 2.14.1 in the farm's containers; its manylinux tag is the plan's, the base's, as for the other
-Pythons: the interpreter's own newer glibc never reaches the wheel. (PyPI's torch 2.14.1 is a CUDA
-build; it imports without a GPU, and the CPU wheel needs nothing more.)
+"""Python 3.14 in containers, for real: the ci-py314 profile's classic CPU wheel through
+``python -m builder build --executor docker``, with the CPython the farm provides itself
+(builder/building/interpreters.py). Built, verified and smoke-tested; its manylinux tag stays the base's.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Every parser of outside data driven with generated input: a clear error or a result, never a
-traceback, a hang or a write outside.
-
-Each test feeds one parser what hypothesis makes: mutations of a real input (the repository's matrix and
-recipes, a manifest the index wrote, a wheel the farm's wheelmaker made, a real ELF shared object) and input
-made from nothing. The property: the parser returns, or raises its one documented error type
-(FarmError / Untrusted / NotAnElf / MetadataError); any other exception fails the test with the input that
-caused it. The CI set runs the ``ci`` profile (a few dozen examples per parser, each under a deadline);
-``--run-slow`` loads the ``slow`` profile (thousands of examples, see conftest.py).
+"""Every parser of outside data driven with generated input (hypothesis: mutations of real inputs and input
+made from nothing): it returns or raises its one documented error type, never another exception, a hang or
+a write outside. The CI set runs the ``ci`` profile; ``--run-slow`` the ``slow`` one (conftest.py).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The GPU check (benchmarks/gpu_check.py, scripts/gpu-check*.sh) on this GPU-less machine.
-
-- its CPU dry run (--device cpu --quick) runs the real logic: every case class passes,
-  results.json and results.md say so, the speed table is there and upstream is skipped
-  with a line;
-- a broken op (output or one gradient off by a little) makes it exit 1 naming exactly
-  the broken cases and tensor;
-- the patch of upstream's pinned sdist applies to the real sdist, and fails loudly when
-  the text it replaces is gone.
+"""The GPU check (benchmarks/gpu_check.py, scripts/gpu-check*.sh) on this GPU-less machine: its CPU dry run
+passes and reports; a slightly broken op exits 1 naming the broken cases; the patch of upstream's pinned
+sdist applies, and fails loudly when its text is gone.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """The hostile-input corpus: every hostile or broken input the farm takes, through the real CLI.
 
-Each case makes its input in its own scratch folder, runs ``python -m builder ...`` in a subprocess (a file
-size and memory limit, a timeout: a hang or an endless read ends the case, never the machine), and asserts:
-the exit code it expects, a clear ``error:`` (or ``warning:``) line saying what is wrong, no traceback, nothing
-written outside its scratch folder, and the published index and the sdist cache byte-for-byte unchanged (the
-refused archive's own cache folder and ``sdists/quarantine/`` excepted: a refused archive is moved out there).
-
-Cases by surface: ``sdist-*`` (archives unpacked by ``recipe prepare``), ``fetch-*`` (indexes and downloads,
-``recipe fetch`` against a page served on 127.0.0.1), ``recipe-*`` (``recipe explain``), ``matrix-*`` (``plan``),
-``index-*`` (``index`` into the published index), ``resolve-*`` (``resolve`` of a hostile manifest), ``drift-*``
-(``drift`` of a hostile listing), ``cache-*`` (``cache`` of a hostile smoke cache), ``render-*``, ``build-*``,
-``rehearse-*``. Add a case with each new surface: :data:`SURFACES` names, for every command of
-``builder/commands/cli.py``'s registry, each input it reads from outside and the cases that attack it, and
-``test_every_command_that_reads_outside_data_has_a_hostile_case_per_input`` fails when one has none. The classes
-of hostile input (a wrong shape, an empty field, a refused marker, bytes that are not text, terminal controls, links
-out of the farm's folders, work without a budget) each have, per command, their cases or a reason (:data:`CLASSES`),
-and ``test_every_class_of_hostile_input_has_a_case_or_a_reason_per_command`` fails when one has neither.
-
-``HOSTILE_CORPUS_CODE=DIR`` runs the corpus against another tree's builder (e.g. an export of main), and
-``HOSTILE_CORPUS_REPORT=FILE`` appends one JSON line per case (what happened), for the closing note's table.
+Each case runs ``python -m builder ...`` in a subprocess on its own scratch input (size, memory and time
+limits) and asserts its exit code, a clear ``error:`` line, no traceback, nothing written outside its scratch
+folder, and the published index and sdist cache unchanged. :data:`SURFACES` (each command's outside inputs)
+and :data:`CLASSES` (each class of hostile input, per command) must name a case or a reason for every entry.
+``HOSTILE_CORPUS_CODE=DIR`` runs it against another tree's builder; ``HOSTILE_CORPUS_REPORT=FILE`` logs each case.
 """
 
 from __future__ import annotations

@@ -13,14 +13,8 @@ from pathlib import Path
 import pytest
 from wheelmaker import make_mamba_wheel, make_wheel
 
-from builder.commands import cli
 from builder.errors import IndexIntegrityError, UsageError
 from builder.publishing.index import build_index
-
-
-def run_cli(argv: list[str]) -> int:
-    """`python -m builder ...` in-process, through the real CLI (error printing, exit codes)."""
-    return cli.main(argv)
 
 
 def _sha(p: Path) -> str:
@@ -131,7 +125,7 @@ def test_indexing_again_keeps_published_wheels_and_swaps_atomically(wheels, tmp_
     assert build_index(new, out).generation == second.generation
 
 
-def test_altered_published_wheel_is_reported_not_rehashed(wheels, tmp_path, capsys):
+def test_altered_published_wheel_is_reported_not_rehashed(wheels, tmp_path, cli):
     out = tmp_path / "index"
     build_index(wheels, out)
     victim = out / "files" / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
@@ -139,8 +133,9 @@ def test_altered_published_wheel_is_reported_not_rehashed(wheels, tmp_path, caps
     data[-30] ^= 0xFF
     victim.write_bytes(bytes(data))
     before = (out / "manifest.json").read_text()
-    assert run_cli(["index", "--wheels", str(wheels), "--out", str(out)]) == IndexIntegrityError.exit_code == 5
-    err = capsys.readouterr().err
+    proc = cli("index", "--wheels", wheels, "--out", out, in_process=True)
+    assert proc.returncode == IndexIntegrityError.exit_code == 5
+    err = proc.stderr
     assert victim.name in err and "recorded" in err and "Traceback" not in err
     assert (out / "manifest.json").read_text() == before  # nothing published
 
@@ -174,21 +169,22 @@ def test_two_platform_tags_for_one_cell_are_refused(tmp_path):
         ("torch", "2.6.0", "py3-none-any", "not mamba-ssm"),
     ],
 )
-def test_bad_wheels_get_one_line_errors(tmp_path, capsys, name, version, tag, message):
+def test_bad_wheels_get_one_line_errors(tmp_path, name, version, tag, message, cli):
     w = tmp_path / "wheels"
     make_wheel(w, name, version, tag)
-    assert run_cli(["index", "--wheels", str(w), "--out", str(tmp_path / "index")]) == UsageError.exit_code
-    err = capsys.readouterr().err
+    proc = cli("index", "--wheels", w, "--out", tmp_path / "index", in_process=True)
+    assert proc.returncode == UsageError.exit_code
+    err = proc.stderr
     assert message in err and "Traceback" not in err and err.startswith("error: ")
 
 
-def test_missing_wheels_dir_and_foreign_out(tmp_path, capsys):
-    assert run_cli(["index", "--wheels", str(tmp_path / "nope"), "--out", str(tmp_path / "i")]) == 2
-    assert "no such directory" in capsys.readouterr().err
+def test_missing_wheels_dir_and_foreign_out(tmp_path, cli):
+    proc = cli("index", "--wheels", tmp_path / "nope", "--out", tmp_path / "i", in_process=True)
+    assert proc.returncode == 2 and "no such directory" in proc.stderr
     (tmp_path / "w").mkdir()
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "keep.txt").write_text("mine")
-    assert run_cli(["index", "--wheels", str(tmp_path / "w"), "--out", str(tmp_path / "taken")]) == 2
+    assert cli("index", "--wheels", tmp_path / "w", "--out", tmp_path / "taken", in_process=True).returncode == 2
     assert (tmp_path / "taken" / "keep.txt").read_text() == "mine"
 
 
@@ -234,7 +230,7 @@ def test_base_url_makes_absolute_links_and_commands(wheels, tmp_path):
     )
 
 
-def test_resolve_cli(wheels, tmp_path, capsys):
+def test_resolve_cli(wheels, tmp_path, cli):
     out = tmp_path / "index"
     build_index(wheels, out)
     argv = [
@@ -250,27 +246,26 @@ def test_resolve_cli(wheels, tmp_path, capsys):
         "--index",
         str(out),
     ]
-    assert run_cli(argv) == 0
-    text = capsys.readouterr().out
+    proc = cli(*argv, in_process=True)
+    assert proc.returncode == 0
+    text = proc.stdout
     assert "variant: cu12-torch2.6-cxx11abiFALSE" in text
     assert (
         f"pip install mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE --extra-index-url {out.absolute().as_uri()}/cu12-torch2.6-cxx11abiFALSE/"
         in text
     )
     # torch 2.13 with CUDA 13: only the stable wheel fits
-    assert run_cli(["resolve", "--torch", "2.13", "--cuda", "13.0", "--python", "3.12", "--index", str(out)]) == 0
-    assert "2.3.0+cu13torchstable --extra-index-url" in capsys.readouterr().out
+    proc = cli("resolve", "--torch", "2.13", "--cuda", "13.0", "--python", "3.12", "--index", out, in_process=True)
+    assert proc.returncode == 0 and "2.3.0+cu13torchstable --extra-index-url" in proc.stdout
     # no fit: nearest variants and why
-    assert (
-        run_cli(
-            ["resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "TRUE", "--python", "3.11", "--index", str(out)]
-        )
-        == 6
-    )
-    err = capsys.readouterr().err
-    assert "cu12-torch2.6-cxx11abiFALSE: cxx11abiFALSE; your torch uses cxx11abiTRUE" in err
-    assert run_cli(["resolve", "--torch", "two", "--index", str(out)]) == 2
-    assert "cannot read a torch version" in capsys.readouterr().err
+    proc = cli(
+        "resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "TRUE", "--python", "3.11", "--index", out,
+        in_process=True,
+    )  # fmt: skip
+    assert proc.returncode == 6
+    assert "cu12-torch2.6-cxx11abiFALSE: cxx11abiFALSE; your torch uses cxx11abiTRUE" in proc.stderr
+    proc = cli("resolve", "--torch", "two", "--index", out, in_process=True)
+    assert proc.returncode == 2 and "cannot read a torch version" in proc.stderr
 
 
 def test_no_half_written_generation_on_failure(wheels, tmp_path, monkeypatch):
@@ -292,7 +287,7 @@ def test_no_half_written_generation_on_failure(wheels, tmp_path, monkeypatch):
     assert os.path.isfile(out / "manifest.json")
 
 
-def test_setuptools_lowercased_label_is_indexed_under_the_farm_spelling(tmp_path, capsys):
+def test_setuptools_lowercased_label_is_indexed_under_the_farm_spelling(tmp_path, cli):
     """setuptools writes +cputorch2.13cxx11abitrue; pages and commands use cxx11abiTRUE (same version to pip)."""
     w = tmp_path / "wheels"
     make_wheel(
@@ -301,8 +296,9 @@ def test_setuptools_lowercased_label_is_indexed_under_the_farm_spelling(tmp_path
     out = tmp_path / "index"
     build_index(w, out)
     assert (out / "cpu-torch2.13-cxx11abiTRUE" / "index.html").is_file()
-    assert run_cli(["resolve", "--torch", "2.13", "--python", "3.11", "--index", str(out)]) == 0
-    assert "pip install mamba-ssm==2.3.0+cputorch2.13cxx11abiTRUE " in capsys.readouterr().out
+    proc = cli("resolve", "--torch", "2.13", "--python", "3.11", "--index", out, in_process=True)
+    assert proc.returncode == 0
+    assert "pip install mamba-ssm==2.3.0+cputorch2.13cxx11abiTRUE " in proc.stdout
 
 
 # --------------------------------------------------------------------------- superseding a wheel (--replace)
@@ -326,7 +322,7 @@ def _rebuild(wheels: Path, tmp_path: Path, label: str = "cu12torch2.6cxx11abiFAL
     return dest
 
 
-def test_replace_supersedes_only_the_named_wheel(wheels, tmp_path, capsys):
+def test_replace_supersedes_only_the_named_wheel(wheels, tmp_path, cli):
     out = tmp_path / "index"
     build_index(wheels, out)
     old_sha = _sha(out / "files" / CU12_311)
@@ -336,8 +332,9 @@ def test_replace_supersedes_only_the_named_wheel(wheels, tmp_path, capsys):
     assert "--replace" in refused.value.hint
     assert _sha(out / "files" / CU12_311) == old_sha
 
-    assert run_cli(["index", "--wheels", str(wheels), "--out", str(out), "--replace", CU12_311]) == 0
-    said = capsys.readouterr().out
+    proc = cli("index", "--wheels", wheels, "--out", out, "--replace", CU12_311, in_process=True)
+    assert proc.returncode == 0
+    said = proc.stdout
     assert "1 replaced" in said and f"~ {CU12_311}" in said
     assert _sha(out / "files" / CU12_311) == _sha(new) != old_sha  # the old bytes left the store
     store = out.parent / ".index.d" / "store"
@@ -372,13 +369,12 @@ def test_replace_does_not_excuse_an_altered_published_file(wheels, tmp_path):
         build_index(wheels, out, replace={CU12_311})
 
 
-def test_replace_names_must_be_in_wheels(wheels, tmp_path, capsys):
+def test_replace_names_must_be_in_wheels(wheels, tmp_path, cli):
     out = tmp_path / "index"
     build_index(wheels, out)
-    assert (
-        run_cli(["index", "--wheels", str(wheels), "--out", str(out), "--replace", "nope.whl"]) == UsageError.exit_code
-    )
-    err = capsys.readouterr().err
+    proc = cli("index", "--wheels", wheels, "--out", out, "--replace", "nope.whl", in_process=True)
+    assert proc.returncode == UsageError.exit_code
+    err = proc.stderr
     assert "--replace nope.whl: no such wheel" in err and "Traceback" not in err
 
 
@@ -458,9 +454,9 @@ def test_a_wheel_given_again_with_another_files_url_moves_its_links(wheels, tmp_
 
 
 @pytest.mark.parametrize("url", ["ftp://example.org/w", "releases/download/v1", "https://example.org/w?x=1", "https://"])
-def test_a_files_url_that_is_not_an_http_folder_is_refused(wheels, tmp_path, capsys, url):
-    rc = run_cli(["index", "--wheels", str(wheels), "--out", str(tmp_path / "index"), "--files-url", url])
-    err = capsys.readouterr().err
+def test_a_files_url_that_is_not_an_http_folder_is_refused(wheels, tmp_path, url, cli):
+    proc = cli("index", "--wheels", wheels, "--out", tmp_path / "index", "--files-url", url, in_process=True)
+    rc, err = proc.returncode, proc.stderr
     assert rc == 2 and "--files-url" in err and "Traceback" not in err, err
     assert not (tmp_path / "index").exists()
 
@@ -538,14 +534,6 @@ def test_a_manifest_entry_off_the_schema_is_an_integrity_error_naming_it(wheels,
 # --- hostile wheels folders and names --------------------------------------------------------------
 
 
-def _cli(*argv: str, timeout: int = 60):
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "builder", *argv], capture_output=True, text=True, timeout=timeout,
-                          cwd=Path(__file__).resolve().parents[1], check=False)  # fmt: skip
-
-
 def _rewrite(wheel: Path, changes: dict[str, bytes | None], new_name: str | None = None) -> Path:
     """A copy of ``wheel`` (named ``new_name``) with members replaced, added or (None) removed."""
     import zipfile
@@ -565,7 +553,7 @@ def _rewrite(wheel: Path, changes: dict[str, bytes | None], new_name: str | None
     return out
 
 
-def test_non_regular_wheel_files_are_skipped_with_a_warning_never_hang(tmp_path):
+def test_non_regular_wheel_files_are_skipped_with_a_warning_never_hang(tmp_path, cli):
     w = tmp_path / "wheels"
     good = make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", "cp311")
     os.mkfifo(w / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl")
@@ -574,7 +562,7 @@ def test_non_regular_wheel_files_are_skipped_with_a_warning_never_hang(tmp_path)
     loop.symlink_to(loop.name)  # a link to itself
     (w / "sub").mkdir()
     (w / "sub" / "up").symlink_to("..")  # a folder loop
-    proc = _cli("index", "--wheels", str(w), "--out", str(tmp_path / "index"))
+    proc = cli("index", "--wheels", w, "--out", tmp_path / "index", timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("skipped") == 3, proc.stderr
@@ -586,7 +574,7 @@ def test_non_regular_wheel_files_are_skipped_with_a_warning_never_hang(tmp_path)
     "case",
     ["metadata-name", "dist-info-name", "dist-info-version", "tag-hash", "tag-question", "tag-space", "tag-rlo"],
 )
-def test_the_index_takes_only_wheels_pip_would_install(tmp_path, case):
+def test_the_index_takes_only_wheels_pip_would_install(tmp_path, case, cli):
     w = tmp_path / "wheels"
     whl = make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", "cp311")
     info = "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE.dist-info"
@@ -605,16 +593,17 @@ def test_the_index_takes_only_wheels_pip_would_install(tmp_path, case):
                "tag-rlo": "linux_x86_64\u202e"}[case]  # fmt: skip
         whl.rename(whl.with_name(whl.name.replace("linux_x86_64", bad)))
     out = tmp_path / "index"
-    assert run_cli(["index", "--wheels", str(w), "--out", str(out)]) == 2
+    assert cli("index", "--wheels", w, "--out", out, in_process=True).returncode == 2
     assert not out.exists()
 
 
-def test_links_are_percent_encoded_and_base_urls_are_http(wheels, tmp_path):
+def test_links_are_percent_encoded_and_base_urls_are_http(wheels, tmp_path, cli):
     from builder.publishing.index.pages import _quote
 
     assert _quote("a#b?c d\u202e+x!.whl") == "a%23b%3Fc%20d%E2%80%AE+x!.whl"
     for bad in ("javascript:alert(1)", "file:///etc", "https://x/'onmouseover='a", "https://x/a b", "ftp://x/"):
-        assert run_cli(["index", "--wheels", str(wheels), "--out", str(tmp_path / "i"), "--base-url", bad]) == 2
+        proc = cli("index", "--wheels", wheels, "--out", tmp_path / "i", "--base-url", bad, in_process=True)
+        assert proc.returncode == 2
     assert not (tmp_path / "i").exists()
     build_index(wheels, tmp_path / "ok", base_url="https://example.org/mamba/")
     page = (tmp_path / "ok" / "cu12-torch2.6-cxx11abiFALSE" / "index.html").read_text()
@@ -652,15 +641,15 @@ def test_two_same_named_wheels_in_one_run_are_one_or_refused(tmp_path):
     assert not (tmp_path / "index2").exists()
 
 
-def _resolve(index: Path):
-    return _cli("resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "FALSE", "--python", "3.11", "--index", str(index))
+# a resolve that the index of the `wheels` fixture answers; its --index is added
+RESOLVE = ("resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "FALSE", "--python", "3.11", "--index")
 
 
 @pytest.mark.parametrize(
     "case", ["list", "schema-99", "no-schema", "files-list", "entry-not-object", "missing-field", "bad-version",
              "bad-key", "variant-lists-missing", "bad-python", "base-url-js", "base-url-shell"],
 )  # fmt: skip
-def test_resolve_checks_the_manifest_and_its_urls(wheels, tmp_path, case):
+def test_resolve_checks_the_manifest_and_its_urls(wheels, tmp_path, case, cli):
     build_index(wheels, tmp_path / "index")
     doc = json.loads((tmp_path / "index" / "manifest.json").read_text())
     fn = next(iter(f for f in doc["files"] if "cu12torch2.6" in f and "cp311" in f))
@@ -691,8 +680,8 @@ def test_resolve_checks_the_manifest_and_its_urls(wheels, tmp_path, case):
     elif case == "base-url-shell":
         doc["base_url"] = "https://x.example/$(touch marker)"
     (hostile / "manifest.json").write_text(json.dumps(doc))
-    proc = _resolve(hostile)
+    proc = cli(*RESOLVE, hostile, timeout=60)
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr and "error:" in proc.stderr
     assert "pip install" not in proc.stdout
-    assert _resolve(tmp_path / "index").returncode == 0  # the real one still resolves
+    assert cli(*RESOLVE, tmp_path / "index", timeout=60).returncode == 0  # the real one still resolves

@@ -1,11 +1,6 @@
-"""Real pip and real uv install from the index, served over HTTP on 127.0.0.1.
-
-The torch installed in each venv is a stand-in: a tiny real wheel named ``torch``
-with the right version (real CUDA torch wheels are gigabytes). What is under test
-is which mamba-ssm wheel the installers pick, and that they leave torch alone.
-
-A "public" index on the same server carries ``mamba-ssm 9.9.9`` and ``torch
-2.99.0``: the newer public release that an unpinned command would silently take.
+"""Real pip and real uv install from the index, served over HTTP on 127.0.0.1: which mamba-ssm wheel they
+pick, and that they leave torch (a tiny stand-in wheel) alone, beside a "public" index whose newer releases
+an unpinned command would take.
 """
 
 from __future__ import annotations

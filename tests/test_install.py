@@ -1,11 +1,6 @@
-"""How `pip install mamba-ssm` goes, the way people type it: the sdist by name from an index, in fresh
-venvs as `python -m venv` makes them (3.10 to 3.13), with pip 23.x (what those venvs seed), current
-pip and uv, with and without build isolation; a prebuilt wheel served on 127.0.0.1. Also: an sdist
-is never labelled, and a wheel holds only the extension module of the build that made it.
-
-torch: the real 2.13.0+cpu where a wheel of it is local (cp311), else a stand-in that has only the
-files setup.py reads (torch/version.py, lib/libc10.so) and cannot be imported: the prebuilt path
-never imports torch, so the stand-in is exactly what it sees.
+"""How ``pip install mamba-ssm`` goes as people type it: the sdist from an index into fresh venvs (3.10 to 3.13)
+with old and current pip and uv, with and without build isolation, a prebuilt wheel served on 127.0.0.1.
+torch is the real 2.13.0+cpu where a wheel is local, else a stand-in with only the files setup.py reads.
 """
 
 from __future__ import annotations

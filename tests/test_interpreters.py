@@ -1,11 +1,8 @@
 """CPythons the farm provides itself (builder/building/interpreters.py): Debian forky's packages, pinned by sha256.
 
-For real: CPython 3.14 is fetched from the apt mirror into the farm cache (once; later runs find it
-ready), runs on this bookworm host with its own newer C library, makes a venv with pip, and builds a C
-extension that needs only this host's glibc: auditwheel gives its wheel a tag no newer than the host's,
-as for every other Python. Refused: a package whose bytes are not the pin's (nothing is unpacked), an
-archive member that leaves the tree, a Python the farm does not provide, an unreachable mirror: each
-with an `error:` line naming the Python and the way to provide one, and exit 17.
+For real: CPython 3.14 from the apt mirror runs on this host, makes a venv and builds a C extension whose
+wheel tag is no newer than the host's. Refused with exit 17 and an ``error:`` line: wrong bytes, an unsafe
+member, a Python the farm does not provide, an unreachable mirror.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeA
 from builder.facts.hostenv import host_machine
 from builder.facts.spec import FilePin
 
-from conftest import REPO
 
 def _mirror_reachable() -> bool:
     try:
@@ -184,19 +180,14 @@ def test_a_package_whose_bytes_are_not_the_pin_is_refused_and_nothing_unpacked(t
     assert not it.home.exists() and not list((tmp_path / "interpreters" / "debs").rglob("*.deb"))
 
 
-def _cli(args: list[str], env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=300)  # fmt: skip
-
-
-def test_an_unreachable_mirror_is_exit_17_naming_the_python_and_the_ways_to_provide_it(tmp_path):
+def test_an_unreachable_mirror_is_exit_17_naming_the_python_and_the_ways_to_provide_it(tmp_path, cli):
     """The host executor needs cp314 (no pyenv 3.14 here), the farm cache lacks it and the mirror does not
     answer: one error line, exit 17, nothing left in the cache but the empty download folder."""
     if "3.14" in __import__("builder.facts.hostenv", fromlist=["x"]).pyenv_pythons():
         pytest.skip("this host's pyenv has 3.14: the farm provides nothing")
     env = {"MAMBA_FARM_CACHE": str(tmp_path / "cache"), "MAMBA_FARM_DEBIAN_MIRROR": "http://127.0.0.1:9/debian"}
-    proc = _cli(["build", "--executor", "host", "--no-smoke", "--dist", str(tmp_path / "dist"),
-                 "--only", "cpu-torch2.9-cxx11abiTRUE-cp314-linux_x86_64"], env)  # fmt: skip
+    proc = cli("build", "--executor", "host", "--no-smoke", "--dist", str(tmp_path / "dist"),
+               "--only", "cpu-torch2.9-cxx11abiTRUE-cp314-linux_x86_64", env=env, timeout=300)  # fmt: skip
     assert proc.returncode == 17, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("error:"))

@@ -217,15 +217,12 @@ def test_emulation_is_refused_with_the_reason(tmp_path):
     assert "bootstrap-host.sh" in exc.value.hint and exc.value.exit_code == 3
 
 
-def test_the_host_executor_refuses_another_machine_without_a_traceback(tmp_path):
+def test_the_host_executor_refuses_another_machine_without_a_traceback(tmp_path, cli):
     from builder.facts.hostenv import host_machine
 
     if host_machine() != "x86_64":
         pytest.skip("needs an x86_64 host")
-    p = subprocess.run(
-        [sys.executable, "-m", "builder", "build", "--profile", "ci-aarch64", "--executor", "host", "--dist", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    p = cli("build", "--profile", "ci-aarch64", "--executor", "host", "--dist", tmp_path, timeout=300)
     assert p.returncode == 3, p.stdout + p.stderr
     assert "cpu-torchstable-abi3-cp311-linux_aarch64: the host executor builds with this x86_64 host's toolchain" in p.stderr
     assert "Traceback" not in p.stderr

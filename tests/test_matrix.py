@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 from pathlib import Path
@@ -12,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builder.commands.cli import main
 from builder.facts import compat as compat_mod
 from builder.facts.compat import PLATFORMS, vtuple
 
@@ -22,16 +19,6 @@ DEFAULT = (REPO / "matrix.toml").read_text()
 # The [axes] torch line as it is today (`builder drift --write` appends new minors to it).
 TORCH_AXIS = re.search(r"^torch = \[.*\]$", DEFAULT, re.M).group(0)
 PYTHON_AXIS = re.search(r"^python = \[.*\]$", DEFAULT, re.M).group(0)
-
-
-def run_cli(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(args)
-        except SystemExit as exc:  # argparse
-            rc = exc.code if isinstance(exc.code, int) else 2
-    return rc, out.getvalue(), err.getvalue()
 
 
 def make_dir(root: Path) -> Path:
@@ -326,7 +313,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_bad_matrix_is_exit_2_naming_file_line_key_value(mdir: Path, case) -> None:
+def test_bad_matrix_is_exit_2_naming_file_line_key_value(mdir: Path, case, cli) -> None:
     _, old, new, marker, fragments = case
     text = mutate(DEFAULT, old, new)
     if case[0] == "nothing-to-build":
@@ -335,42 +322,44 @@ def test_bad_matrix_is_exit_2_naming_file_line_key_value(mdir: Path, case) -> No
         text = text[: text.index("[profiles.ci]")]
     path = mdir / "matrix.toml"
     path.write_text(text)
-    rc, out, err = run_cli(["plan", "--matrix", str(path), "--format", "json"])
-    assert rc == 2, (out, err)
+    proc = cli("plan", "--matrix", path, "--format", "json", in_process=True)
+    err = proc.stderr
+    assert proc.returncode == 2, (proc.stdout, err)
     assert "Traceback" not in err
-    assert out == ""
+    assert proc.stdout == ""
     first = err.splitlines()[0]
     assert first.startswith(f"error: {path}:{line_of(text, marker)}: "), (first, line_of(text, marker))
     for frag in fragments:
         assert frag in first, (frag, first)
 
 
-def test_nothing_to_build_in_a_profile_names_it(mdir: Path) -> None:
+def test_nothing_to_build_in_a_profile_names_it(mdir: Path, cli) -> None:
     text = mutate(DEFAULT, CI_CPU, '{ accelerator = "rocm-6.2", torch = "2.14", python = "3.11" }')
     text = mutate(text, '{ accelerator = "cuda-13.0", torch = "2.14", python = ["3.11", "3.12"] },\n', "")
     (mdir / "matrix.toml").write_text(text)
-    rc, _, err = run_cli(["plan", "--matrix", str(mdir / "matrix.toml"), "--profile", "ci"])
-    assert rc == 2
+    proc = cli("plan", "--matrix", mdir / "matrix.toml", "--profile", "ci", in_process=True)
+    err = proc.stderr
+    assert proc.returncode == 2
     assert f"{mdir / 'matrix.toml'}:{line_of(text, '[profiles.ci]')}: profiles.ci: nothing to build" in err
     # the few dropped combinations are listed with their reasons right there
     assert "torch 2.14 x py3.11 x rocm-6.2 x cxx11abi=TRUE x linux_x86_64: torch 2.14 has no ROCm 6.2 build" in err
 
 
-def test_missing_and_non_utf8_files(mdir: Path) -> None:
-    rc, _, err = run_cli(["plan", "--matrix", str(mdir / "absent.toml")])
-    assert rc == 2 and "absent.toml: no such file" in err and "Traceback" not in err
+def test_missing_and_non_utf8_files(mdir: Path, cli) -> None:
+    proc = cli("plan", "--matrix", mdir / "absent.toml", in_process=True)
+    assert proc.returncode == 2 and "absent.toml: no such file" in proc.stderr and "Traceback" not in proc.stderr
     bad = mdir / "latin1.toml"
     bad.write_bytes(b'[package]\nname = "caf\xe9"\n')
-    rc, _, err = run_cli(["plan", "--matrix", str(bad)])
-    assert rc == 2 and f"{bad}:2: not UTF-8" in err
+    proc = cli("plan", "--matrix", bad, in_process=True)
+    assert proc.returncode == 2 and f"{bad}:2: not UTF-8" in proc.stderr
 
 
-def test_unknown_profile_and_only_suggest_near_matches() -> None:
-    rc, _, err = run_cli(["plan", "--profile", "cii"])
-    assert rc == 2 and 'did you mean "ci"' in err
-    rc, _, err = run_cli(["plan", "--profile", "ci", "--only", "cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_6"])
-    assert rc == 2
-    assert "near matches: cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_64" in err
+def test_unknown_profile_and_only_suggest_near_matches(cli) -> None:
+    proc = cli("plan", "--profile", "cii", in_process=True)
+    assert proc.returncode == 2 and 'did you mean "ci"' in proc.stderr
+    proc = cli("plan", "--profile", "ci", "--only", "cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_6", in_process=True)
+    assert proc.returncode == 2
+    assert "near matches: cu13-torch2.14-cxx11abiTRUE-cp311-linux_x86_64" in proc.stderr
 
 
 # ---------------------------------------------------------------------------
@@ -446,11 +435,12 @@ def prop_dir(tmp_path_factory) -> Path:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=mutated(), extra=st.sampled_from([[], ["--profile", "ci"], ["--explain"], ["--format", "github"]]))
-def test_mutations_never_traceback(prop_dir: Path, text: str, extra: list[str]) -> None:
+def test_mutations_never_traceback(prop_dir: Path, text: str, extra: list[str], cli) -> None:
     path = prop_dir / "matrix.toml"
     path.write_text(text)
     args = ["plan", "--matrix", str(path)] + (extra if "--format" in extra else ["--format", "json", *extra])
-    rc, _out, err = run_cli(args)  # an unexpected exception fails the test with its traceback
+    proc = cli(*args, in_process=True)  # an unexpected exception fails the test with its traceback
+    rc, err = proc.returncode, proc.stderr
     assert rc in (0, 2), err
     if rc == 2:
         assert err.startswith("error: "), err
@@ -520,11 +510,12 @@ def test_ten_thousand_excludes_plan_in_seconds_with_the_same_answer(mdir):
         assert index.first(cell, native) == next((x for x in matrix.excludes if x.matches(cell, native)), None)
 
 
-def test_a_rocm_only_profile_with_cuda_archs_says_so(mdir):
+def test_a_rocm_only_profile_with_cuda_archs_says_so(mdir, cli):
     text = DEFAULT + '\n[profiles.rocm-only]\naccelerator = "rocm-6.2"\narchs = ["sm_80"]\n'
     (mdir / "matrix.toml").write_text(text)
-    rc, _out, err = run_cli(["plan", "--matrix", str(mdir / "matrix.toml"), "--profile", "rocm-only"])
-    assert rc == 2, err
+    proc = cli("plan", "--matrix", mdir / "matrix.toml", "--profile", "rocm-only", in_process=True)
+    err = proc.stderr
+    assert proc.returncode == 2, err
     line = len(text.splitlines())
     assert f"matrix.toml:{line}: profiles.rocm-only.archs" in err and "sm_80 is a cuda architecture" in err, err
     assert "Traceback" not in err

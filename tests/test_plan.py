@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_matrix import DEFAULT, PYTHON_AXIS, REPO, TORCH_AXIS, make_dir, mutate, run_cli
+from test_matrix import DEFAULT, PYTHON_AXIS, REPO, TORCH_AXIS, make_dir, mutate
 
 from builder.errors import MatrixError
 from builder.facts.compat import load as load_compat
@@ -188,15 +188,17 @@ def test_torch_comes_from_a_matching_build(full) -> None:
     assert full.build("cu12-torch2.6-cxx11abiFALSE-cp311-linux_x86_64").abi_native is True
 
 
-def test_json_and_github_formats(ci) -> None:
-    rc, out, err = run_cli(["plan", "--profile", "ci", "--format", "json"])
+def test_json_and_github_formats(ci, cli) -> None:
+    proc = cli("plan", "--profile", "ci", "--format", "json", in_process=True)
+    rc, out, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 0, err
     rows = json.loads(out)
     assert [r["id"] for r in rows] == CI_IDS
     for r in rows:
         assert JSON_KEYS <= set(r)
     assert rows == [b.to_json() for b in ci.builds]
-    rc, out, _ = run_cli(["plan", "--profile", "ci", "--format", "github", "--explain"])
+    proc = cli("plan", "--profile", "ci", "--format", "github", "--explain", in_process=True)
+    rc, out, _ = proc.returncode, proc.stdout, proc.stderr
     gh = json.loads(out)  # --explain goes to stderr for machine formats
     # the CUDA builds that differ only in Python share a job, named by their compile group
     assert [j["id"] for j in gh["include"]] == [CI_IDS[0], "cu13-torch2.14-cxx11abiTRUE-linux_x86_64"]
@@ -204,8 +206,9 @@ def test_json_and_github_formats(ci) -> None:
     assert gh["include"][0]["runs_on"] == "ubuntu-24.04"
 
 
-def test_table_and_explain() -> None:
-    rc, out, _ = run_cli(["plan", "--profile", "upstream", "--explain"])
+def test_table_and_explain(cli) -> None:
+    proc = cli("plan", "--profile", "upstream", "--explain", in_process=True)
+    rc, out, _ = proc.returncode, proc.stdout, proc.stderr
     assert rc == 0
     assert "cu11-torch2.7-cxx11abiTRUE-cp313-linux_x86_64" in out
     # upstream's 72 wheels are 72 cells; torch 2.10's 16 take 4 stable builds
@@ -238,9 +241,10 @@ def narrow_matrix(root: Path, torch: str, python: str, accelerator: str, platfor
     return path
 
 
-def test_nothing_to_build_says_why_when_few_were_dropped(tmp_path: Path) -> None:
+def test_nothing_to_build_says_why_when_few_were_dropped(tmp_path: Path, cli) -> None:
     path = narrow_matrix(tmp_path, '["2.0"]', '["3.13"]', '["cuda-13.0"]', '["linux_x86_64"]')
-    rc, out, err = run_cli(["plan", "--matrix", str(path)])
+    proc = cli("plan", "--matrix", str(path), in_process=True)
+    rc, out, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 2 and out == "" and "Traceback" not in err
     lines = err.splitlines()
     assert lines[0].endswith("axes: nothing to build: the matrix leaves no buildable combination (1 dropped):")
@@ -251,16 +255,18 @@ def test_nothing_to_build_says_why_when_few_were_dropped(tmp_path: Path) -> None
     assert "torch 2.0 has wheels for Python 3.8-3.11 only" in str(caught.value)
 
 
-def test_nothing_to_build_points_at_explain_when_many_were_dropped(tmp_path: Path) -> None:
+def test_nothing_to_build_points_at_explain_when_many_were_dropped(tmp_path: Path, cli) -> None:
     accelerators = '["cpu", "cuda-11.8", "cuda-12.9", "cuda-13.0", "rocm-6.2", "rocm-6.4", "rocm-7.2"]'
     path = narrow_matrix(tmp_path, '["2.0"]', '["3.12", "3.13"]', accelerators, '["linux_x86_64", "linux_aarch64"]')
-    rc, out, err = run_cli(["plan", "--matrix", str(path)])
+    proc = cli("plan", "--matrix", str(path), in_process=True)
+    rc, out, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 2 and out == ""
     first, *rest = err.splitlines()
     assert first.endswith("nothing to build: the matrix leaves no buildable combination (28 dropped)")
     assert rest == ["hint: rerun the plan with --explain to see what was dropped and why"]
     # and --explain lists them, though there is no plan to show
-    rc, out, err = run_cli(["plan", "--matrix", str(path), "--explain"])
+    proc = cli("plan", "--matrix", str(path), "--explain", in_process=True)
+    rc, out, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 2 and "(28 dropped)" in err
     listed = out.splitlines()
     assert listed[0] == "dropped 28 combination(s):" and len(listed) == 29
@@ -441,11 +447,12 @@ def test_release_profile_builds_both_lines_within_githubs_job_cap_per_platform(f
     assert builds["linux_x86_64"] > GITHUB_MATRIX_LIMIT, "one job per build would not fit: the grouping is needed"
 
 
-def test_github_format_warns_per_platform_over_the_job_cap(monkeypatch) -> None:
+def test_github_format_warns_per_platform_over_the_job_cap(monkeypatch, cli) -> None:
     import builder.planning.plan as plan_mod
 
     monkeypatch.setattr(plan_mod, "GITHUB_MATRIX_LIMIT", 2)
-    rc, out, err = run_cli(["plan", "--profile", "ci", "--projects", "checkout", "mamba-ssm", "--format", "github"])
+    proc = cli("plan", "--profile", "ci", "--projects", "checkout", "mamba-ssm", "--format", "github", in_process=True)
+    rc, out, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 0 and len(json.loads(out)["include"]) == 3  # 2 checkout jobs (CPU, the cu13 group), mamba-ssm's
     assert "warning: 3 linux_x86_64 jobs exceed GitHub's 2-job matrix limit" in err
 
@@ -534,12 +541,15 @@ def test_ci_stable_profile_serves_the_ci_cells_with_two_stable_builds(ci) -> Non
     assert [b.id for b in load_plan(profile="ci-stable", stable=False).builds] == CI_IDS
 
 
-def test_cli_stable_flags_and_only_agree_with_the_matrix_setting() -> None:
-    rc, out, err = run_cli(["plan", "--format", "json"])
+def test_cli_stable_flags_and_only_agree_with_the_matrix_setting(cli) -> None:
+    proc = cli("plan", "--format", "json", in_process=True)
+    rc, out, err = proc.returncode, proc.stdout, proc.stderr
     default = [r["id"] for r in json.loads(out)]
-    rc2, out2, _ = run_cli(["plan", "--format", "json", "--stable"])
+    proc = cli("plan", "--format", "json", "--stable", in_process=True)
+    rc2, out2, _ = proc.returncode, proc.stdout, proc.stderr
     assert rc == rc2 == 0 and [r["id"] for r in json.loads(out2)] == default
-    rc, out, _ = run_cli(["plan", "--format", "json", "--no-stable"])
+    proc = cli("plan", "--format", "json", "--no-stable", in_process=True)
+    rc, out, _ = proc.returncode, proc.stdout, proc.stderr
     assert rc == 0 and len(json.loads(out)) > len(default)
     # what the release's build job does with an id of the plan job's matrix (same profile)
     for profile, spec_id in (
@@ -547,14 +557,16 @@ def test_cli_stable_flags_and_only_agree_with_the_matrix_setting() -> None:
         (["--profile", "ci"], CI_IDS[0]),
         (["--profile", "ci-stable"], "cpu-torchstable-abi3-cp311-linux_x86_64"),
     ):
-        rc, out, err = run_cli(["plan", *profile, "--only", spec_id, "--format", "github"])
+        proc = cli("plan", *profile, "--only", spec_id, "--format", "github", in_process=True)
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
         assert rc == 0, err
         assert [j["id"] for j in json.loads(out)["include"]] == [spec_id]
-    rc, out, err = run_cli(["plan", "--only", CI_IDS[0], "--format", "json"])
+    proc = cli("plan", "--only", CI_IDS[0], "--format", "json", in_process=True)
+    rc, out, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 2 and "no such build" in err and "Traceback" not in err
 
 
-def test_build_command_loads_the_same_plan_as_plan(monkeypatch) -> None:
+def test_build_command_loads_the_same_plan_as_plan(monkeypatch, cli) -> None:
     """`builder build --only ID` (the farm) must accept every id `plan` lists, with the same profile."""
     import builder.planning.plan as plan_mod
 
@@ -569,6 +581,7 @@ def test_build_command_loads_the_same_plan_as_plan(monkeypatch) -> None:
     monkeypatch.setattr(plan_mod, "load_plan", spy)
     for profile, spec_id in ((None, "cpu-torchstable-abi3-cp310-linux_x86_64"), ("ci", CI_IDS[1])):
         args = ["build", "--only", spec_id, "--dist", "/nonexistent-dist"] + (["--profile", profile] if profile else [])
-        rc, _, err = run_cli(args)
+        proc = cli(*args, in_process=True)
+        rc, _, err = proc.returncode, proc.stdout, proc.stderr
         assert rc == 0, err
         assert seen[-1] == [spec_id]

@@ -1,12 +1,8 @@
 """Every install command a user is shown, checked against what the release builds.
 
-The commands come from README.md and docs/ (each page with its generated sections filled in, as the site
-shows it), the coverage pages the index writes for both lines (root and `upstream/`, from a wheel of every
-build of the release plan), and the doctor's fixes (`--explain` on every message the classifier knows, and
-the fixes it prints for a known environment). Each pinned requirement must be a wheel of
-`python -m builder plan --profile release` (name, version, local label; Python and platform where the
-command is for one cell), and each index URL a page of the published layout that lists it
-(builder/publishing/pins.py). A planted wrong pin fails.
+The commands of README.md, docs/, both lines' coverage pages and the doctor's fixes: each pin must be a wheel
+of ``python -m builder plan --profile release`` and each index URL a page of the published layout that lists
+it (builder/publishing/pins.py). A planted wrong pin fails.
 """
 
 from __future__ import annotations

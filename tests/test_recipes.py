@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -25,7 +23,6 @@ from builder.planning.recipes import RECIPES_DIR, CellFacts, explain, inputs, lo
 from builder.sourcing.prepare import prepare
 from builder.sourcing.sources import SourceCache
 
-from conftest import REPO
 
 TORCH_VENV = Path.home() / ".cache" / "mamba-farm" / "venv-torch2.14.1-cp311"
 CUDA13 = Path("/usr/local/cuda-13.0")
@@ -214,11 +211,8 @@ def test_explain_lists_each_patch_with_its_reason():
     assert "cuda 11.4 does not match >=11.6" in old
 
 
-def test_explain_cli():
-    proc = subprocess.run(
-        [sys.executable, "-m", "builder", "recipe", "explain", "causal-conv1d", "--torch", "2.14.1",
-         "--accelerator", "cuda-13.0", "--archs", "sm_80"], check=False, cwd=REPO, capture_output=True, text=True,
-    )  # fmt: skip
+def test_explain_cli(cli):
+    proc = cli("recipe", "explain", "causal-conv1d", "--torch", "2.14.1", "--accelerator", "cuda-13.0", "--archs", "sm_80")
     assert proc.returncode == 0, proc.stderr
     assert "patch cxx20 (setup.py, 3 edits): applies: torch 2.14.1 matches >=2.14" in proc.stdout
     assert "CAUSAL_CONV1D_LOCAL_VERSION=cu13torch2.14cxx11abiTRUE" in proc.stdout

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-from test_matrix import run_cli
 from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel
 
 from builder.errors import IndexIntegrityError
@@ -63,10 +62,11 @@ def names(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir()}
 
 
-def test_split_puts_each_wheel_and_its_sidecar_in_its_lines_folder(made, tmp_path):
-    rc, out, err = run_cli(
-        ["release", "split", "--wheels", str(tmp_path / "artifacts"), "--out", str(tmp_path / "lines")]
+def test_split_puts_each_wheel_and_its_sidecar_in_its_lines_folder(made, tmp_path, cli):
+    proc = cli(
+        "release", "split", "--wheels", str(tmp_path / "artifacts"), "--out", str(tmp_path / "lines"), in_process=True
     )
+    rc, out, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 0, err
     lines = tmp_path / "lines"
     assert names(lines) == {"checkout", "upstream"}
@@ -89,17 +89,21 @@ def test_split_puts_each_wheel_and_its_sidecar_in_its_lines_folder(made, tmp_pat
         build_index(tmp_path / "artifacts", tmp_path / "mixed")
 
 
-def test_split_of_one_line_makes_only_its_folder(made, tmp_path):
-    rc, _, err = run_cli(["release", "split", "--wheels", str(made["ours"].parent), "--out", str(tmp_path / "lines")])
+def test_split_of_one_line_makes_only_its_folder(made, tmp_path, cli):
+    proc = cli(
+        "release", "split", "--wheels", str(made["ours"].parent), "--out", str(tmp_path / "lines"), in_process=True
+    )
+    rc, _, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 0, err
     assert names(tmp_path / "lines") == {"checkout"}
 
 
-def test_split_refuses_a_wheel_without_its_sidecar(made, tmp_path):
+def test_split_refuses_a_wheel_without_its_sidecar(made, tmp_path, cli):
     Path(f"{made['causal']}.spec.json").unlink()
-    rc, out, err = run_cli(
-        ["release", "split", "--wheels", str(tmp_path / "artifacts"), "--out", str(tmp_path / "lines")]
+    proc = cli(
+        "release", "split", "--wheels", str(tmp_path / "artifacts"), "--out", str(tmp_path / "lines"), in_process=True
     )
+    rc, err = proc.returncode, proc.stderr
     assert rc == 2 and "Traceback" not in err
     first = err.splitlines()[0]
     assert first.startswith(f"error: {made['causal']}: no sidecar {made['causal'].name}.spec.json"), err
@@ -114,15 +118,16 @@ def test_split_refuses_a_wheel_without_its_sidecar(made, tmp_path):
         ('{"id": "x", "source": "git:x"}', "not a source identity"),
     ],
 )
-def test_split_refuses_a_sidecar_it_cannot_read(made, tmp_path, sidecar, message):
+def test_split_refuses_a_sidecar_it_cannot_read(made, tmp_path, sidecar, message, cli):
     Path(f"{made['causal']}.spec.json").write_text(sidecar)
-    rc, _, err = run_cli(
-        ["release", "split", "--wheels", str(tmp_path / "artifacts"), "--out", str(tmp_path / "lines")]
+    proc = cli(
+        "release", "split", "--wheels", str(tmp_path / "artifacts"), "--out", str(tmp_path / "lines"), in_process=True
     )
+    rc, _, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 2 and message in err and "Traceback" not in err
 
 
-def test_collect_names_each_planned_build_built_or_failed_with_its_job(made, tmp_path):
+def test_collect_names_each_planned_build_built_or_failed_with_its_job(made, tmp_path, cli):
     group = f"mamba-ssm-{CU13}-linux_x86_64"
     matrix = {
         "include": [
@@ -132,9 +137,16 @@ def test_collect_names_each_planned_build_built_or_failed_with_its_job(made, tmp
         ]
     }
     (tmp_path / "matrix.json").write_text(json.dumps(matrix))
-    rc, out, err = run_cli(
-        ["release", "collect", "--matrix", str(tmp_path / "matrix.json"), "--wheels", str(tmp_path / "artifacts")]
+    proc = cli(
+        "release",
+        "collect",
+        "--matrix",
+        str(tmp_path / "matrix.json"),
+        "--wheels",
+        str(tmp_path / "artifacts"),
+        in_process=True,
     )
+    rc, out, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 0, err
     assert out.splitlines() == [
         f"{CU13}-cp311-linux_x86_64 {CU13}-cp311-linux_x86_64 built",
@@ -145,10 +157,17 @@ def test_collect_names_each_planned_build_built_or_failed_with_its_job(made, tmp
     ]
 
 
-def test_collect_refuses_what_is_not_a_plans_matrix(made, tmp_path):
+def test_collect_refuses_what_is_not_a_plans_matrix(made, tmp_path, cli):
     (tmp_path / "matrix.json").write_text(json.dumps({"include": [{"id": "x"}]}))  # no ids: an old plan
-    rc, _, err = run_cli(
-        ["release", "collect", "--matrix", str(tmp_path / "matrix.json"), "--wheels", str(tmp_path / "artifacts")]
+    proc = cli(
+        "release",
+        "collect",
+        "--matrix",
+        str(tmp_path / "matrix.json"),
+        "--wheels",
+        str(tmp_path / "artifacts"),
+        in_process=True,
     )
+    rc, _, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 2 and f"--matrix {tmp_path / 'matrix.json'}: not a plan's GitHub matrix" in err
     assert "Traceback" not in err

@@ -1,17 +1,10 @@
-"""The release rehearsal: ``.github/workflows/release.yml``, as committed, run under act on this host.
+"""The release rehearsal: ``.github/workflows/release.yml``, as committed, run under act on this host
+(``builder/upkeep/rehearse.py``, ``nox -s rehearse``).
 
-``builder/upkeep/rehearse.py`` (``nox -s rehearse``) runs it. Real here: act and the workflow's own job graph,
-expressions and shell; GitHub's actions at the SHAs the workflow pins (``../shared/actions``); act's artifact
-server (127.0.0.1); the farm's Docker builds; pip installing from the site, served on 127.0.0.1.
-Mapped or stood in for, each because act or this host cannot do it:
-- upload-artifact v6 runs v4.6.2's code: act's artifact server refuses v6's blob upload (nektos/act issue 6021);
-- ``sudo`` runs its arguments (GitHub's runners have passwordless sudo; this host has no sudo);
-- tag releases only: ``gh`` (GitHub's releases API), attest-build-provenance (Sigstore, OIDC), deploy-pages
-  (Pages), gh-action-pypi-publish (PyPI, OIDC): ``builder/upkeep/standins/``, which record what they were given;
-  github.com's asset downloads: ``tests/releasekit.py``.
-
-The dry run and the cheap failure paths (a mismatched tag, an empty plan) are in the CI set; the tag releases,
-the failing build, the doctor's fix against the site and ci.yml's jobs are ``--run-slow``.
+Real: act and the workflow's job graph, the pinned actions, act's artifact server, the farm's Docker builds,
+pip installing from the served site. Stood in for: ``sudo``, and for tag releases ``gh``, attestation, Pages
+and PyPI (``builder/upkeep/standins/``). The dry run and cheap failure paths are in the CI set; the rest is
+``--run-slow``.
 """
 
 from __future__ import annotations

@@ -124,12 +124,9 @@ def test_unknown_base_os_is_a_clear_error() -> None:
         render(image)
 
 
-def test_render_command_writes_every_dockerfile(tmp_path: Path) -> None:
+def test_render_command_writes_every_dockerfile(tmp_path: Path, cli) -> None:
     out = tmp_path / "docker"
-    proc = subprocess.run(
-        [sys.executable, "-m", "builder", "render", "--out", str(out), "--profile", "ci"],
-        cwd=REPO, capture_output=True, text=True,
-    )
+    proc = cli("render", "--out", out, "--profile", "ci")
     assert proc.returncode == 0, proc.stderr
     ci = load_plan(profile="ci")
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{i}.Dockerfile" for i in ci.images)

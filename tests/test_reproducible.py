@@ -1,13 +1,8 @@
 """Reproducible wheels, for real: our CPU classic and CPU stable wheels, built twice in Docker, are the same bytes.
 
-The classic wheel: the ci profile's CPU run makes it once (dist A, tests/sharedruns.py `ci_cpu_runs`, shared
-with tests/test_farm_docker.py); then `builder verify --rebuild ID WHEEL` rebuilds the spec in another dist
-folder (B, later, with the kernel cache the first build warmed, from a clean clone of the commit the wheel
-records) and must say "identical". The same wheel with one byte of its extension changed must be reported
-as different (exit 14) with that member named; that check reuses B's build (its ledger says up to date:
-nothing is compiled a third time). The stable wheel: the release dry run (`release_dry_run`, shared with
-tests/test_release_rehearsal.py) builds it and its reproduce job rebuilds it with the same check. The
-member-level comparison itself is tested without Docker in test_verify.py.
+The classic wheel (the ci profile's CPU run) is rebuilt by ``builder verify --rebuild`` into another dist and
+must be "identical", and a copy with one byte changed must be exit 14 naming the member. The stable wheel is
+the release dry run's, which its reproduce job rebuilt. The comparison itself is tested in test_verify.py.
 """
 
 from __future__ import annotations

@@ -3,8 +3,6 @@ host), resolve names that machine's wheel, never this host's."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,6 @@ from wheelmaker import make_mamba_wheel
 
 from builder.publishing.index import build_index
 
-from conftest import REPO
 
 LABEL = "cu13torch2.14cxx11abiTRUE"
 
@@ -26,16 +23,14 @@ def index(tmp_path_factory) -> Path:
     return root / "index"
 
 
-def _resolve(index: Path, *more: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "builder", "resolve", "--torch", "2.14", "--cuda", "13.0", "--python", "3.11",
-           "--index", str(index), *more]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+# a resolve of the served cell; its --index and more flags are added
+RESOLVE = ("resolve", "--torch", "2.14", "--cuda", "13.0", "--python", "3.11", "--index")
 
 
 @pytest.mark.parametrize("platform,machine", [("aarch64", "aarch64"), ("linux_aarch64", "aarch64"),
                                               ("arm64", "aarch64"), ("x86_64", "x86_64")])  # fmt: skip
-def test_resolve_names_the_wheel_of_the_platform_asked_for(index, platform, machine):
-    proc = _resolve(index, "--platform", platform)
+def test_resolve_names_the_wheel_of_the_platform_asked_for(index, platform, machine, cli):
+    proc = cli(*RESOLVE, index, "--platform", platform, timeout=60)
     assert proc.returncode == 0, proc.stderr
     wheel = f"mamba_ssm-2.3.0+{LABEL.lower()}-cp311-cp311-manylinux_2_28_{machine}.whl"
     assert wheel.lower() in proc.stdout.lower(), proc.stdout
@@ -43,6 +38,6 @@ def test_resolve_names_the_wheel_of_the_platform_asked_for(index, platform, mach
     assert f"manylinux_2_28_{other}" not in proc.stdout
 
 
-def test_an_unknown_platform_is_a_usage_error(index):
-    proc = _resolve(index, "--platform", "win_amd64")
+def test_an_unknown_platform_is_a_usage_error(index, cli):
+    proc = cli(*RESOLVE, index, "--platform", "win_amd64", timeout=60)
     assert proc.returncode == 2 and "expected x86_64 or aarch64" in proc.stderr and "Traceback" not in proc.stderr

@@ -202,20 +202,10 @@ def test_rocm60_patch_is_a_p1_patch_of_the_six_functions() -> None:
 # ---- plan, render, lint ------------------------------------------------------------------
 
 
-def _plan_json(*args: str) -> list[dict]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "builder", "plan", "--format", "json", *args],
-        cwd=REPO,
-        check=False,
-        capture_output=True,
-        text=True,
-    )
+def test_plan_has_rocm_builds_with_their_torch_index_and_gfx_targets(cli) -> None:
+    proc = cli("plan", "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def test_plan_has_rocm_builds_with_their_torch_index_and_gfx_targets() -> None:
-    builds = _plan_json()
+    builds = json.loads(proc.stdout)
     rocm = {b["id"]: b for b in builds if b["accelerator"].startswith("hip")}
     labels = {b["accelerator"] for b in rocm.values()}
     assert {"hip62", "hip64"} <= labels, labels

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import shutil
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -23,7 +20,6 @@ from builder.errors import SourceFetchError, SourceIntegrityError, UsageError
 from builder.facts.spec import SdistPin
 from builder.sourcing.sources import Fetcher, SourceCache
 
-from conftest import REPO
 
 @pytest.fixture(scope="module")
 def fetched(tmp_path_factory) -> SourceCache:
@@ -88,14 +84,11 @@ def test_tampered_cached_file_is_refused_and_moved_out(fetched, tmp_path):
         cache.fetch(CAUSAL)
 
 
-def test_tampered_cache_refused_by_the_cli_with_its_exit_code(fetched, tmp_path):
+def test_tampered_cache_refused_by_the_cli_with_its_exit_code(fetched, tmp_path, cli):
     farm_cache = tmp_path / "farm"
     cache = _copy_cache(fetched, farm_cache / "sdists", CAUSAL)
     cache.path(CAUSAL).write_bytes(b"not the sdist")
-    proc = subprocess.run(
-        [sys.executable, "-m", "builder", "recipe", "fetch", "causal-conv1d"],
-        check=False, cwd=REPO, capture_output=True, text=True, env={**os.environ, "MAMBA_FARM_CACHE": str(farm_cache)},
-    )  # fmt: skip
+    proc = cli("recipe", "fetch", "causal-conv1d", env={"MAMBA_FARM_CACHE": str(farm_cache)})
     assert proc.returncode == 8, proc.stderr
     assert "does not match the pin 3202758494eaa7b5" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -1,18 +1,9 @@
 """The stable-ABI build (MAMBA_STABLE_ABI=TRUE, csrc/binding_stable.cpp): one cp310-abi3 wheel per toolkit.
 
-What a user relies on, checked for real:
-- a CPU stable wheel built against the test suite's torch (2.13) runs under torch 2.14.1,
-  and one built against 2.14.1 runs under the test torch: ops registered with the classic
-  schemas, forward and backward equal to selective_scan_ref, bad input refused with the
-  classic message;
-- its extension references torch only through the C shim (no mangled c10/at/torch
-  symbol) and no Python symbol, and the wheel says so: cp310-abi3, torch>=<floor>, label
-  ``cputorchstable``;
-- the canary: that CPU stable wheel passes the same numerics check under the newest torch the
-  index lists on the day the suite runs (2.15.0 on 2026-12-01), found at test time, never pinned
-  (its venv is the farm's own smoke-test venv for that torch, under the cache budget);
-- (slow) the CUDA stable wheel built against torch 2.14.1 with nvcc 13.0 loads on this
-  GPU-less machine with CPU and CUDA kernels registered and exactly the asked-for SASS.
+Checked for real: a CPU stable wheel runs under a torch other than the one it was built against (same ops,
+same numerics, same refusals); it references torch only through the C shim and says so in its tags; the
+canary runs it under the newest torch the index lists today; (slow) the CUDA stable wheel loads with the
+asked-for SASS.
 """
 
 from __future__ import annotations

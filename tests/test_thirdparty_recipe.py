@@ -1,17 +1,9 @@
-"""A project that is no part of this repository, added from docs/maintainer/add-recipe.md alone:
-Dao-AILab's fast-hadamard-transform 1.1.0 (``recipes/fast-hadamard-transform.toml``), whose PyPI sdists
-carry no ``csrc/``, so its recipe pins the v1.1.0 tag's source archive by sha256.
+"""A project that is no part of this repository, added from docs/maintainer/add-recipe.md alone: Dao-AILab's
+fast-hadamard-transform 1.1.0, whose recipe pins the v1.1.0 tag's source archive by sha256.
 
-- Always (no source needed): the recipe loads, plans one build for the ``ci-thirdparty`` profile, and says
-  which patches apply to that cell and why.
-- With a copy of the project's git repository (``MAMBA_FARM_TEST_FHT_GIT``: a clone of
-  github.com/Dao-AILab/fast-hadamard-transform; skipped without it): it stands in for GitHub. The test
-  makes the tag's archive as GitHub's tag tarballs are made (``git archive`` of the tag, top folder
-  ``fast-hadamard-transform-1.1.0``, ``gzip -n``) and serves it on 127.0.0.1 at GitHub's path; a copy
-  of the recipe with only the URL's host changed fetches it, so the recipe's sha256 is checked against
-  those bytes, and every patch applies to its setup.py. No test reaches GitHub.
-- ``--run-slow``: the wheel is built with the host executor and with Docker, installed alone into a venv
-  with torch 2.14.1 and imported there, and its ``farm-provenance.json`` says what ran.
+Always: the recipe loads and plans. With ``MAMBA_FARM_TEST_FHT_GIT`` (a clone of its repository), the tag's
+archive is served on 127.0.0.1 at GitHub's path and fetched, checked and patched (no test reaches GitHub).
+``--run-slow``: built with both executors, installed beside torch 2.14.1 and imported.
 """
 
 from __future__ import annotations
@@ -91,23 +83,19 @@ def github(tmp_path_factory):
         yield url, farm
 
 
-def _farm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=REPO, capture_output=True, text=True, timeout=600)
-
-
-def test_the_pin_is_the_tags_archive_and_every_patch_applies(github, tmp_path):
+def test_the_pin_is_the_tags_archive_and_every_patch_applies(github, tmp_path, cli):
     url, farm = github
     recipes = str(farm / "recipes")
     # docs/maintainer/add-recipe.md step 1: the archive holds the sources the PyPI sdists lack
-    fetched = _farm("recipe", "fetch", "fast-hadamard-transform", "--recipes", recipes)
+    fetched = cli("recipe", "fetch", "fast-hadamard-transform", "--recipes", recipes)
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
     with __import__("tarfile").open(fetched.stdout.strip().splitlines()[-1]) as tf:
         kernels = [n for n in tf.getnames() if re.search(r"\.(cu|cuh|cpp|h)$", n)]
     assert "fast-hadamard-transform-1.1.0/csrc/fast_hadamard_transform_cuda.cu" in kernels
     # "Try it on one cell": every patch applies to the tag's setup.py
     out = tmp_path / "prep"
-    prep = _farm("recipe", "prepare", "fast-hadamard-transform", "--recipes", recipes,
-                 "--torch", "2.14.1", "--accelerator", "cuda-13.0", "--archs", "sm_80", "--out", str(out))  # fmt: skip
+    prep = cli("recipe", "prepare", "fast-hadamard-transform", "--recipes", recipes,
+               "--torch", "2.14.1", "--accelerator", "cuda-13.0", "--archs", "sm_80", "--out", str(out))  # fmt: skip
     assert prep.returncode == 0, prep.stdout + prep.stderr
     assert "patches: cxx20, cuda-archs (skipped: none)" in prep.stdout
     setup_py = (out / "src" / "fast-hadamard-transform-1.1.0" / "setup.py").read_text()

@@ -1,14 +1,8 @@
-"""The farm builds upstream's packages from their pinned sdists, for real.
+"""The farm builds upstream's packages (causal-conv1d, mamba-ssm) from their pinned sdists, for real.
 
-- In Docker (the CI set): `build --profile ci-upstream` compiles causal-conv1d 1.7.0 and mamba-ssm
-  2.3.2.post1 (cu13 x torch 2.14 x cp311 x sm_80, the C++20 patch applied); the wheels are verified,
-  smoke-tested by their recipes and indexed; real pip installs both from the index served on
-  127.0.0.1 into a fresh venv with torch 2.14.1, and the extensions import there; a second run
-  builds nothing. The cp312 builds of the same torch are the slow test: they take the cp311
-  builds' nvcc objects from the image's ccache.
-- Cheap failures (no compiler): a cached sdist whose bytes are not the pin's is refused with the
-  source-integrity exit code; a recipe patch that no longer applies fails that build alone, and
-  the checkout's CPU build next to it still publishes.
+In Docker (the CI set): ``build --profile ci-upstream`` compiles, verifies, smoke-tests and indexes both; pip
+installs them from the served index beside torch 2.14.1; a second run builds nothing. Cheap failures: a
+cached sdist that is not its pin, and a patch that no longer applies, each fail only their build.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Wheel variants (PEP 825, builder/verifying/variants.py): the variant form of the farm's stable-ABI wheels, served from
-one root, ``<index>/variants/``, and installed by real installers on 127.0.0.1.
+"""Wheel variants (PEP 825, builder/verifying/variants.py): the farm's stable-ABI wheels in variant form, served
+from ``<index>/variants/`` on 127.0.0.1 and installed by real installers.
 
-- uv 0.13.x with ``--preview-features wheel-variants`` picks the build by itself from what its vendored NVIDIA
-  provider reports (steered with NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION / _FORCE_SM_ARCH): the cu13
-  build for a 13.0 driver on sm_80; the CPU null variant for a 12.8 driver, for an sm_75 GPU (the build has
-  sm_80 SASS only: a second CUDA 13 property set that the selection must refuse) and with no driver;
-- pip (current, and the 23.x that Python 3.11's venv seeds) skips the variant file names and takes the plain
-  CPU wheel;
-- variantlib 0.2.2 (the reference implementation) accepts every variant wheel's variant.json and the
-  -variants.json; the verifier accepts the variant form and refuses one that lies.
-
-The wheels are the farm's own: ``builder build --profile ci-stable --executor host`` (CPU and CUDA 13 stable
-builds, ~5 minutes cold on 2 cores), then ``builder index``.
+uv's variant preview picks the cu13 build or the CPU null variant from what its NVIDIA provider reports; pip
+takes the plain CPU wheel; variantlib 0.2.2 accepts every variant.json; the verifier refuses a form that lies.
+The wheels are built by ``builder build --profile ci-stable --executor host``.
 """
 
 from __future__ import annotations

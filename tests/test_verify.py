@@ -1,11 +1,8 @@
-"""Reproducible wheels without Docker: the one rewriter's layout, the source's time, and `verify`'s comparison.
+"""Reproducible wheels without Docker: the one rewriter's layout, the source's time, and ``verify``'s comparison.
 
-The Docker rebuilds of our CPU wheels are tests/test_reproducible.py; here the parts each of them rests on:
-- relabel.write_wheel gives the same bytes whatever order, times and modes its input had (auditwheel's
-  walk order, the repair's clock, a builder's umask), and stamps SOURCE_DATE_EPOCH;
-- the epoch comes from the source (a checkout's commit time, an sdist's PKG-INFO), never the clock;
-- `builder verify` names the member that differs (size, sha256, offset, ELF section), names the zip field
-  when only the container differs, and exits 15, not 14, when it cannot compare at all.
+The parts the Docker rebuilds (tests/test_reproducible.py) rest on: ``relabel.write_wheel`` gives the same bytes
+whatever its input's order, times and modes; the epoch comes from the source; ``builder verify`` names what
+differs, and exits 15, not 14, when it cannot compare.
 """
 
 from __future__ import annotations
@@ -121,13 +118,7 @@ def test_compare_names_the_zip_field_when_only_the_container_differs(tmp_path: P
     assert diffs and all("zip entry: date_time" in d.how for d in diffs)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "builder", "verify", *args], cwd=REPO, capture_output=True, text=True, check=False
-    )
-
-
-def test_verify_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
+def test_verify_refuses_what_it_cannot_compare(tmp_path: Path, cli) -> None:
     wheel = _wheel(tmp_path, b"x")
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     cases = [
@@ -143,7 +134,7 @@ def test_verify_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
         ),
     ]
     for args, code, text in cases:
-        proc = _cli(*args)
+        proc = cli("verify", *args)
         assert proc.returncode == code, (args, proc.stderr)
         assert text in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
 
@@ -193,7 +184,7 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
     assert proc.stdout.strip() == f"commit {rec['source']['commit'][:12]}, build {spec.id}, inputs {spec.inputs_hash}"
 
 
-def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_path: Path) -> None:
+def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_path: Path, cli) -> None:
     from builder.facts.hostenv import host_machine
     from builder.planning.plan import load_plan
 
@@ -223,7 +214,7 @@ def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_
     assert all(i != "elsewhere" for i, _w, _p in picks)
     assert ("causal-conv1d-x", tmp_path / "sub" / "c.whl", "causal-conv1d") in picks
     assert {p for _i, _w, p in picks} == {"checkout", "causal-conv1d"}
-    proc = _cli("--one-per-kind", str(tmp_path / "nothing-here"))
+    proc = cli("verify", "--one-per-kind", str(tmp_path / "nothing-here"))
     assert proc.returncode == 2 and "no such folder" in proc.stderr
 
 
@@ -249,7 +240,7 @@ def test_the_rebuild_uses_the_commit_the_wheel_records(tmp_path: Path) -> None:
     assert verify.recorded_source(_wheel(tmp_path / "plain", b"x"), tmp_path / "scratch") is None
 
 
-def test_a_dirty_tree_is_recorded_and_the_rebuild_refuses_to_promise_identity(tmp_path: Path) -> None:
+def test_a_dirty_tree_is_recorded_and_the_rebuild_refuses_to_promise_identity(tmp_path: Path, cli) -> None:
     """A build from a checkout with changes its commit lacks says so (provenance `dirty`); `verify --rebuild`
     of such a wheel exits 15 (no commit holds its source) unless --source names the tree, and the doctor's
     "built from" line shows it."""
@@ -284,11 +275,11 @@ def test_a_dirty_tree_is_recorded_and_the_rebuild_refuses_to_promise_identity(tm
 
     raw = make_wheel(tmp_path / "raw", "demo", "1.0", "cp311-cp311-linux_x86_64")
     wheel = wheels.retag(raw, "linux_x86_64", tmp_path / "out", extra={provenance.NAME: provenance.dumps(rec)})
-    refused = _cli("--rebuild", spec.id, str(wheel))
+    refused = cli("verify", "--rebuild", spec.id, str(wheel))
     assert refused.returncode == 15, refused.stderr
     assert f"built from commit {head[:12]} with uncommitted changes" in refused.stderr
     assert "--source" in refused.stderr and "Traceback" not in refused.stderr
     # with --source the caller vouches for the tree: compared (here the id is unknown, so it stops there)
-    vouched = _cli("--rebuild", "no-such-build", str(wheel), "--source", str(tree))
+    vouched = cli("verify", "--rebuild", "no-such-build", str(wheel), "--source", str(tree))
     assert "warning: " in vouched.stderr and "as given" in vouched.stderr
     assert vouched.returncode == 15 and "no plan has a build" in vouched.stderr

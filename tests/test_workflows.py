@@ -1,11 +1,6 @@
-"""The GitHub Actions workflows: lint, security rules, and their commands run here for real.
-
-GitHub is not reachable from here, so the workflows are checked three ways:
-actionlint (a real build, with shellcheck on every ``run:`` script); their
-structure against the rules the release depends on (pinning, permissions,
-triggers, concurrency); and the plan and publish jobs' own shell steps, taken
-out of the YAML and run with bash the way a runner runs them, on artifacts laid
-out the way ``actions/download-artifact`` lays them out.
+"""The GitHub Actions workflows, checked here without GitHub: actionlint (with shellcheck), their structure
+against the release's rules (pinning, permissions, triggers, concurrency), and the plan and publish jobs'
+shell steps run with bash on artifacts laid out as ``actions/download-artifact`` lays them out.
 """
 
 from __future__ import annotations

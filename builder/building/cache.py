@@ -1,22 +1,8 @@
 """The farm's smoke-test torch venvs on disk: shared files, a size budget, least recently used out first.
 
-A CUDA torch venv is about 5.4 GB, and the smoke test keeps one per (Python, torch) under
-``<farm cache>/smoke/<cpXY>-torch<version>/torch-envs/``. Three rules keep that bounded:
-
-- **shared files**: a new venv's large files (the nvidia-* libraries, libtorch_cpu/cuda: all but
-  the few Python-specific ones) are hard-linked to byte-identical files at the same place in the
-  venvs already there, so torch X for cp311, cp312 and cp313 cost little more than one;
-- **a budget**: ``MAMBA_FARM_CACHE_BUDGET`` (``40G``, ``500M``; default :data:`DEFAULT_BUDGET`);
-  after a venv is made, the least recently used others are removed until the real total (each
-  inode once) fits. Each use touches the venv's ``.last-used``;
-- **said before**: ``builder build`` estimates what its smoke tests will add and says when the run
-  would go past the budget, before it starts (:func:`preflight`).
-
-``python -m builder cache [show|prune]`` lists them and prunes to the budget (or ``--all``).
-
-What is on disk is read as outside data (:mod:`mamba_ssm._untrusted`): a slot, ``torch-envs`` folder or venv
-that is a link is not the cache's (its target lives elsewhere: it is listed as linked, never pruned), a
-``.complete`` must be a small regular file (a FIFO or a link to /dev/zero is refused, never waited on).
+Venvs under ``<farm cache>/smoke/`` share identical files by hard links; past ``MAMBA_FARM_CACHE_BUDGET`` the
+least recently used go; :func:`preflight` warns before a run; ``python -m builder cache`` shows and prunes.
+What is on disk is outside data: a link is never the cache's, a ``.complete`` must be a small regular file.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""The HIP kernels, compiled for real without a ROCm torch: hipify, hipcc, code-object audit.
+"""``python -m builder hip-compile``: the HIP kernels compiled for real without a ROCm torch.
 
-The kernel TUs (csrc/cuda/*.cu) include no torch headers, so they compile for AMD GPUs
-on any host with Docker. ``python -m builder hip-compile`` does it in three steps:
-
-  hipify   torch.utils.hipify over a copy of csrc/, called exactly as torch's
-           BuildExtension calls it in a ROCm build. The farm never imports torch, so
-           builder/building/hipify_tus.py runs as a subprocess of a Python that has torch (any
-           build; the CPU wheel carries hipify too): ``--python``, default this one.
-  compile  hipcc, one call per TU with every --offload-arch, in a container FROM the
-           farm's own Debian trixie base plus hipcc and libamdhip64-dev (HIP 5.7.1,
-           clang 17: gfx90a, gfx942, gfx1100; not gfx950, which needs ROCm 7's clang).
-           The image is tagged by the hash of its Dockerfile and base, and reused.
-  audit    each object's .hip_fatbin section is a clang offload bundle holding one
-           AMDGPU code object per target: parsed here (target, size, kernels) and
-           listed by clang-offload-bundler in the container as a cross-check.
-
-The wheel itself is built where a ROCm torch exists (AMD's rocm/dev images,
-docker/rocm.Dockerfile.j2); this is the check that the kernels compile for every gfx
-target, runnable on a CPU-only CI machine.
+hipify (torch's, run by ``hipify_tus.py`` under a Python with torch, ``--python``), hipcc per TU for every
+gfx target in the farm's HIP image, then an audit of each object's clang offload bundle. It checks that
+the kernels compile for every target on a CPU-only machine; the ROCm wheel itself needs a ROCm torch.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """CPythons the farm provides itself, where the host's pyenv or the base image lacks one the plan needs.
 
-The input is data (builder/data/interpreters.toml): Debian forky's binary packages of CPython and of the
-libraries its modules load, pinned by name, version and sha256, fetched through the same fetch-and-verify
-path as sdists (:class:`builder.sourcing.sources.SourceCache`, under ``<farm cache>/interpreters/debs``). They are
-unpacked once per Python and machine into ``<farm cache>/interpreters/<cpXY>-<machine>/usr``, a prefix that
-looks like a pyenv install (``bin/python3``), so the host executor, the smoke test and the Docker images
-(which copy it in at the same path) take it as they take the host's own Pythons.
-
-forky's CPython is linked against glibc 2.43, newer than the bookworm base's. So the interpreter carries
-its own: its ELF loader (PT_INTERP) and RPATH point at forky's ld-linux and C library inside the prefix,
-and nothing else changes (no LD_LIBRARY_PATH, which would reach the compiler too). The compiler, headers
-and C library a wheel is built against stay the base's: the wheel's manylinux tag is the base's.
+Debian forky's packages pinned in ``builder/data/interpreters.toml``, fetched like sdists and unpacked once
+per Python and machine into a pyenv-like prefix; the interpreter's loader and RPATH point at forky's own
+glibc there, so the compiler and C library a wheel links (and its manylinux tag) stay the base's.
 """
 
 from __future__ import annotations

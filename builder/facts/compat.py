@@ -1,13 +1,8 @@
-"""Compatibility facts (builder/data/*.toml, mamba_build/build.toml) and the rules that read them.
+"""Compatibility facts (``builder/data/*.toml``, ``mamba_build/build.toml``) and the rules that read them.
 
-The data says what exists (torch releases, their CUDA/ROCm/Python/ABI, toolkits,
-GPU architectures, base images); this module answers the plan's questions about
-one cell: can it be built, with which torch build from which index, for which
+The data says what exists (torch releases, toolkits, GPU architectures, base images); this module answers
+the plan's questions about one cell: can it be built, with which torch build and index, for which
 architectures, in which toolchain. No I/O beyond reading the bundled data once.
-
-Facts setup.py needs as well (default arch lists, the ROCm floor, patch and default
-targets, the C++20 switch, the stable ABI's floors) have their one home in
-mamba_build/build.toml, which ships in the sdist; builder/data/ holds the farm's own.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""matrix.toml: load, validate, expand into cells, apply excludes/includes/profiles.
-
-A *cell* is one torch x Python x accelerator x C++ ABI x platform combination a
-user can be in. Expansion turns the axes into cells and says why each impossible
-one is dropped; ``builder.planning.plan`` turns the cells into builds (a classic build per
-cell; with [plan] stable_abi, one stable-ABI build serves many).
-
-Every invalid input raises :class:`~builder.errors.MatrixError` naming the file, the
-line, the key, the value and what would be valid. Values that later reach a
-Dockerfile or a shell (versions, image references, URLs, paths, architectures) are
-checked against strict patterns here, so nothing unchecked is ever interpolated.
+"""matrix.toml: load, validate, expand into cells (torch x Python x accelerator x C++ ABI x platform), apply
+excludes, includes and profiles, and say why each impossible cell is dropped. Every invalid input is a
+:class:`~builder.errors.MatrixError` naming file, line, key and value; values that reach a Dockerfile or a
+shell are checked against strict patterns here.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""The build plan: matrix.toml -> cells -> [BuildSpec] + {ImageSpec}.
+"""The build plan: matrix.toml -> cells -> [BuildSpec] + {ImageSpec}, and ``python -m builder plan``.
 
-``load_plan()`` is what every later stage calls; ``python -m builder plan`` shows it
-(table, JSON, or the GitHub Actions matrix) and, with ``--explain``, every dropped
-combination and the rule that dropped it.
-
-Cells and builds are distinct: a cell is a torch x Python x accelerator x ABI x
-platform combination a user can be in; a build makes one wheel and serves one or
-more cells. A classic build serves exactly one cell (``_group``); with the stable-ABI
-collapse (matrix.toml's [plan] stable_abi, on by default; a profile's stable_abi;
-``plan --stable/--no-stable``) one stable-ABI build per accelerator and platform
-serves every cell a cp310-abi3 wheel for torch >= the floor can (``_group_stable``).
+``load_plan()`` is what every later stage calls. A classic build serves one cell (``_group``); with the
+stable ABI on, one stable-ABI build per accelerator and platform serves every cell it can (``_group_stable``).
 """
 
 from __future__ import annotations

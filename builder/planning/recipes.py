@@ -1,38 +1,7 @@
-"""recipes/<project>.toml: how the farm builds one third-party project from its published sdist.
-
-A recipe is data, in the spirit of conda-forge's recipes (source + patches + build env +
-tests) and ComputeCanada's wheels_builder (one config per package):
-
-- ``[project]``: the distribution name (the file is named after it) and a summary;
-- ``[source]``: what the project is built from (fetched by :mod:`builder.sourcing.sources`): a PyPI sdist
-  (name + version + sha256), an archive URL (+ url: a GitHub tag tarball, for sdists that lack their
-  sources) or a git repository at a full commit (name + version + git + commit);
-- ``[requires]``: which cells the project can be built for at all (a condition, see below);
-- ``[build]``: ``env`` (what its setup.py reads; values may use placeholders) and ``unset``
-  (host variables that would steer it wrongly);
-- ``[[patch]]``: a named, conditional change to one file of the unpacked sdist, as exact
-  search/replace edits (``[[patch.edit]]``): each ``search`` must occur exactly ``count`` times
-  (default 1), else the build fails naming the patch and the file; never skipped silently;
-- ``[test]``: the imports, the public names (``api``: ``module.Name``, each imported from its module) and commands
-  (argv lists, no shell) that prove a wheel works; ``deps = true`` runs them with the wheel's declared
-  dependencies installed (its ``Requires-Dist`` but torch, in a cached layer beside the smoke test's torch),
-  for a package whose public modules import them;
-- ``[verify]``: globs of the extension modules the ABI and GPU arch audits look at.
-
-Conditions (``[requires]`` and each patch's ``when``) are tables of
-``torch``/``cuda``/``rocm`` = PEP 440 specifiers (``">=2.14"``), ``accelerator`` = kinds
-(``["cuda"]``), ``cxx11abi`` = a boolean. Once a ``cuda`` or ``rocm`` specifier is given, only
-cells of the kinds named match, each against its own specifier: ``{ cuda = ">=13" }`` is CUDA 13+
-only, ``{ cuda = ">=11.6", rocm = ">=6.0" }`` is either. Conditions deliberately cannot name the Python: a patched tree must be the same for
-every Python of one (torch, toolkit, ABI, archs), so that the kernels compile once.
-
-Placeholders ``${name}`` (in ``[build] env`` values and in edits' ``replace``) take the cell's
-facts; the list is :data:`PLACEHOLDERS`. Every invalid input raises
-:class:`~builder.errors.RecipeError` naming ``file:line: key:``, as matrix.toml's errors do.
-
-A recipe is the plan's input, as matrix.toml is: this module also says what a recipe does for one cell
-(``supported``, ``decide``, ``explain``, ``inputs``), without the network or the disk, so the plan owns
-it; builder.sourcing.prepare fetches, unpacks and patches.
+"""recipes/<project>.toml: how the farm builds one third-party project (source pin, conditions, build env,
+conditional patches, tests, extension globs), and what a recipe says for one cell (``supported``,
+``decide``, ``explain``, ``inputs``) without the network or the disk. Errors are
+:class:`~builder.errors.RecipeError` naming ``file:line: key:``; docs/maintainer/add-recipe.md is the guide.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""What the release's builds cost: wall time and the farm's compile CPU seconds, per build and per job.
-
-Measured where the CPU is spent:
-
-- a Docker build: its container's own cgroup counter; a host build: build.sh's own rusage (both read by
-  ``builder/facts/cputime.py``, which the executors use).
-
-Each build's figures go beside its log, ``dist/logs/<id>.cost.json`` (failed builds too: a failed compile is
-a cost), because the log folder is what every build job uploads, failed or not. ``release cost --job`` turns
-one job's records into its step summary and ``dist/logs/job-cost.json``; publish's ``release cost --jobs``
-reads those from the log artifacts and adds them up. Records read back are outside data
-(``mamba_ssm/_untrusted.py``): capped, regular files, checked shapes.
+"""What the release's builds cost: wall time and compile CPU seconds (measured by ``builder/facts/cputime.py``),
+per build in ``dist/logs/<id>.cost.json`` (failed builds too), per job (``release cost --job``) and for the
+whole release (``release cost --jobs``). Records read back are outside data.
 """
 
 from __future__ import annotations

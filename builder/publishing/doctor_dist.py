@@ -1,17 +1,8 @@
 """``python -m builder doctor-dist``: the doctor as a standalone pure-Python wheel, ``mamba-doctor``.
 
-Most broken installs are of upstream's mamba-ssm or causal-conv1d, which do not ship ``mamba_ssm.doctor``;
-installing this repository's mamba_ssm over theirs to get it would replace what they diagnose. So the doctor
-also ships alone: the SAME source files as ``mamba_ssm.doctor`` (one source of truth), under the package name
-``mamba_doctor``, with no dependency (it never installs or imports a torch of its own; it reads the user's).
-
-The files are found from the imports, not listed: ``mamba_ssm/doctor/*.py``, then every ``mamba_ssm`` module
-they import relatively, transitively. Each must import only the standard library (and ``torch``, the user's,
-which the doctor probes and never requires); anything else stops the build. ``mamba_ssm/__init__.py`` itself
-is not copied (it may import the kernels, hence torch): the wheel's gets ``__version__`` only.
-
-Published on the site as a PEP 503 index of its own, ``<site>/doctor/`` (``mamba-doctor/index.html``), so
-``pip install mamba-doctor --index-url <site>/doctor/`` reaches no other index.
+The same files as ``mamba_ssm.doctor`` plus the ``mamba_ssm`` modules they import (found by walking the
+imports; anything but the standard library and the probed torch stops the build), renamed ``mamba_doctor``,
+so users of upstream's packages get the doctor without installing this mamba-ssm over theirs.
 """
 
 from __future__ import annotations

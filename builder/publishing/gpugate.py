@@ -1,23 +1,8 @@
 """``python -m builder release gate``: the release's GPU gate (release.yml's ``gpu-gate`` job).
 
-Before anything is published, each CUDA wheel the build jobs made for this machine's platform is installed the way
-users install it and run:
-
-1. the wheels (``release split``'s folders: ``checkout/``, ``upstream/``) are indexed as publish indexes them, and
-   the index is served on 127.0.0.1 (the staged index);
-2. per wheel, a fresh venv: ``pip install torch==<minor>.*`` (the newest torch the wheel serves, from the user's
-   own index), then the exact command the wheel's coverage-page cell shows
-   (``pip install <project>==<version>+<label> --extra-index-url <index>/<variant>/``);
-3. this checkout's mamba-ssm: ``benchmarks/gpu_check.py --no-speed`` (the numerics); upstream's packages: the
-   recipe's ``[test]`` (its imports in one interpreter, then its commands), as the farm's smoke runs them.
-
-Each run is appended to the wheel's evidence record (``<wheel>.evidence.json``: device, GPU, sm, torch, the check,
-passed), and the records go to ``results/evidence/``, which publish lays over the build jobs' copies; a run on
-``--device cpu`` is recorded as such and proves no GPU tier.
-
-``--device cpu`` runs the same code on the CPU (gpu_check's dry run, ``--quick``): a CUDA torch imports without a
-GPU and the wheels register CPU kernels too. A wheel that fails names itself (an ``error:`` line, a GitHub
-``::error::`` annotation, the summary's table) and the command exits 4 (VerificationError): publish does not run.
+Each CUDA wheel of the run is installed from a staged index on 127.0.0.1 as its coverage-page cell says, in a
+fresh venv, then checked (``benchmarks/gpu_check.py --no-speed``, or a recipe's ``[test]``); each run goes
+into the wheel's evidence record. A failure exits 4 and publish does not run; ``--device cpu`` is the dry run.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Printed install commands against the release: every `pip install` / `uv pip install` a page or a fix shows
-must name wheels the release plan builds, from the index page of the published site that lists them.
-
-Pure, apart from loading the plan: ``release_wheels()`` is what ``python -m builder plan --profile release``
-builds (this checkout's line and the recipes' lines: name, version, local label, Python, platform, and the
-variant pages each wheel is listed on); ``check(command, wheels)`` says what in one command disagrees with it.
-The site's layout is the release workflow's: this checkout's index at the root, upstream's under
-``upstream/``, the standalone doctor under ``doctor/``, the PEP 825 variant root under ``variants/``
-(docs/reference/index-layout.md).
+"""Printed install commands against the release: each ``pip install`` / ``uv pip install`` a page or a fix
+shows must name wheels the release plan builds, from a page of the published site that lists them
+(``release_wheels()``, ``check(command, wheels)``; the site's layout is docs/reference/index-layout.md's).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""``python -m builder release collect|split|variant-files|gate|cost``: what the release's publish job does with the build jobs' wheels.
+"""``python -m builder release collect|split|variant-files|gate|cost``: the release's publish job.
 
-A build job may make several wheels (a recipe's CUDA Pythons share one job: ``plan.github_jobs``), so which
-planned build made a wheel is read from the wheels' sidecars (``<wheel>.spec.json``, the BuildSpec: ``id``),
-not from the artifact names. The sidecar's ``source`` also says which product line a wheel is: this checkout's
-mamba-ssm, or upstream's packages built from their sdists. The two share the name mamba-ssm, so each line is
-its own index (the index refuses to mix them): ``split`` puts each wheel, with its sidecar and evidence record
-(``<wheel>.evidence.json``), in its line's folder.
+Which planned build made a wheel, and which product line it is, are read from its sidecar
+(``<wheel>.spec.json``: ``id``, ``source``); ``split`` puts each wheel, sidecar and evidence record in its
+line's folder, since the two lines share the name mamba-ssm and each is its own index.
 """
 
 from __future__ import annotations

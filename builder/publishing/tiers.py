@@ -1,23 +1,8 @@
 """Each cell's tier, computed from evidence records and the plan, never typed: ``python -m builder evidence``.
 
-A record (builder/verifying/evidence.py) is of one wheel; the release would publish, for a cell, the wheel of the
-build that serves it. A record proves that build's kind of wheel when it names the same *wheel kind*: product
-line (this checkout, or upstream's sdists), project, local label (toolkit, torch, C++ ABI, or ``torchstable``),
-Python/ABI tag (``cp311-cp311``, ``cp310-abi3``) and machine. That build's cells then have the record's tier
-(``gpu-run``, ``cpu-checked``, ``compiled``) for the cells of the torch it was imported or run with; the other
-cells a stable wheel serves are ``compiled``; a cell whose build has no record is ``planned``, however sure the
-plan is that it would build.
-
-The records live in the evidence ledger, ``builder/data/evidence.json``: harvested from real runs by
-``python -m builder evidence harvest --wheels DIR`` (each ``<wheel>.evidence.json`` under DIR, read as outside
-data), never written by hand. JSON, not TOML: a record is the farm's own JSON document, kept as it was written.
-The support page and this command compute tiers from it; the CI set's own builds compare what they record now
-with what the ledger says (:func:`overclaims`: a ledger that claims more than a build now proves fails).
-
-The ledger's ``hip`` key holds the HIP compile records (``python -m builder hip-compile --evidence PATH``, harvested
-by ``evidence harvest --hip PATH``): no wheel, so no tier, but what a ROCm cell of their line that has no wheel
-record says of itself (:func:`cell_detail`): ``planned: HIP compiled (gfx90a, ...), never linked against a ROCm
-torch``. Without one such a cell is plainly ``planned``.
+A record proves the cells of the build that makes its kind of wheel (line, project, label, Python tag,
+machine); the evidence ledger ``builder/data/evidence.json`` is harvested from real runs, and its ``hip``
+key holds HIP compile records (:func:`cell_detail`). :func:`overclaims` fails a ledger that claims more.
 """
 
 from __future__ import annotations

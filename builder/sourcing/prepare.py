@@ -1,16 +1,8 @@
-"""A recipe + one cell's facts -> a patched source tree and the environment its build runs with.
+"""A recipe + one cell's facts -> a fresh patched source tree and the environment its build runs with.
 
-``prepare()`` unpacks the hash-checked sdist (builder.sourcing.sources) into a new folder, applies the
-recipe's patches whose conditions the cell meets, in the recipe's order, and renders the build
-env. Each build gets its own fresh tree; the cache only ever holds the archive, so no patch can
-reach it. A patch that no longer applies raises :class:`~builder.errors.PatchError` naming the
-recipe line, the patch, the edit and the file: that build fails, nothing is skipped silently.
-
-What a recipe says for a cell (which patches apply and why, the env, the inputs hash) is the
-plan's, in builder.planning.recipes: ``python -m builder recipe explain`` prints its ``explain()``.
-
-Fetching (builder.sourcing.sources), recipes (builder.planning.recipes) and relabelling (builder.verifying.wheels) stay
-separate: this module only joins the first two for one build.
+``prepare()`` unpacks the hash-checked archive into a new folder (the cache holds only the archive),
+applies the patches the cell meets, in order, and renders the env. A patch that no longer applies is a
+:class:`~builder.errors.PatchError` naming recipe line, patch, edit and file.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
-"""What a package index publishes, read the light way: file listings and wheel metadata.
-
-- the listing is the project's PEP 691 JSON page (``Accept: application/vnd.pypi.simple.v1+json``),
-  reached through the host's pip settings (:class:`builder.sourcing.sources.Fetcher`: CA bundle, proxy,
-  timeout);
-- a wheel's METADATA is its PEP 658 ``.metadata`` file when the index offers one
-  (``core-metadata`` in the listing), else read out of the remote wheel with HTTP range requests
-  (the zip's central directory, then the one member: a few hundred kB of a 500 MB torch wheel);
-  a server that ignores ``Range`` is refused rather than downloaded in full;
-- metadata read once is kept under ``<farm cache>/metadata/<sha256>.METADATA`` (a wheel's bytes,
-  hence its metadata, never change under one hash).
-
-Everything the index says is outside data (:mod:`mamba_ssm._untrusted`): a listing's fields are type-checked,
-its sha256 becomes a cache file name only as 64 hex digits, a cached METADATA is read only as the cache's own
-file (a link out of it is refused), METADATA is UTF-8 text or refused, every request has an overall deadline
-(``MAMBA_FARM_REQUEST_DEADLINE``, not only a socket timeout), one run makes at most :data:`MAX_REQUESTS` of them
-and every byte read counts against the run's budget (``RunBudget``, when the command sets one); the remote zip's
-directory and its METADATA member are capped by what they really hold and by its compressed size, not by what
-their headers claim.
+"""What a package index publishes, read the light way: a project's PEP 691 listing and a wheel's METADATA (its
+PEP 658 file, else HTTP range reads of the remote zip; a server ignoring ``Range`` is refused), cached by
+sha256 under ``<farm cache>/metadata/``. Everything the index says is outside data: checked fields, capped
+reads, a deadline per request, :data:`MAX_REQUESTS` per run and the run's byte budget.
 """
 
 from __future__ import annotations

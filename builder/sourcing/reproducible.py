@@ -1,20 +1,8 @@
 """Reproducible builds: the one time a build may record, and how a wheel's zip is laid out.
 
-A wheel's bytes must follow from its inputs alone, so two builds of one spec from one source give
-the same sha256 (``python -m builder verify --rebuild`` checks it). Wall-clock time enters a wheel
-in two ways, both fixed here at their root:
-
-- **zip entry timestamps** (auditwheel stamps the time of the repair, bdist_wheel the files'
-  mtimes): :func:`zip_entries` gives every entry :data:`SOURCE_DATE_EPOCH`'s time, a fixed order
-  and normalised modes, and ``builder/verifying/relabel.py``'s ``write_wheel`` (every farm rewrite: retag
-  after repair, the torch pin, the variant form) writes through it;
-- **source file mtimes** (a clone's files carry the clone time; ``ptxas -lineinfo`` and
-  setuptools read them): :func:`stamp` sets every file of the snapshot a build gets to the source's
-  own time.
-
-That time, ``SOURCE_DATE_EPOCH`` (reproducible-builds.org's convention, which bdist_wheel,
-auditwheel and GCC honour), comes from the source, never the clock: a checkout's HEAD commit time,
-an sdist's ``PKG-INFO`` member mtime (fixed by the sdist's pinned bytes).
+``SOURCE_DATE_EPOCH`` comes from the source, never the clock (a checkout's HEAD commit time, an sdist's
+``PKG-INFO`` mtime). :func:`stamp` gives a source snapshot that time; :func:`zip_entries` is the one zip
+layout (one time, fixed order, normalised modes) that ``relabel.write_wheel`` writes.
 """
 
 from __future__ import annotations

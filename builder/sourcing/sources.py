@@ -1,36 +1,8 @@
-"""Where a build's source comes from: this checkout, or a recipe's pinned source: a published sdist (name,
-version, sha256), an archive at one URL (its sha256), or a git repository at a full commit.
-
-A pinned sdist is fetched once through the host's pip settings (its indexes, find-links
-folders, CA bundle and proxy: the way a ``pip install`` typed on the host reaches the
-network), then kept under ``<farm cache>/sdists/<sha256>/<filename>``:
-
-- the download goes to a temporary file beside its final place, is hashed while it is
-  written, and is renamed into place only when its sha256 is the pin's;
-- every use checks the hash again, on a private copy that is then unpacked, so the bytes
-  unpacked are the bytes checked;
-- a cached file whose bytes no longer match is moved out to ``sdists/quarantine/`` (kept for
-  inspection, never found again as if good) and the use is refused with
-  :class:`~builder.errors.SourceIntegrityError` (its own exit code): nothing is built from it;
-  the next run fetches it afresh.
-
-Why not ``pip download --no-deps --no-binary :all:``: pip prepares metadata for every sdist
-it downloads, which runs setup.py in an isolated build env; mamba-ssm's and causal-conv1d's
-setup.py import torch there and fail (measured here). So the file itself is taken from the
-index's simple API (PEP 691 JSON, PEP 503 HTML for file:// mirrors), with pip's settings.
-
-Unpacking first checks the whole member list itself, on every Python, whatever its tarfile's ``data``
-filter does (no absolute paths, no ``..``, no links whose target leaves the tree through the archive's own
-links, no devices or FIFOs, one ``name-version`` top folder): a refused archive exits with
-:class:`~builder.errors.UnsafeArchiveError`'s code before anything is written, and is moved out of the cache.
-Then it unpacks into a fresh folder outside the cache; the cache only ever holds the archive.
-
-An archive URL is fetched, cached and checked exactly as an sdist is, from its one URL (http(s) only).
-A git source is fetched with git into a bare repository under ``<farm cache>/sdists/git/`` (no user or
-system git configuration, http(s) only: no ``ext::`` or other helper transport), the pinned commit alone
-when the server allows it, else its branches and tags; git checks every object against its hash, and a
-repository without the commit is refused (SourceIntegrityError). Its tree is ``git archive``'s tarball of
-the commit, unpacked through the same member checks.
+"""Where a build's source comes from: this checkout, or a recipe's pin (a published sdist, an archive URL
+or a git repository at a full commit), fetched once, cached under ``<farm cache>/sdists/``, re-hashed on
+every use (a mismatch is quarantined and refused) and unpacked into a fresh folder after the whole member
+list is checked. Sdists are taken from the index's simple API, not ``pip download``, which would run
+their setup.py (and import torch).
 """
 
 from __future__ import annotations

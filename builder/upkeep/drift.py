@@ -1,33 +1,7 @@
-"""``python -m builder drift``: compare the farm's data with what the package index publishes.
-
-What it reads (through :mod:`builder.sourcing.pypi`: the PEP 691 listing, then PEP 658 metadata or ranged
-reads of the wheel; never a whole wheel) and compares:
-
-- torch: every minor the index has Linux wheels for, from the oldest minor in
-  ``builder/data/torch.toml`` up. For each: the newest patch release (``latest``), the CPython
-  range of its Linux wheels (free-threaded builds left out), the CUDA build PyPI ships per
-  platform (``Requires-Dist: cuda-toolkit==X.Y.Z`` or ``nvidia-cuda-runtime-cuNN==X.Y.Z`` under
-  that platform's markers; none: ``cpu``), and the glibc floor of its manylinux tags.
-  PyTorch's own indexes (``/whl/cuXYZ``, ROCm) are not read: a new minor's row lists PyPI's
-  CUDA build alone, and says so.
-- recipes: the newest final release of each recipe's sdist (version, sha256) against its pin; for a git
-  source, its repository's newest release tag (``git ls-remote --tags``: version, commit); for a tag
-  archive (GitHub's ``<repo>/archive/refs/tags/<tag>.tar.gz``), the same repository's newest tag (its
-  archive URL, and the sha256 of the archive --write fetches).
-
-Drift exits :data:`DRIFT_EXIT` with a short table. ``--write`` edits the TOML with tomlkit (comments
-and layout kept): a new minor gets a row (and joins ``matrix.toml``'s torch axis, so the release builds
-it); changed facts are replaced. It proves what it writes first: the edits go to copies beside the files,
-the copies are loaded with the farm's own loaders and planned (every profile) as ``builder plan`` would,
-and only then replace the files (atomically); data the farm cannot load or plan is never written, and the
-command exits with :class:`~builder.errors.UnprovenWrite`'s code. What the index says is checked before it
-is data: a CUDA pin is a dotted number, an upload time a date, a marker packaging cannot evaluate or a
-METADATA that is not UTF-8 is refused (exit 9). One run has a budget of wall time and network bytes
-(``--budget-seconds``/``--budget-mb``, ``MAMBA_FARM_RUN_SECONDS``/``MAMBA_FARM_RUN_MB``) beside each
-request's deadline: a listing cannot keep it reading. A recipe's pin moves only after the
-new sdist was fetched (its hash checked) and every patch was applied to a fresh copy of it;
-a patch that no longer applies keeps the old pin, is named in the table, and the command exits
-with :class:`~builder.errors.PatchError`'s code.
+"""``python -m builder drift``: compare the farm's data (torch rows, recipe pins) with what the package index
+publishes, read light through :mod:`builder.sourcing.pypi`. Exit :data:`DRIFT_EXIT` on drift; ``--write``
+edits the TOML with tomlkit, proving each edit first (copies loaded and planned, then renamed into place),
+and moves a recipe pin only once the new sdist is fetched and every patch applies. One run has a budget.
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """``python -m builder rehearse``: run ``.github/workflows/release.yml``, unmodified, under act on this host.
 
-What a rehearsal sets up, and why (each is a thing GitHub's runners have that this host does not):
-
-- a scratch clone of this checkout's committed HEAD with a GitHub-style ``origin`` (act derives
-  ``github.repository`` from it) and, for a tag release, the tag (``--release``; ``--version`` first commits a
-  version bump in the clone, as a maintainer would before tagging);
-- act in self-hosted mode (``-P ubuntu-24.04=-self-hosted``): the jobs run on this host, Docker builds too;
-- GitHub's actions from ``../shared/actions`` (beside the repository root) at the SHAs the workflow pins, with
-  one substitution: upload-artifact v6's blob upload is refused by act's artifact server (nektos/act issue
-  6021), so its SHA runs upload-artifact v4.6.2's code (same inputs);
-- setup-python's tool cache holding a venv of this host's Python 3.11, the artifact server on 127.0.0.1;
-- a ``sudo`` that only runs its arguments (GitHub's runners have passwordless sudo);
-- ``--var INDEX_URL``: where the site will be served (the test serves it on 127.0.0.1).
-- ``--var PYPI_PROJECT=mamba-ssm``: the sdist's own name, as maintainers who named a PyPI project would set it
-  (unset, the ``pypi`` job is skipped).
-
-A tag release also reaches GitHub's and PyPI's services, which cannot run here; each gets a stand-in
-(``builder/upkeep/standins/``): a ``gh`` that keeps releases in a folder laid out as GitHub's asset URLs
-(``<owner>/<repo>/releases/download/<tag>/<file>``), and local actions in place of
-attest-build-provenance, deploy-pages and gh-action-pypi-publish that record what they were given.
-Nothing of OIDC, Sigstore, Pages or PyPI itself is exercised.
+It supplies what GitHub's runners have and this host lacks: a scratch clone with a GitHub-style origin,
+act in self-hosted mode, the pinned actions, setup-python's tool cache, an artifact server and ``sudo``;
+GitHub's and PyPI's services are stand-ins (``builder/upkeep/standins/``) that record what they get.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """What was checked of a wheel: ``<wheel>.evidence.json``, beside it in dist/wheels, the index and a release.
 
-The farm writes it as it works, never by hand: ``builder/building/driver/build.py`` from what the verifier
-(:func:`builder.verifying.wheels.verify_wheel`) and the smoke test (:func:`builder.verifying.wheels.smoke_test`)
-return, the GPU gate (``builder/publishing/gpugate.py``) appends its runs. A record holds:
-
-- ``schema``, the wheel's file name and ``sha256`` (the record is of those bytes, no other);
-- ``built``: the wheel's own provenance record (``*.dist-info/farm-provenance.json``) as it is;
-- ``verified``: tags, the C++ ABI found in each extension, GPU archs, ELF machine, the manylinux repair;
-- ``imported``: the modules and public API the smoke test imported, with which torch and Python, and ``deps``:
-  the declared dependencies installed beside it first (a recipe's ``deps = true``) (None: nothing imported);
-- ``numerics``: the numerics that ran on the CPU, each with its error and tolerance ([]: none);
-- ``gpu``: the GPU gate's runs (device, GPU, sm, what ran, passed).
-
-A page's tier is computed from a record by :func:`tier`: ``gpu-run`` (a GPU ran it and it passed),
-``cpu-checked`` (imported, and its numerics ran on the CPU), ``compiled`` (built and verified, perhaps imported,
-no numerics ran). A cell with no record is ``planned`` (``builder/publishing/tiers.py``). Records read back from
-outside (an index, a release's artifacts, the gate's) go through :func:`read` (``mamba_ssm._untrusted``).
+Written by the farm as it works (the verifier's and smoke test's results, the GPU gate's runs), never by
+hand; :func:`tier` reads a record's tier (gpu-run, cpu-checked, compiled), and records from outside are read
+through :func:`read`. Also the HIP compile record (``check_hip``, ``read_hip``, ``hip_detail``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """What built a wheel, recorded inside it: ``<name>.dist-info/farm-provenance.json``, listed in its RECORD.
 
-The record says the source (this checkout's commit and whether the tree had changes no commit holds, or the
-recipe's pinned source: a PyPI sdist, an archive URL or a git commit), the recipe and its applied patches'
-sha256s, what ran the build (``executor``: docker or host; ``image`` and ``base`` only when Docker ran;
-``toolchain``: where the compiler and the toolkit came from), the wheel's platform tag after repair, the torch
-built against, the spec id and its inputs hash, and SOURCE_DATE_EPOCH (the source's time). It holds nothing
-of the machine or the moment
-that built it (no clock time, no host path), so it does not break reproducibility: a rebuild writes the
-same bytes (``python -m builder verify --rebuild`` compares them too). The index's ``.spec.json`` sidecar
-carries the same record under ``provenance``; the doctor reads it from the installed dist-info.
+Source, recipe and patches, executor, image and toolchain, platform, torch, spec id, inputs hash and
+SOURCE_DATE_EPOCH; no clock time and no host path, so a rebuild writes the same bytes. The sidecar carries
+the same record; the doctor reads it from the installed dist-info.
 """
 
 from __future__ import annotations

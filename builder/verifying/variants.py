@@ -1,35 +1,9 @@
-"""Wheel variants (PEP 825): a verified wheel's variant form, and the index-level ``{name}-{version}-variants.json``.
+"""Wheel variants (PEP 825, with variantlib 0.2.2's JSON layout): a verified stable-ABI wheel's variant form
+and the index-level ``{name}-{version}-variants.json``.
 
-What the farm's labels become (:func:`form_of`):
-
-=====================  ===================  ==============================================================
-farm label             variant label        properties
-=====================  ===================  ==============================================================
-``cputorchstable``     ``null``             none: the null variant, the fallback every installer may take
-``cu13torchstable``    ``cu13``             ``nvidia :: cuda_version_lower_bound :: 13.0`` and one
-                                            ``nvidia :: sm_arch`` per embedded arch (``80_real`` for SASS
-                                            ``sm_80``, ``90_virtual`` for PTX ``compute_90``)
-=====================  ===================  ==============================================================
-
-Classic per-torch wheels have no variant form. ``abi_dependency :: torch :: 2.14`` would say what they need,
-but PEP 825 (this revision) does not define that namespace (PEP 817 did), and variantlib 0.2.2's validation
-refuses any namespace without a ``providers`` entry (``abi_dependency`` has none: its resolver injects it),
-while uv 0.13.9 does not implement it. Declaring it as a static provider would make it always match.
-
-The CUDA lower bound is the major's ``.0``: CUDA's minor-version compatibility runs a major's SASS on every
-driver of that major (PTX needs a driver at least as new as the toolkit: the farm's CUDA 13 toolkit is 13.0). ROCm builds have no variant form
-(the installers' previews ship no provider for them).
-
-:func:`to_variant` rewrites only ``*.dist-info``: the version loses its local label (every variant of a
-release shares one version, which is how an installer sees them as alternatives), ``variant.json`` is added,
-``RECORD`` is written again. Every other member keeps its bytes, the extension included. :func:`to_plain` is
-the same without the variant label: the non-variant wheel that installers unaware of variants take.
-
-Revision followed: PEP 825 as in python/peps at commit 02bcf97 (Draft, created 17-Feb-2026: file names, the
-reserved ``null`` label, ``variant.json``, ``-variants.json`` linked from the index pages, the ordering), with
-the JSON layout of its reference implementation, variantlib 0.2.2 (format ``v0.2.0``), which adds the
-``providers`` table that PEP 825 leaves to a later PEP: without it uv 0.13.9's preview knows no provider for
-``nvidia`` and takes the null variant whatever the driver.
+``cputorchstable`` becomes the ``null`` variant; ``cu13torchstable`` becomes ``cu13``, with the CUDA major's
+``.0`` as lower bound and one ``sm_arch`` per embedded arch. Classic and ROCm wheels have no variant form.
+:func:`to_variant` and :func:`to_plain` rewrite only ``*.dist-info``.
 """
 
 from __future__ import annotations

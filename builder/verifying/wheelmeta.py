@@ -1,11 +1,7 @@
-"""The one reader of a wheel's core metadata: the farm's verifier (builder.verifying.wheels) and the index both read it here.
+"""The one reader of a wheel's core metadata, for the verifier and the index; a leaf (imports nothing of builder).
 
-A leaf: it imports nothing of builder, so wheels.py uses it without importing the index.
-
-The torch pin (``requires_torch``) is what every install of the wheel requires: the intersection of the
-``Requires-Dist: torch`` entries without an environment marker. An entry with a marker (``extra == "test"``,
-a platform) does not apply to every install, so it pins nothing; several unmarked entries all apply, so
-pip takes them together, and so does this reader.
+The torch pin (``requires_torch``) is every unmarked ``Requires-Dist: torch`` taken together; an entry with a
+marker does not apply to every install, so it pins nothing.
 """
 
 from __future__ import annotations

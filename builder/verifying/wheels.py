@@ -1,23 +1,8 @@
 """What "a wheel is good" means, checked on every wheel before it reaches dist/.
 
-:func:`verify_wheel` runs, in order:
-
-1. names: filename, ``WHEEL`` tags and ``METADATA`` (version, local label, ``Requires-Dist: torch``)
-   agree with the BuildSpec; stable-ABI wheels are ``cp310-abi3``;
-   the extension modules are the ones the label calls for (one build of each; abi3 or cpXY);
-   every ELF file in the wheel is built for the machine of its platform tag (``e_machine``: an
-   aarch64 wheel holding an x86_64 ``.so`` is refused, naming the file);
-2. C++ ABI audit: the extension's undefined C++ symbols use ``std::__cxx11`` strings exactly when
-   the label says ``cxx11abiTRUE`` (old-ABI ``std::string`` mangles as ``Ss``);
-3. GPU arch audit: embedded SASS/PTX (the CUDA fatbin's entry headers) or HIP code objects (the
-   clang offload bundle in ``.hip_fatbin``) equal the spec's archs.
-   2 and 3 read the ELF with ``mamba_ssm._elf``, the module the doctor uses;
-4. repair with auditwheel to the spec's manylinux policy, never grafting torch's own libraries
-   or the CUDA/ROCm runtimes torch ships;
-5. retag to exactly one platform tag (pip and uv disagree on which of several they prefer).
-
-:func:`smoke_test` installs the wheel into a clean venv next to the matching torch and runs
-the CPU scan against the pure-PyTorch reference.
+:func:`verify_wheel`: names, tags and extension modules agree with the BuildSpec, every ELF file is for the
+tag's machine, the C++ ABI and GPU arch audits (through ``mamba_ssm._elf``), auditwheel repair and a single
+platform tag. :func:`smoke_test` imports the wheel in a clean venv beside the matching torch.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""The error-message patterns the classifier knows, as data.
-
-A Python data module rather than TOML: the package supports Python 3.10, which has no tomllib,
-and the doctor must run with the standard library alone.
-
-Each rule: ``kind`` (stable id, used by --json and tests), ``patterns`` (regexes, case-insensitive,
-searched in the pasted text; a tuple of regexes matches when each of them is found, in any order), ``title`` and ``why`` (``{name}`` fields filled from the regex groups),
-``fix`` (a key into classify.FIXES). Earlier rules win when several match. Undefined C++ symbols are
-not here: classify.py inspects the mangled name itself (ABI vs. another torch vs. libstdc++).
-
-Pasted text is outside data: every repeat in a pattern is bounded (``{0,64}``, never ``*``, ``+`` or ``.*?``
-across the text), so a search costs at most a constant per position and a megabyte of hostile text cannot
-backtrack for minutes (tests/test_doctor_hostile.py checks both the rule and the time).
+"""The error-message patterns the classifier knows, as data (Python, not TOML: the doctor runs on 3.10 with the
+standard library alone). Each rule has ``kind``, ``patterns``, ``title``, ``why`` and ``fix``; earlier rules
+win. Every repeat in a pattern is bounded (``{0,64}``), so hostile pasted text cannot make a search backtrack.
 """
 
 RULES = [

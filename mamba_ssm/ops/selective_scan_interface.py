@@ -1,14 +1,8 @@
 """The selective scan of Mamba-1: ``selective_scan_fn`` (the compiled ops) and
 ``selective_scan_ref`` (pure PyTorch), with upstream mamba's signature and semantics.
 
-Shapes (upstream's): u, delta, z: (batch, dim, L); A: (dim, dstate), real;
-B, C: (dim, dstate), (batch, dstate, L) or (batch, groups, dstate, L);
-D, delta_bias: (dim,). Returns out (batch, dim, L) in u's dtype, and with
-``return_last_state=True`` also the last state (batch, dim, dstate), float32.
-
-Every input is a real floating-point tensor (float16, bfloat16, float32 or float64)
-on u's device. Complex weights (upstream's ``wtype=torch.complex64``) are not supported
-yet: a complex input is refused (ScanInputError, a ValueError, naming it), never cast to real.
+Inputs are real floating-point tensors on u's device; complex weights (upstream's ``wtype=torch.complex64``)
+are refused (ScanInputError, a ValueError, naming it), never cast to real.
 """
 
 from __future__ import annotations
@@ -216,6 +210,11 @@ class SelectiveScanFn(torch.autograd.Function):
 def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
                       return_last_state=False):
     """Differentiable selective scan on the compiled ops (CPU, CUDA or ROCm).
+
+    Shapes (upstream's): u, delta, z: (batch, dim, L); A: (dim, dstate), real;
+    B, C: (dim, dstate), (batch, dstate, L) or (batch, groups, dstate, L);
+    D, delta_bias: (dim,). Returns out (batch, dim, L) in u's dtype, and with
+    ``return_last_state=True`` also the last state (batch, dim, dstate), float32.
 
     Real floating-point inputs are brought to the dtypes the ops take (differentiably, so
     gradients come back in the caller's dtypes): delta, z and variable B/C to u's dtype; A,

@@ -1,15 +1,8 @@
 """``python -m builder build``: plan -> images -> builds -> verify -> dist/wheels -> dist/index.
 
-Layout of ``--dist`` (default ``dist``)::
-
-    dist/wheels/<wheel>            verified wheels only, each moved in with one rename
-    dist/wheels/<wheel>.spec.json  the BuildSpec that made it (the index reads ``serves``)
-    dist/wheels/<wheel>.evidence.json  what was checked of it (builder.verifying.evidence)
-    dist/logs/<id>.log             one log per build (image builds: image-<image id>.log)
-    dist/logs/<id>.cost.json       what the build cost: wall and compile CPU seconds (builder.publishing.cost)
-    dist/index/                    the resolver index (builder.publishing.index)
-    dist/.ledger.json              resume ledger: inputs_hash -> verified wheel + sha256
-    dist/.work/                    scratch for raw and repaired wheels (never published)
+``--dist`` holds ``wheels/`` (verified wheels, each with its ``.spec.json`` and ``.evidence.json``),
+``logs/`` (``<id>.log``, ``<id>.cost.json``), ``index/``, the resume ledger ``.ledger.json`` and the
+scratch ``.work/`` (never published).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Runs many builds at once, within what the machine can take.
-
-- Parallelism from cores and available memory (nvcc needs GBs per job); ``--jobs`` overrides.
-- A per-build timeout; retries only for infrastructure failures, never for compile errors.
-- One failure never stops the others; every build ends as built, skipped or failed.
-- A resume ledger keyed by each build's ``inputs_hash``: a build whose verified wheel
-  is in dist with the recorded sha256 is skipped.
-- rich progress while running (state, elapsed, ETA from the last run) and a summary table.
+"""Runs many builds at once, within what the machine can take: parallelism from cores and memory (``--jobs``
+overrides), a timeout per build, retries for infrastructure failures only, one failure never stopping the
+others, a resume ledger keyed by ``inputs_hash``, rich progress and a summary table.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """``python -m builder verify --rebuild ID WHEEL``: rebuild one spec and compare it, byte for byte, with a wheel.
 
-The farm's wheels are reproducible (builder/sourcing/reproducible.py): the same source and spec give the same
-sha256. So anyone can check a published wheel: rebuild its spec from this checkout (the commit the
-wheel's provenance names) and compare. The answer is ``identical``, or the members that differ, each
-with its sizes, sha256s, first differing offset and, for an ELF member, the section that offset is in;
-when every member agrees, the zip entries' own fields (time, mode, order) are named instead.
-
-Exit codes: 0 identical, 14 (NotReproducible) different, 15 (RebuildFailed) when nothing could be
-compared (unknown id, a failed build, a wheel that could not be read or whose sha256 is not the one
-given, a wheel built from a tree with uncommitted changes and no --source), 2 for bad arguments.
+Exit codes: 0 identical, 14 (NotReproducible) different, 15 (RebuildFailed) when nothing could be compared
+(unknown id, failed build, unreadable wheel or wrong sha256, a dirty-tree wheel without --source).
 """
 
 from __future__ import annotations

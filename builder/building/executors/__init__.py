@@ -1,16 +1,8 @@
 """Executors turn one BuildSpec into one raw wheel plus a log, and nothing else.
 
-The interface is deliberately small so a new engine (podman, a remote runner) is
-one module:
-
-- ``prepare(images)``: make every toolchain the plan needs (images, venvs), once;
-- ``build(spec, source, out_dir, log_path, timeout)`` -> ``BuildResult``;
-- ``cleanup()``: remove everything the executor started; safe to call twice and
-  from a signal handler.
-
-Every build of one image shares that image's kernel cache (``MAMBA_KERNEL_CACHE``): our own
-package's kernel objects, and ccache's objects for recipe builds (build.sh), so the Pythons of
-one toolchain compile the kernels once. ``cache_mounts`` (host dir -> mount point) adds more.
+The interface (``prepare(images)``, ``build(spec, source, out_dir, log_path, timeout)`` -> ``BuildResult``,
+``cleanup()``, safe twice and from a signal handler) is small, so a new engine is one module. The builds
+of one image share its kernel cache (``MAMBA_KERNEL_CACHE``); ``cache_mounts`` adds more.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Builds in containers through the docker SDK.
-
-Images: one per toolchain, tagged by the hash of their rendered Dockerfile, and
-labelled ``org.mamba-farm=1``; an image that exists is reused as is. Builds: a
-fresh container per BuildSpec, the source copied in (never bind-mounted
-writable), the wheel and log copied out, and the container always removed:
-``cleanup()`` runs from ``finally`` and from the signal handlers, and a new run
-first removes leftovers of runs whose process is gone.
+"""Builds in containers through the docker SDK: one image per toolchain (tagged by its Dockerfile's hash,
+reused), a fresh container per BuildSpec with the source copied in, the wheel and log copied out, and the
+container always removed (``cleanup()`` from ``finally`` and the signal handlers; a new run removes the
+leftovers of dead runs).
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""A Debian base image made locally, for hosts that cannot reach a container registry.
-
-``python -m builder base-image [--suite bookworm|trixie] [--platform linux_aarch64]`` runs
-``debootstrap --variant=minbase [--arch=arm64] SUITE DIR MIRROR`` and makes the tree an image
-with a ``FROM scratch`` / ``ADD rootfs.tar /`` build (``--platform linux/arm64`` for arm64).
-Another architecture's base is made under emulation (qemu-user-static, F flag: debootstrap's
-second stage runs its programs); where the host cannot emulate it, it is refused with the
-reason. The host CA bundle is baked in so that
-apt and pip inside the image work behind a TLS-intercepting proxy. An image that
-already exists is reused, never rebuilt.
+"""``python -m builder base-image``: a Debian base image made locally (debootstrap, then a ``FROM scratch``
+build), for hosts that reach no container registry. Another machine's base is made under emulation or
+refused with the reason; the host CA bundle is baked in; an existing image is reused.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The farm's image names and the rules about them, in one place (imports nothing of the farm but errors and spec).
-
-- Labels: everything the farm makes (images, containers, volumes) carries ``org.mamba-farm=1``;
-  build containers also carry ``org.mamba-farm.owner=<host>:<pid>``, the process they belong to.
-- Names: toolchain images are ``mamba-farm/<name>:<content hash>``; the farm's own Debian bases
-  (``builder/building/images/base_image.py``) are ``mamba-farm/debian:<suite>`` on the host's architecture and
-  ``mamba-farm/debian:<suite>-<arch>`` (``bookworm-arm64``) for another one, run under emulation.
-- Rules: which Debian suite stands in for a base that cannot be pulled, and what a toolkit
-  becomes on that stand-in.
+"""The farm's image names and labels, and the rules about them, in one place (imports only errors and spec):
+the ``org.mamba-farm`` labels, ``mamba-farm/<name>:<content hash>`` toolchain images, the local Debian
+bases ``mamba-farm/debian:<suite>[-<arch>]``, and which suite and toolkit stand in for an unpullable base.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The index's model, pure (no I/O): a typed entry per wheel, the variant pages that list it, and the answers
-every reader shares: which variants a stable wheel serves, which wheel a user of a cell gets, the command
-that installs it. The pages, the coverage page and ``builder resolve`` all ask here.
-
-manifest.json (``SCHEMA``) holds one object per wheel: the fields of :class:`Entry` (an optional one is left
-out when unset) plus ``serves``, the variant pages it is listed on (written for readers, recomputed on load).
-
-An index holds several projects (distribution names, canonical): each wheel's ``project``, and its ``source``,
-the identity of what it was built from (``checkout``: this repository; ``sdist:<name>==<version>@sha256:<hex>``:
-a recipe's pinned sdist). Both are left out where they are the defaults, this checkout's mamba-ssm, as in
-every manifest written before there were several projects (so those read back as the checkout).
+"""The index's model, pure (no I/O): a typed manifest entry per wheel, the variant pages that list it, and the
+answers every reader shares: which variants a stable wheel serves, which wheel a cell gets, the command that
+installs it. An entry's ``project`` and ``source`` are left out where they are the defaults (this
+checkout's mamba-ssm), so older manifests read back as the checkout.
 """
 
 from __future__ import annotations

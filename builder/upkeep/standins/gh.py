@@ -1,11 +1,7 @@
 """A stand-in for the GitHub CLI's ``gh release`` and ``gh pr`` commands, for workflows rehearsed under act.
 
-GitHub's releases API cannot be reached from a rehearsal, so this keeps releases in a folder laid out as
-GitHub serves their assets: ``$GH_STANDIN_HOME/<owner>/<repo>/releases/download/<tag>/<file>`` (served on
-127.0.0.1, those are the asset URLs) with ``release.json`` beside them. Only what ``release.yml`` calls:
-``release list|view|create|upload|download``, with the options it passes; and what ``drift.yml`` calls,
-``pr list|create|edit``, keeping pull requests in ``$GH_STANDIN_HOME/<owner>/<repo>/pulls.json``. Every call is appended to
-``$GH_STANDIN_HOME/calls.jsonl``. Standard library only: the runner's Python runs it.
+Releases live in ``$GH_STANDIN_HOME/<owner>/<repo>/releases/download/<tag>/``, laid out as GitHub serves
+assets; pull requests in ``pulls.json``; every call is appended to ``calls.jsonl``. Standard library only.
 """
 
 from __future__ import annotations
