@@ -29,7 +29,8 @@ def checked(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 
 def base_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAMBA_")}
+    # COLUMNS: uv wraps what it prints to that width (pytest-xdist's workers have it set); the tests read whole lines
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAMBA_") and k not in ("COLUMNS", "LINES")}
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", MAX_JOBS=os.environ.get("MAX_JOBS", "2"), **extra)
     return env
 

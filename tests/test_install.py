@@ -231,8 +231,9 @@ def test_isolated_installs_that_cannot_take_a_prebuilt_wheel_stop_in_one_line(sd
             out = proc.stdout + proc.stderr
             assert proc.returncode != 0 and installed(py) is None, (what, out[-3000:])
             assert "Traceback" not in out and COMPILE_MARK not in out, (what, out[-3000:])
-            (line,) = _error_lines(out)
-            assert cause in line and fix in line.split("How to fix:")[1], (what, line)
+            lines = _error_lines(out)
+            assert len(lines) == 1, (what, out[-3000:])
+            assert cause in lines[0] and fix in lines[0].split("How to fix:")[1], (what, lines[0])
 
         # uv without isolation builds in the target venv itself: the prebuilt wheel (setuptools from the wheelhouse)
         checked(run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheelhouse, "setuptools>=77.0.3"], env=base_env()))
