@@ -127,6 +127,12 @@ def test_split_refuses_a_sidecar_it_cannot_read(made, tmp_path, sidecar, message
     assert rc == 2 and message in err and "Traceback" not in err
 
 
+def _collect(cli, tmp_path):
+    """``release collect`` over TMP_PATH's matrix.json and artifacts/."""
+    matrix, wheels = tmp_path / "matrix.json", tmp_path / "artifacts"
+    return cli("release", "collect", "--matrix", matrix, "--wheels", wheels, in_process=True)
+
+
 def test_collect_names_each_planned_build_built_or_failed_with_its_job(made, tmp_path, cli):
     group = f"mamba-ssm-{CU13}-linux_x86_64"
     matrix = {
@@ -137,15 +143,7 @@ def test_collect_names_each_planned_build_built_or_failed_with_its_job(made, tmp
         ]
     }
     (tmp_path / "matrix.json").write_text(json.dumps(matrix))
-    proc = cli(
-        "release",
-        "collect",
-        "--matrix",
-        str(tmp_path / "matrix.json"),
-        "--wheels",
-        str(tmp_path / "artifacts"),
-        in_process=True,
-    )
+    proc = _collect(cli, tmp_path)
     rc, out, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 0, err
     assert out.splitlines() == [
@@ -159,15 +157,7 @@ def test_collect_names_each_planned_build_built_or_failed_with_its_job(made, tmp
 
 def test_collect_refuses_what_is_not_a_plans_matrix(made, tmp_path, cli):
     (tmp_path / "matrix.json").write_text(json.dumps({"include": [{"id": "x"}]}))  # no ids: an old plan
-    proc = cli(
-        "release",
-        "collect",
-        "--matrix",
-        str(tmp_path / "matrix.json"),
-        "--wheels",
-        str(tmp_path / "artifacts"),
-        in_process=True,
-    )
+    proc = _collect(cli, tmp_path)
     rc, _, err = proc.returncode, proc.stdout, proc.stderr
     assert rc == 2 and f"--matrix {tmp_path / 'matrix.json'}: not a plan's GitHub matrix" in err
     assert "Traceback" not in err
