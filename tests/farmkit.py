@@ -47,7 +47,7 @@ def docker_client():
 
 
 def farm_containers(client) -> list:
-    return client.containers.list(all=True, filters={"label": OWNER_LABEL})
+    return client.containers.list(all=True, filters={"label": OWNER_LABEL}, ignore_removed=True)
 
 
 def ci_spec(accelerator: str = "cpu", python: str = "3.11"):

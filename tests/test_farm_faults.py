@@ -44,6 +44,44 @@ def test_auto_picks_host_when_no_engine_answers(tmp_path: Path, monkeypatch) -> 
 
 
 @pytest.mark.docker
+def test_a_leftover_container_another_run_removes_meanwhile_is_no_error() -> None:
+    """Every Docker run first removes the containers of dead runs; a container another run removes between the
+    listing and its inspection (seen with two farm runs side by side) is skipped, never a traceback."""
+    import socket
+
+    from builder.building.executors.docker import remove_leftovers
+    from builder.building.images.images import OWNER_LABEL, local_name
+
+    client = docker_client()
+    base = local_name("bookworm")
+    if not any(base in (i.tags or []) for i in client.images.list()):
+        pytest.skip(f"no {base} image here (python -m builder base-image makes it)")
+    dead = f"{socket.gethostname()}:{2**22 + 7}"  # above Linux's largest pid: no such process
+    gone = client.containers.create(base, ["true"], labels={OWNER_LABEL: dead})
+    left = client.containers.create(base, ["true"], labels={OWNER_LABEL: dead})
+    inspect = client.api.inspect_container
+
+    def removed_first(container_id, *a, **kw):  # the other run wins the race for this one, in the real engine
+        if container_id == gone.id:
+            client.api.remove_container(gone.id, force=True)
+        return inspect(container_id, *a, **kw)
+
+    client.api.inspect_container = removed_first
+    try:
+        logged: list[str] = []
+        assert remove_leftovers(client, logged.append) == 1
+    finally:
+        client.api.inspect_container = inspect
+        for c in (gone, left):
+            try:
+                c.remove(force=True)
+            except Exception:
+                pass
+    ids = {c.id for c in farm_containers(client)}
+    assert gone.id not in ids and left.id not in ids and logged == ["docker: removed 1 container(s) left by an earlier run"]
+
+
+@pytest.mark.docker
 def test_a_build_that_does_not_compile_fails_with_its_log(tmp_path: Path) -> None:
     docker_client()
     src = tmp_path / "src"

@@ -115,7 +115,8 @@ def remove_leftovers(client, log=print) -> int:
     host = socket.gethostname()
     # Only build containers carry an owner; image-build intermediates (which inherit the
     # image's labels) belong to whoever is building that image and are left alone.
-    for c in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+    # ignore_removed: the listing inspects each container, and another run may remove one in between
+    for c in client.containers.list(all=True, filters={"label": OWNER_LABEL}, ignore_removed=True):
         h, _, pid = c.labels.get(OWNER_LABEL, "").rpartition(":")
         if h == host and pid.isdigit() and _pid_alive(int(pid)):
             continue  # a concurrent run's container: not ours to touch
@@ -561,7 +562,8 @@ class DockerExecutor:
         for cid in ids:
             self._remove(cid)
         try:  # anything labelled with our owner that slipped through (created, not yet tracked)
-            for c in self.client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner()}"}):
+            mine = {"label": f"{OWNER_LABEL}={owner()}"}
+            for c in self.client.containers.list(all=True, filters=mine, ignore_removed=True):
                 c.remove(force=True)
         except Exception:
             pass
