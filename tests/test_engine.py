@@ -56,3 +56,43 @@ def test_a_failing_step_raises_the_given_error_with_the_output_tail(base: str, t
     assert "the-last-words" in text and f"log: {log}" in text and err.value.hint == "look at the log"
     assert "the-last-words" in log.read_text()
     assert not image_exists(client, tag)
+
+
+@pytest.mark.docker
+def test_two_runs_that_need_a_missing_image_make_it_once(base: str, tmp_path: Path) -> None:
+    """Two farm runs on one host (two test workers, two release jobs) that both find an image missing: one makes
+    it, the other waits on the host-wide lock and then finds it; a make that fails leaves the lock free."""
+    import threading
+
+    from builder.building.images.engine import made_once
+
+    client = connect()
+    tag = image_tag("engine-test", "once")
+    made: list[str] = []
+
+    def make() -> None:
+        made.append(threading.current_thread().name)
+        dockerfile = f"FROM {base}\nRUN sleep 2\n"
+        build_image(client, tag, dockerfile, what="the test image", labels={IMAGE_LABEL: "engine-test"})
+
+    results: dict[str, bool] = {}
+    runs = [threading.Thread(target=lambda n=n: results.__setitem__(n, made_once(client, tag, make)), name=n)
+            for n in ("first", "second")]  # fmt: skip
+    try:
+        for t in runs:
+            t.start()
+        for t in runs:
+            t.join(timeout=300)
+        assert len(made) == 1 and sorted(results.values()) == [False, True], (made, results)
+        assert image_exists(client, tag) and not made_once(client, tag, make) and len(made) == 1
+
+        def broken() -> None:
+            raise EngineUnavailable("the engine went away")
+
+        other = image_tag("engine-test", "never")
+        with pytest.raises(EngineUnavailable):
+            made_once(client, other, broken)
+        with pytest.raises(EngineUnavailable):  # the lock was released: a second try runs, not waits forever
+            made_once(client, other, broken)
+    finally:
+        client.images.remove(tag, force=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from builder.building import interpreters
 from builder.building.driver import timings
 from builder.building.images.base_image import resolve_base
-from builder.building.images.engine import build_image, image_exists
+from builder.building.images.engine import build_image, made_once
 from builder.building.executors import (
     BUILD_SCRIPT,
     KERNEL_CACHE_MOUNT,
@@ -211,19 +211,20 @@ class DockerExecutor:
                 self.crosses[image_id] = r.cross
             self.tags[image_id] = r.tag
             self.bases[image_id] = bases[key]
-            if image_exists(self.client, r.tag):
+            if not made_once(self.client, r.tag, lambda r=r, image_id=image_id: self._make_image(r, image_id)):
                 self.log(f"image {image_id}: reusing {r.tag}")
-            else:
-                try:
-                    if r.cross and is_local_base(r.cross["base"]):  # the cross stage's base: the farm's own, this host's
-                        resolve_base(self.client, r.cross["base"], ca_bundle=self.options.ca_bundle, log=self.log)
-                    self._build_image(r)
-                except InfrastructureError as err:  # only the builds of this image fail
-                    self.log(f"image {image_id}: FAILED; its builds are skipped (log: {self._image_log(image_id)})")
-                    self.failed_images[image_id] = str(err).splitlines()[0]
             self.pythons[image_id] = {
                 v: f"/opt/python/cp{v.replace('.', '')}-cp{v.replace('.', '')}/bin/python" for v in image.pythons
             }
+
+    def _make_image(self, r, image_id: str) -> None:
+        try:
+            if r.cross and is_local_base(r.cross["base"]):  # the cross stage's base: the farm's own, this host's
+                resolve_base(self.client, r.cross["base"], ca_bundle=self.options.ca_bundle, log=self.log)
+            self._build_image(r)
+        except InfrastructureError as err:  # only the builds of this image fail
+            self.log(f"image {image_id}: FAILED; its builds are skipped (log: {self._image_log(image_id)})")
+            self.failed_images[image_id] = str(err).splitlines()[0]
 
     def _image_log(self, image_id: str) -> Path | None:
         return self.options.logs_dir / f"image-{image_id}.log" if self.options.logs_dir else None

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from builder.building.driver import timings
-from builder.building.images.engine import build_image, image_exists
+from builder.building.images.engine import build_image, image_exists, made_once
 from builder.building.images.images import (
     DEBIAN_ARCH,
     SUITES,
@@ -34,12 +34,16 @@ def ensure(
     client, suite: str, *, ca_bundle: Path | None, log=print, mirror: str = MIRROR, machine: str | None = None
 ) -> str:
     """Return the local base image for SUITE on MACHINE (default: this host's), building it only if it does not exist yet."""
-    from builder.building import emulation
-
     machine = machine or host_machine()
     name = local_name(suite, machine)
-    if image_exists(client, name):
-        return name
+    made_once(client, name, lambda: _make(client, suite, name, machine, ca_bundle=ca_bundle, log=log, mirror=mirror))
+    return name
+
+
+def _make(client, suite: str, name: str, machine: str, *, ca_bundle: Path | None, log, mirror: str) -> None:
+    """Make the base image NAME: debootstrap SUITE for MACHINE, then a build FROM scratch."""
+    from builder.building import emulation
+
     if suite not in SUITES:
         raise UsageError(f"unknown Debian suite {suite!r}", hint=f"use one of: {', '.join(SUITES)}")
     if machine not in DEBIAN_ARCH:
@@ -97,7 +101,6 @@ def ensure(
         )  # fmt: skip
     timings.record("base", name, time.monotonic() - started)
     log(f"base image: {name} is ready")
-    return name
 
 
 def resolve_base(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -43,6 +44,28 @@ def image_exists(client, name: str) -> bool:
         return True
     except docker.errors.ImageNotFound:
         return False
+
+
+def made_once(client, tag: str, make: Callable[[], object]) -> bool:
+    """Call MAKE unless the image TAG exists; whether it was called.
+
+    A host-wide lock (the farm cache's ``locks/``) is held while TAG is checked and made, so two farm runs on
+    one host (two test workers, two jobs of a rehearsed release) make an image once: the second waits, then
+    finds it. MAKE may fail; the lock is released either way.
+    """
+    from filelock import FileLock
+
+    from builder.facts.hostenv import CACHE_ROOT
+
+    if image_exists(client, tag):
+        return False
+    locks = CACHE_ROOT / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(locks / f"image-{re.sub(r'[^A-Za-z0-9._-]', '_', tag)}.lock")):
+        if image_exists(client, tag):  # made by another run while this one waited
+            return False
+        make()
+        return True
 
 
 def build_image(
