@@ -115,6 +115,18 @@ def raw_hidden(text: str) -> list[str]:
     return [repr(ch) for ch in text if ch != "\n" and unicodedata.category(ch) in HIDDEN]
 
 
+def drip(wfile, byte: bytes, count: int, pause: float) -> None:
+    """A slow server's body: BYTE, COUNT times, PAUSE seconds apart (each read returns before a socket timeout could
+    trip: only an overall deadline stops the client); a client that hangs up ends it."""
+    try:
+        for _ in range(count):
+            wfile.write(byte)
+            wfile.flush()
+            time.sleep(pause)
+    except OSError:
+        pass
+
+
 class HostileIndex(http.server.BaseHTTPRequestHandler):
     """An index that lies, by the first path segment: a trickle, a flood, JSON where HTML belongs, deep nesting,
     an escape-laden file name, an answer that is not HTTP."""
@@ -139,13 +151,7 @@ class HostileIndex(http.server.BaseHTTPRequestHandler):
         if kind == "trickle":  # a byte every 0.3 s: each read returns before a socket timeout could trip
             self.send_header("Content-Length", "1000")
             self.end_headers()
-            try:
-                for _ in range(1000):
-                    self.wfile.write(b"<")
-                    self.wfile.flush()
-                    time.sleep(0.3)
-            except OSError:
-                pass
+            drip(self.wfile, b"<", 1000, 0.3)
             return
         body = bodies.get(kind, b"")
         self.send_header("Content-Length", str(len(body)))

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
+from hostilekit import drip
 from indexkit import running
 
 from builder.facts.spec import ArchivePin, GitPin
@@ -585,14 +586,8 @@ def test_a_server_that_trickles_a_byte_every_2_s_ends_at_the_request_deadline(fa
             pass
 
         def do_GET(self):
-            try:
-                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.pypi.simple.v1+json\r\n\r\n")
-                for _ in range(60):
-                    self.wfile.write(b" ")
-                    self.wfile.flush()
-                    time.sleep(2)
-            except OSError:
-                pass
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.pypi.simple.v1+json\r\n\r\n")
+            drip(self.wfile, b" ", 60, 2)
 
     with running(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)) as url:
         env = {**os.environ, "MAMBA_FARM_REQUEST_DEADLINE": "5"}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hostilekit import add, chain_archive, corrupt_gzip, sha256, snapshot
+from hostilekit import add, chain_archive, corrupt_gzip, drip, sha256, snapshot
 from wheelmaker import make_mamba_wheel
 
 from conftest import REPO
@@ -94,13 +94,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Length", "120")
             self.end_headers()
-            try:
-                for _ in range(120):
-                    self.wfile.write(b"x")
-                    self.wfile.flush()
-                    threading.Event().wait(1)
-            except OSError:
-                pass
+            drip(self.wfile, b"x", 120, 1)
             return
         ranged = self.headers.get("Range", "")
         if ranged.startswith("bytes=") and (self.site / self.path.lstrip("/")).is_file():  # a remote wheel's reads
