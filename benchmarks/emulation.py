@@ -1,19 +1,20 @@
-"""Emulated aarch64 against native x86_64: one CPU stable-ABI build and its smoke test, cold, in the farm's images.
+"""Emulated aarch64 against native x86_64: one stable-ABI build and its smoke test, cold, in the farm's images.
 
-The arm64 CPU image compiles with Debian's x86_64-hosted cross g++ (run natively inside the emulated
-container, builder/building/images/render.py cross_compiler); ``--no-cross`` measures the emulated native g++
-of the same image instead (CC/CXX unset: the image's aarch64 g++), so both ways come from one image.
+The arm64 images compile with Debian's x86_64-hosted cross g++ and, for CUDA, this host's nvcc (both run
+natively inside the emulated container: builder/building/images/render.py ``cross_compiler``,
+``compiler_overlay``); what stays emulated is the image's Python (pip, setup.py), ninja and the smoke test.
 
-    .venv/bin/python benchmarks/emulation.py                     # both machines, one after the other
+    .venv/bin/python benchmarks/emulation.py                     # the CPU spec, both machines, one after the other
+    .venv/bin/python benchmarks/emulation.py --accelerator cuda  # the CUDA 13 spec
     .venv/bin/python benchmarks/emulation.py --machine aarch64
 
-For each machine, the plan's CPU stable-ABI spec (aarch64: profile ci-aarch64, torch 2.10 from PyPI;
-x86_64: ci-stable's, torch 2.13+cpu, because PyPI's x86_64 torch 2.10 is a CUDA build) goes through
-the Docker executor with no kernel cache (cold: every object compiled), MAX_JOBS=2, then the
-verifier, then the smoke test in its own image (``DockerExecutor.smoke``: the same script both
-ways, the CPU scan against the float64 reference). Printed per machine: wall seconds of the build
-container, of the smoke container, and the compile CPU seconds build.sh reports. Images and torch
-volumes are made first (and reused), outside the timings.
+For each machine, the plan's stable-ABI spec of that accelerator (aarch64: profile ci-aarch64, CPU torch 2.10 and
+cu13 torch 2.11 from PyPI, sm_90; x86_64: ci-stable's, CPU torch 2.13 and cu13 torch 2.14, sm_80: the same
+sources and kernels, one GPU arch each) goes through the Docker executor with no kernel cache (cold: every object
+compiled), MAX_JOBS=2, then the verifier, then the smoke test in its own image (``DockerExecutor.smoke``: the same
+script both ways, the CPU scan against the float64 reference). Printed per machine: wall seconds of the build
+container, of the smoke container, and the compile CPU seconds build.sh reports. Images and torch volumes are made
+first (and reused), outside the timings.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from builder.building.images.engine import connect
 from builder.building.executors import KERNEL_CACHE_MOUNT, BuildOptions
 from builder.building.executors.docker import DockerExecutor
 from builder.building.executors.host import copy_source
+from builder.building.images.engine import connect
 from builder.facts.hostenv import default_wheelhouses, find_ca_bundle
 from builder.planning.plan import load_plan
 from builder.verifying import wheels
@@ -43,20 +44,17 @@ PROFILES = {"aarch64": "ci-aarch64", "x86_64": "ci-stable"}
 class ColdExecutor(DockerExecutor):
     """The farm's Docker executor without the shared kernel cache: each build compiles every object."""
 
-    no_cross = False
-
     def _build_config(self, spec, torch_volume):
         env, volumes = super()._build_config(spec, torch_volume)
         env.pop("MAMBA_KERNEL_CACHE", None)
-        if self.no_cross and spec.image in self.crosses:  # the image's own (emulated) g++, as before the cross stage
-            env.update(CC="gcc", CXX="g++")
         return env, {k: v for k, v in volumes.items() if v["bind"] != KERNEL_CACHE_MOUNT}
 
 
-def measure(machine: str, work: Path, no_cross: bool = False) -> dict:
+def measure(machine: str, accelerator: str, work: Path) -> dict:
     plan = load_plan(profile=PROFILES[machine])
-    spec = next(s for s in plan.builds if s.accelerator == "cpu" and s.stable)
-    logs = work / (machine + ("-no-cross" if no_cross else ""))
+    kind = "cu" if accelerator == "cuda" else "cpu"  # the plan's accelerator labels: cpu, cu13
+    spec = next(s for s in plan.builds if s.accelerator.startswith(kind) and s.stable)
+    logs = work / f"{machine}-{accelerator}"
     logs.mkdir(parents=True)
     ex = ColdExecutor(
         connect(),
@@ -64,7 +62,6 @@ def measure(machine: str, work: Path, no_cross: bool = False) -> dict:
             wheelhouses=default_wheelhouses(), ca_bundle=find_ca_bundle(None), max_jobs=2, logs_dir=logs, log=print
         ),
     )
-    ex.no_cross = no_cross
     try:
         ex.prepare(plan.images, [spec])
         log = logs / f"{spec.id}.log"
@@ -86,7 +83,7 @@ def measure(machine: str, work: Path, no_cross: bool = False) -> dict:
     m = re.search(r"== compile cpu: ([\d.]+) s", log.read_text())
     return {
         "machine": machine,
-        "compiler": "cross" if spec.image in ex.crosses and not no_cross else "image",
+        "compiler": "cross" if spec.image in ex.crosses else "image",
         "spec": spec.id,
         "wheel": good.name,
         "build_wall_s": round(build_s, 1),
@@ -99,15 +96,12 @@ def measure(machine: str, work: Path, no_cross: bool = False) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--machine", choices=sorted(PROFILES), action="append")
-    ap.add_argument("--no-cross", action="store_true", help="aarch64 also with the image's emulated g++")
+    ap.add_argument("--accelerator", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
     out = []
-    runs = [(m, False) for m in args.machine or ["x86_64", "aarch64"]]
-    if args.no_cross and any(m == "aarch64" for m, _ in runs):
-        runs.append(("aarch64", True))
     with tempfile.TemporaryDirectory(prefix="emulation-bench-") as tmp:
-        for machine, no_cross in runs:
-            out.append(measure(machine, Path(tmp), no_cross))
+        for machine in args.machine or ["x86_64", "aarch64"]:
+            out.append(measure(machine, args.accelerator, Path(tmp)))
             print(json.dumps(out[-1]), flush=True)
     x86 = [r for r in out if r["machine"] == "x86_64"]
     for arm in (r for r in out if r["machine"] == "aarch64") if x86 else ():

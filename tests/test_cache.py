@@ -94,6 +94,42 @@ def test_cache_command_shows_and_prunes_a_farm_cache(tmp_path, cli):
     assert bad.returncode == 2 and "is not a size" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def make_layer(venv: Path, deps: list[str], files: dict[str, bytes], used: float) -> Path:
+    """A dependency layer on top of VENV as cache.deps_layer makes them: <slot>/deps-envs/<venv name>-<hash>."""
+    layer = venv.parent.parent / "deps-envs" / f"{venv.name}-0123456789ab"
+    for rel, data in files.items():
+        (layer / rel).parent.mkdir(parents=True, exist_ok=True)
+        (layer / rel).write_bytes(data)
+    (layer / ".complete").write_text((venv / ".complete").read_text() + "".join(d + "\n" for d in deps))
+    (layer / ".last-used").touch()
+    os.utime(layer / ".last-used", (used, used))
+    return layer
+
+
+def test_dependency_layers_count_against_the_budget_and_go_with_their_torch_venv(tmp_path, cli):
+    """A recipe's declared dependencies sit in a layer on top of a torch venv (`[test] deps = true`): the cache
+    shows and counts it, may drop it alone, and never leaves it behind when its torch venv goes."""
+    root = tmp_path / "farm"
+    now = time.time()
+    old = make_venv(root / "smoke", "3.11", "2.14.1", {"x.so": blob("a")}, now - 30)
+    old_layer = make_layer(old, ["einops", "transformers"], {"lib/t.so": blob("t")}, now)  # used last, its venv not
+    new = make_venv(root / "smoke", "3.12", "2.15.0", {"x.so": blob("b")}, now - 20)
+    new_layer = make_layer(new, ["einops"], {"lib/e.so": blob("e")}, now - 25)
+
+    def run(*args):
+        return cli("cache", *args, env={"MAMBA_FARM_CACHE": str(root)}, timeout=60)
+
+    shown = run()
+    assert shown.returncode == 0 and "4 torch venv(s), 8.0 MiB" in shown.stdout, shown.stdout
+    assert "(torch==2.14.1 + einops, transformers)" in shown.stdout, shown.stdout
+    # 8 MiB over a 5 MiB budget: the least recently used torch venv goes, and the layer on it with it
+    pruned = run("prune", "--budget", "5M")
+    assert pruned.returncode == 0 and not old.exists() and not old_layer.exists(), pruned.stdout
+    assert new.exists() and new_layer.exists()
+    # a layer alone may go (it is made again on demand); its torch venv stays
+    assert run("prune", "--budget", "3M").returncode == 0 and new.exists() and not new_layer.exists()
+
+
 @pytest.mark.parametrize(
     "text,value", [("40G", 40 << 30), ("500M", 500 << 20), ("1.5T", int(1.5 * (1 << 40))), ("123", 123)]
 )

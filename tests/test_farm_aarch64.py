@@ -1,7 +1,7 @@
 """linux_aarch64 on this x86_64 host, under emulation: the ci-aarch64 profile's builds through
 ``python -m builder build --executor docker``.
 
-The CPU stable-ABI wheel (cross g++) and, with --run-slow, the CUDA 13 wheel for sm_90 (x86_64 nvcc overlay)
+The CPU stable-ABI wheel (cross g++) and the CUDA 13 wheel for sm_90 (this host's nvcc and cross g++)
 are built in the farm's arm64 image, verified, smoke-tested and indexed, then resolved, installed with pip and
 run in an arm64 container. A host without emulation skips, printing the farm's reason.
 """
@@ -60,9 +60,8 @@ def _run(tmp_path_factory, accelerator: str) -> SimpleNamespace:
     return SimpleNamespace(client=client, spec=spec, dist=dist, run=run)
 
 
-# The CPU wheel is the CI set's aarch64 case. The CUDA one is --run-slow: on a new machine its arm64
-# CUDA image and PyPI's aarch64 CUDA torch volume, both made under emulation, took about 40 minutes,
-# most of a cold CI run (the farm's code path is the same; only the overlay's image differs).
+# Both wheels are in the CI set: the arm64 CUDA image shares the CPU image's emulated layers, fetches its toolkit
+# natively and compiles with this host's nvcc and cross g++; PyPI's aarch64 CUDA torch is fetched by this host's pip.
 @pytest.fixture(scope="module")
 def aarch64_run(tmp_path_factory):
     return _run(tmp_path_factory, "cpu")
@@ -104,7 +103,7 @@ def test_the_aarch64_wheel_is_built_verified_smoke_tested_and_indexed(aarch64_ru
     assert 'data-machine="aarch64"' in (dist / "index" / "index.html").read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.cuda_build
 def test_the_aarch64_cuda_wheel_compiled_natively_holds_aarch64_code_and_sm_90_sass_only(aarch64_cuda_run):
     """GH200's wheel: cu13 stable ABI, SASS exactly sm_90 read from its AArch64 objects, torch's and
     CUDA's libraries left to torch, smoke-tested against PyPI's aarch64 CUDA torch (no GPU needed)."""
@@ -127,21 +126,28 @@ def test_the_aarch64_cuda_wheel_compiled_natively_holds_aarch64_code_and_sm_90_s
     assert {a for r in archs for a in r.ptx} <= {"compute_90"}, archs
     bundled = [n for n in elves if re.search(r"/(libtorch|libc10|libcudart|libcublas|libnvrtc)", n)]
     assert not bundled, bundled
+    # nvcc (the x86_64 overlay) was handed the cross g++ as its host compiler, as the provenance says
+    with zipfile.ZipFile(wheel) as zf:
+        (prov,) = [n for n in zf.namelist() if n.endswith(".dist-info/farm-provenance.json")]
+        toolchain = json.loads(zf.read(prov))["toolchain"]
+    assert toolchain["compiler"] == "cross" and toolchain["toolkit"]["kind"] == "cuda", toolchain
+    assert "-ccbin /opt/cross/usr/bin/aarch64-linux-gnu-gcc" in (dist / "logs" / f"{spec.id}.log").read_text()
 
 
 _COMPILER_PROBE = r"""
 set -euo pipefail
 echo "machine $(uname -m)"
-for f in "$CUDA_HOME/bin/nvcc" "$CUDA_HOME/bin/ptxas" "$CUDA_HOME/nvvm/bin/cicc" "$CUDA_HOME/lib/libcudart.so.13" "$(command -v g++)"; do
+for f in "$CUDA_HOME/bin/nvcc" "$CUDA_HOME/bin/ptxas" "$CUDA_HOME/nvvm/bin/cicc" "$CUDA_HOME/lib/libcudart.so.13" "$CXX"; do
   echo "$(basename "$f") $(head -c 20 "$(readlink -f "$f")" | od -An -tx1 | tr -d ' \n')"
 done
 """
 
 
-@pytest.mark.slow
+@pytest.mark.cuda_build
 def test_the_arm64_cuda_image_runs_x86_64_device_compilers_and_aarch64_everything_else(aarch64_cuda_run):
-    """Why the build is fast: the device compiler programs are this host's, run natively in the
-    emulated container; the runtime and host compiler stay the target's."""
+    """Why the build is fast: the device compiler programs and the host compiler (the cross g++) are this
+    host's, run natively in the emulated container; the runtime stays the target's, and the suite's own
+    emulated compilers are not installed."""
     from mamba_ssm import _elf
 
     client, spec = aarch64_cuda_run.client, aarch64_cuda_run.spec
@@ -155,8 +161,14 @@ def test_the_arm64_cuda_image_runs_x86_64_device_compilers_and_aarch64_everythin
         "ptxas": "x86_64",
         "cicc": "x86_64",
         "libcudart.so.13": "aarch64",
-        "g++": "aarch64",
+        "aarch64-linux-gnu-g++": "x86_64",
     }
+    assert (
+        client.containers.run(
+            image.id, ["bash", "-c", "command -v g++ gcc || true"], platform="linux/arm64", remove=True
+        )
+        == b""
+    )
 
 
 # In the arm64 container: resolve names the wheel, pip installs it next to torch, the op runs, the doctor agrees.
@@ -198,7 +210,7 @@ _CASES = {
 }
 
 
-@pytest.mark.parametrize("case", [pytest.param("cpu"), pytest.param("cu13", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("case", ["cpu", "cu13"])
 def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(request, case):
     built = request.getfixturevalue("aarch64_run" if case == "cpu" else "aarch64_cuda_run")
     assert built.run.rc == 0, "the build failed: see the tests above"
@@ -294,3 +306,49 @@ def test_a_torch_metadata_that_cannot_be_read_fails_the_install_clearly(tmp_path
     with pytest.raises(InfrastructureError, match=says) as err:
         target_requirements(tmp_path / "site", "torch", "aarch64", "3.11")
     assert "\x1b" not in str(err.value) and len(str(err.value)) < 1000
+
+
+@pytest.mark.slow
+@pytest.mark.cuda_build
+def test_upstream_causal_conv1d_for_aarch64_is_the_release_cells_evidence(tmp_path_factory):
+    """Upstream's aarch64 CUDA line, sampled: causal-conv1d from its pinned sdist for GH200 (cu13, sm_90), compiled
+    in the arm64 CUDA image by this host's nvcc and cross g++, verified as aarch64 code with sm_90 SASS, its
+    extension and public API imported under emulation with PyPI's aarch64 torch 2.11, and its evidence record one
+    that the release plan's aarch64 cells take their tier from."""
+    import zipfile
+
+    from farmkit import checked_evidence
+
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+    from builder.verifying import evidence
+    from mamba_ssm import _elf
+
+    reason = emulation.unavailable("aarch64")
+    if reason is not None:
+        pytest.skip(f"no aarch64 emulation on this host: {reason} ({emulation.SETUP_HINT})")
+    docker_client()
+    profile = "ci-upstream-aarch64"
+    (spec,) = load_plan(profile=profile).builds
+    dist = tmp_path_factory.mktemp("upstream-aarch64") / "dist"
+    run = run_build("--profile", profile, "--executor", "docker", "--jobs", "1", "--dist", str(dist), timeout=5400)
+    print(f"\nupstream causal-conv1d aarch64 build (emulated), verify, smoke, index: {run.seconds:.0f}s")
+    assert run.rc == 0, run.out[-6000:]
+    (wheel,) = (dist / "wheels").glob("*.whl")
+    head = "causal_conv1d-1.7.0+cu13torch2.11cxx11abiTRUE-cp311-cp311"
+    assert re.fullmatch(rf"{re.escape(head)}-manylinux_2_\d+_aarch64\.whl", wheel.name), wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        elves = {n: zf.read(n) for n in zf.namelist() if zf.read(n)[:4] == b"\x7fELF"}
+    assert "causal_conv1d_cuda.cpython-311-aarch64-linux-gnu.so" in elves, list(elves)
+    assert {_elf.machine_of(b[:20]) for b in elves.values()} == {"aarch64"}, list(elves)
+    assert {a for n, b in elves.items() for a in _elf.archs_in(_elf.Elf(b, n)).sass} == {"sm_90"}
+    (rec,) = checked_evidence(dist, run.out, numerics=False, modules=("causal_conv1d_cuda", "causal_conv1d"))
+    assert rec["verified"]["machine"] == "aarch64" and rec["verified"]["archs"] == ["sm_90"], rec["verified"]
+    assert rec["imported"]["api"] == ["causal_conv1d.causal_conv1d_fn", "causal_conv1d.causal_conv1d_update"]
+    assert rec["imported"]["torch"].startswith("2.11."), rec["imported"]
+    assert rec["built"]["toolchain"]["compiler"] == "cross", rec["built"]
+    # the release builds this kind of wheel for its aarch64 cu13 x torch 2.11 cells, which take their tier from it
+    release = load_plan(profile="release")
+    cells = [(c, t) for c, b, t, r in tiers.cell_tiers(release, [rec]) if r is not None]
+    assert cells and all(c.platform == "linux_aarch64" and c.torch == "2.11" for c, _ in cells), cells
+    assert {t for _, t in cells} == {evidence.tier(rec, "2.11")} == {"compiled"}

@@ -68,12 +68,14 @@ def test_every_image_renders_and_passes_hadolint(image: ImageSpec, local: bool, 
     if local and image.kind == "cuda" and image.toolkit == "13.0":
         assert '"nvidia-cuda-nvcc==13.0.*"' in text and "libcudart.so.13" in text
     # an emulated CUDA 13 image compiles device code with this host's nvcc/cicc/ptxas (measured: 4.3 s
-    # natively against 115 s emulated for one kernel); a native one, or a base without Debian's multiarch
-    # loader, keeps its own
+    # natively against 115 s emulated for one kernel), run by the cross compiler's loader where it has one, else
+    # Debian multiarch's; a native one, or a base without a multiarch loader, keeps its own
     overlay = local and image.kind == "cuda" and image.toolkit == "13.0" and machine != host_machine()
-    assert ("dpkg --add-architecture" in text) == overlay
+    assert ("dpkg --add-architecture" in text) == (overlay and not r.cross)
+    assert ("AS cuda-fetch" in text) == bool(overlay and r.cross)
     if overlay:
-        assert f"libc6:{DEBIAN_ARCH[host_machine()]}" in text and f"--platform manylinux_2_17_{host_machine()}" in text
+        assert f"--platform manylinux_2_17_{host_machine()}" in text
+        assert (f"libc6:{DEBIAN_ARCH[host_machine()]}" in text) != bool(r.cross)
         assert '"nvidia-cuda-nvcc==13.0.*" "nvidia-nvvm==13.0.*"' in text
         assert "nvvm/bin/. /opt/cuda-pypi/nvidia/cu13/nvvm/bin/" in text
     if local and image.kind == "rocm":
@@ -155,9 +157,10 @@ def test_amd_rocm_image_stages_the_header_patch_and_its_bytes_make_the_tag(tmp_p
     assert render(amd, host_pythons={}).tag != r.tag
 
 
-def test_an_emulated_cpu_image_compiles_with_the_build_hosts_cross_compiler_and_a_native_one_does_not() -> None:
+def test_an_emulated_image_compiles_with_the_build_hosts_cross_compiler_and_a_native_one_does_not() -> None:
     """aarch64 on x86_64: Debian's x86_64-hosted cross g++ from packages.toml's exact list, unpacked under
-    /opt/cross, each program pointed at the loader there; CC/CXX name it. The native image has no trace of it."""
+    /opt/cross, each program pointed at the loader there; CC/CXX name it, in the CPU and the CUDA image (nvcc's
+    host compiler), neither of which installs the suite's own compilers. The native image has no trace of it."""
     if host_machine() != "x86_64":
         pytest.skip("the cross compiler is the x86_64 build host's")
     images = load_plan(profile="ci-aarch64").images.values()
@@ -174,7 +177,19 @@ def test_an_emulated_cpu_image_compiles_with_the_build_hosts_cross_compiler_and_
     # the cross stage comes after nothing of the image's own: its layers (apt under emulation) stay as they were
     own = r.dockerfile.split("FROM --platform=linux/arm64 ", 1)[1]
     assert own.index("COPY --from=cross") > own.index("auditwheel")
-    assert render(cuda, base=local_name("bookworm", "aarch64")).cross is None  # its host side stays emulated
+    rc = render(cuda, base=local_name("bookworm", "aarch64"))
+    assert rc.cross == r.cross and "CXX=/opt/cross/usr/bin/aarch64-linux-gnu-g++" in rc.dockerfile
+    for dockerfile in (r.dockerfile, rc.dockerfile):
+        installs = [line for line in dockerfile.splitlines() if "apt-get install" in line]
+        assert installs and not any("build-essential" in line for line in installs), installs
+    # the CUDA toolkit is fetched by the cross stage's pip for the target (natively), not by the emulated image
+    fetch, final = rc.dockerfile.split("FROM --platform=linux/arm64 ", 1)
+    assert "FROM --platform=linux/amd64 cross AS cuda-fetch" in fetch and "--platform manylinux_2_27_aarch64" in fetch
+    assert '"nvidia-cuda-nvcc==13.0.*"' in fetch and "nvidia-" not in final and "dpkg --add-architecture" not in final
+    assert "COPY --from=cuda-fetch /opt/cuda-pypi /opt/cuda-pypi" in final
+    # both images' own layers are the same up to their labels: the engine makes them once (apt under emulation)
+    own_cuda = rc.dockerfile.split("FROM --platform=linux/arm64 ", 1)[1]
+    assert own.split("\nLABEL ", 1)[0] == own_cuda.split("\nLABEL ", 1)[0]
     native = [i for i in load_plan(profile="ci").images.values() if i.kind == "cpu"]
     assert native and all(render(i, base=local_name("bookworm")).cross is None for i in native)
     assert all("/opt/cross" not in render(i, base=local_name("bookworm")).dockerfile for i in native)
@@ -207,3 +222,21 @@ def test_the_provenance_of_a_cross_compiled_build_says_cross(tmp_path: Path) -> 
     assert records["x86_64"]["toolchain"] == {"compiler": "image", "toolkit": None}
     line = summary({**records["aarch64"], "source": {"kind": "checkout", "commit": "0" * 40}, "id": "x"})
     assert "cross compiler x86_64 -> aarch64" in line
+
+
+def test_a_pip_fetching_for_another_machine_is_given_every_manylinux_tag_its_glibc_runs() -> None:
+    """pip --platform matches tags exactly: PyPI's aarch64 cuDNN/cuBLAS wheels say manylinux_2_27, its CUDA toolkit
+    wheels manylinux2014; both run on a manylinux_2_28 target, a manylinux_2_34 wheel does not."""
+    from builder.facts.compat import manylinux_platforms
+
+    aarch64 = manylinux_platforms("manylinux_2_28_aarch64")
+    assert aarch64[0] == "manylinux_2_28_aarch64" and {"manylinux_2_27_aarch64", "manylinux2014_aarch64"} <= set(
+        aarch64
+    )
+    assert "manylinux_2_34_aarch64" not in aarch64 and not any("2010" in t or "manylinux1" in t for t in aarch64)
+    assert {"manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"} <= set(
+        manylinux_platforms("manylinux_2_17_x86_64")
+    )
+    assert "manylinux2014_x86_64" not in manylinux_platforms("manylinux_2_12_x86_64")
+    with pytest.raises(ValueError, match="manylinux2014_x86_64"):
+        manylinux_platforms("manylinux2014_x86_64")

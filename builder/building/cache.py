@@ -30,7 +30,8 @@ CUDA_TORCH_BYTES = 5_400_000_000  # measured: torch 2.14.1 / 2.15.0 (CUDA 13) wi
 CPU_TORCH_BYTES = 1_000_000_000
 _SHARE_MIN = 1 << 20  # files below 1 MB are not worth a link
 _SIZE_RE = re.compile(r"(\d{1,15}(?:\.\d{1,6})?)\s*([KMGT]?)i?B?", re.IGNORECASE)  # 15 digits: past any disk
-_COMPLETE_BYTES = 4096  # ".complete" holds one requirement line
+_COMPLETE_BYTES = 4096  # ".complete": a torch venv's requirement line; a dependency layer's, then its requirements
+_KINDS = ("torch-envs", "deps-envs")  # a slot's torch venvs, and the dependency layers on top of them (deps_layer)
 
 
 def smoke_root() -> Path:
@@ -60,7 +61,7 @@ def human(n: float) -> str:
 @dataclass(frozen=True)
 class Entry:
     path: Path
-    requirement: str  # what .complete says: "torch==2.14.1"
+    requirement: str  # what .complete says: "torch==2.14.1"; a dependency layer's: "torch==2.14.1 + einops, ..."
     last_used: float
     apparent: int  # bytes of its files, shared ones included
 
@@ -87,33 +88,31 @@ def _real_dirs(folder: Path):
 
 
 def linked(root: Path | None = None) -> list[Path]:
-    """Slots, torch-envs folders and venvs under the smoke cache that are links: not the cache's to prune."""
+    """Slots, torch-envs and deps-envs folders and the venvs in them under the smoke cache that are links: not the
+    cache's to prune."""
     root = root or smoke_root()
     out = []
     for slot in sorted(root.glob("*")):
-        for p in [slot, slot / "torch-envs", *((slot / "torch-envs").glob("*") if not slot.is_symlink() else ())]:
-            if p.is_symlink():
-                out.append(p)
+        inner = [] if slot.is_symlink() else [q for kind in _KINDS for q in [slot / kind, *(slot / kind).glob("*")]]
+        out += [p for p in [slot, *inner] if p.is_symlink()]
     return out
 
 
 def entries(root: Path | None = None, warn=None) -> list[Entry]:
-    """Every complete torch venv under the smoke cache, least recently used first. Only real folders are
-    walked (a link to a folder elsewhere is not the cache's); a ``.complete`` that is not a small regular
-    file is not a complete venv (``warn`` is told)."""
+    """Every complete torch venv and dependency layer under the smoke cache, least recently used first. Only
+    real folders are walked (a link to a folder elsewhere is not the cache's); a ``.complete`` that is not a
+    small regular file is not a complete venv (``warn`` is told)."""
     root = root or smoke_root()
     out = []
     for slot in _real_dirs(root):
-        envs = slot / "torch-envs"
-        if envs.is_symlink():
-            continue
-        for venv in _real_dirs(envs):
+        for venv in (v for kind in _KINDS if not (slot / kind).is_symlink() for v in _real_dirs(slot / kind)):
             done = venv / ".complete"
             if not os.path.lexists(done):
                 continue
             try:
                 # read only as the cache's own file: a link out of the cache is never followed (nor its target shown)
-                requirement = text(read_inside(root, done, _COMPLETE_BYTES), str(done)).strip()
+                lines = text(read_inside(root, done, _COMPLETE_BYTES), str(done)).split()
+                requirement = " + ".join(filter(None, [" ".join(lines[:1]), ", ".join(lines[1:])]))
             except Untrusted as err:
                 if warn:
                     warn(f"cache: {done}: skipped, not a complete venv ({shown(err, 200)})")
@@ -193,17 +192,21 @@ def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, l
             lock.acquire()
         except Timeout:
             continue
+        # a torch venv goes with the dependency layers on top of it (they see its files through a .pth)
+        layers = [x for x in live if x.path.parent.name == "deps-envs" and x.path.parent.parent == e.path.parent.parent
+                  and x.path.name.startswith(e.path.name + "-")] if e.path.parent.name == "torch-envs" else []  # fmt: skip
         try:
-            gone = remove_tree(e.path, root)  # never through a link: what a link reaches is not the cache's
+            gone = [x for x in [*layers, e] if remove_tree(x.path, root)]  # never through a link out of the cache
         except OSError as err:
             log(f"cache: {e.path}: not removed ({err.strerror or err})")
             continue
         finally:
             lock.release()
-        if not gone:
+        if e not in gone:
             continue
-        live.remove(e)
-        removed.append(e)
+        for x in gone:
+            live.remove(x)
+        removed += gone
         total = real_bytes([x.path for x in live])
         log(f"cache: removed {shown(e.path)} ({shown(e.requirement, 200)}, last used {time.strftime('%Y-%m-%d', time.localtime(e.last_used))}): "
             f"over the {human(limit)} budget (MAMBA_FARM_CACHE_BUDGET)")  # fmt: skip

@@ -8,6 +8,7 @@ architectures, in which toolchain. No I/O beyond reading the bundled data once.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -265,6 +266,29 @@ class Compat:
         glibc = max(floor, image_glibc, key=vtuple)
         major, minor = glibc.split(".")
         return f"manylinux_{major}_{minor}_{platform.removeprefix('linux_')}"
+
+
+# PEP 600's names for the older manylinux tags, with the glibc each stands for (2010 and 1: x86 only).
+_LEGACY_MANYLINUX = (
+    ("manylinux2014", 17, None),
+    ("manylinux2010", 12, ("x86_64", "i686")),
+    ("manylinux1", 5, ("x86_64", "i686")),
+)
+
+
+def manylinux_platforms(tag: str) -> list[str]:
+    """Every platform tag of a wheel that runs where TAG (``manylinux_2_28_aarch64``) does, newest first.
+
+    ``pip --platform`` matches tags exactly: a pip fetching for another machine is given them all (PyPI's aarch64
+    cuDNN and cuBLAS wheels say manylinux_2_27, its toolkit wheels manylinux2014)."""
+    m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", tag)
+    if m is None:
+        raise ValueError(f"not a PEP 600 manylinux tag: {tag!r}")
+    minor, arch = int(m.group(1)), m.group(2)
+    tags = [f"manylinux_2_{n}_{arch}" for n in range(minor, 4, -1)]
+    return tags + [
+        f"{name}_{arch}" for name, n, archs in _LEGACY_MANYLINUX if n <= minor and (archs is None or arch in archs)
+    ]
 
 
 def image_setting_key(kind: str, source: str) -> str:

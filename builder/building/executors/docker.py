@@ -47,6 +47,7 @@ from builder.building.images.images import (
 )
 from builder.building.images.render import load_packages, render
 from builder.errors import FarmError, InfrastructureError
+from builder.facts.compat import manylinux_platforms
 from builder.facts.hostenv import CACHE_ROOT, host_machine, host_pip_settings
 from builder.facts.cputime import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu
 from builder.sourcing.reproducible import tree_epoch
@@ -336,7 +337,8 @@ class DockerExecutor:
         started = time.monotonic()
         pip = [
             sys.executable, "-m", "pip", "install", "--no-compile", "--target", str(tmp / "site"), "--only-binary", ":all:",
-            "--platform", spec.manylinux, "--python-version", spec.python, "--implementation", "cp",
+            *(a for tag in manylinux_platforms(spec.manylinux) for a in ("--platform", tag)),
+            "--python-version", spec.python, "--implementation", "cp",
             *farm["FARM_TORCH_PIP_ARGS"].split(),
         ]  # fmt: skip
         reason = None
@@ -544,7 +546,7 @@ class DockerExecutor:
         if code != 0:
             raise VerificationError(f"{wheel.name}: smoke test failed in {self.tags[spec.image]}: {lines[-1] if lines else code} (log: {out})")
         ran = smoke_evidence("\n".join(lines))
-        ran["imported"] = {**ran["imported"], "emulated": True}
+        ran["imported"] = {**ran["imported"], "emulated": machine_of(spec.platform) != host_machine()}
         return {"line": next((ln for ln in reversed(lines) if ln.startswith("smoke ok")), "smoke ok"), **ran}
 
     def _remove(self, cid: str) -> None:

@@ -29,6 +29,7 @@ from builder.building.images.images import (
     machine_of,
 )
 from builder.errors import InterpreterUnavailable, UsageError
+from builder.facts.compat import manylinux_platforms
 from builder.facts.hostenv import host_machine, pyenv_pythons
 from builder.facts.paths import REPO
 from builder.facts.spec import ImageSpec, stable_hash
@@ -140,8 +141,12 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
             )
         packages += list(osdef["system_python_packages"])
     # Debian's hipcc/libamdhip64-dev are the toolkit only where Debian provides it, never on AMD's image.
+    kind_packages = []
     if image.kind != "rocm" or source == "debian":
-        packages += list(data["kind"].get(family, {}).get(image.kind, []))
+        kind_packages = list(data["kind"].get(family, {}).get(image.kind, []))
+    cross = cross_compiler(image, base, osdef)
+    if cross:
+        packages = [p for p in packages if p not in cross["replaces"]]
     ctx: dict = {
         "base": base,
         "label": LABEL,
@@ -149,7 +154,9 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
         "kind": image.kind,
         "toolkit": image.toolkit or "none",
         "os_include": f"_os_{family}.Dockerfile.j2",
+        "family": family,
         "os_packages": sorted(set(packages)),
+        "kind_packages": sorted(set(kind_packages) - set(packages)),
         "apt_sources": "",
         "python_include": f"_python_{mode}.Dockerfile.j2",
         "bootstrap_python": osdef.get("bootstrap_python", "python3"),
@@ -158,7 +165,8 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
         "python_packages": [f'"{p}"' for p in data["python"]["packages"]],
         "tool_packages": [f'"{p}"' for p in data["python"]["tools"]],
         "tool_python": f"/opt/python/{first}-{first}/bin/python3",
-        "cross": cross_compiler(image, base, osdef),
+        "cross": cross,
+        "cuda_fetch": None,
     }
     if image.kind == "cuda":
         major = (image.toolkit or "13").split(".")[0]
@@ -175,6 +183,10 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
             ctx["cuda_headers"] = [f'"{p}"' for p in pins.get("headers", [])]
             ctx["cuda_home"] = f"/opt/cuda-pypi/nvidia/cu{major}"
             ctx["cuda_compiler"] = compiler_overlay(image, osdef, pins)
+            if cross and ctx["cuda_compiler"]:  # the cross stage's pip fetches it all, natively
+                glibc = image.extra.get("glibc", "2.17").replace(".", "_")
+                platforms = manylinux_platforms(f"manylinux_{glibc}_{machine_of(image.platform)}")
+                ctx["cuda_fetch"] = {"target_platforms": " ".join(f"--platform {t}" for t in platforms)}
         elif source == "debian":
             if family != "debian":
                 raise UsageError(f"image {image.id}: toolkit_source debian needs a Debian base, not {base}")
@@ -194,16 +206,24 @@ _X86_64_LOADER = "/lib64/ld-linux-x86-64.so.2"
 
 
 def cross_compiler(image: ImageSpec, base: str, osdef: dict) -> dict | None:
-    """For another machine's CPU image: the build host's cross compiler that compiles and links its code.
+    """For another machine's CPU or CUDA image: the build host's cross compiler that compiles and links its code.
 
     Under emulation the host-side g++ ran 3.6x slower than natively (benchmarks/emulation.py); Debian's
     cross g++ is a program of the build host's machine, which the kernel runs natively inside the emulated
     container given its own loader and libraries (unpacked with it under CROSS_PREFIX). It compiles for the
-    target with the same GCC release and the same glibc as the suite's native g++. None for a native image,
-    a base without a [os.*.cross.<machine>] table (packages.toml), or a CUDA/ROCm image."""
+    target with the same GCC release and the same glibc as the suite's native g++. In a CUDA image it is
+    also nvcc's host compiler (torch's cpp_extension passes ``-ccbin $CC``): the build host's nvcc (the
+    compiler overlay) with the cross g++ makes target objects, as NVIDIA's own cross builds do. None for a
+    native image, a base without a [os.*.cross.<machine>] table (packages.toml), or a ROCm image."""
     machine, host = machine_of(image.platform), host_machine()
     table = osdef.get("cross", {}).get(machine)
-    if machine == host or image.kind != "cpu" or not table or table.get("host") != host or host != "x86_64":
+    if (
+        machine == host
+        or image.kind not in ("cpu", "cuda")
+        or not table
+        or table.get("host") != host
+        or host != "x86_64"
+    ):
         return None
     cross_base = local_name(local_suite(base), host) if is_local_base(base) else base
     return {
@@ -220,10 +240,8 @@ def cross_compiler(image: ImageSpec, base: str, osdef: dict) -> dict | None:
         "rpath": f"{CROSS_PREFIX}/lib/{host}-linux-gnu:{CROSS_PREFIX}/usr/lib/{host}-linux-gnu",
         "cc": table["cc"],
         "cxx": table["cxx"],
+        "replaces": list(table.get("replaces", [])),
     }
-
-
-_COMPILER_TAGS = ("manylinux_2_17", "manylinux2014", "manylinux_2_12", "manylinux2010")
 
 
 def compiler_overlay(image: ImageSpec, osdef: dict, pins: dict) -> dict | None:
@@ -243,8 +261,8 @@ def compiler_overlay(image: ImageSpec, osdef: dict, pins: dict) -> dict | None:
         "target": machine,
         "debian_arch": arch,
         "packages": [f'"{p}"' for p in pins["compiler"]],
-        # pip's --platform takes exact tags: those NVIDIA's compiler wheels carry (manylinux2014, 2010).
-        "platform_args": " ".join(f"--platform {t}_{host}" for t in _COMPILER_TAGS),
+        # pip's --platform takes exact tags: those NVIDIA's compiler wheels may carry (manylinux2014 and older).
+        "platform_args": " ".join(f"--platform {t}" for t in manylinux_platforms(f"manylinux_2_17_{host}")),
     }
 
 
