@@ -719,12 +719,25 @@ def api_imports(api) -> list[str]:
     return [f"from {m} import {n}" for m, _, n in (a.rpartition(".") for a in api)]
 
 
+def recipe_first_step(imports, api) -> str:
+    """The recipe smoke's first program: its imports in order in one interpreter (an extension needs torch's
+    libraries loaded first), then its public names from their modules, then which torch and Python ran them."""
+    return "; ".join([*(f"import {name}" for name in imports), *api_imports(api), _RECIPE_FACTS])
+
+
+def recipe_ran(facts: dict, torch_requirement: str, imports, commands, api) -> dict:
+    """What a recipe's smoke test ran (``smoke_test``'s return), from the evidence FACTS its first step printed."""
+    return {
+        "line": f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}",
+        "imported": {**facts, "modules": [m for m in imports if m != "torch"], "api": list(api), "commands": len(commands)},
+        "numerics": [],
+    }
+
+
 def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands, api=()) -> dict:
-    """The recipe's [test]: its imports in order in one interpreter (an extension needs torch's libraries
-    loaded first), then its public names from their modules (that interpreter then says which torch and Python
-    it ran), then each command, in the smoke venv from / (not the source tree)."""
-    first = "; ".join([*(f"import {name}" for name in imports), *api_imports(api), _RECIPE_FACTS])
-    steps = [[vpy, "-c", first]]
+    """The recipe's [test] (``recipe_first_step``, then each command), in the smoke venv from / (not the source
+    tree)."""
+    steps = [[vpy, "-c", recipe_first_step(imports, api)]]
     steps += [[vpy if c[0] == "python" else c[0], *c[1:]] for c in commands]
     facts = None
     for argv in steps:
@@ -735,12 +748,7 @@ def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, comman
             raise VerificationError(f"{wheel.name}: smoke test `{shown}` failed with {torch_requirement}: {last}")
         if facts is None:
             facts = smoke_evidence(proc.stdout)
-    modules = [m for m in imports if m != "torch"]
-    return {
-        "line": f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}",
-        "imported": {**facts, "modules": modules, "api": list(api), "commands": len(commands)},
-        "numerics": [],
-    }
+    return recipe_ran(facts, torch_requirement, imports, commands, api)
 
 
 def site_packages(python: str) -> str:

@@ -328,14 +328,13 @@ def _verify_and_publish(
     good, ran = Path(verified.wheel), None
     foreign = machine_of(spec.platform) != host_machine()
     if smoke and foreign:
-        if emulated_smoke is None or recipe is not None:
+        if emulated_smoke is None:
             raise FarmError(
-                f"cannot smoke-test {good.name} on this {host_machine()} host: "
-                + ("a recipe's smoke test does not run under emulation yet" if emulated_smoke else "this executor has no emulated smoke test"),
+                f"cannot smoke-test {good.name} on this {host_machine()} host: this executor has no emulated smoke test",
                 hint="use --executor docker, or pass --no-smoke",
             )
         t0 = time.monotonic()
-        ran = emulated_smoke(spec, good, log_path or workdir / f"{spec.id}.log")
+        ran = emulated_smoke(spec, good, log_path or workdir / f"{spec.id}.log", recipe=recipe)
         log(f"{spec.id}: {ran['line']} (under emulation, {time.monotonic() - t0:.0f}s)")
     elif smoke:
         from filelock import FileLock

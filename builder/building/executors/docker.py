@@ -509,14 +509,21 @@ class DockerExecutor:
             return BuildResult(False, None, log_path, f"engine error: {str(err)[:160]}", infrastructure=True)
 
     # -- smoke test under emulation --------------------------------------------------------
-    def smoke(self, spec, wheel: Path, log_path: Path, timeout: float = 1800) -> dict:
+    def smoke(self, spec, wheel: Path, log_path: Path, timeout: float = 1800, recipe=None) -> dict:
         """Smoke-test WHEEL in a container of SPEC's own image (another machine's, under emulation): a
         fresh venv that sees only the torch volume the build used, the wheel installed alone, ``pip check``,
-        then builder.verifying.wheels' smoke script (the CPU scan against the float64 reference). Returns what ran
-        (as :func:`builder.verifying.wheels.smoke_test` does; ``imported.emulated``: under emulation)."""
-        from builder.errors import VerificationError
-        from builder.verifying.wheels import SMOKE_SCRIPT, smoke_evidence
+        then builder.verifying.wheels' smoke script (the CPU scan against the float64 reference); for a RECIPE's
+        wheel, its imports, public API and commands instead, as on the host. Returns what ran (as
+        :func:`builder.verifying.wheels.smoke_test` does; ``imported.emulated``: under emulation)."""
+        import shlex
 
+        from builder.errors import VerificationError
+        from builder.verifying.wheels import SMOKE_SCRIPT, recipe_first_step, recipe_ran, smoke_evidence
+
+        if recipe is not None and recipe.deps:
+            raise VerificationError(
+                f"{wheel.name}: the recipe's declared dependencies (`[test] deps = true`) are not installed under emulation"
+            )
         volume, failed = self._torch_volume(spec, log_path, timeout)
         if failed is not None:
             raise VerificationError(f"{wheel.name}: smoke test: {failed.reason}")
@@ -527,12 +534,17 @@ class DockerExecutor:
             info = tarfile.TarInfo("smoke/smoke.py")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+        vpy = "/smoke/venv/bin/python"
+        if recipe is None:  # the wheel's own torch pin must accept the torch it is tested with
+            steps = [f'"$FARM_PYTHON" -m pip --python {vpy} check', f"{vpy} /smoke/smoke.py"]
+        else:  # installed without its dependencies, as on the host: no pip check
+            steps = [shlex.join([vpy, "-c", recipe_first_step(recipe.imports, recipe.api)])]
+            steps += [shlex.join([vpy if c[0] == "python" else c[0], *c[1:]]) for c in recipe.commands]
         script = (
-            'set -e; "$FARM_PYTHON" -m venv --without-pip /smoke/venv; '
-            'echo /torch/site > "$(/smoke/venv/bin/python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')/_torch.pth"; '
-            f'"$FARM_PYTHON" -m pip --python /smoke/venv/bin/python install -q --no-deps /smoke/{wheel.name}; '
-            '"$FARM_PYTHON" -m pip --python /smoke/venv/bin/python check; '
-            "cd / && /smoke/venv/bin/python /smoke/smoke.py"
+            f'set -e; "$FARM_PYTHON" -m venv --without-pip /smoke/venv; '
+            f'echo /torch/site > "$({vpy} -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')/_torch.pth"; '
+            f'"$FARM_PYTHON" -m pip --python {vpy} install -q --no-deps /smoke/{wheel.name}; '
+            "cd / && " + " && ".join(steps)
         )
         env = {k: v for k, v in self._env(spec).items() if k != "PYTHONPATH"}
         out = log_path.with_name(log_path.stem + ".smoke.log")
@@ -545,8 +557,13 @@ class DockerExecutor:
         lines = [ln for ln in out.read_text(errors="replace").splitlines() if ln.strip()]
         if code != 0:
             raise VerificationError(f"{wheel.name}: smoke test failed in {self.tags[spec.image]}: {lines[-1] if lines else code} (log: {out})")
+        emulated = machine_of(spec.platform) != host_machine()
+        if recipe is not None:
+            ran = recipe_ran(smoke_evidence("\n".join(lines)), f"torch=={spec.torch_version}", recipe.imports, recipe.commands, recipe.api)
+            ran["imported"]["emulated"] = emulated
+            return ran
         ran = smoke_evidence("\n".join(lines))
-        ran["imported"] = {**ran["imported"], "emulated": machine_of(spec.platform) != host_machine()}
+        ran["imported"] = {**ran["imported"], "emulated": emulated}
         return {"line": next((ln for ln in reversed(lines) if ln.startswith("smoke ok")), "smoke ok"), **ran}
 
     def _remove(self, cid: str) -> None:
