@@ -192,9 +192,7 @@ def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, l
             lock.acquire()
         except Timeout:
             continue
-        # a torch venv goes with the dependency layers on top of it (they see its files through a .pth)
-        layers = [x for x in live if x.path.parent.name == "deps-envs" and x.path.parent.parent == e.path.parent.parent
-                  and x.path.name.startswith(e.path.name + "-")] if e.path.parent.name == "torch-envs" else []  # fmt: skip
+        layers = _layers_on(e.path, live)
         try:
             gone = [x for x in [*layers, e] if remove_tree(x.path, root)]  # never through a link out of the cache
         except OSError as err:
@@ -211,6 +209,14 @@ def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, l
         log(f"cache: removed {shown(e.path)} ({shown(e.requirement, 200)}, last used {time.strftime('%Y-%m-%d', time.localtime(e.last_used))}): "
             f"over the {human(limit)} budget (MAMBA_FARM_CACHE_BUDGET)")  # fmt: skip
     return removed
+
+
+def _layers_on(venv: Path, live: list[Entry]) -> list[Entry]:
+    """The dependency layers of LIVE on top of the torch VENV (they see its files through a .pth, so they go with
+    it): in its slot's deps-envs, named after it (``deps_layer``)."""
+    if venv.parent.name != "torch-envs":
+        return []
+    return [x for x in live if x.path.parent == venv.parent.parent / "deps-envs" and x.path.name.startswith(venv.name + "-")]
 
 
 def build_venvs() -> list[Path]:

@@ -268,27 +268,26 @@ class Compat:
         return f"manylinux_{major}_{minor}_{platform.removeprefix('linux_')}"
 
 
-# PEP 600's names for the older manylinux tags, with the glibc each stands for (2010 and 1: x86 only).
-_LEGACY_MANYLINUX = (
-    ("manylinux2014", 17, None),
-    ("manylinux2010", 12, ("x86_64", "i686")),
-    ("manylinux1", 5, ("x86_64", "i686")),
-)
+# PEP 600's older manylinux names, newest first; PEP 571 and 513 defined the last two for x86 only.
+_LEGACY_MANYLINUX = ("manylinux2014", "manylinux2010", "manylinux1")
+_X86_ONLY = {"manylinux2010", "manylinux1"}
 
 
 def manylinux_platforms(tag: str) -> list[str]:
     """Every platform tag of a wheel that runs where TAG (``manylinux_2_28_aarch64``) does, newest first.
 
     ``pip --platform`` matches tags exactly: a pip fetching for another machine is given them all (PyPI's aarch64
-    cuDNN and cuBLAS wheels say manylinux_2_27, its toolkit wheels manylinux2014)."""
+    cuDNN and cuBLAS wheels say manylinux_2_27, its toolkit wheels manylinux2014). Which glibc each tag needs is
+    read the installer's way (``mamba_ssm._prebuilt.platform_ok``)."""
+    from mamba_ssm._prebuilt import platform_ok  # here: it loads urllib & co., which most users of compat never need
+
     m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", tag)
     if m is None:
         raise ValueError(f"not a PEP 600 manylinux tag: {tag!r}")
     minor, arch = int(m.group(1)), m.group(2)
-    tags = [f"manylinux_2_{n}_{arch}" for n in range(minor, 4, -1)]
-    return tags + [
-        f"{name}_{arch}" for name, n, archs in _LEGACY_MANYLINUX if n <= minor and (archs is None or arch in archs)
-    ]
+    candidates = [f"manylinux_2_{n}_{arch}" for n in range(minor, 4, -1)]
+    candidates += [f"{name}_{arch}" for name in _LEGACY_MANYLINUX if name not in _X86_ONLY or arch in ("x86_64", "i686")]
+    return [t for t in candidates if platform_ok(t, arch, (2, minor))]
 
 
 def image_setting_key(kind: str, source: str) -> str:

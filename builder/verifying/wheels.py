@@ -719,10 +719,12 @@ def api_imports(api) -> list[str]:
     return [f"from {m} import {n}" for m, _, n in (a.rpartition(".") for a in api)]
 
 
-def recipe_first_step(imports, api) -> str:
-    """The recipe smoke's first program: its imports in order in one interpreter (an extension needs torch's
-    libraries loaded first), then its public names from their modules, then which torch and Python ran them."""
-    return "; ".join([*(f"import {name}" for name in imports), *api_imports(api), _RECIPE_FACTS])
+def recipe_steps(vpy: str, imports, commands, api) -> list[list[str]]:
+    """The recipe smoke's programs, run with VPY (the smoke venv's Python, here or in a container): first its
+    imports in order in one interpreter (an extension needs torch's libraries loaded first), then its public names
+    from their modules, then which torch and Python ran them; then each command (``python`` is VPY)."""
+    first = "; ".join([*(f"import {name}" for name in imports), *api_imports(api), _RECIPE_FACTS])
+    return [[vpy, "-c", first], *([vpy if c[0] == "python" else c[0], *c[1:]] for c in commands)]
 
 
 def recipe_ran(facts: dict, torch_requirement: str, imports, commands, api) -> dict:
@@ -735,12 +737,9 @@ def recipe_ran(facts: dict, torch_requirement: str, imports, commands, api) -> d
 
 
 def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands, api=()) -> dict:
-    """The recipe's [test] (``recipe_first_step``, then each command), in the smoke venv from / (not the source
-    tree)."""
-    steps = [[vpy, "-c", recipe_first_step(imports, api)]]
-    steps += [[vpy if c[0] == "python" else c[0], *c[1:]] for c in commands]
+    """The recipe's [test] (``recipe_steps``), in the smoke venv from / (not the source tree)."""
     facts = None
-    for argv in steps:
+    for argv in recipe_steps(vpy, imports, commands, api):
         proc = subprocess.run(argv, check=False, capture_output=True, text=True, cwd="/", env=_clean_env())
         if proc.returncode:
             last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["(no output)"])[-1]

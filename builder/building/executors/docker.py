@@ -518,7 +518,7 @@ class DockerExecutor:
         import shlex
 
         from builder.errors import VerificationError
-        from builder.verifying.wheels import SMOKE_SCRIPT, recipe_first_step, recipe_ran, smoke_evidence
+        from builder.verifying.wheels import SMOKE_SCRIPT, recipe_ran, recipe_steps, smoke_evidence
 
         if recipe is not None and recipe.deps:
             raise VerificationError(
@@ -538,8 +538,7 @@ class DockerExecutor:
         if recipe is None:  # the wheel's own torch pin must accept the torch it is tested with
             steps = [f'"$FARM_PYTHON" -m pip --python {vpy} check', f"{vpy} /smoke/smoke.py"]
         else:  # installed without its dependencies, as on the host: no pip check
-            steps = [shlex.join([vpy, "-c", recipe_first_step(recipe.imports, recipe.api)])]
-            steps += [shlex.join([vpy if c[0] == "python" else c[0], *c[1:]]) for c in recipe.commands]
+            steps = [shlex.join(argv) for argv in recipe_steps(vpy, recipe.imports, recipe.commands, recipe.api)]
         script = (
             f'set -e; "$FARM_PYTHON" -m venv --without-pip /smoke/venv; '
             f'echo /torch/site > "$({vpy} -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')/_torch.pth"; '

@@ -186,7 +186,7 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
             if cross and ctx["cuda_compiler"]:  # the cross stage's pip fetches it all, natively
                 glibc = image.extra.get("glibc", "2.17").replace(".", "_")
                 platforms = manylinux_platforms(f"manylinux_{glibc}_{machine_of(image.platform)}")
-                ctx["cuda_fetch"] = {"target_platforms": " ".join(f"--platform {t}" for t in platforms)}
+                ctx["cuda_fetch"] = " ".join(f"--platform {t}" for t in platforms)  # its pip's flags for the target
         elif source == "debian":
             if family != "debian":
                 raise UsageError(f"image {image.id}: toolkit_source debian needs a Debian base, not {base}")
