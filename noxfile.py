@@ -7,7 +7,9 @@ import time
 
 import nox
 
-nox.options.default_venv_backend = "venv"
+# uv makes and fills a session's venv in about a second where venv and pip take 7-10 s, and every job of the
+# release workflow makes its own; venv where uv is not installed.
+nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests"]
 
@@ -29,7 +31,9 @@ def _timed_install(session: nox.Session, step: str, *args: str, **kwargs) -> Non
     session.log(f"ci-time: step {step} {time.monotonic() - started:.1f} s")
 
 
-@nox.session(python=PYTHON)
+# pip, not uv: the tests' torch comes from the wheelhouse pip's own configuration names (find-links),
+# which uv does not read.
+@nox.session(python=PYTHON, venv_backend="venv")
 def tests(session: nox.Session) -> None:
     """The test suite (CI set; add --run-slow for every end-to-end build)."""
     _timed_install(session, "torch", TEST_TORCH)
