@@ -267,8 +267,11 @@ def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
     run_step([python, "-m", "venv", str(tmp)], "create the torch venv")
+    # --no-compile: byte-compiling every module of torch and its requirements was two thirds of the install's CPU;
+    # a smoke test's imports compile the few hundred modules they load, once, into this writable venv.
     run_step(
-        [str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", torch_requirement], f"install {torch_requirement}"
+        [str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", torch_requirement],
+        f"install {torch_requirement}",
     )
     shutil.rmtree(base, ignore_errors=True)
     os.rename(tmp, base)  # only `bin/python -m ...` is used: that survives the move (console scripts would not)
@@ -307,7 +310,7 @@ def deps_layer(torch_venv: Path, torch_requirement: str, requirements: list[str]
     held.write_text(torch_requirement + "\n")
     pip = [tpy, "-m", "pip", "--python", str(tmp / "bin" / "python")]
     run_step(
-        [*pip, "install", "-q", "-r", str(wanted), "-c", str(held)],
+        [*pip, "install", "-q", "--no-compile", "-r", str(wanted), "-c", str(held)],  # as in torch_venv
         f"install the wheel's dependencies ({', '.join(sorted(requirements))}) next to {torch_requirement}",
     )
     (tmp / ".complete").write_text("".join(ln + "\n" for ln in [torch_requirement, *sorted(requirements)]))
