@@ -199,3 +199,8 @@ def test_the_emulated_smoke_mounts_the_layer_read_only_checks_it_and_records_the
     assert shlex.split(steps[pth + 2])[:2] == ["/smoke/venv/bin/python", "-c"] and "from mamba_ssm import Mamba2" in steps[pth + 2]
     assert out["imported"]["deps"] == ["einops", "triton>=3.5.0"] and out["imported"]["emulated"] is True
     assert out["imported"]["api"] == list(recipe.api) and out["imported"]["torch"] == "2.11.0+cu130"
+
+
+def test_a_wheel_that_declares_nothing_but_torch_gets_an_empty_layer_without_pip(tmp_path, pip_here):
+    layer = layer_of(tmp_path, [])
+    assert dists(layer / "site") == {} and (layer / ".complete").read_text() == "torch==2.11.0\n"

@@ -418,9 +418,11 @@ def foreign_deps_layer(
         (tmp / ".requirements.txt").write_text("".join(r + "\n" for r in wanted))
         (tmp / ".constraints.txt").write_text("".join(f"{n}=={v}\n" for n, v in sorted(held.items())))
         report = tmp / ".report.json"
-        run([*pip, "--dry-run", "--ignore-installed", "--report", str(report), "--target", str(tmp / "dry"),
-             "-r", str(tmp / ".requirements.txt"), "-c", str(tmp / ".constraints.txt")],
-            f"resolve the wheel's dependencies ({', '.join(wanted)}) next to {torch_requirement}")  # fmt: skip
+        report.write_text('{"install": []}')  # nothing declared but torch: an empty layer, no pip
+        if wanted:
+            run([*pip, "--dry-run", "--ignore-installed", "--report", str(report), "--target", str(tmp / "dry"),
+                 "-r", str(tmp / ".requirements.txt"), "-c", str(tmp / ".constraints.txt")],
+                f"resolve the wheel's dependencies ({', '.join(wanted)}) next to {torch_requirement}")  # fmt: skip
         try:
             items = json.loads(text(read_inside(tmp, report, 64 << 20), str(report))).get("install") or []
             resolved = {canonicalize_name(i["metadata"]["name"]): str(i["metadata"]["version"]) for i in items}
