@@ -198,3 +198,27 @@ def test_a_complete_marker_that_is_not_a_small_file_is_refused_not_read(tmp_path
 def test_a_size_that_is_not_one_is_a_usage_error(text):
     with pytest.raises(cache.UsageError, match="is not a size"):
         cache.parse_size(text)
+
+
+def test_another_machines_dependency_layers_are_counted_and_pruned_on_their_own(tmp_path, cli):
+    """An emulated smoke test's dependency layer (cache.foreign_deps_layer) sits in its own slot,
+    <cpXY>-torch<v>-<machine>/deps-envs, next to no torch venv (its torch is the build's folder): the cache shows and
+    counts it, prunes it alone, and a host torch venv of the same Python and torch never takes it with it."""
+    root = tmp_path / "farm"
+    now = time.time()
+    host = make_venv(root / "smoke", "3.11", "2.11.0", {"x.so": blob("a")}, now)
+    layer = root / "smoke" / "cp311-torch2.11.0-aarch64" / "deps-envs" / "mamba-farm-torch-cp311-2.11.0-cu13-aarch64-0123456789ab"
+    (layer / "site").mkdir(parents=True)
+    (layer / "site" / "t.so").write_bytes(blob("t"))
+    (layer / ".complete").write_text("torch==2.11.0\neinops\ntriton>=3.5.0\n")
+    (layer / ".last-used").touch()
+    os.utime(layer / ".last-used", (now - 60, now - 60))
+
+    def run(*args):
+        return cli("cache", *args, env={"MAMBA_FARM_CACHE": str(root)}, timeout=60)
+
+    shown = run()
+    assert shown.returncode == 0 and "2 torch venv(s), 4.0 MiB" in shown.stdout, shown.stdout
+    assert "cp311-torch2.11.0-aarch64/deps-envs/" in shown.stdout and "(torch==2.11.0 + einops, triton>=3.5.0)" in shown.stdout
+    pruned = run("prune", "--budget", "3M")  # the least recently used goes: the layer, alone
+    assert pruned.returncode == 0 and not layer.exists() and host.exists(), pruned.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import socket
 import tarfile
@@ -64,12 +65,33 @@ def torch_store(spec) -> str:
     return name if machine == host_machine() else str(CACHE_ROOT / "torch" / f"{name}-{machine}")
 
 
+def target_environment(machine: str, python: str) -> dict[str, str]:
+    """The environment markers of CPython PYTHON (3.11) on Linux on MACHINE (aarch64), as packaging names them."""
+    from packaging.markers import default_environment
+
+    return {
+        **default_environment(), "platform_machine": machine, "platform_system": "Linux", "sys_platform": "linux",
+        "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
+        "python_version": python, "python_full_version": f"{python}.0", "implementation_version": f"{python}.0",
+        "platform_release": "", "platform_version": "",
+    }  # fmt: skip
+
+
+def wheel_manylinux(wheel: Path, spec) -> str:
+    """The newest PEP 600 manylinux tag WHEEL's name carries (what it was repaired to: the systems it runs on), else
+    SPEC's planned one."""
+    found = re.findall(r"manylinux_2_(\d+)_(\w+?)(?=[.-]|$)", wheel.name.removesuffix(".whl").rsplit("-", 1)[-1])
+    if not found:
+        return spec.manylinux
+    minor, arch = max(found, key=lambda m: int(m[0]))
+    return f"manylinux_2_{minor}_{arch}"
+
+
 def target_requirements(site: Path, project: str, machine: str, python: str) -> list[str]:
     """PROJECT's requirements (its installed METADATA under SITE, outside data: capped, parsed strictly) whose
     markers hold on MACHINE (aarch64) with CPython PYTHON (3.11) on Linux, extras left out."""
     from email.parser import HeaderParser
 
-    from packaging.markers import default_environment
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
@@ -83,11 +105,7 @@ def target_requirements(site: Path, project: str, machine: str, python: str) -> 
         text = read_regular(where, 4 << 20).decode("utf-8")
     except (Untrusted, OSError, UnicodeDecodeError) as err:
         raise InfrastructureError(f"{where}: cannot be read ({shown(err, 300)})") from None
-    env = {
-        **default_environment(), "platform_machine": machine, "platform_system": "Linux", "sys_platform": "linux",
-        "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
-        "python_version": python, "python_full_version": f"{python}.0", "extra": "",
-    }  # fmt: skip
+    env = {**target_environment(machine, python), "extra": ""}
     out = []
     for line in HeaderParser().parsestr(text).get_all("Requires-Dist") or []:
         try:
@@ -513,20 +531,60 @@ class DockerExecutor:
         """Smoke-test WHEEL in a container of SPEC's own image (another machine's, under emulation): a
         fresh venv that sees only the torch volume the build used, the wheel installed alone, ``pip check``,
         then builder.verifying.wheels' smoke script (the CPU scan against the float64 reference); for a RECIPE's
-        wheel, its imports, public API and commands instead, as on the host. Returns what ran (as
-        :func:`builder.verifying.wheels.smoke_test` does; ``imported.emulated``: under emulation)."""
+        wheel, its imports, public API and commands instead, as on the host. A recipe with ``deps = true`` gets its
+        wheel's declared dependencies from a layer this host's pip fetched for the target (``_foreign_deps``),
+        mounted read-only at /deps, added with ``site.addsitedir`` and checked by ``pip check`` first. Returns what
+        ran (as :func:`builder.verifying.wheels.smoke_test` does; ``imported.emulated``: under emulation)."""
+        from filelock import FileLock
+
+        from builder.errors import VerificationError
+
+        volume, failed = self._torch_volume(spec, log_path, timeout)
+        if failed is not None:
+            raise VerificationError(f"{wheel.name}: smoke test: {failed.reason}")
+        out = log_path.with_name(log_path.stem + ".smoke.log")
+        out.write_text(f"== smoke test of {wheel.name} in {self.tags[spec.image]} ({self.machines.get(spec.image)})\n")
+        if recipe is None or not recipe.deps:
+            return self._smoke(spec, wheel, volume, out, timeout, recipe)
+        if not volume.startswith("/"):  # this host's machine: its volume is no folder pip can read
+            raise VerificationError(
+                f"{wheel.name}: the recipe's declared dependencies (`[test] deps = true`) are installed only for another "
+                "machine's smoke test here (the host executor installs them for this one)"
+            )
+        slot = CACHE_ROOT / "smoke" / f"{spec.python_tag}-torch{spec.torch_version}-{machine_of(spec.platform)}"
+        slot.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(slot) + ".lock"):  # held while the layer is used: `cache prune` passes it by
+            layer, deps = self._foreign_deps(spec, wheel, Path(volume), slot / "deps-envs", out, timeout)
+            return self._smoke(spec, wheel, volume, out, timeout, recipe, layer=layer, deps=deps)
+
+    def _foreign_deps(self, spec, wheel: Path, torch_folder: Path, root: Path, log_path: Path, timeout: float):
+        """The layer of WHEEL's declared dependencies for SPEC's machine and Python, fetched by this host's pip
+        (builder.building.cache.foreign_deps_layer), and those requirements: judged for the target, torch left out."""
+        from builder.building import cache
+        from builder.verifying.wheels import declared_requirements
+
+        machine = machine_of(spec.platform)
+        environment = target_environment(machine, spec.python)
+        deps = tuple(declared_requirements(wheel, environment))
+        try:
+            python = interpreters.python_prefix(spec.python, log=self.log) / "bin" / "python3"
+        except FarmError:  # no host Python of that version: imports compile it, slowly
+            python = None
+        started = time.monotonic()
+        layer = cache.foreign_deps_layer(
+            torch_folder / "site", list(deps), root, platforms=manylinux_platforms(wheel_manylinux(wheel, spec)),
+            python=spec.python, environment=environment, pip_args=spec_env(spec, max_jobs=1)["FARM_TORCH_PIP_ARGS"].split(),
+            compile_with=python, log_path=log_path, timeout=timeout,
+        )  # fmt: skip
+        self.log(f"{spec.id}: dependency layer {layer.name} for {machine}: {len(deps)} requirement(s) ({time.monotonic() - started:.0f}s)")
+        return layer, deps
+
+    def _smoke(self, spec, wheel: Path, volume: str, out: Path, timeout: float, recipe=None, layer=None, deps=()) -> dict:
         import shlex
 
         from builder.errors import VerificationError
         from builder.verifying.wheels import SMOKE_SCRIPT, recipe_ran, recipe_steps, smoke_evidence
 
-        if recipe is not None and recipe.deps:
-            raise VerificationError(
-                f"{wheel.name}: the recipe's declared dependencies (`[test] deps = true`) are not installed under emulation"
-            )
-        volume, failed = self._torch_volume(spec, log_path, timeout)
-        if failed is not None:
-            raise VerificationError(f"{wheel.name}: smoke test: {failed.reason}")
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             tar.add(wheel, arcname=f"smoke/{wheel.name}")
@@ -535,22 +593,26 @@ class DockerExecutor:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
         vpy = "/smoke/venv/bin/python"
+        check = f'"$FARM_PYTHON" -m pip --python {vpy} check'
+        purelib = f"$({vpy} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
         if recipe is None:  # the wheel's own torch pin must accept the torch it is tested with
-            steps = [f'"$FARM_PYTHON" -m pip --python {vpy} check', f"{vpy} /smoke/smoke.py"]
-        else:  # installed without its dependencies, as on the host: no pip check
+            steps = [check, f"{vpy} /smoke/smoke.py"]
+        else:  # installed without its dependencies, as on the host: pip check only when they are there
             steps = [shlex.join(argv) for argv in recipe_steps(vpy, recipe.imports, recipe.commands, recipe.api)]
+            if layer is not None:  # the dependency layer as the host adds its own: its .pth files run
+                steps = [f"echo \"import site; site.addsitedir('/deps/site')\" > \"{purelib}/_farm_deps.pth\"", check, *steps]
         script = (
             f'set -e; "$FARM_PYTHON" -m venv --without-pip /smoke/venv; '
-            f'echo /torch/site > "$({vpy} -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')/_torch.pth"; '
+            f'echo /torch/site > "{purelib}/_torch.pth"; '
             f'"$FARM_PYTHON" -m pip --python {vpy} install -q --no-deps /smoke/{wheel.name}; '
             "cd / && " + " && ".join(steps)
         )
         env = {k: v for k, v in self._env(spec).items() if k != "PYTHONPATH"}
-        out = log_path.with_name(log_path.stem + ".smoke.log")
-        out.write_text(f"== smoke test of {wheel.name} in {self.tags[spec.image]} ({self.machines.get(spec.image)})\n")
+        volumes = {volume: {"bind": "/torch", "mode": "ro"}}
+        if layer is not None:
+            volumes[str(layer)] = {"bind": "/deps", "mode": "ro"}
         try:
-            code = self._run(spec, ["bash", "-c", script], env, {volume: {"bind": "/torch", "mode": "ro"}}, out, timeout,
-                             archive=buf.getvalue())  # fmt: skip
+            code = self._run(spec, ["bash", "-c", script], env, volumes, out, timeout, archive=buf.getvalue())
         except _TimedOut:
             raise VerificationError(f"{wheel.name}: smoke test under emulation timed out after {timeout:.0f}s") from None
         lines = [ln for ln in out.read_text(errors="replace").splitlines() if ln.strip()]
@@ -560,6 +622,8 @@ class DockerExecutor:
         if recipe is not None:
             ran = recipe_ran(smoke_evidence("\n".join(lines)), f"torch=={spec.torch_version}", recipe.imports, recipe.commands, recipe.api)
             ran["imported"]["emulated"] = emulated
+            if layer is not None:
+                ran["imported"]["deps"] = list(deps)
             return ran
         ran = smoke_evidence("\n".join(lines))
         ran["imported"] = {**ran["imported"], "emulated": emulated}
