@@ -313,6 +313,51 @@ def test_a_torch_metadata_that_cannot_be_read_fails_the_install_clearly(tmp_path
     assert "\x1b" not in str(err.value) and len(str(err.value)) < 1000
 
 
+def _upstream_aarch64_build(tmp_path_factory, profile: str, head: str, modules: tuple[str, str], timeout: int):
+    """PROFILE's one upstream cu13 x torch 2.11 x cp311 build for aarch64 (sm_90) through the Docker executor:
+    (the run, its spec, the wheel, its evidence record), once its name, its ELF files (AArch64 code, sm_90 SASS
+    alone, the extension MODULES[0] among them), its verified record and its cross compiler are checked."""
+    import zipfile
+
+    from farmkit import checked_evidence
+
+    from builder.planning.plan import load_plan
+    from mamba_ssm import _elf
+
+    reason = emulation.unavailable("aarch64")
+    if reason is not None:
+        pytest.skip(f"no aarch64 emulation on this host: {reason} ({emulation.SETUP_HINT})")
+    docker_client()
+    (spec,) = load_plan(profile=profile).builds
+    dist = tmp_path_factory.mktemp(profile) / "dist"
+    run = run_build("--profile", profile, "--executor", "docker", "--jobs", "1", "--dist", str(dist), timeout=timeout)
+    assert run.rc == 0, run.out[-6000:]
+    (wheel,) = (dist / "wheels").glob("*.whl")
+    name = rf"{re.escape(head)}\+cu13torch2\.11cxx11abiTRUE-cp311-cp311-manylinux_2_\d+_aarch64\.whl"
+    assert re.fullmatch(name, wheel.name), wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        elves = {n: zf.read(n) for n in zf.namelist() if zf.read(n)[:4] == b"\x7fELF"}
+    assert f"{modules[0]}.cpython-311-aarch64-linux-gnu.so" in elves, list(elves)
+    assert {_elf.machine_of(b[:20]) for b in elves.values()} == {"aarch64"}, list(elves)
+    assert {a for n, b in elves.items() for a in _elf.archs_in(_elf.Elf(b, n)).sass} == {"sm_90"}
+    (rec,) = checked_evidence(dist, run.out, numerics=False, modules=modules)
+    assert rec["verified"]["machine"] == "aarch64" and rec["verified"]["archs"] == ["sm_90"], rec["verified"]
+    assert rec["built"]["toolchain"]["compiler"] == "cross", rec["built"]
+    return run, spec, wheel, rec
+
+
+def _release_cells_take_its_tier(rec) -> None:
+    """The release builds REC's kind of wheel for its aarch64 cu13 x torch 2.11 cells, which take their tier from it."""
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+    from builder.verifying import evidence
+
+    release = load_plan(profile="release")
+    cells = [(c, t) for c, b, t, r in tiers.cell_tiers(release, [rec]) if r is not None]
+    assert cells and all(c.platform == "linux_aarch64" and c.torch == "2.11" for c, _ in cells), cells
+    assert {t for _, t in cells} == {evidence.tier(rec, "2.11")} == {"compiled"}
+
+
 @pytest.mark.slow
 @pytest.mark.cuda_build
 def test_upstream_causal_conv1d_for_aarch64_is_the_release_cells_evidence(tmp_path_factory):
@@ -320,43 +365,13 @@ def test_upstream_causal_conv1d_for_aarch64_is_the_release_cells_evidence(tmp_pa
     in the arm64 CUDA image by this host's nvcc and cross g++, verified as aarch64 code with sm_90 SASS, its
     extension and public API imported under emulation with PyPI's aarch64 torch 2.11, and its evidence record one
     that the release plan's aarch64 cells take their tier from."""
-    import zipfile
-
-    from farmkit import checked_evidence
-
-    from builder.planning.plan import load_plan
-    from builder.publishing import tiers
-    from builder.verifying import evidence
-    from mamba_ssm import _elf
-
-    reason = emulation.unavailable("aarch64")
-    if reason is not None:
-        pytest.skip(f"no aarch64 emulation on this host: {reason} ({emulation.SETUP_HINT})")
-    docker_client()
-    profile = "ci-upstream-aarch64"
-    (spec,) = load_plan(profile=profile).builds
-    dist = tmp_path_factory.mktemp("upstream-aarch64") / "dist"
-    run = run_build("--profile", profile, "--executor", "docker", "--jobs", "1", "--dist", str(dist), timeout=5400)
+    run, _, _, rec = _upstream_aarch64_build(
+        tmp_path_factory, "ci-upstream-aarch64", "causal_conv1d-1.7.0", ("causal_conv1d_cuda", "causal_conv1d"), 5400
+    )
     print(f"\nupstream causal-conv1d aarch64 build (emulated), verify, smoke, index: {run.seconds:.0f}s")
-    assert run.rc == 0, run.out[-6000:]
-    (wheel,) = (dist / "wheels").glob("*.whl")
-    head = "causal_conv1d-1.7.0+cu13torch2.11cxx11abiTRUE-cp311-cp311"
-    assert re.fullmatch(rf"{re.escape(head)}-manylinux_2_\d+_aarch64\.whl", wheel.name), wheel.name
-    with zipfile.ZipFile(wheel) as zf:
-        elves = {n: zf.read(n) for n in zf.namelist() if zf.read(n)[:4] == b"\x7fELF"}
-    assert "causal_conv1d_cuda.cpython-311-aarch64-linux-gnu.so" in elves, list(elves)
-    assert {_elf.machine_of(b[:20]) for b in elves.values()} == {"aarch64"}, list(elves)
-    assert {a for n, b in elves.items() for a in _elf.archs_in(_elf.Elf(b, n)).sass} == {"sm_90"}
-    (rec,) = checked_evidence(dist, run.out, numerics=False, modules=("causal_conv1d_cuda", "causal_conv1d"))
-    assert rec["verified"]["machine"] == "aarch64" and rec["verified"]["archs"] == ["sm_90"], rec["verified"]
     assert rec["imported"]["api"] == ["causal_conv1d.causal_conv1d_fn", "causal_conv1d.causal_conv1d_update"]
     assert rec["imported"]["torch"].startswith("2.11."), rec["imported"]
-    assert rec["built"]["toolchain"]["compiler"] == "cross", rec["built"]
-    # the release builds this kind of wheel for its aarch64 cu13 x torch 2.11 cells, which take their tier from it
-    release = load_plan(profile="release")
-    cells = [(c, t) for c, b, t, r in tiers.cell_tiers(release, [rec]) if r is not None]
-    assert cells and all(c.platform == "linux_aarch64" and c.torch == "2.11" for c, _ in cells), cells
-    assert {t for _, t in cells} == {evidence.tier(rec, "2.11")} == {"compiled"}
+    _release_cells_take_its_tier(rec)
 
 
 @pytest.mark.slow
@@ -367,43 +382,19 @@ def test_upstream_mamba_ssm_for_aarch64_imports_its_public_api_with_its_dependen
     public API (Mamba, Mamba2, MambaLMHeadModel, the selective-scan and triton ops) imported with PyPI's aarch64
     torch 2.11 and the wheel's declared dependencies, which this host's pip fetched for aarch64 into a layer of the
     farm cache; its evidence record says so, and the release plan's aarch64 cells take their tier from it."""
-    import zipfile
-
-    from farmkit import checked_evidence
-
     from builder.building import cache
     from builder.building.executors.docker import target_environment
-    from builder.planning.plan import load_plan
     from builder.planning.recipes import load_recipes
-    from builder.publishing import tiers
-    from builder.verifying import evidence
     from builder.verifying.wheels import declared_requirements
     from mamba_ssm import _elf
 
-    reason = emulation.unavailable("aarch64")
-    if reason is not None:
-        pytest.skip(f"no aarch64 emulation on this host: {reason} ({emulation.SETUP_HINT})")
-    docker_client()
-    profile = "ci-upstream-mamba-aarch64"
-    (spec,) = load_plan(profile=profile).builds
-    dist = tmp_path_factory.mktemp("upstream-mamba-aarch64") / "dist"
-    run = run_build("--profile", profile, "--executor", "docker", "--jobs", "1", "--dist", str(dist), timeout=7200)
+    run, spec, wheel, rec = _upstream_aarch64_build(
+        tmp_path_factory, "ci-upstream-mamba-aarch64", "mamba_ssm-2.3.2.post1", ("selective_scan_cuda", "mamba_ssm"), 7200
+    )
     layer_took = re.search(rf"{re.escape(spec.id)}: dependency layer (\S+) for aarch64: (\d+) requirement\(s\) \((\d+)s\)", run.out)
     smoke_took = re.search(rf"{re.escape(spec.id)}: smoke ok: .* \(under emulation, (\d+)s\)", run.out)
     print(f"\nupstream mamba-ssm aarch64 build (emulated), verify, smoke, index: {run.seconds:.0f}s; dependency layer: "
           f"{layer_took and layer_took.group(3)}s; smoke under emulation (layer included): {smoke_took and smoke_took.group(1)}s")  # fmt: skip
-    assert run.rc == 0, run.out[-6000:]
-    (wheel,) = (dist / "wheels").glob("*.whl")
-    head = "mamba_ssm-2.3.2.post1+cu13torch2.11cxx11abiTRUE-cp311-cp311"
-    assert re.fullmatch(rf"{re.escape(head)}-manylinux_2_\d+_aarch64\.whl", wheel.name), wheel.name
-    with zipfile.ZipFile(wheel) as zf:
-        elves = {n: zf.read(n) for n in zf.namelist() if zf.read(n)[:4] == b"\x7fELF"}
-    assert "selective_scan_cuda.cpython-311-aarch64-linux-gnu.so" in elves, list(elves)
-    assert {_elf.machine_of(b[:20]) for b in elves.values()} == {"aarch64"}, list(elves)
-    assert {a for n, b in elves.items() for a in _elf.archs_in(_elf.Elf(b, n)).sass} == {"sm_90"}
-    (rec,) = checked_evidence(dist, run.out, numerics=False, modules=("selective_scan_cuda", "mamba_ssm"))
-    assert rec["verified"]["machine"] == "aarch64" and rec["verified"]["archs"] == ["sm_90"], rec["verified"]
-    assert rec["built"]["toolchain"]["compiler"] == "cross", rec["built"]
     # the public API, imported under emulation with aarch64's torch 2.11 and the wheel's declared dependencies
     imported = rec["imported"]
     assert imported["api"] == list(load_recipes()["mamba-ssm"].api), imported
@@ -424,8 +415,4 @@ def test_upstream_mamba_ssm_for_aarch64_imports_its_public_api_with_its_dependen
                 heads[p] = f.read(20)
     machines = {p.name: _elf.machine_of(h) for p, h in heads.items() if h[:4] == b"\x7fELF"}
     assert machines and set(machines.values()) == {"aarch64"}, machines
-    # the release builds this kind of wheel for its aarch64 cu13 x torch 2.11 cells, which take their tier from it
-    release = load_plan(profile="release")
-    cells = [(c, t) for c, b, t, r in tiers.cell_tiers(release, [rec]) if r is not None]
-    assert cells and all(c.platform == "linux_aarch64" and c.torch == "2.11" for c, _ in cells), cells
-    assert {t for _, t in cells} == {evidence.tier(rec, "2.11")} == {"compiled"}
+    _release_cells_take_its_tier(rec)

@@ -282,6 +282,31 @@ def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
     return base
 
 
+def _layer_begin(layer: Path) -> Path | None:
+    """None when LAYER is made already (touched: in use); else a fresh temporary folder beside it to make it in."""
+    if (layer / ".complete").exists():
+        touch(layer)
+        return None
+    layer.parent.mkdir(parents=True, exist_ok=True)
+    tmp = layer.parent / f".{layer.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    return tmp
+
+
+def _layer_commit(tmp: Path, layer: Path, lines: list[str]) -> None:
+    """Mark TMP complete (LINES: what it holds) and rename it into place as LAYER, whole or not at all."""
+    (tmp / ".complete").write_text("".join(ln + "\n" for ln in lines))
+    if layer.is_dir() and not layer.is_symlink() and not (layer / ".complete").exists():
+        shutil.rmtree(layer)  # a layer a killed run left half made
+    try:
+        os.rename(tmp, layer)  # another run's layer of the same name is as good
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (layer / ".complete").exists():
+            raise VerificationError(f"smoke test: could not put the dependency layer in place at {layer}") from None
+    touch(layer)
+
+
 def deps_layer(torch_venv: Path, torch_requirement: str, requirements: list[str], root: Path) -> Path:
     """A layer holding REQUIREMENTS (a wheel's declared dependencies, judged for the smoke test's Python, torch
     left out: builder.verifying.wheels.declared_requirements) on top of TORCH_VENV, made once under ROOT and
@@ -294,13 +319,9 @@ def deps_layer(torch_venv: Path, torch_requirement: str, requirements: list[str]
 
     key = hashlib.sha256("\n".join([torch_requirement, *sorted(requirements)]).encode()).hexdigest()[:12]
     layer = root / f"{torch_venv.name}-{key}"
-    if (layer / ".complete").exists():
-        touch(layer)
+    if (tmp := _layer_begin(layer)) is None:
         return layer
     started = time.monotonic()
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{layer.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
     tpy = str(torch_venv / "bin" / "python")
     run_step([tpy, "-m", "venv", "--without-pip", str(tmp)], "create the dependency layer")
     (Path(site_packages(str(tmp / "bin" / "python"))) / "_torch_base.pth").write_text(site_packages(tpy) + "\n")
@@ -313,16 +334,7 @@ def deps_layer(torch_venv: Path, torch_requirement: str, requirements: list[str]
         [*pip, "install", "-q", "--no-compile", "-r", str(wanted), "-c", str(held)],  # as in torch_venv
         f"install the wheel's dependencies ({', '.join(sorted(requirements))}) next to {torch_requirement}",
     )
-    (tmp / ".complete").write_text("".join(ln + "\n" for ln in [torch_requirement, *sorted(requirements)]))
-    if layer.is_dir() and not layer.is_symlink() and not (layer / ".complete").exists():
-        shutil.rmtree(layer)  # a layer a killed run left half made
-    try:
-        os.rename(tmp, layer)  # whole or not at all; another run's layer of the same name is as good
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (layer / ".complete").exists():
-            raise VerificationError(f"smoke test: could not put the dependency layer in place at {layer}") from None
-    touch(layer)
+    _layer_commit(tmp, layer, [torch_requirement, *sorted(requirements)])
     timings.record("deps", f"layer {layer.name} ({len(requirements)} requirement(s))", time.monotonic() - started)
     return layer
 
@@ -383,13 +395,9 @@ def foreign_deps_layer(
     wanted = sorted(requirements)
     key = hashlib.sha256("\n".join([torch_requirement, platforms[0], python, *wanted]).encode()).hexdigest()[:12]
     layer = root / f"{torch_site.parent.name}-{key}"
-    if (layer / ".complete").exists():
-        touch(layer)
+    if (tmp := _layer_begin(layer)) is None:
         return layer
     started = time.monotonic()
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{layer.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
     where = f"{platforms[0]} (CPython {python})"
     pip = [
         sys.executable, "-c", _TARGET_PIP, json.dumps(environment), "install", "--no-compile", "--only-binary", ":all:",
@@ -441,17 +449,9 @@ def foreign_deps_layer(
                                check=False, capture_output=True, timeout=timeout)  # fmt: skip
             except subprocess.TimeoutExpired:
                 raise VerificationError(f"smoke test: byte-compiling the dependency layer timed out after {timeout:.0f}s") from None
-        (tmp / ".complete").write_text("".join(ln + "\n" for ln in [torch_requirement, *wanted]))
-        if layer.is_dir() and not layer.is_symlink() and not (layer / ".complete").exists():
-            shutil.rmtree(layer)  # a layer a killed run left half made
-        try:
-            os.rename(tmp, layer)  # whole or not at all; another run's layer of the same name is as good
-        except OSError:
-            if not (layer / ".complete").exists():
-                raise VerificationError(f"smoke test: could not put the dependency layer in place at {layer}") from None
+        _layer_commit(tmp, layer, [torch_requirement, *wanted])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    touch(layer)
     timings.record("deps", f"layer {layer.name} ({len(requirements)} requirement(s), {where})", time.monotonic() - started)
     return layer
 
