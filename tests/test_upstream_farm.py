@@ -196,38 +196,40 @@ def test_causal_conv1d_cp314_through_its_recipe_with_the_farms_own_interpreter(t
 @pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.cuda_build
-def test_causal_conv1d_cp315_on_torch_2_15_is_the_release_cells_evidence(tmp_path_factory):
-    """The release's cp315 sample: upstream's causal-conv1d for Python 3.15 (the farm's own CPython; only torch 2.15
-    ships cp315), built from the pinned sdist, verified, smoke-imported under torch 2.15 on Python 3.15 (the
-    extension and its public API), and its evidence record one that the release plan's cp315 cell takes its tier
-    from."""
+@pytest.mark.parametrize("python, torch", [("3.15", "2.15"), ("3.13", "2.12")], ids=["cp315", "cp313"])
+def test_causal_conv1d_sample_is_the_release_cells_evidence(tmp_path_factory, python, torch):
+    """The release's samples of Python and torch that no other test builds: upstream's causal-conv1d for Python 3.15
+    on torch 2.15 (the farm's own CPython; only torch 2.15 ships cp315) and for Python 3.13 on torch 2.12, each built
+    from the pinned sdist, verified, smoke-imported under that torch and Python (the extension and its public API),
+    and its evidence record one that the release plan's cell takes its tier from."""
     from builder.publishing import tiers
     from builder.verifying import evidence
 
-    dist, first, second = _upstream_build(tmp_path_factory, "ci-upstream-cp315", "3.15")
+    profile, py = f"ci-upstream-cp{python.replace('.', '')}", python.replace(".", "")
+    dist, first, second = _upstream_build(tmp_path_factory, profile, python)
     assert first.rc == 0, first.out[-6000:]
-    (spec,) = load_plan(profile="ci-upstream-cp315").builds
-    assert (spec.python, spec.torch, spec.platform) == ("3.15", "2.15", "linux_x86_64"), spec
+    (spec,) = load_plan(profile=profile).builds
+    assert (spec.python, spec.torch, spec.platform) == (python, torch, "linux_x86_64"), spec
     (wheel,) = (dist / "wheels").glob("*.whl")
     # the base's glibc sets the manylinux tag (the host's Debian base: 2_34; the manylinux image: the plan's 2_28)
-    head = f"causal_conv1d-{VERSIONS['causal-conv1d']}+cu13torch2.15cxx11abiTRUE-cp315-cp315"
+    head = f"causal_conv1d-{VERSIONS['causal-conv1d']}+cu13torch{torch}cxx11abiTRUE-cp{py}-cp{py}"
     assert re.fullmatch(rf"{re.escape(head)}-manylinux_2_\d+_x86_64\.whl", wheel.name), wheel.name
     tag = wheel.name.removesuffix(".whl").split("-", 2)[2]
-    assert "Requires-Dist: torch==2.15.*" in _metadata(wheel).splitlines()
+    assert f"Requires-Dist: torch=={torch}.*" in _metadata(wheel).splitlines()
     with zipfile.ZipFile(wheel) as zf:
-        assert "causal_conv1d_cuda.cpython-315-x86_64-linux-gnu.so" in zf.namelist(), zf.namelist()
+        assert f"causal_conv1d_cuda.cpython-{py}-x86_64-linux-gnu.so" in zf.namelist(), zf.namelist()
     # verify passed (the wheel is in dist/wheels) and says what it checked; the smoke test imported the extension
-    # and the recipe's public API with torch 2.15 on Python 3.15
+    # and the recipe's public API with that torch on that Python
     (rec,) = checked_evidence(dist, first.out, numerics=False, modules=("causal_conv1d_cuda", "causal_conv1d"))
     assert rec["verified"]["tags"] == [tag] and rec["verified"]["machine"] == "x86_64", rec["verified"]
     assert rec["verified"]["archs"] == ["sm_80"] and set(rec["verified"]["abi"].values()) == {"cxx11"}, rec["verified"]
     assert rec["imported"]["api"] == ["causal_conv1d.causal_conv1d_fn", "causal_conv1d.causal_conv1d_update"]
-    assert rec["imported"]["python"].startswith("3.15.") and rec["imported"]["torch"].startswith("2.15."), rec["imported"]
-    assert rec["built"]["executor"] == "docker" and rec["built"]["torch"].startswith("2.15."), rec["built"]
-    # the release builds this kind of wheel for its cp315 x torch 2.15 cell, which takes its tier from this record
+    assert rec["imported"]["python"].startswith(f"{python}.") and rec["imported"]["torch"].startswith(f"{torch}."), rec["imported"]
+    assert rec["built"]["executor"] == "docker" and rec["built"]["torch"].startswith(f"{torch}."), rec["built"]
+    # the release builds this kind of wheel for its cell of that Python and torch, which takes its tier from this record
     release = load_plan(profile="release")
     (cell,) = [(c, t, r) for c, b, t, r in tiers.cell_tiers(release, [rec]) if r is not None]
-    assert (cell[0].python, cell[0].torch, cell[1]) == ("3.15", "2.15", evidence.tier(rec, "2.15")), cell[:2]
+    assert (cell[0].python, cell[0].torch, cell[1]) == (python, torch, evidence.tier(rec, torch)), cell[:2]
     assert cell[1] == "compiled"  # imported, no CPU numerics: upstream's causal-conv1d has no CPU path
     assert second.rc == 0 and "0 to build" in second.out
 
