@@ -402,8 +402,7 @@ def _repair_foreign(wheel: Path, target: str, out: Path, excludes: list[str], *,
     repaired = sorted(out.glob("*.whl"))
     if proc.returncode or len(repaired) != 1:
         raise VerificationError(f"{wheel.name}: auditwheel repair failed: {(proc.stdout + proc.stderr).strip()[-600:]}")
-    tags = parse_wheel_filename(repaired[0].name)[3]
-    reached = max((t.platform for t in tags if t.platform.startswith("manylinux_")), key=_glibc, default=None)
+    reached = newest_manylinux(repaired[0].name)
     if reached is None:
         raise VerificationError(f"{repaired[0].name}: auditwheel left no manylinux_X_Y tag")
     if _glibc(reached) > _glibc(target):
@@ -417,6 +416,12 @@ def _repair_foreign(wheel: Path, target: str, out: Path, excludes: list[str], *,
         target = reached
     _check_not_bundled(repaired[0])
     return repaired[0], target  # retag() gives it exactly TARGET: a wheel that reaches an older glibc serves it
+
+
+def newest_manylinux(wheel_name: str) -> str | None:
+    """The newest PEP 600 manylinux tag a wheel's name carries (what auditwheel repaired it to), if any."""
+    tags = parse_wheel_filename(wheel_name)[3]
+    return max((t.platform for t in tags if t.platform.startswith("manylinux_")), key=_glibc, default=None)
 
 
 def _glibc(policy: str) -> tuple[int, int]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import shutil
 import socket
 import tarfile
@@ -80,11 +79,9 @@ def target_environment(machine: str, python: str) -> dict[str, str]:
 def wheel_manylinux(wheel: Path, spec) -> str:
     """The newest PEP 600 manylinux tag WHEEL's name carries (what it was repaired to: the systems it runs on), else
     SPEC's planned one."""
-    found = re.findall(r"manylinux_2_(\d+)_(\w+?)(?=[.-]|$)", wheel.name.removesuffix(".whl").rsplit("-", 1)[-1])
-    if not found:
-        return spec.manylinux
-    minor, arch = max(found, key=lambda m: int(m[0]))
-    return f"manylinux_2_{minor}_{arch}"
+    from builder.verifying.wheels import newest_manylinux
+
+    return newest_manylinux(wheel.name) or spec.manylinux
 
 
 def target_requirements(site: Path, project: str, machine: str, python: str) -> list[str]:
