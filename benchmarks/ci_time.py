@@ -35,6 +35,7 @@ DURATION = re.compile(r"^(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S+)")
 PASSED = re.compile(r"^=+ (.*\d+ (?:passed|failed).*) in (\d+(?:\.\d+)?)s\b")
 WORKERS = re.compile(r"^created: (\d+)/\d+ workers")  # pytest-xdist: the files ran side by side
 FINISHED = re.compile(r"^ci: finished in (\d+(?:\.\d+)?) s")
+BUSY = re.compile(r"^ci: CPU busy (\d+)% of (\d+) cores")
 PROGRESS = re.compile(r"^(tests/\S+\.py) [.sFEx]*\s*(?:\[\s*\d+%\])?\s*$")
 CONTINUED = re.compile(r"^[.sFEx]+\s*\[\s*\d+%\]\s*$")
 # The old .ci/run (bootstrap, venv, nox -s tests) without ci-time lines: the line that opens each step.
@@ -62,7 +63,7 @@ def parse(lines: list[str]) -> dict:
     durations: list[tuple[float, str, str]] = []
     passed = None
     workers = 1
-    finished = None
+    finished = busy = None
     stamped: list[tuple[float, str]] = []
     for raw in lines:
         line = raw.rstrip("\n")
@@ -89,6 +90,8 @@ def parse(lines: list[str]) -> dict:
             workers = int(m.group(1))
         elif m := FINISHED.match(line):
             finished = float(m.group(1))
+        elif m := BUSY.match(line):
+            busy = (int(m.group(1)), int(m.group(2)))
     if stamped and not steps:
         steps = _steps_from_stamps(stamped)
     if stamped and not files:
@@ -98,7 +101,7 @@ def parse(lines: list[str]) -> dict:
             files[node.split("::")[0]] = files.get(node.split("::")[0], 0.0) + seconds
     total = stamped[-1][0] if stamped else finished
     return {"steps": steps, "files": files, "farm": farm, "durations": durations, "passed": passed, "total": total,
-            "workers": workers}  # fmt: skip
+            "workers": workers, "busy": busy}  # fmt: skip
 
 
 def _steps_from_stamps(stamped: list[tuple[float, str]]) -> dict[str, float]:
@@ -138,6 +141,8 @@ def table(result: dict, top: int = 25) -> str:
         out.append(f"Whole run: {result['total']:.0f} s.")
     if result["passed"]:
         out.append(f"pytest: {result['passed'][0]} in {result['passed'][1]:.0f} s.")
+    if result.get("busy"):
+        out.append(f"CPU busy {result['busy'][0]}% of the run on {result['busy'][1]} cores.")
     out += ["", "| where | seconds |", "|---|---:|"]
     for name, s in steps.items():
         out.append(f"| set-up: {name} | {s:.0f} |")

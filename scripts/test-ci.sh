@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s%N)
+# the machine's CPU time (user, nice, system, irq, softirq) and all of it, from /proc/stat, in clock ticks
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
+read -r busy0 all0 < <(cpu_ticks)
 # shellcheck source=scripts/setup.sh
 . scripts/setup.sh
 
@@ -17,5 +20,8 @@ MAMBA_FARM_TIMINGS=$timings .venv/bin/nox -s tests -- -n auto --no-loadscope-reo
   --durations=40 --durations-min=1 --file-times "$@" || rc=$?
 sed 's/^/ci-time: farm /' "$timings"
 rm -f "$timings"
+read -r busy1 all1 < <(cpu_ticks)
+# how much of the machine the run kept busy: what is left idle is what more workers could use
+echo "ci: CPU busy $(awk -v b=$((busy1 - busy0)) -v a=$((all1 - all0)) 'BEGIN { printf "%.0f", a ? 100 * b / a : 0 }')% of $(nproc) cores"
 echo "ci: finished in $(seconds_since "$start") s"
 exit "$rc"

@@ -222,3 +222,63 @@ def test_another_machines_dependency_layers_are_counted_and_pruned_on_their_own(
     assert "cp311-torch2.11.0-aarch64/deps-envs/" in shown.stdout and "(torch==2.11.0 + einops, triton>=3.5.0)" in shown.stdout
     pruned = run("prune", "--budget", "3M")  # the least recently used goes: the layer, alone
     assert pruned.returncode == 0 and not layer.exists() and host.exists(), pruned.stdout
+
+
+def _wheel(folder: Path, name: str, requires=(), tag: str = "py3-none-any", extras=()) -> None:
+    """A real wheel of NAME 1.0 holding one module, written as a build backend would (METADATA, WHEEL, RECORD)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"{name}-1.0.dist-info"
+    files = {
+        f"{name}/__init__.py": b"VALUE = 1\n",
+        f"{info}/METADATA": "".join(
+            ["Metadata-Version: 2.1\n", f"Name: {name}\n", "Version: 1.0\n", *(f"Provides-Extra: {e}\n" for e in extras),
+             *(f"Requires-Dist: {r}\n" for r in requires)]
+        ).encode(),
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
+    }
+    digest = {k: base64.urlsafe_b64encode(hashlib.sha256(v).digest()).rstrip(b"=").decode() for k, v in files.items()}
+    record = "".join(f"{k},sha256={d},{len(files[k])}\n" for k, d in digest.items()) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(folder / f"{name}-1.0-{tag}.whl", "w") as zf:
+        for k, v in {**files, f"{info}/RECORD": record.encode()}.items():
+            zf.writestr(k, v)
+
+
+def test_a_builds_torch_folder_is_the_smoke_venvs_torch_and_what_it_requires_linked_not_copied(tmp_path):
+    """What builds mount at /torch on this host's machine: torch and its requirements (through extras, markers
+    judged for the venv's Python) as real pip installed them in the smoke test's venv, the same files on disk,
+    the venv's own pip left out; a wheel the image's glibc cannot load leaves no folder and says which."""
+    import subprocess
+    import sys
+
+    from builder.verifying.wheels import marker_environment
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "torch", ("kit[lib]", 'winonly ; sys_platform == "win32"'))
+    _wheel(wheels, "kit", ('kitlib ; extra == "lib"',), extras=("lib",))
+    _wheel(wheels, "kitlib", tag="py3-none-manylinux_2_28_x86_64")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels), "--no-compile", "torch"]
+    subprocess.run(pip, check=True)
+    (site,) = venv.glob("lib/python*/site-packages")
+
+    folder = tmp_path / "torch" / "mamba-farm-torch-cp311-1.0-cpu-x86_64"
+    folder.parent.mkdir()
+    env = marker_environment(python)
+    assert cache.torch_folder(venv, folder, "torch==1.0", env, (2, 28)) is None
+    got = sorted(p.name for p in (folder / "site").iterdir())
+    assert got == sorted(["torch", "kit", "kitlib", *(f"{n}-1.0.dist-info" for n in ("torch", "kit", "kitlib"))]), got
+    for rel in ("torch/__init__.py", "kitlib/__init__.py", "kit-1.0.dist-info/METADATA"):
+        assert (folder / "site" / rel).stat().st_ino == (site / rel).stat().st_ino, rel  # one copy on disk
+    assert (folder / ".ready").read_text() == "torch==1.0\n"
+
+    # an image older than the wheel's manylinux tag: no folder (the volume instead), and the reason names it
+    older = tmp_path / "torch" / "older"
+    why = cache.torch_folder(venv, older, "torch==1.0", env, (2, 17))
+    assert why == "kitlib-1.0.dist-info: none of its wheel's tags loads on glibc 2.17", why
+    assert sorted(p.name for p in older.parent.iterdir()) == [folder.name]  # nothing half-made beside it

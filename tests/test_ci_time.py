@@ -66,7 +66,7 @@ def produced_log(tmp_path_factory) -> str:
         timings.record("compile", "cpu-torch2.13-py3.11", 200.0, cpu=380.0)
     farm = "".join(f"ci-time: farm {line}\n" for line in record.read_text().splitlines())
     steps = "ci-time: step bootstrap 3.5 s\nci-time: step venv 20.0 s\nnox > ci-time: step torch 26.0 s\n"
-    return steps + proc.stdout + farm + "ci: finished in 400.0 s\n"
+    return steps + proc.stdout + farm + "ci: CPU busy 87% of 2 cores\nci: finished in 400.0 s\n"
 
 
 def test_the_table_has_each_set_up_step_and_each_test_file(produced_log) -> None:
@@ -78,6 +78,7 @@ def test_the_table_has_each_set_up_step_and_each_test_file(produced_log) -> None
     assert [(phase, node) for _, phase, node in result["durations"]] == [("setup", "test_slow_one.py::test_a")]
     assert result["passed"][0].startswith("3 passed") and result["workers"] == 2 and result["total"] == 400.0
     table = ci_time.table(result)
+    assert "CPU busy 87% of the run on 2 cores." in table  # what more workers could still use
     assert "Whole run: 400 s." in table and "| **tests, all files (summed over 2 workers" in table
     assert "| set-up: venv | 20 |" in table and "| **set-up, all** | **50** |" in table
     assert "| tests: test_slow_one.py | 1 |" in table

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -108,6 +109,18 @@ def test_ci_profile_end_to_end(ci_cpu_runs, tmp_path: Path) -> None:
     assert len(wheels) == len(specs) == 3
     for spec in specs:
         assert any(f"+{spec.label}-{spec.python_tag}-" in w.name for w in wheels), spec.id
+    # each build's torch is its smoke test's venv, linked into the folder the build mounts: one install and one
+    # copy on disk for both
+    for spec in specs:
+        log = (dist / "logs" / f"{spec.id}.log").read_text()
+        req = f"torch=={spec.torch_version}"
+        found = re.search(rf"== {re.escape(req)} for {spec.python_tag}: (/\S+), linked from the smoke test's venv", log)
+        assert found, log[:3000]
+        folder = Path(found.group(1))
+        slot = folder.parent.parent / "smoke" / f"{spec.python_tag}-torch{spec.torch_version}" / "torch-envs"
+        (venv,) = [v for v in slot.glob("py*") if (v / ".complete").read_text() == req + "\n"]
+        (venv_lib,) = venv.glob("lib/python*/site-packages/torch/lib/libtorch_cpu.so")
+        assert (folder / "site" / "torch/lib/libtorch_cpu.so").stat().st_ino == venv_lib.stat().st_ino, spec.id
     # it ends with one pip command per variant (pip picks its own Python's wheel), pinned to the exact version,
     # from the local index
     commands = [line.strip() for line in proc.stdout.split("Installed from the local index", 1)[1].splitlines()[1:]]

@@ -196,10 +196,13 @@ def test_causal_conv1d_cp314_through_its_recipe_with_the_farms_own_interpreter(t
 @pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.cuda_build
-@pytest.mark.parametrize("python, torch", [("3.15", "2.15"), ("3.13", "2.12")], ids=["cp315", "cp313"])
+@pytest.mark.parametrize(
+    "python, torch", [("3.15", "2.15"), ("3.13", "2.12"), ("3.10", "2.13")], ids=["cp315", "cp313", "cp310"]
+)
 def test_causal_conv1d_sample_is_the_release_cells_evidence(tmp_path_factory, python, torch):
     """The release's samples of Python and torch that no other test builds: upstream's causal-conv1d for Python 3.15
-    on torch 2.15 (the farm's own CPython; only torch 2.15 ships cp315) and for Python 3.13 on torch 2.12, each built
+    on torch 2.15 (the farm's own CPython; only torch 2.15 ships cp315), for Python 3.13 on torch 2.12 and for Python
+    3.10 on torch 2.13, each built
     from the pinned sdist, verified, smoke-imported under that torch and Python (the extension and its public API),
     and its evidence record one that the release plan's cell takes its tier from."""
     from builder.publishing import tiers

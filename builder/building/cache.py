@@ -282,6 +282,89 @@ def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
     return base
 
 
+def smoke_slot(python_tag: str, torch_version: str) -> Path:
+    """Where this host's smoke tests of a (Python, torch) keep their torch venvs and dependency layers."""
+    return smoke_root() / f"{python_tag}-torch{torch_version}"
+
+
+def _runs_on(platform: str, glibc: tuple[int, int]) -> bool:
+    """A wheel of PLATFORM loads on a C library GLIBC (any, or a manylinux tag no newer)."""
+    from builder.verifying.wheels import manylinux_glibc
+
+    return platform == "any" or (0, 0) < manylinux_glibc(platform) <= glibc
+
+
+def torch_folder(venv: Path, folder: Path, requirement: str, environment: dict, glibc: tuple[int, int]) -> str | None:
+    """Hard-link REQUIREMENT's distribution and everything it requires (markers judged in ENVIRONMENT), file by file
+    as each one's RECORD lists them, from the torch VENV into FOLDER/site, mark it ``.ready`` and rename it into
+    place whole: a build's /torch that is one install and one copy on disk with the smoke test's venv. The venv's
+    own pip and setuptools stay out (a build's PYTHONPATH would put them before its image's). Returns None when
+    done, else why not (and leaves no folder): a distribution missing, or none of a wheel's tags loads on GLIBC
+    (the image's; pip on this host may have picked a wheel for a newer one)."""
+    import csv
+    from email.parser import BytesParser
+
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.tags import parse_tag
+    from packaging.utils import canonicalize_name
+
+    (site,) = venv.glob("lib/python*/site-packages")
+    infos = {}
+    for info in site.glob("*.dist-info"):
+        meta = BytesParser().parsebytes(read_inside(site, info / "METADATA", 1 << 20))
+        infos[canonicalize_name(meta.get("Name", ""))] = (info, meta)
+    # (distribution, extra) pairs: cuda-toolkit[cudart,...] brings its libraries in only through its extras
+    top = Requirement(requirement)
+    wanted, seen, todo = set(), set(), [(canonicalize_name(top.name), e) for e in ("", *top.extras)]
+    while todo:
+        name, extra = todo.pop()
+        if (name, extra) in seen:
+            continue
+        seen.add((name, extra))
+        if name not in infos:
+            return f"{name} is not in {venv}"
+        info, meta = infos[name]
+        if name not in wanted:
+            wheel = text(read_inside(site, info / "WHEEL", 1 << 16), str(info / "WHEEL"))
+            tags = [t for line in wheel.splitlines() if line.startswith("Tag:")
+                    for t in parse_tag(line.partition(":")[2].strip())]  # fmt: skip
+            if not any(_runs_on(t.platform, glibc) for t in tags):
+                return f"{info.name}: none of its wheel's tags loads on glibc {glibc[0]}.{glibc[1]}"
+            wanted.add(name)
+        for line in meta.get_all("Requires-Dist") or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                return f"{info.name}: Requires-Dist {shown(line)}"
+            if req.marker is None or req.marker.evaluate({**environment, "extra": extra}):
+                dep = canonicalize_name(req.name)
+                todo += [(dep, e) for e in ("", *req.extras)]
+    started = time.monotonic()
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    root = site.resolve()
+    try:
+        for name in sorted(wanted):
+            info = infos[name][0]
+            record = text(read_inside(site, info / "RECORD", 16 << 20), str(info / "RECORD"))
+            for row in csv.reader(record.splitlines()):
+                rel = os.path.normpath(row[0]) if row else ""
+                src = root / rel
+                if not rel or rel.startswith("..") or os.path.isabs(rel) or not src.is_file() or src.is_symlink():
+                    continue  # console scripts (../../../bin), byte code never written (--no-compile)
+                dst = tmp / "site" / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.link(src, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    (tmp / ".ready").write_text(requirement + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.rename(tmp, folder)
+    timings.record("torch", f"folder {folder.name} (linked from {venv.name})", time.monotonic() - started)
+    return None
+
+
 def _layer_begin(layer: Path) -> Path | None:
     """None when LAYER is made already (touched: in use); else a fresh temporary folder beside it to make it in."""
     if (layer / ".complete").exists():

@@ -370,7 +370,7 @@ def repair(wheel: Path, spec: BuildSpec, workdir: Path, *, allow_newer_manylinux
     if proc.returncode:
         text = (proc.stdout + proc.stderr).strip()
         best = reachable_policy(wheel)
-        if "too-recent versioned symbols" in text or (best and _glibc(best) > _glibc(target)):
+        if "too-recent versioned symbols" in text or (best and manylinux_glibc(best) > manylinux_glibc(target)):
             msg = (
                 f"{wheel.name}: cannot reach {target}: its glibc symbols need {best or 'a newer manylinux'} "
                 "(it was built on a newer glibc than that policy allows)"
@@ -405,7 +405,7 @@ def _repair_foreign(wheel: Path, target: str, out: Path, excludes: list[str], *,
     reached = newest_manylinux(repaired[0].name)
     if reached is None:
         raise VerificationError(f"{repaired[0].name}: auditwheel left no manylinux_X_Y tag")
-    if _glibc(reached) > _glibc(target):
+    if manylinux_glibc(reached) > manylinux_glibc(target):
         msg = (
             f"{wheel.name}: cannot reach {target}: its glibc symbols need {reached} "
             "(it was built on a newer glibc than that policy allows)"
@@ -421,12 +421,16 @@ def _repair_foreign(wheel: Path, target: str, out: Path, excludes: list[str], *,
 def newest_manylinux(wheel_name: str) -> str | None:
     """The newest PEP 600 manylinux tag a wheel's name carries (what auditwheel repaired it to), if any."""
     tags = parse_wheel_filename(wheel_name)[3]
-    return max((t.platform for t in tags if t.platform.startswith("manylinux_")), key=_glibc, default=None)
+    return max((t.platform for t in tags if t.platform.startswith("manylinux_")), key=manylinux_glibc, default=None)
 
 
-def _glibc(policy: str) -> tuple[int, int]:
+_LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def manylinux_glibc(policy: str) -> tuple[int, int]:
+    """The glibc a manylinux platform tag needs (PEP 600's, or a legacy alias's); (0, 0) for any other tag."""
     m = re.match(r"manylinux_(\d+)_(\d+)_", policy)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    return (int(m.group(1)), int(m.group(2))) if m else _LEGACY_MANYLINUX.get(policy.split("_", 1)[0], (0, 0))
 
 
 def _check_not_bundled(wheel: Path) -> None:

@@ -341,11 +341,10 @@ def _verify_and_publish(
 
         from builder.building import cache
         from builder.building.interpreters import python_prefix
-        from builder.facts.hostenv import CACHE_ROOT
 
         python = python_prefix(spec.python, log=log)  # pyenv's, else the farm's own (exit 14 when neither)
         # torch for the smoke test is installed once per (Python, torch) and kept across runs.
-        smoke_dir = CACHE_ROOT / "smoke" / f"{spec.python_tag}-torch{spec.torch_version}"
+        smoke_dir = cache.smoke_slot(spec.python_tag, spec.torch_version)
         smoke_dir.mkdir(parents=True, exist_ok=True)
         python3, torch_requirement = str(python / "bin" / "python3"), f"torch=={spec.torch_version}"
         with FileLock(str(smoke_dir) + ".lock"):

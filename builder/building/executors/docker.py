@@ -18,8 +18,6 @@ from pathlib import Path
 
 from builder.building import interpreters
 from builder.building.driver import timings
-from builder.building.images.base_image import resolve_base
-from builder.building.images.engine import build_image, made_once
 from builder.building.executors import (
     BUILD_SCRIPT,
     KERNEL_CACHE_MOUNT,
@@ -31,6 +29,8 @@ from builder.building.executors import (
     spec_env,
     toolchain_record,
 )
+from builder.building.images.base_image import resolve_base
+from builder.building.images.engine import build_image, made_once
 from builder.building.images.images import (
     BUILD_LABEL,
     IMAGE_LABEL,
@@ -48,9 +48,10 @@ from builder.building.images.images import (
 from builder.building.images.render import load_packages, render
 from builder.errors import FarmError, InfrastructureError
 from builder.facts.compat import manylinux_platforms
-from builder.facts.hostenv import CACHE_ROOT, host_machine, host_pip_settings
 from builder.facts.cputime import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu
+from builder.facts.hostenv import CACHE_ROOT, host_machine, host_pip_settings
 from builder.sourcing.reproducible import tree_epoch
+from mamba_ssm._untrusted import Untrusted
 
 PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
 
@@ -92,7 +93,7 @@ def target_requirements(site: Path, project: str, machine: str, python: str) -> 
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    from mamba_ssm._untrusted import Untrusted, read_regular, shown
+    from mamba_ssm._untrusted import read_regular, shown
 
     infos = [p for p in site.glob("*.dist-info") if canonicalize_name(p.name.split("-")[0]) == canonicalize_name(project)]
     if len(infos) != 1:
@@ -284,11 +285,12 @@ class DockerExecutor:
         return vols
 
     def _torch_volume(self, spec, log_path: Path, timeout: float) -> tuple[str, BuildResult | None]:
-        """A volume holding torch (with all its deps) for SPEC's Python, filled once and reused.
+        """Where torch (with all its deps) is for SPEC's Python, filled once and reused: a volume or a host folder.
 
         Builds mount it read-only: the GBs of a CUDA torch are installed once per
-        (Python, torch) instead of once per build, and survive across runs. Another machine's
-        torch is a host folder instead, filled by this host's pip (``_foreign_torch``): no emulation.
+        (Python, torch) instead of once per build, and survive across runs. This host's machine's
+        torch is its smoke test's venv, linked into a host folder where it can be (``_linked_torch``);
+        another machine's is a host folder filled by this host's pip (``_foreign_torch``): no emulation.
         """
         import docker.errors
         from filelock import FileLock
@@ -306,6 +308,8 @@ class DockerExecutor:
         with lock, FileLock(str(locks / f"{name}.lock")):
             if foreign:
                 return self._foreign_torch(spec, Path(store), log_path, timeout)
+            if (linked := self._linked_torch(spec, name, log_path)) is not None:
+                return linked, None
             try:
                 self.client.volumes.get(name)
                 probe = self._run(spec, ["test", "-f", "/torch/.ready"], {}, {name: {"bind": "/torch", "mode": "ro"}}, None, 120)
@@ -328,6 +332,39 @@ class DockerExecutor:
                     False, None, log_path, f"could not install {env['FARM_TORCH_REQ']} (exit {code})", infrastructure=True
                 )
             return name, None
+
+    def _linked_torch(self, spec, name: str, log_path: Path) -> str | None:
+        """This host's machine, torch from where this host's pip finds it (the build's requirement is the smoke
+        test's): the host smoke test's torch venv (made now if need be) linked into a host folder that builds mount
+        at /torch (``cache.torch_folder``), so torch is installed once, and on disk once, for a build and its smoke
+        test. None, and the volume as before, where the build's pip would read torch's own index, where this host
+        has no CPython of SPEC's version, or where a wheel in the venv needs a newer glibc than the image's."""
+        from filelock import FileLock
+
+        from builder.building import cache
+        from builder.verifying.wheels import manylinux_glibc, marker_environment
+
+        farm = spec_env(spec, max_jobs=1)
+        if farm["FARM_TORCH_PIP_ARGS"]:
+            return None
+        folder = CACHE_ROOT / "torch" / f"{name}-{host_machine()}"
+        requirement, why = farm["FARM_TORCH_REQ"], None
+        if not (folder / ".ready").is_file():
+            slot = cache.smoke_slot(spec.python_tag, spec.torch_version)
+            try:
+                python3 = str(interpreters.python_prefix(spec.python, log=self.log) / "bin" / "python3")
+                slot.mkdir(parents=True, exist_ok=True)
+                with FileLock(str(slot) + ".lock"):  # the smoke test's own lock on its venvs
+                    venv = cache.torch_venv(python3, requirement, slot / "torch-envs")
+                    glibc = manylinux_glibc(spec.manylinux)
+                    why = cache.torch_folder(venv, folder, requirement, marker_environment(python3), glibc)
+            except (FarmError, Untrusted, OSError, ValueError) as err:
+                why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        with open(log_path, "ab") as f:
+            linked = f"{folder}, linked from the smoke test's venv"
+            said = f"not linked from the smoke test's venv ({why})" if why else linked
+            f.write(f"== {requirement} for {spec.python_tag}: {said}\n".encode())
+        return None if why else str(folder)
 
     def _foreign_torch(self, spec, folder: Path, log_path: Path, timeout: float) -> tuple[str, BuildResult | None]:
         """Another machine's torch in the host FOLDER (``torch_store``, bind-mounted at /torch like a volume),
