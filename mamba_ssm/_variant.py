@@ -282,8 +282,8 @@ def installed_torch(path: list[str] | None = None) -> TorchFacts | None:
 
     Importing torch takes seconds and pip runs setup.py three times per install; the prebuilt-wheel
     path needs only these four facts. ``torch/version.py`` holds the version and the CUDA/HIP
-    release as literals; the C++ ABI is read from libc10.so: with the CXX11 ABI its exported
-    functions take ``std::__cxx11::basic_string``, with the old one that name never appears.
+    release as literals; the C++ ABI is read from libc10.so: with the CXX11 ABI c10's own
+    functions take ``std::__cxx11::basic_string``, with the old one no c10 name mentions it.
     """
     # Both locate the package without running its __init__.
     spec = importlib.util.find_spec("torch") if path is None else importlib.machinery.PathFinder.find_spec("torch", path)
@@ -310,10 +310,22 @@ def installed_torch(path: list[str] | None = None) -> TorchFacts | None:
     return TorchFacts(version, values.get("cuda") or None, values.get("hip") or None, abi, root, values.get("git_version"))
 
 
+# A symbol of c10's own (``c10::Error::Error(std::string, ...)``): only these say how torch was compiled. torch's
+# pre-CXX11 builds (2.4-2.6 on PyPI) also carry libstdc++'s own new-ABI exception constructors, linked in statically.
+_C10_SYMBOL = re.compile(rb"_ZNK?3c10\w{0,4096}")
+
+
 def _library_abi(path: str) -> bool | None:
+    """Whether libc10.so was compiled with the CXX11 ABI: some c10 symbol names ``std::__cxx11``; None: no c10
+    symbol found (not torch's libc10, or unreadable)."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return data.find(b"NSt7__cxx1112basic_string") != -1
+            found = False
+            for m in _C10_SYMBOL.finditer(data):
+                if b"__cxx11" in m.group():
+                    return True
+                found = True
+            return False if found else None
     except (OSError, ValueError):
         return None
 

@@ -224,8 +224,9 @@ def test_another_machines_dependency_layers_are_counted_and_pruned_on_their_own(
     assert pruned.returncode == 0 and not layer.exists() and host.exists(), pruned.stdout
 
 
-def _wheel(folder: Path, name: str, requires=(), tag: str = "py3-none-any", extras=()) -> None:
-    """A real wheel of NAME 1.0 holding one module, written as a build backend would (METADATA, WHEEL, RECORD)."""
+def _wheel(folder: Path, name: str, requires=(), tag: str = "py3-none-any", extras=(), shared=False) -> None:
+    """A real wheel of NAME 1.0 holding one module (and with SHARED, a file other wheels hold too, as each CUDA 12
+    library's wheel holds nvidia/__init__.py), written as a build backend would (METADATA, WHEEL, RECORD)."""
     import base64
     import hashlib
     import zipfile
@@ -233,6 +234,7 @@ def _wheel(folder: Path, name: str, requires=(), tag: str = "py3-none-any", extr
     info = f"{name}-1.0.dist-info"
     files = {
         f"{name}/__init__.py": b"VALUE = 1\n",
+        **({"nvidia/__init__.py": b""} if shared else {}),
         f"{info}/METADATA": "".join(
             ["Metadata-Version: 2.1\n", f"Name: {name}\n", "Version: 1.0\n", *(f"Provides-Extra: {e}\n" for e in extras),
              *(f"Requires-Dist: {r}\n" for r in requires)]
@@ -246,7 +248,7 @@ def _wheel(folder: Path, name: str, requires=(), tag: str = "py3-none-any", extr
             zf.writestr(k, v)
 
 
-def test_a_builds_torch_folder_is_the_smoke_venvs_torch_and_what_it_requires_linked_not_copied(tmp_path):
+def test_a_builds_torch_folder_is_the_smoke_venvs_torch_and_what_it_requires_linked_not_copied(tmp_path, monkeypatch):
     """What builds mount at /torch on this host's machine: torch and its requirements (through extras, markers
     judged for the venv's Python) as real pip installed them in the smoke test's venv, the same files on disk,
     the venv's own pip left out; a wheel the image's glibc cannot load leaves no folder and says which."""
@@ -255,11 +257,14 @@ def test_a_builds_torch_folder_is_the_smoke_venvs_torch_and_what_it_requires_lin
 
     from builder.verifying.wheels import marker_environment
 
+    monkeypatch.delenv("MAMBA_FARM_TIMINGS", raising=False)  # a folder of this test's, not one of the farm's runs
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    _wheel(wheels, "torch", ("kit[lib]", 'winonly ; sys_platform == "win32"'))
-    _wheel(wheels, "kit", ('kitlib ; extra == "lib"',), extras=("lib",))
-    _wheel(wheels, "kitlib", tag="py3-none-manylinux_2_28_x86_64")
+    # torch 2.7 requires setuptools, which a Python 3.11 venv was seeded with, too old for a build: the
+    # venv's own build tools stay out of the folder (pip stands for them here: every venv has it)
+    _wheel(wheels, "torch", ("kit[lib]", 'winonly ; sys_platform == "win32"', "pip"))
+    _wheel(wheels, "kit", ('kitlib ; extra == "lib"',), extras=("lib",), shared=True)
+    _wheel(wheels, "kitlib", tag="py3-none-manylinux_2_28_x86_64", shared=True)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
@@ -272,8 +277,9 @@ def test_a_builds_torch_folder_is_the_smoke_venvs_torch_and_what_it_requires_lin
     env = marker_environment(python)
     assert cache.torch_folder(venv, folder, "torch==1.0", env, (2, 28)) is None
     got = sorted(p.name for p in (folder / "site").iterdir())
-    assert got == sorted(["torch", "kit", "kitlib", *(f"{n}-1.0.dist-info" for n in ("torch", "kit", "kitlib"))]), got
-    for rel in ("torch/__init__.py", "kitlib/__init__.py", "kit-1.0.dist-info/METADATA"):
+    want = ["torch", "kit", "kitlib", "nvidia", *(f"{n}-1.0.dist-info" for n in ("torch", "kit", "kitlib"))]
+    assert got == sorted(want), got
+    for rel in ("torch/__init__.py", "kitlib/__init__.py", "kit-1.0.dist-info/METADATA", "nvidia/__init__.py"):
         assert (folder / "site" / rel).stat().st_ino == (site / rel).stat().st_ino, rel  # one copy on disk
     assert (folder / ".ready").read_text() == "torch==1.0\n"
 

@@ -115,10 +115,16 @@ def test_the_cxx_abi_is_read_from_libc10_without_importing_torch(tmp_path, abi):
     )
     src = tmp_path / "c10.cpp"
     src.write_text('#include <string>\nnamespace c10 { std::string describe(const std::string& w) { return "c10: " + w; } }\n')
-    subprocess.run(
-        ["c++", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", str(src), "-o", str(torch_dir / "lib" / "libc10.so")],
-        check=True,
-    )
+    # and, compiled with the other ABI, a function of no c10 namespace, as torch's pre-CXX11 builds (PyPI's 2.4-2.6)
+    # carry libstdc++'s own new-ABI exception constructors: only c10's own names say which ABI torch was built with
+    other = tmp_path / "std.cpp"
+    other.write_text('#include <string>\nnamespace bundled { std::string copy(const std::string& w) { return w; } }\n')
+    objects = []
+    for cpp, flag in ((src, abi), (other, 1 - abi)):
+        obj = cpp.with_suffix(".o")
+        subprocess.run(["c++", "-c", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={flag}", str(cpp), "-o", str(obj)], check=True)
+        objects.append(str(obj))
+    subprocess.run(["c++", "-shared", *objects, "-o", str(torch_dir / "lib" / "libc10.so")], check=True)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}"}
     code = "from mamba_ssm import _variant as V; print(V.detect_installed().key)"
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)

@@ -294,11 +294,15 @@ def _runs_on(platform: str, glibc: tuple[int, int]) -> bool:
     return platform == "any" or (0, 0) < manylinux_glibc(platform) <= glibc
 
 
+BUILD_TOOLS = frozenset({"pip", "setuptools", "wheel"})
+
+
 def torch_folder(venv: Path, folder: Path, requirement: str, environment: dict, glibc: tuple[int, int]) -> str | None:
     """Hard-link REQUIREMENT's distribution and everything it requires (markers judged in ENVIRONMENT), file by file
     as each one's RECORD lists them, from the torch VENV into FOLDER/site, mark it ``.ready`` and rename it into
-    place whole: a build's /torch that is one install and one copy on disk with the smoke test's venv. The venv's
-    own pip and setuptools stay out (a build's PYTHONPATH would put them before its image's). Returns None when
+    place whole: a build's /torch that is one install and one copy on disk with the smoke test's venv. Build tools
+    stay out (``BUILD_TOOLS``), even where torch requires one: the image has its own, and a build's PYTHONPATH
+    would put the venv's before them (the setuptools a Python 3.11 venv is seeded with is too old). Returns None when
     done, else why not (and leaves no folder): a distribution missing, or none of a wheel's tags loads on GLIBC
     (the image's; pip on this host may have picked a wheel for a newer one)."""
     import csv
@@ -318,7 +322,7 @@ def torch_folder(venv: Path, folder: Path, requirement: str, environment: dict, 
     wanted, seen, todo = set(), set(), [(canonicalize_name(top.name), e) for e in ("", *top.extras)]
     while todo:
         name, extra = todo.pop()
-        if (name, extra) in seen:
+        if (name, extra) in seen or name in BUILD_TOOLS:
             continue
         seen.add((name, extra))
         if name not in infos:
@@ -353,6 +357,8 @@ def torch_folder(venv: Path, folder: Path, requirement: str, environment: dict, 
                 if not rel or rel.startswith("..") or os.path.isabs(rel) or not src.is_file() or src.is_symlink():
                     continue  # console scripts (../../../bin), byte code never written (--no-compile)
                 dst = tmp / "site" / rel
+                if dst.exists():  # one file of several distributions (nvidia/__init__.py): the venv holds it once
+                    continue
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 os.link(src, dst)
     except BaseException:
