@@ -260,9 +260,7 @@ def test_a_builds_torch_folder_is_the_smoke_venvs_torch_and_what_it_requires_lin
     monkeypatch.delenv("MAMBA_FARM_TIMINGS", raising=False)  # a folder of this test's, not one of the farm's runs
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    # torch 2.7 requires setuptools, which a Python 3.11 venv was seeded with, too old for a build: the
-    # venv's own build tools stay out of the folder (pip stands for them here: every venv has it)
-    _wheel(wheels, "torch", ("kit[lib]", 'winonly ; sys_platform == "win32"', "pip"))
+    _wheel(wheels, "torch", ("kit[lib]", 'winonly ; sys_platform == "win32"'))
     _wheel(wheels, "kit", ('kitlib ; extra == "lib"',), extras=("lib",), shared=True)
     _wheel(wheels, "kitlib", tag="py3-none-manylinux_2_28_x86_64", shared=True)
     venv = tmp_path / "venv"
@@ -288,3 +286,33 @@ def test_a_builds_torch_folder_is_the_smoke_venvs_torch_and_what_it_requires_lin
     why = cache.torch_folder(venv, older, "torch==1.0", env, (2, 17))
     assert why == "kitlib-1.0.dist-info: none of its wheel's tags loads on glibc 2.17", why
     assert sorted(p.name for p in older.parent.iterdir()) == [folder.name]  # nothing half-made beside it
+
+
+def test_a_torch_venv_holds_what_torch_requires_at_its_newest_never_the_seeded_setuptools(tmp_path, monkeypatch):
+    """A Python 3.11 venv is seeded with setuptools 65.5, which satisfies a bare ``setuptools`` requirement (torch
+    2.7's) and is too old to build with: the torch venv, and the folder a build mounts from it, hold the newest,
+    as a fresh install would. Real pip, this host's pip settings (PyPI) plus a folder with the stand-in torch."""
+    from packaging.version import Version
+
+    from builder.building.interpreters import python_prefix
+    from builder.errors import FarmError
+    from builder.verifying.wheels import marker_environment
+
+    try:
+        python = str(python_prefix("3.11", log=lambda _m: None) / "bin" / "python3")
+    except FarmError as err:
+        pytest.skip(f"no CPython 3.11 here: {err}")
+    monkeypatch.delenv("MAMBA_FARM_TIMINGS", raising=False)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "torch", ("setuptools",))
+    monkeypatch.setenv("PIP_FIND_LINKS", " ".join([str(wheels), os.environ.get("PIP_FIND_LINKS", "")]).strip())
+    monkeypatch.setattr(cache, "after_create", lambda *a, **k: None)  # no budget run over this test's folder
+    venv = cache.torch_venv(python, "torch==1.0", tmp_path / "smoke" / "cp311-torch1.0" / "torch-envs")
+    (site,) = venv.glob("lib/python*/site-packages")
+    (seeded,) = site.glob("setuptools-*.dist-info")
+    assert Version(seeded.name.removesuffix(".dist-info").split("-")[1]) >= Version("70.1"), seeded.name
+    folder = tmp_path / "torch" / "mamba-farm-torch-cp311-1.0-cpu-x86_64"
+    assert cache.torch_folder(venv, folder, "torch==1.0", marker_environment(python), (2, 28)) is None
+    names = sorted(p.name for p in (folder / "site").iterdir())
+    assert seeded.name in names and not any(n.startswith("pip") for n in names), names

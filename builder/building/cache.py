@@ -269,10 +269,13 @@ def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
     run_step([python, "-m", "venv", str(tmp)], "create the torch venv")
     # --no-compile: byte-compiling every module of torch and its requirements was two thirds of the install's CPU;
     # a smoke test's imports compile the few hundred modules they load, once, into this writable venv.
+    # --upgrade-strategy eager: what torch requires at its newest, as into an empty folder, never the setuptools a
+    # Python 3.11 venv is seeded with (65.5, too old to build with, where a build mounts this venv's torch).
     run_step(
-        [str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", torch_requirement],
+        [str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", "--upgrade",
+         "--upgrade-strategy", "eager", torch_requirement],
         f"install {torch_requirement}",
-    )
+    )  # fmt: skip
     shutil.rmtree(base, ignore_errors=True)
     os.rename(tmp, base)  # only `bin/python -m ...` is used: that survives the move (console scripts would not)
     (base / ".complete").write_text(torch_requirement + "\n")
@@ -294,15 +297,11 @@ def _runs_on(platform: str, glibc: tuple[int, int]) -> bool:
     return platform == "any" or (0, 0) < manylinux_glibc(platform) <= glibc
 
 
-BUILD_TOOLS = frozenset({"pip", "setuptools", "wheel"})
-
-
 def torch_folder(venv: Path, folder: Path, requirement: str, environment: dict, glibc: tuple[int, int]) -> str | None:
     """Hard-link REQUIREMENT's distribution and everything it requires (markers judged in ENVIRONMENT), file by file
     as each one's RECORD lists them, from the torch VENV into FOLDER/site, mark it ``.ready`` and rename it into
-    place whole: a build's /torch that is one install and one copy on disk with the smoke test's venv. Build tools
-    stay out (``BUILD_TOOLS``), even where torch requires one: the image has its own, and a build's PYTHONPATH
-    would put the venv's before them (the setuptools a Python 3.11 venv is seeded with is too old). Returns None when
+    place whole: a build's /torch that is one install and one copy on disk with the smoke test's venv, holding what
+    a ``pip install --target`` of REQUIREMENT would (the venv's own pip stays out: nothing requires it). Returns None when
     done, else why not (and leaves no folder): a distribution missing, or none of a wheel's tags loads on GLIBC
     (the image's; pip on this host may have picked a wheel for a newer one)."""
     import csv
@@ -322,7 +321,7 @@ def torch_folder(venv: Path, folder: Path, requirement: str, environment: dict, 
     wanted, seen, todo = set(), set(), [(canonicalize_name(top.name), e) for e in ("", *top.extras)]
     while todo:
         name, extra = todo.pop()
-        if (name, extra) in seen or name in BUILD_TOOLS:
+        if (name, extra) in seen:
             continue
         seen.add((name, extra))
         if name not in infos:
