@@ -111,13 +111,15 @@ def test_ci_profile_end_to_end(ci_cpu_runs, tmp_path: Path) -> None:
         assert any(f"+{spec.label}-{spec.python_tag}-" in w.name for w in wheels), spec.id
     # each build's torch is its smoke test's venv, linked into the folder the build mounts: one install and one
     # copy on disk for both
+    from builder.building import cache
+
     for spec in specs:
         log = (dist / "logs" / f"{spec.id}.log").read_text()
         req = f"torch=={spec.torch_version}"
         found = re.search(rf"== {re.escape(req)} for {spec.python_tag}: (/\S+), linked from the smoke test's venv", log)
         assert found, log[:3000]
         folder = Path(found.group(1))
-        slot = folder.parent.parent / "smoke" / f"{spec.python_tag}-torch{spec.torch_version}" / "torch-envs"
+        slot = cache.smoke_slot(spec.python_tag, spec.torch_version) / "torch-envs"
         (venv,) = [v for v in slot.glob("py*") if (v / ".complete").read_text() == req + "\n"]
         (venv_lib,) = venv.glob("lib/python*/site-packages/torch/lib/libtorch_cpu.so")
         assert (folder / "site" / "torch/lib/libtorch_cpu.so").stat().st_ino == venv_lib.stat().st_ino, spec.id

@@ -151,6 +151,7 @@ def test_the_emulated_smoke_mounts_the_layer_read_only_checks_it_and_records_the
     import shlex
 
     from builder.building.executors import docker
+    from builder.facts import hostenv
     from builder.planning.plan import load_plan
     from builder.planning.recipes import load_recipes
 
@@ -177,6 +178,7 @@ def test_the_emulated_smoke_mounts_the_layer_read_only_checks_it_and_records_the
         return 0
 
     monkeypatch.setattr(docker, "CACHE_ROOT", tmp_path / "farm")
+    monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path / "farm")  # the slot's root (cache.smoke_slot)
     monkeypatch.setattr(cache, "foreign_deps_layer", layer)
     monkeypatch.setattr(docker, "spec_env", lambda spec, max_jobs: {"FARM_TORCH_PIP_ARGS": ""})
     ex = object.__new__(docker.DockerExecutor)

@@ -7,6 +7,7 @@ What is on disk is outside data: a link is never the cache's, a ``.complete`` mu
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import hashlib
 import os
@@ -285,9 +286,10 @@ def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
     return base
 
 
-def smoke_slot(python_tag: str, torch_version: str) -> Path:
-    """Where this host's smoke tests of a (Python, torch) keep their torch venvs and dependency layers."""
-    return smoke_root() / f"{python_tag}-torch{torch_version}"
+def smoke_slot(python_tag: str, torch_version: str, machine: str | None = None) -> Path:
+    """Where the smoke tests of a (Python, torch) keep their torch venvs and dependency layers: this host's, or
+    with MACHINE another machine's (its dependency layers, beside its torch folder)."""
+    return smoke_root() / f"{python_tag}-torch{torch_version}{'-' + machine if machine else ''}"
 
 
 def _runs_on(platform: str, glibc: tuple[int, int]) -> bool:
@@ -356,10 +358,9 @@ def torch_folder(venv: Path, folder: Path, requirement: str, environment: dict, 
                 if not rel or rel.startswith("..") or os.path.isabs(rel) or not src.is_file() or src.is_symlink():
                     continue  # console scripts (../../../bin), byte code never written (--no-compile)
                 dst = tmp / "site" / rel
-                if dst.exists():  # one file of several distributions (nvidia/__init__.py): the venv holds it once
-                    continue
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                os.link(src, dst)
+                with contextlib.suppress(FileExistsError):  # a file of several distributions (nvidia/__init__.py)
+                    os.link(src, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -56,13 +56,21 @@ from mamba_ssm._untrusted import Untrusted
 PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
 
 
+def _torch_name(spec) -> str:
+    return f"mamba-farm-torch-{spec.python_tag}-{spec.torch_version}-{spec.accelerator}"
+
+
+def torch_folder(spec) -> Path:
+    """The host folder ``<farm cache>/torch/<torch_store's volume name>-<machine>`` that holds SPEC's torch where a
+    volume does not: another machine's (``_foreign_torch``), or this one's smoke venv linked (``_linked_torch``)."""
+    return CACHE_ROOT / "torch" / f"{_torch_name(spec)}-{machine_of(spec.platform)}"
+
+
 def torch_store(spec) -> str:
     """Where SPEC's torch lives, mounted read-only at /torch by its builds and smoke test: the docker volume
-    ``mamba-farm-torch-<python>-<torch>-<accelerator>`` for this host's machine; for another machine's, a host
-    folder ``<farm cache>/torch/<that name>-<machine>``, which this host's pip fills (``_foreign_torch``)."""
-    name = f"mamba-farm-torch-{spec.python_tag}-{spec.torch_version}-{spec.accelerator}"
-    machine = machine_of(spec.platform)
-    return name if machine == host_machine() else str(CACHE_ROOT / "torch" / f"{name}-{machine}")
+    ``mamba-farm-torch-<python>-<torch>-<accelerator>`` for this host's machine (unless its smoke venv can be
+    linked: ``_linked_torch``); for another machine's, its ``torch_folder``, which this host's pip fills."""
+    return _torch_name(spec) if machine_of(spec.platform) == host_machine() else str(torch_folder(spec))
 
 
 def target_environment(machine: str, python: str) -> dict[str, str]:
@@ -308,7 +316,7 @@ class DockerExecutor:
         with lock, FileLock(str(locks / f"{name}.lock")):
             if foreign:
                 return self._foreign_torch(spec, Path(store), log_path, timeout)
-            if (linked := self._linked_torch(spec, name, log_path)) is not None:
+            if (linked := self._linked_torch(spec, log_path)) is not None:
                 return linked, None
             try:
                 self.client.volumes.get(name)
@@ -333,7 +341,7 @@ class DockerExecutor:
                 )
             return name, None
 
-    def _linked_torch(self, spec, name: str, log_path: Path) -> str | None:
+    def _linked_torch(self, spec, log_path: Path) -> str | None:
         """This host's machine, torch from where this host's pip finds it (the build's requirement is the smoke
         test's): the host smoke test's torch venv (made now if need be) linked into a host folder that builds mount
         at /torch (``cache.torch_folder``), so torch is installed once, and on disk once, for a build and its smoke
@@ -347,7 +355,7 @@ class DockerExecutor:
         farm = spec_env(spec, max_jobs=1)
         if farm["FARM_TORCH_PIP_ARGS"]:
             return None
-        folder = CACHE_ROOT / "torch" / f"{name}-{host_machine()}"
+        folder = torch_folder(spec)
         requirement, why = farm["FARM_TORCH_REQ"], None
         if not (folder / ".ready").is_file():
             slot = cache.smoke_slot(spec.python_tag, spec.torch_version)
@@ -571,6 +579,7 @@ class DockerExecutor:
         ran (as :func:`builder.verifying.wheels.smoke_test` does; ``imported.emulated``: under emulation)."""
         from filelock import FileLock
 
+        from builder.building import cache
         from builder.errors import VerificationError
 
         volume, failed = self._torch_volume(spec, log_path, timeout)
@@ -580,12 +589,12 @@ class DockerExecutor:
         out.write_text(f"== smoke test of {wheel.name} in {self.tags[spec.image]} ({self.machines.get(spec.image)})\n")
         if recipe is None or not recipe.deps:
             return self._smoke(spec, wheel, volume, out, timeout, recipe)
-        if not volume.startswith("/"):  # this host's machine: its volume is no folder pip can read
+        if machine_of(spec.platform) == host_machine():  # its dependencies are the host executor's to install
             raise VerificationError(
                 f"{wheel.name}: the recipe's declared dependencies (`[test] deps = true`) are installed only for another "
                 "machine's smoke test here (the host executor installs them for this one)"
             )
-        slot = CACHE_ROOT / "smoke" / f"{spec.python_tag}-torch{spec.torch_version}-{machine_of(spec.platform)}"
+        slot = cache.smoke_slot(spec.python_tag, spec.torch_version, machine_of(spec.platform))
         slot.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(slot) + ".lock"):  # held while the layer is used: `cache prune` passes it by
             layer, deps = self._foreign_deps(spec, wheel, Path(volume), slot / "deps-envs", out, timeout)
