@@ -8,8 +8,10 @@ then ships the published wheel for that variant when one exists. Only when
 something will be compiled does the CompilePlan check everything else (C++ compiler
 new enough, CUDA toolkit matching torch, ROCm version, arch list); then the kernel
 objects are compiled with a torch-independent command line
-(mamba_build/kernels.py), then the thin torch binding with torch's BuildExtension,
-and they are linked into mamba_ssm._C. Environment variables: see the README,
+(mamba_build/kernels.py), then the binding against torch's headers, and they are
+linked against torch's libraries into mamba_ssm._C: torch is never imported, so an
+interpreter of another machine can build (the farm's cross builds). ROCm builds go
+through torch's BuildExtension (it hipifies the sources). Environment variables: see the README,
 "Installing from source". (Not the farm's builder.plan.Plan, which plans many wheels.)
 """
 
@@ -284,51 +286,100 @@ def _classic_cxx_flags(plan: CompilePlan) -> list[str]:
     return ["-O2", f"-std={plan.std}", f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}", "-fopenmp", "-fvisibility=hidden"]
 
 
-def _extension(plan: CompilePlan):
-    # CUDA_HOME must be right before torch.utils.cpp_extension is imported: it reads it once.
-    if plan.cuda:
-        os.environ["CUDA_HOME"] = str(plan.cuda.home)
-    from torch.utils.cpp_extension import CppExtension, CUDAExtension
+def _stable_cxx_flags(plan: CompilePlan) -> list[str]:
+    """binding_stable.cpp's flags: only torch's stable C API, no C++ ABI macro, no OpenMP runtime, no Python."""
+    major, minor = toolchain.version_tuple(plan.stable_floor)[:2]
+    flags = ["-O2", "-std=c++17", "-fvisibility=hidden", "-DTORCH_STABLE_ONLY",
+             f"-DTORCH_TARGET_VERSION=0x{(major << 56) | (minor << 48):016x}"]  # fmt: skip
+    return [*flags, "-DUSE_CUDA"] if plan.backend == "cuda" else flags
 
-    cxx = _classic_cxx_flags(plan)
+
+def _rocm_extension(plan: CompilePlan):
+    """ROCm: torch hipifies the .cu sources and compiles them with hipcc (its supported HIP path)."""
+    from torch.utils.cpp_extension import CUDAExtension
+
+    cxx = [*_classic_cxx_flags(plan), "-DWITH_CUDA"]
     gomp = [f"-L{plan.libgomp.parent}", f"-l:{plan.libgomp.name}"] if plan.libgomp else ["-fopenmp"]
+    sources = ["csrc/module.cpp", "csrc/binding.cpp", *sorted(f"csrc/cuda/{p.name}" for p in (CSRC / "cuda").glob("*.cu"))]
     depends = [str(p) for p in [*CSRC.glob("*.h"), *CSRC.glob("*.inc"), *CSRC.glob("*.cpp"), *CSRC.glob("cuda/*")]]
-    # -fopenmp: at::parallel_for is OpenMP code inlined from ATen headers; it links torch's own libgomp
-    # (gomp) where torch ships one. --strip-debug: Python's CFLAGS carry -g, most of the binding's size.
-    # CPU and CUDA: torch compiles module.cpp (PyInit) only; binding.cpp is a cached object (build_ext).
-    common = {"name": "mamba_ssm._C", "sources": ["csrc/module.cpp"], "depends": depends, "extra_link_args": [*gomp, "-Wl,--strip-debug"]}
-    if plan.stable:
-        # Only torch's stable C API: no C++ ABI macro, no OpenMP runtime, no Python symbol.
-        major, minor = toolchain.version_tuple(plan.stable_floor)[:2]
-        flags = ["-O2", "-std=c++17", "-fvisibility=hidden", "-DTORCH_STABLE_ONLY",
-                 f"-DTORCH_TARGET_VERSION=0x{(major << 56) | (minor << 48):016x}"]
-        common.update(sources=["csrc/binding_stable.cpp"], extra_link_args=["-Wl,--strip-debug"], py_limited_api=True)
-        if plan.backend == "cpu":
-            return CppExtension(extra_compile_args={"cxx": flags}, **common)
-        return CUDAExtension(extra_compile_args={"cxx": [*flags, "-DUSE_CUDA"], "nvcc": []}, **common)
-    if plan.backend == "cpu":
-        return CppExtension(extra_compile_args={"cxx": cxx}, **common)
-    if plan.backend == "cuda":
-        return CUDAExtension(extra_compile_args={"cxx": [*cxx, "-DWITH_CUDA"], "nvcc": []}, **common)
-    # ROCm: torch hipifies the .cu sources and compiles them with hipcc (its supported HIP path).
-    common["sources"] = ["csrc/module.cpp", "csrc/binding.cpp", *sorted(f"csrc/cuda/{p.name}" for p in (CSRC / "cuda").glob("*.cu"))]
     hipcc = ["-O3", "-std=c++17", "-DWITH_CUDA", "-fPIC", *[f"--offload-arch={a}" for a in plan.hip_archs]]
-    return CUDAExtension(extra_compile_args={"cxx": [*cxx, "-DWITH_CUDA"], "nvcc": hipcc}, **common)
+    return CUDAExtension(
+        name="mamba_ssm._C", sources=sources, depends=depends, extra_link_args=[*gomp, "-Wl,--strip-debug"],
+        extra_compile_args={"cxx": cxx, "nvcc": hipcc},
+    )  # fmt: skip
 
 
-def _binding_job(plan: CompilePlan):
-    """binding.cpp as a cached object (classic CPU and CUDA builds): one compile per torch build and
-    toolkit, shared by every Python. Its flags are the ones torch's BuildExtension would give it."""
-    flags = _classic_cxx_flags(plan)
+def _extension(plan: CompilePlan):
+    """The module setuptools names and places; for CPU and CUDA our build_ext compiles and links it itself."""
+    if plan.backend == "rocm":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=UserWarning)  # torch's "no CUDA runtime found" notice
+            return _rocm_extension(plan)
+    source = "csrc/binding_stable.cpp" if plan.stable else "csrc/module.cpp"
+    return Extension("mamba_ssm._C", sources=[source], py_limited_api=plan.stable)
+
+
+def _torch_includes(plan: CompilePlan) -> dict[str, str]:
+    """torch's (and the toolkit's) header folders, each with what identifies its headers (the object's key)."""
     torch_headers = f"torch {plan.torch_version} {plan.torch_git or ''}".strip()
     include_dirs = {str(Path(plan.torch_location) / "include"): torch_headers}
     if plan.backend == "cuda":
-        flags.append("-DWITH_CUDA")
         cuda = kernels.compiler_id(str(plan.cuda.nvcc))  # nvcc --version: the release and its build
         for sub in ("include", "include/cccl"):
             if (plan.cuda.home / sub).is_dir():
                 include_dirs[str(plan.cuda.home / sub)] = f"cuda {cuda} {sub}"
-    return kernels.binding_job(CSRC, _cxx_argv(plan.env), flags, include_dirs)
+    return include_dirs
+
+
+def _python_include() -> dict[str, str]:
+    """The folder of Python.h for module.cpp (PyInit): the interpreter's own include folder, else the one
+    its build configuration names (a cross build reads the target Python's, _PYTHON_SYSCONFIGDATA_NAME)."""
+    import platform
+    import sysconfig
+
+    for folder in (sysconfig.get_paths()["include"], sysconfig.get_config_var("INCLUDEPY")):
+        if folder and (Path(folder) / "Python.h").is_file():
+            return {folder: f"python {platform.python_version()} {sysconfig.get_config_var('SOABI')}"}
+    raise toolchain.BuildConfigError(
+        f"Python {platform.python_version()}'s headers (Python.h) are not installed",
+        f"install them (Debian and Ubuntu: apt-get install python{sys.version_info[0]}.{sys.version_info[1]}-dev)",
+    )
+
+
+def _jobs(plan: CompilePlan) -> list:
+    """Every object of the module: the kernels, then the binding (and for a classic build module.cpp).
+    binding.cpp and module.cpp are compiled apart: one binding object per torch build and toolkit, shared
+    by every Python; module.cpp is PyInit alone."""
+    cxx = _cxx_argv(plan.env)
+    jobs = [kernels.cpu_job(CSRC, cxx)]
+    if plan.backend == "cuda":
+        jobs += kernels.cuda_jobs(
+            CSRC, plan.cuda.nvcc, plan.nvcc_flags, toolchain.gencode_flags(plan.archs), plan.jobs.nvcc_threads, plan.env.get("CC")
+        )
+    if plan.backend == "rocm":  # torch hipifies and compiles the rest
+        return jobs
+    if plan.stable:
+        return [*jobs, kernels.binding_job(CSRC, cxx, _stable_cxx_flags(plan), _torch_includes(plan), "binding_stable.cpp")]
+    flags = _classic_cxx_flags(plan)
+    if plan.backend == "cuda":
+        flags.append("-DWITH_CUDA")
+    module = kernels.binding_job(CSRC, cxx, _classic_cxx_flags(plan), _python_include(), "module.cpp")
+    return [*jobs, kernels.binding_job(CSRC, cxx, flags, _torch_includes(plan)), module]
+
+
+def _link_argv(plan: CompilePlan, objects: list[Path], out: Path) -> list[str]:
+    """The link torch's CppExtension/CUDAExtension would run: torch's libraries (libtorch_python for a
+    classic module only), CUDA's runtime for a CUDA build; torch's own libgomp for the classic binding's
+    at::parallel_for (one OpenMP runtime in the process). --strip-debug: CFLAGS' -g is most of the size."""
+    lib = Path(plan.torch_location) / "lib"
+    dirs, libs = [lib], ["c10", "torch", "torch_cpu"] + ([] if plan.stable else ["torch_python"])
+    if plan.backend == "cuda":
+        home = plan.cuda.home
+        dirs.append(home / "lib64" if (home / "lib64").exists() or not (home / "lib").exists() else home / "lib")
+        libs += ["cudart", "c10_cuda", "torch_cuda"]
+    gomp = [] if plan.stable else [f"-L{plan.libgomp.parent}", f"-l:{plan.libgomp.name}"] if plan.libgomp else ["-fopenmp"]
+    return [*_cxx_argv(plan.env), "-shared", *map(str, objects), *(f"-L{d}" for d in dirs), *(f"-l{n}" for n in libs),
+            *gomp, "-Wl,--strip-debug", "-o", str(out)]  # fmt: skip
 
 
 def _no_compiling_in_isolation(target: Target, why: str) -> None:
@@ -354,37 +405,51 @@ def _remove_stale_modules(cmd) -> None:
 
 
 def _build_ext_class(plan: CompilePlan):
-    from torch.utils.cpp_extension import BuildExtension
+    """Compile the objects (cached by key: MAMBA_KERNEL_CACHE=DIR is a folder shared by every build of one
+    toolchain, objects keyed by command line, compiler and sources, so a hit is exact; default: this build's
+    own folder), then link the module. CPU and CUDA never import torch: its folder gives the headers and
+    libraries, so a Python of another machine can build (a cross build). ROCm goes through torch's build."""
+    from setuptools.command.build_ext import build_ext as setuptools_build_ext
 
-    class build_ext(BuildExtension):
-        """Compile the kernel objects and the binding first (cached by key), then link the module."""
+    def objects(cmd) -> list[Path]:
+        cache = plan.env.get("MAMBA_KERNEL_CACHE", "").strip()
+        return kernels.build(_jobs(plan), Path(cache) if cache else Path(cmd.build_temp) / "kernels", plan.jobs.max_jobs)
 
+    if plan.backend == "rocm":
+        from torch.utils.cpp_extension import BuildExtension
+
+        class rocm_build_ext(BuildExtension):
+            def build_extensions(self) -> None:
+                os.environ.setdefault("MAX_JOBS", str(plan.jobs.max_jobs))
+                for ext in self.extensions:
+                    ext.extra_objects = [str(o) for o in objects(self)]
+                _remove_stale_modules(self)
+                super().build_extensions()
+
+        return rocm_build_ext
+
+    class build_ext(setuptools_build_ext):
         def build_extensions(self) -> None:
-            os.environ.setdefault("MAX_JOBS", str(plan.jobs.max_jobs))
-            jobs = [kernels.cpu_job(CSRC, _cxx_argv(plan.env))]
-            if plan.backend == "cuda":  # (ROCm: torch hipifies and compiles the .cu sources itself)
-                jobs += kernels.cuda_jobs(
-                    CSRC, plan.cuda.nvcc, plan.nvcc_flags, toolchain.gencode_flags(plan.archs),
-                    plan.jobs.nvcc_threads, plan.env.get("CC"),
-                )
-            if plan.backend != "rocm" and not plan.stable:
-                jobs.append(_binding_job(plan))
-            # MAMBA_KERNEL_CACHE=DIR: a folder shared by every build of one toolchain (objects are keyed by
-            # command line, compiler and sources, so a hit is exact); default: this build's own folder.
-            cache = plan.env.get("MAMBA_KERNEL_CACHE", "").strip()
-            objects = kernels.build(jobs, Path(cache) if cache else Path(self.build_temp) / "kernels", plan.jobs.max_jobs)
-            for ext in self.extensions:
-                ext.extra_objects = [str(o) for o in objects]
             _remove_stale_modules(self)
             super().build_extensions()
 
+        def build_extension(self, ext) -> None:
+            import subprocess
+            import tempfile
+
+            made = objects(self)
+            out = Path(self.get_ext_fullpath(ext.name))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=out.parent, prefix=".link-") as tmp:  # never a half-written module
+                argv = _link_argv(plan, made, Path(tmp) / out.name)
+                print("mamba-ssm: " + " ".join(argv), flush=True)
+                proc = subprocess.run(argv, check=False, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise SystemExit(f"mamba-ssm build error: linking {out.name} failed (exit {proc.returncode}).\n"
+                                     f"{' '.join(argv)}\n{proc.stdout}{proc.stderr}")  # fmt: skip
+                os.replace(Path(tmp) / out.name, out)
+
     return build_ext
-
-
-def _torch_extension(plan: CompilePlan):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=UserWarning)  # torch's "no CUDA runtime found" notice
-        return _extension(plan)
 
 
 class bdist_wheel_prebuilt(bdist_wheel):
@@ -406,7 +471,7 @@ class bdist_wheel_prebuilt(bdist_wheel):
         _no_compiling_in_isolation(target, target.miss or "MAMBA_FORCE_BUILD=TRUE asks for a source build")
         plan = CompilePlan(target)
         print(plan.summary(), file=sys.stderr)
-        self.distribution.ext_modules = [_torch_extension(plan)]
+        self.distribution.ext_modules = [_extension(plan)]
         self.distribution.cmdclass["build_ext"] = _build_ext_class(plan)
         super().run()
 
@@ -438,7 +503,7 @@ def main() -> None:
     _no_compiling_in_isolation(target, f"`{' '.join(commands[:1]) or 'setup.py'}` compiles mamba-ssm")
     plan = CompilePlan(target)
     print(plan.summary(), file=sys.stderr)
-    setup(ext_modules=[_torch_extension(plan)], cmdclass={"build_ext": _build_ext_class(plan)}, **common, **_license())
+    setup(ext_modules=[_extension(plan)], cmdclass={"build_ext": _build_ext_class(plan)}, **common, **_license())
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 The arm64 images compile with Debian's x86_64-hosted cross g++ and, for CUDA, this host's nvcc (both run
 natively inside the emulated container: builder/building/images/render.py ``cross_compiler``,
-``compiler_overlay``); what stays emulated is the image's Python (pip, setup.py), ninja and the smoke test.
+``compiler_overlay``), and pip and setup.py run on the build host's twin of the image's Python, natively
+(``cross["python"]``, ``docker.native_python``); what stays emulated is the smoke test.
 
     .venv/bin/python benchmarks/emulation.py                     # the CPU spec, both machines, one after the other
     .venv/bin/python benchmarks/emulation.py --accelerator cuda  # the CUDA 13 spec

@@ -2,9 +2,10 @@
 
 The kernel TUs (csrc/selective_scan_cpu.cpp, csrc/cuda/*.cu) include no torch
 header and get no torch-, Python- or ABI-dependent flag, so one object serves
-every torch/Python/ABI variant of a toolkit. The binding (csrc/binding.cpp)
-includes torch's headers but not Python's, so one object serves every Python of
-one torch build. Each object is named by a key that hashes its command line
+every torch/Python/ABI variant of a toolkit. The binding (csrc/binding.cpp,
+csrc/binding_stable.cpp) includes torch's headers but not Python's, so one object
+serves every Python of one torch build; csrc/module.cpp (PyInit) includes only Python's.
+Each object is named by a key that hashes its command line
 (paths relative to the source tree; torch's and the toolkit's include folders
 as their version, since every venv has its own copy), the compiler's identity
 and the bytes of the sources it can include: equal key, equal object. (The farm
@@ -98,10 +99,13 @@ def cpu_job(csrc: Path, cxx: list[str]) -> KernelJob:
     return _make_job(csrc, src, argv, deps)
 
 
-def binding_job(csrc: Path, cxx: list[str], flags: list[str], include_dirs: dict[str, str]) -> KernelJob:
-    """binding.cpp against one torch build. ``include_dirs``: folder -> what identifies its headers
-    (``torch 2.14.1+cu130 <git sha>``, the nvcc release): the key names those, not the venv's path."""
-    src = csrc / "binding.cpp"
+def binding_job(
+    csrc: Path, cxx: list[str], flags: list[str], include_dirs: dict[str, str], source: str = "binding.cpp"
+) -> KernelJob:
+    """A translation unit that includes torch's (or Python's) headers: binding.cpp against one torch build,
+    binding_stable.cpp, module.cpp against one Python. ``include_dirs``: folder -> what identifies its headers
+    (``torch 2.14.1+cu130 <git sha>``, the nvcc release, the Python): the key names those, not the venv's path."""
+    src = csrc / source
     includes = [a for d in include_dirs for a in ("-isystem", d)]
     argv = [*cxx, *flags, "-fPIC", "-DNDEBUG", prefix_map(csrc), *includes, "-I", str(csrc), "-c", str(src), "-o", "{obj}"]
     deps = [src, csrc / "binding_common.h", csrc / "selective_scan.h"]

@@ -98,6 +98,9 @@ def test_the_aarch64_wheel_is_built_verified_smoke_tested_and_indexed(aarch64_ru
     assert "g++-aarch64-linux-gnu" in toolchain["cross"]["packages"], toolchain
     build_log = (dist / "logs" / f"{spec.id}.log").read_text()
     assert "/opt/cross/usr/bin/aarch64-linux-gnu-g" in build_log, build_log[-3000:]
+    # and pip and setup.py ran on an x86_64 CPython natively, configured as the image's: only the smoke test is emulated
+    assert toolchain["cross"]["python"] == "x86_64 CPython 3.11", toolchain
+    assert "(its files); pip and setup.py on x86_64 /opt/cross/python3.11/bin/python" in build_log, build_log[-3000:]
     page = (dist / "index" / spec.variant / "index.html").read_text()
     assert wheel.name in page
     assert 'data-machine="aarch64"' in (dist / "index" / "index.html").read_text()
@@ -133,7 +136,8 @@ def test_the_aarch64_cuda_wheel_compiled_natively_holds_aarch64_code_and_sm_90_s
         toolchain = json.loads(zf.read(prov))["toolchain"]
     assert toolchain["compiler"] == "cross" and toolchain["toolkit"]["kind"] == "cuda", toolchain
     log = (dist / "logs" / f"{spec.id}.log").read_text()
-    assert re.search(r"^\s*/opt/cross/usr/bin/aarch64-linux-gnu-g\+\+ .* -shared ", log, re.M), log[-3000:]
+    assert re.search(r"^\s*mamba-ssm: /opt/cross/usr/bin/aarch64-linux-gnu-g\+\+ -shared ", log, re.M), log[-3000:]
+    assert toolchain["cross"]["python"] == "x86_64 CPython 3.11", toolchain
     assert set(re.findall(r"-ccbin (\S+)", log)) <= {"/opt/cross/usr/bin/aarch64-linux-gnu-gcc"}, log[-3000:]
 
 

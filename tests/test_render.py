@@ -211,17 +211,24 @@ def test_the_provenance_of_a_cross_compiled_build_says_cross(tmp_path: Path) -> 
         ex.images[image.id], ex.bases[image.id] = image, r.base
         if r.cross:
             ex.crosses[image.id] = r.cross
-    spec = type("Spec", (), {})
+    spec = type("Spec", (), {"python": "3.11", "from_recipe": False})
     records = {}
     for image_id, image in ex.images.items():
         spec.image = image_id
         records[machine_of(image.platform)] = ex.ran(spec)
     tc = records["aarch64"]["toolchain"]
     assert tc["compiler"] == "cross" and (tc["cross"]["host"], tc["cross"]["target"]) == ("x86_64", "aarch64")
-    assert tc["cross"]["packages"] == load_packages()["os"]["bookworm"]["cross"]["aarch64"]["packages"]
+    table = load_packages()["os"]["bookworm"]["cross"]["aarch64"]
+    assert tc["cross"]["packages"] == [*table["packages"], *table["python_packages"]]
     assert records["x86_64"]["toolchain"] == {"compiler": "image", "toolkit": None}
+    # the checkout's own build ran pip and setup.py on the x86_64 twin of the image's Python 3.11; a recipe's did not
+    assert tc["cross"]["python"] == "x86_64 CPython 3.11", tc
     line = summary({**records["aarch64"], "source": {"kind": "checkout", "commit": "0" * 40}, "id": "x"})
-    assert "cross compiler x86_64 -> aarch64" in line
+    assert "cross compiler x86_64 -> aarch64, pip and setup.py on x86_64 CPython 3.11" in line
+    spec.from_recipe = True
+    (aarch64,) = [i for i in ex.images if i in ex.crosses]
+    spec.image = aarch64
+    assert "python" not in ex.ran(spec)["toolchain"]["cross"]
 
 
 def test_a_pip_fetching_for_another_machine_is_given_every_manylinux_tag_its_glibc_runs() -> None:

@@ -147,4 +147,6 @@ def summary(rec: dict) -> str:
     cross = tc.get("cross") if isinstance(tc.get("cross"), dict) else None
     if tc.get("compiler") == "cross" and cross:
         ran += f", cross compiler {cross.get('host')} -> {cross.get('target')}"
+        if cross.get("python"):
+            ran += f", pip and setup.py on {cross.get('python')}"
     return f"{what}, build {rec.get('id')} (inputs {rec.get('inputs_hash')}), {ran}, {rec.get('platform')}"

@@ -73,6 +73,20 @@ def torch_store(spec) -> str:
     return _torch_name(spec) if machine_of(spec.platform) == host_machine() else str(torch_folder(spec))
 
 
+def native_python(cross: dict | None, spec) -> dict[str, str]:
+    """The environment that runs an emulated image's build on its x86_64 twin of the image's Python
+    (render.cross_compiler): for the checkout's own builds (setup.py reads torch from its files; a recipe's
+    setup.py imports torch, which only the image's Python can), of that Python's version. Empty: emulated."""
+    python = cross and cross.get("python")
+    if not python or spec.from_recipe or python["version"] != spec.python:
+        return {}
+    return {
+        "FARM_PYTHON": f"{python['venv']}/bin/python",
+        "_PYTHON_SYSCONFIGDATA_NAME": python["sysconfigdata"],
+        "_PYTHON_HOST_PLATFORM": python["platform"],
+    }
+
+
 def target_environment(machine: str, python: str) -> dict[str, str]:
     """The environment markers of CPython PYTHON (3.11) on Linux on MACHINE (aarch64), as packaging names them."""
     from packaging.markers import default_environment
@@ -207,6 +221,8 @@ class DockerExecutor:
         record = toolchain_record("docker", image=spec.image, base=base, compiler="cross" if cross else "image", toolkit=toolkit)
         if cross:  # the image's CC/CXX: the build host's cross compiler, run natively in the emulated container
             record["toolchain"]["cross"] = {"host": cross["host"], "target": cross["target"], "packages": cross["packages"]}
+            if native_python(cross, spec):  # pip and setup.py ran on the build host's twin of the image's Python
+                record["toolchain"]["cross"]["python"] = f"{cross['host']} CPython {spec.python}"
         return record
 
     # -- images ---------------------------------------------------------------------------
@@ -455,6 +471,9 @@ class DockerExecutor:
         env = self._env(spec)
         # torch is already in the volume: build.sh skips its install step.
         env.update(FARM_TORCH_REQ="", PYTHONPATH="/torch/site", MAMBA_KERNEL_CACHE=KERNEL_CACHE_MOUNT)
+        native = native_python(self.crosses.get(spec.image), spec)
+        if native:  # pip and setup.py natively; the image's own Python still checks that torch imports
+            env.update(native, FARM_TARGET_PYTHON=self.pythons[spec.image][spec.python])
         volumes = {
             torch_volume: {"bind": "/torch", "mode": "ro"},
             # shared by every build of this image: kernels compile once, only the binding per variant

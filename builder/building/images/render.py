@@ -147,6 +147,8 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
     cross = cross_compiler(image, base, osdef)
     if cross:
         packages = [p for p in packages if p not in cross["replaces"]]
+        if cross["python"] and cross["python"]["version"] not in {p.version for p in pythons if not p.farm}:
+            cross["python"] = None  # only the image's own system Python has a twin of the build host's machine
     ctx: dict = {
         "base": base,
         "label": LABEL,
@@ -213,7 +215,10 @@ def cross_compiler(image: ImageSpec, base: str, osdef: dict) -> dict | None:
     container given its own loader and libraries (unpacked with it under CROSS_PREFIX). It compiles for the
     target with the same GCC release and the same glibc as the suite's native g++. In a CUDA image it is
     also nvcc's host compiler (torch's cpp_extension passes ``-ccbin $CC``): the build host's nvcc (the
-    compiler overlay) with the cross g++ makes target objects, as NVIDIA's own cross builds do. None for a
+    compiler overlay) with the cross g++ makes target objects, as NVIDIA's own cross builds do. Where the table
+    names the suite's Python (``python``), that CPython for the build host's machine comes too: the checkout's
+    own builds run pip and setup.py on it natively (setup.py never imports torch), so only the smoke test
+    stays emulated. None for a
     native image, a base without a [os.*.cross.<machine>] table (packages.toml), or a ROCm image."""
     machine, host = machine_of(image.platform), host_machine()
     table = osdef.get("cross", {}).get(machine)
@@ -226,6 +231,16 @@ def cross_compiler(image: ImageSpec, base: str, osdef: dict) -> dict | None:
     ):
         return None
     cross_base = local_name(local_suite(base), host) if is_local_base(base) else base
+    version = table.get("python")
+    # The suite's CPython for the build host's machine, the twin of the image's: pip and setup.py of the
+    # checkout's own builds run on it natively (a venv that reads the image Python's build configuration).
+    python = version and {
+        "version": version,
+        "venv": f"{CROSS_PREFIX}/python{version}",
+        "target": f"/opt/python/cp{version.replace('.', '')}-cp{version.replace('.', '')}/bin/python",
+        "sysconfigdata": f"_sysconfigdata__{machine}-linux-gnu",  # Debian's name for it
+        "platform": f"linux-{machine}",
+    }
     return {
         "host": host,
         "target": machine,
@@ -233,7 +248,8 @@ def cross_compiler(image: ImageSpec, base: str, osdef: dict) -> dict | None:
         "host_platform": docker_platform(host),
         "target_platform": docker_platform(machine),
         "base": cross_base,
-        "packages": list(table["packages"]),
+        "packages": [*table["packages"], *(table.get("python_packages", []) if python else [])],
+        "python": python or None,
         "prefix": CROSS_PREFIX,
         "loader": _X86_64_LOADER,
         "loader_file": f"/lib/{host}-linux-gnu/ld-linux-x86-64.so.2",
