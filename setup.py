@@ -260,6 +260,8 @@ class CompilePlan:
         # at::parallel_for is OpenMP code inlined into the binding: link the libgomp torch ships, so the
         # process keeps one OpenMP runtime (one thread pool, torch.set_num_threads applies to both).
         self.libgomp = None if self.stable else toolchain.torch_libgomp(self.torch_location)
+        # A classic CPU or CUDA module compiles module.cpp (PyInit) against Python.h: checked before anything compiles.
+        self.python_include = _python_include() if not self.stable and self.backend != "rocm" else None
 
     def summary(self) -> str:
         parts = [self.target.summary(), f"-std={self.std}", f"MAX_JOBS {self.jobs.max_jobs}"]
@@ -363,7 +365,7 @@ def _jobs(plan: CompilePlan) -> list:
     flags = _classic_cxx_flags(plan)
     if plan.backend == "cuda":
         flags.append("-DWITH_CUDA")
-    module = kernels.binding_job(CSRC, cxx, _classic_cxx_flags(plan), _python_include(), "module.cpp")
+    module = kernels.binding_job(CSRC, cxx, _classic_cxx_flags(plan), plan.python_include, "module.cpp")
     return [*jobs, kernels.binding_job(CSRC, cxx, flags, _torch_includes(plan)), module]
 
 
