@@ -362,11 +362,10 @@ def _jobs(plan: CompilePlan) -> list:
         return jobs
     if plan.stable:
         return [*jobs, kernels.binding_job(CSRC, cxx, _stable_cxx_flags(plan), _torch_includes(plan), "binding_stable.cpp")]
-    flags = _classic_cxx_flags(plan)
-    if plan.backend == "cuda":
-        flags.append("-DWITH_CUDA")
-    module = kernels.binding_job(CSRC, cxx, _classic_cxx_flags(plan), plan.python_include, "module.cpp")
-    return [*jobs, kernels.binding_job(CSRC, cxx, flags, _torch_includes(plan)), module]
+    classic = _classic_cxx_flags(plan)
+    binding = [*classic, "-DWITH_CUDA"] if plan.backend == "cuda" else classic
+    return [*jobs, kernels.binding_job(CSRC, cxx, binding, _torch_includes(plan)),
+            kernels.binding_job(CSRC, cxx, classic, plan.python_include, "module.cpp")]  # fmt: skip
 
 
 def _link_argv(plan: CompilePlan, objects: list[Path], out: Path) -> list[str]:

@@ -45,7 +45,7 @@ from builder.building.images.images import (
     machine_of,
     owner,
 )
-from builder.building.images.render import load_packages, render
+from builder.building.images.render import image_python, load_packages, render
 from builder.errors import FarmError, InfrastructureError
 from builder.facts.compat import manylinux_platforms
 from builder.facts.cputime import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu
@@ -254,9 +254,7 @@ class DockerExecutor:
             self.bases[image_id] = bases[key]
             if not made_once(self.client, r.tag, lambda r=r, image_id=image_id: self._make_image(r, image_id)):
                 self.log(f"image {image_id}: reusing {r.tag}")
-            self.pythons[image_id] = {
-                v: f"/opt/python/cp{v.replace('.', '')}-cp{v.replace('.', '')}/bin/python" for v in image.pythons
-            }
+            self.pythons[image_id] = {v: image_python(v) for v in image.pythons}
 
     def _make_image(self, r, image_id: str) -> None:
         try:

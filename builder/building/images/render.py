@@ -38,6 +38,12 @@ DOCKER_DIR = REPO / "docker"
 PACKAGES = DOCKER_DIR / "packages.toml"
 
 
+def image_python(version: str) -> str:
+    """The interpreter of Python VERSION ("3.11") in a farm image, laid out manylinux-style."""
+    tag = "cp" + version.replace(".", "")
+    return f"/opt/python/{tag}-{tag}/bin/python"
+
+
 @dataclass(frozen=True)
 class PythonInstall:
     version: str  # "3.11"
@@ -144,11 +150,9 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
     kind_packages = []
     if image.kind != "rocm" or source == "debian":
         kind_packages = list(data["kind"].get(family, {}).get(image.kind, []))
-    cross = cross_compiler(image, base, osdef)
+    cross = cross_compiler(image, base, osdef, {p.version for p in pythons if not p.farm})
     if cross:
         packages = [p for p in packages if p not in cross["replaces"]]
-        if cross["python"] and cross["python"]["version"] not in {p.version for p in pythons if not p.farm}:
-            cross["python"] = None  # only the image's own system Python has a twin of the build host's machine
     ctx: dict = {
         "base": base,
         "label": LABEL,
@@ -207,7 +211,7 @@ CROSS_PREFIX = "/opt/cross"
 _X86_64_LOADER = "/lib64/ld-linux-x86-64.so.2"
 
 
-def cross_compiler(image: ImageSpec, base: str, osdef: dict) -> dict | None:
+def cross_compiler(image: ImageSpec, base: str, osdef: dict, system_pythons: set[str]) -> dict | None:
     """For another machine's CPU or CUDA image: the build host's cross compiler that compiles and links its code.
 
     Under emulation the host-side g++ ran 3.6x slower than natively (benchmarks/emulation.py); Debian's
@@ -216,9 +220,9 @@ def cross_compiler(image: ImageSpec, base: str, osdef: dict) -> dict | None:
     target with the same GCC release and the same glibc as the suite's native g++. In a CUDA image it is
     also nvcc's host compiler (torch's cpp_extension passes ``-ccbin $CC``): the build host's nvcc (the
     compiler overlay) with the cross g++ makes target objects, as NVIDIA's own cross builds do. Where the table
-    names the suite's Python (``python``), that CPython for the build host's machine comes too: the checkout's
-    own builds run pip and setup.py on it natively (setup.py never imports torch), so only the smoke test
-    stays emulated. None for a
+    names the suite's Python (``python``) and the image holds it (SYSTEM_PYTHONS: the image's own, not the
+    farm's), that CPython for the build host's machine comes too: the checkout's own builds run pip and
+    setup.py on it natively (setup.py never imports torch), so only the smoke test stays emulated. None for a
     native image, a base without a [os.*.cross.<machine>] table (packages.toml), or a ROCm image."""
     machine, host = machine_of(image.platform), host_machine()
     table = osdef.get("cross", {}).get(machine)
@@ -231,13 +235,13 @@ def cross_compiler(image: ImageSpec, base: str, osdef: dict) -> dict | None:
     ):
         return None
     cross_base = local_name(local_suite(base), host) if is_local_base(base) else base
-    version = table.get("python")
+    version = table.get("python") if table.get("python") in system_pythons else None
     # The suite's CPython for the build host's machine, the twin of the image's: pip and setup.py of the
     # checkout's own builds run on it natively (a venv that reads the image Python's build configuration).
     python = version and {
         "version": version,
         "venv": f"{CROSS_PREFIX}/python{version}",
-        "target": f"/opt/python/cp{version.replace('.', '')}-cp{version.replace('.', '')}/bin/python",
+        "target": image_python(version),
         "sysconfigdata": f"_sysconfigdata__{machine}-linux-gnu",  # Debian's name for it
         "platform": f"linux-{machine}",
     }
