@@ -629,6 +629,68 @@ def _rehearse_work_file(world: World, scratch: Path) -> list[str]:
     return ["rehearse", "--work", str(scratch / "work")]
 
 
+# --- the installs check's index snapshot and record (builder installs, replaying tests/data/installs-snapshot)
+_INSTALLS_FIXTURE = REPO / "tests" / "data" / "installs-snapshot"
+_INSTALLS_PROFILE = (
+    '\n[profiles.hostile-installs]\ndescription = "one CPU cell"\nplatform = "linux_x86_64"\naccelerator = "cpu"\n'
+    'torch = "2.9"\npython = "3.11"\nstable_abi = false\n'
+)
+
+
+def _torch_listing(snapshot: Path) -> tuple[Path, list]:
+    page = snapshot / "pages" / "torch.json"
+    return page, json.loads(page.read_text())
+
+
+def _installs_case(edit):
+    """``installs`` of one CPU cell (torch 2.9.1, cp311) from a copy of the recorded snapshot, EDIT applied to it."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        snap = scratch / "snapshot"
+        shutil.copytree(_INSTALLS_FIXTURE, snap)
+        (scratch / "mamba_ssm").mkdir()
+        shutil.copy(CODE / "mamba_ssm" / "__init__.py", scratch / "mamba_ssm" / "__init__.py")
+        (scratch / "matrix.toml").write_text((CODE / "matrix.toml").read_text() + _INSTALLS_PROFILE)
+        record = edit(snap, scratch) or scratch / "installs.json"
+        return ["installs", "--matrix", str(scratch / "matrix.toml"), "--profile", "hostile-installs",
+                "--snapshot", str(snap), "--record-file", str(record), "--jobs", "1"]  # fmt: skip
+
+    return make
+
+
+def _listing_edit(change):
+    def edit(snap: Path, scratch: Path) -> None:
+        page, files = _torch_listing(snap)
+        page.write_bytes(change(files))
+
+    return edit
+
+
+def _torch_metadata(snap: Path) -> Path:
+    _page, files = _torch_listing(snap)
+    f = next(f for f in files if "2.9.1-cp311-cp311-manylinux_2_28_x86_64" in f["filename"])
+    return snap / "metadata" / f"{f['sha256']}.METADATA"
+
+
+def _metadata_not_utf8(snap: Path, scratch: Path) -> None:
+    _torch_metadata(snap).write_bytes(b"Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\nSummary: \xff\xfe\n")
+
+
+def _metadata_links_outside(snap: Path, scratch: Path) -> None:
+    secret = scratch / "secret.txt"
+    secret.write_text("SECRET-OUTSIDE-THE-SNAPSHOT\n")
+    meta = _torch_metadata(snap)
+    meta.unlink()
+    meta.symlink_to(secret)
+
+
+def _record_a_list(snap: Path, scratch: Path) -> Path:
+    (scratch / "installs.json").write_text("[]\n")
+    return scratch / "installs.json"
+
+
+
+
 CASES = [
     # --- sdists: unpacked by `recipe prepare` (the build's own step)
     Case("sdist-symlink-chain-cve-2025-4517", 11, "refused to unpack", _sdist_case(lambda tf, s, w: "chain")),
@@ -1109,6 +1171,18 @@ CASES += [
     Case("release-cost-a-list", 2, "expected", _cost_case(_cost_record("job-cost.json", [1]))),
     Case("fetch_json_files_a_string", 9, "fetch_json_files_a_string", _fetch_case(_fetch_page(b'{"files": "x"}'))),
     Case("recipe-build-env-a-list", 2, "must be a table", _recipe_edit('[build.env]\nEVIL_FORCE_BUILD = "TRUE"', b'env = ["x"]')),
+    # --- installs: the index snapshot the resolvers read, and the record it updates
+    Case("installs-listing-a-string", 9, "not a listing the snapshot wrote",
+         _installs_case(_listing_edit(lambda files: b'"a string"'))),
+    Case("installs-listing-sha256-empty", 9, "is not 64 lowercase hex digits",
+         _installs_case(_listing_edit(lambda files: json.dumps([{**f, "sha256": ""} for f in files]).encode()))),
+    Case("installs-listing-name-escapes", 9, "is not a plain file name",
+         _installs_case(_listing_edit(lambda files: json.dumps(
+             [{**f, "filename": "\x1b[2J\u202etorch-2.9.1-cp311-cp311-manylinux_2_28_x86_64.whl"} for f in files]).encode()))),
+    Case("installs-metadata-not-utf8", 9, "not UTF-8", _installs_case(_metadata_not_utf8)),
+    Case("installs-metadata-links-outside", 9, "the snapshot lacks what the resolvers read",
+         _installs_case(_metadata_links_outside), absent="SECRET-OUTSIDE-THE-SNAPSHOT"),
+    Case("installs-record-a-list", 2, "not an installs record", _installs_case(_record_a_list)),
     Case("matrix-torch-a-string", 2, "must be an array", _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = "2.14"')),
     Case("render-matrix-torch-a-string", 2, "must be an array",
          _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = "2.14"', "render")),
@@ -1472,6 +1546,9 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",),
                "archive URLs": ("archive-",), "git repositories": ("git-",)},
     "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-")},
+    "installs": {"matrix.toml": ("matrix-",), "recipes": ("recipe-",), "sdists": ("sdist-",),
+                 "snapshot listings": ("installs-listing-",), "snapshot METADATA": ("installs-metadata-",),
+                 "the record": ("installs-record-",)},
     "cache": {"smoke cache": ("cache-",), "--budget": ("cache-budget-",)},
     # release: only `release cost`'s records have cases; collect/split/variant-files/gate read the plan's own JSON,
     # the sidecars and the evidence records (the index's and `evidence`'s cases), made by this farm in CI
@@ -1526,6 +1603,7 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "rehearse": _FLAGS_ONLY,
         "doctor": ("doctor-provenance-source-a-list", "doctor-provenance-a-string", "doctor-variant-json-variants-a-list"),
         "evidence": ("evidence-ledger-records-an-object",),
+        "installs": ("installs-listing-a-string", "installs-record-a-list"),
     },
     "empty or malformed field": {
         "plan": ("matrix-torch-empty-part",), "render": ("render-matrix-python-empty-part",),
@@ -1535,9 +1613,12 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "cache": ("cache-budget-empty-number", "cache-budget-400-digits"), "release": ("release-cost-wall-empty",),
         "rehearse": ("rehearse-port-99999", "rehearse-version-regex-escape"),
         "doctor": ("doctor-metadata-version-empty",), "evidence": ("evidence-harvest-sha256-empty",),
+        "installs": ("installs-listing-sha256-empty",),
     },
     "marker the library refuses": {
         "drift": ("drift-marker-undefined-comparison",),
+        "installs": "hands each requirement's marker to pip and uv, which evaluate it; of its own it only asks whether "
+                    "a Requires-Dist line of a pinned sdist names an extra",
         **dict.fromkeys(("plan", "render", "build", "index", "resolve", "verify", "recipe", "cache", "release",
                          "rehearse", "doctor", "evidence"), _NO_MARKER),
     },
@@ -1547,6 +1628,7 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "recipe": ("recipe-not-utf8", "fetch_page_not_utf8"), "drift": ("drift-metadata-not-utf8", "drift-bad-utf8"),
         "cache": ("cache-complete-not-utf8",), "release": ("release-cost-not-utf8",), "rehearse": _FLAGS_ONLY,
         "doctor": ("doctor-metadata-not-utf8", "doctor-explain-bad-utf8"), "evidence": ("evidence-harvest-not-utf8",),
+        "installs": ("installs-metadata-not-utf8",),
     },
     "terminal controls, bidi overrides, surrogates": {
         "plan": ("matrix-torch-escapes",), "render": ("render-matrix-torch-escapes",),
@@ -1558,11 +1640,13 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "rehearse": ("rehearse-workflow-escapes",),
         "doctor": ("doctor-explain-escape", "doctor-provenance-escapes-surrogates"),
         "evidence": ("evidence-harvest-schema-escapes",),
+        "installs": ("installs-listing-name-escapes",),
     },
     "links out of the farm's folders": {
         "cache": ("cache-complete-links-outside", "cache-prune-linked-slot"),
         "build": ("cache-complete-links-outside",), "index": ("index-out-links-outside", "index-dev-zero-link"),
         "drift": ("drift-cached-metadata-links-outside",),
+        "installs": ("installs-metadata-links-outside",),
         "recipe": "its sdist cache's archive is used only once its bytes hash to the pin: a link can only point at those bytes",
         "doctor": "reads the installed package as Python's import system finds it; of a RECORD-listed file only its "
                   "ELF header's machine is read and shown",
@@ -1572,6 +1656,7 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "drift": ("drift-budget-bytes", "drift-budget-seconds", "drift-ranged-deflate-bomb"),
         "recipe": ("fetch_endless",), "build": ("fetch_endless",), "verify": ("verify-url-endless",),
         "resolve": "one manifest request, capped (256 MiB) under the request deadline",
+        "installs": "each resolver run has a deadline (300 s); a stored listing is read up to 64 MiB and a METADATA up to 16 MiB; recording reads the index through drift's capped, deadlined reader",
         "doctor": ("doctor-lookup-trickle", "doctor-lookup-huge-page"),
         **dict.fromkeys(("plan", "render", "index", "cache", "release", "rehearse", "evidence"), _NO_NETWORK),
     },

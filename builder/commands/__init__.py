@@ -35,6 +35,10 @@ COMMANDS: dict[str, Command] = {
         "builder.commands.index",
         "index a folder of wheels: per-variant find-links pages, PEP 503/691 simple pages, coverage page",
     ),
+    "installs": Command(
+        "builder.commands.installs",
+        "resolve each cell's install beside its torch (pip and uv, binary only, at its glibc floor); record it",
+    ),
     "resolve": Command("builder.commands.resolve", "print the variant, wheel and pip command for an environment"),
     "hip-compile": Command(
         "builder.commands.hip",

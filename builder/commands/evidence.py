@@ -43,8 +43,12 @@ def run(args: argparse.Namespace) -> int:
     plan = load_plan(profile=args.profile)
     records, hip = load_records(args.ledger)
     found = cell_tiers(plan, records)
+    resolve = tiers.resolve_counts(plan)
     for line, c in counts(plan, records).items():
-        print(f"{line}: {sum(c.values())} cells: " + ", ".join(f"{c[t]} {t}" for t in evidence.TIERS))
+        ok, left, unresolved = resolve.get(line, (0, 0, 0))
+        never = f", {unresolved} never resolved" if unresolved else ""
+        print(f"{line}: {sum(c.values())} cells: " + ", ".join(f"{c[t]} {t}" for t in evidence.TIERS)
+              + f"; {ok} resolve beside their torch{never}; {left} left out, they do not install")  # fmt: skip
         said = Counter(cell_detail(b, t, r, hip) for _c, b, t, r in found
                        if ("upstream" if b.from_recipe else "checkout") == line and t == "planned")  # fmt: skip
         for text, n in sorted(said.items()):

@@ -18,6 +18,8 @@ from packaging.utils import canonicalize_name
 
 from builder.errors import MatrixError
 from builder.facts import compat as compat_mod
+from builder.facts import installs as installs_mod
+from builder.facts import miscompiles
 from builder.facts.compat import Accelerator, Compat, image_setting_key, parse_accelerator, vtuple
 from builder.facts.paths import REPO
 from builder.facts.spec import BuildSpec, ImageSpec, stable_hash
@@ -79,6 +81,7 @@ def load_plan(
     stable: bool | None = None,
     projects: list[str] | None = None,
     compat: compat_mod.Compat | None = None,
+    installs: bool = True,
 ) -> Plan:
     """Load, validate and expand matrix.toml into the plan. Raises MatrixError.
 
@@ -89,6 +92,8 @@ def load_plan(
     the same profile and setting, or the ids differ.
     projects: build these projects (CHECKOUT, recipe names) instead of the profile's.
     compat: the data to plan with (default: the files'; drift --write plans from its edit before writing it).
+    installs: leave out the cells the installs record (builder/data/installs.json) says do not install
+    (``builder installs`` itself plans every cell).
     """
     compat = compat or compat_mod.load()
     matrix = load_matrix(Path(matrix_file) if matrix_file else DEFAULT_MATRIX, compat)
@@ -100,9 +105,11 @@ def load_plan(
     src = source_hash(matrix)
     chosen = _projects(matrix, prof, projects)
     recipes = {r.name: r for r in (recipe_for(n, _recipes_dir(matrix)) for n in chosen if n != CHECKOUT)}
+    record = installs_mod.load() if installs else None
     builds, images, refused = _specs(
-        matrix, compat, cells, prof, src, stable=stable, checkout=CHECKOUT in chosen, recipes=list(recipes.values())
-    )
+        matrix, compat, cells, prof, src, stable=stable, checkout=CHECKOUT in chosen, recipes=list(recipes.values()),
+        record=record,
+    )  # fmt: skip
     dropped = [*dropped, *refused]
     if only:
         builds = _select(matrix, builds, only)
@@ -355,6 +362,7 @@ def _specs(
     stable: bool = False,
     checkout: bool = True,
     recipes: list[Recipe] | None = None,
+    record: installs_mod.Installs | None = None,
 ) -> tuple[list[BuildSpec], dict[str, ImageSpec], list[Dropped]]:
     accs = {name: parse_accelerator(name) for name in {c.accelerator for c in cells}}
     toolchains: dict[tuple, tuple[_Toolchain, str, str]] = {}
@@ -427,6 +435,18 @@ def _specs(
             if not ok:
                 dropped.append(Dropped(cell, why))
                 continue
+            version = recipe.source.version
+            outcome = record.outcome(recipe.name, version, fields["torch_version"], cell.python, cell.platform) \
+                if record is not None else None  # fmt: skip
+            if outcome is not None and not outcome.installs:
+                dropped.append(Dropped(cell, f"{recipe.name} {version} does not install beside torch "
+                                             f"{fields['torch_version']}: {outcome.describe().split(': ', 1)[1]}"))  # fmt: skip
+                continue
+            # GPU code a toolkit is known to compile wrong is never built: another arch's code serves that GPU
+            fields["archs"] = miscompiles.apply(recipe.name, version, acc.toolkit, tuple(fields["archs"]))
+            facts = CellFacts(
+                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label
+            )
             recipe_inputs = prepare_inputs(recipe, facts)
             fields.update(
                 id=f"{recipe.name}-{variant.key}-{variant.python}-{cell.platform}",
@@ -554,14 +574,57 @@ def print_table(plan: Plan) -> None:
     width = None if sys.stdout.isatty() else 240
     console = Console(file=unguarded(sys.stdout), width=width, soft_wrap=False, highlight=False)  # its own styles
     table = Table(title=f"build plan: {plan.matrix.path.name}", show_lines=False, pad_edge=False)
-    for col in ("id", "torch", "toolkit", "archs", "torch from", "manylinux", "image", "serves"):
+    for col in ("id", "torch", "toolkit", "archs", "torch from", "manylinux", "image", "serves", "installs"):
         table.add_column(col, no_wrap=True)
+    record = installs_mod.load()
     for b in plan.builds:
         source = b.torch_index_url.rstrip("/").rsplit("/", 1)[-1] if b.torch_index_url else "PyPI"
         row = [b.id, b.torch_version, b.toolkit or "-", _archs_short(b.archs), source, b.manylinux, b.image]
-        table.add_row(*row, _serves_short(plan, b))
+        table.add_row(*row, _serves_short(plan, b), _installs_short(plan, b, record))
     console.print(table)
     console.print(summary(plan))
+    console.print(installs_summary(plan, record))
+
+
+def cell_outcomes(plan: Plan, b: BuildSpec, record: installs_mod.Installs) -> list[installs_mod.Outcome | None]:
+    """The recorded install outcome of each cell build B serves (None: never resolved)."""
+    compat = compat_mod.load()
+    version = plan.recipes[b.project].source.version if b.from_recipe else plan.matrix.package.version
+    return [record.outcome(b.project, version, compat.torch[c.torch].latest, c.python, c.platform)
+            for c in served_cells(plan, b)]  # fmt: skip
+
+
+def _installs_short(plan: Plan, b: BuildSpec, record: installs_mod.Installs) -> str:
+    found = cell_outcomes(plan, b, record)
+    if len(found) == 1:
+        o = found[0]
+        return "unresolved" if o is None else f"glibc {o.floor}" if o.installs else "no"
+    ok = sum(1 for o in found if o is not None and o.installs)
+    floors = sorted({o.floor for o in found if o is not None and o.installs}, key=vtuple)
+    return f"{ok}/{len(found)}" + (f" (glibc {floors[-1]})" if floors else "")
+
+
+def installs_summary(plan: Plan, record: installs_mod.Installs) -> str:
+    """Per line (project), how many of the plan's cells are recorded to install, and the cells left out."""
+    lines = []
+    by: dict[str, list] = {}
+    for b in plan.builds:
+        by.setdefault(f"{b.project} ({'upstream' if b.from_recipe else 'this checkout'})", []).extend(
+            cell_outcomes(plan, b, record)
+        )
+    left = {}
+    for cell, reason in plan.dropped:
+        if " does not install beside torch " in reason:
+            project = reason.split(" ", 1)[0]
+            left[project] = left.get(project, 0) + 1
+    for line, found in sorted(by.items()):
+        ok = sum(1 for o in found if o is not None and o.installs)
+        unresolved = sum(1 for o in found if o is None)
+        project = line.split(" ", 1)[0]
+        more = f", {unresolved} never resolved" if unresolved else ""
+        gone = f"; {left[project]} left out (they do not install)" if left.get(project) else ""
+        lines.append(f"installs: {line}: {ok} of {len(found)} planned cells resolve beside their torch{more}{gone}")
+    return "\n".join(lines)
 
 
 def _serves_short(plan: Plan, b: BuildSpec) -> str:

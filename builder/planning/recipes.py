@@ -510,8 +510,9 @@ def _cuda_sm(arch: str) -> tuple[str, str]:
 def placeholder_values(facts: CellFacts) -> dict[str, str]:
     """``${name}`` -> text for this cell. Arch-list placeholders exist only for cells of their kind."""
     for arch in facts.archs:
-        prefix = {"cuda": "sm_", "rocm": "gfx"}.get(facts.kind)
-        if not ARCH_RE.fullmatch(arch) or prefix is None or not arch.startswith(prefix):
+        prefixes = {"cuda": ("sm_", "compute_"), "rocm": ("gfx",)}.get(facts.kind, ())
+        bare = arch.replace("compute_", "sm_", 1) if arch.startswith("compute_") else arch
+        if not ARCH_RE.fullmatch(bare) or not arch.startswith(prefixes):
             raise RecipeError(f"{facts.describe()}: {arch!r} is not a {facts.kind} architecture")
     values = {
         "label": facts.label,
@@ -522,9 +523,16 @@ def placeholder_values(facts: CellFacts) -> dict[str, str]:
     if facts.kind in ("cuda", "rocm") and not facts.archs:
         raise RecipeError(f"{facts.describe()}: a {facts.kind} build needs its architectures (none given)")
     if facts.kind == "cuda":
-        sms = [_cuda_sm(a) for a in facts.archs]
-        values["gencode"] = json.dumps([f for sm, _ in sms for f in ("-gencode", f"arch=compute_{sm},code=sm_{sm}")])
-        values["cuda_arch_list"] = ";".join(dotted for _, dotted in sms)
+        # sm_XY: SASS; compute_XY: PTX of that arch as well (a miscompiled arch's stand-in: builder/facts/miscompiles.py)
+        sms = [_cuda_sm(a) for a in facts.archs if a.startswith("sm_")]
+        ptx = [_cuda_sm(a.replace("compute_", "sm_", 1)) for a in facts.archs if a.startswith("compute_")]
+        flags = [f for sm, _ in sms for f in ("-gencode", f"arch=compute_{sm},code=sm_{sm}")]
+        flags += [f for sm, _ in ptx for f in ("-gencode", f"arch=compute_{sm},code=compute_{sm}")]
+        values["gencode"] = json.dumps(flags)
+        with_ptx = {dotted for _, dotted in ptx}
+        listed = [dotted + ("+PTX" if dotted in with_ptx else "") for _, dotted in sms]
+        listed += [f"{dotted}+PTX" for _, dotted in ptx if dotted not in {d for _, d in sms}]
+        values["cuda_arch_list"] = ";".join(listed)
     elif facts.kind == "rocm":
         values["offload_arch"] = json.dumps([f"--offload-arch={a}" for a in facts.archs])
     return values

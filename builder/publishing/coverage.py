@@ -27,6 +27,7 @@ class Cell:
     command: str
     stable: bool
     tier: str | None = None  # what its evidence record proves (builder.verifying.evidence.tier_detail); None: no record
+    glibc: str | None = None  # the floor its install resolved at (builder/data/installs.json); None: not recorded
 
     @property
     def tier_kind(self) -> str:
@@ -70,7 +71,11 @@ def model(index: Index, project: str = PROJECT) -> dict:
                 rows.setdefault((v.torch, v.accelerator, machine), v)
     machines = sorted({m for (_t, _a, m) in rows if m}, key=lambda m: (m != "x86_64", m))
     out_rows = []
-    order = lambda kv: (_acc_sort(kv[1]), machines.index(kv[0][2]) if kv[0][2] in machines else 0, _torch_sort(kv[0][0]))
+    order = lambda kv: (
+        _acc_sort(kv[1]),
+        machines.index(kv[0][2]) if kv[0][2] in machines else 0,
+        _torch_sort(kv[0][0]),
+    )
     for (torch, acc, machine), v in sorted(rows.items(), key=order):
         # a cell is a user's environment: the row's variant with the column's ABI (a stable row serves both)
         keys = {abi: v.key if v.stable else replace(v, cxx11abi=abi).key for abi in abis}
@@ -80,7 +85,11 @@ def model(index: Index, project: str = PROJECT) -> dict:
             floors = {files[fn].requires_torch for fn in pages[v.key]}
             floor = ", ".join(sorted(f for f in floors if f))
         archs = _row_archs(files[fn] for fn in pages[v.key] if files[fn].machine == machine)
-        out_rows.append({"torch": torch, "accelerator": acc, "machine": machine, "floor": floor, "cells": cells, "archs": archs})
+        cells = [c and replace(c, glibc=_glibc(project, c, torch, py, machine)) for c, py in
+                 zip(cells, [py for py in pythons for _abi in abis])]  # fmt: skip
+        notes = _miscompile_notes(project, {files[fn].version for fn in pages[v.key]}, archs)
+        out_rows.append({"torch": torch, "accelerator": acc, "machine": machine, "floor": floor, "cells": cells,
+                         "archs": archs, "notes": notes})  # fmt: skip
     columns = [{"python": f"{py[2]}.{py[3:]}", "abi": abi} for py in pythons for abi in abis]
     sources = sorted(s for p, s in index.sources if p == project)
     return {
@@ -96,7 +105,43 @@ def model(index: Index, project: str = PROJECT) -> dict:
         "n_files": len(files),
         "n_variants": len(pages),
         "sources": [describe_source(s) for s in sources],
+        "left_out": _left_out(project, {e.version.partition("+")[0] for e in files.values()}),
     }
+
+
+def _glibc(project: str, cell: Cell, torch: str, py: str, machine: str | None) -> str | None:
+    """The glibc floor a cell's install resolved at (the newest torch release of its minor recorded)."""
+    from builder.facts import installs
+
+    if torch == "stable" or machine is None:
+        return None
+    python = f"{py[2]}.{py[3:]}"
+    found = installs.load().for_minor(project, cell.release, torch, python, f"linux_{machine}")
+    return found.floor if found is not None and found.installs else None
+
+
+def _left_out(project: str, versions: set[str]) -> list[dict]:
+    """The cells of this project's releases that are not published because their install does not resolve beside
+    their torch (builder/data/installs.json), each with the resolver's reason and what to do instead."""
+    from builder.facts import installs
+
+    out = []
+    for key, o in sorted(installs.load().cells.items()):
+        name, version = key.split(" | ", 1)[0].split(" ", 1)
+        if name == project and version in versions and not o.installs:
+            out.append({"cell": key.split(" | ", 1)[1], "why": o.why, "instead": o.instead})
+    return out
+
+
+def _miscompile_notes(project: str, versions: set[str], archs: list[dict]) -> list[str]:
+    """Which code serves a GPU whose own code the toolkit miscompiles (builder/data/miscompiles.toml), where this
+    row's wheels show it: the arch left out, the code serving it present."""
+    from builder.facts import miscompiles
+
+    present = {a["arch"] for a in archs}
+    return [m.note() for m in miscompiles.load()
+            if m.project == project and any(v.partition("+")[0] in m.versions for v in versions)
+            and m.arch not in present and {m.serve_with, m.ptx} <= present]  # fmt: skip
 
 
 def _row_archs(entries) -> list[dict]:
@@ -105,7 +150,11 @@ def _row_archs(entries) -> list[dict]:
 
     names = compat.load().gpu_names
     found = {a for e in entries for a in e.archs}
-    key = lambda a: (a[:2] != "sm", int("".join(c for c in a if c.isdigit()) or 0, 16 if a.startswith("gfx") else 10), a)
+    key = lambda a: (
+        a[:2] != "sm",
+        int("".join(c for c in a if c.isdigit()) or 0, 16 if a.startswith("gfx") else 10),
+        a,
+    )
     return [{"arch": a, "gpus": names.get(a, "")} for a in sorted(found, key=key)]
 
 

@@ -198,6 +198,24 @@ def counts(plan, records: list[dict]) -> dict[str, Counter]:
     return out
 
 
+def resolve_counts(plan) -> dict[str, tuple[int, int, int]]:
+    """Per product line: (cells recorded to resolve beside their torch, cells left out because they do not, cells
+    never resolved) of PLAN (builder/data/installs.json; the plan drops the ones that do not install)."""
+    from builder.facts import installs
+    from builder.planning.plan import cell_outcomes
+
+    record = installs.load()
+    out: dict[str, list[int]] = {}
+    for b in plan.builds:
+        line = out.setdefault("upstream" if b.from_recipe else "checkout", [0, 0, 0])
+        for o in cell_outcomes(plan, b, record):
+            line[0 if o is not None and o.installs else 2] += 1
+    for _cell, reason in plan.dropped:
+        if " does not install beside torch " in reason:
+            out.setdefault("upstream" if reason.split(" ", 1)[0] in plan.recipes else "checkout", [0, 0, 0])[1] += 1
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def check_ledger(records: list[dict], plans: list) -> list[str]:
     """What in the ledger no longer stands (the docs build fails on any): a record whose wheel kind no build of
     PLANS makes (the plan moved on: harvest again), or whose tags disagree with its own wheel's name."""

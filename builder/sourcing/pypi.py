@@ -142,6 +142,7 @@ class Index:
             raise SourceFetchError(f"{self.url}: the drift check reads an HTTP(S) index (PEP 691), not a local folder",
                                    hint="pass --index https://pypi.org/simple")  # fmt: skip
         self.cache = Path(cache) if cache is not None else hostenv.CACHE_ROOT / "metadata"
+        self.max_requests = MAX_REQUESTS
         self.requests = 0  # HTTP requests made (listings, metadata, ranges): what the report says it cost
         self.bytes = 0
 
@@ -152,8 +153,8 @@ class Index:
         if not is_web_url(url):
             raise SourceFetchError(f"{shown(repr(url), 300)}: not an http(s) URL; the drift check reads only the "
                                    "index's web files")  # fmt: skip
-        if self.requests >= MAX_REQUESTS:
-            raise SourceFetchError(f"{self.url}: more than {MAX_REQUESTS} requests in one run; "
+        if self.requests >= self.max_requests:
+            raise SourceFetchError(f"{self.url}: more than {self.max_requests} requests in one run; "
                                    "no listing of PyPI's needs that many")  # fmt: skip
         req = urllib.request.Request(url, headers={"User-Agent": "mamba-farm", **(headers or {})})
         self.requests += 1
@@ -202,7 +203,16 @@ class Index:
         return data[:length]
 
     def metadata(self, f: File) -> email.message.Message:
-        """The wheel's METADATA: PEP 658 file, else ranged reads of the wheel's zip; cached by sha256.
+        """The wheel's METADATA, parsed (:meth:`metadata_bytes`)."""
+        raw = self.metadata_bytes(f)
+        try:
+            return _parse(raw, f"{f.filename}: METADATA")
+        except Untrusted as err:
+            raise SourceFetchError(f"{err}; the check reads no data from it") from None
+
+    def metadata_bytes(self, f: File) -> bytes:
+        """The wheel's METADATA as the index gives it: PEP 658 file, else ranged reads of the wheel's zip; checked
+        as UTF-8 core metadata and cached by sha256.
 
         The listing's sha256 names the cache file only as 64 hex digits (an absolute path, ``..`` or any
         other name is refused before anything is read or written)."""
@@ -215,7 +225,9 @@ class Index:
         if cached is not None and os.path.lexists(cached):
             try:
                 # the cache's own file: a link out of the cache is refused, never read (nor its content shown)
-                return _parse(read_inside(self.cache, cached, MAX_METADATA_BYTES), str(cached))
+                raw = read_inside(self.cache, cached, MAX_METADATA_BYTES)
+                _parse(raw, str(cached))
+                return raw
             except Untrusted as err:
                 raise SourceFetchError(f"{err}: not a METADATA the check reads from its cache",
                                        hint=f"remove {shown(cached)}; the next run reads it again") from None  # fmt: skip
@@ -246,7 +258,7 @@ class Index:
             except Untrusted as err:
                 raise SourceFetchError(f"{err}: not a wheel the check reads") from None
         try:
-            meta = _parse(raw, f"{f.filename}: METADATA")  # checked before it is cached
+            _parse(raw, f"{f.filename}: METADATA")  # checked before it is cached
         except Untrusted as err:
             raise SourceFetchError(f"{err}; the check reads no data from it") from None
         if cached is not None:
@@ -255,7 +267,7 @@ class Index:
             with os.fdopen(fd, "wb") as out:
                 out.write(raw)
             os.replace(tmp, cached)
-        return meta
+        return raw
 
 
 def _parse(raw: bytes, what: str) -> email.message.Message:

@@ -1,0 +1,98 @@
+"""``python -m builder installs``: does each cell's wheel install beside its torch? (builder.publishing.installs)"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+from builder.commands import summary
+from builder.facts import hostenv
+from builder.facts.installs import RECORD
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("installs", help=summary("installs"))
+    p.add_argument("--profile", default="release", help="the plan's profile (default release)")
+    p.add_argument("--matrix", type=Path, help="matrix.toml to plan from (default the checkout's)")
+    p.add_argument("--snapshot", type=Path, default=hostenv.CACHE_ROOT / "index-snapshot",
+                   help="the index snapshot the resolvers read (default <farm cache>/index-snapshot)")  # fmt: skip
+    p.add_argument("--record", action="store_true",
+                   help="read what the snapshot lacks from the package index (the host's pip settings)")  # fmt: skip
+    p.add_argument("--refresh", action="store_true", help="with --record: read every listing anew")
+    p.add_argument(
+        "--record-file", type=Path, default=RECORD, help="the record to update (default builder/data/installs.json)"
+    )
+    p.add_argument("--jobs", type=int, default=6, help="resolutions at once (default 6: they wait on the network)")
+    p.add_argument("--export", type=Path, metavar="DIR",
+                   help="resolve anew (no cache) and write what the resolutions read into DIR, a snapshot of its own")  # fmt: skip
+    p.add_argument("--locks", type=Path, metavar="DIR",
+                   help="write each installing cell's resolution as a PEP 751 lock (pylock.<cell>.toml) into DIR")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="resolve and report; write no record")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from builder.facts import installs as record
+    from builder.planning.plan import load_plan
+    from builder.publishing import installs
+    from builder.sourcing.pypi import Index
+    from builder.sourcing.snapshot import Snapshot, export
+    from builder.sourcing.sources import SourceCache
+
+    t0 = time.monotonic()
+    old = record.load(args.record_file)  # a record that cannot be read stops the run before anything resolves
+    plan = load_plan(args.matrix, profile=args.profile, installs=False)
+    queries = installs.plan_queries(plan, SourceCache())
+    upstream = None
+    if args.record:
+        upstream = Index()
+        upstream.max_requests = 50_000  # a release's closure: listings and METADATA once each, cached by sha256
+    snapshot = Snapshot(args.snapshot, upstream, refresh=args.refresh)
+    run_ = installs.resolve_all([q for q, _ids in queries.values()], snapshot, jobs=args.jobs, progress=True,
+                                use_cache=args.export is None)  # fmt: skip
+    done = run_.outcomes
+    runs = sum(1 for o in done.values() if not o.cached)
+    if args.export is not None:  # what these resolutions read, as a snapshot of its own (a test's recorded metadata)
+        n = export(snapshot, args.export, run_.pages, run_.metadata)
+        (args.export / "queries.json").write_text(json.dumps(
+            [{**dataclasses.asdict(q), "outcome": done[k].as_record()} for k, (q, _i) in sorted(queries.items())],
+            indent=1) + "\n")  # fmt: skip
+        print(f"installs: exported {len(run_.pages)} listings and {len(run_.metadata)} METADATA ({n >> 10} KiB) "
+              f"into {args.export}")  # fmt: skip
+    if args.locks is not None:
+        n = installs.write_locks(args.locks, [q for q, _i in queries.values()], done, snapshot)
+        print(f"installs: wrote {n} PEP 751 lock(s) into {args.locks}")
+    ok = {(q.project, q.version, q.torch, q.python, q.platform): done[k].installs for k, (q, _) in queries.items()}
+    cells = {}
+    for key, (q, _ids) in queries.items():
+        rec = done[key].as_record()
+        if not done[key].installs:
+            rec["instead"] = installs.instead((q.project, q.version, q.torch, q.python, q.platform), ok)
+        cells[key] = rec
+    by_line: Counter = Counter()
+    for key, (q, ids) in queries.items():
+        by_line[(q.project, q.version, done[key].installs)] += len(ids)
+    seconds = time.monotonic() - t0
+    for project, version in sorted({(p, v) for p, v, _ in by_line}):
+        yes, no = by_line[(project, version, True)], by_line[(project, version, False)]
+        print(f"{project} {version}: {yes} of {yes + no} builds install beside their torch; {no} left out")
+    print(f"installs: {len(queries)} resolutions ({runs} resolved, the rest cached) in {seconds:.1f} s")
+    if not args.dry_run:
+        merged = {k: _as_dict(o) for k, o in old.cells.items()}
+        merged.update(cells)
+        installs.write_record(args.record_file, merged, installs.today())
+        print(f"installs: recorded {len(cells)} cell(s) into {args.record_file}")
+    return 0
+
+
+def _as_dict(o) -> dict:
+    out = {"installs": o.installs, "floor": o.floor, "picked": o.picked}
+    if o.why:
+        out["why"] = o.why
+    if o.instead:
+        out["instead"] = o.instead
+    return out

@@ -1,0 +1,523 @@
+"""Does each cell's wheel install beside its torch? Resolved before anything is built, the way a user's installer
+would, by pip (``install --dry-run --report``) and uv (``pip compile``) both, against an index snapshot served on
+127.0.0.1 (:mod:`builder.sourcing.snapshot`): binary wheels only, for the cell's Python and machine at its glibc
+floor, the cell's torch release held. The outcomes go to ``builder/data/installs.json``
+(:mod:`builder.facts.installs`), which the plan, the tiers and the coverage page read.
+
+A cell resolves at the floor its plan states or, failing that, at the lowest of :data:`FLOORS` that resolves (its
+page then states that floor); a cell that resolves nowhere is left out, with the resolver's reason and what to do
+instead. Each resolution is cached under ``<farm cache>/installs/`` by its query and the listings it read: a
+listing that changed is a new resolution.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pip as pip_module
+import tomllib
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from builder.errors import MatrixError, SourceFetchError
+from builder.facts import hostenv
+from builder.facts.compat import vtuple
+from builder.facts.installs import cell_key
+from builder.sourcing.snapshot import Snapshot, SnapshotServer
+from mamba_ssm._untrusted import Untrusted, expect, load_json, shown, text
+
+# glibc floors a cell may be raised to when its own does not resolve (RHEL 8, Debian 11, RHEL 9 and Ubuntu 22.04's
+# 2.34/2.35, Ubuntu 24.04): a dependency with no wheel for an older glibc (tilelang's aarch64 ones) moves the cell
+# there, and its page says so.
+FLOORS = ("2.28", "2.31", "2.34", "2.35", "2.39")
+STAND_IN = (
+    "PyPI's metadata for each torch release stands in for PyTorch's own index (download.pytorch.org is not "
+    "reachable from the farm's hosts): the torch requirements a CUDA or ROCm build of the same release declares "
+    "can differ in the nvidia-*/triton pins"
+)
+TIMEOUT = 300  # one resolver run, seconds
+CACHE_SCHEMA = 2  # what a cached resolution holds; another number is a new resolution
+
+
+@dataclass(frozen=True)
+class Query:
+    """One resolution: a project's requirements beside one torch release, for one Python and machine."""
+
+    project: str
+    version: str
+    requirements: tuple[str, ...]  # the wheel's Requires-Dist as the recipe leaves it (the farm's torch pin included)
+    torch: str  # the release held: "2.8.0"
+    python: str  # "3.11"
+    platform: str  # "linux_x86_64"
+    floor: str  # the plan's glibc floor: "2.28"
+
+    @property
+    def key(self) -> str:
+        return cell_key(self.project, self.version, self.torch, self.python, self.platform)
+
+    @property
+    def machine(self) -> str:
+        return self.platform.removeprefix("linux_")
+
+    def lines(self) -> list[str]:
+        """The requirement lines a resolver reads: the wheel's own, then the cell's torch held exactly."""
+        return [*self.requirements, f"torch=={self.torch}"]
+
+
+@dataclass
+class Resolution:
+    resolved: bool
+    picked: dict[str, str] = field(default_factory=dict)  # name -> version
+    files: list[str] = field(default_factory=list)  # the wheels chosen (pip's report)
+    why: str = ""
+    lock: str = ""  # uv's PEP 751 lock of it
+
+
+def manylinux_platforms(machine: str, glibc: str) -> list[str]:
+    """Every platform tag a glibc-``glibc`` ``machine`` accepts, newest first (pip's ``--platform`` takes no
+    ranges: manylinux_2_28 alone would refuse a manylinux2014 wheel)."""
+    major, minor = (int(p) for p in glibc.split("."))
+    tags = [f"manylinux_{major}_{m}_{machine}" for m in range(minor, 4, -1)]
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    return tags + [f"{name}_{machine}" for m, name in legacy.items() if m <= minor and (machine == "x86_64" or m == 17)]
+
+
+def wheel_floor(filename: str) -> str:
+    """The glibc a wheel's best-supported manylinux tag needs: the oldest of the tags it carries."""
+    floors = []
+    for tag in parse_wheel_filename(filename)[3]:
+        m = re.match(r"manylinux_(\d+)_(\d+)_", tag.platform)
+        if m:
+            floors.append((int(m.group(1)), int(m.group(2))))
+        else:
+            legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+            floors.extend(v for k, v in legacy.items() if tag.platform.startswith(k + "_"))
+    return ".".join(map(str, min(floors))) if floors else "0.0"
+
+
+def _clean_env() -> dict[str, str]:
+    """The resolvers see the snapshot alone: no pip or uv configuration of this host's (find-links, extra
+    indexes, a torch constraint) reaches them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", UV_NO_CONFIG="1")
+    return env
+
+
+def _tail(output: str, lines: int = 6) -> str:
+    """A resolver's reason: its error lines, neutralised, joined."""
+    keep = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.startswith("WARNING")]
+    start = next((i for i, ln in enumerate(keep) if ln.startswith(("error:", "ERROR:", "×", "cause:"))), 0)
+    return shown(" ".join(keep[start : start + lines]), 600)
+
+
+def resolve_uv(q: Query, index: str, glibc: str, uv: str) -> Resolution:
+    """uv's resolution, as the PEP 751 lock it writes (its wheels' URLs are the snapshot server's)."""
+    with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
+        lock = Path(tmp) / "pylock.toml"
+        cmd = [
+            uv, "pip", "compile", "-", "--no-header", "--quiet", "--no-cache", "--index-url", index,
+            "--only-binary", ":all:", "--python-version", q.python, "--format", "pylock.toml", "-o", str(lock),
+            "--python-platform", f"{q.machine}-manylinux_{glibc.replace('.', '_')}",
+        ]  # fmt: skip
+        r = subprocess.run(cmd, check=False, input="\n".join(q.lines()) + "\n", capture_output=True, text=True,
+                           env=_clean_env(), timeout=TIMEOUT)  # fmt: skip
+        if r.returncode != 0 or not lock.is_file():
+            return Resolution(False, why=_tail(r.stderr or r.stdout))
+        raw = lock.read_text()
+    try:
+        doc = tomllib.loads(raw)
+        picked = {str(canonicalize_name(p["name"])): str(p["version"]) for p in doc.get("packages", [])}
+    except (tomllib.TOMLDecodeError, KeyError, TypeError) as err:
+        return Resolution(False, why=f"uv's lock: {err}")
+    return Resolution(True, picked, lock=raw)
+
+
+def pip_for(q: Query) -> tuple[list[str] | None, str]:
+    """The pip command that resolves Q as its user's pip would, or (None, why not). pip evaluates environment
+    markers (``platform_machine == 'x86_64'``, ``python_version < '3.12'``) against the interpreter running it,
+    whatever ``--platform`` and ``--python-version`` say: so this pip runs on a CPython of the cell's own version,
+    and only for this host's machine (uv sets the markers from ``--python-platform``, and decides alone there)."""
+    if q.machine != hostenv.host_machine():
+        return None, f"not run: pip would evaluate markers for this host's {hostenv.host_machine()}, not {q.machine}"
+    python = hostenv.pyenv_pythons().get(q.python)
+    if python is None and sys.version_info[:2] != tuple(int(p) for p in q.python.split(".")):
+        return None, f"not run: no CPython {q.python} on this host to evaluate its markers"
+    interpreter = str(python / "bin" / "python3") if python is not None else sys.executable
+    return [interpreter, str(Path(pip_module.__file__).parent)], ""
+
+
+def resolve_pip(q: Query, index: str, glibc: str, pip: list[str]) -> Resolution:
+    py = q.python.replace(".", "")
+    plats = [a for p in manylinux_platforms(q.machine, glibc) for a in ("--platform", p)]
+    with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
+        req, report = Path(tmp) / "requirements.txt", Path(tmp) / "report.json"
+        req.write_text("\n".join(q.lines()) + "\n")
+        cmd = [
+            *pip, "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report), "--no-cache-dir",
+            "--index-url", index, "--only-binary", ":all:", *plats, "--python-version", q.python,
+            "--implementation", "cp", "--abi", f"cp{py}", "--abi", "abi3", "--abi", "none", "-r", str(req),
+        ]  # fmt: skip
+        r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_clean_env(), timeout=TIMEOUT)
+        if r.returncode != 0 or not report.exists():
+            return Resolution(False, why=_tail(r.stderr or r.stdout))
+        try:
+            doc = expect(load_json(report.read_bytes(), "pip's report"), dict, "pip's report")
+            picked, files = {}, []
+            for item in expect(doc.get("install", []), list, "pip's report: install"):
+                meta = expect(expect(item, dict, "install[]").get("metadata"), dict, "install[].metadata")
+                picked[str(canonicalize_name(str(meta.get("name"))))] = str(meta.get("version"))
+                url = str(expect(item.get("download_info"), dict, "install[].download_info").get("url", ""))
+                files.append(url.rsplit("/", 1)[-1])
+        except Untrusted as err:
+            return Resolution(False, why=f"pip's report: {err}")
+    return Resolution(True, picked, files)
+
+
+@dataclass
+class Outcome:
+    installs: bool
+    floor: str | None
+    why: str
+    picked: dict[str, str]
+    tried: list[str]
+    cached: bool = False
+    lock: str = ""  # the resolution as a PEP 751 lock, the index's own file URLs in it (installs only)
+    pip: str = ""  # what pip, the second witness, said: resolves, does not resolve, or why it was not run
+
+    def as_record(self) -> dict:
+        out = {"installs": self.installs, "floor": self.floor, "picked": dict(sorted(self.picked.items()))}
+        if self.why:
+            out["why"] = self.why
+        out["tried"] = self.tried
+        out["witnesses"] = {"uv": "resolves" if self.installs or "uv resolves" in self.why else "does not resolve",
+                            "pip": self.pip}  # fmt: skip
+        return out
+
+
+class Resolver:
+    """Resolves queries against one snapshot served on loopback, with a cache by query and listings read."""
+
+    def __init__(self, snapshot: Snapshot, index_url: str, cache: Path | None = None, use_cache: bool = True) -> None:
+        self.snapshot, self.index_url = snapshot, index_url
+        self.cache = Path(cache) if cache is not None else hostenv.CACHE_ROOT / "installs"
+        self.use_cache = use_cache
+        self.pages: set[str] = set()  # every listing read by a resolution this resolver ran
+        self.metadata: set[str] = set()  # every METADATA read ("<sha256>/<filename>")
+        self.uv = _uv()
+        self.versions = {"uv": _version([self.uv, "--version"]), "pip": pip_module.__version__}
+        self.runs = 0  # resolver runs made (not cached)
+
+    def _cache_path(self, q: Query) -> Path:
+        body = json.dumps([CACHE_SCHEMA, q.key, q.requirements, q.floor, self.versions], sort_keys=True)
+        return self.cache / f"{hashlib.sha256(body.encode()).hexdigest()}.json"
+
+    def _cached(self, q: Query) -> Outcome | None:
+        path = self._cache_path(q)
+        try:
+            doc = expect(load_json(path.read_bytes(), str(path)), dict, str(path))
+            pages = expect(doc.get("pages"), dict, f"{path}: pages")
+            if any(self.snapshot.page_digest(p) != d for p, d in pages.items()):
+                return None  # a listing it read has changed: resolve again
+            o = expect(doc.get("outcome"), dict, f"{path}: outcome")
+            return Outcome(bool(o["installs"]), o.get("floor"), str(o.get("why", "")), dict(o.get("picked", {})),
+                           list(o.get("tried", [])), cached=True, lock=str(doc.get("lock") or ""),
+                           pip=str((o.get("witnesses") or {}).get("pip", "")))  # fmt: skip
+        except (OSError, Untrusted, KeyError, TypeError):
+            return None
+
+    def resolve(self, q: Query) -> Outcome:
+        if self.use_cache and (hit := self._cached(q)) is not None:
+            return hit
+        self.snapshot.pages_read.clear()
+        self.snapshot.missing.clear()
+        self.snapshot.metadata_read.clear()
+        outcome = self._resolve(q)
+        self.pages.update(self.snapshot.pages_read)
+        self.metadata.update(self.snapshot.metadata_read)
+        if self.snapshot.missing:
+            raise SourceFetchError(
+                f"{q.key}: the snapshot lacks what the resolvers read: {'; '.join(sorted(self.snapshot.missing)[:5])}",
+                hint="record it: `python -m builder installs --record` (reads PyPI)",
+            )
+        path = self._cache_path(q)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"outcome": outcome.as_record(), "pages": dict(sorted(self.snapshot.pages_read.items())),
+               "lock": outcome.lock}  # fmt: skip
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
+        with os.fdopen(fd, "w") as out:
+            json.dump(doc, out, sort_keys=True)
+        os.replace(tmp, path)
+        return outcome
+
+    def _resolve(self, q: Query) -> Outcome:
+        floors = [f for f in FLOORS if vtuple(f) >= vtuple(q.floor)] or [q.floor]
+        if floors[0] != q.floor:
+            floors.insert(0, q.floor)
+        tried, first_why = [], ""
+        for glibc in floors:
+            tried.append(glibc)
+            self.runs += 1
+            uv = resolve_uv(q, self.index_url, glibc, self.uv)
+            if not uv.resolved:
+                first_why = first_why or f"uv: {uv.why}"
+                continue
+            pip_cmd, pip_not_run = pip_for(q)
+            files = _lock_files(uv.lock)
+            if pip_cmd is not None:
+                pip = resolve_pip(q, self.index_url, glibc, pip_cmd)
+                if not pip.resolved:  # the two resolvers disagree: not published, both reasons kept
+                    return Outcome(False, None, f"uv resolves at glibc {glibc}, pip does not: {pip.why}", {}, tried,
+                                   pip="does not resolve")  # fmt: skip
+                files = pip.files
+            floor = max([glibc if glibc == q.floor else "0.0", *(wheel_floor(f) for f in files)], key=vtuple)
+            floor = max(floor, q.floor, key=vtuple)
+            lock = relock(uv.lock, self.snapshot, q, floor)
+            return Outcome(True, floor, "", uv.picked, tried, lock=lock, pip=pip_not_run or "resolves")
+        pip_cmd, pip_not_run = pip_for(q)  # the second witness of a cell left out
+        if pip_cmd is None:
+            return Outcome(False, None, first_why, {}, tried, pip=pip_not_run)
+        pip = resolve_pip(q, self.index_url, q.floor, pip_cmd)
+        if pip.resolved:
+            return Outcome(False, None, f"pip resolves at glibc {q.floor}, uv does not: {first_why}", {}, tried,
+                           pip="resolves")  # fmt: skip
+        return Outcome(False, None, first_why, {}, tried, pip="does not resolve")
+
+
+@dataclass
+class Run:
+    outcomes: dict[str, Outcome]
+    pages: set[str]  # the listings the resolutions read (those not answered from the cache)
+    metadata: set[str]  # the METADATA they read
+
+
+_LOOPBACK_FILE = re.compile(r"http://127\.0\.0\.1:\d+/files/([0-9a-f]{64})/([A-Za-z0-9._+%-]+)")
+
+
+def _lock_files(raw: str) -> list[str]:
+    """The wheel file names a uv lock picked."""
+    return [urllib.parse.unquote(m.group(2)) for m in _LOOPBACK_FILE.finditer(raw)]
+
+
+def relock(raw: str, snapshot: Snapshot, q: Query, floor: str) -> str:
+    """uv's lock with each wheel's URL the index's own (the snapshot served it from loopback) and a header that
+    says what it is: the cell's resolved closure, which ``uv pip install -r`` installs as it is."""
+
+    def original(m: re.Match) -> str:
+        f = snapshot.file(m.group(1), urllib.parse.unquote(m.group(2)))
+        if f is None:
+            raise SourceFetchError(f"{q.key}: uv's lock names {shown(m.group(2), 200)}, which no listing served")
+        return f.url
+
+    body = "\n".join(ln for ln in raw.splitlines() if not ln.startswith("#"))
+    header = (f"# {q.key}: what `pip install` of this wheel resolves to beside torch {q.torch} (binary wheels only,\n"
+              f"# glibc {floor} and later), written by the mamba-ssm wheel farm (python -m builder installs).\n"
+              f"# Install it as it is: uv pip install -r <this file>\n")  # fmt: skip
+    return header + _LOOPBACK_FILE.sub(original, body).lstrip("\n") + "\n"
+
+
+def lock_name(q: Query) -> str:
+    """``pylock.causal-conv1d-1.7.0-torch2.8.0-cp311-linux_x86_64.toml`` (PEP 751: no dots in the name)."""
+    name = f"{q.project}-{q.version}-torch{q.torch}-cp{q.python.replace('.', '')}-{q.platform}"
+    return f"pylock.{name.replace('.', '_')}.toml"
+
+
+def resolve_all(queries: list[Query], snapshot: Snapshot, jobs: int = 6, progress: bool = False,
+                use_cache: bool = True, cache: Path | None = None) -> Run:  # fmt: skip
+    """Every query's outcome, ``jobs`` at once (each worker with its own server over the one snapshot folder)."""
+    import concurrent.futures
+    import threading
+
+    local = threading.local()
+    servers: list[SnapshotServer] = []
+    resolvers: list[Resolver] = []
+    lock = threading.Lock()
+    done: dict[str, Outcome] = {}
+
+    def one(q: Query) -> Outcome:
+        if not hasattr(local, "resolver"):
+            fork = snapshot.fork()
+            server = SnapshotServer(fork)
+            local.resolver = Resolver(fork, server.__enter__(), cache=cache, use_cache=use_cache)
+            with lock:
+                servers.append(server)
+                resolvers.append(local.resolver)
+        return local.resolver.resolve(q)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+            futures = {pool.submit(one, q): q for q in sorted(queries, key=lambda q: q.key)}
+            for fut in concurrent.futures.as_completed(futures):
+                q = futures[fut]
+                done[q.key] = fut.result()
+                if progress:
+                    mark = "installs" if done[q.key].installs else "does not install"
+                    print(f"[{len(done)}/{len(queries)}] {shown(q.key)}: {mark}", flush=True)
+    finally:
+        for server in servers:
+            server.__exit__(None, None, None)
+    return Run(done, {p for r in resolvers for p in r.pages}, {m for r in resolvers for m in r.metadata})
+
+
+def _uv() -> str:
+    here = Path(sys.executable).parent / "uv"
+    if here.exists():
+        return str(here)
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except ImportError:
+        raise MatrixError("uv is not installed", hint="install the farm group: pip install --group farm") from None
+
+
+def _version(cmd: list[str]) -> str:
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_clean_env(), timeout=60)
+    return (r.stdout.strip().split() or ["?"])[1] if r.returncode == 0 else "?"
+
+
+# ---------------------------------------------------------------------------------------------------------- queries
+
+
+def wheel_requirements(requires_dist: list[str], torch_pin: str) -> tuple[str, ...]:
+    """A wheel's Requires-Dist as the farm publishes it: extras' requirements left out (the page installs none),
+    torch's replaced by the farm's pin (what relabelling writes)."""
+    out = []
+    for line in requires_dist:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as err:
+            raise MatrixError(f"Requires-Dist {shown(line, 200)!r}: {err}") from None
+        if req.marker is not None and "extra" in str(req.marker):
+            continue
+        if canonicalize_name(req.name) == "torch":
+            continue
+        out.append(str(req))
+    return (torch_pin, *sorted(out))
+
+
+def sdist_requires(pkg_info: bytes, what: str) -> list[str]:
+    """The Requires-Dist lines of an sdist's PKG-INFO (metadata 2.2+ records them)."""
+    msg = email.parser.Parser().parsestr(text(pkg_info, what))
+    return [str(v) for v in msg.get_all("Requires-Dist") or []]
+
+
+def instead(key_parts: tuple[str, str, str, str, str], outcomes: dict[tuple, bool]) -> str:
+    """What a user of a cell that does not install can do, from the other cells' outcomes: the oldest newer torch
+    that installs for the same Python and machine, else the Pythons that install with this torch."""
+    project, version, torch, python, platform = key_parts
+    newer = sorted(
+        (t for (p, v, t, py, pl), ok in outcomes.items() if ok and (p, v, py, pl) == (project, version, python, platform)
+         and Version(t) > Version(torch)),
+        key=Version,
+    )  # fmt: skip
+    if newer:
+        return f"torch >= {'.'.join(newer[0].split('.')[:2])} (its cells install)"
+    pythons = sorted(
+        {
+            py
+            for (p, v, t, py, pl), ok in outcomes.items()
+            if ok and (p, v, t, pl) == (project, version, torch, platform)
+        },
+        key=vtuple,
+    )
+    if pythons:
+        return f"Python {', '.join(pythons)} with this torch"
+    return ""
+
+
+def write_record(path: Path, cells: dict[str, dict], today: str) -> None:
+    doc = {
+        "comment": "written by `python -m builder installs`; read by the plan, the tiers and the coverage page",
+        "recorded": today,
+        "stand_in": STAND_IN,
+        "cells": dict(sorted(cells.items())),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
+    with os.fdopen(fd, "w") as out:
+        json.dump(doc, out, indent=1, sort_keys=False)
+        out.write("\n")
+    os.replace(tmp, path)
+
+
+def today() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+def plan_queries(plan, sources) -> dict[str, tuple[Query, list[str]]]:
+    """Every cell of PLAN as a query: key -> (query, the ids of the builds serving it). ``sources`` (a
+    :class:`~builder.sourcing.sources.SourceCache`) gives each recipe's pinned sdist, whose PKG-INFO names the
+    requirements its wheels carry."""
+    from builder.facts import compat as compat_mod
+    from builder.planning.plan import served_cells
+
+    compat = compat_mod.load()
+    requires: dict[str, list[str]] = {}
+    out: dict[str, tuple[Query, list[str]]] = {}
+    for b in plan.builds:
+        recipe = plan.recipe_of(b)
+        if recipe is not None and recipe.name not in requires:
+            requires[recipe.name] = recipe_requires(recipe, sources)
+        version = recipe.source.version if recipe is not None else plan.matrix.package.version
+        floor = ".".join(re.match(r"manylinux_(\d+)_(\d+)_", b.manylinux).groups())
+        for cell in served_cells(plan, b):
+            minor = cell.torch
+            pin = f"torch>={compat.stable_floor}" if b.stable else f"torch=={minor}.*"
+            reqs = wheel_requirements(requires.get(recipe.name, []) if recipe else [], pin)
+            q = Query(b.project, version, reqs, compat.torch[minor].latest, cell.python, cell.platform, floor)
+            if q.key in out:  # one resolution, at the lowest floor of the builds serving it (ROCm's image is 2.35)
+                old, ids = out[q.key]
+                out[q.key] = (min(old, q, key=lambda x: vtuple(x.floor)), [*ids, b.id])
+            else:
+                out[q.key] = (q, [b.id])
+    return out
+
+
+def recipe_requires(recipe, sources) -> list[str]:
+    """The Requires-Dist of a recipe's pinned sdist (its PKG-INFO), fetched and checked by sha256."""
+    path = sources.fetch(recipe.source)
+    with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
+        top = sources.unpack(recipe.source, Path(tmp) / "tree")
+        info = top / "PKG-INFO"
+        if not info.is_file():
+            raise MatrixError(f"{path.name}: no PKG-INFO at its top, so its requirements cannot be read")
+        return sdist_requires(info.read_bytes()[: 1 << 20], f"{path.name}: PKG-INFO")
+
+
+def write_locks(folder: Path, queries: list[Query], done: dict[str, Outcome], snapshot: Snapshot) -> int:
+    """Each installing cell's lock into FOLDER (a cached outcome from before locks were kept is locked anew)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with SnapshotServer(fork := snapshot.fork()) as url:
+        uv = _uv()
+        for q in queries:
+            o = done[q.key]
+            if not o.installs:
+                continue
+            lock = o.lock
+            if not lock:
+                fresh = resolve_uv(q, url, o.floor or q.floor, uv)
+                if not fresh.resolved:
+                    raise SourceFetchError(
+                        f"{q.key}: recorded as installing, but uv no longer resolves it: {fresh.why}"
+                    )
+                lock = relock(fresh.lock, fork, q, o.floor or q.floor)
+            path = folder / lock_name(q)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".partial-")
+            with os.fdopen(fd, "w") as out:
+                out.write(lock)
+            os.replace(tmp, path)
+            n += 1
+    return n

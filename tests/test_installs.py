@@ -1,0 +1,191 @@
+"""Every published cell installs: resolution per cell before anything is built (builder/publishing/installs.py),
+from the index metadata recorded in tests/data/installs-snapshot (PyPI's, by `python -m builder installs --profile
+ci-installs --record --export DIR`; queries.json holds the queries and what they resolved to then), replayed on
+127.0.0.1 with no network: uv and pip themselves resolve, as a user's installer would."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from indexkit import isolated_env, make_venv, serve, uv_bin
+from wheelmaker import make_wheel
+
+from builder.errors import SourceFetchError
+from builder.facts import installs as record_mod
+from builder.planning.plan import cell_outcomes, load_plan
+from builder.publishing import installs
+from builder.sourcing.snapshot import Snapshot, SnapshotServer
+
+FIXTURE = REPO / "tests" / "data" / "installs-snapshot"
+QUERIES = {q["project"] + " " + q["torch"] + " " + q["platform"]: q for q in json.loads((FIXTURE / "queries.json").read_text())}
+
+
+def query(name: str) -> installs.Query:
+    q = dict(QUERIES[name])
+    q.pop("outcome")
+    return installs.Query(**{**q, "requirements": tuple(q["requirements"])})
+
+
+def resolve(snapshot_root: Path, names: list[str], cache: Path) -> dict[str, installs.Outcome]:
+    run = installs.resolve_all([query(n) for n in names], Snapshot(snapshot_root), jobs=3, cache=cache)
+    return {n: run.outcomes[query(n).key] for n in names}
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    names = ["causal-conv1d 2.8.0 linux_x86_64", "mamba-ssm 2.8.0 linux_x86_64", "mamba-ssm 2.9.1 linux_aarch64"]
+    cache = tmp_path_factory.mktemp("installs-cache")
+    return resolve(FIXTURE, names, cache), cache
+
+
+def test_the_recorded_cells_resolve_again_as_recorded(replayed):
+    """Replayed offline, pip and uv reach what they reached against PyPI: the outcome is the metadata's, not luck."""
+    outcomes, _cache = replayed
+    for name, o in outcomes.items():
+        recorded = QUERIES[name]["outcome"]
+        assert (o.installs, o.floor, o.picked) == (recorded["installs"], recorded["floor"], recorded["picked"]), name
+
+
+def test_what_a_user_of_each_cell_gets(replayed):
+    outcomes, _cache = replayed
+    # causal-conv1d beside torch 2.8.0: installs, torch kept, on the glibc the page states; pip agrees with uv
+    conv = outcomes["causal-conv1d 2.8.0 linux_x86_64"]
+    assert conv.installs and conv.picked["torch"] == "2.8.0" and conv.floor == "2.28" and conv.pip == "resolves"
+    # upstream mamba-ssm beside torch 2.8.0: triton>=3.5.0 against torch 2.8's own triton==3.4.0, at every floor
+    mamba = outcomes["mamba-ssm 2.8.0 linux_x86_64"]
+    assert not mamba.installs and "triton" in mamba.why and mamba.pip == "does not resolve"
+    assert mamba.tried == list(installs.FLOORS)
+    # aarch64: tilelang 0.1.8's wheels are manylinux_2_34 there, so the cell's floor is raised to 2.34, and said
+    arm = outcomes["mamba-ssm 2.9.1 linux_aarch64"]
+    assert arm.installs and arm.floor == "2.34" and arm.picked["tilelang"] == "0.1.8"
+    assert arm.tried == ["2.28", "2.31", "2.34"] and arm.pip.startswith("not run: pip would evaluate markers")
+
+
+def test_a_cached_resolution_is_reused_until_a_listing_it_read_changes(replayed, tmp_path):
+    _outcomes, cache = replayed
+    again = resolve(FIXTURE, ["mamba-ssm 2.9.1 linux_aarch64"], cache)
+    assert again["mamba-ssm 2.9.1 linux_aarch64"].cached
+    copy = tmp_path / "snapshot"
+    shutil.copytree(FIXTURE, copy)
+    page = copy / "pages" / "tilelang.json"
+    page.write_text(page.read_text() + "\n")  # the same wheels, but not the listing the cache read
+    fresh = resolve(copy, ["mamba-ssm 2.9.1 linux_aarch64"], cache)
+    assert not fresh["mamba-ssm 2.9.1 linux_aarch64"].cached and fresh["mamba-ssm 2.9.1 linux_aarch64"].installs
+
+
+def test_a_snapshot_without_what_a_resolver_reads_names_it(tmp_path):
+    copy = tmp_path / "snapshot"
+    shutil.copytree(FIXTURE, copy)
+    (copy / "pages" / "ninja.json").unlink()
+    with pytest.raises(SourceFetchError, match=r"the snapshot lacks what the resolvers read: listing ninja") as err:
+        resolve(copy, ["causal-conv1d 2.9.1 linux_aarch64"], tmp_path / "cache")
+    assert "--record" in err.value.hint
+
+
+def test_the_lock_uv_writes_installs_as_it_is(replayed, tmp_path):
+    """The cell's PEP 751 lock names PyPI's own files (sha256 and all), and uv takes it as it is: exactly the
+    resolved closure, torch 2.8.0 kept (a dry run: the files are PyPI's, not fetched here)."""
+    outcomes, _cache = replayed
+    o = outcomes["causal-conv1d 2.8.0 linux_x86_64"]
+    assert "127.0.0.1" not in o.lock and "https://files.pythonhosted.org/" in o.lock
+    lock = tmp_path / installs.lock_name(query("causal-conv1d 2.8.0 linux_x86_64"))
+    assert lock.name == "pylock.causal-conv1d-1_7_0-torch2_8_0-cp311-linux_x86_64.toml"
+    lock.write_text(o.lock)
+    env = isolated_env(tmp_path)
+    venv = make_venv(tmp_path / "venv", sys.executable, env)
+    r = subprocess.run([uv_bin(), "pip", "install", "--dry-run", "--offline", "-p", str(venv), "-r", str(lock)],
+                       capture_output=True, text=True, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    would = dict(line.strip()[2:].split("==", 1) for line in r.stderr.splitlines() if line.strip().startswith("+ "))
+    assert would == o.picked and would["torch"] == "2.8.0"
+
+
+def test_every_cell_of_the_release_is_resolved_and_installs():
+    """No published cell fails to resolve: each cell a release build serves has a recorded resolution that
+    installs (the plan leaves out the others, naming why), and `builder plan` says so per line."""
+    plan = load_plan(profile="release")
+    record = record_mod.load()
+    for b in plan.builds:
+        found = cell_outcomes(plan, b, record)
+        assert all(o is not None for o in found), f"{b.id}: cells never resolved: run `python -m builder installs`"
+        assert all(o.installs for o in found), b.id
+    left = [(c, why) for c, why in plan.dropped if " does not install beside torch " in why]
+    assert left, "the release leaves out the cells that cannot be installed"
+    for cell, why in left:
+        assert "instead:" in why or "does not install" in why, why
+    every = load_plan(profile="release", installs=False)
+    assert len(every.builds) == len(plan.builds) + len(left)
+
+
+def test_builder_plan_reports_the_installs_per_line(cli):
+    r = cli("plan", "--profile", "ci-installs")
+    assert r.returncode == 0, r.stderr
+    record = record_mod.load()
+    plan = load_plan(profile="ci-installs")
+    for project in ("causal-conv1d", "mamba-ssm"):
+        ok = sum(o is not None and o.installs for b in plan.builds if b.project == project
+                 for o in cell_outcomes(plan, b, record))  # fmt: skip
+        assert f"installs: {project} (upstream): {ok} of " in r.stdout
+
+
+def test_the_page_command_for_a_torch_2_8_cell(tmp_path):
+    """A torch 2.8.0 user: a stand-in torch 2.8.0 carrying its real METADATA (and stand-ins of what it requires) is
+    installed, then the page's command for the cell runs with real pip against a loopback index. causal-conv1d
+    installs, torch 2.8.0 kept; upstream mamba-ssm's cell is not in the release, and pip, asked anyway, refuses."""
+    plan = load_plan(profile="release")
+    assert not [b for b in plan.builds if b.project == "mamba-ssm" and b.from_recipe and b.torch == "2.8"
+                and b.platform == "linux_x86_64"]  # fmt: skip
+    assert [b for b in plan.builds if b.project == "causal-conv1d" and b.torch == "2.8" and b.python == "3.11"
+            and b.platform == "linux_x86_64"]  # fmt: skip
+    pypi = tmp_path / "pypi"
+    standins_from_snapshot(FIXTURE, pypi)
+    label = "cu12torch2.8cxx11abiTRUE"
+    farm = tmp_path / "farm"
+    make_wheel(farm, "causal-conv1d", f"1.7.0+{label}", "cp311-cp311-linux_x86_64",
+               requires=("torch==2.8.*", "packaging", "ninja"))  # fmt: skip
+    upstream = json.loads((FIXTURE / "queries.json").read_text())
+    mamba_reqs = next(q for q in upstream if q["project"] == "mamba-ssm")["requirements"]
+    make_wheel(farm, "mamba-ssm", f"2.3.2.post1+{label}", "cp311-cp311-linux_x86_64", requires=tuple(mamba_reqs))
+    env = isolated_env(tmp_path)
+    with serve(tmp_path) as url:
+        env.update(PIP_INDEX_URL=f"{url}/pypi/simple/", PIP_FIND_LINKS=f"{url}/farm/")
+        venv = make_venv(tmp_path / "venv", sys.executable, env)
+        py = str(venv / "bin" / "python")
+        subprocess.run([py, "-m", "pip", "install", "-q", "torch==2.8.0"], check=True, env=env)
+        r = subprocess.run([py, "-m", "pip", "install", f"causal-conv1d==1.7.0+{label}"], capture_output=True,
+                           text=True, env=env)  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = subprocess.run([py, "-m", "pip", "install", f"mamba-ssm==2.3.2.post1+{label}"], capture_output=True,
+                           text=True, env=env)  # fmt: skip
+        assert r.returncode != 0 and "triton" in r.stdout + r.stderr
+        show = subprocess.run([py, "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, env=env)
+    have = {p["name"]: p["version"] for p in json.loads(show.stdout)}
+    assert have["torch"] == "2.8.0" and have["causal-conv1d"] == f"1.7.0+{label.lower()}" and "mamba-ssm" not in have
+
+
+def standins_from_snapshot(snapshot: Path, out: Path) -> None:
+    """A PEP 503 index of stand-in wheels: each recorded wheel of the snapshot (x86_64 or pure), with its real name,
+    version, tags and requirements, and no code (the real ones are PyPI's; what pip resolves is the metadata)."""
+    import email.parser
+
+    for page in sorted((snapshot / "pages").glob("*.json")):
+        made = []
+        for f in json.loads(page.read_text()):
+            meta = snapshot / "metadata" / f"{f['sha256']}.METADATA"
+            name = f["filename"]
+            if not meta.exists() or "aarch64" in name:
+                continue
+            msg = email.parser.Parser().parsestr(meta.read_text())
+            tag = "-".join(name.removesuffix(".whl").split("-")[-3:])
+            made.append(make_wheel(out / "files", msg["Name"], msg["Version"], tag,
+                                   requires=tuple(msg.get_all("Requires-Dist") or ()),
+                                   requires_python=msg.get("Requires-Python")))  # fmt: skip
+        index = out / "simple" / page.stem / "index.html"
+        index.parent.mkdir(parents=True, exist_ok=True)
+        index.write_text("".join(f'<a href="../../files/{w.name}">{w.name}</a>\n' for w in made))
