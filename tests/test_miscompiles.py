@@ -88,3 +88,16 @@ def test_nvcc_given_the_plans_flags_embeds_no_sm_103(release, tmp_path):
     archs = _elf.archs_of(so)
     assert set(archs.sass) == {"sm_100", "sm_120"} and set(archs.ptx) == {"compute_100"}
     assert audit_archs([so], b) == "SASS sm_100, sm_120; PTX compute_100"
+
+
+def test_the_evidence_record_says_which_code_serves_the_gpu():
+    """What verification records of such a wheel (its device code read from the ELF): sm_103 served by the sm_100
+    code, and why; a wheel whose code shows no entry applied carries nothing."""
+    from builder.verifying import evidence
+
+    served = miscompiles.served_by("causal-conv1d", "1.7.0", "13.0", ["compute_100", "sm_100", "sm_120"])
+    assert list(served) == ["sm_103"] and "bit-exact" in served["sm_103"]
+    assert miscompiles.served_by("causal-conv1d", "1.7.0", "13.0", ["sm_100", "sm_103"]) == {}
+    rec = {"verified": {"tags": ["cp311-cp311-manylinux_2_28_x86_64"], "archs": ["compute_100", "sm_100"],
+                        "served_by": served}}  # fmt: skip
+    assert "sm_103 served by sm_100 code (+ compute_100 PTX)" in evidence.line(rec)

@@ -22,6 +22,8 @@ def add_command(subparsers) -> None:
                    help="the index snapshot the resolvers read (default <farm cache>/index-snapshot)")  # fmt: skip
     p.add_argument("--record", action="store_true",
                    help="read what the snapshot lacks from the package index (the host's pip settings)")  # fmt: skip
+    p.add_argument("--cache", type=Path, default=hostenv.CACHE_ROOT / "installs",
+                   help="where resolutions are cached (default <farm cache>/installs)")  # fmt: skip
     p.add_argument("--refresh", action="store_true", help="with --record: read every listing anew")
     p.add_argument(
         "--record-file", type=Path, default=RECORD, help="the record to update (default builder/data/installs.json)"
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         upstream.max_requests = 50_000  # a release's closure: listings and METADATA once each, cached by sha256
     snapshot = Snapshot(args.snapshot, upstream, refresh=args.refresh)
     run_ = installs.resolve_all([q for q, _ids in queries.values()], snapshot, jobs=args.jobs, progress=True,
-                                use_cache=args.export is None)  # fmt: skip
+                                use_cache=args.export is None, cache=args.cache)  # fmt: skip
     done = run_.outcomes
     runs = sum(1 for o in done.values() if not o.cached)
     if args.export is not None:  # what these resolutions read, as a snapshot of its own (a test's recorded metadata)

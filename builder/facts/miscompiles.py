@@ -73,3 +73,11 @@ def apply(project: str, version: str, toolkit: str | None, archs: tuple[str, ...
             if a not in out:
                 out.append(a)
     return tuple(out)
+
+
+def served_by(project: str, version: str, toolkit: str | None, device_code: list[str]) -> dict[str, str]:
+    """{arch: what serves it and why} for a wheel whose device code shows an entry applied (its arch absent, the
+    code serving it present): the evidence record carries it."""
+    have = set(device_code)
+    return {m.arch: m.note() for m in load() if m.matches(project, version, toolkit)
+            and m.arch not in have and {m.serve_with, m.ptx} <= have}  # fmt: skip

@@ -179,6 +179,8 @@ def line(rec: dict) -> str:
     abi = sorted({k for k in (v.get("abi") or {}).values() if k})
     parts.append(f"ABI {', '.join(abi)}" if abi else "ABI neutral")
     parts.append(f"archs {', '.join(v['archs'])}" if v.get("archs") else "no device code")
+    for arch, note in sorted((v.get("served_by") or {}).items()):
+        parts.append(f"{arch} served by {note.split(' runs ', 1)[-1].split(':', 1)[0]}")
     if v.get("machine"):
         parts.append(f"ELF {v['machine']}")
     if v.get("repaired"):

@@ -25,6 +25,7 @@ from packaging.version import Version
 
 from builder.errors import VerificationError
 from builder.facts import compat as compat_mod
+from builder.facts import miscompiles
 from builder.facts.hostenv import host_machine
 from builder.facts.spec import BuildSpec
 from builder.verifying import provenance as provenance_mod
@@ -530,6 +531,10 @@ def verify_wheel(
         "machine": _elf.tag_machine(spec.platform),
         "extensions": list(audited),
     }
+    # a GPU whose own code the toolkit miscompiles: which code serves it instead, and why (the table's words)
+    served = miscompiles.served_by(spec.project, facts.version.partition("+")[0], spec.toolkit, device_code)
+    if served:
+        checks["served_by"] = served
     if facts.variant is not None:
         # The variant form is made from a verified (repaired, retagged) wheel, after verification: its audits
         # pass again, and repairing it anew would rewrite it under the farm's label.
