@@ -482,8 +482,8 @@ def verify_wheel(
         with zipfile.ZipFile(wheel) as zf:
             epoch = max((calendar.timegm((*i.date_time, 0, 0, 0)) for i in zf.infolist()), default=None)
     workdir.mkdir(parents=True, exist_ok=True)
-    if spec.from_recipe:  # upstream's METADATA requires any torch: pin the minor it was built against
-        wheel = pin_torch(wheel, spec.torch_version, workdir / "relabelled")
+    if spec.from_recipe:  # upstream's METADATA requires any torch: pin the minor it was built against; label it
+        wheel = pin_torch(wheel, spec.torch_version, workdir / "relabelled", label=spec.label)
     facts = read_facts(wheel, spec.project)
     platforms = (spec.platform, spec.manylinux)
     if facts.variant is not None:  # made from a repaired wheel: any manylinux tag of the spec's machine
