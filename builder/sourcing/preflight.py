@@ -133,19 +133,19 @@ def _fail(recipe: Recipe, facts: CellFacts, key: str, message: str, hint: str) -
 def check_env(recipe: Recipe, facts: CellFacts) -> dict[str, str]:
     """The cell's environment, each value checked: none renders empty, an arch list is the cell's."""
     values = placeholder_values(facts)  # an arch that is not the cell's kind's: RecipeError naming it
-    env = build_env_vars(recipe, facts)
-    for key, value in env.items():
+    build_env = build_env_vars(recipe, facts)  # the recipe's values (not the process environment)
+    for key, value in build_env.items():
         template = env_template(recipe, key, facts) or ""
         if template and not value:
             raise _fail(recipe, facts, f"build.env.{key}", f"{template!r} is empty for this cell",
                         f'give it a value for every cell it applies to, or narrow it: {key} = '
                         f'[{{ when = {{ accelerator = ["cuda"] }}, value = {json.dumps(template)} }}]')  # fmt: skip
-    listed = env.get("TORCH_CUDA_ARCH_LIST")
+    listed = build_env.get("TORCH_CUDA_ARCH_LIST")
     if listed is not None and facts.kind == "cuda" and listed != values["cuda_arch_list"]:
         raise _fail(recipe, facts, "build.env.TORCH_CUDA_ARCH_LIST",
                     f"{listed!r} is not the cell's arch list {values['cuda_arch_list']!r}",
                     'write TORCH_CUDA_ARCH_LIST = [{ when = { accelerator = ["cuda"] }, value = "${cuda_arch_list}" }]')  # fmt: skip
-    return env
+    return build_env
 
 
 def stand_ins(facts: CellFacts, folder: Path) -> dict[str, str]:
