@@ -40,7 +40,7 @@ def _checkout_on_path() -> None:
 
 
 # A block: its first marker, then (once written) the generated lines and its end marker.
-MARKER = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->$(?:\n.*?^<!-- end generated: \1 -->$)?", re.M | re.S)
+MARKER = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->$(?:\n.*?^<!-- end generated: \1 -->$)?", re.MULTILINE | re.DOTALL)
 DOCS = ROOT / "docs"
 ENVVARS = ROOT / "mamba_build" / "envvars.toml"
 
