@@ -276,3 +276,7 @@ def test_a_cpu_and_a_cuda_cell_become_two_installed_wheels_on_the_first_try(farm
         backend = "cpu" if label.startswith("cpu") else "cuda"
         assert rec["imported"]["commands"][0]["output"] == f"0.75 {backend}", rec["imported"]
     assert run.out.count("preflight ok: scatterdemo 1.0+") == 2, run.out[-3000:]
+    # the build's line for each wheel shows the figure its test command printed; the index (its matrix's own
+    # recipes folder) takes both
+    assert "test command 1 printed 0.75 cpu" in run.out and "test command 1 printed 0.75 cuda" in run.out
+    assert "index: 2 wheel(s)" in run.out, run.out[-3000:]

@@ -27,6 +27,13 @@ def add_command(subparsers) -> None:
     q.add_argument("projects", nargs="*", help="recipes to check (default: every recipe of the profile)")
     q.add_argument("--profile", default=None, help="the matrix.toml profile whose cells are checked (default: all)")
     q.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
+    q.add_argument("--recipes", type=Path, default=None, help="with --torch: recipes folder (default: recipes/)")
+    q.add_argument(
+        "--torch", default=None, help="check one cell instead of a profile's: the torch release, e.g. 2.14.1"
+    )
+    q.add_argument("--accelerator", default="cpu", help="with --torch: cpu, cuda-X.Y or rocm-X.Y")
+    q.add_argument("--archs", default="", help="with --torch: sm_80,sm_90 or gfx90a,...")
+    q.add_argument("--cxx11abi", choices=("TRUE", "FALSE"), default="TRUE", help="with --torch: the C++ ABI")
     for name, text in (
         ("explain", "which patches of the recipe apply to a cell, and why"),
         ("prepare", "fetch and check the sdist, unpack and patch it into --out; print the tree and env"),
@@ -89,12 +96,22 @@ def _check(args: argparse.Namespace) -> int:
     from builder.sourcing.preflight import check_cell
 
     t0 = time.monotonic()
-    plan = load_plan(matrix_file=args.matrix, profile=args.profile, projects=args.projects or None)
     cells: dict = {}
-    for spec in plan.builds:
-        recipe = plan.recipe_of(spec)
-        if recipe is not None:
-            cells.setdefault((recipe.name, CellFacts.from_spec(spec)), recipe)
+    if args.torch is not None:  # one cell of the named recipes, as `recipe explain` takes it
+        from builder.planning.recipes import RECIPES_DIR
+
+        if not args.projects:
+            raise UsageError("--torch checks one cell of the recipes named: name at least one")
+        facts = cell_facts(args.torch, args.accelerator, args.archs, args.cxx11abi == "TRUE", None)
+        for name in args.projects:
+            recipe = recipe_for(name, args.recipes or RECIPES_DIR)
+            cells[(recipe.name, facts)] = recipe
+    else:
+        plan = load_plan(matrix_file=args.matrix, profile=args.profile, projects=args.projects or None)
+        for spec in plan.builds:
+            recipe = plan.recipe_of(spec)
+            if recipe is not None:
+                cells.setdefault((recipe.name, CellFacts.from_spec(spec)), recipe)
     if not cells:
         raise UsageError("the plan holds no recipe builds to check",
                          hint="name a profile whose projects are recipes (--profile ci-upstream)")  # fmt: skip

@@ -190,10 +190,12 @@ def read_metadata(tree: Path, env: dict[str, str], out: Path, recipe: Recipe, fa
     except subprocess.TimeoutExpired:
         raise _fail(recipe, facts, "metadata", f"setup.py ran over {METADATA_SECONDS} s preparing its metadata",
                     "the preflight runs no compiler: see what setup.py does at import time") from None  # fmt: skip
-    said = text(proc.stdout[-(64 << 10) :], "setup.py's output")
+    said = proc.stdout[-(64 << 10) :].decode("utf-8", "replace")  # setup.py prints what it likes
     line = next((ln for ln in said.splitlines() if ln.startswith("PREFLIGHT-METADATA ")), None)
     if proc.returncode != 0 or line is None:
-        tail = text(proc.stderr[-4000:], "setup.py's errors").strip().splitlines()[-12:]
+        # the error's own lines, not the frames of setup.py's traceback (indented) or its header
+        lines = proc.stderr[-8000:].decode("utf-8", "replace").strip().splitlines()
+        tail = [ln for ln in lines if ln.strip() and not ln[0].isspace() and not ln.startswith("Traceback")][-6:]
         raise _fail(recipe, facts, "metadata", "setup.py could not prepare its metadata with the cell's environment:\n"
                     + "\n".join("    | " + shown(ln, 300) for ln in tail),
                     "fix the recipe's [build.env] or patches for this cell (the lines above are setup.py's own)")  # fmt: skip

@@ -180,7 +180,7 @@ def run_build(request: BuildRequest) -> int:
             signal.signal(s, h)
 
     schedule.summary(outcomes, console)
-    index_error = _index(wheels_dir, dist / "index", log, replacements(outcomes, previous))
+    index_error = _index(wheels_dir, dist / "index", log, replacements(outcomes, previous), tuple(plan.recipes))
     _evidence_lines(outcomes, log, indexed=index_error is None)
     log(f"done in {time.monotonic() - t0:.1f}s: wheels in {wheels_dir}, logs in {logs_dir}, index in {dist / 'index'}")
     failed = [o for o in outcomes if o.state == "failed"]
@@ -429,12 +429,14 @@ def replacements(outcomes: list[schedule.Outcome], previous: dict[str, dict]) ->
     return out
 
 
-def _index(wheels_dir: Path, out: Path, log, replace: dict[str, str] | None = None) -> FarmError | None:
+def _index(
+    wheels_dir: Path, out: Path, log, replace: dict[str, str] | None = None, projects: tuple[str, ...] = ()
+) -> FarmError | None:
     from builder.publishing.index import build_index
 
     replace = replace or {}
     try:
-        res = build_index(wheels_dir, out, replace=set(replace))
+        res = build_index(wheels_dir, out, replace=set(replace), projects=projects)
     except FarmError as err:
         return err
     for name in res.replaced:
