@@ -88,7 +88,8 @@ def check(rec: object, what: str) -> dict:
         commands = expect(imported.get("commands", []), (list, int), f"{what}: 'imported.commands'")
         if isinstance(commands, list) and (len(commands) > MAX_COMMANDS or not all(
             isinstance(c, dict) and isinstance(c.get("argv"), str) and isinstance(c.get("output"), str)
-            and len(c["output"]) <= MAX_OUTPUT for c in commands
+            and isinstance(c.get("stderr", ""), str) and max(len(c["output"]), len(c.get("stderr", ""))) <= MAX_OUTPUT
+            for c in commands
         )):  # fmt: skip
             raise Untrusted(f"{what}: 'imported.commands' is not a list of at most {MAX_COMMANDS} commands with "
                             f"their output (at most {MAX_OUTPUT} characters each)")  # fmt: skip

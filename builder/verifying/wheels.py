@@ -751,8 +751,12 @@ def command_output(raw: str) -> str:
 
 def recipe_ran(facts: dict, torch_requirement: str, imports, commands, api, outputs=()) -> dict:
     """What a recipe's smoke test ran (``smoke_test``'s return), from the evidence FACTS its first step printed and
-    each command's OUTPUT (stdout and stderr, as :func:`command_output` keeps it)."""
-    ran = [{"argv": shown(shlex.join(c), 300), "output": command_output(out)} for c, out in zip(commands, outputs)]
+    each command's OUTPUTS, (stdout, stderr), as :func:`command_output` keeps them (stderr only when not empty:
+    a library's warnings land there, a test's result on stdout)."""
+    ran = []
+    for c, (out, err) in zip(commands, outputs):
+        ran.append({"argv": shown(shlex.join(c), 300), "output": command_output(out)}
+                   | ({"stderr": command_output(err)} if err.strip() else {}))  # fmt: skip
     return {
         "line": f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}",
         "imported": {**facts, "modules": [m for m in imports if m != "torch"], "api": list(api), "commands": ran},
@@ -773,7 +777,7 @@ def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, comman
         if facts is None:
             facts = smoke_evidence(proc.stdout)
         else:
-            outputs.append(proc.stdout + proc.stderr)
+            outputs.append((proc.stdout, proc.stderr))
     return recipe_ran(facts, torch_requirement, imports, commands, api, outputs)
 
 

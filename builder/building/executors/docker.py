@@ -660,8 +660,8 @@ class DockerExecutor:
         else:  # installed without its dependencies, as on the host: pip check only when they are there
             first, *commands = [shlex.join(argv) for argv in recipe_steps(vpy, recipe.imports, recipe.commands, recipe.api)]
             # each command's output between markers, for the evidence (the container's output is one stream)
-            steps = [first, *(f"echo {_COMMAND_MARK}{i} && {c} 2>&1 && echo {_COMMAND_MARK}end"
-                              for i, c in enumerate(commands))]  # fmt: skip
+            steps = [first, *(f"echo {_COMMAND_MARK}{i} && {c} 2> /smoke/err && echo {_COMMAND_MARK}err "
+                              f"&& cat /smoke/err && echo {_COMMAND_MARK}end" for i, c in enumerate(commands))]  # fmt: skip
             if layer is not None:  # the dependency layer as the host adds its own: its .pth files run
                 steps = [f"echo \"import site; site.addsitedir('/deps/site')\" > \"{purelib}/_farm_deps.pth\"", check, *steps]
         script = (
@@ -795,14 +795,17 @@ def stage_python(prefix: Path, dest: Path, version: str) -> None:
 _COMMAND_MARK = "@@mamba-farm-command-"
 
 
-def _command_outputs(lines: list[str], count: int) -> list[str]:
-    """Each recipe test command's output, from the smoke container's lines between its markers."""
-    outputs: list[list[str]] = [[] for _ in range(count)]
-    current = None
+def _command_outputs(lines: list[str], count: int) -> list[tuple[str, str]]:
+    """Each recipe test command's (stdout, stderr), from the smoke container's lines between its markers."""
+    outputs: list[tuple[list[str], list[str]]] = [([], []) for _ in range(count)]
+    current, stream = None, 0
     for ln in lines:
         if ln.startswith(_COMMAND_MARK):
             tail = ln[len(_COMMAND_MARK) :].strip()
-            current = int(tail) if tail.isdigit() and int(tail) < count else None
+            if tail == "err":
+                stream = 1
+            else:
+                current, stream = (int(tail) if tail.isdigit() and int(tail) < count else None), 0
         elif current is not None:
-            outputs[current].append(ln)
-    return ["\n".join(o) for o in outputs]
+            outputs[current][stream].append(ln)
+    return [("\n".join(out), "\n".join(err)) for out, err in outputs]
