@@ -32,7 +32,7 @@ from builder.errors import PreflightError
 from builder.planning.recipes import CellFacts, Recipe, build_env_vars, env_template, placeholder_values
 from builder.sourcing.prepare import prepare
 from builder.sourcing.sources import SourceCache
-from mamba_ssm._untrusted import Untrusted, read_regular, shown, text
+from mamba_ssm._untrusted import Untrusted, expect, read_regular, shown, text
 
 MAX_METADATA = 1 << 20  # a METADATA with its long description: a few KB to a few hundred
 METADATA_SECONDS = 120  # setup.py's metadata run; no compile, so seconds, but an import may be slow
@@ -137,9 +137,10 @@ def check_env(recipe: Recipe, facts: CellFacts) -> dict[str, str]:
     for key, value in build_env.items():
         template = env_template(recipe, key, facts) or ""
         if template and not value:
+            others = [k for k in recipe.requires.kinds if k != facts.kind]
             raise _fail(recipe, facts, f"build.env.{key}", f"{template!r} is empty for this cell",
-                        f'give it a value for every cell it applies to, or narrow it: {key} = '
-                        f'[{{ when = {{ accelerator = ["cuda"] }}, value = {json.dumps(template)} }}]')  # fmt: skip
+                        f"give it a value for every cell it applies to, or narrow it to the cells it has one: {key} = "
+                        f"[{{ when = {{ accelerator = {json.dumps(others)} }}, value = {json.dumps(template)} }}]")  # fmt: skip
     listed = build_env.get("TORCH_CUDA_ARCH_LIST")
     if listed is not None and facts.kind == "cuda" and listed != values["cuda_arch_list"]:
         raise _fail(recipe, facts, "build.env.TORCH_CUDA_ARCH_LIST",
@@ -200,7 +201,8 @@ def read_metadata(tree: Path, env: dict[str, str], out: Path, recipe: Recipe, fa
                     + "\n".join("    | " + shown(ln, 300) for ln in tail),
                     "fix the recipe's [build.env] or patches for this cell (the lines above are setup.py's own)")  # fmt: skip
     try:
-        raw = read_regular(json.loads(line.split(" ", 1)[1]), MAX_METADATA)
+        where = expect(json.loads(line.split(" ", 1)[1]), str, "the METADATA path setup.py's backend printed")
+        raw = read_regular(where, MAX_METADATA)
         meta = Parser().parsestr(text(raw, "METADATA"), headersonly=True)
     except (Untrusted, ValueError) as err:
         raise _fail(recipe, facts, "metadata", f"its METADATA is not readable ({err})", "see setup.py") from None
