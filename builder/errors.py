@@ -93,6 +93,14 @@ class PatchError(FarmError):
     exit_code = 10
 
 
+class PreflightError(FarmError):
+    """A recipe's preflight (builder/sourcing/preflight.py) found a mistake for a cell before anything compiled:
+    an environment value, an arch list, the package's name, version or own label, a requirement; or setup.py
+    could not prepare its metadata with the cell's environment."""
+
+    exit_code = 18
+
+
 # --- The release rehearsal (builder/upkeep/rehearse.py) ---
 
 

@@ -515,6 +515,15 @@ def _parsers():
     return [("python -m builder", refgen.builder_parser()), ("python -m mamba_ssm.doctor", refgen.doctor_parser())]
 
 
+def test_the_committed_reference_blocks_are_what_the_code_generates():
+    # a maintainer reads the markdown as committed: every generated list is there, and the same as the code's
+    stale = [str(p.relative_to(REPO)) for p in refgen.stale_pages()]
+    assert not stale, f"generated blocks out of date in {stale}: run `python docs/hooks/refgen.py --write`"
+    page = (DOCS / "reference" / "recipes.md").read_text()
+    assert "<!-- end generated: recipe-placeholders -->" in page and "`${cuda_arch_list}`" in page
+    assert "| 18 | `PreflightError`" in (DOCS / "reference" / "exit-codes.md").read_text()  # listed in source
+
+
 def test_every_cli_command_and_flag_has_help_and_is_in_the_reference():
     page = refgen.render((DOCS / "reference" / "cli.md").read_text())
     missing = []

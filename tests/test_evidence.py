@@ -58,6 +58,39 @@ def test_a_record_says_what_was_checked_and_its_tier(tmp_path):
     assert evidence.tier(None) == "planned"
 
 
+def test_a_recipe_test_commands_output_is_kept_neutralised_and_a_figure_shown_on_the_line(tmp_path):
+    from builder.verifying.wheels import MAX_COMMAND_OUTPUT, recipe_ran
+
+    commands = (("python", "-c", "print(err)"), ("python", "-c", "print(log)"), ("python", "-c", "print(evil)"))
+    outputs = [("max_abs_error 3.1e-07 (tolerance 1e-04)\n", "UserWarning: no numpy\n"), ("line\n" * 2000, ""),
+               ("\x1b]0;owned\x07 \u202e 42\n", "")]
+    smoke = recipe_ran({"torch": "2.14.1", "python": "3.11.7"}, "torch==2.14.1", ("torch", "up"), commands, (), outputs)
+    rec = recorded(make_mamba_wheel(tmp_path, LABEL), smoke=smoke)
+    kept = [c["output"] for c in evidence.read(evidence.path_of(tmp_path / rec["wheel"]))["imported"]["commands"]]
+    assert kept[0] == "max_abs_error 3.1e-07 (tolerance 1e-04)"  # stdout; a library's warning kept apart
+    assert rec["imported"]["commands"][0]["stderr"] == "UserWarning: no numpy"
+    assert "stderr" not in rec["imported"]["commands"][1]
+    assert kept[1].startswith("...") and len(kept[1]) <= MAX_COMMAND_OUTPUT + 3  # capped: its end kept
+    assert "\x1b" not in kept[2] and "\u202e" not in kept[2] and "\\x1b" in kept[2]  # escaped, not live
+    line = evidence.line(rec)
+    # a figure (one short line with a number) is on the wheel's line; a long log is not
+    assert "test command 1 printed max_abs_error 3.1e-07 (tolerance 1e-04)" in line and "test command 2" not in line
+    assert "test command 3 printed \\x1b]0;owned\\x07 \\u202e 42" in line and "\x1b" not in line
+    # a record whose outputs are not what the farm writes is refused
+    bad = {**rec, "imported": {**rec["imported"], "commands": [{"argv": "x", "output": "y" * 5000}]}}
+    evidence.path_of(tmp_path / rec["wheel"]).write_text(json.dumps(bad))
+    with pytest.raises(UsageError, match="'imported.commands' is not a list of at most 64 commands"):
+        evidence.read(evidence.path_of(tmp_path / rec["wheel"]))
+
+
+def test_the_docker_smoke_splits_each_commands_stdout_and_stderr_by_its_markers():
+    from builder.building.executors.docker import _COMMAND_MARK, _command_outputs
+
+    lines = ["evidence {}", f"{_COMMAND_MARK}0", "0.75 cuda", f"{_COMMAND_MARK}err", "UserWarning: no numpy",
+             f"{_COMMAND_MARK}end", f"{_COMMAND_MARK}1", "ok", f"{_COMMAND_MARK}err", f"{_COMMAND_MARK}end"]  # fmt: skip
+    assert _command_outputs(lines, 2) == [("0.75 cuda", "UserWarning: no numpy"), ("ok", "")]
+
+
 def test_a_gpu_run_raises_the_tier_and_a_cpu_dry_run_does_not(tmp_path):
     wheel = make_mamba_wheel(tmp_path, "cu13torch2.14cxx11abiTRUE")
     recorded(wheel)

@@ -222,6 +222,32 @@ def _corrupt_at(where: float):
     return build
 
 
+def _preflight_case(setup_py: str):
+    """``recipe check`` of one cell of a recipe whose pinned sdist's setup.py is SETUP_PY (cached under its pin):
+    what setup.py prints, and the METADATA it says it wrote, are outside data."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        archive = scratch / "evil-1.0.tar.gz"
+        with tarfile.open(archive, "w:gz") as tf:
+            add(tf, "evil-1.0/setup.py", data=setup_py.encode())
+            add(tf, "evil-1.0/PKG-INFO", data=b"Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n")
+        cached = world.farm / "sdists" / sha256(archive) / "evil-1.0.tar.gz"
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(archive, cached)
+        _recipe(scratch / "recipes", sha256(archive))
+        return ["recipe", "check", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL]
+
+    return make
+
+
+_LOUD_SETUP = "import sys\nsys.stderr.write('\\x1b]0;owned\\x07\\u202e\\r evil\\n')\nsys.exit(1)\n"
+_BYTES_SETUP = "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe')\nsys.stderr.buffer.write(b'\\xff\\xfe\\n')\nsys.exit(1)\n"
+_FIFO_SETUP = (
+    "import json, os, sys\nos.mkfifo('m')\nprint('PREFLIGHT-METADATA ' + json.dumps(os.path.abspath('m')))\n"
+    "sys.stdout.flush()\nos._exit(0)\n"
+)
+
+
 def _recipe_case(env: str = "", unset: str = ""):
     def make(world: World, scratch: Path) -> list[str]:
         _recipe(scratch / "recipes", "0" * 64, env=env, unset=unset)
@@ -753,6 +779,10 @@ CASES = [
     Case("git-link-out-of-the-root", 11, "points outside the unpack folder", _git_case(_git_link_out)),
     Case("git-commit-not-in-the-repository", 8, "has no commit",
          _git_case(lambda w: (w / "setup.py").write_text(""), commit="c" * 40)),
+    # --- the preflight (`recipe check`): what the package's setup.py prints and says it wrote
+    Case("preflight-setup-py-controls", 18, "setup.py could not prepare its metadata", _preflight_case(_LOUD_SETUP)),
+    Case("preflight-setup-py-not-utf8", 18, "setup.py could not prepare its metadata", _preflight_case(_BYTES_SETUP)),
+    Case("preflight-metadata-a-fifo", 18, "not a regular file", _preflight_case(_FIFO_SETUP)),
     Case("recipe-20-MB", 2, "more than a recipe's cap", _huge_recipe),
     Case("recipe-fifo", 2, "not a regular file", _fifo_recipe),
     Case("matrix-fifo", 2, "not a regular file", _fifo_matrix),
@@ -1544,7 +1574,7 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     "resolve": {"manifest": ("resolve-",)},
     "verify": {"wheel": ("verify-",)},
     "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",),
-               "archive URLs": ("archive-",), "git repositories": ("git-",)},
+               "archive URLs": ("archive-",), "git repositories": ("git-",), "setup.py's metadata": ("preflight-",)},
     "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-")},
     "installs": {"matrix.toml": ("matrix-",), "recipes": ("recipe-",), "sdists": ("sdist-",),
                  "snapshot listings": ("installs-listing-",), "snapshot METADATA": ("installs-metadata-",),

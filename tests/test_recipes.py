@@ -19,10 +19,18 @@ from recipekit import CAUSAL, MAMBA, UPSTREAM_SMS, fetched_cache, gencode_target
 
 from builder.errors import PatchError, RecipeError
 from builder.facts.spec import SdistPin
-from builder.planning.recipes import RECIPES_DIR, CellFacts, explain, inputs, load_recipe, load_recipes, recipe_for
+from builder.planning.recipes import (
+    RECIPES_DIR,
+    CellFacts,
+    build_env_vars,
+    explain,
+    inputs,
+    load_recipe,
+    load_recipes,
+    recipe_for,
+)
 from builder.sourcing.prepare import prepare
 from builder.sourcing.sources import SourceCache
-
 
 TORCH_VENV = Path.home() / ".cache" / "mamba-farm" / "venv-torch2.14.1-cp311"
 CUDA13 = Path("/usr/local/cuda-13.0")
@@ -373,7 +381,64 @@ def test_a_recipe_may_not_set_or_unset_what_steers_the_farm(tmp_path, name):
             load_recipe(path)
         assert str(err.value).startswith(f"{path}:{line}: build.") and "may not set or unset" in str(err.value)
     path.write_text(_BASE_RECIPE.format(env='CAUSAL_CONV1D_LOCAL_VERSION = "${label}"', unset=""))
-    assert load_recipe(path).env["CAUSAL_CONV1D_LOCAL_VERSION"] == "${label}"  # the project's own: still fine
+    assert load_recipe(path).env["CAUSAL_CONV1D_LOCAL_VERSION"][0].template == "${label}"  # the project's own: still fine
+
+
+_BOTH_KINDS = _BASE_RECIPE.replace('[build]', '[requires]\naccelerator = ["cpu", "cuda"]\n\n[build]')
+
+
+def test_an_env_value_is_chosen_by_the_cells_accelerator_with_the_patches_when(tmp_path):
+    path = tmp_path / "causal-conv1d.toml"
+    env = """TORCH_CUDA_ARCH_LIST = [{ when = { accelerator = ["cuda"] }, value = "${cuda_arch_list}" }]
+FORCE_CUDA = [{ when = { accelerator = ["cuda"], torch = ">=2.14" }, value = "1" }, { value = "0" }]"""
+    path.write_text(_BOTH_KINDS.format(env=env, unset=""))
+    recipe = load_recipe(path)
+    cuda = CellFacts("2.14.1", "cuda", "13.0", True, ("sm_80", "sm_90"), "cu13torch2.14cxx11abiTRUE")
+    old_cuda = CellFacts("2.13.0", "cuda", "13.0", True, ("sm_80",), "cu13torch2.13cxx11abiTRUE")
+    cpu = CellFacts("2.14.1", "cpu", None, True, (), "cputorch2.14cxx11abiTRUE")
+    assert build_env_vars(recipe, cuda) == {"CAUSAL_CONV1D_FORCE_BUILD": "TRUE", "TORCH_CUDA_ARCH_LIST": "8.0;9.0",
+                                            "FORCE_CUDA": "1"}  # fmt: skip
+    assert build_env_vars(recipe, old_cuda)["FORCE_CUDA"] == "0"  # the first entry it meets
+    assert build_env_vars(recipe, cpu) == {"CAUSAL_CONV1D_FORCE_BUILD": "TRUE", "FORCE_CUDA": "0"}  # none met: unset
+    assert "  env: CAUSAL_CONV1D_FORCE_BUILD=TRUE FORCE_CUDA=0" in explain(recipe, cpu)
+
+
+@pytest.mark.parametrize(
+    ("env", "key", "says", "hint"),
+    [
+        # a CUDA-only placeholder in a value for every cell: the hint is the env's own `when`, not a patch's
+        ('TORCH_CUDA_ARCH_LIST = "${cuda_arch_list}"', "build.env.TORCH_CUDA_ARCH_LIST",
+         "${cuda_arch_list} only has a value for cuda cells, but this can apply to cpu/cuda cells",
+         'restrict the value: TORCH_CUDA_ARCH_LIST = [{ when = { accelerator = ["cuda"] }, value = "${cuda_arch_list}" }]'),
+        ('TORCH_CUDA_ARCH_LIST = [{ value = "${cuda_arch_list}" }]', "build.env.TORCH_CUDA_ARCH_LIST#1.value",
+         "only has a value for cuda cells", 'narrow this entry: when = { accelerator = ["cuda"] }'),
+        ('X = [{ when = { accelerator = ["rocm"] }, value = "1" }]', "build.env.X#1.when",
+         "can never apply: [requires] allows only cpu/cuda cells", None),
+        ('X = [{ when = { acelerator = ["cuda"] }, value = "1" }]', "build.env.X#1.when.acelerator",
+         'unknown key "acelerator"; did you mean "accelerator"?', None),
+        ('X = []', "build.env.X", "is empty", None),
+        # errors state their rule by its number
+        ('X = "' + "a" * 444 + '"', "build.env.X", "one line of text of at most 300 characters", None),
+    ],
+)
+def test_a_bad_env_value_names_its_key_and_the_hint_that_applies_there(tmp_path, env, key, says, hint):
+    path = tmp_path / "causal-conv1d.toml"
+    path.write_text(_BOTH_KINDS.format(env=env, unset=""))
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    assert f": {key}: " in str(err.value) and says in str(err.value), str(err.value)
+    assert err.value.hint == hint or hint is None and "when = {" not in (err.value.hint or ""), err.value.hint
+
+
+def test_a_long_why_is_refused_by_its_length_not_as_not_one_line(tmp_path):
+    path = _bad(tmp_path, "causal-conv1d", 'why = "torch 2.14', 'why = "' + "x" * 400 + ' torch 2.14')
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    assert "is not one line of text of at most 300 characters (" in str(err.value)
+    assert "characters; at most 300)" in str(err.value), str(err.value)
+    path = _bad(tmp_path, "causal-conv1d", 'why = "torch 2.14', 'why = "\ttorch 2.14')
+    with pytest.raises(RecipeError, match=r"holds the control character '\\t'"):
+        load_recipe(path)
 
 
 def test_a_huge_or_non_regular_recipe_is_refused_at_once(tmp_path):

@@ -397,6 +397,33 @@ def test_pin_torch_replaces_upstreams_unpinned_torch(tmp_path):
         assert f"{name},{_record_hash(zf.read(name))}," in record
 
 
+def test_the_farm_writes_the_label_into_a_wheel_whose_package_set_none(tmp_path):
+    from wheelmaker import make_wheel
+
+    from builder.errors import VerificationError
+    from builder.verifying.relabel import pin_torch
+    from builder.verifying.wheels import read_facts
+
+    raw = make_wheel(tmp_path / "raw", "mamba-ssm", "2.3.2.post1", "cp311-cp311-linux_x86_64", requires=("torch",))
+    out = pin_torch(raw, "2.14.1", tmp_path / "out", label=LABEL)
+    # the file name, METADATA and the dist-info folder all carry it; RECORD vouches for the moved files
+    assert out.name == f"mamba_ssm-2.3.2.post1+{LABEL}-cp311-cp311-linux_x86_64.whl"
+    facts = read_facts(out)
+    assert facts.label == LABEL and facts.metadata_version == f"2.3.2.post1+{LABEL}" and facts.requires_torch == "==2.14.*"
+    with zipfile.ZipFile(out) as zf:
+        assert {n.split("/")[0] for n in zf.namelist() if ".dist-info/" in n} == {f"mamba_ssm-2.3.2.post1+{LABEL}.dist-info"}
+    proc = subprocess.run(["python3", "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(tmp_path / "t"),
+                           str(out)], capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    # the package's own label, the same in another case, is kept; another one is refused, saying what to do
+    same = make_wheel(tmp_path / "same", "mamba-ssm", f"2.3.2.post1+{LABEL.lower()}", "cp311-cp311-linux_x86_64")
+    assert read_facts(pin_torch(same, "2.14.1", tmp_path / "o2", label=LABEL)).label.lower() == LABEL.lower()
+    other = make_wheel(tmp_path / "other", "mamba-ssm", "2.3.2.post1+cu12torch2.6", "cp311-cp311-linux_x86_64")
+    with pytest.raises(VerificationError, match="labels its own version 2.3.2.post1\\+cu12torch2.6") as err:
+        pin_torch(other, "2.14.1", tmp_path / "o3", label=LABEL)
+    assert "the farm labels the wheel itself" in err.value.hint
+
+
 def test_the_audits_read_the_specs_extension_modules_and_refuse_a_wheel_without_them():
     from builder.errors import VerificationError
     from builder.verifying.wheels import audited_extensions

@@ -45,7 +45,8 @@ COMMANDS: dict[str, Command] = {
         "hipify the kernels and compile them with a real hipcc for AMD GPU targets (Docker)",
     ),
     "recipe": Command(
-        "builder.commands.recipe", "third-party recipes: explain a cell's patches, fetch, prepare a tree"
+        "builder.commands.recipe",
+        "third-party recipes: check a profile's cells before any compile, explain a cell's patches, fetch, prepare",
     ),
     "release": Command(
         "builder.commands.release", "the release's publish steps: which builds made a wheel; one folder per index"

@@ -1,4 +1,5 @@
-"""``python -m builder recipe {explain,prepare,fetch}``: third-party recipes (builder.sourcing.prepare)."""
+"""``python -m builder recipe {check,explain,prepare,fetch}``: third-party recipes (builder.sourcing.prepare, its
+preflight builder.sourcing.preflight)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,21 @@ from builder.sourcing.sources import SourceCache
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("recipe", help=summary("recipe"))
     sub = p.add_subparsers(dest="recipe_command", metavar="ACTION", required=True)
+    q = sub.add_parser(
+        "check",
+        help="the preflight: each cell of a profile patched and its metadata prepared with the cell's environment "
+        "(no compile); every value, arch list, label and requirement checked",
+    )
+    q.add_argument("projects", nargs="*", help="recipes to check (default: every recipe of the profile)")
+    q.add_argument("--profile", default=None, help="the matrix.toml profile whose cells are checked (default: all)")
+    q.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
+    q.add_argument("--recipes", type=Path, default=None, help="with --torch: recipes folder (default: recipes/)")
+    q.add_argument(
+        "--torch", default=None, help="check one cell instead of a profile's: the torch release, e.g. 2.14.1"
+    )
+    q.add_argument("--accelerator", default="cpu", help="with --torch: cpu, cuda-X.Y or rocm-X.Y")
+    q.add_argument("--archs", default="", help="with --torch: sm_80,sm_90 or gfx90a,...")
+    q.add_argument("--cxx11abi", choices=("TRUE", "FALSE"), default="TRUE", help="with --torch: the C++ ABI")
     for name, text in (
         ("explain", "which patches of the recipe apply to a cell, and why"),
         ("prepare", "fetch and check the sdist, unpack and patch it into --out; print the tree and env"),
@@ -42,6 +58,8 @@ def add_command(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from builder.planning.recipes import RECIPES_DIR
 
+    if args.recipe_command == "check":
+        return _check(args)
     recipe = recipe_for(args.project, args.recipes or RECIPES_DIR)
     if args.recipe_command == "fetch":
         cache = SourceCache()
@@ -63,4 +81,52 @@ def run(args: argparse.Namespace) -> int:
         print(f"patches: {', '.join(prep.applied) or 'none'} (skipped: {', '.join(prep.skipped) or 'none'})")
         print("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in prep.env.items()))
         print("unset: " + " ".join(prep.unset))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """Every distinct cell of the profile's recipe builds through the preflight; each failure printed, the first
+    raised (its own exit code)."""
+    import tempfile
+    import time
+
+    from builder.errors import FarmError
+    from builder.planning.plan import load_plan
+    from builder.planning.recipes import CellFacts
+    from builder.sourcing.preflight import check_cell
+
+    t0 = time.monotonic()
+    cells: dict = {}
+    if args.torch is not None:  # one cell of the named recipes, as `recipe explain` takes it
+        from builder.planning.recipes import RECIPES_DIR
+
+        if not args.projects:
+            raise UsageError("--torch checks one cell of the recipes named: name at least one")
+        facts = cell_facts(args.torch, args.accelerator, args.archs, args.cxx11abi == "TRUE", None)
+        for name in args.projects:
+            recipe = recipe_for(name, args.recipes or RECIPES_DIR)
+            cells[(recipe.name, facts)] = recipe
+    else:
+        plan = load_plan(matrix_file=args.matrix, profile=args.profile, projects=args.projects or None)
+        for spec in plan.builds:
+            recipe = plan.recipe_of(spec)
+            if recipe is not None:
+                cells.setdefault((recipe.name, CellFacts.from_spec(spec)), recipe)
+    if not cells:
+        raise UsageError("the plan holds no recipe builds to check",
+                         hint="name a profile whose projects are recipes (--profile ci-upstream)")  # fmt: skip
+    failed: list[FarmError] = []
+    with tempfile.TemporaryDirectory(prefix="recipe-check-") as work:
+        for i, ((_, facts), recipe) in enumerate(cells.items()):
+            try:
+                print(check_cell(recipe, facts, Path(work) / str(i)).line(recipe), flush=True)
+            except FarmError as err:
+                failed.append(err)
+                print(
+                    f"{recipe.name}: {facts.describe()}: FAILED: {err}" + (f"\n  hint: {err.hint}" if err.hint else "")
+                )
+    took = time.monotonic() - t0
+    print(f"preflight: {len(cells) - len(failed)} of {len(cells)} cell(s) ok in {took:.1f} s")
+    if failed:
+        raise failed[0]
     return 0

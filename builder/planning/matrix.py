@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import MatrixError
 from builder.facts.compat import PLATFORMS, TOOLKIT_SOURCES, Accelerator, Compat, parse_accelerator, vtuple
-from builder.planning.tomlcheck import TomlChecker, dotted, read_toml, show, type_name
+from builder.planning.tomlcheck import TomlChecker, broken_rule, dotted, read_toml, show, type_name
 from builder.planning.tomllines import TomlLines
 from mamba_ssm import _variant
 
@@ -43,6 +43,13 @@ IMAGE_REF_RE = re.compile(
 )
 URL_RE = re.compile(r"(?:https?://[A-Za-z0-9.-]+(?::\d{1,5})?|file://)(?:/[A-Za-z0-9._~%+-]*)*/?")
 SAFE_TEXT_RE = re.compile(r"[^\x00-\x1f\x7f]{0,300}")
+SAFE_TEXT = "one line of text of at most 300 characters"  # SAFE_TEXT_RE's rule, as errors state it
+
+
+def _rule(value: Any) -> str:
+    """The rule of SAFE_TEXT that VALUE breaks, by its number (nothing for a value that is not a string)."""
+    return broken_rule(value, SAFE_TEXT_RE) if isinstance(value, str) else ""
+
 
 # Shared with recipes.py: how values, types and key paths are shown in errors.
 _type_name, _show, _dotted = type_name, show, dotted
@@ -529,7 +536,7 @@ def _rules(ck: _Checker, value: Any, kind: str, axes: Axes) -> tuple[Rule, ...]:
         ck.keys(t, p, AXES + ("reason",), required=("reason",) if kind == "exclude" else ())
         reason = t.get("reason", "")
         if not isinstance(reason, str) or not SAFE_TEXT_RE.fullmatch(reason):
-            ck.fail(p + ("reason",), f"must be one line of text (up to 300 characters), got {_show(reason)}")
+            ck.fail(p + ("reason",), f"must be {SAFE_TEXT}, got {_show(reason)}{_rule(reason)}")
         within = axes if kind == "exclude" else None
         values = _selection(ck, t, p, within=within, auto_ok=kind == "include")
         if not values:
@@ -562,7 +569,7 @@ def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) 
         stable_abi = ck.boolean(b["stable_abi"], pp + ("stable_abi",)) if "stable_abi" in b else None
         desc = b.get("description", "")
         if not isinstance(desc, str) or not SAFE_TEXT_RE.fullmatch(desc):
-            ck.fail(pp + ("description",), f"must be one line of text, got {_show(desc)}")
+            ck.fail(pp + ("description",), f"must be {SAFE_TEXT}, got {_show(desc)}{_rule(desc)}")
         narrow = _selection(ck, b, pp, within=axes, auto_ok=True, extra=includes)
         selects = []
         raw_sel = b.get("select", [])

@@ -23,8 +23,8 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import RecipeError
 from builder.facts.paths import REPO
 from builder.facts.spec import ArchivePin, GitPin, RecipeSource, SdistPin
-from builder.planning.matrix import ARCH_RE, DIST_RE, RELPATH_RE, SAFE_TEXT_RE
-from builder.planning.tomlcheck import TomlChecker, read_toml, show, type_name
+from builder.planning.matrix import ARCH_RE, DIST_RE, RELPATH_RE, SAFE_TEXT, SAFE_TEXT_RE
+from builder.planning.tomlcheck import TomlChecker, broken_rule, read_toml, show, type_name
 from builder.planning.tomllines import TomlLines
 from mamba_ssm._untrusted import COMMIT_RE, SHA256_RE, Untrusted, git_url, is_web_url
 
@@ -170,6 +170,14 @@ class Patch:
 
 
 @dataclass(frozen=True)
+class EnvValue:
+    """One value a [build.env] variable may take: its template and the cells it is for (a patch's ``when``)."""
+
+    template: str
+    when: Condition = Condition()
+
+
+@dataclass(frozen=True)
 class Recipe:
     path: Path
     name: str  # canonical distribution name ("causal-conv1d")
@@ -177,7 +185,7 @@ class Recipe:
     source: SdistPin
     requires: Condition
     requires_why: str
-    env: dict  # name -> template
+    env: dict  # name -> (EnvValue, ...): the first whose ``when`` the cell meets is set; none met, none set
     unset: tuple[str, ...]
     patches: tuple[Patch, ...]
     imports: tuple[str, ...]
@@ -233,7 +241,9 @@ class _Checker(TomlChecker):
         except InvalidSpecifier:
             self.fail(path, f'{show(text)} is not a version specifier (write ">=2.14", "<13", ">=12.8,<13")')
 
-    def placeholders(self, text: str, path: tuple, kinds: tuple[str, ...]) -> None:
+    def placeholders(self, text: str, path: tuple, kinds: tuple[str, ...], restrict=None) -> None:
+        """Every ``${name}`` in TEXT is known and has a value in every cell of KINDS. RESTRICT(kind): the hint
+        that narrows the place TEXT is in to that kind (a patch's ``when`` by default, an env value's)."""
         for name in PLACEHOLDER_RE.findall(text):
             if name not in PLACEHOLDERS:
                 close = difflib.get_close_matches(name, list(PLACEHOLDERS), n=1)
@@ -245,8 +255,19 @@ class _Checker(TomlChecker):
                 self.fail(
                     path,
                     f"${{{name}}} only has a value for {need} cells, but this can apply to {'/'.join(kinds)} cells",
-                    hint=f'restrict it: when = {{ accelerator = ["{need}"] }}',
+                    hint=(restrict or patch_restrict)(need),
                 )
+
+
+# How a place holding a kind-specific placeholder is narrowed to that kind: one `when` syntax for both.
+def patch_restrict(kind: str) -> str:
+    return f'restrict the patch: when = {{ accelerator = ["{kind}"] }}'
+
+
+def env_restrict(name: str, value: str):
+    return lambda kind: (
+        f'restrict the value: {name} = [{{ when = {{ accelerator = ["{kind}"] }}, value = {json.dumps(value)} }}]'
+    )
 
 
 def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = ()) -> Condition:
@@ -338,7 +359,7 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
         if name in seen:
             ck.fail(path + ("name",), f"patch {show(name)} is named twice (first: patch #{seen[name] + 1})")
         seen[name] = i
-        why = ck.string(table["why"], path + ("why",), SAFE_TEXT_RE, "one line of text")
+        why = ck.string(table["why"], path + ("why",), SAFE_TEXT_RE, SAFE_TEXT)
         file = ck.string(table["file"], path + ("file",), RELPATH_RE, "a relative path inside the sdist")
         when = _condition(ck, table.get("when", {}), path + ("when",))
         kinds = tuple(k for k in when.kinds if k in requires.kinds)
@@ -363,6 +384,45 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
             edits.append(Edit(et["search"], et["replace"], count))
         out.append(Patch(name, why, file, when, tuple(edits), ck.line(path)))
     return tuple(out)
+
+
+def _env_text(ck: _Checker, value: Any, path: tuple) -> str:
+    if not isinstance(value, str) or not SAFE_TEXT_RE.fullmatch(value):
+        rule = broken_rule(value, SAFE_TEXT_RE) if isinstance(value, str) else ""
+        ck.fail(path, f"must be {SAFE_TEXT}, got {type_name(value)} {show(value)}{rule}")
+    return value
+
+
+def _env_values(ck: _Checker, name: str, value: Any, requires: Condition) -> tuple[EnvValue, ...]:
+    """[build.env] NAME: one line of text for every cell, or an array of ``{ when = {...}, value = "..." }``
+    (``when`` as a patch's), the first whose ``when`` the cell meets giving the value."""
+    path = ("build", "env", name)
+    ck.string(name, path, ENV_NAME_RE, "an environment variable name (A-Z, 0-9, _)")
+    _allowed_name(ck, name, path)
+    if not isinstance(value, list):
+        text = _env_text(ck, value, path)
+        ck.placeholders(text, path, requires.kinds, env_restrict(name, text))
+        return (EnvValue(text),)
+    out = []
+    for i, entry in enumerate(ck.array(value, path, empty_ok=False)):
+        epath = path + (i,)
+        table = ck.table(entry, epath)
+        ck.keys(table, epath, ("when", "value"), required=("value",))
+        when = _condition(ck, table.get("when", {}), epath + ("when",))
+        kinds = tuple(k for k in when.kinds if k in requires.kinds)
+        if not kinds:
+            ck.fail(epath + ("when",), f"can never apply: [requires] allows only {'/'.join(requires.kinds)} cells")
+        text = _env_text(ck, table["value"], epath + ("value",))
+        ck.placeholders(
+            text, epath + ("value",), kinds, lambda k: f'narrow this entry: when = {{ accelerator = ["{k}"] }}'
+        )
+        out.append(EnvValue(text, when))
+    return tuple(out)
+
+
+def env_template(recipe: Recipe, name: str, facts: CellFacts) -> str | None:
+    """The template NAME takes for this cell: the first of its values whose ``when`` the cell meets (None: unset)."""
+    return next((v.template for v in recipe.env[name] if v.when.check(facts)[0]), None)
 
 
 def _allowed_name(ck: _Checker, name: str, path: tuple) -> None:
@@ -403,26 +463,19 @@ def load_recipe(path: Path) -> Recipe:
     if path.stem != name:
         ck.fail(("project", "name"), f"{show(name)} must match the file name ({path.name})",
                 hint=f"rename the file to {name}.toml")  # fmt: skip
-    summary = ck.string(project.get("summary", ""), ("project", "summary"), SAFE_TEXT_RE, "one line of text")
+    summary = ck.string(project.get("summary", ""), ("project", "summary"), SAFE_TEXT_RE, SAFE_TEXT)
     source = _source(ck, data["source"])
     if source.project != name:
         ck.fail(("source", "name"), f"the source {show(source.name)} is not the project {show(name)}")
 
     req = ck.table(data.get("requires", {}), ("requires",))
     requires = _condition(ck, req, ("requires",), extra=("why",))
-    requires_why = ck.string(req.get("why", ""), ("requires", "why"), SAFE_TEXT_RE, "one line of text")
+    requires_why = ck.string(req.get("why", ""), ("requires", "why"), SAFE_TEXT_RE, SAFE_TEXT)
 
     build = ck.table(data["build"], ("build",))
     ck.keys(build, ("build",), ("env", "unset"))
-    env: dict[str, str] = {}
-    for key, val in ck.table(build.get("env", {}), ("build", "env")).items():
-        kpath = ("build", "env", key)
-        ck.string(key, kpath, ENV_NAME_RE, "an environment variable name (A-Z, 0-9, _)")
-        _allowed_name(ck, key, kpath)
-        if not isinstance(val, str) or not SAFE_TEXT_RE.fullmatch(val):
-            ck.fail(kpath, f"must be one line of text, got {type_name(val)} {show(val)}")
-        ck.placeholders(val, kpath, requires.kinds)
-        env[key] = val
+    env = {key: _env_values(ck, key, val, requires)
+           for key, val in ck.table(build.get("env", {}), ("build", "env")).items()}  # fmt: skip
     unset: list[str] = []
     for i, item in enumerate(ck.array(build.get("unset", []), ("build", "unset"))):
         ck.string(item, ("build", "unset", i), ENV_NAME_RE, "an environment variable name")
@@ -593,8 +646,10 @@ def explain(recipe: Recipe, facts: CellFacts) -> list[str]:
 
 
 def build_env_vars(recipe: Recipe, facts: CellFacts) -> dict[str, str]:
+    """The environment the recipe sets for this cell: each variable's value for it, rendered."""
     values = placeholder_values(facts)
-    return {k: render(v, values) for k, v in recipe.env.items()}
+    templates = {k: env_template(recipe, k, facts) for k in recipe.env}
+    return {k: render(v, values) for k, v in templates.items() if v is not None}
 
 
 def inputs(recipe: Recipe, facts: CellFacts) -> dict:

@@ -88,6 +88,23 @@ def dotted(path: tuple) -> str:
     return out
 
 
+_BOUND_RE = re.compile(r"\{(\d+),(\d+)\}\)?\$?$")  # a pattern's trailing {min,max}: its length rule
+
+
+def broken_rule(value: str, pattern: re.Pattern) -> str:
+    """Which of a text pattern's rules ``value`` breaks, by its number: " (444 characters; at most 300)", or the
+    control character it holds; "" when neither says why (the pattern's own description does)."""
+    bound = _BOUND_RE.search(pattern.pattern)
+    if bound and len(value) > int(bound.group(2)):
+        return f" ({len(value)} characters; at most {bound.group(2)})"
+    if bound and len(value) < int(bound.group(1)):
+        return f" ({len(value)} characters; at least {bound.group(1)})"
+    control = next((c for c in value if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if control is not None:
+        return f" (it holds the control character {control!r}: one line, no tabs)"
+    return ""
+
+
 class TomlChecker:
     """Raises ``error`` (a FarmError subclass) as ``FILE:LINE: key.path: message``."""
 
@@ -125,5 +142,5 @@ class TomlChecker:
         if not isinstance(value, str):
             self.fail(path, f"{what} must be a string, got {type_name(value)} {show(value)}")
         if not pattern.fullmatch(value):
-            self.fail(path, f"{show(value)} is not {what}")
+            self.fail(path, f"{show(value)} is not {what}{broken_rule(value, pattern)}")
         return value

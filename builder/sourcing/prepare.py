@@ -17,6 +17,7 @@ from builder.planning.recipes import (
     CellFacts,
     Patch,
     Recipe,
+    build_env_vars,
     decide,
     inputs,
     placeholder_values,
@@ -98,7 +99,7 @@ def prepare(recipe: Recipe, facts: CellFacts, workdir: Path, cache: SourceCache 
             applied.append(d.patch.name)
         else:
             skipped.append(d.patch.name)
-    env = {k: render(v, values) for k, v in recipe.env.items()}
+    env = build_env_vars(recipe, facts)
     return Prepared(tree, env, recipe.unset, tuple(applied), tuple(skipped), inputs(recipe, facts), epoch)
 
 

@@ -20,6 +20,8 @@ SCHEMA = 1
 SUFFIX = ".evidence.json"
 MAX_BYTES = 1 << 20  # a record is a few kB; a gate appends one small entry per run
 MAX_GPU_RUNS = 256
+MAX_COMMANDS = 64  # a recipe's [test] commands, each with its output
+MAX_OUTPUT = 2048  # characters of a command's output; builder/verifying/wheels.py keeps 2000 (and an ellipsis)
 TIERS = ("gpu-run", "cpu-checked", "compiled", "planned")  # strongest first
 TIER_TEXT = {
     "gpu-run": "run on a GPU",
@@ -83,6 +85,14 @@ def check(rec: object, what: str) -> dict:
             items = expect(imported.get(key, []), list, f"{what}: 'imported.{key}'")
             if not all(isinstance(m, str) for m in items):
                 raise Untrusted(f"{what}: 'imported.{key}' is not a list of names")
+        commands = expect(imported.get("commands", []), (list, int), f"{what}: 'imported.commands'")
+        if isinstance(commands, list) and (len(commands) > MAX_COMMANDS or not all(
+            isinstance(c, dict) and isinstance(c.get("argv"), str) and isinstance(c.get("output"), str)
+            and isinstance(c.get("stderr", ""), str) and max(len(c["output"]), len(c.get("stderr", ""))) <= MAX_OUTPUT
+            for c in commands
+        )):  # fmt: skip
+            raise Untrusted(f"{what}: 'imported.commands' is not a list of at most {MAX_COMMANDS} commands with "
+                            f"their output (at most {MAX_OUTPUT} characters each)")  # fmt: skip
     for key, limit in (("numerics", 64), ("gpu", MAX_GPU_RUNS)):
         items = expect(rec.get(key), list, f"{what}: '{key}'")
         if len(items) > limit or not all(isinstance(i, dict) for i in items):
@@ -172,6 +182,22 @@ def tier_detail(rec: dict | None) -> str:
     return f"{t} (not imported)"
 
 
+FIGURE_CHARS = 80  # a test command's output shown on the wheel's line: one short line holding a number
+_FIGURE_RE = re.compile(r"[^\n]*\d[^\n]*")
+
+
+def figures(imported: dict) -> list[tuple[int, str]]:
+    """(number, output) of each recipe test command whose output is a figure: one line of at most FIGURE_CHARS
+    characters with a digit in it (a numerics check's error, a count)."""
+    commands = imported.get("commands")
+    found = []
+    for i, c in enumerate(commands if isinstance(commands, list) else (), 1):
+        out = c.get("output", "").strip()
+        if len(out) <= FIGURE_CHARS and _FIGURE_RE.fullmatch(out):
+            found.append((i, out))
+    return found
+
+
 def line(rec: dict) -> str:
     """One line for the build's output: what was verified, what the smoke test ran, with which torch."""
     v = rec.get("verified") or {}
@@ -195,6 +221,7 @@ def line(rec: dict) -> str:
             what.append(f"with its {len(imported['deps'])} declared dependencies")
         for n in rec.get("numerics") or ():
             what.append(f"numerics {n.get('check')} on {n.get('device', 'cpu')}")
+        what += [f"test command {i} printed {shown(out, FIGURE_CHARS)}" for i, out in figures(imported)]
         emulated = " under emulation" if imported.get("emulated") else ""
         text += f", smoke-tested ({'; '.join(what)}) with torch {imported.get('torch')}{emulated}"
     else:

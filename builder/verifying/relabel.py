@@ -3,7 +3,8 @@
 Upstream's wheels (mamba-ssm, causal-conv1d) declare ``Requires-Dist: torch`` with no version, so
 pip may replace the user's torch with another release the extension was never built against.
 :func:`pin_torch` rewrites ``METADATA`` to require exactly the torch minor of the build
-(``torch==2.14.*``) and leaves everything else, the local version label included, as built.
+(``torch==2.14.*``) and writes the build's local version label into the version (METADATA, the dist-info
+folder, the file name) when the package set none; a package's own other label is refused.
 :func:`write_wheel` is the one place a wheel's members are written back with a fresh ``RECORD``.
 """
 
@@ -126,16 +127,53 @@ def torch_pin(torch: str) -> str:
     return f"torch=={major}.{minor}.*"
 
 
-def pin_torch(wheel: Path, torch: str, out_dir: Path) -> Path:
+def labelled_version(version: str, label: str, what: str) -> str:
+    """VERSION with the local LABEL: added when it has none, kept when it is LABEL (any case); a package's own
+    other label is refused (the preflight, builder/sourcing/preflight.py, says so before anything compiles)."""
+    public, _, own = version.partition("+")
+    if own and own.lower() != label.lower():
+        raise VerificationError(
+            f"{what}: the package labels its own version {shown(version, 80)}, the build's label is {label}",
+            hint="drop the recipe's setting of the package's label variable: the farm labels the wheel itself",
+        )
+    return f"{public}+{label}"
+
+
+def _with_version(infos: list, members: dict, info_dir: str, version: str) -> tuple[list, dict, str]:
+    """The members under ``<name>-<version>.dist-info``, as bdist_wheel names the folder of that version."""
+    new_dir = f"{info_dir.removesuffix('.dist-info').rsplit('-', 1)[0]}-{version}.dist-info"
+    if new_dir == info_dir:
+        return infos, members, info_dir
+
+    def moved(name: str) -> str:
+        return new_dir + name[len(info_dir) :] if name == info_dir or name.startswith(info_dir + "/") else name
+
+    renamed = []
+    for i in infos:
+        zi = zipfile.ZipInfo(moved(i.filename), date_time=i.date_time)
+        zi.external_attr = i.external_attr
+        renamed.append(zi)
+    return renamed, {moved(n): data for n, data in members.items()}, new_dir
+
+
+def pin_torch(wheel: Path, torch: str, out_dir: Path, *, label: str | None = None) -> Path:
     """A copy of WHEEL in OUT_DIR whose METADATA requires ``torch==<torch's M.m>.*`` instead of any
-    unconditional torch requirement it had (added if it had none). Markers' torch lines stay."""
+    unconditional torch requirement it had (added if it had none). Markers' torch lines stay.
+
+    LABEL: the build's local version label, which the farm writes into the version (METADATA, the
+    dist-info folder and the file name) when the package's setup.py set none: a recipe needs no version patch."""
     infos, members, info_dir = read_members(wheel)
     name = f"{info_dir}/METADATA"
     text = members[name].decode("utf-8")
     head, sep, body = text.partition("\n\n")  # headers, then the long description
     pin = f"Requires-Dist: {torch_pin(torch)}"
+    version = None
     lines, placed = [], False
     for line in head.splitlines():
+        if label is not None and line.lower().startswith("version:"):
+            version = labelled_version(line.split(":", 1)[1].strip(), label, wheel.name)
+            lines.append(f"Version: {version}")
+            continue
         if line.lower().startswith("requires-dist:"):
             try:
                 req = Requirement(line.split(":", 1)[1].strip())
@@ -153,4 +191,11 @@ def pin_torch(wheel: Path, torch: str, out_dir: Path) -> Path:
     meta = email.parser.Parser().parsestr(members[name].decode(), headersonly=True)
     if not any(r.replace(" ", "") == torch_pin(torch) for r in meta.get_all("Requires-Dist") or []):
         raise VerificationError(f"{wheel.name}: could not pin torch in its METADATA")  # pragma: no cover
-    return write_wheel(infos, members, info_dir, Path(out_dir) / wheel.name)
+    dest = wheel.name
+    if label is not None:
+        if version is None:
+            raise VerificationError(f"{wheel.name}: its METADATA has no Version")
+        infos, members, info_dir = _with_version(infos, members, info_dir, version)
+        stem = wheel.name.split("-")
+        dest = "-".join([stem[0], version, *stem[2:]])
+    return write_wheel(infos, members, info_dir, Path(out_dir) / dest)

@@ -11,6 +11,7 @@ import calendar
 import fnmatch
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from builder.verifying import variants, wheelmeta
 from builder.verifying.relabel import pin_torch, read_members, write_wheel
 from mamba_ssm import _elf, _variant
 from mamba_ssm._elf import AbiReport, abi_report
+from mamba_ssm._untrusted import shown
 
 PROJECT = "mamba-ssm"
 
@@ -483,8 +485,8 @@ def verify_wheel(
         with zipfile.ZipFile(wheel) as zf:
             epoch = max((calendar.timegm((*i.date_time, 0, 0, 0)) for i in zf.infolist()), default=None)
     workdir.mkdir(parents=True, exist_ok=True)
-    if spec.from_recipe:  # upstream's METADATA requires any torch: pin the minor it was built against
-        wheel = pin_torch(wheel, spec.torch_version, workdir / "relabelled")
+    if spec.from_recipe:  # upstream's METADATA requires any torch: pin the minor it was built against; label it
+        wheel = pin_torch(wheel, spec.torch_version, workdir / "relabelled", label=spec.label)
     facts = read_facts(wheel, spec.project)
     platforms = (spec.platform, spec.manylinux)
     if facts.variant is not None:  # made from a repaired wheel: any manylinux tag of the spec's machine
@@ -741,27 +743,47 @@ def recipe_steps(vpy: str, imports, commands, api) -> list[list[str]]:
     return [[vpy, "-c", first], *([vpy if c[0] == "python" else c[0], *c[1:]] for c in commands)]
 
 
-def recipe_ran(facts: dict, torch_requirement: str, imports, commands, api) -> dict:
-    """What a recipe's smoke test ran (``smoke_test``'s return), from the evidence FACTS its first step printed."""
+MAX_COMMAND_OUTPUT = 2000  # characters of a test command's output the evidence keeps (its end: where results print)
+
+
+def command_output(raw: str) -> str:
+    """A test command's output as the evidence keeps it: its last MAX_COMMAND_OUTPUT characters, stripped, with
+    control and bidi characters escaped (newlines kept)."""
+    text = shown(raw.strip()[-MAX_COMMAND_OUTPUT:], MAX_COMMAND_OUTPUT, keep_newlines=True)  # escapes lengthen it
+    return text if len(text) <= MAX_COMMAND_OUTPUT and len(raw.strip()) <= MAX_COMMAND_OUTPUT \
+        else "..." + text[-MAX_COMMAND_OUTPUT:]  # fmt: skip
+
+
+def recipe_ran(facts: dict, torch_requirement: str, imports, commands, api, outputs=()) -> dict:
+    """What a recipe's smoke test ran (``smoke_test``'s return), from the evidence FACTS its first step printed and
+    each command's OUTPUTS, (stdout, stderr), as :func:`command_output` keeps them (stderr only when not empty:
+    a library's warnings land there, a test's result on stdout)."""
+    ran = []
+    for c, (out, err) in zip(commands, outputs):
+        ran.append({"argv": shown(shlex.join(c), 300), "output": command_output(out)}
+                   | ({"stderr": command_output(err)} if err.strip() else {}))  # fmt: skip
     return {
         "line": f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}",
-        "imported": {**facts, "modules": [m for m in imports if m != "torch"], "api": list(api), "commands": len(commands)},
+        "imported": {**facts, "modules": [m for m in imports if m != "torch"], "api": list(api), "commands": ran},
         "numerics": [],
     }
 
 
 def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands, api=()) -> dict:
     """The recipe's [test] (``recipe_steps``), in the smoke venv from / (not the source tree)."""
-    facts = None
+    facts, outputs = None, []
     for argv in recipe_steps(vpy, imports, commands, api):
-        proc = subprocess.run(argv, check=False, capture_output=True, text=True, cwd="/", env=_clean_env())
+        proc = subprocess.run(argv, check=False, capture_output=True, text=True, cwd="/", env=_clean_env(),
+                              errors="replace")  # fmt: skip
         if proc.returncode:
             last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-            shown = " ".join(["python", *argv[1:]] if argv[0] == vpy else argv)
-            raise VerificationError(f"{wheel.name}: smoke test `{shown}` failed with {torch_requirement}: {last}")
+            ran = " ".join(["python", *argv[1:]] if argv[0] == vpy else argv)
+            raise VerificationError(f"{wheel.name}: smoke test `{ran}` failed with {torch_requirement}: {last}")
         if facts is None:
             facts = smoke_evidence(proc.stdout)
-    return recipe_ran(facts, torch_requirement, imports, commands, api)
+        else:
+            outputs.append((proc.stdout, proc.stderr))
+    return recipe_ran(facts, torch_requirement, imports, commands, api, outputs)
 
 
 def site_packages(python: str) -> str:

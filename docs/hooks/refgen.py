@@ -1,7 +1,10 @@
 """The reference pages that would drift if written by hand, generated from the code when the site builds.
 
-MkDocs loads this file as a hook (``hooks:`` in mkdocs.yml). A page asks for a generated block
-with a marker line of its own, ``<!-- generated: NAME -->``; ``on_page_markdown`` replaces it:
+MkDocs loads this file as a hook (``hooks:`` in mkdocs.yml). A page holds a generated block between two
+marker lines, ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``, committed as generated, so the
+markdown a maintainer opens is complete; ``on_page_markdown`` renders it afresh for the site, and
+``python docs/hooks/refgen.py --write`` rewrites every page's blocks in place (a page may ask for a new block
+with the first marker line alone). ``tests/test_docs.py`` fails when a committed block differs from the code's:
 
 - ``cli-builder``, ``cli-doctor``: every command, flag and help text, from the argparse parsers
   (``builder.commands.cli.build_parser``, ``mamba_ssm.doctor.cli._parser``);
@@ -36,7 +39,9 @@ def _checkout_on_path() -> None:
         sys.path.insert(0, str(ROOT))
 
 
-MARKER = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->$", re.M)
+# A block: its first marker, then (once written) the generated lines and its end marker.
+MARKER = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->$(?:\n.*?^<!-- end generated: \1 -->$)?", re.MULTILINE | re.DOTALL)
+DOCS = ROOT / "docs"
 ENVVARS = ROOT / "mamba_build" / "envvars.toml"
 
 # Exit codes the builder CLI returns that are not a FarmError's: every command's, and one command's own
@@ -611,17 +616,41 @@ GENERATORS = {
 }
 
 
-def render(markdown: str, where: str = "") -> str:
+def render(markdown: str, where: str = "", *, markers: bool = False) -> str:
+    """MARKDOWN with each generated block made afresh; MARKERS: kept around it (the committed page), else the
+    block's content alone (the site)."""
     _checkout_on_path()
 
     def one(m: re.Match) -> str:
         name = m.group(1)
         if name not in GENERATORS:
             raise KeyError(f"{where}: unknown generated block {name!r} (known: {', '.join(GENERATORS)})")
-        return GENERATORS[name]().rstrip("\n")
+        body = GENERATORS[name]().rstrip("\n")
+        return f"<!-- generated: {name} -->\n{body}\n<!-- end generated: {name} -->" if markers else body
 
     return MARKER.sub(one, markdown)
 
 
+def stale_pages() -> list[Path]:
+    """The pages under docs/ whose committed generated blocks differ from what the code generates now."""
+    return [p for p in sorted(DOCS.rglob("*.md")) if MARKER.search(text := p.read_text())
+            and render(text, str(p), markers=True) != text]  # fmt: skip
+
+
+def write_pages() -> list[Path]:
+    """Rewrite every stale page's generated blocks in place; the pages written."""
+    stale = stale_pages()
+    for page in stale:
+        page.write_text(render(page.read_text(), str(page), markers=True))
+    return stale
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:  # mkdocs hook
     return render(markdown, page.file.src_path)
+
+
+if __name__ == "__main__":  # python docs/hooks/refgen.py --write
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python docs/hooks/refgen.py --write  (rewrites docs/'s generated blocks from the code)")
+    for written in write_pages():
+        print(f"wrote {written.relative_to(ROOT)}")

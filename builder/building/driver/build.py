@@ -115,8 +115,8 @@ def run_build(request: BuildRequest) -> int:
     stop = threading.Event()
     executor = None
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
-    # Each recipe build's source first (fetch once, check the hash, unpack, patch: seconds, no compiler):
-    # one that cannot be prepared fails alone, before any toolchain is made for it.
+    # Each recipe build's source first (fetch once, check the hash, unpack, patch, the preflight: seconds, no
+    # compiler): one that cannot be prepared or fails its preflight fails alone, before any toolchain is made for it.
     trees, refused = _prepare_sources(todo, plan, run_dir, logs_dir, log)
     runnable = [s for s in specs if s.id not in refused]
     if any(s.id not in refused for s in todo):
@@ -180,7 +180,7 @@ def run_build(request: BuildRequest) -> int:
             signal.signal(s, h)
 
     schedule.summary(outcomes, console)
-    index_error = _index(wheels_dir, dist / "index", log, replacements(outcomes, previous))
+    index_error = _index(wheels_dir, dist / "index", log, replacements(outcomes, previous), tuple(plan.recipes))
     _evidence_lines(outcomes, log, indexed=index_error is None)
     log(f"done in {time.monotonic() - t0:.1f}s: wheels in {wheels_dir}, logs in {logs_dir}, index in {dist / 'index'}")
     failed = [o for o in outcomes if o.state == "failed"]
@@ -244,21 +244,35 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
     The tree is ``<run dir>/<id>/source/src``: the pinned sdist, hash-checked, unpacked and patched
     (builder/sourcing/prepare.py); the executor builds it as it builds the checkout, with the spec's env.
     """
+    from builder.errors import PreflightError
     from builder.planning.recipes import CellFacts
+    from builder.sourcing.preflight import check_cell
     from builder.sourcing.prepare import prepare
 
     trees: dict[str, Path] = {}
     refused: dict[str, tuple[schedule.Outcome, FarmError]] = {}
+    checked: dict = {}  # (project, cell) -> its CellCheck or error: the Pythons of one cell are checked once
     for spec in todo:
         if not spec.from_recipe:
             continue
         log_path = logs_dir / f"{spec.id}.log"
         t0 = time.monotonic()
+        recipe, facts = plan.recipe_of(spec), CellFacts.from_spec(spec)
+        key = (recipe.name, facts)
         try:
-            prep = prepare(plan.recipe_of(spec), CellFacts.from_spec(spec), run_dir / spec.id / "source")
+            # The preflight first, on its own copy: a mistake in the recipe stops here, seconds in, not after a compile.
+            if key not in checked:
+                try:
+                    checked[key] = check_cell(recipe, facts, run_dir / spec.id / "preflight")
+                except FarmError as err:
+                    checked[key] = err
+            if isinstance(checked[key], FarmError):
+                raise checked[key]
+            prep = prepare(recipe, facts, run_dir / spec.id / "source")
         except FarmError as err:  # PatchError, SourceIntegrityError, SourceFetchError...: this build only
             kind = f"{type(err).__name__}, exit {err.exit_code}"
-            text = f"== {spec.id}: the source could not be prepared ({kind})\n{err}\n"
+            what = "failed its preflight" if isinstance(err, PreflightError) else "could not be prepared"
+            text = f"== {spec.id}: the source {what} ({kind})\n{err}\n"
             log_path.write_text(text + (f"hint: {err.hint}\n" if err.hint else ""))
             log(f"{spec.id}: FAILED before building: {str(err).splitlines()[0]}")
             reason = f"source: {str(err).splitlines()[0]}"
@@ -266,9 +280,10 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
             continue
         log_path.write_text(
             f"== {spec.id}: {spec.source}\n== patches applied: {', '.join(prep.applied) or 'none'}"
-            f" (skipped: {', '.join(prep.skipped) or 'none'})\n"
+            f" (skipped: {', '.join(prep.skipped) or 'none'})\n== preflight: {checked[key].line(recipe)}\n"
         )
-        log(f"{spec.id}: source ready, patches {', '.join(prep.applied) or 'none'}")
+        log(f"{spec.id}: source ready, patches {', '.join(prep.applied) or 'none'}; preflight ok: "
+            f"{checked[key].name} {checked[key].wheel_version}")  # fmt: skip
         # Patching gave the files it edited the clock's time: the whole tree gets the source's.
         reproducible.stamp(prep.tree, prep.epoch)
         trees[spec.id] = prep.tree
@@ -414,12 +429,14 @@ def replacements(outcomes: list[schedule.Outcome], previous: dict[str, dict]) ->
     return out
 
 
-def _index(wheels_dir: Path, out: Path, log, replace: dict[str, str] | None = None) -> FarmError | None:
+def _index(
+    wheels_dir: Path, out: Path, log, replace: dict[str, str] | None = None, projects: tuple[str, ...] = ()
+) -> FarmError | None:
     from builder.publishing.index import build_index
 
     replace = replace or {}
     try:
-        res = build_index(wheels_dir, out, replace=set(replace))
+        res = build_index(wheels_dir, out, replace=set(replace), projects=projects)
     except FarmError as err:
         return err
     for name in res.replaced:

@@ -658,7 +658,10 @@ class DockerExecutor:
         if recipe is None:  # the wheel's own torch pin must accept the torch it is tested with
             steps = [check, f"{vpy} /smoke/smoke.py"]
         else:  # installed without its dependencies, as on the host: pip check only when they are there
-            steps = [shlex.join(argv) for argv in recipe_steps(vpy, recipe.imports, recipe.commands, recipe.api)]
+            first, *commands = [shlex.join(argv) for argv in recipe_steps(vpy, recipe.imports, recipe.commands, recipe.api)]
+            # each command's output between markers, for the evidence (the container's output is one stream)
+            steps = [first, *(f"echo {_COMMAND_MARK}{i} && {c} 2> /smoke/err && echo {_COMMAND_MARK}err "
+                              f"&& cat /smoke/err && echo {_COMMAND_MARK}end" for i, c in enumerate(commands))]  # fmt: skip
             if layer is not None:  # the dependency layer as the host adds its own: its .pth files run
                 steps = [f"echo \"import site; site.addsitedir('/deps/site')\" > \"{purelib}/_farm_deps.pth\"", check, *steps]
         script = (
@@ -680,7 +683,8 @@ class DockerExecutor:
             raise VerificationError(f"{wheel.name}: smoke test failed in {self.tags[spec.image]}: {lines[-1] if lines else code} (log: {out})")
         emulated = machine_of(spec.platform) != host_machine()
         if recipe is not None:
-            ran = recipe_ran(smoke_evidence("\n".join(lines)), f"torch=={spec.torch_version}", recipe.imports, recipe.commands, recipe.api)
+            ran = recipe_ran(smoke_evidence("\n".join(lines)), f"torch=={spec.torch_version}", recipe.imports,
+                             recipe.commands, recipe.api, _command_outputs(lines, len(recipe.commands)))  # fmt: skip
             ran["imported"]["emulated"] = emulated
             if layer is not None:
                 ran["imported"]["deps"] = list(deps)
@@ -786,3 +790,22 @@ def stage_python(prefix: Path, dest: Path, version: str) -> None:
 
     shutil.copytree(prefix, dest, symlinks=True, ignore=ignore)
     (dest / libdir / "site-packages").mkdir(parents=True, exist_ok=True)
+
+
+_COMMAND_MARK = "@@mamba-farm-command-"
+
+
+def _command_outputs(lines: list[str], count: int) -> list[tuple[str, str]]:
+    """Each recipe test command's (stdout, stderr), from the smoke container's lines between its markers."""
+    outputs: list[tuple[list[str], list[str]]] = [([], []) for _ in range(count)]
+    current, stream = None, 0
+    for ln in lines:
+        if ln.startswith(_COMMAND_MARK):
+            tail = ln[len(_COMMAND_MARK) :].strip()
+            if tail == "err":
+                stream = 1
+            else:
+                current, stream = (int(tail) if tail.isdigit() and int(tail) < count else None), 0
+        elif current is not None:
+            outputs[current][stream].append(ln)
+    return [("\n".join(out), "\n".join(err)) for out, err in outputs]

@@ -103,9 +103,12 @@ def build_index(
     verify: bool = False,
     replace: Collection[str] | None = None,
     files_url: str | None = None,
+    projects: Collection[str] = (),
 ) -> IndexResult:
     """Add every wheel under ``wheels_dir`` to the index at ``out`` (keeping everything already there).
 
+    ``projects``: recipe projects the index takes beside this repository's and ``recipes/``'s (the recipes of a
+    matrix whose ``[plan] recipes`` names another folder).
     ``replace``: wheel filenames whose published bytes a different file of the same name in
     ``wheels_dir`` may supersede; any other such file is refused (published wheels are immutable).
     ``files_url``: the wheels under ``wheels_dir`` are downloaded from ``files_url/<name>``."""
@@ -119,7 +122,8 @@ def build_index(
     layout.pages.mkdir(exist_ok=True)
     try:
         with FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S), _no_cyclic_gc():
-            return _build_locked(wheels_dir, layout, base_url, verify, frozenset(replace or ()), files_url)
+            return _build_locked(wheels_dir, layout, base_url, verify, frozenset(replace or ()), files_url,
+                                 tuple(projects))  # fmt: skip
     except Timeout:
         raise IndexIntegrityError(
             f"another `builder index` has held {layout.lock} for {LOCK_TIMEOUT_S} s", hint="wait for it, then rerun"
@@ -235,7 +239,8 @@ def _one_file_per_name(sources: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def _build_locked(
-    wheels_dir: Path, layout: Layout, base_url: str | None, verify: bool, replace_: frozenset, files_url: str | None
+    wheels_dir: Path, layout: Layout, base_url: str | None, verify: bool, replace_: frozenset, files_url: str | None,
+    projects: tuple[str, ...] = (),
 ) -> IndexResult:
     current = layout.current()
     doc = load_manifest(current)
@@ -261,7 +266,7 @@ def _build_locked(
                 known = files.get(name)
                 url = _wheel_url(files_url, name) if files_url else None
                 if known is None:
-                    new = store.ingest(src, name, store_fd)
+                    new = store.ingest(src, name, store_fd, projects=projects)
                     files[name] = new.replace(url=url) if url else new
                     added.append(name)
                     continue
@@ -278,7 +283,7 @@ def _build_locked(
                 if st.st_size != known.size or sha256_of(src) != known.sha256:
                     if name in replace_:
                         staged[name] = f".{name}.{uuid.uuid4().hex[:8]}.replacement"
-                        new = store.ingest(src, name, store_fd, staged[name])
+                        new = store.ingest(src, name, store_fd, staged[name], projects=projects)
                         files[name] = _replacement(known, new)  # (its URL already moved to this run's --files-url)
                         continue
                     raise IndexIntegrityError(

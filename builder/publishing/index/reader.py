@@ -96,8 +96,9 @@ def _variant_fields(v: _variant.Variant) -> dict:
     }
 
 
-def check_name(path: str) -> Named:
-    """What the filename says, or a UsageError naming the file (before anything is read)."""
+def check_name(path: str, more: tuple[str, ...] = ()) -> Named:
+    """What the filename says, or a UsageError naming the file (before anything is read). MORE: recipe projects
+    taken beside :func:`projects`."""
     filename = os.path.basename(path)
     if not WHEEL_FILENAME_RE.fullmatch(filename):
         raise UsageError(
@@ -108,9 +109,10 @@ def check_name(path: str) -> Named:
         name, version, _build, tags = _parse_filename(filename)
     except InvalidWheelFilename as err:
         raise UsageError(f"{path}: not a valid wheel filename ({err})") from None
-    if name != PROJECT and name not in projects():
+    known = (*projects(), *(canonicalize_name(p) for p in more))
+    if name != PROJECT and name not in known:
         raise UsageError(
-            f"{path}: a {name} wheel, not {' or '.join(projects())}; only the farm's projects belong in this index",
+            f"{path}: a {name} wheel, not {' or '.join(known)}; only the farm's projects belong in this index",
             hint="a project is this repository's mamba-ssm or one with a recipe (recipes/<name>.toml)",
         )
     if not version.local:

@@ -30,14 +30,14 @@ def stat_key(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def ingest(src: str, name: str, store_fd: int, store_name: str | None = None) -> Entry:
+def ingest(src: str, name: str, store_fd: int, store_name: str | None = None, projects: tuple[str, ...] = ()) -> Entry:
     """Read a new wheel once (hash, METADATA), publish it into the store, return its entry.
 
     The store gets a hard link (no copy; a copy where linking is refused, e.g. across filesystems), so
     the published bytes are the ones hashed here as long as the file's stat did not move meanwhile;
     later runs re-hash it whenever its stat moves, and report it if its bytes changed.
     ``store_name`` (default ``name``) is where it goes: a replacement is staged under another name."""
-    named = reader.check_name(src)
+    named = reader.check_name(src, projects)
     name = store_name or name
     fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the locked run
     if not stat.S_ISREG(os.fstat(fd).st_mode):
