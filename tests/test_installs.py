@@ -114,7 +114,9 @@ def test_every_cell_of_the_release_is_resolved_and_installs():
     for b in plan.builds:
         found = cell_outcomes(plan, b, record)
         assert all(o is not None for o in found), f"{b.id}: cells never resolved: run `python -m builder installs`"
-        assert all(o.installs for o in found), b.id
+        assert all(o.installs is not False for o in found), b.id
+        # a cell PyPI holds no torch for (its torch comes from PyTorch's index) is kept and says it was not resolved
+        assert all("PyPI holds no torch" in o.why for o in found if o.installs is None), b.id
     left = [(c, why) for c, why in plan.dropped if " does not install beside torch " in why]
     assert left, "the release leaves out the cells that cannot be installed"
     for cell, why in left:

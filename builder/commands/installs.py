@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     cells = {}
     for key, (q, _ids) in queries.items():
         rec = done[key].as_record()
-        if not done[key].installs:
+        if done[key].installs is False:
             rec["instead"] = installs.instead((q.project, q.version, q.torch, q.python, q.platform), ok)
         cells[key] = rec
     by_line: Counter = Counter()
@@ -80,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
         by_line[(q.project, q.version, done[key].installs)] += len(ids)
     seconds = time.monotonic() - t0
     for project, version in sorted({(p, v) for p, v, _ in by_line}):
-        yes, no = by_line[(project, version, True)], by_line[(project, version, False)]
-        print(f"{project} {version}: {yes} of {yes + no} builds install beside their torch; {no} left out")
+        yes, no, unknown = (by_line[(project, version, k)] for k in (True, False, None))
+        more = f"; {unknown} not resolvable here (no torch of theirs on PyPI to stand in)" if unknown else ""
+        print(f"{project} {version}: {yes} of {yes + no + unknown} builds install beside their torch; "
+              f"{no} left out{more}")  # fmt: skip
     print(f"installs: {len(queries)} resolutions ({runs} resolved, the rest cached) in {seconds:.1f} s")
     if not args.dry_run:
         merged = {k: _as_dict(o) for k, o in old.cells.items()}

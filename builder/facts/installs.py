@@ -32,7 +32,7 @@ def cell_key(project: str, version: str, torch: str, python: str, platform: str)
 class Outcome:
     """One cell's resolution, as recorded."""
 
-    installs: bool
+    installs: bool | None  # None: not resolvable here (the stand-in index holds no wheel of that torch)
     floor: str | None  # the glibc the resolution needs (the target it resolved at, and its wheels' newest floor)
     why: str  # a resolver's reason, for one that does not install
     instead: str  # what to do instead, computed from the other cells' outcomes
@@ -41,6 +41,8 @@ class Outcome:
     def describe(self) -> str:
         if self.installs:
             return f"installs (glibc {self.floor})"
+        if self.installs is None:
+            return f"not resolved: {self.why}"
         return f"does not install: {self.why}" + (f"; instead: {self.instead}" if self.instead else "")
 
 
@@ -91,7 +93,7 @@ def load(path: Path | None = None) -> Installs:
         for key, c in expect(doc.get("cells", {}), dict, f"{path}: cells").items():
             c = expect(c, dict, f"{path}: cells[{key!r}]")
             cells[key] = Outcome(
-                installs=expect(c.get("installs"), bool, f"{path}: cells[{key!r}].installs"),
+                installs=expect(c.get("installs"), (bool, type(None)), f"{path}: cells[{key!r}].installs"),
                 floor=expect(c.get("floor"), (str, type(None)), f"{path}: cells[{key!r}].floor"),
                 why=expect(c.get("why", ""), str, f"{path}: cells[{key!r}].why"),
                 instead=expect(c.get("instead", ""), str, f"{path}: cells[{key!r}].instead"),

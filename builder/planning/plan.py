@@ -438,7 +438,7 @@ def _specs(
             version = recipe.source.version
             outcome = record.outcome(recipe.name, version, fields["torch_version"], cell.python, cell.platform) \
                 if record is not None else None  # fmt: skip
-            if outcome is not None and not outcome.installs:
+            if outcome is not None and outcome.installs is False:
                 dropped.append(Dropped(cell, f"{recipe.name} {version} does not install beside torch "
                                              f"{fields['torch_version']}: {outcome.describe().split(': ', 1)[1]}"))  # fmt: skip
                 continue
@@ -598,7 +598,7 @@ def _installs_short(plan: Plan, b: BuildSpec, record: installs_mod.Installs) -> 
     found = cell_outcomes(plan, b, record)
     if len(found) == 1:
         o = found[0]
-        return "unresolved" if o is None else f"glibc {o.floor}" if o.installs else "no"
+        return "unresolved" if o is None or o.installs is None else f"glibc {o.floor}" if o.installs else "no"
     ok = sum(1 for o in found if o is not None and o.installs)
     floors = sorted({o.floor for o in found if o is not None and o.installs}, key=vtuple)
     return f"{ok}/{len(found)}" + (f" (glibc {floors[-1]})" if floors else "")
@@ -620,8 +620,10 @@ def installs_summary(plan: Plan, record: installs_mod.Installs) -> str:
     for line, found in sorted(by.items()):
         ok = sum(1 for o in found if o is not None and o.installs)
         unresolved = sum(1 for o in found if o is None)
+        unknown = sum(1 for o in found if o is not None and o.installs is None)
         project = line.split(" ", 1)[0]
         more = f", {unresolved} never resolved" if unresolved else ""
+        more += f", {unknown} not resolvable here (no torch of theirs on PyPI to stand in)" if unknown else ""
         gone = f"; {left[project]} left out (they do not install)" if left.get(project) else ""
         lines.append(f"installs: {line}: {ok} of {len(found)} planned cells resolve beside their torch{more}{gone}")
     return "\n".join(lines)

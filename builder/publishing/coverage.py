@@ -128,7 +128,7 @@ def _left_out(project: str, versions: set[str]) -> list[dict]:
     out = []
     for key, o in sorted(installs.load().cells.items()):
         name, version = key.split(" | ", 1)[0].split(" ", 1)
-        if name == project and version in versions and not o.installs:
+        if name == project and version in versions and o.installs is False:
             out.append({"cell": key.split(" | ", 1)[1], "why": o.why, "instead": o.instead})
     return out
 

@@ -187,7 +187,7 @@ def resolve_pip(q: Query, index: str, glibc: str, pip: list[str]) -> Resolution:
 
 @dataclass
 class Outcome:
-    installs: bool
+    installs: bool | None  # None: no resolution possible (the stand-in index holds no such torch)
     floor: str | None
     why: str
     picked: dict[str, str]
@@ -201,8 +201,8 @@ class Outcome:
         if self.why:
             out["why"] = self.why
         out["tried"] = self.tried
-        out["witnesses"] = {"uv": "resolves" if self.installs or "uv resolves" in self.why else "does not resolve",
-                            "pip": self.pip}  # fmt: skip
+        uv = "resolves" if self.installs or "uv resolves" in self.why else "does not resolve"
+        out["witnesses"] = {"uv": uv if self.installs is not None else "not run", "pip": self.pip}
         return out
 
 
@@ -231,7 +231,9 @@ class Resolver:
             if any(self.snapshot.page_digest(p) != d for p, d in pages.items()):
                 return None  # a listing it read has changed: resolve again
             o = expect(doc.get("outcome"), dict, f"{path}: outcome")
-            return Outcome(bool(o["installs"]), o.get("floor"), str(o.get("why", "")), dict(o.get("picked", {})),
+            if o["installs"] is False and "torch" not in o.get("picked", {}) and "alone" not in doc:
+                return None  # recorded before a failure was told apart from a torch the stand-in lacks
+            return Outcome(o["installs"] if o["installs"] is None else bool(o["installs"]), o.get("floor"), str(o.get("why", "")), dict(o.get("picked", {})),
                            list(o.get("tried", [])), cached=True, lock=str(doc.get("lock") or ""),
                            pip=str((o.get("witnesses") or {}).get("pip", "")))  # fmt: skip
         except (OSError, Untrusted, KeyError, TypeError):
@@ -254,7 +256,7 @@ class Resolver:
         path = self._cache_path(q)
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"outcome": outcome.as_record(), "pages": dict(sorted(self.snapshot.pages_read.items())),
-               "lock": outcome.lock}  # fmt: skip
+               "lock": outcome.lock, "alone": True}  # fmt: skip
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
         with os.fdopen(fd, "w") as out:
             json.dump(doc, out, sort_keys=True)
@@ -285,6 +287,12 @@ class Resolver:
             floor = max(floor, q.floor, key=vtuple)
             lock = relock(uv.lock, self.snapshot, q, floor)
             return Outcome(True, floor, "", uv.picked, tried, lock=lock, pip=pip_not_run or "resolves")
+        alone = resolve_uv(Query(q.project, q.version, (), q.torch, q.python, q.platform, q.floor), self.index_url,
+                           floors[-1], self.uv)  # fmt: skip
+        if not alone.resolved:  # the stand-in has no such torch: nothing is known of this cell, and nothing claimed
+            return Outcome(None, None, f"PyPI holds no torch {q.torch} wheel for CPython {q.python} on {q.machine} "
+                           f"(glibc {floors[-1]} or older) to stand in for PyTorch's own index: not resolved", {},
+                           tried, pip="not run: no torch to resolve beside")  # fmt: skip
         pip_cmd, pip_not_run = pip_for(q)  # the second witness of a cell left out
         if pip_cmd is None:
             return Outcome(False, None, first_why, {}, tried, pip=pip_not_run)

@@ -209,7 +209,7 @@ def resolve_counts(plan) -> dict[str, tuple[int, int, int]]:
     for b in plan.builds:
         line = out.setdefault("upstream" if b.from_recipe else "checkout", [0, 0, 0])
         for o in cell_outcomes(plan, b, record):
-            line[0 if o is not None and o.installs else 2] += 1
+            line[0 if o is not None and o.installs else 2] += 1  # not resolvable here counts as never resolved
     for _cell, reason in plan.dropped:
         if " does not install beside torch " in reason:
             out.setdefault("upstream" if reason.split(" ", 1)[0] in plan.recipes else "checkout", [0, 0, 0])[1] += 1
