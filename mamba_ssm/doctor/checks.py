@@ -243,7 +243,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     if torch.get("cuda"):
         line = "upstream" if is_upstream(facts) else CHECKOUT
         for gpu in torch.get("gpus") or []:
-            if gpu.get("capability") and not served.gpu_accelerators(line, gpu["capability"]):
+            if served.is_capability(gpu.get("capability")) and not served.gpu_accelerators(line, gpu["capability"]):
                 findings.append(Finding(
                     "gpu", PROBLEM, f"GPU {gpu['index']} ({gpu['name']}, {served.sm_of(gpu['capability'])}) is not served by any wheel of the {line} line",
                     f"{served_gpus_text(line)}", _gpu_fix(replace(ctx, gpus=[gpu])), "gpu-not-served"))  # fmt: skip

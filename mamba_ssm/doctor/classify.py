@@ -273,7 +273,7 @@ def _gpu_fix(ctx: Context) -> str:
     setup.py takes an architecture list (upstream's compiles a fixed one and clears TORCH_CUDA_ARCH_LIST)."""
     line = ctx.line or CHECKOUT
     caps = sorted({g["capability"] for g in ctx.gpus if g.get("capability")})
-    unserved = [c for c in caps if not served.gpu_accelerators(line, c)]
+    unserved = [c for c in caps if served.is_capability(c) and not served.gpu_accelerators(line, c)]
     oldest = served.oldest_sm(line)
     if unserved:
         sms = ", ".join(served.sm_of(c) for c in unserved)

@@ -38,6 +38,10 @@ def glibc_floors(line: str) -> dict[str, str]:
     return out
 
 
+def is_capability(capability: str) -> bool:
+    return bool(re.fullmatch(r"\d{1,3}\.\d", capability or ""))
+
+
 def sm_of(capability: str) -> str:
     return "sm_" + capability.replace(".", "")
 
@@ -45,6 +49,8 @@ def sm_of(capability: str) -> str:
 def runs_on(arch: str, capability: str) -> bool:
     """SASS for sm_XY runs on a GPU of the same major with a minor >= Y (arch-specific sm_XYa only on XY itself)."""
     m = re.fullmatch(r"sm_(\d+?)(\d)([af]?)", arch)
+    if not is_capability(capability):  # not major.minor: it runs nothing known
+        return False
     major, minor = (int(x) for x in capability.split("."))
     return (
         bool(m)
