@@ -30,6 +30,7 @@ from wheelmaker import (
     make_mamba_wheel,
     make_recipe_wheel,
     make_standin_sdist,
+    make_wheel,
 )
 
 from builder.publishing import doctor_dist, pins
@@ -39,12 +40,11 @@ from conftest import REPO
 
 DOCS = REPO / "docs"
 INDEX_URL = "https://mamba-ssm.github.io/wheels/"
-# The front door: PyPI's torch 2.14 (CUDA 13, CXX11 ABI) and upstream's packages for it, pinned (upstream's line first).
+# Upstream's packages for PyPI's torch 2.14 (CUDA 13, CXX11 ABI), pinned: the install page's example.
 UPSTREAM_PIN = "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE"
-FIRST_SCREEN = (
-    "pip install torch==2.14.*",
-    f"pip install {UPSTREAM_PIN} --extra-index-url {INDEX_URL}upstream/cu13-torch2.14-cxx11abiTRUE/",
-)
+# The front door: the standalone doctor writes the pins of the torch already installed (and holds that torch).
+FRONT_DOOR = "mamba-doctor --requirements upstream > mamba.txt && pip install -r mamba.txt"
+FIRST_SCREEN = (f"pip install mamba-doctor --index-url {INDEX_URL}doctor/", FRONT_DOOR)
 # What PyPI holds under the two names today: upstream's sdists, newer than this repository's 2.3.0.
 PYPI_SDISTS = {"mamba-ssm": "2.3.2.post1", "causal-conv1d": "1.7.0"}
 
@@ -263,9 +263,15 @@ ELSEWHERE = {
     "uv pip install --preview-features wheel-variants mamba-ssm --index https://mamba-ssm.github.io/wheels/variants/": "tests/test_variants.py::test_uv_with_the_preview_picks_the_build_by_itself",
     # needs upstream's packages installed in the venv it runs in, and runs the fix it prints
     "mamba-doctor": "tests/test_doctor_dist.py::test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_wheels",
+    # run as typed, through a shell, in venvs holding another torch
+    FRONT_DOOR: "tests/test_docs.py::test_the_front_door_keeps_the_users_torch",
 }
 # Commands that need a service no test can reach.
-EXTERNAL = {"gh attestation verify": "GitHub's attestation API", "git clone https://github.com/": "GitHub"}
+EXTERNAL = {
+    "gh attestation verify": "GitHub's attestation API",
+    "git clone https://github.com/": "GitHub",
+    "pip install torch --index-url https://download.pytorch.org/": "PyTorch's own index",
+}
 # Named on the front door as what not to type; run here to show what it does against today's PyPI.
 COUNTER_EXAMPLES = {"pip install mamba-ssm"}
 # Pages whose inline `pip install ...` spans are commands too (the front door's prose gives some).
@@ -436,7 +442,7 @@ def test_every_user_guide_command_runs_against_a_loopback_index(loopback, tmp_pa
     assert not unknown, (
         "user-guide commands no test runs (run them here, or name their test in ELSEWHERE): " + "; ".join(unknown)
     )
-    assert set(FIRST_SCREEN) <= set(ran) and COUNTER_EXAMPLES <= set(ran), ran
+    assert set(FIRST_SCREEN) - set(ELSEWHERE) <= set(ran) and COUNTER_EXAMPLES <= set(ran), ran
     assert len(ran) >= 8, ran
 
 
@@ -458,6 +464,75 @@ def test_the_coverage_pages_name_no_maintainer_command_and_say_what_a_wrong_row_
     assert proc.returncode != 0 and "torch==2.6" in proc.stdout + proc.stderr and installed_torch(vpy) == "2.13.0"
     pip(vpy, [*wrong, "--no-deps"], env)
     assert installed_torch(vpy) == "2.13.0"
+
+
+# What the stand-in of PyPI's torch 2.14 holds: the files the doctor reads (version.py, the C++ ABI flag).
+STANDIN_TORCH = {
+    "torch/__init__.py": (
+        b"from . import version\n__version__ = version.__version__\n"
+        b"class _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
+        b"class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
+    ),
+    "torch/version.py": b"__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n",
+}
+
+
+def _front_door(vpy: Path, url: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """The README's first block as typed, through bash, in an activated venv: its `pip` (this test's pip, aimed at
+    the venv: the test venvs hold none of their own) and its console scripts first on PATH."""
+    block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    assert block_commands(block) == list(FIRST_SCREEN)
+    shims = cwd / f"shims-{vpy.parents[1].name}"
+    shims.mkdir()
+    (shims / "pip").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pip --python "{vpy}" "$@"\n')
+    (shims / "pip").chmod(0o755)
+    script = "set -e\n" + block.replace(INDEX_URL, f"{url}/site/")
+    shell_env = {**env, "PATH": os.pathsep.join([str(shims), str(vpy.parent), env["PATH"]]), "MAMBA_WHEEL_INDEX": f"{url}/site"}
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=shell_env, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+
+
+def test_the_front_door_keeps_the_users_torch(tmp_path):
+    """The README's first block, run as typed in a venv that already holds a torch, against the site served on
+    127.0.0.1: with a CUDA 13 torch 2.14 (a stand-in of PyPI's build) it installs upstream's wheels of that cell
+    and keeps that torch; with a real CPU torch 2.13 (a cell upstream's line does not build) it stops, saying why
+    (the axis), and installs nothing. It never replaces the torch."""
+    from sharedruns import python311, torch_venv
+
+    from builder.publishing.index import build_index
+
+    label = "cu13torch2.14cxx11abiTRUE"
+    site, upstream = tmp_path / "www" / "site", tmp_path / "upstream-wheels"
+    make_recipe_wheel(upstream, "causal-conv1d", "1.7.0", label, source=CAUSAL_CONV1D)
+    make_recipe_wheel(upstream, "mamba-ssm", "2.3.2.post1", label, source=UPSTREAM_MAMBA)
+    build_index(upstream, site / "upstream")
+    doctor_dist.publish(site / "doctor")
+    torches = tmp_path / "torches"
+    make_wheel(torches, "torch", "2.14.1+cu130", files=STANDIN_TORCH, requires_python=">=3.9")
+    env = isolated_env(tmp_path)
+    env["PIP_INDEX_URL"] = "http://127.0.0.1:9/"  # no PyPI: the torch must come from nowhere but the venv
+    with serve(tmp_path / "www") as url:
+        # a CUDA 13 torch 2.14: its cell's wheels, the torch kept
+        cuda = make_venv(tmp_path / "cuda", find_python("3.11") or python311(), env)
+        pip(cuda, ["install", "--no-index", "--find-links", str(torches), "torch==2.14.1+cu130"], env)
+        proc = _front_door(cuda, url, env, tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        got = versions(cuda, ["torch", "mamba-ssm", "causal-conv1d"])
+        assert got["torch"] == "2.14.1+cu130", got
+        assert got["mamba-ssm"].lower() == f"2.3.2.post1+{label}".lower(), got
+        assert got["causal-conv1d"].lower() == f"1.7.0+{label}".lower(), got
+        assert "torch==2.14.1+cu130" in (tmp_path / "mamba.txt").read_text()
+
+        # a real CPU torch 2.13: no wheel of upstream's line, said so; nothing installed, the torch kept
+        cpu = torch_venv(tmp_path / "cpu", python311(), "torch==2.13.0", env)
+        before = versions_all(cpu)
+        proc = _front_door(cpu, url, env, tmp_path)
+        assert proc.returncode != 0, proc.stdout + proc.stderr
+        assert "no wheel of upstream's line" in proc.stderr and "axis: accelerator" in proc.stderr, proc.stderr
+        assert "--requirements checkout" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        after = versions_all(cpu)
+        assert after.pop("mamba-doctor") and after == before, (before, after)
+        assert after["torch"] == "2.13.0+cpu"
 
 
 def versions_all(vpy: Path) -> dict[str, str]:
