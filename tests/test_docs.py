@@ -250,6 +250,84 @@ def test_the_support_summary_matches_the_plan(page):
     assert _support_summary() in text, f"{page} should say: {_support_summary()}"
 
 
+FRONT_PAGES = ("README.md", "docs/index.md")
+
+
+def _release_floors() -> dict[str, str]:
+    """{CPU|CUDA|ROCm: glibc} from the release plan's repair targets (spec.manylinux), every line's builds."""
+    from builder.planning.plan import load_plan
+
+    fam = {"cpu": "CPU", "cu": "CUDA", "hip": "ROCm"}
+    out: dict[str, str] = {}
+    for b in load_plan(profile="release").builds:
+        f = fam[re.match(r"cpu|cu|hip", b.accelerator).group(0)]
+        glibc = ".".join(b.manylinux.split("_")[1:3])
+        out[f] = max(out.get(f, glibc), glibc, key=lambda v: tuple(map(int, v.split("."))))
+    return out
+
+
+@pytest.mark.parametrize("page", FRONT_PAGES)
+def test_the_front_door_states_the_floors_the_data_holds(page):
+    """The glibc floors (the plan's manylinux targets, the doctor's lines.py), the NVIDIA driver of each CUDA major
+    the release builds (toolkits.toml [driver]) and the GPUs the CUDA wheels run on (their arch lists and
+    toolkits.toml [gpus]; V100 served by neither line) are what the page says."""
+    from builder.facts import compat
+    from builder.planning.plan import load_plan
+    from mamba_ssm.doctor import served
+
+    text = " ".join((REPO / page).read_text().split())
+    floors = _release_floors()
+    assert floors == {**served.glibc_floors("upstream"), **served.glibc_floors("checkout")}
+    assert floors["CPU"] == floors["CUDA"]
+    assert f"(glibc {floors['CUDA']} or newer; ROCm wheels {floors['ROCm']})" in text, page
+    majors = sorted({b.accelerator[2:] for b in load_plan(profile="release").builds if b.accelerator.startswith("cu")}, key=int)
+    drivers = compat.load().drivers
+    first, *rest = majors
+    want = f"NVIDIA driver:** CUDA {first} wheels need {drivers[first]} or newer, " if page == "README.md" else \
+        f"NVIDIA driver: CUDA {first} wheels need {drivers[first]} or newer, "  # fmt: skip
+    want += ", ".join(f"CUDA {m} {drivers[m]}" for m in rest) + "."
+    assert want in text, f"{page} should say: {want}"
+    gpus = text.split("GPUs:", 1)[1].split("V100", 1)[0]
+    named = re.findall(r"([A-Z][\w ]{1,20}?) \((sm_\d+)\)", gpus)
+    assert len(named) >= 8, named
+    for line in ("upstream", "checkout"):
+        runs = {sm: names for sm, names, _via in served.gpus_served(line)}
+        for name, sm in named:
+            assert sm in runs and name.split(" and ")[-1] in runs[sm], (line, name, sm, runs.get(sm))
+        assert not served.gpu_accelerators(line, "7.0") and "V100 (sm_70)" in text
+
+
+def _pinned_on(page: str) -> list[tuple[str, str]]:
+    """(command, the text after it on its line) for each command of PAGE that pins a farm label."""
+    text = re.sub(r"\\\n\s*", " ", (REPO / page).read_text())
+    out = []
+    for cmd in pins.commands_in(text):
+        reqs, urls = pins.parse(cmd)
+        if any(label for *_, label in reqs) and urls:
+            at = text.index(cmd) + len(cmd)
+            out.append((cmd, text[at : at + 200]))
+    return out
+
+
+@pytest.mark.parametrize("page", [*FRONT_PAGES, "docs/user/install-prebuilt.md"])
+def test_every_pinned_command_shows_its_cells_tier_from_the_ledger(page):
+    """Beside each command a person copies, the tier of the cells it installs on: computed from the evidence
+    ledger and the release plan (builder.publishing.tiers.command_tier), never typed."""
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    plan, records = load_plan(profile="release"), tiers.load_ledger()
+    found = _pinned_on(page)
+    assert found, page
+    for cmd, after in found:
+        reqs, urls = pins.parse(cmd)
+        folder, key = pins._page(urls[0])
+        line = next(name for name, f in pins.LINE_FOLDERS.items() if f == folder)
+        want = tiers.command_tier(plan, records, line, next(label for *_, label in reqs if label), key)
+        note = re.search(r"tier: [^)\n]*", after)
+        assert note and note.group(0).rstrip(" ;") == want, f"{page}: {cmd!r} should show ({want}), shows {after[:120]!r}"
+
+
 # --------------------------------------------------------------------------- the user guides' commands
 
 USER_PAGES = ["README.md", "docs/index.md", *sorted(str(p.relative_to(REPO)) for p in (DOCS / "user").glob("*.md"))]
@@ -480,7 +558,7 @@ STANDIN_TORCH = {
 def _front_door(vpy: Path, url: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
     """The README's first block as typed, through bash, in an activated venv: its `pip` (this test's pip, aimed at
     the venv: the test venvs hold none of their own) and its console scripts first on PATH."""
-    block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL).group(1)
     assert block_commands(block) == list(FIRST_SCREEN)
     shims = cwd / f"shims-{vpy.parents[1].name}"
     shims.mkdir()
