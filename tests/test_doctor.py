@@ -493,3 +493,24 @@ def test_each_kind_of_user_gets_one_line_and_one_consistent_answer(user, facts, 
     for c in commands:
         assert pins.check(c, release, python=facts["python"]["tag"], platform=platform) == [], c
         assert ("/upstream/" in c) == (line == "upstream"), c
+
+
+@pytest.mark.parametrize(("user", "facts", "line", "answer"), USERS, ids=[u[0] for u in USERS])
+def test_the_front_doors_requirements_give_each_user_the_same_answer(user, facts, line, answer):
+    """`mamba-doctor --requirements LINE` (the README's first block) agrees with the checks: the same cell's pins,
+    holding the installed torch, or no file and the reason where the checks say not supported (or glibc)."""
+    from builder.publishing import pins
+    from mamba_ssm.doctor.requirements import NoCell, requirements
+
+    if answer in ("not supported", "glibc"):
+        with pytest.raises(NoCell) as err:
+            requirements(line, facts)
+        assert str(err.value).startswith(("not supported", "no wheel", "GPU")), err.value
+        return
+    text = requirements(line, facts)
+    assert f"torch=={facts['torch']['version']}  #" in text
+    reqs = [ln for ln in text.splitlines() if "==" in ln and not ln.startswith(("#", "torch=="))]
+    page = next(ln.split()[1] for ln in text.splitlines() if ln.startswith("--extra-index-url"))
+    assert reqs and all(r.endswith(f"+{answer}") for r in reqs), text
+    platform = f"linux_{facts['platform']['machine']}"
+    assert pins.check(f"pip install {' '.join(reqs)} --extra-index-url {page}", python=facts["python"]["tag"], platform=platform) == []
