@@ -361,7 +361,7 @@ def test_hip_gpu_outside_the_wheels_targets():
     facts["mamba_ssm"]["extensions"][0]["archs"] = {"sass": [], "ptx": [], "hip": ["gfx90a"], "notes": []}
     findings, _ = run_checks(facts, offline=True)
     (f,) = [f for f in findings if f.check == "gpu-arch"]
-    assert f.verdict == "problem" and "gfx942" in f.title and "PYTORCH_ROCM_ARCH=gfx942" in f.fix
+    assert f.verdict == "problem" and "gfx942" in f.title and "HIP_ARCHITECTURES=gfx942" in f.fix
 
 
 def test_a_torch_that_does_not_import_is_still_read_from_its_files(tmp_path):

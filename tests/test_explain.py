@@ -438,3 +438,18 @@ def test_a_resolution_conflict_is_recognised_and_keeps_torch():
     assert d.kind == "resolution-conflict", d
     assert "triton>=3.5.0" in d.why and "triton==3.2.0" in d.why and "torch==2.6.0" in d.why
     assert "do not let pip replace torch" in d.fix and not pins.commands_in(d.fix)
+
+
+def test_no_fix_relies_on_a_variable_upstreams_setup_py_ignores():
+    """Upstream's setup.py picks its -gencode list by nvcc's version and clears TORCH_CUDA_ARCH_LIST: no fix of its
+    line names an arch variable; a build of this repository's line names MAMBA_CUDA_ARCHS, which its setup.py reads."""
+    gpus = [{"index": 0, "name": "Tesla V100", "capability": "7.0"}, {"index": 1, "name": "RTX 5090", "capability": "12.0"}]
+    for line in ("upstream", "checkout"):
+        ctx = Context(line=line, gpus=gpus, project="mamba-ssm")
+        for _source, message, *_ in [*CASES, *UPSTREAM_ERRORS, *UPSTREAM_ONLY]:
+            for d in classify(message, ctx):
+                assert "TORCH_CUDA_ARCH_LIST" not in d.fix and "PYTORCH_ROCM_ARCH" not in d.fix, (line, d.kind, d.fix)
+                if line == "upstream":
+                    assert "MAMBA_CUDA_ARCHS=" not in d.fix or "this repository's mamba-ssm" in d.fix, d.fix
+    (d,) = classify(CASES[14][1], Context(line="upstream", gpus=gpus[:1]))
+    assert d.fix.startswith("not supported: no wheel of upstream's line carries code for sm_70"), d.fix

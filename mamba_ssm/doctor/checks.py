@@ -302,7 +302,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                 if gfx and archs.get("hip") and gfx not in archs["hip"]:
                     findings.append(Finding("gpu-arch", PROBLEM, f"GPU {gpu['index']} ({gpu['name']}, {gfx}) is not among the extension's targets {archs['hip']}",
                                             "HIP code objects run only on the gfx target they were built for",
-                                            source_build_line(ctx, {"PYTORCH_ROCM_ARCH": gfx}), "no-kernel-image"))
+                                            source_build_line(ctx, {"HIP_ARCHITECTURES": gfx}), "no-kernel-image"))
                 continue
             if archs.get("sass") or archs.get("ptx"):
                 if _gpu_runs(gpu["capability"], archs):

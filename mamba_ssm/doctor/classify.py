@@ -247,10 +247,16 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
             "and set CUDA_HOME to it"
         )
     if kind == "arch-list":
+        if (ctx.line or CHECKOUT) == UPSTREAM:  # its setup.py picks the -gencode list by nvcc's version alone
+            return (f"upstream's setup.py compiles a fixed list for this nvcc, whatever the environment says: take the "
+                    f"farm's wheel: {install_line(ctx)}{_variant_hint(ctx)}; or build with the CUDA toolkit of torch's CUDA release")  # fmt: skip
         return (
             "limit the build to archs this toolkit knows, e.g. "
-            f"{source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': '8.0;9.0'})}; or use a newer CUDA toolkit"
+            f"{source_build_line(ctx, {'MAMBA_CUDA_ARCHS': '8.0;9.0'})}; or use a newer CUDA toolkit"
         )
+    if kind == "cxx20" and (ctx.line or CHECKOUT) == UPSTREAM:
+        return (f"upstream's setup.py hard-codes -std=c++17, which torch >= 2.14 refuses whatever the compiler: take the "
+                f"farm's wheel, built with C++20: {install_line(ctx)}{_variant_hint(ctx)}")  # fmt: skip
     if kind == "cxx20":
         return (
             "use GCC >= 10 (or clang >= 10) and a mamba-ssm whose setup.py passes -std=c++20 for torch >= 2.14: "
