@@ -8,6 +8,7 @@ environment variables, exit codes); docs/architecture.md names every module and 
 from __future__ import annotations
 
 import ast
+import html
 import importlib.util
 import json
 import os
@@ -174,7 +175,7 @@ def test_the_home_page_shows_the_install_commands_above_the_fold(site, tmp_path,
     dom = run("--dump-dom", "--virtual-time-budget=5000").stdout
     m = re.search(r'<pre id="fold-probe" hidden="">(.*?)</pre>', dom, re.S)
     assert m, "the probe did not run: " + dom[-500:]
-    got = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    got = json.loads(html.unescape(m.group(1)))  # --dump-dom escapes the pre's text: &gt; &amp; &quot;
     # --dump-dom's viewport is the window less the browser's own bars: a stricter fold than the screenshot's
     fold = got["height"]
     assert 0.6 * height < fold <= height and got["width"] == width, got
