@@ -298,6 +298,18 @@ def test_the_front_door_states_the_floors_the_data_holds(page):
         assert not served.gpu_accelerators(line, "7.0") and "V100 (sm_70)" in text
 
 
+def test_the_platforms_page_floors_are_computed_from_the_plan_and_the_data():
+    from builder.facts import compat
+
+    page = refgen.floors_markdown()
+    floors = _release_floors()
+    assert f"| this repository's mamba-ssm | CPU | {floors['CPU']} or newer |" in page
+    assert f"| upstream's mamba-ssm and causal-conv1d | ROCm | {floors['ROCm']} or newer |" in page
+    assert all(f"{d} or newer" in page for d in compat.load().drivers.values())
+    assert "V100 (sm_70)" in page.rsplit("\n\n", 1)[1] and "RTX 30 (sm_86)" in page
+    assert "<!-- generated: floors -->" in (DOCS / "reference" / "platforms.md").read_text()
+
+
 def _pinned_on(page: str) -> list[tuple[str, str]]:
     """(command, the text after it on its line) for each command of PAGE that pins a farm label."""
     text = re.sub(r"\\\n\s*", " ", (REPO / page).read_text())
