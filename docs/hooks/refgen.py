@@ -544,8 +544,8 @@ def floors_markdown() -> str:
             out.append(f"| {line} | {acc or f} | {max(glibcs, key=vkey)} or newer | {driver} | {gpus} |")
     unserved = [f"{n} ({sm})" for sm, n in compat.gpu_names.items() if sm.startswith("sm_")
                 and not any(served.gpu_accelerators(line, f"{sm[3:-1]}.{sm[-1]}") for line in ("upstream", "checkout"))]  # fmt: skip
-    out += ["", f"No wheel of either line carries code for {', '.join(unserved)}: this repository's mamba-ssm builds "
-            "for them from source with a CUDA 12 toolkit (`MAMBA_CUDA_ARCHS`); upstream's setup.py compiles a fixed list."]  # fmt: skip
+    out += ["", (f"No wheel of either line carries code for {', '.join(unserved)}: this repository's mamba-ssm builds "
+                 "for them from source with a CUDA 12 toolkit (`MAMBA_CUDA_ARCHS`); upstream's setup.py compiles a fixed list.")]
     return "\n".join(out) + "\n"
 
 
