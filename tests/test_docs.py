@@ -8,6 +8,7 @@ environment variables, exit codes); docs/architecture.md names every module and 
 from __future__ import annotations
 
 import ast
+import html
 import importlib.util
 import json
 import os
@@ -30,6 +31,7 @@ from wheelmaker import (
     make_mamba_wheel,
     make_recipe_wheel,
     make_standin_sdist,
+    make_wheel,
 )
 
 from builder.publishing import doctor_dist, pins
@@ -39,12 +41,11 @@ from conftest import REPO
 
 DOCS = REPO / "docs"
 INDEX_URL = "https://mamba-ssm.github.io/wheels/"
-# The front door: PyPI's torch 2.14 (CUDA 13, CXX11 ABI) and upstream's packages for it, pinned (upstream's line first).
+# Upstream's packages for PyPI's torch 2.14 (CUDA 13, CXX11 ABI), pinned: the install page's example.
 UPSTREAM_PIN = "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE"
-FIRST_SCREEN = (
-    "pip install torch==2.14.*",
-    f"pip install {UPSTREAM_PIN} --extra-index-url {INDEX_URL}upstream/cu13-torch2.14-cxx11abiTRUE/",
-)
+# The front door: the standalone doctor writes the pins of the torch already installed (and holds that torch).
+FRONT_DOOR = "mamba-doctor --requirements upstream > mamba.txt && pip install -r mamba.txt"
+FIRST_SCREEN = (f"pip install mamba-doctor --index-url {INDEX_URL}doctor/", FRONT_DOOR)
 # What PyPI holds under the two names today: upstream's sdists, newer than this repository's 2.3.0.
 PYPI_SDISTS = {"mamba-ssm": "2.3.2.post1", "causal-conv1d": "1.7.0"}
 
@@ -174,7 +175,7 @@ def test_the_home_page_shows_the_install_commands_above_the_fold(site, tmp_path,
     dom = run("--dump-dom", "--virtual-time-budget=5000").stdout
     m = re.search(r'<pre id="fold-probe" hidden="">(.*?)</pre>', dom, re.S)
     assert m, "the probe did not run: " + dom[-500:]
-    got = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    got = json.loads(html.unescape(m.group(1)))  # --dump-dom escapes the pre's text: &gt; &amp; &quot;
     # --dump-dom's viewport is the window less the browser's own bars: a stricter fold than the screenshot's
     fold = got["height"]
     assert 0.6 * height < fold <= height and got["width"] == width, got
@@ -250,6 +251,96 @@ def test_the_support_summary_matches_the_plan(page):
     assert _support_summary() in text, f"{page} should say: {_support_summary()}"
 
 
+FRONT_PAGES = ("README.md", "docs/index.md")
+
+
+def _release_floors() -> dict[str, str]:
+    """{CPU|CUDA|ROCm: glibc} from the release plan's repair targets (spec.manylinux), every line's builds."""
+    from builder.planning.plan import load_plan
+
+    fam = {"cpu": "CPU", "cu": "CUDA", "hip": "ROCm"}
+    out: dict[str, str] = {}
+    for b in load_plan(profile="release").builds:
+        f = fam[re.match(r"cpu|cu|hip", b.accelerator).group(0)]
+        glibc = ".".join(b.manylinux.split("_")[1:3])
+        out[f] = max(out.get(f, glibc), glibc, key=lambda v: tuple(map(int, v.split("."))))
+    return out
+
+
+@pytest.mark.parametrize("page", FRONT_PAGES)
+def test_the_front_door_states_the_floors_the_data_holds(page):
+    """The glibc floors (the plan's manylinux targets, the doctor's lines.py), the NVIDIA driver of each CUDA major
+    the release builds (toolkits.toml [driver]) and the GPUs the CUDA wheels run on (their arch lists and
+    toolkits.toml [gpus]; V100 served by neither line) are what the page says."""
+    from builder.facts import compat
+    from builder.planning.plan import load_plan
+    from mamba_ssm.doctor import served
+
+    text = " ".join((REPO / page).read_text().split())
+    floors = _release_floors()
+    assert floors == {**served.glibc_floors("upstream"), **served.glibc_floors("checkout")}
+    assert floors["CPU"] == floors["CUDA"]
+    assert f"(glibc {floors['CUDA']} or newer; ROCm wheels {floors['ROCm']})" in text, page
+    majors = sorted({b.accelerator[2:] for b in load_plan(profile="release").builds if b.accelerator.startswith("cu")}, key=int)
+    drivers = compat.load().drivers
+    first, *rest = majors
+    want = f"NVIDIA driver:** CUDA {first} wheels need {drivers[first]} or newer, " if page == "README.md" else \
+        f"NVIDIA driver: CUDA {first} wheels need {drivers[first]} or newer, "  # fmt: skip
+    want += ", ".join(f"CUDA {m} {drivers[m]}" for m in rest) + "."
+    assert want in text, f"{page} should say: {want}"
+    gpus = text.split("GPUs:", 1)[1].split("V100", 1)[0]
+    named = re.findall(r"([A-Z][\w ]{1,20}?) \((sm_\d+)\)", gpus)
+    assert len(named) >= 8, named
+    for line in ("upstream", "checkout"):
+        runs = {sm: names for sm, names, _via in served.gpus_served(line)}
+        for name, sm in named:
+            assert sm in runs and name.split(" and ")[-1] in runs[sm], (line, name, sm, runs.get(sm))
+        assert not served.gpu_accelerators(line, "7.0") and "V100 (sm_70)" in text
+
+
+def test_the_platforms_page_floors_are_computed_from_the_plan_and_the_data():
+    from builder.facts import compat
+
+    page = refgen.floors_markdown()
+    floors = _release_floors()
+    assert f"| this repository's mamba-ssm | CPU | {floors['CPU']} or newer |" in page
+    assert f"| upstream's mamba-ssm and causal-conv1d | ROCm | {floors['ROCm']} or newer |" in page
+    assert all(f"{d} or newer" in page for d in compat.load().drivers.values())
+    assert "V100 (sm_70)" in page.rsplit("\n\n", 1)[1] and "RTX 30 (sm_86)" in page
+    assert "<!-- generated: floors -->" in (DOCS / "reference" / "platforms.md").read_text()
+
+
+def _pinned_on(page: str) -> list[tuple[str, str]]:
+    """(command, the text after it on its line) for each command of PAGE that pins a farm label."""
+    text = re.sub(r"\\\n\s*", " ", (REPO / page).read_text())
+    out = []
+    for cmd in pins.commands_in(text):
+        reqs, urls = pins.parse(cmd)
+        if any(label for *_, label in reqs) and urls:
+            at = text.index(cmd) + len(cmd)
+            out.append((cmd, text[at : at + 200]))
+    return out
+
+
+@pytest.mark.parametrize("page", [*FRONT_PAGES, "docs/user/install-prebuilt.md"])
+def test_every_pinned_command_shows_its_cells_tier_from_the_ledger(page):
+    """Beside each command a person copies, the tier of the cells it installs on: computed from the evidence
+    ledger and the release plan (builder.publishing.tiers.command_tier), never typed."""
+    from builder.planning.plan import load_plan
+    from builder.publishing import tiers
+
+    plan, records = load_plan(profile="release"), tiers.load_ledger()
+    found = _pinned_on(page)
+    assert found, page
+    for cmd, after in found:
+        reqs, urls = pins.parse(cmd)
+        folder, key = pins._page(urls[0])
+        line = next(name for name, f in pins.LINE_FOLDERS.items() if f == folder)
+        want = tiers.command_tier(plan, records, line, next(label for *_, label in reqs if label), key)
+        note = re.search(r"tier: [^)\n]*", after)
+        assert note and note.group(0).rstrip(" ;") == want, f"{page}: {cmd!r} should show ({want}), shows {after[:120]!r}"
+
+
 # --------------------------------------------------------------------------- the user guides' commands
 
 USER_PAGES = ["README.md", "docs/index.md", *sorted(str(p.relative_to(REPO)) for p in (DOCS / "user").glob("*.md"))]
@@ -263,9 +354,15 @@ ELSEWHERE = {
     "uv pip install --preview-features wheel-variants mamba-ssm --index https://mamba-ssm.github.io/wheels/variants/": "tests/test_variants.py::test_uv_with_the_preview_picks_the_build_by_itself",
     # needs upstream's packages installed in the venv it runs in, and runs the fix it prints
     "mamba-doctor": "tests/test_doctor_dist.py::test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_wheels",
+    # run as typed, through a shell, in venvs holding another torch
+    FRONT_DOOR: "tests/test_docs.py::test_the_front_door_keeps_the_users_torch",
 }
 # Commands that need a service no test can reach.
-EXTERNAL = {"gh attestation verify": "GitHub's attestation API", "git clone https://github.com/": "GitHub"}
+EXTERNAL = {
+    "gh attestation verify": "GitHub's attestation API",
+    "git clone https://github.com/": "GitHub",
+    "pip install torch --index-url https://download.pytorch.org/": "PyTorch's own index",
+}
 # Named on the front door as what not to type; run here to show what it does against today's PyPI.
 COUNTER_EXAMPLES = {"pip install mamba-ssm"}
 # Pages whose inline `pip install ...` spans are commands too (the front door's prose gives some).
@@ -436,7 +533,7 @@ def test_every_user_guide_command_runs_against_a_loopback_index(loopback, tmp_pa
     assert not unknown, (
         "user-guide commands no test runs (run them here, or name their test in ELSEWHERE): " + "; ".join(unknown)
     )
-    assert set(FIRST_SCREEN) <= set(ran) and COUNTER_EXAMPLES <= set(ran), ran
+    assert set(FIRST_SCREEN) - set(ELSEWHERE) <= set(ran) and COUNTER_EXAMPLES <= set(ran), ran
     assert len(ran) >= 8, ran
 
 
@@ -458,6 +555,75 @@ def test_the_coverage_pages_name_no_maintainer_command_and_say_what_a_wrong_row_
     assert proc.returncode != 0 and "torch==2.6" in proc.stdout + proc.stderr and installed_torch(vpy) == "2.13.0"
     pip(vpy, [*wrong, "--no-deps"], env)
     assert installed_torch(vpy) == "2.13.0"
+
+
+# What the stand-in of PyPI's torch 2.14 holds: the files the doctor reads (version.py, the C++ ABI flag).
+STANDIN_TORCH = {
+    "torch/__init__.py": (
+        b"from . import version\n__version__ = version.__version__\n"
+        b"class _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
+        b"class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
+    ),
+    "torch/version.py": b"__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n",
+}
+
+
+def _front_door(vpy: Path, url: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """The README's first block as typed, through bash, in an activated venv: its `pip` (this test's pip, aimed at
+    the venv: the test venvs hold none of their own) and its console scripts first on PATH."""
+    block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL).group(1)
+    assert block_commands(block) == list(FIRST_SCREEN)
+    shims = cwd / f"shims-{vpy.parents[1].name}"
+    shims.mkdir()
+    (shims / "pip").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pip --python "{vpy}" "$@"\n')
+    (shims / "pip").chmod(0o755)
+    script = "set -e\n" + block.replace(INDEX_URL, f"{url}/site/")
+    shell_env = {**env, "PATH": os.pathsep.join([str(shims), str(vpy.parent), env["PATH"]]), "MAMBA_WHEEL_INDEX": f"{url}/site"}
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=shell_env, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+
+
+def test_the_front_door_keeps_the_users_torch(tmp_path):
+    """The README's first block, run as typed in a venv that already holds a torch, against the site served on
+    127.0.0.1: with a CUDA 13 torch 2.14 (a stand-in of PyPI's build) it installs upstream's wheels of that cell
+    and keeps that torch; with a real CPU torch 2.13 (a cell upstream's line does not build) it stops, saying why
+    (the axis), and installs nothing. It never replaces the torch."""
+    from sharedruns import python311, torch_venv
+
+    from builder.publishing.index import build_index
+
+    label = "cu13torch2.14cxx11abiTRUE"
+    site, upstream = tmp_path / "www" / "site", tmp_path / "upstream-wheels"
+    make_recipe_wheel(upstream, "causal-conv1d", "1.7.0", label, source=CAUSAL_CONV1D)
+    make_recipe_wheel(upstream, "mamba-ssm", "2.3.2.post1", label, source=UPSTREAM_MAMBA)
+    build_index(upstream, site / "upstream")
+    doctor_dist.publish(site / "doctor")
+    torches = tmp_path / "torches"
+    make_wheel(torches, "torch", "2.14.1+cu130", files=STANDIN_TORCH, requires_python=">=3.9")
+    env = isolated_env(tmp_path)
+    env["PIP_INDEX_URL"] = "http://127.0.0.1:9/"  # no PyPI: the torch must come from nowhere but the venv
+    with serve(tmp_path / "www") as url:
+        # a CUDA 13 torch 2.14: its cell's wheels, the torch kept
+        cuda = make_venv(tmp_path / "cuda", find_python("3.11") or python311(), env)
+        pip(cuda, ["install", "--no-index", "--find-links", str(torches), "torch==2.14.1+cu130"], env)
+        proc = _front_door(cuda, url, env, tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        got = versions(cuda, ["torch", "mamba-ssm", "causal-conv1d"])
+        assert got["torch"] == "2.14.1+cu130", got
+        assert got["mamba-ssm"].lower() == f"2.3.2.post1+{label}".lower(), got
+        assert got["causal-conv1d"].lower() == f"1.7.0+{label}".lower(), got
+        assert "torch==2.14.1+cu130" in (tmp_path / "mamba.txt").read_text()
+
+        # a real CPU torch 2.13: no wheel of upstream's line, said so; nothing installed, the torch kept
+        cpu = torch_venv(tmp_path / "cpu", python311(), "torch==2.13.0", env)
+        before = versions_all(cpu)
+        proc = _front_door(cpu, url, env, tmp_path)
+        assert proc.returncode != 0, proc.stdout + proc.stderr
+        assert "no wheel of upstream's line" in proc.stderr and "axis: accelerator" in proc.stderr, proc.stderr
+        assert "--requirements checkout" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        after = versions_all(cpu)
+        assert after.pop("mamba-doctor") and after == before, (before, after)
+        assert after["torch"] == "2.13.0+cpu"
 
 
 def versions_all(vpy: Path) -> dict[str, str]:

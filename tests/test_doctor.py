@@ -332,7 +332,8 @@ def test_checks_for_a_gpu_the_wheel_does_not_cover_and_a_source_build_that_would
     findings, _ = run_checks(_facts(), offline=True)
     by = {f.check: f for f in findings}
     assert by["gpu-arch"].verdict == "problem" and by["gpu-arch"].kind == "no-kernel-image"
-    assert "TORCH_CUDA_ARCH_LIST=12.0 MAMBA_FORCE_BUILD=TRUE " in by["gpu-arch"].fix
+    # the line's wheels carry sm_120: the fix is the farm's wheel of the cell, not a build
+    assert by["gpu-arch"].fix.startswith(f"{sys.executable} -m pip install --force-reinstall --no-deps mamba-ssm==2.3.0+cu13")
     # The wheel itself imports: source-build gaps are warnings, not failures.
     assert by["nvcc"].verdict == "warn" and by["nvcc"].kind == "cuda-version-mismatch"
     assert by["compiler"].verdict == "warn" and by["compiler"].kind == "cxx20-required"
@@ -360,7 +361,7 @@ def test_hip_gpu_outside_the_wheels_targets():
     facts["mamba_ssm"]["extensions"][0]["archs"] = {"sass": [], "ptx": [], "hip": ["gfx90a"], "notes": []}
     findings, _ = run_checks(facts, offline=True)
     (f,) = [f for f in findings if f.check == "gpu-arch"]
-    assert f.verdict == "problem" and "gfx942" in f.title and "PYTORCH_ROCM_ARCH=gfx942" in f.fix
+    assert f.verdict == "problem" and "gfx942" in f.title and "HIP_ARCHITECTURES=gfx942" in f.fix
 
 
 def test_a_torch_that_does_not_import_is_still_read_from_its_files(tmp_path):
@@ -401,3 +402,115 @@ def test_a_free_threaded_interpreter_is_named_and_told_what_to_use():
     assert "cp314t" in f.title and "cp314 " not in f.title and "python3.14 -m venv" in f.fix and "cp314" in f.fix
     facts["python"]["tag"] = "cp314"
     assert not [f for f in run_checks(facts, offline=True)[0] if f.check == "python"]
+
+
+# --------------------------------------------------------------------------- nine kinds of user, as facts
+
+def _user(*, python="cp311", system="Linux", machine="x86_64", glibc="2.35", torch="2.14.1", cuda=None, hip=None,
+          abi=True, gpus=(), line=None, label=None, import_error=None) -> dict:
+    """One user's facts as facts.gather() gives them: Python, platform, torch (and the variant it needs), the
+    installed line (upstream's mamba-ssm, this repository's, or none) and its extension's import."""
+    v = _variant.from_values(torch, cuda=cuda, hip=hip, cxx11abi=abi)
+    variant = {"key": v.key, "label": v.label, "stable_key": v.as_stable().key, "stable_label": v.as_stable().label,
+               "served_by_stable": v.served_by_stable}  # fmt: skip
+    ext = {"module": "selective_scan_cuda" if line == "upstream" else "mamba_ssm._C", "path": "/x/ext.so", "abi": "cxx11",
+           "import": {"ok": import_error is None, "error": import_error, "traceback": import_error},
+           "archs": {"sass": [], "ptx": [], "hip": [], "notes": []}}  # fmt: skip
+    version = {"upstream": "2.3.2.post1", "checkout": "2.3.0", None: None}[line]
+    return {  # fmt: skip
+        "python": {"version": f"{python[2]}.{python[3:].rstrip('t')}.1", "tag": python, "executable": "/venv/bin/python"},
+        "platform": {"system": system, "machine": machine, "glibc": glibc, "platform": system},
+        "torch": {"installed": True, "version": torch, "cuda": cuda, "hip": hip, "cxx11abi": abi, "ngc": False,
+                  "variant": variant, "gpus": list(gpus)},
+        "mamba_ssm": {"installed_version": version and (f"{version}+{label}" if label else version), "public_version": version,
+                      "label": label, "line": line, "location": "/x" if line else None, "extensions": [ext] if line else []},
+        "causal_conv1d": {},
+        "cuda_toolkit": {"nvcc_on_path": None, "nvcc_release": None, "nvcc_toolkit": None, "cuda_home": None, "cuda_home_release": None},
+        "compiler": {"cxx": "/usr/bin/c++", "version": "c++ 12", "cxx20": True},
+    }
+
+
+A100, GH200, V100 = ({"index": 0, "name": n, "capability": c} for n, c in (("A100", "8.0"), ("GH200", "9.0"), ("Tesla V100", "7.0")))
+RTX5090 = {"index": 0, "name": "NVIDIA GeForce RTX 5090", "capability": "12.0"}
+MI300X = {"index": 0, "name": "AMD Instinct MI300X", "capability": "9.4", "gfx": "gfx942"}
+OTHER_TORCH = "ImportError: /x/ext.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"
+# (user, facts, the line chosen, what the answer is: a pin of the release (its label) or "not supported")
+USERS = [
+    ("data-centre GPU, older torch", _user(torch="2.6.0", cuda="12.4", abi=False, glibc="2.31", gpus=[A100], line="upstream",
+                                           import_error=OTHER_TORCH), "upstream", "cu12torch2.6cxx11abiFALSE"),
+    ("aarch64, new GPU", _user(python="cp312", machine="aarch64", cuda="13.0", gpus=[GH200], line="upstream",
+                               label="cu12torch2.14cxx11abiTRUE"), "upstream", "cu13torch2.14cxx11abiTRUE"),
+    ("free notebook, older GPU", _user(torch="2.6.0", cuda="12.4", abi=False, gpus=[V100], line="upstream"), "upstream", "not supported"),
+    ("consumer Blackwell, newest torch and Python", _user(python="cp314", torch="2.15.0", cuda="13.2", gpus=[RTX5090],
+                                                         line="checkout", label="cputorchstable"), "checkout", "cu13torchstable"),
+    ("AMD Instinct", _user(python="cp312", torch="2.9.0", hip="6.4.43482", gpus=[MI300X], line="upstream",
+                           import_error="ModuleNotFoundError: No module named 'selective_scan_cuda'"), "upstream", "hip64torch2.9cxx11abiTRUE"),
+    ("CPU only", _user(torch="2.13.0", line="checkout", label="cputorch2.6cxx11abiFALSE"), "checkout", "cputorchstable"),
+    ("CPU only, upstream's line", _user(torch="2.13.0", line="upstream"), "upstream", "not supported"),
+    ("old cluster", _user(python="cp310", torch="2.4.1", cuda="12.1", abi=False, glibc="2.17", gpus=[A100], line="checkout",
+                          import_error="ImportError: /lib64/libc.so.6: version `GLIBC_2.28' not found (required by /x/_C.so)"),
+     "checkout", "glibc"),
+    ("Windows", _user(system="Windows", machine="AMD64", glibc=None, torch="2.6.0", cuda="12.4", abi=False, gpus=[A100],
+                      line="upstream"), "upstream", "not supported"),
+    ("free-threaded Python", _user(python="cp314t", cuda="13.0", gpus=[RTX5090], line="checkout", label="cu13torchstable"),
+     "checkout", "not supported"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("user", "facts", "line", "answer"), USERS, ids=[u[0] for u in USERS])
+def test_each_kind_of_user_gets_one_line_and_one_consistent_answer(user, facts, line, answer):
+    """One line chosen (the installed one); every fix a pin of that line the release builds for this machine, or
+    a clear "not supported: do X" with no other finding printing a fix that contradicts it."""
+    from builder.publishing import pins
+    from mamba_ssm.doctor.checks import PROBLEM, run_checks
+
+    findings, extra = run_checks(facts, offline=True)
+    assert extra["line"] == line
+    problems = [f for f in findings if f.verdict == PROBLEM]
+    assert problems, findings
+    fixes = [f.fix for f in findings if f.fix and f.verdict in (PROBLEM, "warn")]
+    release = pins.release_wheels()
+    platform = f"linux_{facts['platform']['machine'].lower().replace('amd64', 'x86_64')}"
+    if answer == "not supported":
+        first = next(f for f in problems if f.fix)
+        assert first.fix.startswith("not supported: ") and len(fixes) == 1, fixes
+        for cmd in pins.commands_in(first.fix):  # what it offers instead is in the release too
+            assert pins.check(cmd, release) == [], cmd
+        assert "cxx11abiFALSE" not in first.fix and "TORCH_CUDA_ARCH_LIST" not in first.fix
+        if facts["platform"]["system"] == "Windows":
+            assert "WSL2" in first.fix
+        return
+    if answer == "glibc":
+        assert any(f.kind == "glibc-too-old" and "2.28" in f.title for f in problems), problems
+        # a source build against this glibc (and what it needs), or a newer system: never a pin of a 2.28 wheel
+        assert all(re.search(r"glibc|build|toolkit", fix) for fix in fixes), fixes
+        assert not [c for fix in fixes for c in pins.commands_in(fix) if any(lab for *_, lab in pins.parse(c)[0])], fixes
+        return
+    commands = [c for fix in fixes for c in pins.commands_in(fix) if "--force-reinstall --no-deps" in c]
+    assert commands, fixes
+    labels = {lab for c in commands for _n, _v, lab in pins.parse(c)[0] if lab}
+    assert labels == {answer}, commands  # one answer: every fix pins the same cell
+    for c in commands:
+        assert pins.check(c, release, python=facts["python"]["tag"], platform=platform) == [], c
+        assert ("/upstream/" in c) == (line == "upstream"), c
+
+
+@pytest.mark.parametrize(("user", "facts", "line", "answer"), USERS, ids=[u[0] for u in USERS])
+def test_the_front_doors_requirements_give_each_user_the_same_answer(user, facts, line, answer):
+    """`mamba-doctor --requirements LINE` (the README's first block) agrees with the checks: the same cell's pins,
+    holding the installed torch, or no file and the reason where the checks say not supported (or glibc)."""
+    from builder.publishing import pins
+    from mamba_ssm.doctor.requirements import NoCell, requirements
+
+    if answer in ("not supported", "glibc"):
+        with pytest.raises(NoCell) as err:
+            requirements(line, facts)
+        assert str(err.value).startswith(("not supported", "no wheel", "GPU")), err.value
+        return
+    text = requirements(line, facts)
+    assert f"torch=={facts['torch']['version']}  #" in text
+    reqs = [ln for ln in text.splitlines() if "==" in ln and not ln.startswith(("#", "torch=="))]
+    page = next(ln.split()[1] for ln in text.splitlines() if ln.startswith("--extra-index-url"))
+    assert reqs and all(r.endswith(f"+{answer}") for r in reqs), text
+    platform = f"linux_{facts['platform']['machine']}"
+    assert pins.check(f"pip install {' '.join(reqs)} --extra-index-url {page}", python=facts["python"]["tag"], platform=platform) == []

@@ -204,7 +204,7 @@ def recorder(tmp_path) -> Path:
     py.write_text(
         "#!/bin/sh\n"
         'for a in "$@"; do printf "%s\\0" "$a"; done > "$(dirname "$0")/argv"\n'
-        'printf "%s" "${TORCH_CUDA_ARCH_LIST-unset}" > "$(dirname "$0")/arch"\n'
+        'printf "%s" "${MAMBA_CUDA_ARCHS-unset}" > "$(dirname "$0")/arch"\n'
     )
     py.chmod(0o755)
     return py
@@ -239,12 +239,13 @@ def test_a_source_build_line_keeps_its_assignments_and_quotes_their_values(tmp_p
     from mamba_ssm.doctor.classify import _fix
 
     cap = "8.6;touch MARK $(touch MARK2)"
-    ctx = Context(python=str(recorder), gpus=[{"name": "x", "capability": cap}])
+    ctx = Context(python=str(recorder), gpus=[{"name": "x", "capability": cap}], line="checkout",
+                  variant_key="cu12-torch2.6-cxx11abiFALSE", variant_label="cu12torch2.6cxx11abiFALSE")  # fmt: skip
     fix = _fix("gpu-arch", ctx, {})
     command = fix.rpartition("build for this GPU: ")[2]
-    assert shlex.split(command)[:2] == [f"TORCH_CUDA_ARCH_LIST={cap}", "MAMBA_FORCE_BUILD=TRUE"]
+    assert shlex.split(command)[:2] == [f"MAMBA_CUDA_ARCHS={cap}", "MAMBA_FORCE_BUILD=TRUE"]
     _run_pasted(command, tmp_path)
-    assert (recorder.parent / "arch").read_text() == cap  # an assignment, not a command named 'TORCH_CUDA...'
+    assert (recorder.parent / "arch").read_text() == cap  # an assignment, not a command named 'MAMBA_CUDA...'
     assert not _marks(tmp_path)
 
 
@@ -252,7 +253,7 @@ def test_the_cli_quotes_the_index_in_the_fix(tmp_path):
     index = "https://x.example/w; touch MARK|sh $(touch MARK2)"
     symbol = "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
     for env, args in (({}, ["--index", index]), ({"MAMBA_WHEEL_INDEX": index}, [])):
-        p = doctor("--explain", f"undefined symbol: {symbol}", *args, env=env)
+        p = doctor("--explain", f"ImportError: .../mamba_ssm/_C.abi3.so: undefined symbol: {symbol}", *args, env=env)
         out = p.stdout.decode()
         command = re.search(r"fix: (.*?)  \(<label> and <variant>", out).group(1)
         words = shlex.split(command)

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from mamba_ssm.doctor import Context, classify
+from builder.publishing import pins
+from mamba_ssm.doctor import Context, classify, served
 
 SS_SYMBOL = "_ZN3c107WarningC1ESt7variantIJNS0_11UserWarningENS0_18DeprecationWarningEEERKNS_14SourceLocationESsb"
 CXX11_SYMBOL = "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
@@ -351,6 +352,104 @@ def test_an_upstream_error_gets_a_fix_for_upstreams_line(case, message, project,
     assert "mamba-ssm==2.3.0+<label>" in d.fix and "/upstream/" not in d.fix, d.fix
 
 
-def test_a_message_naming_no_package_is_this_lines():
+def test_a_message_naming_no_package_gets_both_lines_upstreams_first():
+    """PyPI's mamba-ssm is upstream's: a text that names no line gets both fixes, upstream's first, how to tell the
+    lines apart, and what breaks where one replaces the other."""
     (d, *_) = classify("RuntimeError: CUDA error: no kernel image is available for execution on the device")
-    assert "mamba-ssm==2.3.0+<label>" in d.fix and "/upstream/" not in d.fix
+    up, own = d.fix.index("mamba-ssm==2.3.2.post1+<label>"), d.fix.index("mamba-ssm==2.3.0+<label>")
+    assert up < own and "/upstream/<variant>/" in d.fix
+    assert "mamba_ssm/_variant.py" in d.fix and "Mamba2" in d.fix and "transformers" in d.fix
+    for cmd in pins.commands_in(d.fix):
+        assert pins.check(cmd) == [], (cmd, pins.check(cmd))
+
+
+# Texts only upstream's build prints: its setup.py's own name, the C++ standard it hard-codes, PyPI's sdist built
+# in isolation. Each pins upstream's line, never this repository's.
+UPSTREAM_ONLY = [
+    ("bare_metal_version", "pip install --no-build-isolation mamba-ssm\n...\nNameError: name 'bare_metal_version' is not defined",
+     "mamba-ssm", "nvcc-missing"),
+    ("-std=c++17 against torch 2.14", ("  c++ -O3 -std=c++17 -I.../torch/include -c csrc/selective_scan/selective_scan.cpp\n"
+     ".../torch/include/ATen/ATen.h:5:2: error: #error C++20 or later compatible compiler is required to use ATen."),
+     "mamba-ssm", "cxx20-required"),
+    ("an isolated build of PyPI's sdist", ("Collecting mamba_ssm\n  Using cached mamba_ssm-2.2.2.tar.gz (85 kB)\n"
+     "  Installing build dependencies ... done\n  Getting requirements to build wheel ... error\n"
+     "  ModuleNotFoundError: No module named 'torch'"), "mamba-ssm", "torch-not-visible"),
+    ("causal-conv1d's bare_metal_version", ("Building wheel for causal-conv1d (setup.py) ... error\n"
+     "NameError: name 'bare_metal_version' is not defined"), "causal-conv1d", "nvcc-missing"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "message", "project", "kind"), UPSTREAM_ONLY, ids=[c[0] for c in UPSTREAM_ONLY])
+def test_upstream_only_texts_pin_upstreams_line(case, message, project, kind):
+    (d, *_) = classify(message)
+    assert d.kind == kind, d
+    assert "2.3.0" not in d.fix and "this repository's:" not in d.fix, d.fix
+    version = pins.newest(project, "upstream")
+    assert f"{project}=={version}" in d.fix, d.fix
+    for cmd in pins.commands_in(d.fix):
+        assert pins.check(cmd) == [], (cmd, pins.check(cmd))
+
+
+PIP_NO_MATCH = "ERROR: Could not find a version that satisfies the requirement {req} (from versions: none)\nERROR: No matching distribution found for {req}"
+
+
+@pytest.mark.parametrize(
+    ("req", "ctx", "axis", "says"),
+    [
+        ("mamba-ssm==2.3.2.post1+cu12torch2.4cxx11abiFALSE", Context(system="Windows"), "platform", "WSL2"),
+        ("mamba-ssm==2.3.2.post1+cu12torch2.4cxx11abiFALSE", Context(system="Darwin"), "platform", "macOS"),
+        ("mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE", Context(system="Linux", python_tag="cp314t"), "Python", "free-threaded"),
+        ("mamba-ssm==2.3.2.post1+cu12torch2.4cxx11abiFALSE", Context(system="Linux", python_tag="cp313", machine="x86_64"), "Python", "cp310"),
+        ("mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE", Context(system="Linux", python_tag="cp311", machine="ppc64le"), "platform", "ppc64le"),
+        ("mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE", Context(system="Linux", python_tag="cp311", machine="x86_64", glibc="2.17"), "glibc", "2.28"),
+        ("mamba-ssm==2.3.2.post1+cputorch2.13cxx11abiTRUE", Context(), "accelerator", "cu13"),
+        ("mamba-ssm==2.3.0+cu13torch2.13cxx11abiTRUE", Context(), "torch", "cu13torchstable"),
+        ("mamba-ssm==2.3.2.post1+cu12torch2.1cxx11abiFALSE", Context(), "torch", "2.4"),
+        ("triton>=3.5.0", Context(), "dependency", "triton"),
+    ],
+)  # fmt: skip
+def test_no_matching_distribution_names_its_axis(req, ctx, axis, says):
+    (d, *_) = classify(PIP_NO_MATCH.format(req=req), ctx)
+    assert d.kind == "no-matching-distribution" and f"(axis: {axis})" in d.title, d
+    assert says in d.why + d.fix, d
+    for cmd in pins.commands_in(d.fix):  # a pin it prints is one the release builds
+        assert pins.check(cmd) == [], (cmd, pins.check(cmd))
+    if axis in {"platform", "glibc"} or "free-threaded" in says:
+        assert d.fix.startswith("not supported: ") and not pins.commands_in(d.fix), d.fix
+
+
+def test_a_glibc_too_old_error_names_the_axis_and_the_floors():
+    assert served.glibc_floors("checkout") == {"CPU": "2.28", "CUDA": "2.28", "ROCm": "2.35"}
+    assert served.glibc_floors("upstream") == {"CUDA": "2.28", "ROCm": "2.35"}
+    (d, *_) = classify(UPSTREAM_ERRORS[0][1].replace(f"undefined symbol: {SS_SYMBOL}", "version `GLIBC_2.32' not found"))
+    assert d.kind == "glibc-too-old" and "(axis: glibc)" in d.title
+    floors = served.glibc_floors("upstream")
+    assert all(f"{fam} wheels need glibc >= {floor}" in d.why for fam, floor in floors.items()), d.why
+
+
+def test_a_resolution_conflict_is_recognised_and_keeps_torch():
+    text = (
+        "ERROR: Cannot install mamba-ssm==2.3.2.post1+cu12torch2.6cxx11abiFALSE and torch==2.6.0 because these package "
+        "versions have conflicting dependencies.\n\nThe conflict is caused by:\n    The user requested torch==2.6.0\n"
+        "    mamba-ssm 2.3.2.post1+cu12torch2.6cxx11abiFALSE depends on triton>=3.5.0\n    torch 2.6.0 depends on triton==3.2.0\n"
+        "\nERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/"
+    )
+    (d, *_) = classify(text)
+    assert d.kind == "resolution-conflict", d
+    assert "triton>=3.5.0" in d.why and "triton==3.2.0" in d.why and "torch==2.6.0" in d.why
+    assert "do not let pip replace torch" in d.fix and not pins.commands_in(d.fix)
+
+
+def test_no_fix_relies_on_a_variable_upstreams_setup_py_ignores():
+    """Upstream's setup.py picks its -gencode list by nvcc's version and clears TORCH_CUDA_ARCH_LIST: no fix of its
+    line names an arch variable; a build of this repository's line names MAMBA_CUDA_ARCHS, which its setup.py reads."""
+    gpus = [{"index": 0, "name": "Tesla V100", "capability": "7.0"}, {"index": 1, "name": "RTX 5090", "capability": "12.0"}]
+    for line in ("upstream", "checkout"):
+        ctx = Context(line=line, gpus=gpus, project="mamba-ssm")
+        for _source, message, *_ in [*CASES, *UPSTREAM_ERRORS, *UPSTREAM_ONLY]:
+            for d in classify(message, ctx):
+                assert "TORCH_CUDA_ARCH_LIST" not in d.fix and "PYTORCH_ROCM_ARCH" not in d.fix, (line, d.kind, d.fix)
+                if line == "upstream":
+                    assert "MAMBA_CUDA_ARCHS=" not in d.fix or "this repository's mamba-ssm" in d.fix, d.fix
+    (d,) = classify(CASES[14][1], Context(line="upstream", gpus=gpus[:1]))
+    assert d.fix.startswith("not supported: no wheel of upstream's line carries code for sm_70"), d.fix

@@ -1421,6 +1421,23 @@ def _lookup(kind: str):
     return lambda w, s: (["--index", f"{w.index_url}/{kind}"], {}, None)
 
 
+def _torch_says(version: str | None):
+    """`--requirements upstream` with a torch (on the path) whose version.py says VERSION; None: no torch."""
+
+    def make(w: DoctorWorld, scratch: Path):
+        site = scratch / "site"
+        if version is not None:
+            (site / "torch").mkdir(parents=True)
+            (site / "torch" / "__init__.py").write_text(
+                "from . import version\n__version__ = version.__version__\nclass _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
+                "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
+            )
+            (site / "torch" / "version.py").write_text(f"__version__ = {version!r}\ncuda = '13.0'\nhip = None\n")
+        return ["--requirements", "upstream"], {"PYTHONPATH": f"{site}{os.pathsep}{CODE}"}, None
+
+    return make
+
+
 DOCTOR_CASES = [
     DoctorCase("doctor-explain-backtrack-build-env", 0, "note: the text has", _stdin(b"pip-build-env " * 75_000)),
     DoctorCase("doctor-explain-backtrack-no-torch", 1, "torch-missing", _stdin(b"No module named torch " * 48_000)),
@@ -1447,6 +1464,10 @@ DOCTOR_CASES = [
     DoctorCase("doctor-record-fifo", 1, '"elf_files": []', _installed(files={"mamba_ssm/pipe.bin": os.mkfifo})),
     DoctorCase("doctor-variant-json-deep", 1, '"variant_label": null',
                _installed(files={"mamba_ssm-2.3.0.dist-info/variant.json": lambda p: p.write_text("[" * 100_000 + "]" * 100_000)})),
+    # a torch version becomes a line of the requirements file: one that is not a version is refused, not written
+    DoctorCase("doctor-requirements-version-newline", 1, "is not a version", _torch_says("2.14.1+cu130\n--index-url http://x.example/")),
+    DoctorCase("doctor-requirements-version-escape", 1, "is not a version", _torch_says("2.14.1\x1b[2J\u202e")),
+    DoctorCase("doctor-requirements-no-torch", 1, "no torch in this environment", _torch_says(None)),
     DoctorCase("doctor-lookup-trickle", {0, 1}, "no answer within 5 s", _lookup("trickle"), needs_torch=True),
     DoctorCase("doctor-lookup-huge-page", {0, 1}, "more than 16 MiB", _lookup("huge"), needs_torch=True),
     DoctorCase("doctor-lookup-not-http", {0, 1}, "cannot reach the wheel index", _lookup("nothttp"), needs_torch=True),

@@ -113,6 +113,7 @@ class Compat:
         self.cuda_extra_arch: dict[str, dict] = toolkits.get("cuda_extra_arch", {})
         self.cuda_headers: dict[str, str] = toolkits.get("cuda_headers", {})  # header -> the PyPI package with it
         self.gpu_names: dict[str, str] = toolkits.get("gpus", {})
+        self.drivers: dict[str, str] = toolkits.get("driver", {})  # CUDA major -> the oldest Linux driver it runs on
         self.images: dict[str, dict] = {k: v for k, v in images.items() if k != "debian_glibc"}
         self.debian_glibc: dict[str, str] = images["debian_glibc"]
         lo = min((vtuple(r.python[0]) for r in self.torch.values()), default=(3, 8))

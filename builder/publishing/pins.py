@@ -48,6 +48,9 @@ class ReleaseWheel:
     platform: str  # linux_x86_64
     line: str  # checkout | upstream
     pages: frozenset[str]  # the variant pages that list it (its own key, and what a stable wheel serves)
+    accelerator: str = ""  # cpu, cu12, hip62
+    archs: tuple[str, ...] = ()  # the GPU code it carries (sm_80, gfx942)
+    glibc: str = ""  # the floor its manylinux tag promises: "2.28"
 
     def installs_on(self, python: str) -> bool:
         n = lambda tag: (int(tag[2]), int(tag[3:].rstrip("t") or 0))
@@ -65,7 +68,8 @@ def release_wheels(profile: str = "release") -> tuple[ReleaseWheel, ...]:
         out.append(ReleaseWheel(
             project=b.project, version=str(version).partition("+")[0], label=b.label, python=b.python_tag,
             abi3=b.stable, platform=b.platform, line="upstream" if b.from_recipe else "checkout",
-            pages=frozenset({b.variant, *b.serves}),
+            pages=frozenset({b.variant, *b.serves}), accelerator=b.accelerator, archs=tuple(b.archs),
+            glibc=".".join(b.manylinux.split("_")[1:3]),
         ))  # fmt: skip
     return tuple(out)
 
@@ -224,25 +228,71 @@ __all__ = ["SITE", "ReleaseWheel", "check", "commands_in", "newest", "parse", "r
 LINES_MODULE = "mamba_ssm/doctor/lines.py"
 
 
+def _machine(platform: str) -> str:
+    return platform.removeprefix("linux_")
+
+
 def doctor_lines(wheels: Iterable[ReleaseWheel] | None = None) -> dict[str, dict]:
-    """Per line, the site folder its index is under and the newest version of each project the release builds:
-    what the doctor pins when nothing says which version is installed."""
+    """Per line: the site folder its index is under, the newest version of each project the release builds (what
+    the doctor pins when nothing says which version is installed), and per label what its wheels serve: the
+    Python tags, machines, glibc floor and GPU code. The doctor names the axis a pinned install has no wheel on,
+    the floors and the GPUs from these."""
     wheels = release_wheels() if wheels is None else tuple(wheels)
     out = {}
     for line, folder in LINE_FOLDERS.items():
-        projects = sorted({w.project for w in wheels if w.line == line})
-        out[line] = {"folder": folder, "projects": {p: newest(p, line, wheels) for p in projects}}
+        mine = [w for w in wheels if w.line == line]
+        projects = sorted({w.project for w in mine})
+        labels: dict[str, dict] = {}
+        for w in sorted(mine, key=lambda w: w.label):
+            cell = labels.setdefault(w.label, {"pythons": set(), "machines": set(), "glibc": set(), "archs": set()})
+            cell["pythons"].add(f"{w.python}-abi3" if w.abi3 else w.python)
+            cell["machines"].add(_machine(w.platform))
+            cell["glibc"].add(w.glibc)
+            cell["archs"].update(w.archs)
+        for cell in labels.values():
+            for key in ("pythons", "machines", "glibc"):
+                cell[key] = sorted(cell[key])
+            cell["archs"] = sorted(cell["archs"], key=lambda a: (a[:2], int(re.sub(r"\D", "", a) or 0)))
+        out[line] = {"folder": folder, "projects": {p: newest(p, line, wheels) for p in projects}, "labels": labels}
     return out
 
 
 def doctor_lines_source(wheels: Iterable[ReleaseWheel] | None = None) -> str:
     """The text of LINES_MODULE (the doctor runs on the standard library of Python 3.10: no TOML, no plan)."""
-    body = "".join(f"    {json.dumps(line)}: {json.dumps(v)},\n" for line, v in doctor_lines(wheels).items())
+    lines = doctor_lines(wheels)
+    body = ""
+    for line, v in lines.items():
+        body += f"    {json.dumps(line)}: {{\n"
+        body += f"        \"folder\": {json.dumps(v['folder'])},\n        \"projects\": {json.dumps(v['projects'])},\n"
+        body += "        \"labels\": {\n"
+        body += "".join(f"            {json.dumps(k)}: {json.dumps(c)},\n" for k, c in v["labels"].items())
+        body += "        },\n    },\n"
     return (
-        '"""The product lines the doctor\'s fixes name: where each line\'s index is on the site, and the newest\n'
-        "version of each project the release builds (pinned when the installed version is unknown).\n\n"
+        '"""The product lines the doctor\'s fixes name: where each line\'s index is on the site, the newest version\n'
+        "of each project the release builds (pinned when the installed version is unknown), and per label what its\n"
+        "wheels serve (Python tags, machines, glibc floor, GPU code).\n\n"
         "Generated from the release plan (matrix.toml, recipes/*.toml) by `python -m builder doctor-dist\n"
         "--write-lines`; tests/test_printed_commands.py fails when it differs. Do not edit by hand.\n"
         '"""\n\n'
-        f"LINES = {{\n{body}}}\n"
+        f"LINES = {{\n{body}}}\n\n"
+        "# What people call the GPUs of each architecture (builder/data/toolkits.toml [gpus]).\n"
+        f"GPUS = {json.dumps(gpu_names())}\n\n"
+        "# Where no wheel of either line is built, and what to do instead (builder/data/support.toml).\n"
+        f"UNSUPPORTED = {{\n{''.join(f'    {json.dumps(k)}: {json.dumps(v)},{chr(10)}' for k, v in unsupported().items())}}}\n"
     )
+
+
+def gpu_names() -> dict[str, str]:
+    from builder.facts import compat
+
+    return dict(compat.load().gpu_names)
+
+
+def unsupported() -> dict[str, str]:
+    """support.toml's platforms with no wheel: platform -> what to do instead."""
+    import tomllib
+
+    from builder.facts import paths
+
+    data = tomllib.loads((paths.DATA / "support.toml").read_text(encoding="utf-8"))
+    return {row["platform"]: row["instead"] for row in data.get("unsupported", [])}

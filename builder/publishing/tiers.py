@@ -228,3 +228,36 @@ def check_ledger(records: list[dict], plans: list) -> list[str]:
         if r["verified"].get("tags") != [tag]:
             problems.append(f"{r['wheel']}: its record verified tags {r['verified'].get('tags')}, the wheel is {tag}")
     return problems
+
+
+def command_tier(plan, records: list[dict], line: str, label: str, page: str) -> str:
+    """The note printed beside an install command of LINE pinning LABEL from the variant page PAGE: the tiers of the
+    cells it installs on, strongest first, and where each holds (``tier: cpu-checked on x86_64; compiled on the
+    rest``). The user pages carry it; tests/test_docs.py recomputes it."""
+    torch = page.split("-torch", 1)[1].split("-", 1)[0] if "-torch" in page else None
+    weakest: dict[tuple[str, str], str] = {}  # (machine, cpXY) -> the weakest tier of the projects it installs
+    for cell, b, tier, _rec in cell_tiers(plan, records):
+        if ("upstream" if b.from_recipe else "checkout") != line or b.label.lower() != label.lower():
+            continue
+        if page not in {b.variant, *b.serves} or (torch and cell.torch != torch):
+            continue
+        where = (cell.platform.removeprefix("linux_"), "cp" + cell.python.replace(".", ""))
+        if where not in weakest or RANK[tier] < RANK[weakest[where]]:
+            weakest[where] = tier
+    by: dict[str, set] = {}
+    for where, tier in weakest.items():
+        by.setdefault(tier, set()).add(where)
+    every = set(weakest)
+    if not by:
+        raise LookupError(f"no cell of the {line} line's release installs {label} from {page}")
+    order = sorted(by, key=RANK.__getitem__, reverse=True)
+    parts = []
+    for tier in order[:-1]:
+        where = []
+        for machine in sorted({m for m, _ in by[tier]}):
+            pys = sorted(p for m, p in by[tier] if m == machine)
+            all_pys = sorted(p for m, p in every if m == machine)
+            where.append(machine if pys == all_pys else f"{' '.join(pys)} {machine}")
+        parts.append(f"{tier} on {', '.join(where)}")
+    parts.append(f"{order[-1]} on the rest" if len(order) > 1 else order[-1])
+    return "tier: " + "; ".join(parts)

@@ -514,6 +514,46 @@ def support_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
+def floors_markdown() -> str:
+    """What a machine needs for each line's wheels, computed: the glibc floor of each accelerator family (the
+    release plan's manylinux targets), the NVIDIA driver of each CUDA major (toolkits.toml [driver]) and the GPUs
+    each CUDA major's wheels run on (their arch lists, the names in toolkits.toml [gpus]), and the GPUs none serves."""
+    from builder.facts import compat as compat_mod
+    from builder.planning.plan import load_plan
+    from mamba_ssm.doctor import served
+
+    compat = compat_mod.load()
+    vkey = lambda v: tuple(map(int, v.split(".")))
+    fam = {"cpu": "CPU", "cu": "CUDA", "hip": "ROCm"}
+    floors: dict[tuple[str, str], set] = defaultdict(set)
+    majors: dict[str, set] = defaultdict(set)
+    for b in load_plan(profile="release").builds:
+        line = "upstream's mamba-ssm and causal-conv1d" if b.from_recipe else "this repository's mamba-ssm"
+        f = next(v for k, v in fam.items() if b.accelerator.startswith(k))
+        floors[(line, f)].add(".".join(b.manylinux.split("_")[1:3]))
+        if f == "CUDA":
+            majors[b.accelerator].update(b.archs)
+        if f == "ROCm":
+            majors[(line, "rocm")].update(b.archs)
+    out = ["| wheels | accelerator | glibc | NVIDIA driver | GPUs their code runs on |", "|---|---|---|---|---|"]
+    for (line, f), glibcs in sorted(floors.items(), key=lambda kv: (kv[0][0] != "this repository's mamba-ssm", kv[0][1])):
+        rows = sorted(k for k in majors if isinstance(k, str)) if f == "CUDA" else [None]
+        for acc in rows:
+            driver = f"{compat.drivers[acc[2:]]} or newer" if acc else "-"
+            gpus = "-"
+            if acc:
+                names = [f"{n} ({sm})" for sm, n, _via in served.gpus_served("checkout" if "this" in line else "upstream", acc)]
+                gpus = "; ".join(names)
+            if f == "ROCm":
+                gpus = "; ".join(f"{compat.gpu_names.get(a, a)} ({a})" for a in sorted(majors[(line, "rocm")]))
+            out.append(f"| {line} | {acc or f} | {max(glibcs, key=vkey)} or newer | {driver} | {gpus} |")
+    unserved = [f"{n} ({sm})" for sm, n in compat.gpu_names.items() if sm.startswith("sm_")
+                and not any(served.gpu_accelerators(line, f"{sm[3:-1]}.{sm[-1]}") for line in ("upstream", "checkout"))]  # fmt: skip
+    out += ["", (f"No wheel of either line carries code for {', '.join(unserved)}: this repository's mamba-ssm builds "
+                 "for them from source with a CUDA 12 toolkit (`MAMBA_CUDA_ARCHS`); upstream's setup.py compiles a fixed list.")]
+    return "\n".join(out) + "\n"
+
+
 def plan_counts_markdown() -> str:
     """The benchmarks page's plan row (what `benchmarks/collapse.py plan` prints), from the plan of this checkout."""
     from builder.planning.plan import load_plan
@@ -607,6 +647,7 @@ GENERATORS = {
     "env-vars": env_markdown,
     "platform-support": platform_markdown,
     "support-tiers": support_markdown,
+    "floors": floors_markdown,
     "plan-counts": plan_counts_markdown,
     "platform-support-upstream": upstream_markdown,
     "profiles": profiles_markdown,

@@ -5,13 +5,24 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .. import _elf, _prebuilt, _variant
 from .._untrusted import paste
-from .classify import CHECKOUT, Context, _variant_hint, classify, install_line, source_build_line, source_requirement
-from .lines import LINES
+from . import served
+from .classify import (
+    CHECKOUT,
+    Context,
+    _gpu_fix,
+    _variant_hint,
+    classify,
+    install_line,
+    served_gpus_text,
+    source_build_line,
+    source_requirement,
+)
+from .lines import LINES, UNSUPPORTED
 
 OK, INFO, WARN, PROBLEM = "ok", "info", "warn", "problem"
 # Upstream's line as the release builds it (lines.py, from recipes/*.toml): what a fix pins when nothing says otherwise.
@@ -60,7 +71,15 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
         python=sys.executable,
         source=f"mamba-ssm=={mm.get('public_version') or UPSTREAM['mamba-ssm']}" if is_upstream(facts) else None,
         line="upstream" if is_upstream(facts) else CHECKOUT,
+        system=(facts.get("platform") or {}).get("system"),
+        python_tag=(facts.get("python") or {}).get("tag"),
+        machine=_machine((facts.get("platform") or {}).get("machine")),
+        glibc=(facts.get("platform") or {}).get("glibc"),
     )
+
+
+def _machine(machine: str | None) -> str | None:
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get((machine or "").lower(), (machine or "").lower()) or None
 
 
 def no_cell_fix(facts: dict, ctx: Context) -> str | None:
@@ -177,6 +196,10 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
         reinstall = upstream_fix(facts, ctx, listed, available)
     else:
         reinstall = _reinstall_or_build(ctx, available)
+        if not mm.get("installed_version") and not mm.get("location"):  # neither line installed: both, upstream's first
+            reinstall = (f"nothing of either line is installed. Upstream's Mamba (`Mamba2`, transformers' Mamba models, "
+                         f"causal-conv1d): {upstream_fix(facts, ctx, None, None)}; or this repository's "
+                         f"(selective_scan_fn and the Mamba block only): {reinstall}")  # fmt: skip
     # classify's fixes name one wheel of one line (--explain's placeholders where no cell is known): the live
     # doctor puts in what it found
     retarget = (lambda fix: fix.replace(own + _variant_hint(ctx), reinstall).replace(own, reinstall) if fix else fix) \
@@ -207,9 +230,23 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
             f"Python {version} without the GIL has an ABI of its own: torch ships {tag} wheels, but mamba-ssm and "
             f"causal-conv1d wheels are built for the default CPython only ({tag[:-1]}), and a stable-ABI (abi3) wheel "
             "does not load in a free-threaded interpreter",
-            f"make a virtual environment with the default build of the same Python ({default} -m venv ENV; tag "
+            f"not supported: make a virtual environment with the default build of the same Python ({default} -m venv ENV; tag "
             f"{tag[:-1]}), install torch there, then run the doctor in it: it prints the wheel for that cell",
             "free-threaded"))  # fmt: skip
+
+    # an OS or machine no line builds for (builder/data/support.toml's [[unsupported]]), a glibc under the floor,
+    # an accelerator the installed line builds nothing for (upstream's kernels are CUDA and ROCm only)
+    findings += _platform_findings(facts)
+    findings += _floor_findings(facts, ctx)
+
+    # each GPU against the GPU code of the line's wheels, whatever is installed (V100: none carries sm_70)
+    if torch.get("cuda"):
+        line = "upstream" if is_upstream(facts) else CHECKOUT
+        for gpu in torch.get("gpus") or []:
+            if served.is_capability(gpu.get("capability")) and not served.gpu_accelerators(line, gpu["capability"]):
+                findings.append(Finding(
+                    "gpu", PROBLEM, f"GPU {gpu['index']} ({gpu['name']}, {served.sm_of(gpu['capability'])}) is not served by any wheel of the {line} line",
+                    f"{served_gpus_text(line)}", _gpu_fix(replace(ctx, gpus=[gpu])), "gpu-not-served"))  # fmt: skip
 
     # the installed wheel's label against what this torch needs
     want = (torch.get("variant") or {})
@@ -265,7 +302,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                 if gfx and archs.get("hip") and gfx not in archs["hip"]:
                     findings.append(Finding("gpu-arch", PROBLEM, f"GPU {gpu['index']} ({gpu['name']}, {gfx}) is not among the extension's targets {archs['hip']}",
                                             "HIP code objects run only on the gfx target they were built for",
-                                            source_build_line(ctx, {"PYTORCH_ROCM_ARCH": gfx}), "no-kernel-image"))
+                                            source_build_line(ctx, {"HIP_ARCHITECTURES": gfx}), "no-kernel-image"))
                 continue
             if archs.get("sass") or archs.get("ptx"):
                 if _gpu_runs(gpu["capability"], archs):
@@ -276,7 +313,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                         f"GPU {gpu['index']} ({gpu['name']}, compute capability {gpu['capability']}) has no kernel image in the extension",
                         f"the extension carries SASS {archs.get('sass')} and PTX {archs.get('ptx')}: kernels would fail with "
                         "'no kernel image is available for execution on the device'",
-                        source_build_line(ctx, {"TORCH_CUDA_ARCH_LIST": gpu["capability"]}), "no-kernel-image"))
+                        _gpu_arch_fix(facts, ctx, gpu, reinstall), "no-kernel-image"))
 
     # source-build readiness: problems only when a source build is the way forward
     need_build = any(f.verdict == PROBLEM and f.check in {"extension", "label"} for f in findings) and available is not True
@@ -300,7 +337,80 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
         findings.append(Finding("build-isolation", INFO, "source builds need --no-build-isolation",
                                 "torch is not a build requirement: an isolated build cannot see this torch",
                                 paste([sys.executable, "-m", "pip", "install", "--no-build-isolation", source_requirement(ctx)])))
-    return findings, extra
+    return _one_answer(findings), extra
+
+
+# Findings that say no wheel of the line serves this machine: where one is found, it is the answer, and no other
+# finding prints a fix (a pin or a build for a platform that has none would contradict it).
+NOT_SERVED = {"unsupported-platform", "free-threaded", "gpu-not-served", "accelerator-not-served"}
+
+
+def _one_answer(findings: list[Finding]) -> list[Finding]:
+    if not any(f.kind in NOT_SERVED and f.verdict == PROBLEM for f in findings):
+        return findings
+    first = next(f for f in findings if f.kind in NOT_SERVED)
+    out = []
+    for f in findings:
+        if f.kind not in NOT_SERVED and f.fix:
+            f = replace(f, fix="", detail=f"{f.detail} (no fix of its own: {first.title})".strip())
+        out.append(f)
+    return out
+
+
+def _platform_findings(facts: dict) -> list[Finding]:
+    plat = facts.get("platform") or {}
+    system, machine = plat.get("system"), _machine(plat.get("machine"))
+    if system in served.SYSTEMS:
+        row = served.SYSTEMS[system]
+        return [Finding("platform", PROBLEM, f"{row}: no wheel of either line is built for it", f"this is {system}",
+                        f"not supported: {UNSUPPORTED[row]}", "unsupported-platform")]  # fmt: skip
+    machines = {m for v in LINES.values() for c in v["labels"].values() for m in c["machines"]}
+    if system == "Linux" and machine and machine not in machines:
+        row = next(k for k in UNSUPPORTED if k.startswith("other Linux"))
+        return [Finding("platform", PROBLEM, f"Linux {machine}: no wheel of either line is built for it",
+                        f"the wheels are for Linux {', '.join(sorted(machines))}", f"not supported: {UNSUPPORTED[row]}",
+                        "unsupported-platform")]  # fmt: skip
+    return []
+
+
+def _floor_findings(facts: dict, ctx: Context) -> list[Finding]:
+    torch = facts["torch"]
+    label = (torch.get("variant") or {}).get("label")
+    if not label or ctx.system not in (None, "Linux"):
+        return []
+    line = "upstream" if is_upstream(facts) else CHECKOUT
+    fam = served.family(label)
+    floors = served.glibc_floors(line)
+    out = []
+    if fam not in floors:
+        other = CHECKOUT if line == "upstream" else "upstream"
+        instead = ""
+        if fam in served.glibc_floors(other) and line == "upstream":
+            stable = (torch.get("variant") or {}).get("stable_key")
+            pin = install_line(replace(ctx, line=CHECKOUT, project="mamba-ssm", mamba_version=None, source=None, wheel=None,
+                                       variant_key=stable if torch["variant"].get("served_by_stable") else torch["variant"]["key"],
+                                       variant_label=(torch["variant"].get("stable_label") if torch["variant"].get("served_by_stable") else label)))  # fmt: skip
+            instead = f"; or this repository's line, which has {fam} wheels (it replaces upstream's: `Mamba2` and transformers' Mamba models stop working): {pin}"
+        out.append(Finding(
+            "accelerator", PROBLEM, f"the {line} line builds no {fam} wheel (this torch is {fam})",
+            f"its wheels are for {', '.join(floors)}",
+            f"not supported: install a {' or '.join(floors)} build of torch for this line{instead}", "accelerator-not-served"))  # fmt: skip
+        return out
+    if ctx.glibc and served.vtuple(ctx.glibc) < served.vtuple(floors[fam]):
+        out.append(Finding(
+            "glibc", PROBLEM, f"this system's glibc {ctx.glibc} is older than the {floors[fam]} the {line} line's {fam} wheels need",
+            "a wheel's manylinux tag is the oldest glibc it loads on; pip skips the wheel on an older one",
+            f"run in a newer distribution, or a container of one; or build here: {source_build_line(ctx)}", "glibc-too-old"))  # fmt: skip
+    return out
+
+
+def _gpu_arch_fix(facts: dict, ctx: Context, gpu: dict, reinstall: str) -> str:
+    """The installed extension lacks this GPU's code: the line's wheel for the cell where it carries it (the farm
+    builds every default arch), else what classify says for a GPU no wheel serves."""
+    line = "upstream" if is_upstream(facts) else CHECKOUT
+    if served.gpu_accelerators(line, gpu["capability"]):
+        return reinstall
+    return _gpu_fix(replace(ctx, gpus=[gpu]))
 
 
 _ACCELERATOR = {"cpu": "a CPU build", "cuda": "CUDA code", "hip": "HIP code"}

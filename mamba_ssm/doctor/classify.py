@@ -11,21 +11,48 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from .. import _elf
+from .. import _elf, _variant
 from .._untrusted import paste, paste_env
-from .lines import LINES
+from . import served
+from .lines import LINES, UNSUPPORTED
 from .rules import RULES
 
 CHECKOUT, UPSTREAM = "checkout", "upstream"
-# What names the package a pasted message is about: the compiled module or the source file that failed,
-# most specific first. Upstream's mamba-ssm and this repository's share `mamba_ssm/ops/selective_scan_interface.py`;
-# only this one has `mamba_ssm._C`, only upstream's `selective_scan_cuda` and `mamba_ssm/ops/triton`.
+# What names the package a pasted message is about, most specific first: the compiled module or the source file
+# that failed, and the names only one line's build has. Upstream's mamba-ssm and this repository's share
+# `mamba_ssm/ops/selective_scan_interface.py`; only this one has `mamba_ssm._C` and `mamba_build/`; only upstream's
+# has `selective_scan_cuda`, `mamba_ssm/ops/triton`, its setup.py's `bare_metal_version` and the `-std=c++17` it
+# hard-codes for every file (this one compiles torch's headers in C++20 for torch >= 2.14), and PyPI's sdist is
+# upstream's, so an isolated build of mamba_ssm is too. A mark is one pattern or a pair that must both match; a
+# project of None is causal-conv1d where the text names it, else mamba-ssm.
 LINE_MARKS = (
     (re.compile(r"causal_conv1d_cuda|causal_conv1d[/\\.](?:cpp_functions|causal_conv1d_interface|causal_conv1d_varlen)\b"), UPSTREAM, "causal-conv1d"),
     (re.compile(r"selective_scan_cuda|mamba_ssm[/\\.](?:ops[/\\.]triton|models|modules[/\\.](?:mamba2|block)|distributed|utils[/\\.]generation)\b"), UPSTREAM, "mamba-ssm"),
-    (re.compile(r"mamba_ssm[/\\.]_C\b"), CHECKOUT, "mamba-ssm"),
+    (re.compile(r"mamba_ssm[/\\.]_C\b|mamba_build[/\\.]"), CHECKOUT, "mamba-ssm"),
     (re.compile(r"mamba_ssm[/\\.]ops[/\\.]"), UPSTREAM, "mamba-ssm"),
+    (re.compile(r"\bbare_metal_version\b|-std=c\+\+17\b"), UPSTREAM, None),
+    ((re.compile(r"(?:Collecting|Building wheel for|Using cached|Downloading) mamba[-_]ssm\b", re.IGNORECASE),
+      re.compile(r"Getting requirements to build wheel|pip-build-env|Installing build dependencies|build isolation")), UPSTREAM, "mamba-ssm"),
 )  # fmt: skip
+_BUILDING = re.compile(r"(?:Building wheel for|Failed to build|Running setup\.py install for) (?P<p>causal[-_]conv1d|mamba[-_]ssm)\b", re.IGNORECASE)
+_NAMES = {p: re.compile(p.replace("-", "[-_]"), re.IGNORECASE) for p in ("causal-conv1d", "mamba-ssm")}
+
+
+def _built_project(text: str) -> str:
+    """The upstream project whose build a log shows failing: the one pip says it was building, else the only one
+    the text names, else mamba-ssm."""
+    m = _BUILDING.search(text)
+    if m:
+        return m.group("p").lower().replace("_", "-")
+    return "causal-conv1d" if _NAMES["causal-conv1d"].search(text) and not _NAMES["mamba-ssm"].search(text) else "mamba-ssm"
+# How to tell the lines apart on the machine itself (only this repository's ships mamba_ssm/_variant.py).
+WHICH_LINE = "`pip show -f mamba-ssm` lists `mamba_ssm/_variant.py` only for this repository's; `mamba-doctor` there says which"
+# What stops working where this repository's mamba-ssm replaces upstream's (it has selective_scan_fn and Mamba only).
+REPLACES_UPSTREAM = (
+    "do not install this repository's mamba-ssm over upstream's: it replaces it, and `Mamba2`, `mamba_inner_fn`, "
+    "`MambaLMHeadModel` and transformers' Mamba models stop working"
+)
+
 # What makes each project's setup.py compile rather than download a guessed wheel (recipes/*.toml set the same).
 FORCE_BUILD = {"causal-conv1d": "CAUSAL_CONV1D_FORCE_BUILD"}
 _ERROR_LINE = re.compile(r"Error\b|undefined symbol|not found|no kernel image|invalid device function", re.IGNORECASE)
@@ -75,6 +102,11 @@ class Context:
     # The line and project the fix is for (lines.LINES); None: not known yet (--explain reads it from the text).
     line: str | None = None
     project: str = "mamba-ssm"
+    # The machine, where known (the live doctor's facts): what a "no matching distribution" is checked against.
+    system: str | None = None  # platform.system(): Linux, Windows, Darwin
+    python_tag: str | None = None  # cp311, cp314t
+    machine: str | None = None  # x86_64, aarch64
+    glibc: str | None = None  # "2.31"
 
 
 @dataclass
@@ -93,13 +125,13 @@ class Diagnosis:
 
 
 def attribute(text: str) -> tuple[str, str] | None:
-    """(line, project) of the package a message is about, from the module and file names in it: those on its
-    last error line first (a traceback passes through other packages), then anywhere; None when it names none."""
+    """(line, project) of the package a message is about, from the module, file and setup.py names in it: those on
+    its last error line first (a traceback passes through other packages), then anywhere; None when it names none."""
     errors = [ln for ln in text.splitlines() if _ERROR_LINE.search(ln)]
     for where in [*errors[-1:], text]:
-        for rx, line, project in LINE_MARKS:
-            if rx.search(where):
-                return line, project
+        for mark, line, project in LINE_MARKS:
+            if all(rx.search(where) for rx in (mark if isinstance(mark, tuple) else (mark,))):
+                return line, project or _built_project(text)
     return None
 
 
@@ -176,7 +208,10 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
     if kind in {"reinstall-variant", "abi", "other-torch"}:
         return reinstall
     if kind == "older-glibc":
-        return f"build against this system's glibc: {source_build_line(ctx)} (or run in a newer distro/container)"
+        floors = served.glibc_floors(ctx.line or CHECKOUT)
+        fam = served.family(ctx.variant_label or "")
+        need = f"glibc {floors[fam]} or newer (the {fam} wheels' floor)" if fam in floors else f"a newer glibc ({_floors_text(floors)})"
+        return f"run where there is {need}: a newer distribution, or a container of one; or build against this system's glibc: {source_build_line(ctx)}"
     if kind == "newer-libstdcxx":
         return (
             "put a newer libstdc++ first: in conda `conda install -c conda-forge 'libstdcxx-ng>=12'`; "
@@ -185,12 +220,15 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
             + ("" if ctx.variant_key else f"; or take the farm's wheel, which needs no libstdc++ newer than its manylinux tag allows: {install_line(ctx)}{_variant_hint(ctx)}")
         )
     if kind == "gpu-arch":
-        cc = ",".join(sorted({g["capability"] for g in ctx.gpus if g.get("capability")})) or "<major.minor of your GPU>"
-        build = f"build for this GPU: {source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': cc})}"
-        if ctx.variant_key:
-            return build
-        # --explain: the wheel that failed may not be the farm's; the farm's carries its cell's GPU code
-        return f"take the farm's wheel for your cell (the GPUs it runs on: the cell's row on {line_root(ctx)}/): {install_line(ctx)}{_variant_hint(ctx)}; or {build}"
+        return _gpu_fix(ctx)
+    if kind == "no-wheel":
+        return _no_wheel_fix(ctx, groups)
+    if kind == "conflict":
+        return (
+            "keep your torch and take a cell whose requirements resolve beside it: the cells and their commands are "
+            f"on {line_root(ctx)}/ (a torch the pinned wheel's dependencies accept, or the stable-ABI wheel's); "
+            "do not let pip replace torch to make them fit"
+        )
     if kind == "no-build-isolation":
         return f"{paste([ctx.python, '-m', 'pip', 'install', '--no-build-isolation', source_requirement(ctx)])}  (with torch already installed)"
     if kind == "install-torch":
@@ -209,10 +247,16 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
             "and set CUDA_HOME to it"
         )
     if kind == "arch-list":
+        if (ctx.line or CHECKOUT) == UPSTREAM:  # its setup.py picks the -gencode list by nvcc's version alone
+            return (f"upstream's setup.py compiles a fixed list for this nvcc, whatever the environment says: take the "
+                    f"farm's wheel: {install_line(ctx)}{_variant_hint(ctx)}; or build with the CUDA toolkit of torch's CUDA release")  # fmt: skip
         return (
             "limit the build to archs this toolkit knows, e.g. "
-            f"{source_build_line(ctx, {'TORCH_CUDA_ARCH_LIST': '8.0;9.0'})}; or use a newer CUDA toolkit"
+            f"{source_build_line(ctx, {'MAMBA_CUDA_ARCHS': '8.0;9.0'})}; or use a newer CUDA toolkit"
         )
+    if kind == "cxx20" and (ctx.line or CHECKOUT) == UPSTREAM:
+        return (f"upstream's setup.py hard-codes -std=c++17, which torch >= 2.14 refuses whatever the compiler: take the "
+                f"farm's wheel, built with C++20: {install_line(ctx)}{_variant_hint(ctx)}")  # fmt: skip
     if kind == "cxx20":
         return (
             "use GCC >= 10 (or clang >= 10) and a mamba-ssm whose setup.py passes -std=c++20 for torch >= 2.14: "
@@ -223,6 +267,108 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
         compilers = {"NVCC_CCBIN": f"g++-{mx}", "CC": f"gcc-{mx}", "CXX": f"g++-{mx}"}
         return f"use a host compiler nvcc supports: {source_build_line(ctx, compilers)}"
     return reinstall
+
+
+def _floors_text(floors: dict[str, str]) -> str:
+    return ", ".join(f"{fam} wheels need glibc >= {floor}" for fam, floor in floors.items())
+
+
+def _gpu_fix(ctx: Context) -> str:
+    """No kernel image for the GPU: the farm's wheel of the cell where one carries its code; where none of the
+    line's wheels does, say so and what serves it instead. A source build is offered only where the line's
+    setup.py takes an architecture list (upstream's compiles a fixed one and clears TORCH_CUDA_ARCH_LIST)."""
+    line = ctx.line or CHECKOUT
+    caps = sorted({g["capability"] for g in ctx.gpus if g.get("capability")})
+    unserved = [c for c in caps if served.is_capability(c) and not served.gpu_accelerators(line, c)]
+    oldest = served.oldest_sm(line)
+    if unserved:
+        sms = ", ".join(served.sm_of(c) for c in unserved)
+        why = f"not supported: no wheel of {_line_name(line)} carries code for {sms} (its CUDA wheels start at {oldest})"
+        if line == UPSTREAM:
+            return (f"{why}, and upstream's setup.py compiles a fixed list from {oldest} whatever the environment says; "
+                    f"use a GPU of {oldest} or newer, or this repository's mamba-ssm (selective_scan_fn and Mamba only; "
+                    f"not Mamba2 or transformers' models) built for it: "
+                    f"{source_build_line(replace(ctx, line=CHECKOUT, project='mamba-ssm', source=None, mamba_version=None), {'MAMBA_CUDA_ARCHS': ';'.join(unserved)})}")  # fmt: skip
+        return f"{why}; build for this GPU with a CUDA 12 or older toolkit: {source_build_line(ctx, {'MAMBA_CUDA_ARCHS': ';'.join(unserved)})}"
+    if ctx.variant_key:
+        if line == UPSTREAM:  # its setup.py ignores any arch list: the farm's wheel is the fix
+            return install_line(ctx)
+        return f"build for this GPU: {source_build_line(ctx, {'MAMBA_CUDA_ARCHS': ';'.join(caps) or '<major.minor of your GPU>'})}"
+    return (f"take the farm's wheel for your cell: {install_line(ctx)}{_variant_hint(ctx)}. {served_gpus_text(line)}; "
+            f"a GPU older than {oldest} is not served by {_line_name(line)}")  # fmt: skip
+
+
+def served_gpus_text(line: str) -> str:
+    """The GPUs a line's CUDA wheels run on, named (sm_86: RTX 30 runs sm_80's code)."""
+    names = [f"{names} ({sm}{'' if via == sm else ', through ' + via + ' code'})" for sm, names, via in served.gpus_served(line)]
+    return "Its CUDA wheels run on " + "; ".join(names)
+
+
+def _line_name(line: str) -> str:
+    return "upstream's line" if line == UPSTREAM else "this repository's line"
+
+
+def _no_wheel_fix(ctx: Context, groups: dict) -> str:
+    axis, label = groups.get("axis"), groups.get("label")
+    if axis == "platform" and ctx.system in served.SYSTEMS:
+        return f"not supported: {UNSUPPORTED[served.SYSTEMS[ctx.system]]}"
+    if axis == "platform":
+        return f"not supported: {UNSUPPORTED[next(k for k in UNSUPPORTED if k.startswith('other Linux'))]}"
+    if axis == "Python" and (ctx.python_tag or "").endswith("t"):
+        return f"not supported: {UNSUPPORTED[served.FREE_THREADED]}"
+    cell = LINES[ctx.line or CHECKOUT]["labels"].get(label or "")
+    if axis == "Python" and cell:
+        return (f"make a virtual environment with a Python its wheels are for ({', '.join(cell['pythons'])}), install "
+                "the same torch there, then run the same command in it")  # fmt: skip
+    if axis == "glibc" and cell:
+        return (f"not supported: the wheels need glibc >= {max(cell['glibc'], key=served.vtuple)} (their manylinux "
+                "tag); run in a newer distribution, or a container of one")  # fmt: skip
+    if axis == "torch" and groups.get("stable"):
+        return install_line(replace(ctx, variant_label=groups["stable"], variant_key=groups["key"], wheel=None))
+    if axis in {"torch", "accelerator"}:
+        return (f"take the cell your torch has: the cells and their commands are on {line_root(ctx)}/; "
+                f"`mamba-doctor` on the machine prints the one for its torch. Where none is built for it, keep your "
+                f"torch and build: {source_build_line(ctx)}")  # fmt: skip
+    return (f"`mamba-doctor` on the machine itself names the axis and the command; or compare the machine with what "
+            f"the cells on {line_root(ctx)}/ need")
+
+
+def _details(kind: str, groups: dict, text: str, ctx: Context) -> tuple[dict, Context]:
+    """What a rule's title, why and fix need beyond its pattern's groups: the axis of a pinned install that found
+    no wheel (and the line its pin names), the dependencies in conflict, the glibc floors."""
+    if kind == "no-matching-distribution":
+        req = groups.get("req", "")
+        m = re.match(r"(?P<name>[A-Za-z0-9][\w.-]*)(?:={2,3}(?P<version>[^+\s]+)(?:\+(?P<label>\S+))?)?", req)
+        name = m.group("name").lower().replace("_", "-") if m else req
+        line = served.line_of(name, m.group("version") if m else None)
+        if line is None:
+            return {**groups, "axis": "dependency", "axis_detail": f"{req} is not a wheel the farm builds: a requirement "
+                    "of what was installed has no wheel for this machine (its Python, platform or glibc)"}, ctx  # fmt: skip
+        ctx = replace(ctx, line=line, project=name, source=None, wheel=None, wheel_available=None,
+                      mamba_version=(m.group("version") if m else None) or ctx.mamba_version)  # fmt: skip
+        label = m.group("label") if m else None
+        if label:
+            label = re.sub(r"cxx11abi(true|false)$", lambda x: "cxx11abi" + x.group(1).upper(), label, flags=re.IGNORECASE)
+        axis, detail = served.no_wheel_axis(line, label, system=ctx.system, python_tag=ctx.python_tag,
+                                            machine=ctx.machine, glibc=ctx.glibc, text=text)  # fmt: skip
+        out = {**groups, "axis": axis, "axis_detail": detail, "label": label or ""}
+        if axis == "torch" and "stable-ABI" in detail and label:
+            parts = _variant.parse_label(label)
+            out["stable"] = f"{parts['accelerator']}torchstable"
+            out["key"] = f"{parts['accelerator']}-torch{parts['torch']}-cxx11abi{'TRUE' if parts['cxx11abi'] else 'FALSE'}"
+        return out, ctx
+    if kind == "resolution-conflict":
+        pairs = [f"{a} depends on {b}" for a, b in _DEPENDS.findall(text)[:4]]
+        asked = _REQUESTED.findall(text)[:2]
+        said = "; ".join([*(f"the user requested {r}" for r in asked), *pairs])
+        return {**groups, "conflict": f" ({said})" if said else ""}, ctx
+    if kind == "glibc-too-old":
+        return {**groups, "floors": "the farm's " + _floors_text(served.glibc_floors(ctx.line or CHECKOUT))}, ctx
+    return groups, ctx
+
+
+_DEPENDS = re.compile(r"([A-Za-z0-9][\w.-]{0,64} [\w.+!-]{1,64}) depends on ([A-Za-z0-9][\w.-]{0,64}[=<>!~]{1,3}[\w.*+!-]{1,64})")
+_REQUESTED = re.compile(r"The user requested ([A-Za-z0-9][\w.-]{0,64}(?:[=<>!~]{1,3}[\w.*+!-]{1,64})?)")
 
 
 # ------------------------------------------------------------------ undefined symbols
@@ -276,14 +422,45 @@ def _undefined_symbol(symbol: str, ctx: Context) -> Diagnosis:
 def classify(text: str, ctx: Context | None = None) -> list[Diagnosis]:
     """Every known problem found in ``text``, most specific first (empty: nothing recognised).
 
+    The line (upstream's or this repository's) is read from the text; where it names neither, each diagnosis
+    carries both lines' fixes, upstream's first (PyPI's mamba-ssm is upstream's), and how to tell them apart.
     Only ``scan_window(text)`` is searched, so the time is bounded whatever the text's size."""
     ctx = ctx or Context()
     text = scan_window(text)[0]
-    if ctx.line is None:
-        line, project = attribute(text) or (CHECKOUT, "mamba-ssm")
-        if (line, project) != (CHECKOUT, ctx.project):  # what ctx knows of an installed wheel is of another package
-            ctx = replace(ctx, mamba_version=None, wheel=None, wheel_available=None, source=None)
-        ctx = replace(ctx, line=line, project=project)
+    if ctx.line is not None:
+        return _classify(text, ctx)
+    found = attribute(text)
+    if found is None and ctx.mamba_version:  # what is installed says the line: its version is one line's
+        known = served.line_of(ctx.project, ctx.mamba_version)
+        found = (known, ctx.project) if known else None
+    if found is None:
+        return _both_lines(text, ctx)
+    line, project = found
+    if (line, project) != (CHECKOUT, ctx.project):  # what ctx knows of an installed wheel is of another package
+        ctx = replace(ctx, mamba_version=None, wheel=None, wheel_available=None, source=None)
+    return _classify(text, replace(ctx, line=line, project=project))
+
+
+def _both_lines(text: str, ctx: Context) -> list[Diagnosis]:
+    fresh = {"mamba_version": None, "wheel": None, "wheel_available": None, "source": None, "project": "mamba-ssm"}
+    up = _classify(text, replace(ctx, line=UPSTREAM, **fresh))
+    own = _classify(text, replace(ctx, line=CHECKOUT, **fresh))
+    out = []
+    for u, o in zip(up, own):
+        if u.fix == o.fix or u.kind in _ONE_ANSWER:
+            out.append(u)
+            continue
+        fix = (f"the message does not say which mamba-ssm this is ({WHICH_LINE}). Upstream's (PyPI's mamba-ssm): "
+               f"{u.fix}; this repository's: {o.fix}; {REPLACES_UPSTREAM}")  # fmt: skip
+        out.append(replace(u, fix=fix))
+    return out
+
+
+# Kinds whose answer does not depend on the line (the platform or Python has no wheel of either).
+_ONE_ANSWER = {"resolution-conflict"}
+
+
+def _classify(text: str, ctx: Context) -> list[Diagnosis]:
     found: list[Diagnosis] = []
     m = _UNDEFINED_RE.search(text)
     if m:
@@ -294,12 +471,13 @@ def classify(text: str, ctx: Context | None = None) -> list[Diagnosis]:
             if not all(hits):
                 continue
             groups = {k: v for h in hits for k, v in h.groupdict().items() if v is not None}
+            groups, rctx = _details(rule["kind"], groups, text, ctx)
             found.append(
                 Diagnosis(
                     kind=rule["kind"],
                     title=rule["title"].format_map(_Missing(groups)),
                     why=rule["why"].format_map(_Missing(groups)),
-                    fix=_fix(rule["fix"], ctx, groups),
+                    fix=_fix(rule["fix"], rctx, groups),
                     evidence=" ... ".join(h.group(0)[:300].strip() for h in sorted(hits, key=lambda h: h.start())),
                 )
             )

@@ -1,6 +1,7 @@
-"""``python -m mamba_ssm.doctor [--json] [--explain TEXT|-] [--index URL] [--offline]``.
+"""``python -m mamba_ssm.doctor [--json] [--explain TEXT|-] [--requirements LINE] [--index URL] [--offline]``.
 
-Exit codes: 0 healthy (or --explain found nothing it knows), 1 a problem was found,
+Exit codes: 0 healthy (or --explain found nothing it knows; --requirements printed the file), 1 a problem was
+found (--requirements: the line has no wheel here),
 2 bad usage (argparse), 3 --explain could not read its input.
 """
 
@@ -18,7 +19,7 @@ EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 # What each means (the docs' exit-code reference is generated from this; tests/test_docs.py checks every EXIT_ is here).
 EXIT_CODES = {
     EXIT_HEALTHY: "healthy: every check passed (with --explain: the message matched nothing the doctor knows)",
-    EXIT_PROBLEM: "a problem was found; each one is printed with the command that fixes it",
+    EXIT_PROBLEM: "a problem was found; each one is printed with the command that fixes it (with --requirements: the line has no wheel for this environment, and why)",
     EXIT_USAGE: "bad usage (an unknown or malformed argument, or an --index / MAMBA_WHEEL_INDEX holding control characters)",
     EXIT_INPUT: "--explain could not read its input (stdin unreadable, over 64 MiB, silent for its first 20 s or open after 2 h, or an empty message)",
 }
@@ -44,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", metavar="TEXT", help="classify a pasted error message instead ('-' reads stdin)")
     p.add_argument("--index", metavar="URL", help="wheel index root (default: MAMBA_WHEEL_INDEX or the project's index)")
     p.add_argument("--offline", action="store_true", help="don't ask the index whether a wheel exists")
+    p.add_argument(
+        "--requirements", metavar="LINE", choices=["upstream", "checkout"],
+        help="print a pip requirements file for this torch's cell of LINE (upstream's packages, or this repository's "
+        "mamba-ssm), holding the installed torch; exit 1 naming why where the line has no wheel here",
+    )  # fmt: skip
     return p
 
 
@@ -108,6 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     problem = _index_problem(args)
     if problem:
         return _error(problem, EXIT_USAGE)
+    if args.requirements:
+        from .facts import platform_facts, python_facts, torch_facts
+        from .requirements import NoCell, requirements
+
+        facts = {"python": python_facts(), "platform": platform_facts(), "torch": torch_facts()}
+        try:
+            sys.stdout.write(requirements(args.requirements, facts, args.index))
+        except NoCell as e:
+            return _error(str(e), EXIT_PROBLEM)
+        return EXIT_HEALTHY
     if args.explain is not None:
         from .classify import Context, classify, scan_window
 

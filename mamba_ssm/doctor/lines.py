@@ -1,11 +1,101 @@
-"""The product lines the doctor's fixes name: where each line's index is on the site, and the newest
-version of each project the release builds (pinned when the installed version is unknown).
+"""The product lines the doctor's fixes name: where each line's index is on the site, the newest version
+of each project the release builds (pinned when the installed version is unknown), and per label what its
+wheels serve (Python tags, machines, glibc floor, GPU code).
 
 Generated from the release plan (matrix.toml, recipes/*.toml) by `python -m builder doctor-dist
 --write-lines`; tests/test_printed_commands.py fails when it differs. Do not edit by hand.
 """
 
 LINES = {
-    "checkout": {"folder": "", "projects": {"mamba-ssm": "2.3.0"}},
-    "upstream": {"folder": "upstream/", "projects": {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"}},
+    "checkout": {
+        "folder": "",
+        "projects": {"mamba-ssm": "2.3.0"},
+        "labels": {
+            "cputorch2.4cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": []},
+            "cputorch2.5cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": []},
+            "cputorch2.6cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": []},
+            "cputorch2.7cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": []},
+            "cputorch2.8cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": []},
+            "cputorch2.9cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": []},
+            "cputorchstable": {"pythons": ["cp310-abi3"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": []},
+            "cu11torch2.4cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"]},
+            "cu11torch2.5cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"]},
+            "cu11torch2.6cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"]},
+            "cu11torch2.6cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"]},
+            "cu11torch2.7cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"]},
+            "cu12torch2.4cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.4cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.5cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.5cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.6cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.6cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.7cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.8cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.9cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torchstable": {"pythons": ["cp310-abi3"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu13torch2.9cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]},
+            "cu13torchstable": {"pythons": ["cp310-abi3"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]},
+            "hip62torch2.5cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx1100"]},
+            "hip62torch2.6cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx1100"]},
+            "hip62torch2.7cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx1100"]},
+            "hip64torch2.8cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx1100"]},
+            "hip64torch2.9cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx1100"]},
+            "hip72torch2.11cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1200", "gfx1201"]},
+            "hip72torch2.12cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1200", "gfx1201"]},
+            "hip72torch2.13cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1200", "gfx1201"]},
+            "hip72torch2.14cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1200", "gfx1201"]},
+        },
+    },
+    "upstream": {
+        "folder": "upstream/",
+        "projects": {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"},
+        "labels": {
+            "cu11torch2.4cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"]},
+            "cu11torch2.5cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"]},
+            "cu11torch2.6cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"]},
+            "cu11torch2.6cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"]},
+            "cu11torch2.7cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"]},
+            "cu12torch2.10cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.11cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.12cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.13cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.14cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.4cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.4cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.5cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.5cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.6cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.6cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.7cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.8cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu12torch2.9cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"]},
+            "cu13torch2.10cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]},
+            "cu13torch2.11cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]},
+            "cu13torch2.12cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]},
+            "cu13torch2.13cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]},
+            "cu13torch2.14cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]},
+            "cu13torch2.15cxx11abiTRUE": {"pythons": ["cp311", "cp312", "cp313", "cp314", "cp315"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]},
+            "cu13torch2.9cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]},
+            "hip62torch2.5cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx1100"]},
+            "hip62torch2.6cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx1100"]},
+            "hip62torch2.7cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx1100"]},
+            "hip64torch2.8cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx1100"]},
+            "hip64torch2.9cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx1100"]},
+            "hip72torch2.11cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1200", "gfx1201"]},
+            "hip72torch2.12cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1200", "gfx1201"]},
+            "hip72torch2.13cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1200", "gfx1201"]},
+            "hip72torch2.14cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.35"], "archs": ["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1200", "gfx1201"]},
+        },
+    },
+}
+
+# What people call the GPUs of each architecture (builder/data/toolkits.toml [gpus]).
+GPUS = {"sm_70": "V100", "sm_75": "T4, RTX 20", "sm_80": "A100, A30", "sm_86": "A10, A40, RTX 30", "sm_87": "Jetson Orin", "sm_89": "L4, L40, RTX 40", "sm_90": "H100, H200, GH200", "sm_100": "B200, GB200", "sm_103": "B300, GB300", "sm_110": "Jetson Thor", "sm_120": "RTX 50, RTX PRO 6000 Blackwell", "sm_121": "DGX Spark (GB10)", "gfx90a": "MI200 (MI210, MI250)", "gfx942": "MI300 (MI300X, MI300A, MI325X)", "gfx950": "MI350", "gfx1100": "RDNA3 (RX 7900)", "gfx1200": "RDNA4", "gfx1201": "RDNA4"}
+
+# Where no wheel of either line is built, and what to do instead (builder/data/support.toml).
+UNSUPPORTED = {
+    "Windows": "use WSL2 (a Linux distribution under Windows) and the Linux wheels; CUDA works there with NVIDIA's WSL driver",
+    "macOS": "no: the build is Linux and GCC only (`-fopenmp`, GCC pragmas, torch's `libc10.so`), and there is no macOS wheel; use a Linux machine or container",
+    "other Linux machines (ppc64le, s390x, riscv64), musl (Alpine)": "no wheel; a source build on glibc Linux with GCC may work, untried",
+    "free-threaded CPython (3.14t, 3.15t)": "no wheel of either line: the farm's interpreters are CPython's default (GIL) builds, and the stable-ABI (`abi3`) wheels that serve torch 2.10 and newer cannot load in a free-threaded interpreter. torch does ship cp314t and cp315t wheels; use the same Python's default build (`python3.14`, tag cp314) in a new virtual environment. `mamba-doctor` names a free-threaded interpreter (cp314t) and says this",
 }

@@ -5,6 +5,24 @@ win. Every repeat in a pattern is bounded (``{0,64}``), so hostile pasted text c
 
 RULES = [
     {
+        "kind": "no-matching-distribution",
+        "patterns": [
+            r"No matching distribution found for (?P<req>[A-Za-z0-9][\w.-]{0,64}(?:[=<>!~]{1,3}[\w.+*!-]{1,128})?)",
+            r"Could not find a version that satisfies the requirement (?P<req>[A-Za-z0-9][\w.-]{0,64}(?:[=<>!~]{1,3}[\w.+*!-]{1,128})?)",
+        ],
+        "title": "no wheel for {req} installs on this machine (axis: {axis})",
+        "why": "{axis_detail}",
+        "fix": "no-wheel",
+    },
+    {
+        "kind": "resolution-conflict",
+        "patterns": [r"ResolutionImpossible", r"conflicting dependencies", r"The conflict is caused by"],
+        "title": "the requirements cannot be met together beside this torch (pip's resolver gave up)",
+        "why": "a pinned wheel's own requirements (upstream's mamba-ssm asks for triton, transformers and more) need "
+        "versions that the installed torch's requirements exclude{conflict}",
+        "fix": "conflict",
+    },
+    {
         "kind": "cuda-runtime-major",
         "patterns": [r"(?P<lib>lib(?:cudart|cublas|cublasLt|cusparse|cufft|curand|nvrtc)\.so\.(?P<major>\d{1,4}))(?:\.\d{1,9}){0,8}: cannot open shared object file"],
         "title": "extension built for CUDA {major}, but no CUDA {major} runtime is loaded",
@@ -15,8 +33,9 @@ RULES = [
     {
         "kind": "glibc-too-old",
         "patterns": [r"version [`'‘]?GLIBC_(?P<need>\d{1,4}\.\d{1,4}(?:\.\d{1,4})?)['’]? not found"],
-        "title": "this system's glibc is older than the {need} the extension needs",
-        "why": "the wheel was built on a newer Linux than this one (its manylinux tag promises glibc >= {need})",
+        "title": "this system's glibc is older than the {need} the extension needs (axis: glibc)",
+        "why": "the wheel was built on a newer Linux than this one (its manylinux tag promises glibc >= {need}); "
+        "{floors}",
         "fix": "older-glibc",
     },
     {
