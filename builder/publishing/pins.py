@@ -50,7 +50,7 @@ class ReleaseWheel:
     pages: frozenset[str]  # the variant pages that list it (its own key, and what a stable wheel serves)
     accelerator: str = ""  # cpu, cu12, hip62
     archs: tuple[str, ...] = ()  # the GPU code it carries (sm_80, gfx942)
-    glibc: str = ""  # the floor its manylinux tag promises: "2.28"
+    glibc: str = ""  # the glibc it needs, its dependencies' wheels included (builder/data/installs.json): "2.28"
 
     def installs_on(self, python: str) -> bool:
         n = lambda tag: (int(tag[2]), int(tag[3:].rstrip("t") or 0))
@@ -60,16 +60,24 @@ class ReleaseWheel:
 @functools.cache
 def release_wheels(profile: str = "release") -> tuple[ReleaseWheel, ...]:
     """Every wheel of the release plan, this checkout's and the recipes'."""
+    from builder.facts import installs
+    from builder.facts.compat import vtuple
+    from builder.planning.plan import cell_outcomes
+
     plan = load_plan(profile=profile)
+    record = installs.load()
     out = []
     for b in plan.builds:
         recipe = plan.recipe_of(b)
         version = recipe.source.version if recipe else plan.matrix.package.version
+        # the floor proven: the plan's manylinux target, raised to what its cells' installs resolved at
+        floors = [".".join(b.manylinux.split("_")[1:3]), *(o.floor for o in cell_outcomes(plan, b, record)
+                                                          if o is not None and o.installs and o.floor)]  # fmt: skip
         out.append(ReleaseWheel(
             project=b.project, version=str(version).partition("+")[0], label=b.label, python=b.python_tag,
             abi3=b.stable, platform=b.platform, line="upstream" if b.from_recipe else "checkout",
             pages=frozenset({b.variant, *b.serves}), accelerator=b.accelerator, archs=tuple(b.archs),
-            glibc=".".join(b.manylinux.split("_")[1:3]),
+            glibc=max(floors, key=vtuple),
         ))  # fmt: skip
     return tuple(out)
 
