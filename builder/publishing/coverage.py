@@ -6,6 +6,7 @@ Pure: takes the index model, returns HTML. The layout lives in templates/coverag
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, replace
 
 import jinja2
@@ -32,6 +33,13 @@ class Cell:
     def tier_kind(self) -> str:
         """The tier's name (``cpu-checked``); a wheel indexed without a record proves nothing: ``unrecorded``."""
         return self.tier.partition(" ")[0] if self.tier else "unrecorded"
+
+    @property
+    def glibc(self) -> str | None:
+        """The glibc the wheel needs, as the platform tag repair gave it says (manylinux_2_28_x86_64 -> "2.28");
+        None for a wheel with no PEP 600 tag."""
+        m = re.search(r"-manylinux_(\d+)_(\d+)_[a-z0-9_]+\.whl$", self.filename)
+        return f"{m.group(1)}.{m.group(2)}" if m else None
 
     @property
     def release(self) -> str:
