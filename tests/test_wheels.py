@@ -204,6 +204,15 @@ def test_a_wheel_below_its_floor_fails_naming_the_symbols(sos, tmp_path):
     assert not (tmp_path / "work" / "verified").exists()
 
 
+def test_a_damaged_elf_member_is_named_not_a_traceback(tmp_path):
+    from builder.verifying.wheels import symbols_above
+
+    whl = make_wheel(tmp_path, "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
+                     files={"mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF\x02\x01\x01" + b"\0" * 9})  # fmt: skip
+    with pytest.raises(VerificationError, match=r"mamba_ssm/_C\.cpython-311-x86_64-linux-gnu\.so is not an ELF file"):
+        symbols_above(whl, "manylinux_2_28_x86_64")
+
+
 # libstdc++'s reference counting (shared_ptr here) reads glibc's __libc_single_threaded where the headers see it.
 SHARED_PTR_SRC = r"""
 #include <memory>

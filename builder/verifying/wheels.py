@@ -381,6 +381,10 @@ def versioned_imports(data: bytes) -> list[tuple[str, str]]:
 def symbols_above(wheel: Path, policy: str) -> list[str]:
     """What keeps WHEEL from POLICY: each versioned symbol one of its ELF files imports that auditwheel's table
     does not allow that policy (``mamba_ssm/_C.abi3.so: __libc_single_threaded@GLIBC_2.32``), sorted."""
+    import struct
+
+    from elftools.common.exceptions import ELFError
+
     allowed = _policy_versions(policy)
     out = []
     with zipfile.ZipFile(wheel) as zf:
@@ -388,7 +392,11 @@ def symbols_above(wheel: Path, policy: str) -> list[str]:
             with zf.open(info) as f:
                 if f.read(4) != b"\x7fELF":
                     continue
-            for sym, version in versioned_imports(zf.read(info)):
+            try:
+                imports = versioned_imports(zf.read(info))
+            except (ELFError, ValueError, KeyError, struct.error) as err:  # a damaged or truncated file
+                raise VerificationError(f"{wheel.name}: {info.filename} is not an ELF file pyelftools can read ({err})") from None
+            for sym, version in imports:
                 prefix, _, number = version.partition("_")
                 if prefix in allowed and number not in allowed[prefix]:
                     out.append(f"{info.filename}: {sym}@{version}")
