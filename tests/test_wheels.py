@@ -213,37 +213,46 @@ def test_a_damaged_elf_member_is_named_not_a_traceback(tmp_path):
         symbols_above(whl, "manylinux_2_28_x86_64")
 
 
-# libstdc++'s reference counting (shared_ptr here) reads glibc's __libc_single_threaded where the headers see it.
+# libstdc++'s reference counting (shared_ptr here) reads glibc's __libc_single_threaded where the headers see it;
+# dlsym(RTLD_DEFAULT, ...) as torch's stable-ABI headers call it is dlsym@GLIBC_2.34 on a glibc >= 2.34 base.
 SHARED_PTR_SRC = r"""
+#include <dlfcn.h>
 #include <memory>
 #include <string>
-extern "C" long use(long n) { auto p = std::make_shared<std::string>(n, 'x'); auto q = p; return (long)q->size() * 10 + p.use_count(); }
+extern "C" long use(long n) {
+  auto p = std::make_shared<std::string>(n, 'x'); auto q = p;
+  return dlsym(RTLD_DEFAULT, "strlen") ? (long)q->size() * 10 + p.use_count() : -1;
+}
 """
 
 
 @needs_gxx
 def test_the_glibc_floor_object_brings_a_cxx_extension_to_2_28(tmp_path):
-    """What build.sh links into every extension: __libc_single_threaded bound inside it, so a C++ extension built
-    on glibc >= 2.32 reaches manylinux_2_28 and computes what it did."""
+    """What build.sh links into every extension: __libc_single_threaded bound inside it and dlsym bound to its first
+    version, so a C++ extension built on glibc >= 2.34 reaches manylinux_2_28 and computes what it did."""
     import ctypes
 
     from builder.building.executors import GLIBC_FLOOR
     from builder.verifying.wheels import manylinux_glibc, versioned_imports
 
-    plain = compile_so(tmp_path, "plain", SHARED_PTR_SRC, "-D_GLIBCXX_USE_CXX11_ABI=0")
-    if ("__libc_single_threaded", "GLIBC_2.32") not in versioned_imports(plain.read_bytes()):
-        pytest.skip("this host's libstdc++ headers do not read __libc_single_threaded (glibc < 2.32 or GCC < 11)")
-    with pytest.raises(VerificationError, match=r"\.so: __libc_single_threaded@GLIBC_2\.32"):
+    plain = compile_so(tmp_path, "plain", SHARED_PTR_SRC, "-D_GLIBCXX_USE_CXX11_ABI=0", "-ldl")
+    needs = set(versioned_imports(plain.read_bytes()))
+    if not {("__libc_single_threaded", "GLIBC_2.32"), ("dlsym", "GLIBC_2.34")} <= needs:
+        pytest.skip("this host's glibc is older than 2.34 (or its libstdc++ headers older than GCC 11)")
+    with pytest.raises(VerificationError) as exc:
         verify_wheel(wheel_with(tmp_path / "plain", plain, CPU_SPEC), CPU_SPEC, workdir=tmp_path / "w1")
+    so = "mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so"
+    assert f"{so}: __libc_single_threaded@GLIBC_2.32; {so}: dlsym@GLIBC_2.34" in str(exc.value), exc.value
     obj = tmp_path / "glibc_floor.o"
     subprocess.run([shutil.which("cc") or GXX, "-c", "-O2", "-fPIC", "-o", str(obj), str(GLIBC_FLOOR)], check=True)
-    fixed = compile_so(tmp_path, "fixed", SHARED_PTR_SRC, "-D_GLIBCXX_USE_CXX11_ABI=0", str(obj))
+    fixed = compile_so(tmp_path, "fixed", SHARED_PTR_SRC, "-D_GLIBCXX_USE_CXX11_ABI=0", str(obj), "-ldl")
     verified = verify_wheel(wheel_with(tmp_path / "fixed", fixed, CPU_SPEC), CPU_SPEC, workdir=tmp_path / "w2")
     assert verified.wheel.name.endswith("-cp311-cp311-manylinux_2_28_x86_64.whl")
     assert verified.checks["repaired"] == "manylinux_2_28_x86_64"
     assert manylinux_glibc(verified.checks["reaches"]) <= (2, 28), verified.checks
     # bound inside, not exported: the process's own flag (libc's) is untouched; both compute the same
     assert "__libc_single_threaded" not in _elf.undefined_symbols(fixed)
+    assert ("dlsym", "GLIBC_2.2.5") in versioned_imports(fixed.read_bytes())
     assert ctypes.CDLL(str(plain)).use(7) == ctypes.CDLL(str(fixed)).use(7) == 72
 
 

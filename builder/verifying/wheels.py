@@ -395,7 +395,9 @@ def symbols_above(wheel: Path, policy: str) -> list[str]:
             try:
                 imports = versioned_imports(zf.read(info))
             except (ELFError, ValueError, KeyError, struct.error) as err:  # a damaged or truncated file
-                raise VerificationError(f"{wheel.name}: {info.filename} is not an ELF file pyelftools can read ({err})") from None
+                raise VerificationError(
+                    f"{wheel.name}: {info.filename} is not an ELF file pyelftools can read ({err})"
+                ) from None
             for sym, version in imports:
                 prefix, _, number = version.partition("_")
                 if prefix in allowed and number not in allowed[prefix]:
@@ -423,8 +425,9 @@ def repair(wheel: Path, spec: BuildSpec, workdir: Path) -> tuple[Path, str, str]
         raise VerificationError(
             f"{wheel.name}: does not reach {target}, the floor its spec promises (auditwheel: "
             f"{reached or 'no manylinux tag'}): {'; '.join(found) or 'no versioned symbol newer than its policy'}",
-            hint="bind each symbol inside the extension, as builder/building/executors/glibc_floor.c (linked into every "
-            f"farm build) does for __libc_single_threaded, or build on a base whose glibc is at most {floor}",
+            hint="bind each symbol inside the extension, as builder/building/executors/glibc_floor.c (linked into "
+            f"every farm build) does for __libc_single_threaded and dlsym, or build on a base whose glibc is at most "
+            f"{floor}",
         )
     _check_not_bundled(repaired[0])
     return repaired[0], target, reached
@@ -481,8 +484,9 @@ def verify_wheel(
 ) -> Verified:
     """Check ``wheel`` against ``spec``, repair and retag it; return the verified wheel (in workdir/verified) and
     what was checked: ``tags``, ``abi`` (each extension's C++ ABI as found, None: no std::string symbol),
-    ``archs`` (the device code found), ``machine`` (every ELF file's), ``repaired`` (the manylinux tag the wheel carries: the floor its spec
-    promises, which a wheel that does not reach fails), ``reaches`` (the most compatible tag auditwheel says it could have).
+    ``archs`` (the device code found), ``machine`` (every ELF file's), ``repaired`` (the manylinux tag the wheel
+    carries: the floor its spec promises, which a wheel that does not reach fails), ``reaches`` (the most compatible
+    tag auditwheel says it could have).
 
     ``epoch``: the source's SOURCE_DATE_EPOCH, which every entry of the verified wheel gets (auditwheel
     stamps the time of the repair); None takes the raw wheel's newest entry (bdist_wheel stamps

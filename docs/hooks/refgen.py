@@ -485,7 +485,8 @@ def support_tiers() -> list[dict]:
         accs = sorted({c.accelerator for c in cells}, key=lambda a: vkey(a.split("-")[1]) if "-" in a else ())
         # the glibc floor: what the records' repaired tags say, and the plan's floor for cells with no record
         built = sorted({g for *_x, rec in found if (g := evidence.glibc_floor(rec))}, key=vkey)
-        planned = sorted({evidence.tag_glibc(b.manylinux) for _c, b, _t, rec in found if not evidence.glibc_floor(rec)}, key=vkey)
+        planned = sorted({evidence.tag_glibc(b.manylinux) for _c, b, _t, rec in found if not evidence.glibc_floor(rec)},
+                         key=vkey)  # fmt: skip
         rows.append({
             "line": line, "project": project, "kind": kind, "platform": platform,
             "tiers": _tier_counts(t for *_x, t, _r in found), "tier_list": [t for *_x, t, _r in found],
