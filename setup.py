@@ -378,9 +378,12 @@ def _link_argv(plan: CompilePlan, objects: list[Path], out: Path) -> list[str]:
         home = plan.cuda.home
         dirs.append(home / "lib64" if (home / "lib64").exists() or not (home / "lib").exists() else home / "lib")
         libs += ["cudart", "c10_cuda", "torch_cuda"]
+    import shlex
+
     gomp = [] if plan.stable else [f"-L{plan.libgomp.parent}", f"-l:{plan.libgomp.name}"] if plan.libgomp else ["-fopenmp"]
-    return [*_cxx_argv(plan.env), "-shared", *map(str, objects), *(f"-L{d}" for d in dirs), *(f"-l{n}" for n in libs),
-            *gomp, "-Wl,--strip-debug", "-o", str(out)]  # fmt: skip
+    ldflags = shlex.split(plan.env.get("LDFLAGS", ""))  # appended as setuptools appends them (the farm's glibc floor)
+    return [*_cxx_argv(plan.env), "-shared", *map(str, objects), *ldflags, *(f"-L{d}" for d in dirs),
+            *(f"-l{n}" for n in libs), *gomp, "-Wl,--strip-debug", "-o", str(out)]  # fmt: skip
 
 
 def _no_compiling_in_isolation(target: Target, why: str) -> None:

@@ -891,6 +891,21 @@ def test_the_support_page_shows_tiers_gpu_architectures_and_the_served_pythons()
         for t in r["tier_list"]:
             shown[(r["line"], r["project"], r["kind"], r["platform"], t)] += 1
     assert shown == computed
+    # each row's glibc is what its records' repaired tags say, and the plan's floor only for cells with no record
+    from builder.verifying.evidence import glibc_floor, tag_glibc
+
+    floors = {}
+    for _cell, b, _tier, rec in tiers.cell_tiers(plan, tiers.load_ledger()):
+        key = ("upstream" if b.from_recipe else "checkout", b.project, refgen._kind(b.accelerator), b.platform)
+        built, planned = floors.setdefault(key, (set(), set()))
+        if glibc_floor(rec):
+            built.add(glibc_floor(rec))
+        else:
+            planned.add(tag_glibc(b.manylinux))
+    for r in rows:
+        built, planned = floors[(r["line"], r["project"], r["kind"], r["platform"])]
+        assert (set(r["glibc"]), set(r["glibc_planned"])) == (built, planned), r["glibc"]
+        assert (f"≥ {r['glibc'][0]}" if r["glibc"] else f"planned ≥ {r['glibc_planned'][0]}") in page
     assert all(set(r["tier_list"]) == {"planned"} for r in rows if r["kind"] == "rocm"), "no ROCm wheel was built"
     assert "hip-compile" in next(r["stand_in"] for r in rows if r["kind"] == "rocm")
     assert "**Windows**: use WSL2" in page and "**macOS**: no" in page

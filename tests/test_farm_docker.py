@@ -65,6 +65,44 @@ def test_the_wheel_carries_its_evidence_record(ci_cpu_runs) -> None:
     assert rec["verified"]["repaired"].startswith("manylinux_") and rec["verified"]["machine"] == "x86_64"
 
 
+def test_the_wheel_reaches_manylinux_2_28_and_runs_on_glibc_2_31(ci_cpu_runs, tmp_path: Path) -> None:
+    """The floor the wheel's tag states is proven, not assumed: built on the bookworm base (glibc 2.36), the ci
+    profile's CPU wheel is repaired to manylinux_2_28 (auditwheel's own tag for it is no newer), then installed
+    with its torch, offline, into the floor root (Debian bullseye, glibc 2.31: builder/data/floor.toml) with a
+    CPython built there, imported, and its CPU selective scan checked against the float64 reference there (the
+    farm's smoke script). A symbol newer than 2.31 would stop the import; one in 2.29-2.31 would only show in
+    the tag, which is checked first."""
+    from builder.building.images import floor_root
+    from builder.facts.compat import manylinux_platforms
+    from builder.facts.hostenv import find_ca_bundle
+    from builder.verifying.wheels import _SMOKE, manylinux_glibc
+
+    (name,), spec, dist = ci_cpu_runs.wheels, ci_cpu_runs.spec, ci_cpu_runs.dist
+    assert spec.manylinux == "manylinux_2_28_x86_64" and name.endswith(f"-{spec.manylinux}.whl"), name
+    verified = json.loads((dist / "wheels" / f"{name}.evidence.json").read_text())["verified"]
+    assert verified["repaired"] == spec.manylinux and manylinux_glibc(verified["reaches"]) <= (2, 28), verified
+    house = tmp_path / "wheelhouse"  # the wheel's torch and torch's requirements, for a manylinux_2_28 cp311
+    platforms = [a for t in manylinux_platforms(spec.manylinux) for a in ("--platform", t)]
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(house), "--only-binary", ":all:",
+                    "--python-version", spec.python, *platforms, f"torch=={spec.torch_version}"], check=True)  # fmt: skip
+    (tmp_path / "smoke.py").write_text(_SMOKE + "import platform; print('libc', platform.libc_ver())\n")
+    client = docker_client()
+    image = floor_root.ensure(client, ca_bundle=find_ca_bundle())
+    py = f"{floor_root.PREFIX}/bin/python3"
+    script = (f"set -e; {py} -m venv /v; /v/bin/pip install -q --no-compile --no-index --find-links /house "
+              f"torch=={spec.torch_version} /dist/{name}; cd /; /v/bin/python /check/smoke.py")  # fmt: skip
+    box = client.containers.run(image, ["bash", "-c", script], detach=True, network_disabled=True, volumes={
+        str(house): {"bind": "/house", "mode": "ro"}, str(dist / "wheels"): {"bind": "/dist", "mode": "ro"},
+        str(tmp_path): {"bind": "/check", "mode": "ro"},
+    })  # fmt: skip
+    try:
+        code, out = box.wait(timeout=900)["StatusCode"], box.logs().decode(errors="replace")
+    finally:
+        box.remove(force=True)
+    assert code == 0, out[-3000:]
+    assert f"smoke ok: torch {spec.torch_version}" in out and "libc ('glibc', '2.31')" in out, out[-3000:]
+
+
 def test_index_lists_the_wheel_with_its_hash(ci_cpu_runs) -> None:
     (name,), (sha,) = ci_cpu_runs.wheels, ci_cpu_runs.wheels.values()
     page = (ci_cpu_runs.dist / "index" / ci_cpu_runs.spec.variant / "index.html").read_text()

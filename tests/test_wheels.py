@@ -192,13 +192,68 @@ def test_verify_names_what_disagrees(sos, tmp_path):
 
 
 @needs_gxx
-def test_newer_glibc_than_the_policy_is_reported(sos, tmp_path):
+def test_a_wheel_below_its_floor_fails_naming_the_symbols(sos, tmp_path):
+    """A wheel that references a newer glibc than its spec's manylinux floor never gets a newer tag instead."""
     whl = wheel_with(tmp_path, sos["glibc234"], CPU_SPEC)
-    with pytest.raises(VerificationError, match=r"cannot reach manylinux_2_28_x86_64: .*manylinux_2_3\d_x86_64") as exc:
-        verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work").wheel
-    assert "base image" in exc.value.hint
-    final = verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work2", allow_newer_manylinux=True).wheel
-    assert read_facts(final).filename_tags[0].startswith("cp311-cp311-manylinux_2_3")
+    with pytest.raises(VerificationError) as exc:
+        verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work")
+    msg = str(exc.value)
+    assert "does not reach manylinux_2_28_x86_64, the floor its spec promises (auditwheel: manylinux_2_3" in msg, msg
+    assert "mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so: pthread_create@GLIBC_2.34" in msg, msg
+    assert "glibc_floor.c" in exc.value.hint and "at most 2.28" in exc.value.hint
+    assert not (tmp_path / "work" / "verified").exists()
+
+
+def test_a_damaged_elf_member_is_named_not_a_traceback(tmp_path):
+    from builder.verifying.wheels import symbols_above
+
+    whl = make_wheel(tmp_path, "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
+                     files={"mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF\x02\x01\x01" + b"\0" * 9})  # fmt: skip
+    with pytest.raises(VerificationError, match=r"mamba_ssm/_C\.cpython-311-x86_64-linux-gnu\.so is not an ELF file"):
+        symbols_above(whl, "manylinux_2_28_x86_64")
+
+
+# libstdc++'s reference counting (shared_ptr here) reads glibc's __libc_single_threaded where the headers see it;
+# dlsym(RTLD_DEFAULT, ...) as torch's stable-ABI headers call it is dlsym@GLIBC_2.34 on a glibc >= 2.34 base.
+SHARED_PTR_SRC = r"""
+#include <dlfcn.h>
+#include <memory>
+#include <string>
+extern "C" long use(long n) {
+  auto p = std::make_shared<std::string>(n, 'x'); auto q = p;
+  return dlsym(RTLD_DEFAULT, "strlen") ? (long)q->size() * 10 + p.use_count() : -1;
+}
+"""
+
+
+@needs_gxx
+def test_the_glibc_floor_object_brings_a_cxx_extension_to_2_28(tmp_path):
+    """What build.sh links into every extension: __libc_single_threaded bound inside it and dlsym bound to its first
+    version, so a C++ extension built on glibc >= 2.34 reaches manylinux_2_28 and computes what it did."""
+    import ctypes
+
+    from builder.building.executors import GLIBC_FLOOR
+    from builder.verifying.wheels import manylinux_glibc, versioned_imports
+
+    plain = compile_so(tmp_path, "plain", SHARED_PTR_SRC, "-D_GLIBCXX_USE_CXX11_ABI=0", "-ldl")
+    needs = set(versioned_imports(plain.read_bytes()))
+    if not {("__libc_single_threaded", "GLIBC_2.32"), ("dlsym", "GLIBC_2.34")} <= needs:
+        pytest.skip("this host's glibc is older than 2.34 (or its libstdc++ headers older than GCC 11)")
+    with pytest.raises(VerificationError) as exc:
+        verify_wheel(wheel_with(tmp_path / "plain", plain, CPU_SPEC), CPU_SPEC, workdir=tmp_path / "w1")
+    so = "mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so"
+    assert f"{so}: __libc_single_threaded@GLIBC_2.32; {so}: dlsym@GLIBC_2.34" in str(exc.value), exc.value
+    obj = tmp_path / "glibc_floor.o"
+    subprocess.run([shutil.which("cc") or GXX, "-c", "-O2", "-fPIC", "-o", str(obj), str(GLIBC_FLOOR)], check=True)
+    fixed = compile_so(tmp_path, "fixed", SHARED_PTR_SRC, "-D_GLIBCXX_USE_CXX11_ABI=0", str(obj), "-ldl")
+    verified = verify_wheel(wheel_with(tmp_path / "fixed", fixed, CPU_SPEC), CPU_SPEC, workdir=tmp_path / "w2")
+    assert verified.wheel.name.endswith("-cp311-cp311-manylinux_2_28_x86_64.whl")
+    assert verified.checks["repaired"] == "manylinux_2_28_x86_64"
+    assert manylinux_glibc(verified.checks["reaches"]) <= (2, 28), verified.checks
+    # bound inside, not exported: the process's own flag (libc's) is untouched; both compute the same
+    assert "__libc_single_threaded" not in _elf.undefined_symbols(fixed)
+    assert ("dlsym", "GLIBC_2.2.5") in versioned_imports(fixed.read_bytes())
+    assert ctypes.CDLL(str(plain)).use(7) == ctypes.CDLL(str(fixed)).use(7) == 72
 
 
 def test_retag_leaves_exactly_one_platform_tag(tmp_path):
@@ -316,11 +371,14 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
     import torch
 
     from builder.building import cache
+    from builder.building.executors import GLIBC_FLOOR
     from builder.verifying.wheels import smoke_test
     from mamba_ssm import _variant
 
     repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, MAMBA_SKIP_CUDA_BUILD="TRUE", MAX_JOBS="1")
+    floor = tmp_path / "glibc_floor.o"  # what build.sh links into every farm build, so it reaches manylinux_2_28
+    subprocess.run(["cc", "-c", "-O2", "-fPIC", "-o", str(floor), str(GLIBC_FLOOR)], check=True)
+    env = dict(os.environ, MAMBA_SKIP_CUDA_BUILD="TRUE", MAX_JOBS="1", LDFLAGS=str(floor))
     subprocess.run(
         [
             sys.executable,
@@ -350,8 +408,7 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
         variant=v.key,
         label=v.label,
     )
-    # a bookworm/trixie host reaches only a newer manylinux than 2_28: allowed here, reported as a warning
-    final = verify_wheel(whl, spec, workdir=tmp_path / "verify", allow_newer_manylinux=True).wheel
+    final = verify_wheel(whl, spec, workdir=tmp_path / "verify").wheel
     from mamba_ssm import __version__
 
     assert final.name.startswith(f"mamba_ssm-{__version__}+{v.label}-{v.python}-{v.python}-manylinux_")

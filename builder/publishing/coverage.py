@@ -6,6 +6,7 @@ Pure: takes the index model, returns HTML. The layout lives in templates/coverag
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, replace
 
 import jinja2
@@ -27,12 +28,21 @@ class Cell:
     command: str
     stable: bool
     tier: str | None = None  # what its evidence record proves (builder.verifying.evidence.tier_detail); None: no record
-    glibc: str | None = None  # the floor its install resolved at (builder/data/installs.json); None: not recorded
+    resolved_glibc: str | None = None  # the floor its install resolved at (builder/data/installs.json); None: unknown
 
     @property
     def tier_kind(self) -> str:
         """The tier's name (``cpu-checked``); a wheel indexed without a record proves nothing: ``unrecorded``."""
         return self.tier.partition(" ")[0] if self.tier else "unrecorded"
+
+    @property
+    def glibc(self) -> str | None:
+        """The glibc its install needs: the wheel's own, as the platform tag repair gave it says
+        (manylinux_2_28_x86_64 -> "2.28"), raised to the floor its dependencies' wheels resolved at; None for a
+        wheel with no PEP 600 tag."""
+        m = re.search(r"-manylinux_(\d+)_(\d+)_[a-z0-9_]+\.whl$", self.filename)
+        floors = [f for f in (f"{m.group(1)}.{m.group(2)}" if m else None, self.resolved_glibc) if f]
+        return max(floors, key=lambda v: tuple(map(int, v.split(".")))) if m else None
 
     @property
     def release(self) -> str:
@@ -85,7 +95,7 @@ def model(index: Index, project: str = PROJECT) -> dict:
             floors = {files[fn].requires_torch for fn in pages[v.key]}
             floor = ", ".join(sorted(f for f in floors if f))
         archs = _row_archs(files[fn] for fn in pages[v.key] if files[fn].machine == machine)
-        cells = [c and replace(c, glibc=_glibc(project, c, torch, py, machine)) for c, py in
+        cells = [c and replace(c, resolved_glibc=_glibc(project, c, torch, py, machine)) for c, py in
                  zip(cells, [py for py in pythons for _abi in abis])]  # fmt: skip
         notes = _miscompile_notes(project, {files[fn].version for fn in pages[v.key]}, archs)
         out_rows.append({"torch": torch, "accelerator": acc, "machine": machine, "floor": floor, "cells": cells,

@@ -198,6 +198,18 @@ def figures(imported: dict) -> list[tuple[int, str]]:
     return found
 
 
+def tag_glibc(tag: str) -> str | None:
+    """The glibc a PEP 600 tag needs: manylinux_2_28_x86_64 -> "2.28"; None for any other tag."""
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", tag)
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def glibc_floor(rec: dict | None) -> str | None:
+    """The glibc a record's wheel needs, as the tag repair gave it says; None where nothing was repaired (no
+    record, or the variant form of a repaired wheel)."""
+    return tag_glibc(str(((rec or {}).get("verified") or {}).get("repaired") or ""))
+
+
 def line(rec: dict) -> str:
     """One line for the build's output: what was verified, what the smoke test ran, with which torch."""
     v = rec.get("verified") or {}
@@ -210,7 +222,8 @@ def line(rec: dict) -> str:
     if v.get("machine"):
         parts.append(f"ELF {v['machine']}")
     if v.get("repaired"):
-        parts.append(f"repaired {v['repaired']}")
+        reaches = f" (auditwheel: {v['reaches']})" if v.get("reaches") else ""
+        parts.append(f"repaired {v['repaired']}{reaches}")
     text = f"verified ({', '.join(parts)})"
     imported = rec.get("imported")
     if imported:

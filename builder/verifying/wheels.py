@@ -27,7 +27,6 @@ from packaging.version import Version
 from builder.errors import VerificationError
 from builder.facts import compat as compat_mod
 from builder.facts import miscompiles
-from builder.facts.hostenv import host_machine
 from builder.facts.spec import BuildSpec
 from builder.verifying import provenance as provenance_mod
 from builder.verifying import variants, wheelmeta
@@ -351,74 +350,90 @@ def _auditwheel(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def reachable_policy(wheel: Path) -> str | None:
-    """The most compatible manylinux tag ``auditwheel show`` says the wheel can have."""
-    proc = _auditwheel("show", str(wheel))
-    text = " ".join((proc.stdout + proc.stderr).split())
-    m = re.search(r'constrains the platform tag to "(manylinux_\d+_\d+_\w+?)"', text) or re.search(
-        r'consistent with the following platform tag: "(manylinux_\d+_\d+_\w+?)"', text
-    )
-    return m.group(1) if m else None
+def _policy_versions(policy: str) -> dict[str, list[str]]:
+    """The symbol versions auditwheel's own table allows POLICY (manylinux_2_28_x86_64), per library prefix
+    (GLIBC, GLIBCXX, CXXABI, GCC, ...); empty for a policy the table does not have."""
+    import json
+    from importlib import resources
+
+    name, arch = re.fullmatch(r"(manylinux_\d+_\d+)_(\w+)", policy).groups()
+    table = json.loads((resources.files("auditwheel.policy") / "manylinux-policy.json").read_text())
+    return next((p["symbol_versions"].get(arch, {}) for p in table if p["name"] == name), {})
 
 
-def repair(wheel: Path, spec: BuildSpec, workdir: Path, *, allow_newer_manylinux: bool = False) -> tuple[Path, str]:
-    """auditwheel repair to spec.manylinux without torch's libraries; returns (wheel, platform reached)."""
+def versioned_imports(data: bytes) -> list[tuple[str, str]]:
+    """(symbol, version) of each undefined dynamic symbol an ELF file binds to a version (GLIBC_2.32)."""
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(data))
+    dynsym, versym = elf.get_section_by_name(".dynsym"), elf.get_section_by_name(".gnu.version")
+    verneed = elf.get_section_by_name(".gnu.version_r")
+    if dynsym is None or versym is None or verneed is None:
+        return []
+    names = {aux["vna_other"]: aux.name for _, auxes in verneed.iter_versions() for aux in auxes}
+    out = []
+    for i, sym in enumerate(dynsym.iter_symbols()):
+        ndx = versym.get_symbol(i)["ndx"]
+        if sym.name and sym["st_shndx"] == "SHN_UNDEF" and ndx in names:
+            out.append((sym.name, names[ndx]))
+    return out
+
+
+def symbols_above(wheel: Path, policy: str) -> list[str]:
+    """What keeps WHEEL from POLICY: each versioned symbol one of its ELF files imports that auditwheel's table
+    does not allow that policy (``mamba_ssm/_C.abi3.so: __libc_single_threaded@GLIBC_2.32``), sorted."""
+    import struct
+
+    from elftools.common.exceptions import ELFError
+
+    allowed = _policy_versions(policy)
+    out = []
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            with zf.open(info) as f:
+                if f.read(4) != b"\x7fELF":
+                    continue
+            try:
+                imports = versioned_imports(zf.read(info))
+            except (ELFError, ValueError, KeyError, struct.error) as err:  # a damaged or truncated file
+                raise VerificationError(
+                    f"{wheel.name}: {info.filename} is not an ELF file pyelftools can read ({err})"
+                ) from None
+            for sym, version in imports:
+                prefix, _, number = version.partition("_")
+                if prefix in allowed and number not in allowed[prefix]:
+                    out.append(f"{info.filename}: {sym}@{version}")
+    return sorted(set(out))
+
+
+def repair(wheel: Path, spec: BuildSpec, workdir: Path) -> tuple[Path, str, str]:
+    """auditwheel repair without torch's libraries, to the most compatible tag the wheel reaches (``--plat auto``,
+    the wheel's own machine), held against spec.manylinux, the floor the spec promises; returns the repaired wheel,
+    that floor (``retag`` gives it exactly that tag: a wheel that reaches an older glibc serves it) and the tag
+    auditwheel reached. A wheel that does not reach its floor is a VerificationError naming the symbols that stop it."""
     out = workdir / "repaired"
     shutil.rmtree(out, ignore_errors=True)
     excludes = [a for pat in TORCH_PROVIDED for a in ("--exclude", pat)]
     target = spec.manylinux
-    if _elf.tag_machine(target) != host_machine():
-        return _repair_foreign(wheel, target, out, excludes, allow_newer_manylinux=allow_newer_manylinux)
-    proc = _auditwheel("repair", "--plat", target, "--only-plat", *excludes, "-w", str(out), str(wheel))
-    if proc.returncode:
-        text = (proc.stdout + proc.stderr).strip()
-        best = reachable_policy(wheel)
-        if "too-recent versioned symbols" in text or (best and manylinux_glibc(best) > manylinux_glibc(target)):
-            msg = (
-                f"{wheel.name}: cannot reach {target}: its glibc symbols need {best or 'a newer manylinux'} "
-                "(it was built on a newer glibc than that policy allows)"
-            )
-            if not allow_newer_manylinux or not best:
-                raise VerificationError(
-                    msg,
-                    hint=f"build on a {re.sub(r'_(x86_64|aarch64)$', '', target)} base image, or ask for {best} in matrix.toml",
-                )
-            print(f"warning: {msg}; repairing to {best} instead", file=sys.stderr)
-            target = best
-            proc = _auditwheel("repair", "--plat", target, "--only-plat", *excludes, "-w", str(out), str(wheel))
-        if proc.returncode:
-            raise VerificationError(
-                f"{wheel.name}: auditwheel repair failed: {(proc.stdout + proc.stderr).strip()[-600:]}"
-            )
-    repaired = sorted(out.glob("*.whl"))
-    if len(repaired) != 1:
-        raise VerificationError(f"{wheel.name}: auditwheel produced {len(repaired)} wheels in {out}")
-    _check_not_bundled(repaired[0])
-    return repaired[0], target
-
-
-def _repair_foreign(wheel: Path, target: str, out: Path, excludes: list[str], *, allow_newer_manylinux: bool):
-    """auditwheel repair of another machine's wheel (aarch64 on x86_64): its ``--plat`` offers only this
-    host's machine's policies, so ``auto`` (the wheel's own machine, the most compatible policy it
-    reaches) repairs it, and the policy reached is held against TARGET as on the native path."""
     proc = _auditwheel("repair", "--plat", "auto", *excludes, "-w", str(out), str(wheel))
     repaired = sorted(out.glob("*.whl"))
     if proc.returncode or len(repaired) != 1:
         raise VerificationError(f"{wheel.name}: auditwheel repair failed: {(proc.stdout + proc.stderr).strip()[-600:]}")
     reached = newest_manylinux(repaired[0].name)
-    if reached is None:
-        raise VerificationError(f"{repaired[0].name}: auditwheel left no manylinux_X_Y tag")
-    if manylinux_glibc(reached) > manylinux_glibc(target):
-        msg = (
-            f"{wheel.name}: cannot reach {target}: its glibc symbols need {reached} "
-            "(it was built on a newer glibc than that policy allows)"
+    if reached is None or manylinux_glibc(reached) > manylinux_glibc(target):
+        found = symbols_above(repaired[0], target)  # its grafted libraries too
+        floor = ".".join(map(str, manylinux_glibc(target)))
+        raise VerificationError(
+            f"{wheel.name}: does not reach {target}, the floor its spec promises (auditwheel: "
+            f"{reached or 'no manylinux tag'}): {'; '.join(found) or 'no versioned symbol newer than its policy'}",
+            hint="bind each symbol inside the extension, as builder/building/executors/glibc_floor.c (linked into "
+            f"every farm build) does for __libc_single_threaded and dlsym, or build on a base whose glibc is at most "
+            f"{floor}",
         )
-        if not allow_newer_manylinux:
-            raise VerificationError(msg, hint=f"build on a {re.sub(r'_(x86_64|aarch64)$', '', target)} base image")
-        print(f"warning: {msg}; repairing to {reached} instead", file=sys.stderr)
-        target = reached
     _check_not_bundled(repaired[0])
-    return repaired[0], target  # retag() gives it exactly TARGET: a wheel that reaches an older glibc serves it
+    return repaired[0], target, reached
 
 
 def newest_manylinux(wheel_name: str) -> str | None:
@@ -468,12 +483,13 @@ class Verified:
 
 
 def verify_wheel(
-    wheel: Path, spec: BuildSpec, *, workdir: Path, allow_newer_manylinux: bool = False, epoch: int | None = None,
-    provenance: dict | None = None,
+    wheel: Path, spec: BuildSpec, *, workdir: Path, epoch: int | None = None, provenance: dict | None = None,
 ) -> Verified:
     """Check ``wheel`` against ``spec``, repair and retag it; return the verified wheel (in workdir/verified) and
     what was checked: ``tags``, ``abi`` (each extension's C++ ABI as found, None: no std::string symbol),
-    ``archs`` (the device code found), ``machine`` (every ELF file's), ``repaired`` (the manylinux policy reached).
+    ``archs`` (the device code found), ``machine`` (every ELF file's), ``repaired`` (the manylinux tag the wheel
+    carries: the floor its spec promises, which a wheel that does not reach fails), ``reaches`` (the most compatible
+    tag auditwheel says it could have).
 
     ``epoch``: the source's SOURCE_DATE_EPOCH, which every entry of the verified wheel gets (auditwheel
     stamps the time of the repair); None takes the raw wheel's newest entry (bdist_wheel stamps
@@ -542,7 +558,7 @@ def verify_wheel(
         # pass again, and repairing it anew would rewrite it under the farm's label.
         return Verified(wheel, {**checks, "repaired": None})
 
-    repaired, platform = repair(wheel, spec, workdir, allow_newer_manylinux=allow_newer_manylinux)
+    repaired, platform, reaches = repair(wheel, spec, workdir)
     canonical = f"{facts.version.partition('+')[0]}+{spec.label}"
     final = retag(
         repaired, platform, workdir / "verified", version=canonical, epoch=epoch,
@@ -556,7 +572,7 @@ def verify_wheel(
         raise VerificationError(
             f"{final.name}: after repair the tags are {after.filename_tags}, expected one {expected_tag(spec, platform)}"
         )
-    return Verified(final, {**checks, "tags": list(after.filename_tags), "repaired": platform})
+    return Verified(final, {**checks, "tags": list(after.filename_tags), "repaired": platform, "reaches": reaches})
 
 
 # --------------------------------------------------------------------------- smoke test

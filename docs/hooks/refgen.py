@@ -466,6 +466,7 @@ def support_tiers() -> list[dict]:
     (builder/data/support.toml)."""
     from builder.facts import compat as compat_mod
     from builder.planning.plan import load_plan
+    from builder.verifying import evidence
 
     data = tomllib.loads((ROOT / "builder" / "data" / "support.toml").read_text())
     gpu_names = compat_mod.load().gpu_names
@@ -487,12 +488,16 @@ def support_tiers() -> list[dict]:
         archs = sorted({a for _c, b, *_ in found for a in b.archs},
                        key=lambda a: (a[:3], int(re.sub(r"\D", "", a) or 0)))  # fmt: skip
         accs = sorted({c.accelerator for c in cells}, key=lambda a: vkey(a.split("-")[1]) if "-" in a else ())
+        # the glibc floor: what the records' repaired tags say, and the plan's floor for cells with no record
+        built = sorted({g for *_x, rec in found if (g := evidence.glibc_floor(rec))}, key=vkey)
+        planned = sorted({evidence.tag_glibc(b.manylinux) for _c, b, _t, rec in found if not evidence.glibc_floor(rec)},
+                         key=vkey)  # fmt: skip
         rows.append({
             "line": line, "project": project, "kind": kind, "platform": platform,
             "tiers": _tier_counts(t for *_x, t, _r in found), "tier_list": [t for *_x, t, _r in found],
             "accelerators": [_acc_title(a) for a in accs],
             "torch": _span([c.torch for c in cells], torches), "python": _span([c.python for c in cells], pythons),
-            "archs": [(a, gpu_names.get(a, "")) for a in archs],
+            "archs": [(a, gpu_names.get(a, "")) for a in archs], "glibc": built, "glibc_planned": planned,
             "records": _backed_by(found), "stand_in": stand_in.get(kind, ""),
         })  # fmt: skip
     return rows
@@ -501,14 +506,16 @@ def support_tiers() -> list[dict]:
 def support_markdown() -> str:
     """The support page's tier table and the platforms not supported, with what to do instead."""
     data = tomllib.loads((ROOT / "builder" / "data" / "support.toml").read_text())
-    out = ["| package | platform | accelerator | torch | Python | cells by tier | GPU architectures | the records behind it |",
-           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["| package | platform | accelerator | torch | Python | cells by tier | glibc (built; planned) | GPU architectures | the records behind it |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in support_tiers():
         archs = ", ".join(f"`{a}` ({name})" if name else f"`{a}`" for a, name in r["archs"]) or "(CPU)"
         who = f"`{r['project']}` ({'this repository' if r['line'] == 'checkout' else 'upstream'})"
         why = r["records"] + (f". {r['stand_in']}" if r["stand_in"] else "")
+        glibc = "; ".join(x for x in (", ".join(f"≥ {g}" for g in r["glibc"]),
+                                      ", ".join(f"planned ≥ {g}" for g in r["glibc_planned"])) if x)  # fmt: skip
         out.append(f"| {who} | `{r['platform']}` | {', '.join(r['accelerators'])} | {r['torch']} | {r['python']} "
-                   f"| **{r['tiers']}** | {_cell(archs)} | {_cell(why)} |")  # fmt: skip
+                   f"| **{r['tiers']}** | {glibc} | {_cell(archs)} | {_cell(why)} |")  # fmt: skip
     out += ["", "**Not supported:**", ""]
     out += [f"- **{u['platform']}**: {u['instead']}." for u in data["unsupported"]]
     return "\n".join(out) + "\n"

@@ -156,7 +156,7 @@ def run_build(request: BuildRequest) -> int:
                 return _verify_and_publish(
                     spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not request.no_smoke,
                     epoch=reproducible.tree_epoch(trees.get(spec.id, source)), ran=executor.ran(spec), commit=commit,
-                    dirty=dirty, allow_newer_manylinux=executor.newer_glibc(spec), recipe=plan.recipe_of(spec),
+                    dirty=dirty, recipe=plan.recipe_of(spec),
                     emulated_smoke=getattr(executor, "smoke", None), log_path=logs_dir / f"{spec.id}.log", log=log,
                 )
 
@@ -318,8 +318,7 @@ def _clear_stale(work: Path, wheels_dir: Path) -> None:
 
 
 def _verify_and_publish(
-    spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, allow_newer_manylinux: bool = False,
-    recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print, epoch: int | None = None,
+    spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print, epoch: int | None = None,
     ran: dict | None = None, commit: str | None = None, dirty: bool | None = None,
 ) -> Path:
     """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename.
@@ -337,8 +336,7 @@ def _verify_and_publish(
         spec, epoch=epoch or reproducible.ZIP_FLOOR, ran=ran, commit=commit, dirty=dirty, recipe=recipe
     )
     verified = wheels.verify_wheel(
-        raw_wheel, spec, workdir=workdir / "verify", allow_newer_manylinux=allow_newer_manylinux, epoch=epoch,
-        provenance=record,
+        raw_wheel, spec, workdir=workdir / "verify", epoch=epoch, provenance=record
     )
     good, ran = Path(verified.wheel), None
     foreign = machine_of(spec.platform) != host_machine()

@@ -71,8 +71,6 @@ class Executor(Protocol):
 
     def cleanup(self) -> None: ...
 
-    def newer_glibc(self, spec) -> bool: ...
-
     def ran(self, spec) -> dict: ...  # what built SPEC, for its provenance: toolchain_record's shape
 
 
@@ -117,6 +115,7 @@ def source_files(source: Path) -> list[str]:
 
 
 BUILD_SCRIPT = Path(__file__).with_name("build.sh")
+GLIBC_FLOOR = BUILD_SCRIPT.with_name("glibc_floor.c")  # build.sh links it into every extension
 
 # Kernel objects depend only on the toolchain (mamba_build/kernels.py keys them by command line,
 # compiler and sources), so every build of one image shares one cache: MAMBA_KERNEL_CACHE.

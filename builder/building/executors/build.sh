@@ -61,6 +61,15 @@ else
   if [ -n "${FARM_CCACHE:-}" ]; then echo "== no ccache on PATH here: this build compiles every object itself"; fi
   export TORCH_NO_COMPILER_WRAPPER=1
 fi
+# The glibc floor: every extension this build links gets glibc_floor.o (beside this script), through LDFLAGS,
+# which setuptools' link (torch's BuildExtension included) and the checkout's setup.py append. Compiled from
+# its own folder under a relative name, so the object is the same wherever this runs.
+floor_dir="$(mktemp -d)"
+trap 'rm -rf "$floor_dir"' EXIT
+(cd "$(dirname "${BASH_SOURCE[0]}")" && ${CC:-cc} -c -O2 -fPIC -o "$floor_dir/glibc_floor.o" glibc_floor.c) \
+  || { echo "== could not compile $(dirname "${BASH_SOURCE[0]}")/glibc_floor.c with ${CC:-cc}"; exit 1; }
+export LDFLAGS="${LDFLAGS:+$LDFLAGS }$floor_dir/glibc_floor.o"
+echo "== glibc floor: LDFLAGS=$LDFLAGS"
 # children_cpu sets $cpu: CPU seconds (user + sys) of this shell's finished children, from bash's
 # `times`, called in this shell (in a $(...) subshell it would see no children).
 children_cpu() {

@@ -20,6 +20,7 @@ from builder.building import interpreters
 from builder.building.driver import timings
 from builder.building.executors import (
     BUILD_SCRIPT,
+    GLIBC_FLOOR,
     KERNEL_CACHE_MOUNT,
     BuildOptions,
     BuildResult,
@@ -170,12 +171,14 @@ def remove_leftovers(client, log=print) -> int:
 
 
 def source_tar(source: Path) -> bytes:
-    """The source tree as a tar rooted at src/, plus the build script at farm/build.sh."""
+    """The source tree as a tar rooted at src/, plus the build script at farm/build.sh and its glibc floor
+    source beside it."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for rel in source_files(source):
             tar.add(source / rel, arcname=f"src/{rel}", recursive=False)
         tar.add(BUILD_SCRIPT, arcname="farm/build.sh")
+        tar.add(GLIBC_FLOOR, arcname="farm/glibc_floor.c")
     return buf.getvalue()
 
 
@@ -200,10 +203,6 @@ class DockerExecutor:
         self.failed_images: dict[str, str] = {}
         self.pip = host_pip_settings(options.wheelhouses)
         remove_leftovers(client, self.log)
-
-    def newer_glibc(self, spec) -> bool:
-        """Built on the farm's own Debian base: the wheel may need a newer manylinux than planned."""
-        return is_local_base(self.bases.get(spec.image, ""))
 
     def ran(self, spec) -> dict:
         """The image and the base it was really built FROM (the farm's Debian base when the planned one could

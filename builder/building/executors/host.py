@@ -109,9 +109,6 @@ class HostExecutor:
         self.cuda_homes: dict[str, str] = {}
         self.cuda_origins: dict[str, dict] = {}  # toolkit -> where it came from (provenance)
 
-    def newer_glibc(self, spec) -> bool:
-        return True  # the host's glibc, not a manylinux base: the wheel takes the policy it reaches
-
     def ran(self, spec) -> dict:
         toolkit = None
         if spec.toolkit and spec.toolkit in self.cuda_origins:

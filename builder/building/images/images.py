@@ -20,7 +20,7 @@ BUILD_LABEL = f"{LABEL}.build"  # the BuildSpec id a build container runs
 
 # Where the farm's own bases live; the rendered Dockerfiles name these.
 LOCAL_PREFIX = f"{REPO}/debian"
-SUITES = ("bookworm", "trixie")
+SUITES = ("bookworm", "trixie", "bullseye")  # bullseye: the floor root only (builder/building/images/floor_root.py)
 DEFAULT_SUITE = "bookworm"
 # The Debian release with hipcc (5.7.1) and CUDA 12.4.
 NEWER_SUITE = "trixie"
