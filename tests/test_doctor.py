@@ -514,3 +514,26 @@ def test_the_front_doors_requirements_give_each_user_the_same_answer(user, facts
     assert reqs and all(r.endswith(f"+{answer}") for r in reqs), text
     platform = f"linux_{facts['platform']['machine']}"
     assert pins.check(f"pip install {' '.join(reqs)} --extra-index-url {page}", python=facts["python"]["tag"], platform=platform) == []
+
+
+def test_causal_conv1d_code_a_toolkit_miscompiles_is_named_on_that_gpu():
+    """An installed causal-conv1d 1.7.0 whose extension carries sm_103 code (a source build with nvcc 13), on a
+    B300 with a CUDA 13 torch: a problem naming the miscompile and its report, the fix the farm's wheel (which
+    serves sm_103 with sm_100 code); the same extension on an H100, or the farm's own archs on a B300, is fine."""
+    from mamba_ssm.doctor.checks import PROBLEM, run_checks
+
+    b300 = {"index": 0, "name": "NVIDIA B300", "capability": "10.3"}
+    h100 = {"index": 0, "name": "NVIDIA H100", "capability": "9.0"}
+
+    def facts(gpu, sass):
+        f = _user(cuda="13.0", gpus=[gpu], line="upstream", label="cu13torch2.14cxx11abiTRUE")
+        f["causal_conv1d"] = {"installed_version": "1.7.0", "public_version": "1.7.0", "label": None,
+                              "extensions": [{"module": "causal_conv1d_cuda", "path": "/x/c.so",
+                                              "archs": {"sass": sass, "ptx": [], "hip": [], "notes": []}}]}  # fmt: skip
+        return [f for f in run_checks(f, offline=True)[0] if f.kind == "miscompiled"]
+
+    [found] = facts(b300, ["sm_90", "sm_100", "sm_103"])
+    assert found.verdict == PROBLEM and "sm_103" in found.title and "issue 105" in found.why
+    assert "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE" in found.fix
+    assert facts(h100, ["sm_90", "sm_100", "sm_103"]) == []
+    assert facts(b300, ["sm_90", "sm_100"]) == []

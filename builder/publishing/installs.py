@@ -48,7 +48,7 @@ STAND_IN = (
     "can differ in the nvidia-*/triton pins"
 )
 TIMEOUT = 300  # one resolver run, seconds
-CACHE_SCHEMA = 2  # what a cached resolution holds; another number is a new resolution
+CACHE_SCHEMA = 3  # what a cached resolution holds; another number is a new resolution
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,9 @@ def _clean_env() -> dict[str, str]:
     """The resolvers see the snapshot alone: no pip or uv configuration of this host's (find-links, extra
     indexes, a torch constraint) reaches them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", UV_NO_CONFIG="1")
+    # no interpreter download either: uv would try GitHub for a CPython of the cell's version, and wait on it
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", UV_NO_CONFIG="1",
+               UV_PYTHON_DOWNLOADS="never")
     return env
 
 
@@ -267,13 +269,13 @@ class Resolver:
         floors = [f for f in FLOORS if vtuple(f) >= vtuple(q.floor)] or [q.floor]
         if floors[0] != q.floor:
             floors.insert(0, q.floor)
-        tried, first_why = [], ""
+        tried, last_why = [], ""
         for glibc in floors:
             tried.append(glibc)
             self.runs += 1
             uv = resolve_uv(q, self.index_url, glibc, self.uv)
-            if not uv.resolved:
-                first_why = first_why or f"uv: {uv.why}"
+            if not uv.resolved:  # the reason kept is the most permissive floor's (a lower one may fail on its own)
+                last_why = f"uv: {uv.why}"
                 continue
             pip_cmd, pip_not_run = pip_for(q)
             files = _lock_files(uv.lock)
@@ -295,12 +297,12 @@ class Resolver:
                            tried, pip="not run: no torch to resolve beside")  # fmt: skip
         pip_cmd, pip_not_run = pip_for(q)  # the second witness of a cell left out
         if pip_cmd is None:
-            return Outcome(False, None, first_why, {}, tried, pip=pip_not_run)
+            return Outcome(False, None, last_why, {}, tried, pip=pip_not_run)
         pip = resolve_pip(q, self.index_url, q.floor, pip_cmd)
         if pip.resolved:
-            return Outcome(False, None, f"pip resolves at glibc {q.floor}, uv does not: {first_why}", {}, tried,
+            return Outcome(False, None, f"pip resolves at glibc {q.floor}, uv does not: {last_why}", {}, tried,
                            pip="resolves")  # fmt: skip
-        return Outcome(False, None, first_why, {}, tried, pip="does not resolve")
+        return Outcome(False, None, last_why, {}, tried, pip="does not resolve")
 
 
 @dataclass

@@ -286,8 +286,24 @@ def doctor_lines_source(wheels: Iterable[ReleaseWheel] | None = None) -> str:
         "# What people call the GPUs of each architecture (builder/data/toolkits.toml [gpus]).\n"
         f"GPUS = {json.dumps(gpu_names())}\n\n"
         "# Where no wheel of either line is built, and what to do instead (builder/data/support.toml).\n"
-        f"UNSUPPORTED = {{\n{''.join(f'    {json.dumps(k)}: {json.dumps(v)},{chr(10)}' for k, v in unsupported().items())}}}\n"
+        f"UNSUPPORTED = {{\n{''.join(f'    {json.dumps(k)}: {json.dumps(v)},{chr(10)}' for k, v in unsupported().items())}}}\n\n"
+        "# GPU code a toolkit is known to compile wrong (builder/data/miscompiles.toml): an installed extension\n"
+        "# carrying it is a problem on that GPU; the farm's wheels serve it with other code.\n"
+        f"MISCOMPILES = {json.dumps(miscompile_rows(), indent=4)}\n"
     )
+
+
+def miscompile_rows() -> list[dict]:
+    """The known miscompiles, with the extension module each project's recipe builds (the doctor reads its ELF)."""
+    from builder.facts import miscompiles
+    from builder.planning.recipes import recipe_for
+
+    rows = []
+    for m in miscompiles.load():
+        modules = [g.rsplit("/", 1)[-1].split("*", 1)[0] for g in recipe_for(m.project).extensions]
+        rows.append({"project": m.project, "versions": str(m.versions), "toolkit": str(m.toolkit), "arch": m.arch,
+                     "serve_with": m.serve_with, "modules": modules, "note": m.note()})  # fmt: skip
+    return rows
 
 
 def gpu_names() -> dict[str, str]:

@@ -271,6 +271,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
 
     # the machine the installed files are built for
     findings += _machine_findings(mm, facts.get("platform", {}).get("machine"), reinstall)
+    findings += _miscompile_findings(facts, upstream_fix(facts, ctx, listed, available))
 
     # the extension
     exts = mm.get("extensions") or []
@@ -401,6 +402,22 @@ def _floor_findings(facts: dict, ctx: Context) -> list[Finding]:
             "glibc", PROBLEM, f"this system's glibc {ctx.glibc} is older than the {floors[fam]} the {line} line's {fam} wheels need",
             "a wheel's manylinux tag is the oldest glibc it loads on; pip skips the wheel on an older one",
             f"run in a newer distribution, or a container of one; or build here: {source_build_line(ctx)}", "glibc-too-old"))  # fmt: skip
+    return out
+
+
+def _miscompile_findings(facts: dict, fix: str) -> list[Finding]:
+    """An installed causal-conv1d whose code for this GPU a toolkit is known to compile wrong (the farm's wheels
+    serve that GPU with other code: lines.MISCOMPILES)."""
+    cc, torch = facts.get("causal_conv1d") or {}, facts.get("torch") or {}
+    out = []
+    for ext in cc.get("extensions") or []:
+        sass = (ext.get("archs") or {}).get("sass") or []
+        for gpu in torch.get("gpus") or []:
+            for m in served.miscompiled("causal-conv1d", cc.get("public_version"), torch.get("cuda"), sass,
+                                        gpu.get("capability")):  # fmt: skip
+                out.append(Finding(
+                    "gpu-code", PROBLEM, f"{ext['module']} carries {m['arch']} code that computes wrong results on "
+                    f"{gpu.get('name') or m['arch']}", m["note"], fix, "miscompiled"))  # fmt: skip
     return out
 
 

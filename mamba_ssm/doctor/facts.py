@@ -362,8 +362,25 @@ def gather() -> dict:
         "cuda_toolkit": cuda_toolkit_facts(),
         "compiler": compiler_facts(need_cxx20=mm is not None and mm >= (2, 14)),
         "mamba_ssm": mamba_facts(),
-        "causal_conv1d": dist_facts("causal-conv1d"),
+        "causal_conv1d": {**dist_facts("causal-conv1d"), "extensions": module_archs(["causal_conv1d_cuda"])},
     }
+
+
+def module_archs(modules: list[str]) -> list[dict]:
+    """The GPU code of each installed extension module of these names (found, not imported; ELF read)."""
+    out = []
+    for module in modules:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.origin or not spec.origin.endswith(".so"):
+            continue
+        try:
+            out.append({"module": module, "path": spec.origin, "archs": _elf.archs_of(spec.origin).as_dict()})
+        except Exception as e:  # noqa: BLE001 - a malformed ELF (IndexError, struct.error, ...) is a fact
+            out.append({"module": module, "path": spec.origin, "inspect_error": f"{type(e).__name__}: {e}"})
+    return out
 
 
 def _torch_mm(torch: dict) -> tuple[int, int] | None:

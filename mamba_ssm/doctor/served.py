@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from .. import _variant
-from .lines import GPUS, LINES, UNSUPPORTED
+from .lines import GPUS, LINES, MISCOMPILES, UNSUPPORTED
 
 FAMILY = {"cpu": "CPU", "cu": "CUDA", "hip": "ROCm"}
 # support.toml's rows, by what the doctor sees: the OS (platform.system()) and a free-threaded Python tag
@@ -168,3 +168,26 @@ def no_wheel_axis(
     if glibc and vtuple(glibc) < vtuple(max(cell["glibc"], key=vtuple)):
         return "glibc", f"the {label} wheels need glibc >= {max(cell['glibc'], key=vtuple)}, this system has {glibc}"
     return "unknown", f"the {label} wheels are for {need}; one of these is not the machine's"
+
+
+def in_spec(version: str, spec: str) -> bool:
+    """Whether a release (1.7.0, 13.0) is in a comma-separated specifier of plain releases (<=1.7.0, >=13.0)."""
+    ops = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+           "<": lambda a, b: a < b, ">": lambda a, b: a > b}  # fmt: skip
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        op = next(o for o in ops if part.startswith(o))
+        want = vtuple(part[len(op):])
+        have = vtuple(version)
+        have, want = have + (0,) * (len(want) - len(have)), want + (0,) * (len(have) - len(want))
+        if not ops[op](have, want):
+            return False
+    return True
+
+
+def miscompiled(project: str, version: str | None, cuda: str | None, sass: list[str], capability: str) -> list[dict]:
+    """The known miscompiles an installed PROJECT extension carries for a GPU of CAPABILITY: its wrong code is in
+    the extension (SASS of that arch), the release and the torch's CUDA in range."""
+    if not version or not cuda or not is_capability(capability):
+        return []
+    return [m for m in MISCOMPILES if m["project"] == project and in_spec(version, m["versions"])
+            and in_spec(cuda, m["toolkit"]) and m["arch"] in sass and sm_of(capability) == m["arch"]]  # fmt: skip
