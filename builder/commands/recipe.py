@@ -33,7 +33,9 @@ def add_command(subparsers) -> None:
         q.add_argument("--archs", default="", help="sm_80,sm_90 or gfx90a,...")
         q.add_argument("--cxx11abi", choices=("TRUE", "FALSE"), default="TRUE", help="the C++ ABI (default TRUE)")
         q.add_argument("--label", default=None, help="local version label (default: from the cell)")
-        q.add_argument("--trim", action="store_true", help="the trimmed build (a profile's trim: the patches with when.trim)")
+        q.add_argument(
+            "--trim", action="store_true", help="the trimmed build (a profile's trim: the patches with when.trim)"
+        )
         if name == "prepare":
             q.add_argument("--out", type=Path, required=True, help="a new folder for the tree")
             q.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")

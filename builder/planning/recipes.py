@@ -150,7 +150,10 @@ class Condition:
         if self.trim is not None:
             good = facts.trim == self.trim
             built, wanted = ("trimmed" if t else "full" for t in (facts.trim, self.trim))
-            clause(good, f"the build is {built}" + ("" if good else f", not {wanted}") + f" (trim = {str(self.trim).lower()})")
+            clause(
+                good,
+                f"the build is {built}" + ("" if good else f", not {wanted}") + f" (trim = {str(self.trim).lower()})",
+            )
         if not reasons:
             reasons.append("always")
         return ok, reasons
