@@ -438,7 +438,7 @@ def _specs(
                 unset=tuple(recipe_inputs["unset"]),
                 trim=trim,
             )
-            # (trim is hashed where set: a full build's hash is what it was before profiles could trim)
+            # trim is hashed only where set: a full build's hash does not depend on the field
             hashed = {k: v for k, v in fields.items() if k != "id" and (k != "trim" or trim)}
             hashed.update(package_version=recipe.source.version, recipe=recipe_inputs)
             builds.append(BuildSpec(**fields, inputs_hash=stable_hash(hashed, 16)))
