@@ -10,6 +10,12 @@ native one's CPython imported under emulation.
 
     .venv/bin/python benchmarks/arm64_apt.py              # one round
     .venv/bin/python benchmarks/arm64_apt.py --rounds 2   # alternating, the baseline first
+    .venv/bin/python benchmarks/arm64_apt.py --cpu        # CPU seconds of the install step itself
+
+``--cpu``: the CI run is CPU-bound, so what counts there is CPU, not an idle machine's wall. Each way's install
+command (the same text as its Dockerfile's RUN) runs in a container of its own, and the container's cgroup counter
+(``builder.facts.cputime.CGROUP_CPU_SH``) says the CPU seconds of everything it ran, emulated or not; the native
+way's container starts from its stage with the image's root already copied in (that copy is the engine's work).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from builder.building.images import base_image, render
 from builder.building.images.engine import connect
 from builder.building.images.images import local_name
+from builder.facts.cputime import CGROUP_CPU_SH, parse_cgroup_cpu
 from builder.facts.hostenv import find_ca_bundle
 from builder.planning.plan import load_plan
 
@@ -47,6 +54,43 @@ def dockerfiles(base: str) -> dict[str, str]:
     }
 
 
+def install_commands(base: str) -> dict[str, tuple[str, str, str]]:
+    """Each way's install step: (the image it runs in, its Dockerfile up to that step, the step's shell command)."""
+    (image,) = [i for i in load_plan(profile="ci-aarch64").images.values() if i.kind == "cpu"]
+    ctx = render.context(image, base, render.render(image, base=base).pythons)
+    env = render.environment()
+    emulated = env.get_template("_os_debian.Dockerfile.j2").render(**ctx).strip()
+    steps = env.get_template("_cross_steps.j2").make_module(ctx)
+    native = f"FROM --platform={ctx['cross']['host_platform']} {ctx['cross']['base']}\n"
+    stage = env.get_template("_target_apt.Dockerfile.j2").render(**ctx).split("\nRUN ", 1)[0]
+    return {
+        "emulated apt": (
+            base,
+            f"FROM --platform={ctx['cross']['target_platform']} {base}\n",
+            emulated.removeprefix("RUN "),
+        ),
+        "native apt+dpkg": (
+            "",
+            stage + "\n" if stage.startswith("#") else native,
+            str(steps.target_install(ctx["os_packages"], "os")),
+        ),
+    }
+
+
+def cpu_seconds(client, tag: str, dockerfile: str, command: str) -> tuple[float, float]:
+    """(wall, CPU seconds) of COMMAND in a container of DOCKERFILE's image, from the container's own cgroup."""
+    build(client, tag, dockerfile)
+    started = time.monotonic()
+    script = f"set -e -o pipefail; {command}; {CGROUP_CPU_SH.rsplit(' > ', 1)[0]}"
+    out = client.containers.run(
+        tag, ["bash", "-c", script], remove=True, environment={"DEBIAN_FRONTEND": "noninteractive"}
+    )
+    cpu = parse_cgroup_cpu(out.decode().strip().splitlines()[-1])
+    if cpu is None:
+        raise SystemExit(f"no cgroup CPU counter in the container: {out.decode()[-500:]}")
+    return time.monotonic() - started, cpu
+
+
 def build(client, tag: str, dockerfile: str) -> float:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="arm64-apt-") as tmp:
@@ -66,11 +110,22 @@ def run_in(client, tag: str, command: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--cpu", action="store_true", help="CPU seconds of each way's install step")
     args = ap.parse_args()
     client = connect()
     base = local_name("bookworm", "aarch64")
     base_image.ensure(client, "bookworm", ca_bundle=find_ca_bundle(), machine="aarch64")
     base_image.ensure(client, "bookworm", ca_bundle=find_ca_bundle())  # the native stage's base
+    if args.cpu:
+        got = {}
+        for name, (_, dockerfile, command) in install_commands(base).items():
+            tag = f"mamba-farm-bench/arm64-apt-cpu:{len(got)}"
+            got[name] = cpu_seconds(client, tag, dockerfile, command)
+            client.images.remove(tag)
+            print(f"{name}: {got[name][0]:.0f} s wall, {got[name][1]:.1f} CPU-s", flush=True)
+        (_, base_cpu), (_, new_cpu) = got.values()
+        print(f"native / emulated, CPU seconds of the install step: {new_cpu / base_cpu:.2f}")
+        return 0
     files = dockerfiles(base)
     times: dict[str, list[float]] = {name: [] for name in files}
     tags = {name: f"mamba-farm-bench/arm64-apt:{i}" for i, name in enumerate(files)}
