@@ -27,6 +27,7 @@ def fetched_cache(root: Path) -> SourceCache:
         cache.fetch(pin)
     return cache
 
+
 # Every -gencode target upstream's setup.py hard-codes (with CUDA 13 it lists all of them).
 UPSTREAM_SMS = ("75", "80", "87", "90", "100", "120", "103", "110", "121")
 
@@ -59,7 +60,8 @@ runpy.run_path("setup.py", run_name="__main__")
 exts = []
 for e in captured.get("ext_modules", []):
     get = e.get if isinstance(e, dict) else lambda k, d=None: getattr(e, k, d)
-    exts.append({"name": get("name"), "extra_compile_args": get("extra_compile_args")})
+    exts.append({"name": get("name"), "sources": [str(x) for x in get("sources") or []],
+                 "extra_compile_args": get("extra_compile_args")})
 print("RESULT " + json.dumps({"version": captured.get("version"), "ext_modules": exts,
                               "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST")}))
 """

@@ -289,6 +289,13 @@ CASES = [
     ),
     ("plan-table-typo", "[plan]", "[plann]", "[plann]", ['"plann"', 'did you mean "plan"']),
     (
+        "profile-trim-string",
+        "stable_abi = false\ntrim = true",
+        'stable_abi = false\ntrim = "yes"',
+        'trim = "yes"',
+        ["profiles.ci-upstream.trim", "true or false", '"yes"'],
+    ),
+    (
         "profile-stable-abi-string",
         CI_STABLE,
         'stable_abi = "no"  # the farm',

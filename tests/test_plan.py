@@ -585,3 +585,21 @@ def test_build_command_loads_the_same_plan_as_plan(monkeypatch, cli) -> None:
         rc, _, err = proc.returncode, proc.stdout, proc.stderr
         assert rc == 0, err
         assert seen[-1] == [spec_id]
+
+
+def test_a_trim_profile_plans_the_same_cells_as_the_recipes_trimmed_builds(cli) -> None:
+    """ci-upstream (the CI set) trims; ci-upstream-full is the same cell in full. Same ids, other builds: the
+    trimmed ones' inputs hash covers the trim patches, and their explanation says why each applies."""
+    trim, full = (load_plan(profile=p).builds for p in ("ci-upstream", "ci-upstream-full"))
+    assert [b.id for b in trim] == [b.id for b in full] and len(trim) == 2
+    assert all(b.trim for b in trim) and not any(b.trim for b in full)
+    assert not {b.inputs_hash for b in trim} & {b.inputs_hash for b in full}
+    # a trimmed wheel never reaches a release: no release profile trims
+    from builder.planning.matrix import load_matrix
+
+    matrix = load_matrix(REPO / "matrix.toml", load_compat())
+    assert not [n for n, p in matrix.profiles.items() if n.startswith("release") and p.trim]
+    out = cli("plan", "--profile", "ci-upstream", "--explain", in_process=True).stdout
+    assert "patch trim-sources (setup.py, 2 edits): applies: the build is trimmed (trim = true)" in out, out
+    out = cli("plan", "--profile", "ci-upstream-full", "--explain", in_process=True).stdout
+    assert "patch trim-sources (setup.py, 2 edits): skipped: the build is full, not trimmed (trim = true)" in out

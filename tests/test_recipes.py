@@ -12,6 +12,7 @@ import hashlib
 import io
 import re
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,11 @@ CELL_2_14 = CellFacts("2.14.1", "cuda", "13.0", True, ("sm_80",), "cu13torch2.14
 CELL_2_11 = CellFacts(
     "2.11.0", "cuda", "12.8", True, ("sm_80", "sm_90", "sm_100", "sm_120"), "cu12torch2.11cxx11abiTRUE"
 )
+# The patches of a trimmed build (a profile's trim), in recipe order.
+TRIM = {
+    "mamba-ssm": ("trim-sources", "trim-dispatch"),
+    "causal-conv1d": ("trim-dispatch", "trim-fwd", "trim-bwd", "trim-update"),
+}
 CELL_ROCM = CellFacts("2.14.1", "rocm", "6.4", True, ("gfx90a", "gfx942"), "hip64torch2.14cxx11abiTRUE")
 
 
@@ -67,7 +73,7 @@ def test_the_recipes_load_and_pin_the_published_sdists():
 def test_torch_2_14_cuda_13_sm80_gets_cxx20_and_exactly_its_arch(cache, tmp_path, project):
     recipe = recipe_for(project)
     prep = prepare(recipe, CELL_2_14, tmp_path / "w", cache)
-    assert prep.applied == ("cxx20", "cuda-archs") and prep.skipped == ("rocm-archs",)
+    assert prep.applied == ("cxx20", "cuda-archs") and prep.skipped == ("rocm-archs", *TRIM[project])
     text = (prep.tree / "setup.py").read_text()
     assert '"-std=c++17"' not in text
     assert not re.findall(r"compute_(?:75|87|90|100|103|110|120|121)\b", text), "a target of the old list is left"
@@ -90,7 +96,7 @@ def test_torch_2_14_cuda_13_sm80_gets_cxx20_and_exactly_its_arch(cache, tmp_path
 def test_torch_2_11_cuda_12_8_several_archs(cache, tmp_path, project):
     recipe = recipe_for(project)
     prep = prepare(recipe, CELL_2_11, tmp_path / "w", cache)
-    assert prep.applied == ("cuda-archs",) and prep.skipped == ("cxx20", "rocm-archs")
+    assert prep.applied == ("cuda-archs",) and prep.skipped == ("cxx20", "rocm-archs", *TRIM[project])
     got = setup_py_flags(prep.tree, prep.env, tmp_path, torch="2.11.0", cuda="12.8")
     (ext,) = got["ext_modules"]
     assert gencode_targets(ext["extra_compile_args"]["nvcc"]) == ["sm_80", "sm_90", "sm_100", "sm_120"]
@@ -98,6 +104,44 @@ def test_torch_2_11_cuda_12_8_several_archs(cache, tmp_path, project):
     assert got["version"] == f"{recipe.source.version}+cu12torch2.11cxx11abiTRUE"
     if project == "mamba-ssm":  # nvcc 12 vs torch cu12: setup.py leaves TORCH_CUDA_ARCH_LIST alone
         assert got["TORCH_CUDA_ARCH_LIST"] is None
+
+
+# What a kernel source instantiates (`template void f<input_t, weight_t>(...)`) and what the bindings dispatch to.
+INSTANTIATION_RE = re.compile(r"^template void \w+<([^>]+)>\(", re.MULTILINE)
+DISPATCH_RE = re.compile(r"\b(DISPATCH_[A-Z0-9_]+)\(")
+
+
+def _kernel_types(tree: Path, sources: list[str]) -> set[str]:
+    return {t for s in sources if s.endswith(".cu") for t in INSTANTIATION_RE.findall((tree / s).read_text())}
+
+
+@pytest.mark.parametrize("project", ["mamba-ssm", "causal-conv1d"])
+def test_a_trimmed_build_compiles_float32_kernels_alone_and_dispatches_nothing_else(cache, tmp_path, project):
+    """A profile's trim (the CI set's build): the same cell's patches plus the trim ones; the extension compiles
+    float32's kernels alone and its bindings dispatch float32 alone, so no call reaches a kernel not built."""
+    recipe = recipe_for(project)
+    full = prepare(recipe, CELL_2_14, tmp_path / "full", cache)
+    trim = prepare(recipe, replace(CELL_2_14, trim=True), tmp_path / "trim", cache)
+    assert trim.applied == ("cxx20", "cuda-archs", *TRIM[project]) and trim.skipped == ("rocm-archs",)
+    assert trim.inputs["patches"] != full.inputs["patches"]  # a different build: its inputs hash differs
+    exts = {}
+    for name, prep in (("full", full), ("trim", trim)):
+        (ext,) = setup_py_flags(prep.tree, prep.env, tmp_path / name, torch="2.14.1", cuda="13.0")["ext_modules"]
+        assert gencode_targets(ext["extra_compile_args"]["nvcc"]) == ["sm_80"]  # the cell's other patches hold
+        exts[name] = ext
+    full_types = _kernel_types(full.tree, exts["full"]["sources"])
+    trim_types = _kernel_types(trim.tree, exts["trim"]["sources"])
+    assert any("Half" in t for t in full_types) and any("BFloat16" in t for t in full_types), full_types
+    assert trim_types and {t.replace(" ", "") for t in trim_types} <= {"float,float", "float,complex_t"}, trim_types
+    # the bindings (the .cpp sources) dispatch through float32-only macros, which refuse every other dtype
+    for name, prep in (("full", full), ("trim", trim)):
+        used = set()
+        for src in (s for s in exts[name]["sources"] if s.endswith(".cpp")):
+            text = (prep.tree / src).read_text()
+            used |= set(DISPATCH_RE.findall(re.sub(r"^#define .*$", "", text, flags=re.MULTILINE)))
+        half = {m for m in used if "HALF" in m}
+        assert half if name == "full" else not half, (name, used)
+    assert "is built for float32 alone" in (trim.tree / exts["trim"]["sources"][0]).read_text()
 
 
 def test_unpatched_upstream_builds_every_target_it_lists(cache, tmp_path):
@@ -121,7 +165,7 @@ def test_mamba_arch_list_is_the_specs_when_nvcc_and_torch_majors_differ(cache, t
 @pytest.mark.parametrize("project", ["mamba-ssm", "causal-conv1d"])
 def test_rocm_cells_offload_to_exactly_the_specs_archs(cache, tmp_path, project):
     prep = prepare(recipe_for(project), CELL_ROCM, tmp_path / "w", cache)
-    assert prep.applied == ("cxx20", "rocm-archs")
+    assert prep.applied == ("cxx20", "rocm-archs") and prep.skipped == ("cuda-archs", *TRIM[project])
     got = setup_py_flags(prep.tree, prep.env, tmp_path, torch="2.14.1", rocm="6.4")
     (ext,) = got["ext_modules"]
     nvcc = ext["extra_compile_args"]["nvcc"]
@@ -220,7 +264,9 @@ def test_explain_lists_each_patch_with_its_reason():
 
 
 def test_explain_cli(cli):
-    proc = cli("recipe", "explain", "causal-conv1d", "--torch", "2.14.1", "--accelerator", "cuda-13.0", "--archs", "sm_80")
+    proc = cli(
+        "recipe", "explain", "causal-conv1d", "--torch", "2.14.1", "--accelerator", "cuda-13.0", "--archs", "sm_80"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "patch cxx20 (setup.py, 3 edits): applies: torch 2.14.1 matches >=2.14" in proc.stdout
     assert "CAUSAL_CONV1D_LOCAL_VERSION=cu13torch2.14cxx11abiTRUE" in proc.stdout
@@ -291,10 +337,22 @@ def _line_of(path: Path, needle: str, nth: int = 1) -> int:
             "unknown placeholder ${labl}",
         ),
         ('imports = ["torch"', 'imports = ["torch-x"', "imports =", 1, "test.imports#1", "is not a module name"),
-        ('api = ["causal_conv1d.causal_conv1d_fn"', 'api = ["causal_conv1d_fn"', "api =", 1, "test.api#1",
-         "is not a public name as module.Name"),
-        ('imports = ["torch"', 'deps = "yes"\nimports = ["torch"', "deps =", 1, "test.deps",
-         'must be true or false, got a string "yes"'),
+        (
+            'api = ["causal_conv1d.causal_conv1d_fn"',
+            'api = ["causal_conv1d_fn"',
+            "api =",
+            1,
+            "test.api#1",
+            "is not a public name as module.Name",
+        ),
+        (
+            'imports = ["torch"',
+            'deps = "yes"\nimports = ["torch"',
+            "deps =",
+            1,
+            "test.deps",
+            'must be true or false, got a string "yes"',
+        ),
         (
             'extensions = ["causal_conv1d_cuda*.so"]',
             'extensions = ["../x.so"]',
@@ -304,6 +362,15 @@ def _line_of(path: Path, needle: str, nth: int = 1) -> int:
             "is not a glob inside the wheel",
         ),
         ('rocm = ">=6.0"', 'rocm = ">=6.0"\ncpu = true', "cpu = true", 1, "requires.cpu", 'unknown key "cpu"'),
+        ('rocm = ">=6.0"', 'rocm = ">=6.0"\ntrim = true', "trim = true", 1, "requires.trim", 'unknown key "trim"'),
+        (
+            "when = { trim = true }",
+            'when = { trim = "yes" }',
+            'trim = "yes"',
+            1,
+            "patch#4.when.trim",
+            'must be true or false, got a string "yes"',
+        ),
     ],
 )
 def test_validation_errors_name_file_line_and_key(tmp_path, old, new, needle, nth, key, message):

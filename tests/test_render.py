@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,8 @@ IMAGES = sorted(PLAN.images.values(), key=lambda i: i.id)
 def _hadolint(path: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [HADOLINT, "--no-color", "--config", str(DOCKER_DIR / "hadolint.yaml"), *extra, str(path)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
 
 
@@ -119,8 +121,14 @@ def test_templates_are_strict() -> None:
 
 def test_unknown_base_os_is_a_clear_error() -> None:
     image = ImageSpec(
-        id="cpu-x", kind="cpu", base="example.com/some/alpine:3", platform="linux_x86_64",
-        toolkit=None, toolkit_source="none", pythons=("3.11",), template="cpu",
+        id="cpu-x",
+        kind="cpu",
+        base="example.com/some/alpine:3",
+        platform="linux_x86_64",
+        toolkit=None,
+        toolkit_source="none",
+        pythons=("3.11",),
+        template="cpu",
     )
     with pytest.raises(UsageError, match="alpine.*does not know its operating system"):
         render(image)
@@ -174,25 +182,55 @@ def test_an_emulated_image_compiles_with_the_build_hosts_cross_compiler_and_a_na
     assert "--set-interpreter /opt/cross/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" in r.dockerfile
     assert "COPY --from=cross /opt/cross /opt/cross" in r.dockerfile
     assert "CXX=/opt/cross/usr/bin/aarch64-linux-gnu-g++" in r.dockerfile
-    # the cross stage comes after nothing of the image's own: its layers (apt under emulation) stay as they were
-    own = r.dockerfile.split("FROM --platform=linux/arm64 ", 1)[1]
+    # the cross stage comes after nothing of the image's own: its layers (its packages, its Pythons) stay as they were
+    own = r.dockerfile.rsplit("FROM --platform=linux/arm64 ", 1)[1]
     assert own.index("COPY --from=cross") > own.index("auditwheel")
     rc = render(cuda, base=local_name("bookworm", "aarch64"))
     assert rc.cross == r.cross and "CXX=/opt/cross/usr/bin/aarch64-linux-gnu-g++" in rc.dockerfile
     for dockerfile in (r.dockerfile, rc.dockerfile):
-        installs = [line for line in dockerfile.splitlines() if "apt-get install" in line]
+        installs = [line for line in dockerfile.splitlines() if "install -y --no-install-recommends" in line]
         assert installs and not any("build-essential" in line for line in installs), installs
     # the CUDA toolkit is fetched by the cross stage's pip for the target (natively), not by the emulated image
-    fetch, final = rc.dockerfile.split("FROM --platform=linux/arm64 ", 1)
+    fetch, final = rc.dockerfile.rsplit("FROM --platform=linux/arm64 ", 1)
     assert "FROM --platform=linux/amd64 cross AS cuda-fetch" in fetch and "--platform manylinux_2_27_aarch64" in fetch
     assert '"nvidia-cuda-nvcc==13.0.*"' in fetch and "nvidia-" not in final and "dpkg --add-architecture" not in final
     assert "COPY --from=cuda-fetch /opt/cuda-pypi /opt/cuda-pypi" in final
     # both images' own layers are the same up to their labels: the engine makes them once (apt under emulation)
-    own_cuda = rc.dockerfile.split("FROM --platform=linux/arm64 ", 1)[1]
+    own_cuda = rc.dockerfile.rsplit("FROM --platform=linux/arm64 ", 1)[1]
     assert own.split("\nLABEL ", 1)[0] == own_cuda.split("\nLABEL ", 1)[0]
     native = [i for i in load_plan(profile="ci").images.values() if i.kind == "cpu"]
     assert native and all(render(i, base=local_name("bookworm")).cross is None for i in native)
     assert all("/opt/cross" not in render(i, base=local_name("bookworm")).dockerfile for i in native)
+
+
+def test_an_emulated_image_gets_its_packages_from_the_build_hosts_apt_and_dpkg_and_runs_no_apt_itself() -> None:
+    """aarch64 on x86_64: a native stage's apt (APT::Architecture arm64) and dpkg (--root) install the image's Debian
+    packages into a copy of its root, and the image takes what changed: it runs no apt or dpkg of its own, the CUDA
+    image's kind packages (ccache) come the same way, and a native image keeps its plain apt-get."""
+    if host_machine() != "x86_64":
+        pytest.skip("the native stage is the x86_64 build host's")
+    images = load_plan(profile="ci-aarch64").images.values()
+    (cpu,) = [i for i in images if i.kind == "cpu"]
+    (cuda,) = [i for i in images if i.kind == "cuda"]
+    base = local_name("bookworm", "aarch64")
+    for image, kind_packages in ((cpu, False), (cuda, True)):
+        r = render(image, base=base)
+        stages, final = r.dockerfile.rsplit("FROM --platform=linux/arm64 ", 1)
+        assert f"FROM --platform=linux/arm64 {base} AS target-base" in stages
+        assert "FROM --platform=linux/amd64 mamba-farm/debian:bookworm AS target-apt" in stages
+        assert "COPY --from=target-base / /opt/target" in stages
+        assert "apt-get -o Dir=/opt/target -o APT::Architecture=arm64 -o APT::Architectures::=arm64 update" in stages
+        assert "-o DPkg::Options::=--root=/opt/target" in stages
+        assert re.search(r"install -y --no-install-recommends .*\bpython3\.11-dev\b.*\bpatchelf\b|"
+                         r"install -y --no-install-recommends .*\bpatchelf\b.*\bpython3\.11-dev\b", stages)  # fmt: skip
+        assert "COPY --from=target-apt /opt/target-os/ /" in final
+        assert "apt-get" not in final and "dpkg " not in final, final
+        assert ("COPY --from=target-apt-kind /opt/target-kind/ /" in final) == kind_packages
+        assert ("install -y --no-install-recommends ccache" in stages) == kind_packages
+    native = [i for i in load_plan(profile="ci").images.values() if i.kind == "cpu"]
+    for image in native:
+        text = render(image, base=local_name("bookworm")).dockerfile
+        assert "AS target-apt" not in text and "apt-get install -y --no-install-recommends" in text
 
 
 def test_the_provenance_of_a_cross_compiled_build_says_cross(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -33,6 +34,38 @@ def _metadata(wheel: Path) -> str:
     with zipfile.ZipFile(wheel) as zf:
         (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
         return zf.read(name).decode()
+
+
+# The patches of the CI set's trimmed builds (ci-upstream's trim), after the cell's own.
+TRIM = {
+    "causal-conv1d": ("trim-dispatch", "trim-fwd", "trim-bwd", "trim-update"),
+    "mamba-ssm": ("trim-sources", "trim-dispatch"),
+}
+
+
+def rec_trim(spec: dict) -> bool:
+    return spec["provenance"]["recipe"].get("trim", False)
+
+
+def _kernel_dtypes(wheel: Path, extension: str) -> set[str]:
+    """The input dtypes of the kernel launchers the wheel's extension defines (``selective_scan_fwd_cuda<float,
+    float>``, ``causal_conv1d_fwd_cuda<c10::Half, float>``), read from its symbol table."""
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if re.fullmatch(rf"{extension}\.cpython-[^/]*\.so", n)]
+        data = zf.read(name)
+    with tempfile.NamedTemporaryFile(suffix=".so") as f:
+        f.write(data)
+        f.flush()
+        # the static symbol table, and the dynamic one (which a stripped library keeps)
+        out = "".join(
+            subprocess.run(
+                ["nm", "-C", "--defined-only", *flag, f.name], capture_output=True, text=True, check=False
+            ).stdout
+            for flag in ((), ("-D",))
+        )
+    found = re.findall(r"\b(?:selective_scan|causal_conv1d)\w*_cuda<([\w:]+),", out)
+    assert found, out[-2000:]
+    return {t.removeprefix("c10::") for t in found}
 
 
 def _upstream_build(tmp_path_factory, profile: str, python: str):
@@ -60,12 +93,17 @@ def test_ci_upstream_builds_verifies_and_indexes_both_packages(cp311):
     for project, version in VERSIONS.items():
         wheel = names[project.replace("-", "_")]
         # named like upstream's releases, one platform tag, torch pinned to the minor it was built against
-        assert re.fullmatch(rf"{project.replace('-', '_')}-{re.escape(version)}\+{LABEL}-cp311-cp311-manylinux_2_\d+_x86_64\.whl", wheel.name)
+        assert re.fullmatch(
+            rf"{project.replace('-', '_')}-{re.escape(version)}\+{LABEL}-cp311-cp311-manylinux_2_\d+_x86_64\.whl",
+            wheel.name,
+        )
         meta = _metadata(wheel)
         assert "Requires-Dist: torch==2.14.*" in meta.splitlines(), meta[:2000]
         assert not [ln for ln in meta.splitlines() if re.fullmatch(r"Requires-Dist: torch\s*", ln)]
         with zipfile.ZipFile(wheel) as zf:
-            assert any(re.fullmatch(rf"{EXTENSIONS[project]}\.cpython-311-x86_64-linux-gnu\.so", n) for n in zf.namelist())
+            assert any(
+                re.fullmatch(rf"{EXTENSIONS[project]}\.cpython-311-x86_64-linux-gnu\.so", n) for n in zf.namelist()
+            )
         spec = json.loads((wheel.parent / (wheel.name + ".spec.json")).read_text())
         assert spec["project"] == project and spec["source"].startswith(f"sdist:{project}=={version}@sha256:")
         # what ran, in the wheel: Docker, and the CUDA toolkit's origin (PyPI's nvidia-* wheels or the vendor image)
@@ -76,7 +114,10 @@ def test_ci_upstream_builds_verifies_and_indexes_both_packages(cp311):
         assert toolkit["origin"] != "pypi" or "nvidia-cuda-nvcc==13.0.*" in toolkit["packages"], toolkit
         assert wheel.name.endswith(f"-{rec['platform']}.whl") and rec["source"]["kind"] == "sdist", rec
         log = (dist / "logs" / f"{spec['id']}.log").read_text()
-        assert "patches applied: cxx20, cuda-archs" in log
+        # the CI set's build is trimmed (the profile's trim): float32's kernels alone, and the record says so
+        assert f"patches applied: cxx20, cuda-archs, {', '.join(TRIM[project])}" in log
+        assert spec["trim"] is True and rec_trim(spec) is True, spec["provenance"].get("recipe")
+        assert _kernel_dtypes(wheel, EXTENSIONS[project]) == {"float"}
         assert "-std=c++20" in log and "-std=c++17" not in log  # the C++20 patch reached the compiler
         assert "arch=compute_80,code=sm_80" in log and "sm_90" not in log
         # nvcc ran through ccache, its objects in the image's kernel cache
@@ -96,11 +137,15 @@ def test_ci_upstream_builds_verifies_and_indexes_both_packages(cp311):
     (mamba,) = [r for r in records if r["wheel"].startswith("mamba_ssm-")]
     imported = mamba["imported"]
     assert imported["api"] == list(load_recipes()["mamba-ssm"].api), imported
-    assert {"mamba_ssm.Mamba", "mamba_ssm.Mamba2", "mamba_ssm.models.mixer_seq_simple.MambaLMHeadModel"} <= set(imported["api"])
+    assert {"mamba_ssm.Mamba", "mamba_ssm.Mamba2", "mamba_ssm.models.mixer_seq_simple.MambaLMHeadModel"} <= set(
+        imported["api"]
+    )
     assert "mamba_ssm" in imported["modules"], imported
     names = {re.match(r"[A-Za-z0-9._-]+", d).group(0).lower() for d in imported["deps"]}
     assert {"einops", "transformers", "triton"} <= names and "torch" not in names, imported["deps"]
-    assert re.search(r"mamba-ssm-\S+: dependency layer \S+: \d+ requirement\(s\) \(\d+s\)", first.out), first.out[-3000:]
+    assert re.search(r"mamba-ssm-\S+: dependency layer \S+: \d+ requirement\(s\) \(\d+s\)", first.out), first.out[
+        -3000:
+    ]
 
 
 @pytest.mark.docker
@@ -167,6 +212,20 @@ def test_cp312_builds_of_the_same_torch_compile_only_what_includes_python(cp311,
               f"({cpu['cp312'] / cpu['cp311']:.2f}); ccache on cp312: {hits} hits, {misses} misses")  # fmt: skip
 
 
+@pytest.mark.slow
+@pytest.mark.docker
+@pytest.mark.cuda_build
+def test_the_full_build_of_the_ci_cell_compiles_every_dtype(cp311, tmp_path_factory):
+    """ci-upstream-full: the CI set's cell as a release builds it, every kernel (fp32, fp16, bf16), no trim patch."""
+    dist, first, _ = _upstream_build(tmp_path_factory, "ci-upstream-full", "3.11")
+    assert first.rc == 0, first.out[-6000:]
+    for wheel in sorted((dist / "wheels").glob("*.whl")):
+        spec = json.loads((wheel.parent / (wheel.name + ".spec.json")).read_text())
+        assert spec["trim"] is False and not rec_trim(spec), spec["provenance"]["recipe"]
+        assert "patches applied: cxx20, cuda-archs\n" in (dist / "logs" / f"{spec['id']}.log").read_text()
+        assert _kernel_dtypes(wheel, EXTENSIONS[spec["project"]]) == {"float", "Half", "BFloat16"}
+
+
 # --------------------------------------------------------------------------- cheap failures
 
 CAUSAL_ID = f"causal-conv1d-{'cu13-torch2.14-cxx11abiTRUE'}-cp311-linux_x86_64"
@@ -227,7 +286,9 @@ def test_causal_conv1d_sample_is_the_release_cells_evidence(tmp_path_factory, py
     assert rec["verified"]["tags"] == [tag] and rec["verified"]["machine"] == "x86_64", rec["verified"]
     assert rec["verified"]["archs"] == ["sm_80"] and set(rec["verified"]["abi"].values()) == {"cxx11"}, rec["verified"]
     assert rec["imported"]["api"] == ["causal_conv1d.causal_conv1d_fn", "causal_conv1d.causal_conv1d_update"]
-    assert rec["imported"]["python"].startswith(f"{python}.") and rec["imported"]["torch"].startswith(f"{torch}."), rec["imported"]
+    assert rec["imported"]["python"].startswith(f"{python}.") and rec["imported"]["torch"].startswith(f"{torch}."), rec[
+        "imported"
+    ]
     assert rec["built"]["executor"] == "docker" and rec["built"]["torch"].startswith(f"{torch}."), rec["built"]
     # the release builds this kind of wheel for its cell of that Python and torch, which takes its tier from this record
     release = load_plan(profile="release")
@@ -264,10 +325,10 @@ def test_a_patch_that_no_longer_applies_fails_that_build_and_the_other_publishes
     for name in ("csrc", "setup.py", "mamba_ssm"):
         (root / name).symlink_to(REPO / name)
     text = (REPO / "matrix.toml").read_text() + (
-        "\n[profiles.pair]\nprojects = [\"checkout\", \"causal-conv1d\"]\nplatform = \"linux_x86_64\"\n"
-        "archs = [\"sm_80\"]\nstable_abi = false\nselect = [\n"
-        "  { accelerator = \"cpu\", torch = \"2.13\", python = \"3.11\" },\n"
-        "  { accelerator = \"cuda-13.0\", torch = \"2.14\", python = \"3.11\" },\n]\n"
+        '\n[profiles.pair]\nprojects = ["checkout", "causal-conv1d"]\nplatform = "linux_x86_64"\n'
+        'archs = ["sm_80"]\nstable_abi = false\nselect = [\n'
+        '  { accelerator = "cpu", torch = "2.13", python = "3.11" },\n'
+        '  { accelerator = "cuda-13.0", torch = "2.14", python = "3.11" },\n]\n'
     )
     (root / "matrix.toml").write_text(text)
     (root / "recipes").mkdir()
@@ -322,8 +383,10 @@ def test_recipe_specs_are_classic_and_carry_their_source_and_env():
 def test_a_profile_naming_an_unknown_project_is_refused_with_its_line(tmp_path):
     from builder.errors import MatrixError
 
-    text = (REPO / "matrix.toml").read_text().replace(
-        'projects = ["causal-conv1d", "mamba-ssm"]', 'projects = ["causal-conv1", "mamba-ssm"]', 1
+    text = (
+        (REPO / "matrix.toml")
+        .read_text()
+        .replace('projects = ["causal-conv1d", "mamba-ssm"]', 'projects = ["causal-conv1", "mamba-ssm"]', 1)
     )
     (tmp_path / "matrix.toml").write_text(text)
     shutil.copytree(REPO / "recipes", tmp_path / "recipes")
@@ -332,7 +395,7 @@ def test_a_profile_naming_an_unknown_project_is_refused_with_its_line(tmp_path):
     with pytest.raises(MatrixError) as err:
         load_plan(tmp_path / "matrix.toml", profile="ci-upstream")
     assert "profiles.ci-upstream.projects" in str(err.value) and 'did you mean "causal-conv1d"' in str(err.value)
-    with pytest.raises(MatrixError, match="--projects \"nope\""):
+    with pytest.raises(MatrixError, match='--projects "nope"'):
         load_plan(profile="ci-upstream", projects=["nope"])
     assert [b.project for b in load_plan(profile="ci-upstream", projects=["mamba-ssm"]).builds] == ["mamba-ssm"]
 

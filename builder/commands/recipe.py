@@ -49,6 +49,9 @@ def add_command(subparsers) -> None:
         q.add_argument("--archs", default="", help="sm_80,sm_90 or gfx90a,...")
         q.add_argument("--cxx11abi", choices=("TRUE", "FALSE"), default="TRUE", help="the C++ ABI (default TRUE)")
         q.add_argument("--label", default=None, help="local version label (default: from the cell)")
+        q.add_argument(
+            "--trim", action="store_true", help="the trimmed build (a profile's trim: the patches with when.trim)"
+        )
         if name == "prepare":
             q.add_argument("--out", type=Path, required=True, help="a new folder for the tree")
             q.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         cache = SourceCache()
         print(cache.fetch_git(recipe.source) if isinstance(recipe.source, GitPin) else cache.fetch(recipe.source))
         return 0
-    facts = cell_facts(args.torch, args.accelerator, args.archs, args.cxx11abi == "TRUE", args.label)
+    facts = cell_facts(args.torch, args.accelerator, args.archs, args.cxx11abi == "TRUE", args.label, args.trim)
     if args.recipe_command == "explain":
         print("\n".join(explain(recipe, facts)))
         return 0

@@ -80,6 +80,9 @@ class BuildSpec:
     extensions: tuple[str, ...] = ()  # globs of the extension modules the audits read (wheel paths)
     env: tuple[tuple[str, str], ...] = ()  # the recipe's build environment (set these)...
     unset: tuple[str, ...] = ()  # ...and remove these
+    # A recipe's build of its trimmed kernel set (the profile's trim: its patches with when.trim applied):
+    # representative of the full build and cheaper to compile, for the CI set; never a release's
+    trim: bool = False
 
     @property
     def from_recipe(self) -> bool:

@@ -182,6 +182,8 @@ class Profile:
     stable_abi: bool | None = None  # None: the matrix's [plan] stable_abi
     # What it builds: CHECKOUT (this repository's package) and/or recipes' projects (recipes/<name>.toml).
     projects: tuple[str, ...] = ("checkout",)
+    # Recipes compile their trimmed kernel set (their patches with when.trim): the CI set's cheaper build of a cell.
+    trim: bool = False
 
     def matches(self, cell: Cell, native_abi: bool) -> bool:
         if not all(_axis_match(a, v, cell, native_abi) for a, v in self.narrow.items()):
@@ -565,8 +567,9 @@ def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) 
         if not NAME_RE.fullmatch(name):
             ck.fail(pp, f"profile name {_show(name)} must be lowercase letters, digits, - or _")
         b = ck.table(body, pp)
-        ck.keys(b, pp, AXES + ("description", "select", "archs", "stable_abi", "projects"))
+        ck.keys(b, pp, AXES + ("description", "select", "archs", "stable_abi", "projects", "trim"))
         stable_abi = ck.boolean(b["stable_abi"], pp + ("stable_abi",)) if "stable_abi" in b else None
+        trim = ck.boolean(b.get("trim", False), pp + ("trim",))
         desc = b.get("description", "")
         if not isinstance(desc, str) or not SAFE_TEXT_RE.fullmatch(desc):
             ck.fail(pp + ("description",), f"must be {SAFE_TEXT}, got {_show(desc)}{_rule(desc)}")
@@ -593,7 +596,7 @@ def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) 
                 mean = f'; did you mean "{close[0]}"?' if close else ""
                 ck.fail(pp + ("archs", i), f"no toolkit in the data compiles for {a}{mean} (known: {', '.join(known)})")
         projects = _projects(ck, b, pp)
-        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs), stable_abi, projects)
+        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs), stable_abi, projects, trim)
     return out
 
 

@@ -428,8 +428,9 @@ def _specs(
             acc = accs[cell.accelerator]
             variant = _variant(cell, acc)
             fields = cell_fields(cell, variant)
+            trim = prof is not None and prof.trim
             facts = CellFacts(
-                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label
+                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label, trim
             )
             ok, why = supported(recipe, facts)
             if not ok:
@@ -455,8 +456,10 @@ def _specs(
                 extensions=recipe.extensions,
                 env=tuple(recipe_inputs["env"].items()),
                 unset=tuple(recipe_inputs["unset"]),
+                trim=trim,
             )
-            hashed = {k: v for k, v in fields.items() if k != "id"}
+            # trim is hashed only where set: a full build's hash does not depend on the field
+            hashed = {k: v for k, v in fields.items() if k != "id" and (k != "trim" or trim)}
             hashed.update(package_version=recipe.source.version, recipe=recipe_inputs)
             builds.append(BuildSpec(**fields, inputs_hash=stable_hash(hashed, 16)))
     ids = [b.id for b in builds]

@@ -89,17 +89,19 @@ class CellFacts:
     cxx11abi: bool
     archs: tuple[str, ...] = ()  # ("sm_80",) or ("gfx90a",); () for cpu
     label: str = ""  # the variant's local version label: "cu13torch2.14cxx11abiTRUE"
+    trim: bool = False  # the profile asks for the recipe's trimmed kernel set (its patches with when.trim)
 
     @classmethod
     def from_spec(cls, spec) -> CellFacts:
         """The facts of a :class:`builder.facts.spec.BuildSpec`."""
         kind = "cpu" if spec.accelerator == "cpu" else ("rocm" if spec.accelerator.startswith("hip") else "cuda")
-        return cls(spec.torch_version, kind, spec.toolkit, spec.cxx11abi, tuple(spec.archs), spec.label)
+        return cls(spec.torch_version, kind, spec.toolkit, spec.cxx11abi, tuple(spec.archs), spec.label, spec.trim)
 
     def describe(self) -> str:
         acc = f"{self.kind} {self.toolkit}" if self.toolkit else self.kind
         archs = f" [{', '.join(self.archs)}]" if self.archs else ""
-        return f"torch {self.torch} x {acc}{archs} x cxx11abi={'TRUE' if self.cxx11abi else 'FALSE'}"
+        trim = " (trimmed kernels)" if self.trim else ""
+        return f"torch {self.torch} x {acc}{archs} x cxx11abi={'TRUE' if self.cxx11abi else 'FALSE'}{trim}"
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ class Condition:
     rocm: SpecifierSet | None = None
     accelerator: tuple[str, ...] = ()
     cxx11abi: bool | None = None
+    trim: bool | None = None  # patches only: a trimmed (CI) build, or a full one
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -144,6 +147,13 @@ class Condition:
             good = facts.cxx11abi == self.cxx11abi
             clause(good, f"cxx11abi {'TRUE' if facts.cxx11abi else 'FALSE'} {'is' if good else 'is not'} "
                          f"{'TRUE' if self.cxx11abi else 'FALSE'}")  # fmt: skip
+        if self.trim is not None:
+            good = facts.trim == self.trim
+            built, wanted = ("trimmed" if t else "full" for t in (facts.trim, self.trim))
+            clause(
+                good,
+                f"the build is {built}" + ("" if good else f", not {wanted}") + f" (trim = {str(self.trim).lower()})",
+            )
         if not reasons:
             reasons.append("always")
         return ok, reasons
@@ -270,9 +280,11 @@ def env_restrict(name: str, value: str):
     )
 
 
-def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = ()) -> Condition:
+def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = (), trim_ok: bool = False) -> Condition:
+    """A [requires] table or a patch's ``when``; only a patch may ask for ``trim`` (a build's kernel set, which
+    the profile picks, is no reason to refuse a cell)."""
     table = ck.table(value, path)
-    ck.keys(table, path, ("torch", "cuda", "rocm", "accelerator", "cxx11abi", *extra))
+    ck.keys(table, path, ("torch", "cuda", "rocm", "accelerator", "cxx11abi", *(("trim",) if trim_ok else ()), *extra))
     accelerator: tuple[str, ...] = ()
     if "accelerator" in table:
         items = ck.array(table["accelerator"], path + ("accelerator",), empty_ok=False)
@@ -291,6 +303,7 @@ def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = ()) -> Cond
         rocm=ck.specifier(table["rocm"], path + ("rocm",)) if "rocm" in table else None,
         accelerator=accelerator,
         cxx11abi=cxx11abi,
+        trim=ck.boolean(table["trim"], path + ("trim",)) if "trim" in table else None,
     )
     if not cond.kinds:
         ck.fail(path, "matches no cell: its accelerator kinds and its cuda/rocm specifiers exclude each other")
@@ -361,7 +374,7 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
         seen[name] = i
         why = ck.string(table["why"], path + ("why",), SAFE_TEXT_RE, SAFE_TEXT)
         file = ck.string(table["file"], path + ("file",), RELPATH_RE, "a relative path inside the sdist")
-        when = _condition(ck, table.get("when", {}), path + ("when",))
+        when = _condition(ck, table.get("when", {}), path + ("when",), trim_ok=True)
         kinds = tuple(k for k in when.kinds if k in requires.kinds)
         if not kinds:
             ck.fail(path + ("when",), f"can never apply: [requires] allows only {'/'.join(requires.kinds)} cells")

@@ -114,7 +114,9 @@ def _label(facts: CellFacts) -> str:
     return f"{acc}torch{mm}cxx11abi{'TRUE' if facts.cxx11abi else 'FALSE'}"
 
 
-def cell_facts(torch: str, accelerator: str, archs: str, cxx11abi: bool, label: str | None) -> CellFacts:
+def cell_facts(
+    torch: str, accelerator: str, archs: str, cxx11abi: bool, label: str | None, trim: bool = False
+) -> CellFacts:
     """The cell a recipe is explained or prepared for, from the command's values (UsageError naming the flag)."""
     acc = accelerator
     m = re.fullmatch(r"(cuda|rocm)-(\d{1,2}\.\d{1,2})", acc)
@@ -124,4 +126,4 @@ def cell_facts(torch: str, accelerator: str, archs: str, cxx11abi: bool, label: 
         raise UsageError(f"--torch {torch!r}: give the exact release, e.g. 2.14.1")
     archs = tuple(a for a in re.split(r"[,\s]+", archs or "") if a)
     facts = CellFacts(torch, m.group(1) if m else "cpu", m.group(2) if m else None, cxx11abi, archs)
-    return CellFacts(facts.torch, facts.kind, facts.toolkit, facts.cxx11abi, archs, label or _label(facts))
+    return CellFacts(facts.torch, facts.kind, facts.toolkit, facts.cxx11abi, archs, label or _label(facts), trim)

@@ -71,6 +71,8 @@ def record(
             "sha256": recipe.digest,
             "patches": {p.name: _patch_sha256(p) for p in applied},
         }
+        if spec.trim:  # said only when so: the profile's trimmed kernel set, never a release's
+            recipe_rec["trim"] = True
     else:
         source = {"kind": "checkout", "commit": commit}
         if dirty:  # said only when it is so: a clean tree's record (and wheel) is what it was before the field

@@ -208,6 +208,7 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
 
 
 CROSS_PREFIX = "/opt/cross"
+CROSS_TARGET_ROOT = "/opt/target"
 _X86_64_LOADER = "/lib64/ld-linux-x86-64.so.2"
 
 
@@ -252,6 +253,8 @@ def cross_compiler(image: ImageSpec, base: str, osdef: dict, system_pythons: set
         "host_platform": docker_platform(host),
         "target_platform": docker_platform(machine),
         "base": cross_base,
+        "debian_arch": DEBIAN_ARCH[machine],
+        "root": CROSS_TARGET_ROOT,  # the native stage's copy of the image's root, which its apt and dpkg install into
         "packages": [*table["packages"], *(table.get("python_packages", []) if python else [])],
         "python": python or None,
         "prefix": CROSS_PREFIX,
