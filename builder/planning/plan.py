@@ -627,7 +627,8 @@ def installs_summary(plan: Plan, record: installs_mod.Installs) -> str:
         project = line.split(" ", 1)[0]
         more = f", {unresolved} never resolved" if unresolved else ""
         more += f", {unknown} not resolvable here (no torch of theirs on PyPI to stand in)" if unknown else ""
-        gone = f"; {left[project]} left out (they do not install)" if left.get(project) else ""
+        # only a recipe's cells are left out so (this checkout's wheels require torch alone)
+        gone = f"; {left[project]} left out (they do not install)" if left.get(project) and "(upstream)" in line else ""
         lines.append(f"installs: {line}: {ok} of {len(found)} planned cells resolve beside their torch{more}{gone}")
     return "\n".join(lines)
 

@@ -287,10 +287,31 @@ def doctor_lines_source(wheels: Iterable[ReleaseWheel] | None = None) -> str:
         f"GPUS = {json.dumps(gpu_names())}\n\n"
         "# Where no wheel of either line is built, and what to do instead (builder/data/support.toml).\n"
         f"UNSUPPORTED = {{\n{''.join(f'    {json.dumps(k)}: {json.dumps(v)},{chr(10)}' for k, v in unsupported().items())}}}\n\n"
+        "# Cells of the release's projects that are not built because their requirements do not install beside\n"
+        "# their torch (builder/data/installs.json): the resolver's reason, and what to do instead.\n"
+        f"LEFT_OUT = {json.dumps(left_out_rows(), indent=1)}\n\n"
         "# GPU code a toolkit is known to compile wrong (builder/data/miscompiles.toml): an installed extension\n"
         "# carrying it is a problem on that GPU; the farm's wheels serve it with other code.\n"
         f"MISCOMPILES = {json.dumps(miscompile_rows(), indent=4)}\n"
     )
+
+
+def left_out_rows(wheels: Iterable[ReleaseWheel] | None = None) -> list[dict]:
+    """The installs record's cells that do not install, for the versions the release builds."""
+    from builder.facts import installs
+
+    built = {(w.project, w.version) for w in (release_wheels() if wheels is None else wheels)}
+    rows = []
+    for key, o in sorted(installs.load().cells.items()):
+        if o.installs is not False:
+            continue
+        name_version, torch, python, platform = key.split(" | ")
+        project, version = name_version.split(" ", 1)
+        if (project, version) in built:
+            rows.append({"project": project, "version": version, "torch": ".".join(torch.split()[1].split(".")[:2]),
+                         "python": "cp" + python.removeprefix("py").replace(".", ""),
+                         "machine": _machine(platform), "why": o.why, "instead": o.instead})  # fmt: skip
+    return rows
 
 
 def miscompile_rows() -> list[dict]:

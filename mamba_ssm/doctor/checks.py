@@ -272,6 +272,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     # the machine the installed files are built for
     findings += _machine_findings(mm, facts.get("platform", {}).get("machine"), reinstall)
     findings += _miscompile_findings(facts, upstream_fix(facts, ctx, listed, available))
+    findings += _left_out_findings(facts)
 
     # the extension
     exts = mm.get("extensions") or []
@@ -343,7 +344,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
 
 # Findings that say no wheel of the line serves this machine: where one is found, it is the answer, and no other
 # finding prints a fix (a pin or a build for a platform that has none would contradict it).
-NOT_SERVED = {"unsupported-platform", "free-threaded", "gpu-not-served", "accelerator-not-served"}
+NOT_SERVED = {"unsupported-platform", "free-threaded", "gpu-not-served", "accelerator-not-served", "does-not-install"}
 
 
 def _one_answer(findings: list[Finding]) -> list[Finding]:
@@ -403,6 +404,19 @@ def _floor_findings(facts: dict, ctx: Context) -> list[Finding]:
             "a wheel's manylinux tag is the oldest glibc it loads on; pip skips the wheel on an older one",
             f"run in a newer distribution, or a container of one; or build here: {source_build_line(ctx)}", "glibc-too-old"))  # fmt: skip
     return out
+
+
+def _left_out_findings(facts: dict) -> list[Finding]:
+    """Upstream's line where its wheels are not built for this cell: their requirements do not install beside
+    this torch (the farm resolved them before building). One answer: not supported, and what to do instead."""
+    if not is_upstream(facts) or not (facts["torch"].get("variant") or {}).get("label"):
+        return []
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get((facts["platform"].get("machine") or "").lower(),
+                                                         facts["platform"].get("machine"))  # fmt: skip
+    rows = served.left_out("upstream", facts["torch"]["variant"]["label"], facts["python"].get("tag"), machine)
+    return [Finding("installs", PROBLEM, f"upstream's {r['project']} {r['version']} is not built for torch {r['torch']} "
+                    f"on {r['python']} {r['machine']}: it does not install beside that torch", r["why"],
+                    f"not supported: {served.left_out_says(r)}", "does-not-install") for r in rows]  # fmt: skip
 
 
 def _miscompile_findings(facts: dict, fix: str) -> list[Finding]:

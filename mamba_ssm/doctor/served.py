@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from .. import _variant
-from .lines import GPUS, LINES, MISCOMPILES, UNSUPPORTED
+from .lines import GPUS, LEFT_OUT, LINES, MISCOMPILES, UNSUPPORTED
 
 FAMILY = {"cpu": "CPU", "cu": "CUDA", "hip": "ROCm"}
 # support.toml's rows, by what the doctor sees: the OS (platform.system()) and a free-threaded Python tag
@@ -157,6 +157,8 @@ def no_wheel_axis(
     cell = cells.get(label or "")
     if cell is None:
         return "unknown", "the message names no label the release builds"
+    for row in left_out(line, label, python_tag, machine):
+        return "dependency", left_out_says(row)
     need = (f"Python {', '.join(cell['pythons'])} on Linux {', '.join(cell['machines'])}, glibc >= "
             f"{max(cell['glibc'], key=vtuple)}")  # fmt: skip
     if python_tag and not _python_served(python_tag, cell["pythons"]):
@@ -191,3 +193,23 @@ def miscompiled(project: str, version: str | None, cuda: str | None, sass: list[
         return []
     return [m for m in MISCOMPILES if m["project"] == project and in_spec(version, m["versions"])
             and in_spec(cuda, m["toolkit"]) and m["arch"] in sass and sm_of(capability) == m["arch"]]  # fmt: skip
+
+
+def left_out(line: str, label: str | None, python_tag: str | None, machine: str | None) -> list[dict]:
+    """The line's projects whose wheels are not built for this cell because their requirements do not install
+    beside its torch (lines.LEFT_OUT, from the farm's installs record)."""
+    if not label or not python_tag or not machine:
+        return []
+    try:
+        torch = _variant.parse_label(label)["torch"]
+    except _variant.VariantError:
+        return []
+    projects = LINES[line]["projects"]
+    return [r for r in LEFT_OUT if projects.get(r["project"]) == r["version"] and r["torch"] == torch
+            and r["python"] == python_tag and r["machine"] == machine]  # fmt: skip
+
+
+def left_out_says(row: dict) -> str:
+    instead = f"; instead: {row['instead']}" if row.get("instead") else ""
+    return (f"{row['project']} {row['version']} does not install beside torch {row['torch']} on {row['python']} "
+            f"{row['machine']} (resolved before building: {row['why']}){instead}")  # fmt: skip
