@@ -140,7 +140,7 @@ def test_the_rows_name_their_gpu_code_and_the_gpus_it_is_for(tmp_path):
         assert '<span data-arch="sm_121" title="DGX Spark (GB10)">sm_121 (DGX Spark (GB10))</span>' in arm_row
         assert html.count('class="archs"') == 1
         # each cell states the glibc its wheel's tag needs; a wheel with no manylinux tag states none
-        assert '<span class="glibc" title="the wheel\'s manylinux tag, as repaired">glibc ≥ 2.28</span>' in arm_row
+        assert "glibc ≥ 2.28</span>" in arm_row and 'class="glibc"' in arm_row
         assert html.count('class="glibc"') == arm_row.count('class="glibc"')  # the linux_x86_64 wheel: none
     # a sidecar's archs are names checked before use, never markup
     sidecar["archs"] = ["sm_90", "<script>alert(1)</script>"]

@@ -254,16 +254,18 @@ def test_the_support_summary_matches_the_plan(page):
 FRONT_PAGES = ("README.md", "docs/index.md")
 
 
-def _release_floors() -> dict[str, str]:
-    """{CPU|CUDA|ROCm: glibc} from the release plan's repair targets (spec.manylinux), every line's builds."""
-    from builder.planning.plan import load_plan
+def _release_floors(machine: str, lines=("upstream", "checkout")) -> dict[str, str]:
+    """{CPU|CUDA|ROCm: glibc} of the release's wheels on MACHINE: the plan's repair target raised to what each
+    cell's install resolved at (builder/data/installs.json), every line's builds."""
+    from builder.publishing import pins
 
     fam = {"cpu": "CPU", "cu": "CUDA", "hip": "ROCm"}
     out: dict[str, str] = {}
-    for b in load_plan(profile="release").builds:
-        f = fam[re.match(r"cpu|cu|hip", b.accelerator).group(0)]
-        glibc = ".".join(b.manylinux.split("_")[1:3])
-        out[f] = max(out.get(f, glibc), glibc, key=lambda v: tuple(map(int, v.split("."))))
+    for w in pins.release_wheels():
+        if w.platform != f"linux_{machine}" or w.line not in lines:
+            continue
+        f = fam[re.match(r"cpu|cu|hip", w.accelerator).group(0)]
+        out[f] = max(out.get(f, w.glibc), w.glibc, key=lambda v: tuple(map(int, v.split("."))))
     return out
 
 
@@ -277,10 +279,16 @@ def test_the_front_door_states_the_floors_the_data_holds(page):
     from mamba_ssm.doctor import served
 
     text = " ".join((REPO / page).read_text().split())
-    floors = _release_floors()
-    assert floors == {**served.glibc_floors("upstream"), **served.glibc_floors("checkout")}
+    floors = _release_floors("x86_64")
+    assert floors == {**served.glibc_floors("upstream", "x86_64"), **served.glibc_floors("checkout", "x86_64")}
     assert floors["CPU"] == floors["CUDA"]
-    assert f"(glibc {floors['CUDA']} or newer; ROCm wheels {floors['ROCm']})" in text, page
+    raised = [(line, m, f["CUDA"]) for line in ("upstream", "checkout") for m in ("aarch64",)
+              if (f := _release_floors(m, (line,))).get("CUDA") not in (None, floors["CUDA"])]  # fmt: skip
+    assert raised == [(line, m, served.glibc_floors(line, m)["CUDA"]) for line, m, _f in raised]
+    said = f"glibc {floors['CUDA']} or newer" + "".join(
+        f", {'upstream' if line == 'upstream' else 'this repository'}'s line on {m} {f} for its dependencies' wheels"
+        for line, m, f in raised)  # fmt: skip
+    assert f"{said}; ROCm wheels {floors['ROCm']}" in text, (page, said)
     majors = sorted({b.accelerator[2:] for b in load_plan(profile="release").builds if b.accelerator.startswith("cu")}, key=int)
     drivers = compat.load().drivers
     first, *rest = majors

@@ -13,17 +13,19 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from indexkit import isolated_env, make_venv, serve, uv_bin
+from indexkit import isolated_env, make_venv, pip, serve, uv_bin
 from wheelmaker import make_wheel
 
 from builder.errors import SourceFetchError
 from builder.facts import installs as record_mod
 from builder.planning.plan import cell_outcomes, load_plan
 from builder.publishing import installs
-from builder.sourcing.snapshot import Snapshot, SnapshotServer
+from builder.sourcing.snapshot import Snapshot
 
 FIXTURE = REPO / "tests" / "data" / "installs-snapshot"
-QUERIES = {q["project"] + " " + q["torch"] + " " + q["platform"]: q for q in json.loads((FIXTURE / "queries.json").read_text())}
+QUERIES = {
+    q["project"] + " " + q["torch"] + " " + q["platform"]: q for q in json.loads((FIXTURE / "queries.json").read_text())
+}
 
 
 def query(name: str) -> installs.Query:
@@ -158,15 +160,12 @@ def test_the_page_command_for_a_torch_2_8_cell(tmp_path):
     with serve(tmp_path) as url:
         env.update(PIP_INDEX_URL=f"{url}/pypi/simple/", PIP_FIND_LINKS=f"{url}/farm/")
         venv = make_venv(tmp_path / "venv", sys.executable, env)
-        py = str(venv / "bin" / "python")
-        subprocess.run([py, "-m", "pip", "install", "-q", "torch==2.8.0"], check=True, env=env)
-        r = subprocess.run([py, "-m", "pip", "install", f"causal-conv1d==1.7.0+{label}"], capture_output=True,
-                           text=True, env=env)  # fmt: skip
+        pip(venv, ["install", "-q", "torch==2.8.0"], env)  # real pip (this test's), into the user's venv
+        r = pip(venv, ["install", f"causal-conv1d==1.7.0+{label}"], env, check=False)
         assert r.returncode == 0, r.stdout + r.stderr
-        r = subprocess.run([py, "-m", "pip", "install", f"mamba-ssm==2.3.2.post1+{label}"], capture_output=True,
-                           text=True, env=env)  # fmt: skip
+        r = pip(venv, ["install", f"mamba-ssm==2.3.2.post1+{label}"], env, check=False)
         assert r.returncode != 0 and "triton" in r.stdout + r.stderr
-        show = subprocess.run([py, "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, env=env)
+        show = pip(venv, ["list", "--format", "json"], env)
     have = {p["name"]: p["version"] for p in json.loads(show.stdout)}
     assert have["torch"] == "2.8.0" and have["causal-conv1d"] == f"1.7.0+{label.lower()}" and "mamba-ssm" not in have
 

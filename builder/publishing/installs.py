@@ -112,8 +112,13 @@ def _clean_env() -> dict[str, str]:
     indexes, a torch constraint) reaches them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
     # no interpreter download either: uv would try GitHub for a CPython of the cell's version, and wait on it
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", UV_NO_CONFIG="1",
-               UV_PYTHON_DOWNLOADS="never")
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PIP_NO_INPUT="1",
+        UV_NO_CONFIG="1",
+        UV_PYTHON_DOWNLOADS="never",
+    )
     return env
 
 

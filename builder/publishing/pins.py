@@ -252,14 +252,18 @@ def doctor_lines(wheels: Iterable[ReleaseWheel] | None = None) -> dict[str, dict
         projects = sorted({w.project for w in mine})
         labels: dict[str, dict] = {}
         for w in sorted(mine, key=lambda w: w.label):
-            cell = labels.setdefault(w.label, {"pythons": set(), "machines": set(), "glibc": set(), "archs": set()})
+            cell = labels.setdefault(w.label, {"pythons": set(), "machines": set(), "glibc": set(), "archs": set(),
+                                               "glibc_by_machine": {}})  # fmt: skip
             cell["pythons"].add(f"{w.python}-abi3" if w.abi3 else w.python)
             cell["machines"].add(_machine(w.platform))
             cell["glibc"].add(w.glibc)
             cell["archs"].update(w.archs)
+            by = cell["glibc_by_machine"]  # the machine's own floor: upstream's aarch64 wheels need 2.34, not x86_64's
+            by[_machine(w.platform)] = max(by.get(_machine(w.platform), w.glibc), w.glibc, key=_vtuple)
         for cell in labels.values():
             for key in ("pythons", "machines", "glibc"):
                 cell[key] = sorted(cell[key])
+            cell["glibc_by_machine"] = dict(sorted(cell["glibc_by_machine"].items()))
             cell["archs"] = sorted(cell["archs"], key=lambda a: (a[:2], int(re.sub(r"\D", "", a) or 0)))
         out[line] = {"folder": folder, "projects": {p: newest(p, line, wheels) for p in projects}, "labels": labels}
     return out
@@ -294,6 +298,10 @@ def doctor_lines_source(wheels: Iterable[ReleaseWheel] | None = None) -> str:
         "# carrying it is a problem on that GPU; the farm's wheels serve it with other code.\n"
         f"MISCOMPILES = {json.dumps(miscompile_rows(), indent=4)}\n"
     )
+
+
+def _vtuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
 
 
 def left_out_rows(wheels: Iterable[ReleaseWheel] | None = None) -> list[dict]:

@@ -271,7 +271,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
 
     # the machine the installed files are built for
     findings += _machine_findings(mm, facts.get("platform", {}).get("machine"), reinstall)
-    findings += _miscompile_findings(facts, upstream_fix(facts, ctx, listed, available))
+    findings += _miscompile_findings(facts, lambda: upstream_fix(facts, ctx, listed, available))
     findings += _left_out_findings(facts)
 
     # the extension
@@ -350,10 +350,11 @@ NOT_SERVED = {"unsupported-platform", "free-threaded", "gpu-not-served", "accele
 def _one_answer(findings: list[Finding]) -> list[Finding]:
     if not any(f.kind in NOT_SERVED and f.verdict == PROBLEM for f in findings):
         return findings
-    first = next(f for f in findings if f.kind in NOT_SERVED)
+    first = next(f for f in findings if f.kind in NOT_SERVED and f.verdict == PROBLEM)
     out = []
     for f in findings:
-        if f.kind not in NOT_SERVED and f.fix:
+        if f is not first and f.fix and (f.kind not in NOT_SERVED or f.kind == "does-not-install"):
+            # a cell left out for its requirements is moot where the machine itself is not served
             f = replace(f, fix="", detail=f"{f.detail} (no fix of its own: {first.title})".strip())
         out.append(f)
     return out
@@ -383,6 +384,7 @@ def _floor_findings(facts: dict, ctx: Context) -> list[Finding]:
     line = "upstream" if is_upstream(facts) else CHECKOUT
     fam = served.family(label)
     floors = served.glibc_floors(line)
+    on_machine = served.glibc_floors(line, _machine(ctx.machine))  # the machine's own floor, where it has wheels
     out = []
     if fam not in floors:
         other = CHECKOUT if line == "upstream" else "upstream"
@@ -398,9 +400,10 @@ def _floor_findings(facts: dict, ctx: Context) -> list[Finding]:
             f"its wheels are for {', '.join(floors)}",
             f"not supported: install a {' or '.join(floors)} build of torch for this line{instead}", "accelerator-not-served"))  # fmt: skip
         return out
-    if ctx.glibc and served.vtuple(ctx.glibc) < served.vtuple(floors[fam]):
+    floor = on_machine.get(fam, floors[fam])
+    if ctx.glibc and served.vtuple(ctx.glibc) < served.vtuple(floor):
         out.append(Finding(
-            "glibc", PROBLEM, f"this system's glibc {ctx.glibc} is older than the {floors[fam]} the {line} line's {fam} wheels need",
+            "glibc", PROBLEM, f"this system's glibc {ctx.glibc} is older than the {floor} the {line} line's {fam} wheels need",
             "a wheel's manylinux tag is the oldest glibc it loads on; pip skips the wheel on an older one",
             f"run in a newer distribution, or a container of one; or build here: {source_build_line(ctx)}", "glibc-too-old"))  # fmt: skip
     return out
@@ -419,7 +422,7 @@ def _left_out_findings(facts: dict) -> list[Finding]:
                     f"not supported: {served.left_out_says(r)}", "does-not-install") for r in rows]  # fmt: skip
 
 
-def _miscompile_findings(facts: dict, fix: str) -> list[Finding]:
+def _miscompile_findings(facts: dict, fix) -> list[Finding]:
     """An installed causal-conv1d whose code for this GPU a toolkit is known to compile wrong (the farm's wheels
     serve that GPU with other code: lines.MISCOMPILES)."""
     cc, torch = facts.get("causal_conv1d") or {}, facts.get("torch") or {}
@@ -431,7 +434,7 @@ def _miscompile_findings(facts: dict, fix: str) -> list[Finding]:
                                         gpu.get("capability")):  # fmt: skip
                 out.append(Finding(
                     "gpu-code", PROBLEM, f"{ext['module']} carries {m['arch']} code that computes wrong results on "
-                    f"{gpu.get('name') or m['arch']}", m["note"], fix, "miscompiled"))  # fmt: skip
+                    f"{gpu.get('name') or m['arch']}", m["note"], fix(), "miscompiled"))  # fmt: skip
     return out
 
 

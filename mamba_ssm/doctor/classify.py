@@ -208,7 +208,7 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
     if kind in {"reinstall-variant", "abi", "other-torch"}:
         return reinstall
     if kind == "older-glibc":
-        floors = served.glibc_floors(ctx.line or CHECKOUT)
+        floors = {**served.glibc_floors(ctx.line or CHECKOUT), **served.glibc_floors(ctx.line or CHECKOUT, ctx.machine)}
         fam = served.family(ctx.variant_label or "")
         need = f"glibc {floors[fam]} or newer (the {fam} wheels' floor)" if fam in floors else f"a newer glibc ({_floors_text(floors)})"
         return f"run where there is {need}: a newer distribution, or a container of one; or build against this system's glibc: {source_build_line(ctx)}"
@@ -363,7 +363,8 @@ def _details(kind: str, groups: dict, text: str, ctx: Context) -> tuple[dict, Co
         said = "; ".join([*(f"the user requested {r}" for r in asked), *pairs])
         return {**groups, "conflict": f" ({said})" if said else ""}, ctx
     if kind == "glibc-too-old":
-        return {**groups, "floors": "the farm's " + _floors_text(served.glibc_floors(ctx.line or CHECKOUT))}, ctx
+        floors = {**served.glibc_floors(ctx.line or CHECKOUT), **served.glibc_floors(ctx.line or CHECKOUT, ctx.machine)}
+        return {**groups, "floors": "the farm's " + _floors_text(floors)}, ctx
     return groups, ctx
 
 

@@ -27,12 +27,15 @@ def vtuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", version)[:3])
 
 
-def glibc_floors(line: str) -> dict[str, str]:
-    """{CPU|CUDA|ROCm: the glibc its wheels need}: the highest manylinux floor of that family's wheels."""
+def glibc_floors(line: str, machine: str | None = None) -> dict[str, str]:
+    """{CPU|CUDA|ROCm: the glibc its wheels need}: the highest floor of that family's wheels (on MACHINE: each
+    machine's own, their dependencies' wheels included)."""
     out: dict[str, str] = {}
     for label, cell in LINES[line]["labels"].items():
         fam = family(label)
-        floor = max(cell["glibc"], key=vtuple)
+        if machine and machine not in cell["glibc_by_machine"]:
+            continue
+        floor = max([cell["glibc_by_machine"][machine]] if machine else cell["glibc"], key=vtuple)
         if fam not in out or vtuple(floor) > vtuple(out[fam]):
             out[fam] = floor
     return out
@@ -167,8 +170,9 @@ def no_wheel_axis(
         return "Python", f"the {label} wheels are for {', '.join(cell['pythons'])}"
     if machine and machine not in cell["machines"]:
         return "platform", f"the {label} wheels are for Linux {', '.join(cell['machines'])}, this machine is {machine}"
-    if glibc and vtuple(glibc) < vtuple(max(cell["glibc"], key=vtuple)):
-        return "glibc", f"the {label} wheels need glibc >= {max(cell['glibc'], key=vtuple)}, this system has {glibc}"
+    floor = cell["glibc_by_machine"].get(machine or "", max(cell["glibc"], key=vtuple))
+    if glibc and vtuple(glibc) < vtuple(floor):
+        return "glibc", f"the {label} wheels need glibc >= {floor}, this system has {glibc}"
     return "unknown", f"the {label} wheels are for {need}; one of these is not the machine's"
 
 
