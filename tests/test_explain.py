@@ -446,6 +446,13 @@ def test_a_resolution_conflict_is_recognised_and_keeps_torch():
     assert d.kind == "resolution-conflict", d
     assert "triton>=3.5.0" in d.why and "triton==3.2.0" in d.why and "torch==2.6.0" in d.why
     assert "do not let pip replace torch" in d.fix and not pins.commands_in(d.fix)
+    # the farm resolved that cell before building (builder/data/installs.json, through lines.LEFT_OUT): it says so,
+    # and what to do instead, as the record has it
+    from mamba_ssm.doctor import served
+
+    [row, *_] = served.left_out_any("mamba-ssm", "2.3.2.post1", "cu12torch2.6cxx11abiFALSE")
+    assert f"the farm resolved it before building: {served.left_out_says(row)}" in d.fix
+    assert "instead: torch >= " in d.fix
 
 
 def test_no_fix_relies_on_a_variable_upstreams_setup_py_ignores():

@@ -227,7 +227,7 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
         return (
             "keep your torch and take a cell whose requirements resolve beside it: the cells and their commands are "
             f"on {line_root(ctx)}/ (a torch the pinned wheel's dependencies accept, or the stable-ABI wheel's); "
-            "do not let pip replace torch to make them fit"
+            f"do not let pip replace torch to make them fit{groups.get('left_out', '')}"
         )
     if kind == "no-build-isolation":
         return f"{paste([ctx.python, '-m', 'pip', 'install', '--no-build-isolation', source_requirement(ctx)])}  (with torch already installed)"
@@ -361,7 +361,14 @@ def _details(kind: str, groups: dict, text: str, ctx: Context) -> tuple[dict, Co
         pairs = [f"{a} depends on {b}" for a, b in _DEPENDS.findall(text)[:4]]
         asked = _REQUESTED.findall(text)[:2]
         said = "; ".join([*(f"the user requested {r}" for r in asked), *pairs])
-        return {**groups, "conflict": f" ({said})" if said else ""}, ctx
+        known = ""
+        for project, version, label in _PINNED.findall(text)[:4]:  # what the farm's own resolution said of the cell
+            rows = [r for r in served.left_out(ctx.line or "upstream", label, ctx.python_tag, ctx.machine)
+                    or served.left_out_any(project, version, label) if r["project"] == project]  # fmt: skip
+            if rows:
+                known = f"; the farm resolved it before building: {served.left_out_says(rows[0])}"
+                break
+        return {**groups, "conflict": f" ({said})" if said else "", "left_out": known}, ctx
     if kind == "glibc-too-old":
         floors = {**served.glibc_floors(ctx.line or CHECKOUT), **served.glibc_floors(ctx.line or CHECKOUT, ctx.machine)}
         return {**groups, "floors": "the farm's " + _floors_text(floors)}, ctx
@@ -369,6 +376,7 @@ def _details(kind: str, groups: dict, text: str, ctx: Context) -> tuple[dict, Co
 
 
 _DEPENDS = re.compile(r"([A-Za-z0-9][\w.-]{0,64} [\w.+!-]{1,64}) depends on ([A-Za-z0-9][\w.-]{0,64}[=<>!~]{1,3}[\w.*+!-]{1,64})")
+_PINNED = re.compile(r"\b(mamba-ssm|causal-conv1d)[ =]=?=?([0-9][\w.]{0,31})\+([a-z0-9.]{3,40}(?:TRUE|FALSE|true|false|stable))")
 _REQUESTED = re.compile(r"The user requested ([A-Za-z0-9][\w.-]{0,64}(?:[=<>!~]{1,3}[\w.*+!-]{1,64})?)")
 
 

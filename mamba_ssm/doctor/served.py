@@ -217,3 +217,13 @@ def left_out_says(row: dict) -> str:
     instead = f"; instead: {row['instead']}" if row.get("instead") else ""
     return (f"{row['project']} {row['version']} does not install beside torch {row['torch']} on {row['python']} "
             f"{row['machine']} (resolved before building: {row['why']}){instead}")  # fmt: skip
+
+
+def left_out_any(project: str, version: str, label: str) -> list[dict]:
+    """The left-out cells of PROJECT VERSION for LABEL's torch, whatever the Python and machine (a pasted error
+    may not say them)."""
+    try:
+        torch = _variant.parse_label(label)["torch"]
+    except _variant.VariantError:
+        return []
+    return [r for r in LEFT_OUT if (r["project"], r["version"], r["torch"]) == (project, version, torch)]
