@@ -5,6 +5,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import setuptools  # noqa: F401 - first, in every worker: its distutils shim settles before any test can import the stdlib's
 from hypothesis import settings
 
 # The checkout, for every test module: `from conftest import REPO`.

@@ -310,9 +310,11 @@ def test_the_platforms_page_floors_are_computed_from_the_plan_and_the_data():
     from builder.facts import compat
 
     page = refgen.floors_markdown()
-    floors = _release_floors()
-    assert f"| this repository's mamba-ssm | CPU | {floors['CPU']} or newer |" in page
-    assert f"| upstream's mamba-ssm and causal-conv1d | ROCm | {floors['ROCm']} or newer |" in page
+    ours, theirs = _release_floors("x86_64", ("checkout",)), _release_floors("x86_64", ("upstream",))
+    assert f"| this repository's mamba-ssm | CPU | {ours['CPU']} or newer |" in page
+    assert f"| upstream's mamba-ssm and causal-conv1d | ROCm | {theirs['ROCm']} or newer |" in page
+    arm = _release_floors("aarch64", ("upstream",))["CUDA"]
+    assert f"| upstream's mamba-ssm and causal-conv1d | cu13 | {theirs['CUDA']} or newer (aarch64: {arm}) |" in page
     assert all(f"{d} or newer" in page for d in compat.load().drivers.values())
     assert "V100 (sm_70)" in page.rsplit("\n\n", 1)[1] and "RTX 30 (sm_86)" in page
     assert "<!-- generated: floors -->" in (DOCS / "reference" / "platforms.md").read_text()

@@ -535,7 +535,7 @@ def test_causal_conv1d_code_a_toolkit_miscompiles_is_named_on_that_gpu():
         return [f for f in run_checks(f, offline=True)[0] if f.kind == "miscompiled"]
 
     [found] = facts(b300, ["sm_90", "sm_100", "sm_103"])
-    assert found.verdict == PROBLEM and "sm_103" in found.title and "issue 105" in found.detail
+    assert found.verdict == PROBLEM and "sm_103" in found.title and "causal-conv1d/issues/105" in found.detail
     assert "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE" in found.fix
     assert facts(h100, ["sm_90", "sm_100", "sm_103"]) == []
     assert facts(b300, ["sm_90", "sm_100"]) == []

@@ -50,29 +50,30 @@ def _wheel(filename: str, metadata: str) -> bytes:
     return buf.getvalue()
 
 
-def _sdist(name: str, version: str, setup_py: str) -> bytes:
+def _sdist(name: str, version: str, files: dict[str, str]) -> bytes:
+    """An sdist holding FILES (path inside the sdist -> text) and a PKG-INFO."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        for member, text in ((f"{name}-{version}/setup.py", setup_py),
-                             (f"{name}-{version}/PKG-INFO", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")):  # fmt: skip
+        members = {**files, "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
+        for rel, text in members.items():
             data = text.encode()
-            info = tarfile.TarInfo(member)
+            info = tarfile.TarInfo(f"{name}-{version}/{rel}")
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
-def _recipe_setup_py(recipe_path: Path, drop: str | None = None) -> str:
-    """A setup.py holding every text the recipe's patches search for (as many times as each expects),
+def _recipe_files(recipe_path: Path, drop: str | None = None) -> dict[str, str]:
+    """Each file the recipe's patches edit, holding every text they search for (as many times as each expects),
     less the edit whose search starts with ``drop``: the shape an upstream release that changed one line has."""
     doc = tomlkit.parse(recipe_path.read_text()).unwrap()
-    parts = ["from setuptools import setup\n"]
+    files: dict[str, list[str]] = {"setup.py": ["from setuptools import setup\n"]}
     for patch in doc["patch"]:
         for edit in patch["edit"]:
             if drop and edit["search"].strip().startswith(drop):
                 continue
-            parts += [edit["search"]] * edit.get("count", 1)
-    return "\n".join(parts)
+            files.setdefault(patch["file"], []).extend([edit["search"]] * edit.get("count", 1))
+    return {rel: "\n".join(parts) for rel, parts in files.items()}
 
 
 class _Recorded:
@@ -311,8 +312,8 @@ def test_new_patch_release_moves_latest_and_keeps_the_comments(farm):
 def test_new_recipe_sdist_whose_patch_no_longer_applies_keeps_the_pin_and_names_the_patch(farm):
     recorded = _Recorded()
     recipe = farm / "recipes" / "causal-conv1d.toml"
-    setup_py = _recipe_setup_py(recipe, drop='"cxx": ["-O3"],')
-    sha = recorded.add_sdist("causal-conv1d", "causal_conv1d-1.7.1.tar.gz", _sdist("causal_conv1d", "1.7.1", setup_py))
+    files = _recipe_files(recipe, drop='"cxx": ["-O3"],')
+    sha = recorded.add_sdist("causal-conv1d", "causal_conv1d-1.7.1.tar.gz", _sdist("causal_conv1d", "1.7.1", files))
     before = recipe.read_text()
     with serve(recorded) as (index, _):
         report = drift(farm, index, "--since", "2.15")
@@ -330,12 +331,13 @@ def test_new_recipe_sdist_whose_patches_apply_moves_the_pin(farm):
     recorded = _Recorded()
     recipe = farm / "recipes" / "causal-conv1d.toml"
     sha = recorded.add_sdist("causal-conv1d", "causal_conv1d-1.7.1.tar.gz",
-                             _sdist("causal_conv1d", "1.7.1", _recipe_setup_py(recipe)))  # fmt: skip
+                             _sdist("causal_conv1d", "1.7.1", _recipe_files(recipe)))  # fmt: skip
     before = recipe.read_text()
     with serve(recorded) as (index, _):
         wrote = drift(farm, index, "--since", "2.15", "--write")
         assert wrote.returncode == DRIFT_EXIT, wrote.stdout + wrote.stderr
-        assert "written (all 3 patches apply)" in wrote.stdout
+        patches = len(tomlkit.parse(recipe.read_text()).unwrap()["patch"])
+        assert f"written (all {patches} patches apply)" in wrote.stdout
         assert drift(farm, index, "--since", "2.15").returncode == 0
     removed, added = changed(before, recipe.read_text())
     assert removed == [

@@ -731,7 +731,7 @@ def test_drift_yml_refreshes_its_pr_then_fails_on_a_broken_patch(drift_work):
     """Run 2: the same drift refreshes the PR (gh pr edit), no second one. Run 3: a new causal-conv1d sdist
     whose setup.py lost a line a patch edits: the check exits 10, the PR is still refreshed with the table
     naming the patch, and the run fails after it."""
-    from test_drift import _recipe_setup_py, _sdist
+    from test_drift import _recipe_files, _sdist
 
     if not (drift_work / "remotes").exists():
         pytest.skip("needs run 1 (test_drift_yml_opens_a_pr_holding_only_the_data_files) first, in this session")
@@ -742,7 +742,7 @@ def test_drift_yml_refreshes_its_pr_then_fails_on_a_broken_patch(drift_work):
 
     recorded = _patch_release()
     recipe = REPO / "recipes" / "causal-conv1d.toml"
-    data = _sdist("causal_conv1d", "1.7.1", _recipe_setup_py(recipe, drop='"cxx": ["-O3"],'))
+    data = _sdist("causal_conv1d", "1.7.1", _recipe_files(recipe, drop='"cxx": ["-O3"],'))
     recorded.add_sdist("causal-conv1d", "causal_conv1d-1.7.1.tar.gz", data)
     r, bare, base, pulls, _ = _drift_run(drift_work, recorded)
     assert r.rc != 0 and r.jobs == {"check": "succeeded", "pull-request": "failed"}, r.jobs

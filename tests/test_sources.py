@@ -400,7 +400,9 @@ def test_a_corrupt_gzip_fails_its_build_alone_and_the_run_exits_8(tmp_path, monk
         if corrupt:
             corrupt_gzip(archive, f"{name}-1.0", 0.5)
         else:
-            _tarball(archive, {"setup.py": b"print('good')\n"}, f"{name}-1.0")
+            # a package whose metadata prepares (the preflight, the build's first step, reads it)
+            _tarball(archive, {"setup.py": b"from setuptools import setup\nsetup(name='good', version='1.0')\n"},
+                     f"{name}-1.0")  # fmt: skip
         pin = _pin_of(archive, name)
         cached = tmp_path / "farm" / "sdists" / pin.sha256 / pin.filename
         cached.parent.mkdir(parents=True)
@@ -424,6 +426,7 @@ def test_a_corrupt_gzip_fails_its_build_alone_and_the_run_exits_8(tmp_path, monk
             archs=(),
             label="cputorch2.14",
             project=n,
+            trim=False,
         )
         for n in recipes
     ]

@@ -523,7 +523,7 @@ def support_markdown() -> str:
 
 def floors_markdown() -> str:
     """What a machine needs for each line's wheels, computed: the glibc floor of each accelerator family (the
-    release plan's manylinux targets), the NVIDIA driver of each CUDA major (toolkits.toml [driver]) and the GPUs
+    release plan's manylinux targets, raised per machine to what the cells' installs resolved at), the NVIDIA driver of each CUDA major (toolkits.toml [driver]) and the GPUs
     each CUDA major's wheels run on (their arch lists, the names in toolkits.toml [gpus]), and the GPUs none serves."""
     from builder.facts import compat as compat_mod
     from builder.planning.plan import load_plan
@@ -532,12 +532,18 @@ def floors_markdown() -> str:
     compat = compat_mod.load()
     vkey = lambda v: tuple(map(int, v.split(".")))
     fam = {"cpu": "CPU", "cu": "CUDA", "hip": "ROCm"}
-    floors: dict[tuple[str, str], set] = defaultdict(set)
+    from builder.publishing import pins
+
+    floors: dict[tuple[str, str], dict] = defaultdict(dict)  # (line, family) -> {machine: the highest floor}
+    for w in pins.release_wheels():  # the plan's target raised to what each cell's install resolved at
+        line = "upstream's mamba-ssm and causal-conv1d" if w.line == "upstream" else "this repository's mamba-ssm"
+        f = next(v for k, v in fam.items() if w.accelerator.startswith(k))
+        machine = w.platform.removeprefix("linux_")
+        floors[(line, f)][machine] = max(floors[(line, f)].get(machine, w.glibc), w.glibc, key=vkey)
     majors: dict[str, set] = defaultdict(set)
     for b in load_plan(profile="release").builds:
         line = "upstream's mamba-ssm and causal-conv1d" if b.from_recipe else "this repository's mamba-ssm"
         f = next(v for k, v in fam.items() if b.accelerator.startswith(k))
-        floors[(line, f)].add(".".join(b.manylinux.split("_")[1:3]))
         if f == "CUDA":
             majors[b.accelerator].update(b.archs)
         if f == "ROCm":
@@ -553,7 +559,9 @@ def floors_markdown() -> str:
                 gpus = "; ".join(names)
             if f == "ROCm":
                 gpus = "; ".join(f"{compat.gpu_names.get(a, a)} ({a})" for a in sorted(majors[(line, "rocm")]))
-            out.append(f"| {line} | {acc or f} | {max(glibcs, key=vkey)} or newer | {driver} | {gpus} |")
+            base = glibcs.get("x86_64") or max(glibcs.values(), key=vkey)
+            more = "".join(f" ({m}: {g})" for m, g in sorted(glibcs.items()) if g != base)
+            out.append(f"| {line} | {acc or f} | {base} or newer{more} | {driver} | {gpus} |")
     unserved = [f"{n} ({sm})" for sm, n in compat.gpu_names.items() if sm.startswith("sm_")
                 and not any(served.gpu_accelerators(line, f"{sm[3:-1]}.{sm[-1]}") for line in ("upstream", "checkout"))]  # fmt: skip
     out += ["", (f"No wheel of either line carries code for {', '.join(unserved)}: this repository's mamba-ssm builds "

@@ -414,9 +414,9 @@ def _left_out_findings(facts: dict) -> list[Finding]:
     this torch (the farm resolved them before building). One answer: not supported, and what to do instead."""
     if not is_upstream(facts) or not (facts["torch"].get("variant") or {}).get("label"):
         return []
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get((facts["platform"].get("machine") or "").lower(),
-                                                         facts["platform"].get("machine"))  # fmt: skip
-    rows = served.left_out("upstream", facts["torch"]["variant"]["label"], facts["python"].get("tag"), machine)
+    machine = _machine((facts.get("platform") or {}).get("machine"))
+    python = (facts.get("python") or {}).get("tag")
+    rows = served.left_out("upstream", facts["torch"]["variant"]["label"], python, machine)
     return [Finding("installs", PROBLEM, f"upstream's {r['project']} {r['version']} is not built for torch {r['torch']} "
                     f"on {r['python']} {r['machine']}: it does not install beside that torch", r["why"],
                     f"not supported: {served.left_out_says(r)}", "does-not-install") for r in rows]  # fmt: skip

@@ -297,6 +297,6 @@ MISCOMPILES = [
         "modules": [
             "causal_conv1d_cuda"
         ],
-        "note": "sm_103 runs sm_100 code (+ compute_100 PTX): nvcc 13.x miscompiles the forward and update kernels for sm_103: on a B300 the max abs error is about 0.5 and the state update is lost; the sm_100 code is bit-exact on the same GPU (Dao-AILab/causal-conv1d issue 105 (fix: pull request 106))"
+        "note": "sm_103 runs sm_100 code (+ compute_100 PTX): nvcc 13.x miscompiles the forward and update kernels for sm_103: on a B300 the max abs error is about 0.5 and the state update is lost; the sm_100 code is bit-exact on the same GPU (https://github.com/Dao-AILab/causal-conv1d/issues/105 (the fix: https://github.com/Dao-AILab/causal-conv1d/pull/106))"
     }
 ]
