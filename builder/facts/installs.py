@@ -11,11 +11,13 @@ reads (PyPI's metadata for a torch release stands in for PyTorch's own index).
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import MatrixError
+from builder.facts.compat import vtuple
 from builder.facts.paths import DATA
 from mamba_ssm._untrusted import Untrusted, expect, load_json, read_regular
 
@@ -66,7 +68,7 @@ class Installs:
             same = (p, v, py, plat) == (project, version, python, platform) and (
                 t == minor or t.startswith(minor + ".")
             )
-            if same and (found is None or _release(t) > _release(found[0])):
+            if same and (found is None or vtuple(t) > vtuple(found[0])):
                 found = (t, o)
         return found[1] if found else None
 
@@ -77,15 +79,18 @@ def _parts(key: str) -> tuple[str, str, str, str, str]:
     return name, version, torch.removeprefix("torch "), python.removeprefix("py"), platform
 
 
-def _release(v: str) -> tuple[int, ...]:
-    return tuple(int(x) if x.isdigit() else 0 for x in v.split("."))
-
-
 def load(path: Path | None = None) -> Installs:
-    """The record (an empty one when the file does not exist yet); a malformed one is refused with its place."""
+    """The record (an empty one when the file does not exist yet); a malformed one is refused with its place.
+    Parsed once per version of the file: the coverage page and the release's pins ask it cell by cell."""
     path = Path(path or RECORD)
     if not os.path.lexists(path):
         return Installs(path, {})
+    st = os.lstat(path)
+    return _load(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: Path, _mtime_ns: int, _size: int) -> Installs:
     try:
         raw = read_regular(path, MAX_RECORD_BYTES, str(path))
         doc = expect(load_json(raw, str(path)), dict, str(path))

@@ -34,6 +34,11 @@ class Miscompile:
             return False
         return Version(version) in self.versions and Version(toolkit) in self.toolkit
 
+    def shown_in(self, device_code) -> bool:
+        """Whether a wheel's device code shows this entry applied: its arch absent, the code serving it present."""
+        have = set(device_code)
+        return self.arch not in have and {self.serve_with, self.ptx} <= have
+
     def note(self) -> str:
         return f"{self.arch} runs {self.serve_with} code (+ {self.ptx} PTX): {self.what} ({self.reference})"
 
@@ -78,6 +83,4 @@ def apply(project: str, version: str, toolkit: str | None, archs: tuple[str, ...
 def served_by(project: str, version: str, toolkit: str | None, device_code: list[str]) -> dict[str, str]:
     """{arch: what serves it and why} for a wheel whose device code shows an entry applied (its arch absent, the
     code serving it present): the evidence record carries it."""
-    have = set(device_code)
-    return {m.arch: m.note() for m in load() if m.matches(project, version, toolkit)
-            and m.arch not in have and {m.serve_with, m.ptx} <= have}  # fmt: skip
+    return {m.arch: m.note() for m in load() if m.matches(project, version, toolkit) and m.shown_in(device_code)}

@@ -148,10 +148,9 @@ def _miscompile_notes(project: str, versions: set[str], archs: list[dict]) -> li
     row's wheels show it: the arch left out, the code serving it present."""
     from builder.facts import miscompiles
 
-    present = {a["arch"] for a in archs}
     return [m.note() for m in miscompiles.load()
             if m.project == project and any(v.partition("+")[0] in m.versions for v in versions)
-            and m.arch not in present and {m.serve_with, m.ptx} <= present]  # fmt: skip
+            and m.shown_in(a["arch"] for a in archs)]  # fmt: skip
 
 
 def _row_archs(entries) -> list[dict]:

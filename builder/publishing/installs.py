@@ -36,6 +36,7 @@ from builder.facts import hostenv
 from builder.facts.compat import vtuple
 from builder.facts.installs import cell_key
 from builder.sourcing.snapshot import Snapshot, SnapshotServer
+from builder.verifying.wheels import manylinux_glibc
 from mamba_ssm._untrusted import Untrusted, expect, load_json, shown, text
 
 # glibc floors a cell may be raised to when its own does not resolve (RHEL 8, Debian 11, RHEL 9 and Ubuntu 22.04's
@@ -96,15 +97,8 @@ def manylinux_platforms(machine: str, glibc: str) -> list[str]:
 
 def wheel_floor(filename: str) -> str:
     """The glibc a wheel's best-supported manylinux tag needs: the oldest of the tags it carries."""
-    floors = []
-    for tag in parse_wheel_filename(filename)[3]:
-        m = re.match(r"manylinux_(\d+)_(\d+)_", tag.platform)
-        if m:
-            floors.append((int(m.group(1)), int(m.group(2))))
-        else:
-            legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-            floors.extend(v for k, v in legacy.items() if tag.platform.startswith(k + "_"))
-    return ".".join(map(str, min(floors))) if floors else "0.0"
+    floors = [manylinux_glibc(t.platform) for t in parse_wheel_filename(filename)[3]]
+    return ".".join(map(str, min((f for f in floors if f != (0, 0)), default=(0, 0))))
 
 
 def _clean_env() -> dict[str, str]:
@@ -224,7 +218,6 @@ class Resolver:
         self.metadata: set[str] = set()  # every METADATA read ("<sha256>/<filename>")
         self.uv = _uv()
         self.versions = {"uv": _version([self.uv, "--version"]), "pip": pip_module.__version__}
-        self.runs = 0  # resolver runs made (not cached)
 
     def _cache_path(self, q: Query) -> Path:
         body = json.dumps([CACHE_SCHEMA, q.key, q.requirements, q.floor, self.versions], sort_keys=True)
@@ -277,7 +270,6 @@ class Resolver:
         tried, last_why = [], ""
         for glibc in floors:
             tried.append(glibc)
-            self.runs += 1
             uv = resolve_uv(q, self.index_url, glibc, self.uv)
             if not uv.resolved:  # the reason kept is the most permissive floor's (a lower one may fail on its own)
                 last_why = f"uv: {uv.why}"

@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from builder.facts.compat import vtuple
 from builder.planning.plan import load_plan
 from mamba_ssm import _prebuilt
 
@@ -61,7 +62,6 @@ class ReleaseWheel:
 def release_wheels(profile: str = "release") -> tuple[ReleaseWheel, ...]:
     """Every wheel of the release plan, this checkout's and the recipes'."""
     from builder.facts import installs
-    from builder.facts.compat import vtuple
     from builder.planning.plan import cell_outcomes
 
     plan = load_plan(profile=profile)
@@ -259,7 +259,7 @@ def doctor_lines(wheels: Iterable[ReleaseWheel] | None = None) -> dict[str, dict
             cell["glibc"].add(w.glibc)
             cell["archs"].update(w.archs)
             by = cell["glibc_by_machine"]  # the machine's own floor: upstream's aarch64 wheels need 2.34, not x86_64's
-            by[_machine(w.platform)] = max(by.get(_machine(w.platform), w.glibc), w.glibc, key=_vtuple)
+            by[_machine(w.platform)] = max(by.get(_machine(w.platform), w.glibc), w.glibc, key=vtuple)
         for cell in labels.values():
             for key in ("pythons", "machines", "glibc"):
                 cell[key] = sorted(cell[key])
@@ -298,10 +298,6 @@ def doctor_lines_source(wheels: Iterable[ReleaseWheel] | None = None) -> str:
         "# carrying it is a problem on that GPU; the farm's wheels serve it with other code.\n"
         f"MISCOMPILES = {json.dumps(miscompile_rows(), indent=4)}\n"
     )
-
-
-def _vtuple(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in v.split("."))
 
 
 def left_out_rows(wheels: Iterable[ReleaseWheel] | None = None) -> list[dict]:
