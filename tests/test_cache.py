@@ -51,6 +51,29 @@ def test_pythons_of_one_torch_share_their_identical_files(tmp_path):
     assert (b / "lib/python3.12/site-packages/torch/lib/libtorch_cpu.so").stat().st_nlink == 1
 
 
+def test_a_venv_removed_while_another_shares_its_files_is_passed_over(tmp_path, monkeypatch):
+    """Builds on two workers: one venv's files are compared while another build's pip or the budget removes
+    the venv they would link to. The sharing goes on with the next copy, and the new venv keeps its bytes."""
+    lib = "torch/lib/libgomp.so.1"
+    new = make_venv(tmp_path, "3.11", "2.14.1", {lib: blob("gomp")}, time.time())
+    going = make_venv(tmp_path / "going", "3.12", "2.14.1", {lib: blob("gomp")}, time.time())
+    staying = make_venv(tmp_path / "staying", "3.13", "2.14.1", {lib: blob("gomp")}, time.time())
+    compare = cache.filecmp.cmp
+
+    def removed_midway(a, b, shallow=True):
+        same = compare(a, b, shallow=shallow)
+        if str(b).startswith(str(going)):
+            Path(b).unlink()  # gone between the comparison and the link
+        return same
+
+    monkeypatch.setattr(cache.filecmp, "cmp", removed_midway)
+    assert cache.share(new, [going, staying]) == 2 * MB
+    mine = new / "lib/python3.11/site-packages" / lib
+    assert mine.read_bytes() == blob("gomp")
+    assert mine.stat().st_ino == (staying / "lib/python3.13/site-packages" / lib).stat().st_ino
+    assert not list(mine.parent.glob(".*.link"))
+
+
 def test_least_recently_used_go_first_until_the_budget_fits_and_a_held_one_stays(tmp_path):
     now = time.time()
     old = make_venv(tmp_path, "3.10", "2.12.1", {"x.so": blob("a")}, now - 300)

@@ -163,17 +163,31 @@ def share(new: Path, others: list[Path]) -> int:
         if st.st_size < _SHARE_MIN:
             continue
         for cand in index.get((_key(p.relative_to(new)), st.st_size), []):
-            cst = cand.stat()
-            if (cst.st_dev, cst.st_ino) == (st.st_dev, st.st_ino) or cst.st_dev != st.st_dev:
-                break
-            if filecmp.cmp(p, cand, shallow=False):
-                tmp = p.with_name(f".{p.name}.link")
-                os.link(cand, tmp)
-                os.chmod(tmp, st.st_mode)  # same bytes; the link keeps the candidate's mode otherwise
-                os.replace(tmp, p)
-                saved += st.st_size
+            linked = _link_if_same(p, st, cand)
+            if linked is not None:
+                saved += st.st_size if linked else 0
                 break
     return saved
+
+
+def _link_if_same(p: Path, st: os.stat_result, cand: Path) -> bool | None:
+    """Replace P by a hard link to CAND when their bytes are equal: True when linked, False when they already
+    share an inode or sit on different disks (look no further), None to try the next candidate. A venv beside
+    this one may be made or removed by another build right now (its pip unpacks, the budget evicts it): a
+    candidate that vanishes midway is no candidate, and P stays as it was."""
+    tmp = p.with_name(f".{p.name}.link")
+    try:
+        cst = cand.stat()
+        if (cst.st_dev, cst.st_ino) == (st.st_dev, st.st_ino) or cst.st_dev != st.st_dev:
+            return False
+        if not filecmp.cmp(p, cand, shallow=False):
+            return None
+        os.link(cand, tmp)
+    except FileNotFoundError:
+        return None
+    os.chmod(tmp, st.st_mode)  # same bytes; the link keeps the candidate's mode otherwise
+    os.replace(tmp, p)
+    return True
 
 
 def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, log=print) -> list[Entry]:
