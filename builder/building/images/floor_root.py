@@ -32,6 +32,8 @@ class Floor:
     python: FilePin
     top: str
     packages: tuple[str, ...]
+    opt: str = ""  # configure's OPT; empty: CPython's default (-O3 with debug info)
+    disabled: tuple[str, ...] = ()  # extension modules configure leaves out
 
 
 def floor() -> Floor:
@@ -40,21 +42,30 @@ def floor() -> Floor:
     py = data["python"]
     return Floor(
         data["suite"], data["glibc"], FilePin("cpython", py["version"], py["sha256"], py["url"]), py["top"],
-        tuple(py["packages"]),
+        tuple(py["packages"]), py.get("opt", ""), tuple(py.get("disabled", ())),
     )  # fmt: skip
 
 
+def compile_command(fl: Floor) -> str:
+    """The shell command that builds and installs CPython from /tmp/cpython.tar.gz at PREFIX, as FL says."""
+    flags = [f"OPT='{fl.opt}'"] if fl.opt else []
+    flags += [f"py_cv_module_{name}=n/a" for name in fl.disabled]
+    return (
+        f"cd /tmp && tar xzf cpython.tar.gz && cd {fl.top} "
+        f"&& ./configure --prefix={PREFIX} --disable-test-modules --with-ensurepip=install {' '.join(flags)} > /dev/null "
+        f'&& make -j"$(nproc)" > /dev/null && make install > /dev/null '
+        f"&& cd / && rm -rf /tmp/{fl.top} /tmp/cpython.tar.gz "
+        f'&& {PREFIX}/bin/python3 -c "import ctypes, ssl, zlib, platform; print(platform.libc_ver())"'
+    )
+
+
 def dockerfile(base: str, fl: Floor) -> str:
-    # Tests and the C-API test modules are left out (half the build); pip comes from ensurepip, offline.
+    # Tests and the C-API test modules are left out; pip comes from ensurepip, offline.
     return f"""FROM {base}
 RUN apt-get update && apt-get install -y --no-install-recommends {" ".join(fl.packages)} \\
     && rm -rf /var/lib/apt/lists/*
 COPY cpython.tar.gz /tmp/cpython.tar.gz
-RUN cd /tmp && tar xzf cpython.tar.gz && cd {fl.top} \\
-    && ./configure --prefix={PREFIX} --disable-test-modules --with-ensurepip=install > /dev/null \\
-    && make -j"$(nproc)" > /dev/null && make install > /dev/null \\
-    && cd / && rm -rf /tmp/{fl.top} /tmp/cpython.tar.gz \\
-    && {PREFIX}/bin/python3 -c "import ctypes, ssl, zlib, platform; print(platform.libc_ver())"
+RUN {compile_command(fl)}
 ENV LANG=C.UTF-8
 """
 
