@@ -495,9 +495,9 @@ def plan_queries(plan, sources) -> dict[str, tuple[Query, list[str]]]:
 def recipe_requires(recipe, sources, spec=None) -> list[str]:
     """The Requires-Dist of a recipe's pinned sdist (its PKG-INFO), fetched and checked by sha256. A git tree (a
     canary's) has no PKG-INFO: its package's metadata, as the preflight prepares it for SPEC's cell, says them."""
+    from builder.facts.spec import GitPin
     from builder.planning.recipes import CellFacts
     from builder.sourcing.preflight import check_cell
-    from builder.facts.spec import GitPin
 
     if isinstance(recipe.source, GitPin) and spec is not None:
         with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
