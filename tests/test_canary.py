@@ -302,3 +302,16 @@ def test_the_canary_builds_one_cell_of_each_from_the_default_branches(mirrored, 
         assert rec["source"]["kind"] == "canary" and rec["source"]["commit"] == pin.commit, rec["source"]
         assert "canary-version" in rec["recipe"]["patches"], rec["recipe"]
     print(f"ci-canary: both wheels in {run.seconds:.0f} s")
+
+
+def test_recipe_explain_says_what_the_canary_build_of_a_cell_gets(cli):
+    cell = ("--torch", "2.14.1", "--accelerator", "cuda-13.0", "--archs", "sm_80")
+    out = cli("recipe", "explain", "mamba-ssm", "--canary", *cell)
+    assert out.returncode == 0, out.stderr
+    pin = recipe_for("mamba-ssm").canary
+    assert f"mamba-ssm {pin.version} (the main branch of {pin.url} at {pin.commit[:12]}" in out.stdout
+    assert "patch canary-version (mamba_ssm/__init__.py, 1 edit): applies: the source is the canary" in out.stdout
+    released = cli("recipe", "explain", "mamba-ssm", *cell)
+    assert "patch canary-version (mamba_ssm/__init__.py, 1 edit): skipped: the source is not the canary" in released.stdout
+    none = cli("recipe", "explain", "fast-hadamard-transform", "--canary", *cell)
+    assert none.returncode == 2 and "no [canary] table" in none.stderr and "Traceback" not in none.stderr
