@@ -315,3 +315,18 @@ def test_recipe_explain_says_what_the_canary_build_of_a_cell_gets(cli):
     assert "patch canary-version (mamba_ssm/__init__.py, 1 edit): skipped: the source is not the canary" in released.stdout
     none = cli("recipe", "explain", "fast-hadamard-transform", "--canary", *cell)
     assert none.returncode == 2 and "no [canary] table" in none.stderr and "Traceback" not in none.stderr
+
+
+def test_a_canary_wheel_says_what_built_it_and_proves_no_release_cell():
+    from builder.publishing.tiers import line_of_record
+    from builder.verifying import provenance
+    from mamba_ssm.doctor import report
+
+    pin = recipe_for("mamba-ssm").canary
+    rec = {"source": pin.provenance(), "id": "i", "inputs_hash": "h", "executor": "host", "platform": "p"}
+    says = f"canary {pin.url} main at {pin.commit[:12]}"
+    assert report._built_from(rec).startswith(says) and provenance.summary(rec).startswith(says)
+    assert (pin.provenance()["release"], pin.provenance()["distance"]) == ("2.3.2.post1", 9)
+    # an evidence record of a canary wheel is its own line: it never gives a release's cell a tier
+    assert line_of_record({"built": rec}) == "canary"
+    assert line_of_record({"built": {"source": recipe_for("mamba-ssm").source.provenance()}}) == "upstream"
