@@ -301,6 +301,9 @@ def test_the_canary_builds_one_cell_of_each_from_the_default_branches(mirrored, 
             rec = json.loads(zf.read(prov))
         assert rec["source"]["kind"] == "canary" and rec["source"]["commit"] == pin.commit, rec["source"]
         assert "canary-version" in rec["recipe"]["patches"], rec["recipe"]
+    for cost in sorted((dist / "logs").glob("*.cost.json")):  # each build's wall and compile CPU, for the docs
+        rec = json.loads(cost.read_text())
+        print(f"{rec['id']}: {rec['wall_s']} s wall, {rec['cpu_s']} CPU-s")
     print(f"ci-canary: both wheels in {run.seconds:.0f} s")
 
 
