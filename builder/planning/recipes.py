@@ -218,7 +218,7 @@ class Recipe:
     api: tuple[str, ...] = ()  # public names the smoke test imports (``causal_conv1d.causal_conv1d_fn``)
     deps: bool = False  # the smoke test installs the wheel's Requires-Dist (torch aside) before importing
     canary: CanaryPin | None = None  # [canary]: the default branch's head a canary profile builds
-    release: SdistPin | None = None  # the [source] a canary recipe (``at("canary")``) stands in for
+    release: RecipeSource | None = None  # the [source] a canary recipe (``at("canary")``) stands in for
 
     def where(self, line: int | None) -> str:
         return f"{self.path}:{line}" if line else str(self.path)
