@@ -333,3 +333,19 @@ def test_a_canary_wheel_says_what_built_it_and_proves_no_release_cell():
     # an evidence record of a canary wheel is its own line: it never gives a release's cell a tier
     assert line_of_record({"built": rec}) == "canary"
     assert line_of_record({"built": {"source": recipe_for("mamba-ssm").source.provenance()}}) == "upstream"
+
+
+def test_an_index_of_the_release_refuses_a_canary_wheel_and_the_canary_index_takes_it(tmp_path):
+    from wheelmaker import make_recipe_wheel
+
+    from builder.errors import IndexIntegrityError
+    from builder.publishing.index import build_index
+
+    release, canary = recipe_for("causal-conv1d").source, recipe_for("causal-conv1d").canary
+    label = "cu13torch2.14cxx11abitrue"
+    make_recipe_wheel(tmp_path / "released", "causal-conv1d", release.version, label, source=release.identity)
+    make_recipe_wheel(tmp_path / "canary", "causal-conv1d", canary.version, label, source=canary.identity)
+    build_index(tmp_path / "released", tmp_path / "upstream")
+    with pytest.raises(IndexIntegrityError, match="causal-conv1d from two different sources"):
+        build_index(tmp_path / "canary", tmp_path / "upstream")
+    assert len(build_index(tmp_path / "canary", tmp_path / "canary-index").added) == 1
