@@ -294,14 +294,18 @@ def test_the_canary_builds_one_cell_of_each_from_the_default_branches(mirrored, 
     label = "cu13torch2.14cxx11abitrue"
     for name, wheel in zip(("causal-conv1d", "mamba-ssm"), wheels, strict=True):
         pin = recipe_for(name).canary
-        assert wheel.name.startswith(f"{name.replace('-', '_')}-{pin.version}+{label}-cp311-cp311-"), wheel.name
+        assert wheel.name.lower().startswith(f"{name.replace('-', '_')}-{pin.version}+{label}-cp311-cp311-"), wheel.name
         spec = json.loads(wheel.with_name(wheel.name + ".spec.json").read_text())
         assert spec["source"] == pin.identity
         with zipfile.ZipFile(wheel) as zf:
             (prov,) = [n for n in zf.namelist() if n.endswith(".dist-info/farm-provenance.json")]
             rec = json.loads(zf.read(prov))
+            meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
         assert rec["source"]["kind"] == "canary" and rec["source"]["commit"] == pin.commit, rec["source"]
         assert "canary-version" in rec["recipe"]["patches"], rec["recipe"]
+        assert f"Version: {pin.version}+" in meta
+        if name == "mamba-ssm":  # the cap tilelang 0.1.8 imports with, which the smoke test's import proved
+            assert "Requires-Dist: apache-tvm-ffi<=0.1.11" in meta
     for cost in sorted((dist / "logs").glob("*.cost.json")):  # each build's wall and compile CPU, for the docs
         rec = json.loads(cost.read_text())
         print(f"{rec['id']}: {rec['wall_s']} s wall, {rec['cpu_s']} CPU-s")
