@@ -550,6 +550,46 @@ def _drift_case(listing, metadata: bytes | None = None):
     return make
 
 
+def _canary_table(git: str, branch: str = "main", commit: str = "c" * 40, release: str = "1.0", distance="1") -> str:
+    """A [canary] table, spliced after a recipe's [source] pin (the _recipe helper's ``source``)."""
+    return (f'sha256 = "{"0" * 64}"\n\n[canary]\ngit = "{git}"\nbranch = "{branch}"\ncommit = "{commit}"\n'
+            f'release = "{release}"\ndistance = {distance}')  # fmt: skip
+
+
+def _drift_canary_case(tag: str):
+    """``drift`` of a recipe whose [canary] branch is served on 127.0.0.1 (git's dumb HTTP from the corpus's static
+    server), its one commit tagged TAG: the tag the branch's version is numbered from."""
+
+    def make(world: World, scratch: Path) -> dict:
+        env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
+               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}  # fmt: skip
+        work = scratch / "work"
+        work.mkdir()
+        git = lambda *a, cwd=work: subprocess.run(["git", "-C", str(cwd), *a], env=env, check=True,
+                                                  capture_output=True, text=True).stdout.strip()  # fmt: skip
+        git("init", "-q", "-b", "main")
+        (work / "setup.py").write_text("")
+        git("add", "-A")
+        git("commit", "-qm", "evil")
+        git("tag", tag)
+        (work / "setup.py").write_text("# on\n")
+        git("commit", "-qam", "on")
+        bare = world.site / "git" / f"{scratch.name}.git"
+        git("clone", "-q", "--bare", str(work), str(bare), cwd=scratch)
+        git("update-server-info", cwd=bare)
+        _recipe(scratch / "recipes", "", source=_canary_table(f"{world.url}/git/{scratch.name}.git"))
+        made = _drift_case([_torch_file()], _meta(b"numpy"))(world, scratch)
+        listing = world.site / scratch.name / "simple" / "evil"  # the release pin's index: no newer sdist
+        listing.mkdir(parents=True)
+        (listing / "index.html").write_bytes(_listing([]))
+        argv = made["argv"]
+        argv[argv.index("--no-recipes")] = "--recipes"
+        argv.insert(argv.index("--recipes") + 1, str(scratch / "recipes"))
+        return made
+
+    return make
+
+
 def _smoke_case(build, *args: str):
     """``cache [args]`` of a farm cache (in the scratch folder) whose smoke venvs ``build(smoke, world, scratch)`` lays out."""
 
@@ -769,6 +809,21 @@ CASES = [
     Case("recipe-git-short-commit", 2, "not a full commit hash", _source_case('git = "https://example.org/e.git"\ncommit = "abc1234"')),
     Case("recipe-git-branch-commit", 2, "not a full commit hash", _source_case('git = "https://example.org/e.git"\ncommit = "main"')),
     Case("recipe-archive-file-url", 2, "not an http(s) URL", _source_case(f'url = "file:///dev/zero"\nsha256 = "{"a" * 64}"')),
+    # --- a [canary]: the same rules as a git source, and a branch, a release and a distance of its own
+    Case("recipe-canary-ext-transport", 2, "transport", _source_case(_canary_table("ext::sh -c touch% /tmp/x"))),
+    Case("recipe-canary-file-url", 2, "not an http(s) URL", _source_case(_canary_table("file:///etc"))),
+    Case("recipe-canary-branch-option", 2, "a branch name",
+         _source_case(_canary_table("https://example.org/e.git", branch="--upload-pack=touch /tmp/x"))),
+    Case("recipe-canary-branch-dotdot", 2, "not a branch name",
+         _source_case(_canary_table("https://example.org/e.git", branch="a/../../b"))),
+    Case("recipe-canary-short-commit", 2, "not a full commit hash",
+         _source_case(_canary_table("https://example.org/e.git", commit="abc1234"))),
+    Case("recipe-canary-release-local", 2, "canary.release: \"1.0+evil\" is not a version",
+         _source_case(_canary_table("https://example.org/e.git", release="1.0+evil"))),
+    Case("recipe-canary-release-empty", 2, "canary.release",
+         _source_case(_canary_table("https://example.org/e.git", release=""))),
+    Case("recipe-canary-distance-a-string", 2, "1 or more",
+         _source_case(_canary_table("https://example.org/e.git", distance='"9"'))),
     # --- an archive URL and a git repository, served on 127.0.0.1
     Case("archive-wrong-hash", 8, "not the pinned one",
          _archive_case(lambda tf, w: add(tf, "evil-1.0/setup.py", data=b""), "fetch", pin_sha="b" * 64)),
@@ -846,6 +901,8 @@ CASES = [
     Case("resolve-bad-utf8", 2, "not UTF-8", _resolve_raw(lambda p: p.write_bytes(b'{"schema": "\xff\xfe"}'))),
     Case("resolve-dev-zero", 2, "not a regular file", _resolve_raw(lambda p: p.symlink_to("/dev/zero"))),
     # --- drift: a hostile listing (the metadata cache is the case's own --cache)
+    Case("drift-canary-tag-a-local-version", 9, "is not a release's version", _drift_canary_case("v1.0+evil")),
+    Case("drift-canary-tag-not-a-version", 9, "no release tag", _drift_canary_case("nightly")),
     Case("drift-sha256-dotdot", 9, "is not 64 lowercase hex digits",
          _drift_case([_torch_file(hashes={"sha256": "../../../escape"})], b"Metadata-Version: 2.1\nName: torch\n")),
     Case("drift-sha256-absolute", 9, "is not 64 lowercase hex digits",
@@ -1596,7 +1653,8 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
     "verify": {"wheel": ("verify-",)},
     "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",),
                "archive URLs": ("archive-",), "git repositories": ("git-",), "setup.py's metadata": ("preflight-",)},
-    "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-")},
+    "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-"),
+              "a canary's branch (its head, tags)": ("drift-canary-",)},
     "installs": {"matrix.toml": ("matrix-",), "recipes": ("recipe-",), "sdists": ("sdist-",),
                  "snapshot listings": ("installs-listing-",), "snapshot METADATA": ("installs-metadata-",),
                  "the record": ("installs-record-",)},

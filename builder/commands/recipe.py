@@ -7,6 +7,7 @@ import argparse
 import json
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from builder.commands import summary
@@ -42,6 +43,8 @@ def add_command(subparsers) -> None:
         q = sub.add_parser(name, help=text)
         q.add_argument("project", help="the recipe's project (mamba-ssm, causal-conv1d)")
         q.add_argument("--recipes", type=Path, default=None, help="recipes folder (default: recipes/)")
+        q.add_argument("--canary", action="store_true", help="the recipe's [canary] pin (its default branch's head) "
+                       "and its when.source = \"canary\" patches and env, instead of its [source]")  # fmt: skip
         if name == "fetch":
             continue
         q.add_argument("--torch", required=True, help="the torch release, e.g. 2.14.1")
@@ -63,12 +66,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.recipe_command == "check":
         return _check(args)
-    recipe = recipe_for(args.project, args.recipes or RECIPES_DIR)
+    recipe = recipe_for(args.project, args.recipes or RECIPES_DIR).at("canary" if args.canary else "release")
     if args.recipe_command == "fetch":
         cache = SourceCache()
         print(cache.fetch_git(recipe.source) if isinstance(recipe.source, GitPin) else cache.fetch(recipe.source))
         return 0
     facts = cell_facts(args.torch, args.accelerator, args.archs, args.cxx11abi == "TRUE", args.label, args.trim)
+    if args.canary:
+        facts = replace(facts, source="canary")
     if args.recipe_command == "explain":
         print("\n".join(explain(recipe, facts)))
         return 0

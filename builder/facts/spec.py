@@ -258,5 +258,40 @@ class GitPin:
         return {"kind": "git", "name": self.project, "version": self.version, "url": self.url, "commit": self.commit}
 
 
+def canary_version(release: str, distance: int) -> str:
+    """The version of a commit DISTANCE commits after the release RELEASE: the development release of the next
+    post-release (``2.3.2.post1``, 9 -> ``2.3.2.post2.dev9``; ``1.7.0``, 2 -> ``1.7.0.post1.dev2``). PEP 440 sorts
+    it above RELEASE and below every release after it (``RELEASE.devN`` would sort below RELEASE itself), and a
+    ``.devN`` is never a release's version."""
+    v = Version(release)
+    if v.is_devrelease or v.local is not None or distance < 1:
+        raise ValueError(f"{release!r} at distance {distance}: a canary follows a release by one commit or more")
+    epoch = f"{v.epoch}!" if v.epoch else ""
+    pre = "".join(map(str, v.pre)) if v.pre else ""
+    return f"{epoch}{'.'.join(map(str, v.release))}{pre}.post{(v.post or 0) + 1}.dev{distance}"
+
+
+@dataclass(frozen=True)
+class CanaryPin(GitPin):
+    """A default branch's head at one full commit, DISTANCE commits after the release tag RELEASE: a GitPin whose
+    version is :func:`canary_version`'s and whose identity is a line of its own (``canary:``), never a release's."""
+
+    branch: str = "main"
+    release: str = ""  # the newest release tag the commit descends from, as a version ("2.3.2.post1")
+    distance: int = 0  # commits from that tag to the commit (git describe's count)
+
+    @property
+    def identity(self) -> str:
+        return f"canary:{self.project}=={self.version}@{self.commit}"
+
+    def describe(self) -> str:
+        return (f"{self.project} {self.version} (the {self.branch} branch of {self.url} at {self.commit[:12]}, "
+                f"{self.distance} commits after {self.release})")  # fmt: skip
+
+    def provenance(self) -> dict:
+        return {**super().provenance(), "kind": "canary", "branch": self.branch, "release": self.release,
+                "distance": self.distance}  # fmt: skip
+
+
 RecipeSource = SdistPin | ArchivePin | GitPin
 Source = CheckoutSource | SdistPin | ArchivePin | GitPin

@@ -184,6 +184,8 @@ class Profile:
     projects: tuple[str, ...] = ("checkout",)
     # Recipes compile their trimmed kernel set (their patches with when.trim): the CI set's cheaper build of a cell.
     trim: bool = False
+    # Which of its recipes' sources it builds: "release" ([source]) or "canary" ([canary], a default branch's head).
+    source: str = "release"
 
     def matches(self, cell: Cell, native_abi: bool) -> bool:
         if not all(_axis_match(a, v, cell, native_abi) for a, v in self.narrow.items()):
@@ -567,9 +569,12 @@ def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) 
         if not NAME_RE.fullmatch(name):
             ck.fail(pp, f"profile name {_show(name)} must be lowercase letters, digits, - or _")
         b = ck.table(body, pp)
-        ck.keys(b, pp, AXES + ("description", "select", "archs", "stable_abi", "projects", "trim"))
+        ck.keys(b, pp, AXES + ("description", "select", "archs", "stable_abi", "projects", "trim", "source"))
         stable_abi = ck.boolean(b["stable_abi"], pp + ("stable_abi",)) if "stable_abi" in b else None
         trim = ck.boolean(b.get("trim", False), pp + ("trim",))
+        source = b.get("source", "release")
+        if source not in ("release", "canary"):
+            ck.fail(pp + ("source",), f'{_show(source)} is not a source (valid: "release", "canary")')
         desc = b.get("description", "")
         if not isinstance(desc, str) or not SAFE_TEXT_RE.fullmatch(desc):
             ck.fail(pp + ("description",), f"must be {SAFE_TEXT}, got {_show(desc)}{_rule(desc)}")
@@ -596,7 +601,10 @@ def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) 
                 mean = f'; did you mean "{close[0]}"?' if close else ""
                 ck.fail(pp + ("archs", i), f"no toolkit in the data compiles for {a}{mean} (known: {', '.join(known)})")
         projects = _projects(ck, b, pp)
-        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs), stable_abi, projects, trim)
+        if source == "canary" and "checkout" in projects:
+            ck.fail(pp + ("source",), 'a canary builds recipes\' [canary] pins; "checkout" has none',
+                    hint="leave checkout out of this profile's projects")  # fmt: skip
+        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs), stable_abi, projects, trim, source)
     return out
 
 

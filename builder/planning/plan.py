@@ -104,7 +104,8 @@ def load_plan(
     _check_profile_archs(matrix, prof, cells)
     src = source_hash(matrix)
     chosen = _projects(matrix, prof, projects)
-    recipes = {r.name: r for r in (recipe_for(n, _recipes_dir(matrix)) for n in chosen if n != CHECKOUT)}
+    source = prof.source if prof is not None else "release"  # a canary profile builds its recipes' [canary] pins
+    recipes = {r.name: r.at(source) for r in (recipe_for(n, _recipes_dir(matrix)) for n in chosen if n != CHECKOUT)}
     record = installs_mod.load() if installs else None
     builds, images, refused = _specs(
         matrix, compat, cells, prof, src, stable=stable, checkout=CHECKOUT in chosen, recipes=list(recipes.values()),
@@ -429,8 +430,10 @@ def _specs(
             variant = _variant(cell, acc)
             fields = cell_fields(cell, variant)
             trim = prof is not None and prof.trim
+            source = prof.source if prof is not None else "release"
             facts = CellFacts(
-                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label, trim
+                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label, trim,
+                source,
             )
             ok, why = supported(recipe, facts)
             if not ok:
@@ -446,7 +449,8 @@ def _specs(
             # GPU code a toolkit is known to compile wrong is never built: another arch's code serves that GPU
             fields["archs"] = miscompiles.apply(recipe.name, version, acc.toolkit, tuple(fields["archs"]))
             facts = CellFacts(
-                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label
+                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label,
+                source=source,
             )
             recipe_inputs = prepare_inputs(recipe, facts)
             fields.update(

@@ -12,7 +12,7 @@ import json
 import re
 import shlex
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import RecipeError
 from builder.facts.paths import REPO
-from builder.facts.spec import ArchivePin, GitPin, RecipeSource, SdistPin
+from builder.facts.spec import ArchivePin, CanaryPin, GitPin, RecipeSource, SdistPin, canary_version
 from builder.planning.matrix import ARCH_RE, DIST_RE, RELPATH_RE, SAFE_TEXT, SAFE_TEXT_RE
 from builder.planning.tomlcheck import TomlChecker, broken_rule, read_toml, show, type_name
 from builder.planning.tomllines import TomlLines
@@ -31,8 +31,12 @@ from mamba_ssm._untrusted import COMMIT_RE, SHA256_RE, Untrusted, git_url, is_we
 RECIPES_DIR = REPO / "recipes"
 
 KINDS = ("cpu", "cuda", "rocm")
+# What a recipe builds: its [source] (a release), or its [canary] (a default branch's head; matrix.toml's
+# profiles say source = "canary"). A patch's or an env value's `when = { source = ... }` tells them apart.
+SOURCES = ("release", "canary")
 PLACEHOLDERS = {
     "label": "the variant's local version label (cu13torch2.14cxx11abiTRUE)",
+    "version": "the source's version: the pinned release's (2.3.2.post1), or the canary's (2.3.2.post2.dev9)",
     "cxx11abi": "TRUE or FALSE: the cell's C++ ABI",
     "torch": "the torch release built against (2.14.1)",
     "toolkit": "the CUDA or ROCm version (13.0); empty for cpu",
@@ -90,18 +94,22 @@ class CellFacts:
     archs: tuple[str, ...] = ()  # ("sm_80",) or ("gfx90a",); () for cpu
     label: str = ""  # the variant's local version label: "cu13torch2.14cxx11abiTRUE"
     trim: bool = False  # the profile asks for the recipe's trimmed kernel set (its patches with when.trim)
+    source: str = "release"  # SOURCES: the recipe's [source], or its [canary] (the profile's source)
 
     @classmethod
     def from_spec(cls, spec) -> CellFacts:
         """The facts of a :class:`builder.facts.spec.BuildSpec`."""
         kind = "cpu" if spec.accelerator == "cpu" else ("rocm" if spec.accelerator.startswith("hip") else "cuda")
-        return cls(spec.torch_version, kind, spec.toolkit, spec.cxx11abi, tuple(spec.archs), spec.label, spec.trim)
+        source = "canary" if spec.source.startswith("canary:") else "release"
+        return cls(spec.torch_version, kind, spec.toolkit, spec.cxx11abi, tuple(spec.archs), spec.label, spec.trim,
+                   source)  # fmt: skip
 
     def describe(self) -> str:
         acc = f"{self.kind} {self.toolkit}" if self.toolkit else self.kind
         archs = f" [{', '.join(self.archs)}]" if self.archs else ""
         trim = " (trimmed kernels)" if self.trim else ""
-        return f"torch {self.torch} x {acc}{archs} x cxx11abi={'TRUE' if self.cxx11abi else 'FALSE'}{trim}"
+        canary = " (canary)" if self.source == "canary" else ""
+        return f"torch {self.torch} x {acc}{archs} x cxx11abi={'TRUE' if self.cxx11abi else 'FALSE'}{trim}{canary}"
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,7 @@ class Condition:
     accelerator: tuple[str, ...] = ()
     cxx11abi: bool | None = None
     trim: bool | None = None  # patches only: a trimmed (CI) build, or a full one
+    source: str | None = None  # patches and env values only: "release" or "canary" (SOURCES)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -154,6 +163,10 @@ class Condition:
                 good,
                 f"the build is {built}" + ("" if good else f", not {wanted}") + f" (trim = {str(self.trim).lower()})",
             )
+        if self.source is not None:
+            good = facts.source == self.source
+            clause(good, f"the source is {'the ' if good else 'not the '}{self.source}"
+                         + ("" if good else f" (this build's is the {facts.source})"))  # fmt: skip
         if not reasons:
             reasons.append("always")
         return ok, reasons
@@ -204,9 +217,23 @@ class Recipe:
     digest: str  # sha256 of the recipe file: part of a build's inputs
     api: tuple[str, ...] = ()  # public names the smoke test imports (``causal_conv1d.causal_conv1d_fn``)
     deps: bool = False  # the smoke test installs the wheel's Requires-Dist (torch aside) before importing
+    canary: CanaryPin | None = None  # [canary]: the default branch's head a canary profile builds
+    release: RecipeSource | None = None  # the [source] a canary recipe (``at("canary")``) stands in for
 
     def where(self, line: int | None) -> str:
         return f"{self.path}:{line}" if line else str(self.path)
+
+    def at(self, source: str) -> Recipe:
+        """The recipe building SOURCE (SOURCES): itself for "release", its [canary] pin as its source for
+        "canary" (RecipeError when it has none)."""
+        if source == "release":
+            return self
+        if source != "canary":
+            raise RecipeError(f"{self.path}: no source {source!r} (valid: {', '.join(SOURCES)})")
+        if self.canary is None:
+            raise RecipeError(f"{self.path}: no [canary] table: a canary profile builds a recipe's [canary] pin",
+                              hint="add [canary] (git, branch, commit, release, distance): docs/maintainer/canary.md")  # fmt: skip
+        return replace(self, source=self.canary, release=self.source)
 
 
 # ---------------------------------------------------------------------------
@@ -280,11 +307,16 @@ def env_restrict(name: str, value: str):
     )
 
 
-def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = (), trim_ok: bool = False) -> Condition:
+def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = (), trim_ok: bool = False,
+               source_ok: bool = False) -> Condition:
     """A [requires] table or a patch's ``when``; only a patch may ask for ``trim`` (a build's kernel set, which
-    the profile picks, is no reason to refuse a cell)."""
+    the profile picks, is no reason to refuse a cell), and only a patch or an env value for ``source``."""
     table = ck.table(value, path)
-    ck.keys(table, path, ("torch", "cuda", "rocm", "accelerator", "cxx11abi", *(("trim",) if trim_ok else ()), *extra))
+    ck.keys(table, path, ("torch", "cuda", "rocm", "accelerator", "cxx11abi", *(("trim",) if trim_ok else ()),
+                          *(("source",) if source_ok else ()), *extra))  # fmt: skip
+    if "source" in table and table["source"] not in SOURCES:
+        valid = ", ".join(f'"{k}"' for k in SOURCES)
+        ck.fail(path + ("source",), f"{show(table['source'])} is not a source (valid: {valid})")
     accelerator: tuple[str, ...] = ()
     if "accelerator" in table:
         items = ck.array(table["accelerator"], path + ("accelerator",), empty_ok=False)
@@ -304,6 +336,7 @@ def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = (), trim_ok
         accelerator=accelerator,
         cxx11abi=cxx11abi,
         trim=ck.boolean(table["trim"], path + ("trim",)) if "trim" in table else None,
+        source=table.get("source"),
     )
     if not cond.kinds:
         ck.fail(path, "matches no cell: its accelerator kinds and its cuda/rocm specifiers exclude each other")
@@ -361,6 +394,37 @@ def _source(ck: _Checker, value: Any) -> RecipeSource:
     return SdistPin(name, version, sha)
 
 
+def _canary(ck: _Checker, value: Any, source: RecipeSource) -> CanaryPin:
+    """[canary]: the default branch's head, as a git source pinned by its commit, with the release tag it descends
+    from and its distance from it (``git describe``), which make its version (:func:`canary_version`)."""
+    path = ("canary",)
+    table = ck.table(value, path)
+    ck.keys(table, path, ("git", "branch", "commit", "release", "distance"),
+            required=("git", "branch", "commit", "release", "distance"))  # fmt: skip
+    try:
+        url = git_url(table["git"])
+    except Untrusted as err:
+        ck.fail(path + ("git",), str(err), hint="write the repository's https URL (https://github.com/<owner>/<repo>.git)")
+    branch = ck.string(table["branch"], path + ("branch",), re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}"),
+                       "a branch name (main)")  # fmt: skip
+    if ".." in branch or branch.endswith((".lock", "/", ".")):
+        ck.fail(path + ("branch",), f"{show(branch)} is not a branch name git accepts")
+    commit = table["commit"]
+    if not isinstance(commit, str) or not COMMIT_RE.fullmatch(commit):
+        ck.fail(path + ("commit",), f"{show(commit)} is not a full commit hash (40 lowercase hex digits)",
+                hint="`python -m builder drift --write` moves it to the branch's head with its release and distance")  # fmt: skip
+    release = ck.string(table["release"], path + ("release",), re.compile(r"[0-9A-Za-z.!_-]{1,60}"), "a version")
+    distance = table["distance"]
+    if type(distance) is not int or not 1 <= distance <= 1_000_000:
+        ck.fail(path + ("distance",), f"must be the number of commits since the release (1 or more), got {show(distance)}",
+                hint="a commit at the release tag itself is the release: build its [source]")  # fmt: skip
+    try:
+        version = canary_version(release, distance)
+    except (InvalidVersion, ValueError):
+        ck.fail(path + ("release",), f"{show(release)} is not a release's PEP 440 version (no .dev, no +label)")
+    return CanaryPin(source.name, version, url, commit, branch, release, distance)
+
+
 def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]:
     out: list[Patch] = []
     seen: dict[str, int] = {}
@@ -374,7 +438,7 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
         seen[name] = i
         why = ck.string(table["why"], path + ("why",), SAFE_TEXT_RE, SAFE_TEXT)
         file = ck.string(table["file"], path + ("file",), RELPATH_RE, "a relative path inside the sdist")
-        when = _condition(ck, table.get("when", {}), path + ("when",), trim_ok=True)
+        when = _condition(ck, table.get("when", {}), path + ("when",), trim_ok=True, source_ok=True)
         kinds = tuple(k for k in when.kinds if k in requires.kinds)
         if not kinds:
             ck.fail(path + ("when",), f"can never apply: [requires] allows only {'/'.join(requires.kinds)} cells")
@@ -421,7 +485,7 @@ def _env_values(ck: _Checker, name: str, value: Any, requires: Condition) -> tup
         epath = path + (i,)
         table = ck.table(entry, epath)
         ck.keys(table, epath, ("when", "value"), required=("value",))
-        when = _condition(ck, table.get("when", {}), epath + ("when",))
+        when = _condition(ck, table.get("when", {}), epath + ("when",), source_ok=True)
         kinds = tuple(k for k in when.kinds if k in requires.kinds)
         if not kinds:
             ck.fail(epath + ("when",), f"can never apply: [requires] allows only {'/'.join(requires.kinds)} cells")
@@ -465,7 +529,7 @@ def load_recipe(path: Path) -> Recipe:
         )
     text, data = read_toml(path, RecipeError, "no such recipe", f"recipes live in {RECIPES_DIR}/<project>.toml")
     ck = _Checker(path, TomlLines(text), data)
-    ck.keys(data, (), ("project", "source", "requires", "build", "patch", "test", "verify"),
+    ck.keys(data, (), ("project", "source", "canary", "requires", "build", "patch", "test", "verify"),
             required=("project", "source", "build", "test", "verify"))  # fmt: skip
 
     project = ck.table(data["project"], ("project",))
@@ -480,6 +544,7 @@ def load_recipe(path: Path) -> Recipe:
     source = _source(ck, data["source"])
     if source.project != name:
         ck.fail(("source", "name"), f"the source {show(source.name)} is not the project {show(name)}")
+    canary = _canary(ck, data["canary"], source) if "canary" in data else None
 
     req = ck.table(data.get("requires", {}), ("requires",))
     requires = _condition(ck, req, ("requires",), extra=("why",))
@@ -537,6 +602,7 @@ def load_recipe(path: Path) -> Recipe:
         commands=tuple(commands),
         extensions=extensions,
         digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),  # the file's bytes (valid UTF-8 round-trips)
+        canary=canary,
     )
 
 
@@ -573,8 +639,9 @@ def _cuda_sm(arch: str) -> tuple[str, str]:
     return f"{m.group(1)}{m.group(2)}{m.group(3)}", f"{m.group(1)}.{m.group(2)}{m.group(3)}"
 
 
-def placeholder_values(facts: CellFacts) -> dict[str, str]:
-    """``${name}`` -> text for this cell. Arch-list placeholders exist only for cells of their kind."""
+def placeholder_values(facts: CellFacts, version: str = "") -> dict[str, str]:
+    """``${name}`` -> text for this cell (VERSION: the recipe's source's). Arch-list placeholders exist only for
+    cells of their kind."""
     for arch in facts.archs:
         prefixes = {"cuda": ("sm_", "compute_"), "rocm": ("gfx",)}.get(facts.kind, ())
         bare = arch.replace("compute_", "sm_", 1) if arch.startswith("compute_") else arch
@@ -585,6 +652,7 @@ def placeholder_values(facts: CellFacts) -> dict[str, str]:
         "cxx11abi": "TRUE" if facts.cxx11abi else "FALSE",
         "torch": facts.torch,
         "toolkit": facts.toolkit or "",
+        "version": version,
     }
     if facts.kind in ("cuda", "rocm") and not facts.archs:
         raise RecipeError(f"{facts.describe()}: a {facts.kind} build needs its architectures (none given)")
@@ -660,7 +728,7 @@ def explain(recipe: Recipe, facts: CellFacts) -> list[str]:
 
 def build_env_vars(recipe: Recipe, facts: CellFacts) -> dict[str, str]:
     """The environment the recipe sets for this cell: each variable's value for it, rendered."""
-    values = placeholder_values(facts)
+    values = placeholder_values(facts, recipe.source.version)
     templates = {k: env_template(recipe, k, facts) for k in recipe.env}
     return {k: render(v, values) for k, v in templates.items() if v is not None}
 

@@ -476,7 +476,7 @@ def plan_queries(plan, sources) -> dict[str, tuple[Query, list[str]]]:
     for b in plan.builds:
         recipe = plan.recipe_of(b)
         if recipe is not None and recipe.name not in requires:
-            requires[recipe.name] = recipe_requires(recipe, sources)
+            requires[recipe.name] = recipe_requires(recipe, sources, b)
         version = recipe.source.version if recipe is not None else plan.matrix.package.version
         floor = ".".join(re.match(r"manylinux_(\d+)_(\d+)_", b.manylinux).groups())
         for cell in served_cells(plan, b):
@@ -492,8 +492,16 @@ def plan_queries(plan, sources) -> dict[str, tuple[Query, list[str]]]:
     return out
 
 
-def recipe_requires(recipe, sources) -> list[str]:
-    """The Requires-Dist of a recipe's pinned sdist (its PKG-INFO), fetched and checked by sha256."""
+def recipe_requires(recipe, sources, spec=None) -> list[str]:
+    """The Requires-Dist of a recipe's pinned sdist (its PKG-INFO), fetched and checked by sha256. A git tree (a
+    canary's) has no PKG-INFO: its package's metadata, as the preflight prepares it for SPEC's cell, says them."""
+    from builder.facts.spec import GitPin
+    from builder.planning.recipes import CellFacts
+    from builder.sourcing.preflight import check_cell
+
+    if isinstance(recipe.source, GitPin) and spec is not None:
+        with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
+            return list(check_cell(recipe, CellFacts.from_spec(spec), Path(tmp), sources).requires)
     path = sources.fetch(recipe.source)
     with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
         top = sources.unpack(recipe.source, Path(tmp) / "tree")

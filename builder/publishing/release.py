@@ -20,7 +20,9 @@ from builder.publishing.index.reader import read_sidecar, read_source
 from builder.verifying import evidence
 
 # product line -> what it is: sidecar source "checkout", and "sdist:<name>==<version>@sha256:<hex>" (builder.sourcing.sources)
-LINES = {"checkout": "this repository's mamba-ssm", "upstream": "upstream's packages (from their sdists)"}
+# and "canary:<name>==<version>@<commit>" (a default branch's head: its own index, never a release's)
+LINES = {"checkout": "this repository's mamba-ssm", "upstream": "upstream's packages (from their sdists)",
+         "canary": "upstream's default branches (canary builds, dev versions)"}  # fmt: skip
 
 
 def sidecar(wheel: Path) -> dict:
@@ -43,7 +45,8 @@ def line_of(wheel: Path, spec: dict) -> str:
         project = canonicalize_name(parse_wheel_filename(wheel.name)[0])
     except InvalidWheelFilename as err:
         raise UsageError(f"{wheel}: {err}", hint="only the farm's wheels, under their own names") from None
-    return "checkout" if read_source(f"{wheel}.spec.json", spec, project) == CHECKOUT else "upstream"
+    source = read_source(f"{wheel}.spec.json", spec, project)
+    return "checkout" if source == CHECKOUT else ("canary" if source.startswith("canary:") else "upstream")
 
 
 def wheels_in(folder: Path) -> list[Path]:

@@ -30,8 +30,11 @@ RANK = {t: i for i, t in enumerate(reversed(evidence.TIERS))}  # planned 0 ... g
 
 
 def line_of_record(rec: dict) -> str:
-    """``upstream`` for a wheel built from a recipe's sdist, else ``checkout`` (its provenance's ``source``)."""
+    """``upstream`` for a wheel built from a recipe's sdist, ``canary`` for one of a default branch's head (it proves
+    no release's cell), else ``checkout`` (its provenance's ``source``)."""
     src = (rec.get("built") or {}).get("source")
+    if isinstance(src, dict) and src.get("kind") == "canary":
+        return "canary"
     return "upstream" if isinstance(src, dict) and src.get("kind") != "checkout" else "checkout"
 
 

@@ -132,7 +132,8 @@ def _fail(recipe: Recipe, facts: CellFacts, key: str, message: str, hint: str) -
 
 def check_env(recipe: Recipe, facts: CellFacts) -> dict[str, str]:
     """The cell's environment, each value checked: none renders empty, an arch list is the cell's."""
-    values = placeholder_values(facts)  # an arch that is not the cell's kind's: RecipeError naming it
+    # an arch that is not the cell's kind's: RecipeError naming it
+    values = placeholder_values(facts, recipe.source.version)
     build_env = build_env_vars(recipe, facts)  # the recipe's values (not the process environment)
     for key, value in build_env.items():
         template = env_template(recipe, key, facts) or ""

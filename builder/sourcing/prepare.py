@@ -85,7 +85,7 @@ def prepare(recipe: Recipe, facts: CellFacts, workdir: Path, cache: SourceCache 
     ok, why = supported(recipe, facts)
     if not ok:
         raise RecipeError(f"{recipe.path}: {facts.describe()}: {why}")
-    values = placeholder_values(facts)
+    values = placeholder_values(facts, recipe.source.version)
     cache = cache or SourceCache()
     dest = Path(workdir) / "src"
     if dest.exists():

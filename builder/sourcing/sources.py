@@ -647,6 +647,48 @@ def ls_remote_tags(url: str) -> dict[str, str]:
     return tags
 
 
+@dataclass(frozen=True)
+class BranchHead:
+    """A branch's head commit, the newest release tag it descends from and its distance from it (git describe)."""
+
+    commit: str
+    tag: str  # "v2.3.2.post1"
+    release: str  # the tag as a version, "2.3.2.post1"
+    distance: int  # commits from the tag to the head; 0: the head is the release
+
+
+_DESCRIBE_RE = re.compile(r"(?P<tag>[A-Za-z0-9._+-]{1,100})-(?P<distance>[0-9]{1,7})-g(?P<commit>[0-9a-f]{40})")
+
+
+def branch_head(url: str, branch: str) -> BranchHead:
+    """BRANCH's head in the git repository at URL, described against its newest release tag: the branch's commits
+    (no trees or files where the server filters, GitHub does) and the tags on them, into a scratch repository."""
+    url = git_url(url)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}", branch) or ".." in branch:
+        raise SourceFetchError(f"{shown(repr(branch), 120)}: not a branch name")
+    ca = hostenv.find_ca_bundle(None)
+    with tempfile.TemporaryDirectory(prefix="branch-head-") as tmp:
+        repo = Path(tmp) / "repo.git"
+        _git(Path(tmp), "clone", "-q", "--bare", "--filter=tree:0", "--single-branch", "--branch", branch,
+             "--end-of-options", url, str(repo), ca_bundle=ca)  # fmt: skip
+        said = _git(repo, "describe", "--tags", "--long", "--abbrev=40", "--match", "v[0-9]*", "--match", "[0-9]*",
+                    f"refs/heads/{branch}", ca_bundle=None, check=False)  # fmt: skip
+    m = _DESCRIBE_RE.fullmatch(said.stdout.strip()) if said.returncode == 0 else None
+    if m is None:
+        raise SourceFetchError(
+            f"{url} {branch}: no release tag (v1.2.3 or 1.2.3) is an ancestor of its head: "
+            f"{shown((said.stdout or said.stderr).strip()[-300:], 300)}",
+            hint="a canary is numbered from the release before it; pin a branch that descends from one",
+        )
+    try:
+        release = Version(m["tag"].removeprefix("v"))
+    except InvalidVersion:
+        raise SourceFetchError(f"{url} {branch}: its nearest tag {m['tag']!r} is not a PEP 440 version") from None
+    if release.is_devrelease or release.local is not None:
+        raise SourceFetchError(f"{url} {branch}: its nearest tag {m['tag']!r} is not a release's version")
+    return BranchHead(m["commit"], m["tag"], str(release), int(m["distance"]))
+
+
 def archive_sha256(url: str, fetcher: Fetcher) -> str:
     """The sha256 of the archive at URL (http(s)), read under the sdist cap and the download deadline."""
     if not is_web_url(url):

@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -129,7 +129,7 @@ def torch_facts(index: Index, oldest: str) -> dict[str, TorchFacts]:
 @dataclass
 class Drift:
     subject: str  # "torch 2.15", "causal-conv1d"
-    what: str  # new-minor | new-patch | python | cuda | glibc | new-sdist | new-tag
+    what: str  # new-minor | new-patch | python | cuda | glibc | new-sdist | new-tag | canary
     data: str  # what the data says
     index: str  # what the index says
     status: str = ""  # after --write: written | patch broke: ... | not written
@@ -226,6 +226,27 @@ def compare_recipe(index: Index, recipe) -> Drift | None:
         return None
     return Drift(recipe.name, "new-sdist", recipe.source.version, f"{newest.version} sha256 {(newest.sha256 or '?')[:12]}…",
                  detail={"version": str(newest.version), "sha256": newest.sha256, "filename": newest.filename})  # fmt: skip
+
+
+def compare_canary(recipe) -> Drift | None:
+    """The recipe's [canary] pin against its branch's head (git describe against its newest release tag): a drift
+    when the branch moved; None for a recipe with no [canary] or a branch still at the pin."""
+    from builder.facts.spec import canary_version
+    from builder.sourcing.sources import branch_head
+
+    pin = recipe.canary
+    if pin is None:
+        return None
+    head = branch_head(pin.url, pin.branch)
+    if head.commit == pin.commit:
+        return None
+    if head.distance == 0:  # the head is a release: its sdist (or tag) is the release pin's drift, not a canary
+        return None
+    version = canary_version(head.release, head.distance)
+    return Drift(f"{recipe.name} canary", "canary", f"{pin.version} ({pin.commit[:12]})",
+                 f"{version} ({pin.branch} at {head.commit[:12]}, {head.distance} after {head.tag})",
+                 detail={"commit": head.commit, "release": head.release, "distance": head.distance,
+                         "version": version, "tag": head.tag})  # fmt: skip
 
 
 # ---------------------------------------------------------------------------
@@ -362,16 +383,19 @@ def write_python_axis(path: Path, drifts: list[Drift]) -> None:
         d.status = "written"
 
 
-def check_patches(recipe, tree: Path) -> str | None:
-    """None when every patch of the recipe applies to a fresh copy of ``tree``; else the PatchError's text."""
+def check_patches(recipe, tree: Path, source: str = "release") -> str | None:
+    """None when every patch of the recipe for SOURCE (its ``when.source`` that one or none) applies to a fresh copy
+    of ``tree``; else the PatchError's text."""
     from builder.planning.recipes import CellFacts, placeholder_values
     from builder.sourcing.prepare import apply_patch
 
     values = {}
     for facts in (CellFacts("2.14.1", "cuda", "13.0", True, ("sm_80",), "cu13"),
                   CellFacts("2.14.1", "rocm", "7.2", True, ("gfx90a",), "hip72")):  # fmt: skip
-        values.update(placeholder_values(facts))
+        values.update(placeholder_values(facts, recipe.source.version))
     for patch in recipe.patches:
+        if patch.when.source not in (None, source):
+            continue
         with tempfile.TemporaryDirectory(prefix="drift-patch-") as tmp:
             copy = Path(tmp) / tree.name
             shutil.copytree(tree, copy, symlinks=True)
@@ -380,6 +404,33 @@ def check_patches(recipe, tree: Path) -> str | None:
             except PatchError as err:
                 return str(err)
     return None
+
+
+def write_canary(recipe, drift: Drift, cache_root: Path | None, out: Path | None = None) -> None:
+    """Move the recipe's [canary] pin (in ``out``, a staged copy that may already hold its release pin's move, when
+    given) to the branch's head once the canary's patches apply to the head's tree."""
+    import tomlkit
+
+    from builder.facts.spec import CanaryPin
+    from builder.sourcing.sources import SourceCache
+
+    old = recipe.canary
+    pin = CanaryPin(old.name, drift.detail["version"], old.url, drift.detail["commit"], old.branch,
+                    drift.detail["release"], drift.detail["distance"])  # fmt: skip
+    cache = SourceCache(cache_root / "sdists" if cache_root else None)
+    with tempfile.TemporaryDirectory(prefix="drift-canary-") as tmp:
+        tree = cache.unpack(pin, Path(tmp) / "src")
+        broke = check_patches(replace(recipe, source=pin), tree, source="canary")
+    if broke:
+        drift.status = f"not written: {broke}"
+        drift.detail["exit"] = PatchError.exit_code
+        return
+    target = out or recipe.path
+    doc = tomlkit.parse(target.read_text())
+    for key in ("commit", "release", "distance"):
+        _set(doc["canary"], key, drift.detail[key])
+    target.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
+    drift.status = "written (the canary's patches apply to the head)"
 
 
 def write_recipe(index: Index, recipe, drift: Drift, cache_root: Path | None, out: Path | None = None) -> None:
@@ -555,6 +606,8 @@ def run_drift(options: DriftOptions) -> int:
             py_drifts = compare_python_axis(_read_toml(options.matrix), data, facts)
             recipes = {} if options.no_recipes else load_recipes(options.recipes)
             recipe_drifts = [(r, d) for r in recipes.values() if (d := compare_recipe(index, r))]
+            # after the release pins': a canary's write edits the copy a release pin's move may have made
+            recipe_drifts += [(r, d) for r in recipes.values() if (d := compare_canary(r))]
             if options.write:
                 _write(options, index, drifts + py_drifts, facts, recipe_drifts, staged)
         every = drifts + py_drifts + [d for _, d in recipe_drifts]
@@ -594,20 +647,26 @@ def _write(options: DriftOptions, index: Index, drifts: list[Drift], facts: dict
     if python_axis:
         write_python_axis(staged[options.matrix], python_axis)
     for recipe, d in recipe_drifts:
+        canary = d.what == "canary"
         try:
-            write_recipe(index, recipe, d, options.cache, out=staged.named(recipe.path))
+            if canary:
+                write_canary(recipe, d, options.cache, out=staged.named(recipe.path))
+            else:
+                write_recipe(index, recipe, d, options.cache, out=staged.named(recipe.path))
         except FarmError as err:  # the new sdist could not be fetched or unpacked: the pin stays
-            staged.drop(recipe.path)
+            if not canary:  # (a canary's failed write left the copy as it was, a release pin's move in it kept)
+                staged.drop(recipe.path)
             d.status = f"not written: {err}"
             d.detail["exit"] = err.exit_code
         else:
-            if not d.status.startswith("written"):  # a broken patch: the pin stays
+            if not d.status.startswith("written") and not canary:  # a broken patch: the pin stays
                 staged.drop(recipe.path)
 
 
 def _report(options: DriftOptions, index: Index, every: list[Drift], facts: dict, recipes: dict) -> int:
     checked = f"torch {min(facts, key=vtuple, default='-')}..{max(facts, key=vtuple, default='-')}, " + (
-        ", ".join(f"{r.name} {r.source.version}" for r in recipes.values()) or "no recipes"
+        ", ".join(f"{r.name} {r.source.version}" + (f" (canary {r.canary.version})" if r.canary else "")
+                  for r in recipes.values()) or "no recipes"
     )
     cost = f"{index.requests} requests, {index.bytes / 1e6:.1f} MB read from {index.url}"
     if options.format == "json":

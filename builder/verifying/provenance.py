@@ -134,6 +134,8 @@ def summary(rec: dict) -> str:
         what = f"archive {src.get('url')} (sha256 {str(src.get('sha256'))[:12]})"
     elif src.get("kind") == "git":
         what = f"git {src.get('url')} at {str(src.get('commit'))[:12]}"
+    elif src.get("kind") == "canary":
+        what = f"canary {src.get('url')} {src.get('branch')} at {str(src.get('commit'))[:12]}"
     else:
         what = f"checkout {str(src.get('commit') or 'unknown commit')[:12]}"
         what += " with uncommitted changes" if src.get("dirty") is True else ""

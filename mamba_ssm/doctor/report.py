@@ -25,6 +25,8 @@ def _built_from(rec) -> str | None:
         what = f"archive {src.get('url')} sha256 {str(src.get('sha256'))[:12]}"
     elif src.get("kind") == "git":
         what = f"git {src.get('url')} at {str(src.get('commit'))[:12]}"
+    elif src.get("kind") == "canary":
+        what = f"canary {src.get('url')} {src.get('branch')} at {str(src.get('commit'))[:12]}"
     else:
         what = f"commit {str(src.get('commit') or '?')[:12]}"
         what += " + uncommitted changes" if src.get("dirty") is True else ""

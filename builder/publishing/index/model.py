@@ -215,7 +215,10 @@ def source_line(identity: str) -> str:
     ``sdist:<project>`` (one upstream project's published sdists, every release). One index serves one line
     per project: a new upstream release joins its line; this checkout's mamba-ssm and upstream's do not mix.
     A recipe's archive (``archive:``) or git commit (``git:``) pin is upstream's code pinned another way: the
-    same line as the project's sdists."""
+    same line as the project's sdists. A canary (``canary:``, a default branch's head) is a line of its own,
+    ``canary:<project>``: never served beside a release."""
+    if identity.startswith("canary:"):
+        return "canary:" + identity.partition(":")[2].partition("==")[0]
     if identity.startswith(("sdist:", "archive:", "git:")):
         return "sdist:" + identity.partition(":")[2].partition("==")[0]
     return identity
@@ -228,6 +231,8 @@ def describe_source(identity: str) -> str:
         return f"upstream's published sdist (source {identity!r})"
     if identity.startswith(("archive:", "git:")):
         return f"upstream's {'source archive' if identity.startswith('archive:') else 'git commit'} (source {identity!r})"
+    if identity.startswith("canary:"):
+        return f"upstream's default branch, a canary (source {identity!r})"
     return f"source {identity!r}"
 
 

@@ -42,7 +42,7 @@ _MAX_SIDECAR_BYTES = 1 << 20  # a BuildSpec's JSON is a few kB
 # a git repository at a full commit)
 _SOURCE_RE = re.compile(
     r"checkout|(?:sdist|archive):(?P<name>[A-Za-z0-9._-]+)==[^@\s]+@sha256:[0-9a-f]{64}"
-    r"|git:(?P<git_name>[A-Za-z0-9._-]+)==[^@\s]+@[0-9a-f]{40}"
+    r"|(?:git|canary):(?P<git_name>[A-Za-z0-9._-]+)==[^@\s]+@[0-9a-f]{40}"
 )
 _DIST_RE = re.compile(r"[A-Za-z0-9]+(?:[._][A-Za-z0-9]+)*")
 
@@ -218,7 +218,7 @@ def read_source(sidecar: str, spec: dict | None, project: str) -> str:
         raise UsageError(
             f"{sidecar}: 'source' is {source!r}, not a source identity",
             hint="expected 'checkout', or a recipe's pin: 'sdist:' or 'archive:<name>==<version>@sha256:<hex>', "
-            "'git:<name>==<version>@<commit>' (builder/facts/spec.py)",
+            "'git:' or 'canary:<name>==<version>@<commit>' (builder/facts/spec.py)",
         )
     name = m["name"] or m["git_name"]
     if name and canonicalize_name(name) != project:
