@@ -190,3 +190,19 @@ def standins_from_snapshot(snapshot: Path, out: Path) -> None:
         index = out / "simple" / page.stem / "index.html"
         index.parent.mkdir(parents=True, exist_ok=True)
         index.write_text("".join(f'<a href="../../files/{w.name}">{w.name}</a>\n' for w in made))
+
+
+def test_recording_some_cells_keeps_every_other_cell_as_recorded(tmp_path):
+    """A run over one profile writes its cells into the record; the others keep what they were recorded with:
+    the floors tried, the witnesses, the instead."""
+    path = tmp_path / "installs.json"
+    other = record_mod.cell_key("mamba-ssm", "2.3.2.post1", "2.8.0", "3.11", "linux_x86_64")
+    kept = {"installs": False, "floor": None, "picked": {}, "why": "triton", "instead": "torch >= 2.9",
+            "tried": list(installs.FLOORS), "witnesses": {"uv": "does not resolve", "pip": "does not resolve"}}  # fmt: skip
+    installs.write_record(path, {other: kept}, "2026-12-01")
+    new = record_mod.cell_key("causal-conv1d", "1.7.0", "2.8.0", "3.11", "linux_x86_64")
+    mine = {"installs": True, "floor": "2.28", "picked": {"torch": "2.8.0"}, "tried": ["2.28"]}
+    installs.update_record(path, {new: mine}, "2026-12-05")
+    doc = json.loads(path.read_text())
+    assert doc["cells"] == {new: mine, other: kept} and doc["recorded"] == "2026-12-05"
+    assert record_mod.load(path).outcome("mamba-ssm", "2.3.2.post1", "2.8.0", "3.11", "linux_x86_64").instead == "torch >= 2.9"

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from builder.sourcing.sources import SourceCache
 
     t0 = time.monotonic()
-    old = record.load(args.record_file)  # a record that cannot be read stops the run before anything resolves
+    record.load(args.record_file)  # a record that cannot be read stops the run before anything resolves
     plan = load_plan(args.matrix, profile=args.profile, installs=False)
     queries = installs.plan_queries(plan, SourceCache())
     upstream = None
@@ -86,17 +86,7 @@ def run(args: argparse.Namespace) -> int:
               f"{no} left out{more}")  # fmt: skip
     print(f"installs: {len(queries)} resolutions ({runs} resolved, the rest cached) in {seconds:.1f} s")
     if not args.dry_run:
-        merged = {k: _as_dict(o) for k, o in old.cells.items()}
-        merged.update(cells)
-        installs.write_record(args.record_file, merged, installs.today())
+        installs.update_record(args.record_file, cells, installs.today())
         print(f"installs: recorded {len(cells)} cell(s) into {args.record_file}")
     return 0
 
-
-def _as_dict(o) -> dict:
-    out = {"installs": o.installs, "floor": o.floor, "picked": o.picked}
-    if o.why:
-        out["why"] = o.why
-    if o.instead:
-        out["instead"] = o.instead
-    return out

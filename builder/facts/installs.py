@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.errors import MatrixError
@@ -56,6 +56,7 @@ class Installs:
     cells: dict[str, Outcome]
     stand_in: str = ""
     recorded: str = ""
+    written: dict[str, dict] = field(default_factory=dict, compare=False, repr=False)  # each cell as the file holds it
 
     def outcome(self, project: str, version: str, torch: str, python: str, platform: str) -> Outcome | None:
         return self.cells.get(cell_key(project, version, torch, python, platform))
@@ -94,9 +95,9 @@ def _load(path: Path, _mtime_ns: int, _size: int) -> Installs:
     try:
         raw = read_regular(path, MAX_RECORD_BYTES, str(path))
         doc = expect(load_json(raw, str(path)), dict, str(path))
-        cells = {}
+        cells, written = {}, {}
         for key, c in expect(doc.get("cells", {}), dict, f"{path}: cells").items():
-            c = expect(c, dict, f"{path}: cells[{key!r}]")
+            written[key] = c = expect(c, dict, f"{path}: cells[{key!r}]")
             cells[key] = Outcome(
                 installs=expect(c.get("installs"), (bool, type(None)), f"{path}: cells[{key!r}].installs"),
                 floor=expect(c.get("floor"), (str, type(None)), f"{path}: cells[{key!r}].floor"),
@@ -104,6 +105,6 @@ def _load(path: Path, _mtime_ns: int, _size: int) -> Installs:
                 instead=expect(c.get("instead", ""), str, f"{path}: cells[{key!r}].instead"),
                 picked=dict(expect(c.get("picked", {}), dict, f"{path}: cells[{key!r}].picked")),
             )
-        return Installs(path, cells, str(doc.get("stand_in", "")), str(doc.get("recorded", "")))
+        return Installs(path, cells, str(doc.get("stand_in", "")), str(doc.get("recorded", "")), written)
     except Untrusted as err:
         raise MatrixError(f"{err}: not an installs record", hint="run `python -m builder installs` again") from None

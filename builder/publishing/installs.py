@@ -444,6 +444,14 @@ def instead(key_parts: tuple[str, str, str, str, str], outcomes: dict[tuple, boo
     return ""
 
 
+def update_record(path: Path, cells: dict[str, dict], today: str) -> None:
+    """Write CELLS into the record at PATH, every other cell kept as the file holds it (its floors tried, its
+    witnesses and lock included)."""
+    from builder.facts import installs as record
+
+    write_record(path, {**record.load(path).written, **cells}, today)
+
+
 def write_record(path: Path, cells: dict[str, dict], today: str) -> None:
     doc = {
         "comment": "written by `python -m builder installs`; read by the plan, the tiers and the coverage page",
