@@ -37,7 +37,7 @@ from builder.building.executors.host import copy_source
 from builder.building.images.engine import connect
 from builder.facts.hostenv import default_wheelhouses, find_ca_bundle
 from builder.planning.plan import load_plan
-from builder.verifying import wheels
+from builder.verifying import smoke, wheels
 
 PROFILES = {"aarch64": "ci-aarch64", "x86_64": "ci-stable"}
 
@@ -77,7 +77,7 @@ def measure(machine: str, accelerator: str, work: Path) -> dict:
             raise SystemExit(f"{spec.id}: {res.reason} (log: {log})")
         good = wheels.verify_wheel(res.wheel, spec, workdir=logs / "verify").wheel
         t0 = time.monotonic()
-        line = ex.smoke(spec, good, log)
+        line = smoke.in_container(ex, spec, good, log)
         smoke_s = time.monotonic() - t0
     finally:
         ex.cleanup()

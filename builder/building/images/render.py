@@ -15,7 +15,6 @@ from pathlib import Path
 import jinja2
 import tomllib
 
-from builder.building import interpreters
 from builder.building.images.images import (
     DEBIAN_ARCH,
     LABEL,
@@ -26,10 +25,10 @@ from builder.building.images.images import (
     is_local_base,
     local_name,
     local_suite,
-    machine_of,
 )
+from builder.environments import interpreters
 from builder.errors import InterpreterUnavailable, UsageError
-from builder.facts.compat import manylinux_platforms
+from builder.facts.compat import machine_of, manylinux_platforms
 from builder.facts.hostenv import host_machine, pyenv_pythons
 from builder.facts.paths import REPO
 from builder.facts.spec import ImageSpec, stable_hash
@@ -49,7 +48,7 @@ class PythonInstall:
     version: str  # "3.11"
     tag: str  # "cp311"
     prefix: str  # where the interpreter lives, host and image alike
-    farm: str = ""  # a farm-provided interpreter (builder/building/interpreters.py): the digest of its pins; "" otherwise
+    farm: str = ""  # a farm-provided interpreter (builder/environments/interpreters.py): the digest of its pins; "" otherwise
 
 
 @dataclass(frozen=True)

@@ -20,16 +20,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from builder.building.driver import schedule, timings
 from builder.building.executors import BuildOptions
 from builder.building.executors.choose import select
 from builder.errors import BuildFailed, FarmError, UsageError
+from builder.facts import timings
 from builder.facts.paths import REPO
 from builder.publishing import cost
+from builder.run import schedule
 from builder.sourcing import reproducible
 from builder.verifying import evidence, provenance
 from mamba_ssm._untrusted import neutral, unguarded
-
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def run_build(request: BuildRequest) -> int:
                     spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not request.no_smoke,
                     epoch=reproducible.tree_epoch(trees.get(spec.id, source)), ran=executor.ran(spec), commit=commit,
                     dirty=dirty, recipe=plan.recipe_of(spec),
-                    emulated_smoke=getattr(executor, "smoke", None), log_path=logs_dir / f"{spec.id}.log", log=log,
+                    container=executor if hasattr(executor, "run_script") else None, log_path=logs_dir / f"{spec.id}.log", log=log,
                 )
 
             ran = schedule.run(
@@ -318,17 +318,16 @@ def _clear_stale(work: Path, wheels_dir: Path) -> None:
 
 
 def _verify_and_publish(
-    spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print, epoch: int | None = None,
+    spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, recipe=None, container=None, log_path: Path | None = None, log=print, epoch: int | None = None,
     ran: dict | None = None, commit: str | None = None, dirty: bool | None = None,
 ) -> Path:
     """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename.
 
-    Another machine's wheel (linux_aarch64 on x86_64) is smoke-tested in its own image under emulation
-    (EMULATED_SMOKE: the Docker executor's ``smoke``); without one it cannot be, and is refused.
+    Another machine's wheel (linux_aarch64 on x86_64) is smoke-tested in its own image under emulation, which
+    CONTAINER (the Docker executor: builder.verifying.smoke.Container) runs; without one it is refused.
     """
-    from builder.building.images.images import machine_of
-    from builder.facts.hostenv import host_machine
     from builder.verifying import wheels
+    from builder.verifying.smoke import smoke_wheel
 
     workdir.mkdir(parents=True, exist_ok=True)
     # What built it, inside the wheel and in its sidecar alike (no clock time, no host path).
@@ -339,42 +338,8 @@ def _verify_and_publish(
         raw_wheel, spec, workdir=workdir / "verify", epoch=epoch, provenance=record
     )
     good, ran = Path(verified.wheel), None
-    foreign = machine_of(spec.platform) != host_machine()
-    if smoke and foreign:
-        if emulated_smoke is None:
-            raise FarmError(
-                f"cannot smoke-test {good.name} on this {host_machine()} host: this executor has no emulated smoke test",
-                hint="use --executor docker, or pass --no-smoke",
-            )
-        t0 = time.monotonic()
-        ran = emulated_smoke(spec, good, log_path or workdir / f"{spec.id}.log", recipe=recipe)
-        log(f"{spec.id}: {ran['line']} (under emulation, {time.monotonic() - t0:.0f}s)")
-    elif smoke:
-        from filelock import FileLock
-
-        from builder.building import cache
-        from builder.building.interpreters import python_prefix
-
-        python = python_prefix(spec.python, log=log)  # pyenv's, else the farm's own (exit 14 when neither)
-        # torch for the smoke test is installed once per (Python, torch) and kept across runs.
-        smoke_dir = cache.smoke_slot(spec.python_tag, spec.torch_version)
-        smoke_dir.mkdir(parents=True, exist_ok=True)
-        python3, torch_requirement = str(python / "bin" / "python3"), f"torch=={spec.torch_version}"
-        with FileLock(str(smoke_dir) + ".lock"):
-            torch_venv = cache.torch_venv(python3, torch_requirement, smoke_dir / "torch-envs")
-            layer, deps = None, ()
-            if recipe is not None and recipe.deps:  # its public modules import what it declares: install that once
-                t0 = time.monotonic()
-                deps = tuple(wheels.declared_requirements(good, wheels.marker_environment(python3)))
-                layer = cache.deps_layer(torch_venv, torch_requirement, list(deps), smoke_dir / "deps-envs")
-                took = time.monotonic() - t0
-                log(f"{spec.id}: dependency layer {layer.name}: {len(deps)} requirement(s) ({took:.0f}s)")
-            ran = wheels.smoke_test(
-                good, spec, python=python3, torch_requirement=torch_requirement, workdir=smoke_dir,
-                torch_venv=torch_venv,
-                imports=recipe.imports if recipe else (), commands=recipe.commands if recipe else (),
-                api=recipe.api if recipe else (), deps_layer=layer, deps=deps,
-            )
+    if smoke:
+        ran = smoke_wheel(spec, good, log_path or workdir / f"{spec.id}.log", recipe=recipe, container=container, log=log)
     # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.
     staged = workdir / (good.name + ".staged")
     shutil.copyfile(good, staged)
@@ -395,7 +360,7 @@ def _verify_and_publish(
 
 def _cache_preflight(todo: list) -> str | None:
     """Whether the smoke tests' torch venvs this run adds would take the farm cache past its budget."""
-    from builder.building import cache
+    from builder.environments import store
     from builder.facts.compat import load
 
     compat = load()
@@ -405,7 +370,7 @@ def _cache_preflight(todo: list) -> str | None:
         row = compat.torch.get(minor)
         cuda = row is None or row.pypi.get(s.platform, "cpu") != "cpu"  # what `pip install torch==X` gets from PyPI
         needs.append((s.python_tag, s.torch_version, cuda))
-    return cache.preflight(needs)
+    return store.preflight(needs)
 
 
 def previous_entries(ledger: schedule.Ledger, todo: list) -> dict[str, dict]:

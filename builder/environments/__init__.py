@@ -1,0 +1,1 @@
+"""The Python environments builds and smoke tests run in: interpreters, the torch-environment store, dependency layers."""
