@@ -124,8 +124,6 @@ def foreign_deps_layer(
     (``.complete`` says both, as ``deps_layer``'s does); made in a temporary folder and renamed into place whole.
     COMPILE_WITH (a host Python of that version) byte-compiles it: the container mounts it read-only. A requirement
     pip cannot fetch for the target is a VerificationError naming it and the platform, and leaves nothing behind."""
-    from packaging.utils import canonicalize_name
-
     held = installed_dists(torch_site)
     if "torch" not in held:
         raise VerificationError(f"smoke test: no torch in {torch_site}: the dependency layer has no torch to hold")
@@ -136,59 +134,82 @@ def foreign_deps_layer(
     if (tmp := _layer_begin(layer)) is None:
         return layer
     started = time.monotonic()
-    where = f"{platforms[0]} (CPython {python})"
-    pip = [
-        sys.executable, "-c", _TARGET_PIP, json.dumps(environment), "install", "--no-compile", "--only-binary", ":all:",
-        *(a for tag in platforms for a in ("--platform", tag)), "--python-version", python, "--implementation", "cp",
-        "--disable-pip-version-check", *pip_args,
-    ]  # fmt: skip
+    target = _TargetPip(platforms, python, environment, pip_args, log_path, timeout)
+    try:
+        (tmp / "site").mkdir(parents=True)
+        (tmp / ".requirements.txt").write_text("".join(r + "\n" for r in wanted))
+        (tmp / ".constraints.txt").write_text("".join(f"{n}=={v}\n" for n, v in sorted(held.items())))
+        resolved = target.resolve(tmp, wanted, torch_requirement)
+        fetch = sorted(f"{n}=={v}" for n, v in resolved.items() if n not in held)
+        (tmp / ".resolved.txt").write_text("".join(r + "\n" for r in fetch))
+        if fetch:
+            target.run(["--no-deps", "--target", str(tmp / "site"), *fetch], f"fetch {len(fetch)} distribution(s)")
+        if compile_with is not None:  # bytecode is the same on every machine; a file its Python cannot read stays .py
+            _byte_compile(compile_with, tmp / "site", timeout)
+        _layer_commit(tmp, layer, [torch_requirement, *wanted])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    where = target.where
+    timings.record("deps", f"layer {layer.name} ({len(requirements)} requirement(s), {where})", time.monotonic() - started)
+    return layer
 
-    def run(argv: list[str], what: str) -> str:
+
+class _TargetPip:
+    """This host's pip installing for another machine: wheels only, for PLATFORMS and CPython PYTHON, markers judged
+    in ENVIRONMENT (``_TARGET_PIP``); each run's output appended to LOG_PATH; a failure a VerificationError that names
+    the requirement pip could not fetch and the platform."""
+
+    def __init__(self, platforms: list[str], python: str, environment: dict[str, str], pip_args, log_path, timeout):
+        self.where = f"{platforms[0]} (CPython {python})"
+        self.pip = [
+            sys.executable, "-c", _TARGET_PIP, json.dumps(environment), "install", "--no-compile", "--only-binary",
+            ":all:", *(a for tag in platforms for a in ("--platform", tag)), "--python-version", python,
+            "--implementation", "cp", "--disable-pip-version-check", *pip_args,
+        ]  # fmt: skip
+        self.log_path, self.timeout = log_path, timeout
+
+    def run(self, args: list[str], what: str) -> str:
+        """``pip install ARGS`` for the target; its stdout."""
         try:
-            proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run([*self.pip, *args], check=False, capture_output=True, text=True, timeout=self.timeout)
         except subprocess.TimeoutExpired:
-            raise VerificationError(f"smoke test: {what} for {where} timed out after {timeout:.0f}s") from None
-        if log_path is not None:
-            with open(log_path, "a") as f:
-                f.write(f"== {what} for {where}\n{proc.stdout}{proc.stderr}")
+            raise VerificationError(f"smoke test: {what} for {self.where} timed out after {self.timeout:.0f}s") from None
+        if self.log_path is not None:
+            with open(self.log_path, "a") as f:
+                f.write(f"== {what} for {self.where}\n{proc.stdout}{proc.stderr}")
         if proc.returncode:
             errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR:")]
             found = next((m for ln in errors if (m := _PIP_FAILED.search(ln))), None)
             if found:
                 raise VerificationError(
                     f"smoke test: the wheel's dependency {shown(found.group(1) or found.group(2), 300)} cannot be "
-                    f"fetched for {where}: {shown(errors[-1], 400)}")  # fmt: skip
+                    f"fetched for {self.where}: {shown(errors[-1], 400)}")  # fmt: skip
             last = (errors or proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise VerificationError(f"smoke test: could not {what} for {where}: {shown(last, 400)}")
+            raise VerificationError(f"smoke test: could not {what} for {self.where}: {shown(last, 400)}")
         return proc.stdout
 
-    try:
-        (tmp / "site").mkdir(parents=True)
-        (tmp / ".requirements.txt").write_text("".join(r + "\n" for r in wanted))
-        (tmp / ".constraints.txt").write_text("".join(f"{n}=={v}\n" for n, v in sorted(held.items())))
+    def resolve(self, tmp: Path, wanted: list[str], torch_requirement: str) -> dict[str, str]:
+        """{name: version} pip's resolution of TMP's requirements and constraints installs for the target (a dry run
+        with a report in TMP); empty, without pip, when WANTED is."""
+        from packaging.utils import canonicalize_name
+
         report = tmp / ".report.json"
         report.write_text('{"install": []}')  # nothing declared but torch: an empty layer, no pip
         if wanted:
-            run([*pip, "--dry-run", "--ignore-installed", "--report", str(report), "--target", str(tmp / "dry"),
-                 "-r", str(tmp / ".requirements.txt"), "-c", str(tmp / ".constraints.txt")],
-                f"resolve the wheel's dependencies ({', '.join(wanted)}) next to {torch_requirement}")  # fmt: skip
+            self.run(["--dry-run", "--ignore-installed", "--report", str(report), "--target", str(tmp / "dry"),
+                      "-r", str(tmp / ".requirements.txt"), "-c", str(tmp / ".constraints.txt")],
+                     f"resolve the wheel's dependencies ({', '.join(wanted)}) next to {torch_requirement}")  # fmt: skip
         try:
             items = json.loads(text(read_inside(tmp, report, 64 << 20), str(report))).get("install") or []
-            resolved = {canonicalize_name(i["metadata"]["name"]): str(i["metadata"]["version"]) for i in items}
+            return {canonicalize_name(i["metadata"]["name"]): str(i["metadata"]["version"]) for i in items}
         except (Untrusted, ValueError, KeyError, TypeError, AttributeError) as err:
             raise VerificationError(f"smoke test: pip's report of the dependencies cannot be read ({shown(err, 200)})") from None
-        fetch = sorted(f"{n}=={v}" for n, v in resolved.items() if n not in held)
-        (tmp / ".resolved.txt").write_text("".join(r + "\n" for r in fetch))
-        if fetch:
-            run([*pip, "--no-deps", "--target", str(tmp / "site"), *fetch], f"fetch {len(fetch)} distribution(s)")
-        if compile_with is not None:  # bytecode is the same on every machine; a file its Python cannot read stays .py
-            try:
-                subprocess.run([str(compile_with), "-m", "compileall", "-q", "-j", "0", str(tmp / "site")],
-                               check=False, capture_output=True, timeout=timeout)  # fmt: skip
-            except subprocess.TimeoutExpired:
-                raise VerificationError(f"smoke test: byte-compiling the dependency layer timed out after {timeout:.0f}s") from None
-        _layer_commit(tmp, layer, [torch_requirement, *wanted])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    timings.record("deps", f"layer {layer.name} ({len(requirements)} requirement(s), {where})", time.monotonic() - started)
-    return layer
+
+
+def _byte_compile(python: Path, site: Path, timeout: float) -> None:
+    """SITE byte-compiled by PYTHON (a host Python of the target's version: bytecode is the same on every machine)."""
+    try:
+        subprocess.run([str(python), "-m", "compileall", "-q", "-j", "0", str(site)],
+                       check=False, capture_output=True, timeout=timeout)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise VerificationError(f"smoke test: byte-compiling the dependency layer timed out after {timeout:.0f}s") from None
