@@ -488,6 +488,22 @@ def verify_wheel(
     if spec.from_recipe:  # upstream's METADATA requires any torch: pin the minor it was built against; label it
         wheel = pin_torch(wheel, spec.torch_version, workdir / "relabelled", label=spec.label)
     facts = read_facts(wheel, spec.project)
+    _check_names(wheel, facts, spec)
+    check_machine(wheel, spec.platform)
+    checks = _audit(wheel, facts, spec, workdir)
+    # a GPU whose own code the toolkit miscompiles: which code serves it instead, and why (the table's words)
+    served = miscompiles.served_by(spec.project, facts.version.partition("+")[0], spec.toolkit, checks["archs"])
+    if served:
+        checks["served_by"] = served
+    if facts.variant is not None:
+        # The variant form is made from a verified (repaired, retagged) wheel, after verification: its audits
+        # pass again, and repairing it anew would rewrite it under the farm's label.
+        return Verified(wheel, {**checks, "repaired": None})
+    return _repaired(wheel, facts, spec, workdir, checks, epoch=epoch, provenance=provenance)
+
+
+def _check_names(wheel: Path, facts: WheelFacts, spec: BuildSpec) -> None:
+    """The wheel's names, tags and label agree with SPEC (a variant form's: any manylinux tag of SPEC's machine)."""
     platforms = (spec.platform, spec.manylinux)
     if facts.variant is not None:  # made from a repaired wheel: any manylinux tag of the spec's machine
         arch = spec.platform.removeprefix("linux_")
@@ -495,8 +511,11 @@ def verify_wheel(
     problems = check_names(facts, spec, platforms)
     if problems:
         raise VerificationError(f"{wheel.name} does not match spec {spec.id}: " + "; ".join(problems))
-    check_machine(wheel, spec.platform)
 
+
+def _audit(wheel: Path, facts: WheelFacts, spec: BuildSpec, workdir: Path) -> dict:
+    """The audits of the wheel's extensions, unpacked in a scratch folder under WORKDIR: each one's C++ ABI, the
+    device code against SPEC's arch list, a variant form's declared properties; what was checked."""
     unpacked = Path(tempfile.mkdtemp(prefix="unpacked-", dir=workdir))
     try:
         audited = audited_extensions(facts.extensions, spec)
@@ -513,35 +532,36 @@ def verify_wheel(
         found = [_elf.archs_in(_read_elf(so)) for so in libs] if spec.accelerator != "cpu" else []
         device_code = sorted({a for r in found for a in (*r.sass, *r.ptx, *r.hip)})
         if facts.variant is not None:
-            sass, ptx = set(), set()
-            for so in libs:
-                found = _elf.archs_in(_read_elf(so))
-                sass.update(found.sass)
-                ptx.update(found.ptx)
-            want = variants.form_of(_variant.Variant.from_label(spec.label), sorted(sass), sorted(ptx))
-            if facts.variant != want:
-                raise VerificationError(
-                    f"{wheel.name}: variant.json declares {facts.variant.lines() or ['no properties']}, "
-                    f"the extension needs {want.lines() or ['no properties']} ({want.label})"
-                )
+            _check_variant_form(wheel, facts, spec, libs)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
-    checks = {
+    return {
         "tags": list(facts.filename_tags),
         "abi": {name: rep.kind for name, rep in sorted(report.abi.items())},
         "archs": device_code,
         "machine": _elf.tag_machine(spec.platform),
         "extensions": list(audited),
     }
-    # a GPU whose own code the toolkit miscompiles: which code serves it instead, and why (the table's words)
-    served = miscompiles.served_by(spec.project, facts.version.partition("+")[0], spec.toolkit, device_code)
-    if served:
-        checks["served_by"] = served
-    if facts.variant is not None:
-        # The variant form is made from a verified (repaired, retagged) wheel, after verification: its audits
-        # pass again, and repairing it anew would rewrite it under the farm's label.
-        return Verified(wheel, {**checks, "repaired": None})
 
+
+def _check_variant_form(wheel: Path, facts: WheelFacts, spec: BuildSpec, libs: list[Path]) -> None:
+    """A variant form's variant.json declares what its extensions LIBS need (their SASS and PTX, SPEC's label)."""
+    sass, ptx = set(), set()
+    for so in libs:
+        found = _elf.archs_in(_read_elf(so))
+        sass.update(found.sass)
+        ptx.update(found.ptx)
+    want = variants.form_of(_variant.Variant.from_label(spec.label), sorted(sass), sorted(ptx))
+    if facts.variant != want:
+        raise VerificationError(
+            f"{wheel.name}: variant.json declares {facts.variant.lines() or ['no properties']}, "
+            f"the extension needs {want.lines() or ['no properties']} ({want.label})"
+        )
+
+
+def _repaired(wheel: Path, facts: WheelFacts, spec: BuildSpec, workdir: Path, checks: dict, *, epoch, provenance):
+    """The wheel repaired to SPEC's floor, retagged and labelled (every entry at EPOCH, PROVENANCE in its dist-info),
+    its tags and machine checked again: the Verified wheel in WORKDIR/verified."""
     repaired, platform, reaches = repair(wheel, spec, workdir)
     canonical = f"{facts.version.partition('+')[0]}+{spec.label}"
     final = retag(
