@@ -30,7 +30,7 @@ def pip_here(monkeypatch):
 
 
 def torch_folder(tmp_path: Path) -> Path:
-    """Another machine's torch folder as the Docker executor's _foreign_torch leaves it: pip's --target site."""
+    """Another machine's torch folder as build_torch.fetched_for_target leaves it: pip's --target site."""
     site = tmp_path / "torch" / "mamba-farm-torch-cp311-2.11.0-cuda-13.0-aarch64" / "site"
     for dist in ("torch-2.11.0", "filelock-3.0.0"):
         info = site / f"{dist}.dist-info"

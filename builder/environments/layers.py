@@ -116,7 +116,7 @@ def foreign_deps_layer(
 ) -> Path:
     """A layer holding REQUIREMENTS (a wheel's declared dependencies, torch left out:
     builder.verifying.smoke.declared_requirements) for another machine's smoke test, next to the torch folder whose
-    site-packages is TORCH_SITE (the Docker executor's ``_foreign_torch``). This host's pip fetches
+    site-packages is TORCH_SITE (builder.environments.build_torch.fetched_for_target). This host's pip fetches
     it natively: wheels only, for PLATFORMS (every manylinux tag the wheel under test runs on) and CPython PYTHON,
     markers judged in ENVIRONMENT (the target's). Its resolution holds every distribution in the torch folder to its
     version (torch among them); what the folder already has is left out, the rest installed with ``--target`` into

@@ -44,15 +44,13 @@ from builder.building.images.images import (
     owner,
 )
 from builder.building.images.render import image_python, load_packages, render
-from builder.environments import interpreters
-from builder.environments.markers import target_requirements
+from builder.environments import build_torch, interpreters
 from builder.errors import FarmError, InfrastructureError
 from builder.facts import timings
-from builder.facts.compat import machine_of, manylinux_platforms
+from builder.facts.compat import machine_of
 from builder.facts.cputime import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu
 from builder.facts.hostenv import CACHE_ROOT, host_machine, host_pip_settings
 from builder.sourcing.reproducible import tree_epoch
-from mamba_ssm._untrusted import Untrusted
 
 PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
 
@@ -63,14 +61,14 @@ def _torch_name(spec) -> str:
 
 def torch_folder(spec) -> Path:
     """The host folder ``<farm cache>/torch/<torch_store's volume name>-<machine>`` that holds SPEC's torch where a
-    volume does not: another machine's (``_foreign_torch``), or this one's smoke venv linked (``_linked_torch``)."""
+    volume does not: another machine's (``build_torch.fetched_for_target``), or this one's smoke venv linked (``build_torch.linked_from_store``)."""
     return CACHE_ROOT / "torch" / f"{_torch_name(spec)}-{machine_of(spec.platform)}"
 
 
 def torch_store(spec) -> str:
     """Where SPEC's torch lives, mounted read-only at /torch by its builds and smoke test: the docker volume
     ``mamba-farm-torch-<python>-<torch>-<accelerator>`` for this host's machine (unless its smoke venv can be
-    linked: ``_linked_torch``); for another machine's, its ``torch_folder``, which this host's pip fills."""
+    linked: ``build_torch.linked_from_store``); for another machine's, its ``torch_folder``, which this host's pip fills."""
     return _torch_name(spec) if machine_of(spec.platform) == host_machine() else str(torch_folder(spec))
 
 
@@ -259,8 +257,8 @@ class DockerExecutor:
 
         Builds mount it read-only: the GBs of a CUDA torch are installed once per
         (Python, torch) instead of once per build, and survive across runs. This host's machine's
-        torch is its smoke test's venv, linked into a host folder where it can be (``_linked_torch``);
-        another machine's is a host folder filled by this host's pip (``_foreign_torch``): no emulation.
+        torch is its smoke test's venv, linked into a host folder where it can be (``build_torch.linked_from_store``);
+        another machine's is a host folder filled by this host's pip (``build_torch.fetched_for_target``): no emulation.
         """
         import docker.errors
         from filelock import FileLock
@@ -277,8 +275,9 @@ class DockerExecutor:
         locks.mkdir(parents=True, exist_ok=True)
         with lock, FileLock(str(locks / f"{name}.lock")):
             if foreign:
-                return self._foreign_torch(spec, Path(store), log_path, timeout)
-            if (linked := self._linked_torch(spec, log_path)) is not None:
+                reason = build_torch.fetched_for_target(spec, Path(store), log_path, timeout, log=self.log)
+                return store, (BuildResult(False, None, log_path, reason, infrastructure=True) if reason else None)
+            if (linked := build_torch.linked_from_store(spec, torch_folder(spec), log_path, log=self.log)) is not None:
                 return linked, None
             try:
                 self.client.volumes.get(name)
@@ -302,105 +301,6 @@ class DockerExecutor:
                     False, None, log_path, f"could not install {env['FARM_TORCH_REQ']} (exit {code})", infrastructure=True
                 )
             return name, None
-
-    def _linked_torch(self, spec, log_path: Path) -> str | None:
-        """This host's machine, torch from where this host's pip finds it (the build's requirement is the smoke
-        test's): the host smoke test's torch venv (made now if need be) linked into a host folder that builds mount
-        at /torch (``store.torch_folder``), so torch is installed once, and on disk once, for a build and its smoke
-        test. None, and the volume as before, where the build's pip would read torch's own index, where this host
-        has no CPython of SPEC's version, or where a wheel in the venv needs a newer glibc than the image's."""
-        from filelock import FileLock
-
-        from builder.environments import store
-        from builder.environments.markers import marker_environment
-        from builder.facts.compat import manylinux_glibc
-
-        farm = spec_env(spec, max_jobs=1)
-        if farm["FARM_TORCH_PIP_ARGS"]:
-            return None
-        folder = torch_folder(spec)
-        requirement, why = farm["FARM_TORCH_REQ"], None
-        if not (folder / ".ready").is_file():
-            slot = store.smoke_slot(spec.python_tag, spec.torch_version)
-            try:
-                python3 = str(interpreters.python_prefix(spec.python, log=self.log) / "bin" / "python3")
-                slot.mkdir(parents=True, exist_ok=True)
-                with FileLock(str(slot) + ".lock"):  # the smoke test's own lock on its venvs
-                    venv = store.torch_venv(python3, requirement, slot / "torch-envs")
-                    glibc = manylinux_glibc(spec.manylinux)
-                    why = store.torch_folder(venv, folder, requirement, marker_environment(python3), glibc)
-            except (FarmError, Untrusted, OSError, ValueError) as err:
-                why = str(err).splitlines()[0] if str(err) else type(err).__name__
-        with open(log_path, "ab") as f:
-            linked = f"{folder}, linked from the smoke test's venv"
-            said = f"not linked from the smoke test's venv ({why})" if why else linked
-            f.write(f"== {requirement} for {spec.python_tag}: {said}\n".encode())
-        return None if why else str(folder)
-
-    def _foreign_torch(self, spec, folder: Path, log_path: Path, timeout: float) -> tuple[str, BuildResult | None]:
-        """Another machine's torch in the host FOLDER (``torch_store``, bind-mounted at /torch like a volume),
-        installed by this host's pip, natively: wheels picked for SPEC's platform and Python
-        (``--platform``, ``--python-version``, ``--only-binary :all:``). An emulated pip took most of a cold
-        aarch64 run. pip judges markers by the machine it runs on, so torch goes in alone and its requirements
-        follow, their markers judged for SPEC's machine (``target_requirements``). Builds mount it read-only, so
-        Python cannot cache bytecode there (under emulation torch's import compiles its .py files in a minute and
-        a half, three times a build and its smoke test): a host Python of SPEC's version compiles them once
-        (bytecode is the same on every machine)."""
-        import subprocess
-        import sys
-
-        name = folder.name
-        if (folder / ".ready").is_file():
-            return str(folder), None
-        farm = spec_env(spec, max_jobs=1)  # what build.sh would be given: the requirement, torch's index
-        requirement = farm["FARM_TORCH_REQ"]
-        tmp = folder.with_name(f".{name}.{os.getpid()}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "site").mkdir(parents=True)
-        started = time.monotonic()
-        pip = [
-            sys.executable, "-m", "pip", "install", "--no-compile", "--target", str(tmp / "site"), "--only-binary", ":all:",
-            *(a for tag in manylinux_platforms(spec.manylinux) for a in ("--platform", tag)),
-            "--python-version", spec.python, "--implementation", "cp",
-            *farm["FARM_TORCH_PIP_ARGS"].split(),
-        ]  # fmt: skip
-        reason = None
-        with open(log_path, "ab") as f:
-            f.write(f"== installing {requirement} for {spec.python_tag} {spec.platform} natively into {folder} (once)\n".encode())
-            f.flush()
-
-            def run(cmd: list[str]) -> int:
-                try:
-                    return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, check=False).returncode
-                except subprocess.TimeoutExpired:
-                    return 124
-
-            if (code := run([*pip, "--no-deps", requirement])) != 0:
-                reason = f"could not install {requirement} (pip exit {code})"
-            else:
-                try:
-                    needs = target_requirements(tmp / "site", "torch", machine_of(spec.platform), spec.python)
-                except FarmError as err:
-                    needs, reason = [], str(err).splitlines()[0]
-                f.write(f"== its requirements on {machine_of(spec.platform)}: {' '.join(needs) or 'none'}\n".encode())
-                f.flush()
-                if reason is None and needs and (code := run([*pip, *needs])) != 0:
-                    reason = f"could not install {requirement}'s requirements (pip exit {code})"
-            if reason is None:
-                try:
-                    python = interpreters.python_prefix(spec.python, log=self.log) / "bin" / "python3"
-                except FarmError as err:  # no host Python of that version: imports compile it, slowly
-                    f.write(f"== not byte-compiled: {str(err).splitlines()[0]}\n".encode())
-                else:
-                    run([str(python), "-m", "compileall", "-q", "-j", "0", str(tmp / "site")])
-        if reason is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-            return str(folder), BuildResult(False, None, log_path, reason, infrastructure=True)
-        (tmp / ".ready").touch()
-        shutil.rmtree(folder, ignore_errors=True)
-        os.rename(tmp, folder)
-        timings.record("torch", f"folder {name} (native pip)", time.monotonic() - started)
-        return str(folder), None
 
     def _env(self, spec) -> dict[str, str]:
         env = {**self.pip.env(), **spec_env(spec, max_jobs=self.options.max_jobs)}
