@@ -228,7 +228,7 @@ def canary_venv(version: str) -> Path:
     empty = smoke.parent / ".no-constraints.txt"
     empty.write_text("")
     old = os.environ.get("PIP_CONSTRAINT")
-    with FileLock(str(smoke) + ".lock"):  # the lock builder/run/build.py's smoke test takes
+    with FileLock(str(smoke) + ".lock"):  # the lock builder/verifying/smoke.py's on_host takes
         os.environ["PIP_CONSTRAINT"] = str(empty)
         try:
             return store.torch_venv(python311(), f"torch=={version}", smoke / "torch-envs")

@@ -115,7 +115,7 @@ def torch_venv(dest: Path, python: str, torch_req: str, env: dict, *more: str) -
     assert m, f"{torch_req!r}: the farm keeps venvs of an exact torch release (torch==X.Y.Z)"
     tag = subprocess.run([python, "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"],
                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    smoke_dir = CACHE_ROOT / "smoke" / f"{tag}-torch{m.group(1)}"  # builder/run/build.py's folder
+    smoke_dir = CACHE_ROOT / "smoke" / f"{tag}-torch{m.group(1)}"  # store.smoke_slot's folder
     smoke_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(smoke_dir) + ".lock"):  # the farm's own lock: no smoke test or eviction meanwhile
         base = store.torch_venv(python, torch_req, smoke_dir / "torch-envs")

@@ -235,7 +235,7 @@ def test_stable_wheel_runs_under_python_314_with_a_torch_that_ships_it(wheel_tes
         pytest.skip(f"no CPython 3.14 here: {err}")
     smoke = hostenv.CACHE_ROOT / "smoke" / "cp314-torch2.14.1"
     smoke.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(smoke) + ".lock"):  # the lock builder/run/build.py's smoke test takes
+    with FileLock(str(smoke) + ".lock"):  # the lock builder/verifying/smoke.py's on_host takes
         venv = store.torch_venv(str(prefix / "bin" / "python3"), "torch==2.14.1", smoke / "torch-envs")
     res = _run_check(str(venv / "bin" / "python"), wheel_test_torch, tmp_path)
     _assert_correct(res, "2.14.1", tmp_path / "site")

@@ -1,7 +1,10 @@
-"""The farm's smoke-test torch venvs on disk: shared files, a size budget, least recently used out first.
+"""The torch-environment store: the smoke tests' torch venvs on disk (and the dependency layers on them,
+builder/environments/layers.py), shared files, a size budget, least recently used out first.
 
-Venvs under ``<farm cache>/smoke/`` share identical files by hard links; past ``MAMBA_FARM_CACHE_BUDGET`` the
-least recently used go; :func:`preflight` warns before a run; ``python -m builder cache`` shows and prunes.
+A (Python, torch) has a slot under ``<farm cache>/smoke/`` (``smoke_slot``) with its torch venvs and layers. Venvs
+share identical files by hard links, with each other and with the builds' torch folders (``torch_folder``); past
+``MAMBA_FARM_CACHE_BUDGET`` the least recently used go; :func:`preflight` warns before a run; ``python -m builder
+cache`` shows and prunes.
 What is on disk is outside data: a link is never the cache's, a ``.complete`` must be a small regular file.
 """
 
@@ -188,7 +191,7 @@ def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, l
             break
         if e.path in keep:
             continue
-        # a smoke test running now holds its (Python, torch) folder's lock (builder/run/build.py): skip that one
+        # a smoke test running now holds its (Python, torch) folder's lock (builder/verifying/smoke.py): skip that one
         lock = FileLock(str(e.path.parent.parent) + ".lock", timeout=0)
         try:
             lock.acquire()
