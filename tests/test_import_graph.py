@@ -162,6 +162,13 @@ def test_builder_imports_follow_the_stage_order() -> None:
     assert not found, "imports against the stage order in builder/ (docs/architecture.md):\n" + "\n".join(found)
 
 
+def test_building_and_verifying_import_neither_the_other() -> None:
+    # one floor: the executors never load the verifier, and the verifier checks wheels built anywhere
+    swapped = tuple("verifying" if s == "building" else "building" if s == "verifying" else s for s in STAGES)
+    found = upward_imports(import_graph(REPO, "builder"), "builder", swapped)
+    assert not found, "building/ and verifying/ import each other (builder/run/ joins them):\n" + "\n".join(found)
+
+
 def test_builder_top_holds_only_the_stages_errors_and_the_cli() -> None:
     here = {p.name for p in (REPO / "builder").iterdir() if p.name != "__pycache__"}
     assert here == TOP | set(STAGES), f"not a stage, errors, the CLI, data or templates: {sorted(here - TOP)}"
