@@ -236,7 +236,8 @@ class _Builds:
         failed or not) and to the run's timings."""
         raw = self.run_dir / spec.id / f"raw{attempt}"
         log_path = self.dist.logs / f"{spec.id}.log"
-        if attempt == 1 and log_path.exists() and spec.id not in self.trees:  # a recipe build's log starts with its patches: kept
+        # a recipe build's log starts with its patches: kept
+        if attempt == 1 and log_path.exists() and spec.id not in self.trees:
             log_path.unlink()
         started = time.monotonic()
         result = self.executor.build(spec, self.trees.get(spec.id, self.source), raw, log_path, self.request.timeout)
@@ -405,7 +406,8 @@ def _verify_and_publish(
     )
     good, ran = Path(verified.wheel), None
     if smoke:
-        ran = smoke_wheel(spec, good, log_path or workdir / f"{spec.id}.log", recipe=recipe, container=container, log=log)
+        log_path = log_path or workdir / f"{spec.id}.log"
+        ran = smoke_wheel(spec, good, log_path, recipe=recipe, container=container, log=log)
     # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.
     staged = workdir / (good.name + ".staged")
     shutil.copyfile(good, staged)

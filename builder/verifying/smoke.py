@@ -199,7 +199,8 @@ def on_host(spec: BuildSpec, wheel: Path, *, recipe=None, log=print) -> dict:
             started = time.monotonic()
             deps = tuple(declared_requirements(wheel, marker_environment(python3)))
             layer = layers.deps_layer(torch_venv, torch_requirement, list(deps), slot / "deps-envs")
-            log(f"{spec.id}: dependency layer {layer.name}: {len(deps)} requirement(s) ({time.monotonic() - started:.0f}s)")
+            took = time.monotonic() - started
+            log(f"{spec.id}: dependency layer {layer.name}: {len(deps)} requirement(s) ({took:.0f}s)")
         return smoke_test(
             wheel, spec, python=python3, torch_requirement=torch_requirement, workdir=slot, torch_venv=torch_venv,
             imports=recipe.imports if recipe else (), commands=recipe.commands if recipe else (),

@@ -61,14 +61,16 @@ def _torch_name(spec) -> str:
 
 def torch_folder(spec) -> Path:
     """The host folder ``<farm cache>/torch/<torch_store's volume name>-<machine>`` that holds SPEC's torch where a
-    volume does not: another machine's (``build_torch.fetched_for_target``), or this one's smoke venv linked (``build_torch.linked_from_store``)."""
+    volume does not: another machine's (``build_torch.fetched_for_target``), or this one's smoke venv linked
+    (``build_torch.linked_from_store``)."""
     return CACHE_ROOT / "torch" / f"{_torch_name(spec)}-{machine_of(spec.platform)}"
 
 
 def torch_store(spec) -> str:
     """Where SPEC's torch lives, mounted read-only at /torch by its builds and smoke test: the docker volume
     ``mamba-farm-torch-<python>-<torch>-<accelerator>`` for this host's machine (unless its smoke venv can be
-    linked: ``build_torch.linked_from_store``); for another machine's, its ``torch_folder``, which this host's pip fills."""
+    linked: ``build_torch.linked_from_store``); for another machine's, its ``torch_folder``, which this host's pip
+    fills."""
     return _torch_name(spec) if machine_of(spec.platform) == host_machine() else str(torch_folder(spec))
 
 
@@ -257,8 +259,9 @@ class DockerExecutor:
 
         Builds mount it read-only: the GBs of a CUDA torch are installed once per
         (Python, torch) instead of once per build, and survive across runs. This host's machine's
-        torch is its smoke test's venv, linked into a host folder where it can be (``build_torch.linked_from_store``);
-        another machine's is a host folder filled by this host's pip (``build_torch.fetched_for_target``): no emulation.
+        torch is its smoke test's venv, linked into a host folder where it can be
+        (``build_torch.linked_from_store``); another machine's is a host folder filled by this host's pip
+        (``build_torch.fetched_for_target``): no emulation.
         """
         import docker.errors
         from filelock import FileLock
