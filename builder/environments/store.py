@@ -1,5 +1,5 @@
-"""The torch-environment store: the smoke tests' torch venvs on disk (and the dependency layers on them,
-builder/environments/layers.py), shared files, a size budget, least recently used out first.
+"""The torch-environment store: the smoke tests' torch venvs and the dependency layers on them, on disk: shared
+files, a size budget, least recently used out first.
 
 A (Python, torch) has a slot under ``<farm cache>/smoke/`` (``smoke_slot``) with its torch venvs and layers. Venvs
 share identical files by hard links, with each other and with the builds' torch folders (``torch_folder``); past
