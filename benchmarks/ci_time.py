@@ -9,7 +9,7 @@ What it reads (each is optional; a log lacking one gets no rows of that kind):
 - ``ci-time: step NAME SECONDS s``: a set-up step's wall time (``scripts/test-ci.sh``, the ``tests``
   session of ``noxfile.py``);
 - ``ci-time: file PATH SECONDS s``: one test file's wall (``--file-times`` of ``tests/conftest.py``);
-- ``ci-time: farm {json}``: one step the farm timed (``builder/building/driver/timings.py``: a base or
+- ``ci-time: farm {json}``: one step the farm timed (``builder/facts/timings.py``: a base or
   toolchain image, a torch volume or venv, a compile), with the test that asked for it;
 - pytest's ``--durations`` lines (``12.34s call tests/test_x.py::test_y``) and its closing
   ``N passed ... in S s`` line;

@@ -12,7 +12,7 @@ natively inside the emulated container: builder/building/images/render.py ``cros
 For each machine, the plan's stable-ABI spec of that accelerator (aarch64: profile ci-aarch64, CPU torch 2.10 and
 cu13 torch 2.11 from PyPI, sm_90; x86_64: ci-stable's, CPU torch 2.13 and cu13 torch 2.14, sm_80: the same
 sources and kernels, one GPU arch each) goes through the Docker executor with no kernel cache (cold: every object
-compiled), MAX_JOBS=2, then the verifier, then the smoke test in its own image (``DockerExecutor.smoke``: the same
+compiled), MAX_JOBS=2, then the verifier, then the smoke test in its own image (``smoke.in_container`` through the Docker executor: the same
 script both ways, the CPU scan against the float64 reference). Printed per machine: wall seconds of the build
 container, of the smoke container, and the compile CPU seconds build.sh reports. Images and torch volumes are made
 first (and reused), outside the timings.
@@ -37,7 +37,7 @@ from builder.building.executors.host import copy_source
 from builder.building.images.engine import connect
 from builder.facts.hostenv import default_wheelhouses, find_ca_bundle
 from builder.planning.plan import load_plan
-from builder.verifying import wheels
+from builder.verifying import smoke, wheels
 
 PROFILES = {"aarch64": "ci-aarch64", "x86_64": "ci-stable"}
 
@@ -77,7 +77,7 @@ def measure(machine: str, accelerator: str, work: Path) -> dict:
             raise SystemExit(f"{spec.id}: {res.reason} (log: {log})")
         good = wheels.verify_wheel(res.wheel, spec, workdir=logs / "verify").wheel
         t0 = time.monotonic()
-        line = ex.smoke(spec, good, log)
+        line = smoke.in_container(ex, spec, good, log)
         smoke_s = time.monotonic() - t0
     finally:
         ex.cleanup()

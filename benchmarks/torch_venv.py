@@ -1,4 +1,4 @@
-"""A smoke-test torch venv made as builder/building/cache.py ``torch_venv`` makes it, with and without pip's
+"""A smoke-test torch venv made as builder/environments/store.py ``torch_venv`` makes it, with and without pip's
 byte-compilation of every module (``--no-compile``), in one run, alternating: CPU and wall seconds of each, and
 the ratios. The venvs are fresh each round and deleted; pip's own cache is warm after the first (as it is in a
 farm run).

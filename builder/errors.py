@@ -118,7 +118,7 @@ class UnprovenWrite(FarmError):
 
 
 class InterpreterUnavailable(FarmError):
-    """A CPython the plan needs is neither on the host nor one the farm can provide (builder/building/interpreters.py)."""
+    """A CPython the plan needs is neither on the host nor one the farm can provide (builder/environments/interpreters.py)."""
 
     exit_code = 17
 
@@ -127,7 +127,7 @@ class InterpreterUnavailable(FarmError):
 # not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
 
 
-# --- Reproducibility (builder/building/driver/verify.py: ``python -m builder verify --rebuild``) ---
+# --- Reproducibility (builder/run/verify.py: ``python -m builder verify --rebuild``) ---
 
 
 class NotReproducible(FarmError):

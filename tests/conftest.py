@@ -67,7 +67,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    # Before the test's fixtures: the farm's timed steps (builder/building/driver/timings.py) name the test that asked.
+    # Before the test's fixtures: the farm's timed steps (builder/facts/timings.py) name the test that asked.
     if os.environ.get("MAMBA_FARM_TIMINGS"):
         os.environ["MAMBA_FARM_TIMINGS_CONTEXT"] = item.nodeid
 

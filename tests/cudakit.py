@@ -18,9 +18,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
 from conftest import REPO
+from filelock import FileLock
 
 TORCH = "2.14.1"
 CACHE = Path(os.environ.get("MAMBA_FARM_CACHE", Path.home() / ".cache" / "mamba-farm"))
@@ -215,13 +214,13 @@ def newest_torch(python: str = "3.11") -> str:
 
 
 def canary_venv(version: str) -> Path:
-    """The farm's own smoke-test torch venv for cp311 and torch==VERSION (builder/building/cache.py's, under
+    """The farm's own smoke-test torch venv for cp311 and torch==VERSION (builder/environments/store.py's, under
     <farm cache>/smoke/, so builds and the canary share it and the cache's budget covers it): made
     once, with whatever build the host's indexes give (the CPU one where the PyTorch CPU index is
     configured, as in CI; PyPI's CUDA build elsewhere, 5.4 GB for 2.15.0, most of it hard-linked to the
     other torch venvs' identical files). The host's torch cap (a pip constraint) is lifted for this one
     install: the canary exists to run torch releases newer than the ones the farm pins."""
-    from builder.building import cache
+    from builder.environments import store
     from builder.facts import hostenv
 
     smoke = hostenv.CACHE_ROOT / "smoke" / f"cp311-torch{version}"
@@ -229,10 +228,10 @@ def canary_venv(version: str) -> Path:
     empty = smoke.parent / ".no-constraints.txt"
     empty.write_text("")
     old = os.environ.get("PIP_CONSTRAINT")
-    with FileLock(str(smoke) + ".lock"):  # the lock builder/building/driver/build.py's smoke test takes
+    with FileLock(str(smoke) + ".lock"):  # the lock builder/verifying/smoke.py's on_host takes
         os.environ["PIP_CONSTRAINT"] = str(empty)
         try:
-            return cache.torch_venv(python311(), f"torch=={version}", smoke / "torch-envs")
+            return store.torch_venv(python311(), f"torch=={version}", smoke / "torch-envs")
         finally:
             if old is None:
                 os.environ.pop("PIP_CONSTRAINT", None)

@@ -108,17 +108,17 @@ def torch_venv(dest: Path, python: str, torch_req: str, env: dict, *more: str) -
     written through a link."""
     from filelock import FileLock
 
-    from builder.building import cache
+    from builder.environments import store
     from builder.facts.hostenv import CACHE_ROOT
 
     m = re.fullmatch(r"torch==(\d+\.\d+\.\d+)", torch_req)
     assert m, f"{torch_req!r}: the farm keeps venvs of an exact torch release (torch==X.Y.Z)"
     tag = subprocess.run([python, "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"],
                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    smoke_dir = CACHE_ROOT / "smoke" / f"{tag}-torch{m.group(1)}"  # builder/building/driver/build.py's folder
+    smoke_dir = CACHE_ROOT / "smoke" / f"{tag}-torch{m.group(1)}"  # store.smoke_slot's folder
     smoke_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(smoke_dir) + ".lock"):  # the farm's own lock: no smoke test or eviction meanwhile
-        base = cache.torch_venv(python, torch_req, smoke_dir / "torch-envs")
+        base = store.torch_venv(python, torch_req, smoke_dir / "torch-envs")
         subprocess.run(["cp", "-al", str(base), str(dest)], check=True)
     (dest / ".complete").unlink(missing_ok=True)  # a copy, not one of the farm's venvs
     py = dest / "bin" / "python"

@@ -1,4 +1,4 @@
-"""builder/building/cache.py: the smoke-test torch venvs share files across Pythons, fit a budget (least recently
+"""builder/environments/store.py: the smoke-test torch venvs share files across Pythons, fit a budget (least recently
 used out first, never one a running smoke test holds), and a run says before it starts when it would not fit.
 Real files, hard links and `python -m builder cache` on a farm cache made in tmp (never the machine's own)."""
 
@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from builder.building import cache
-
+from builder.environments import store
 
 MB = 1 << 20
 
@@ -42,9 +41,9 @@ def test_pythons_of_one_torch_share_their_identical_files(tmp_path):
     a = make_venv(tmp_path, "3.11", "2.15.0", {**shared, "torch/_C.cpython-311.so": blob("c311")}, time.time())
     b = make_venv(tmp_path, "3.12", "2.15.0", {**shared, "torch/_C.cpython-312.so": blob("c312"),
                                                 "torch/lib/libtorch_cpu.so": blob("other bytes")}, time.time())  # fmt: skip
-    before = cache.real_bytes([a, b])
-    assert cache.share(b, [a]) == 4 * MB  # the two identical files; the Python-specific and the differing ones stay
-    after = cache.real_bytes([a, b])
+    before = store.real_bytes([a, b])
+    assert store.share(b, [a]) == 4 * MB  # the two identical files; the Python-specific and the differing ones stay
+    after = store.real_bytes([a, b])
     assert before - after >= 4 * MB - 64 * 1024
     lib = b / "lib/python3.12/site-packages/torch/lib/libtorch_cuda.so"
     assert lib.stat().st_nlink == 2 and lib.read_bytes() == blob("cuda")
@@ -81,20 +80,20 @@ def test_least_recently_used_go_first_until_the_budget_fits_and_a_held_one_stays
     mid = make_venv(tmp_path, "3.11", "2.14.1", {"x.so": blob("c")}, now - 100)
     new = make_venv(tmp_path, "3.11", "2.15.0", {"x.so": blob("d")}, now)
     with FileLock(str(held.parent.parent) + ".lock"):  # a smoke test is using it right now
-        removed = cache.evict(5 * MB, keep={new}, root=tmp_path, log=lambda m: None)
+        removed = store.evict(5 * MB, keep={new}, root=tmp_path, log=lambda m: None)
     assert [e.path for e in removed] == [old, mid]
-    assert [e.path for e in cache.entries(tmp_path)] == [held, new]
+    assert [e.path for e in store.entries(tmp_path)] == [held, new]
 
 
 def test_a_run_past_the_budget_says_so_before_it_starts(tmp_path, monkeypatch):
     make_venv(tmp_path, "3.11", "2.14.1", {"x.so": blob("a")}, time.time())
     monkeypatch.setenv("MAMBA_FARM_CACHE_BUDGET", "12G")
     cached = [("cp311", "2.14.1", True)]
-    assert cache.preflight(cached, root=tmp_path) is None
+    assert store.preflight(cached, root=tmp_path) is None
     two_pythons = [("cp311", "2.15.0", True), ("cp312", "2.15.0", True)]
-    assert cache.preflight(two_pythons, root=tmp_path) is None  # one torch: its Pythons share files
+    assert store.preflight(two_pythons, root=tmp_path) is None  # one torch: its Pythons share files
     three = two_pythons + [("cp311", "2.13.0", True), ("cp311", "2.12.1", True)]
-    msg = cache.preflight(three, root=tmp_path)
+    msg = store.preflight(three, root=tmp_path)
     assert msg and "4 torch venv(s) for 3 torch release(s)" in msg and "past the 12.0 GiB budget" in msg
 
 
@@ -111,14 +110,14 @@ def test_cache_command_shows_and_prunes_a_farm_cache(tmp_path, cli):
     pruned = run("prune", "--budget", "3M")
     assert pruned.returncode == 0 and "removed 1 torch venv(s)" in pruned.stdout, pruned.stdout + pruned.stderr
     assert "removed " in pruned.stdout and "cp311-torch2.14.1" in pruned.stdout  # the least recently used one, named
-    assert [e.requirement for e in cache.entries(root / "smoke")] == ["torch==2.15.0"]
-    assert run("prune", "--all").returncode == 0 and cache.entries(root / "smoke") == []
+    assert [e.requirement for e in store.entries(root / "smoke")] == ["torch==2.15.0"]
+    assert run("prune", "--all").returncode == 0 and store.entries(root / "smoke") == []
     bad = run("--budget", "lots")
     assert bad.returncode == 2 and "is not a size" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def make_layer(venv: Path, deps: list[str], files: dict[str, bytes], used: float) -> Path:
-    """A dependency layer on top of VENV as cache.deps_layer makes them: <slot>/deps-envs/<venv name>-<hash>."""
+    """A dependency layer on top of VENV as layers.deps_layer makes them: <slot>/deps-envs/<venv name>-<hash>."""
     layer = venv.parent.parent / "deps-envs" / f"{venv.name}-0123456789ab"
     for rel, data in files.items():
         (layer / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -157,7 +156,7 @@ def test_dependency_layers_count_against_the_budget_and_go_with_their_torch_venv
     "text,value", [("40G", 40 << 30), ("500M", 500 << 20), ("1.5T", int(1.5 * (1 << 40))), ("123", 123)]
 )
 def test_sizes(text, value):
-    assert cache.parse_size(text) == value
+    assert store.parse_size(text) == value
 
 
 def test_the_host_executors_build_venv_and_the_smoke_venv_of_one_torch_share_files(tmp_path, monkeypatch):
@@ -171,10 +170,10 @@ def test_the_host_executors_build_venv_and_the_smoke_venv_of_one_torch_share_fil
         p = build / "lib" / "python3.11" / "site-packages" / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
-    cache.share_build_venv(build, log=lambda m: None)
+    store.share_build_venv(build, log=lambda m: None)
     assert (build / ".mamba-farm-shared").exists()
-    assert cache.real_bytes([smoke, build]) < cache.real_bytes([smoke]) + 64 * 1024
-    assert cache.build_venvs() == [build]
+    assert store.real_bytes([smoke, build]) < store.real_bytes([smoke]) + 64 * 1024
+    assert store.build_venvs() == [build]
 
 
 def test_prune_never_deletes_through_a_link_out_of_the_cache(tmp_path, cli):
@@ -219,12 +218,12 @@ def test_a_complete_marker_that_is_not_a_small_file_is_refused_not_read(tmp_path
 
 @pytest.mark.parametrize("text", ["9" * 400, "1e400G", "inf", "nan", "-1G", "12G; rm -rf /"])
 def test_a_size_that_is_not_one_is_a_usage_error(text):
-    with pytest.raises(cache.UsageError, match="is not a size"):
-        cache.parse_size(text)
+    with pytest.raises(store.UsageError, match="is not a size"):
+        store.parse_size(text)
 
 
 def test_another_machines_dependency_layers_are_counted_and_pruned_on_their_own(tmp_path, cli):
-    """An emulated smoke test's dependency layer (cache.foreign_deps_layer) sits in its own slot,
+    """An emulated smoke test's dependency layer (layers.foreign_deps_layer) sits in its own slot,
     <cpXY>-torch<v>-<machine>/deps-envs, next to no torch venv (its torch is the build's folder): the cache shows and
     counts it, prunes it alone, and a host torch venv of the same Python and torch never takes it with it."""
     root = tmp_path / "farm"
@@ -278,7 +277,7 @@ def test_a_builds_torch_folder_is_the_smoke_venvs_torch_and_what_it_requires_lin
     import subprocess
     import sys
 
-    from builder.verifying.wheels import marker_environment
+    from builder.environments.markers import marker_environment
 
     monkeypatch.delenv("MAMBA_FARM_TIMINGS", raising=False)  # a folder of this test's, not one of the farm's runs
     wheels = tmp_path / "wheels"
@@ -296,7 +295,7 @@ def test_a_builds_torch_folder_is_the_smoke_venvs_torch_and_what_it_requires_lin
     folder = tmp_path / "torch" / "mamba-farm-torch-cp311-1.0-cpu-x86_64"
     folder.parent.mkdir()
     env = marker_environment(python)
-    assert cache.torch_folder(venv, folder, "torch==1.0", env, (2, 28)) is None
+    assert store.torch_folder(venv, folder, "torch==1.0", env, (2, 28)) is None
     got = sorted(p.name for p in (folder / "site").iterdir())
     want = ["torch", "kit", "kitlib", "nvidia", *(f"{n}-1.0.dist-info" for n in ("torch", "kit", "kitlib"))]
     assert got == sorted(want), got
@@ -306,7 +305,7 @@ def test_a_builds_torch_folder_is_the_smoke_venvs_torch_and_what_it_requires_lin
 
     # an image older than the wheel's manylinux tag: no folder (the volume instead), and the reason names it
     older = tmp_path / "torch" / "older"
-    why = cache.torch_folder(venv, older, "torch==1.0", env, (2, 17))
+    why = store.torch_folder(venv, older, "torch==1.0", env, (2, 17))
     assert why == "kitlib-1.0.dist-info: none of its wheel's tags loads on glibc 2.17", why
     assert sorted(p.name for p in older.parent.iterdir()) == [folder.name]  # nothing half-made beside it
 
@@ -317,9 +316,9 @@ def test_a_torch_venv_holds_what_torch_requires_at_its_newest_never_the_seeded_s
     as a fresh install would. Real pip, this host's pip settings (PyPI) plus a folder with the stand-in torch."""
     from packaging.version import Version
 
-    from builder.building.interpreters import python_prefix
+    from builder.environments.interpreters import python_prefix
+    from builder.environments.markers import marker_environment
     from builder.errors import FarmError
-    from builder.verifying.wheels import marker_environment
 
     try:
         python = str(python_prefix("3.11", log=lambda _m: None) / "bin" / "python3")
@@ -330,12 +329,12 @@ def test_a_torch_venv_holds_what_torch_requires_at_its_newest_never_the_seeded_s
     wheels.mkdir()
     _wheel(wheels, "torch", ("setuptools",))
     monkeypatch.setenv("PIP_FIND_LINKS", " ".join([str(wheels), os.environ.get("PIP_FIND_LINKS", "")]).strip())
-    monkeypatch.setattr(cache, "after_create", lambda *a, **k: None)  # no budget run over this test's folder
-    venv = cache.torch_venv(python, "torch==1.0", tmp_path / "smoke" / "cp311-torch1.0" / "torch-envs")
+    monkeypatch.setattr(store, "after_create", lambda *a, **k: None)  # no budget run over this test's folder
+    venv = store.torch_venv(python, "torch==1.0", tmp_path / "smoke" / "cp311-torch1.0" / "torch-envs")
     (site,) = venv.glob("lib/python*/site-packages")
     (seeded,) = site.glob("setuptools-*.dist-info")
     assert Version(seeded.name.removesuffix(".dist-info").split("-")[1]) >= Version("70.1"), seeded.name
     folder = tmp_path / "torch" / "mamba-farm-torch-cp311-1.0-cpu-x86_64"
-    assert cache.torch_folder(venv, folder, "torch==1.0", marker_environment(python), (2, 28)) is None
+    assert store.torch_folder(venv, folder, "torch==1.0", marker_environment(python), (2, 28)) is None
     names = sorted(p.name for p in (folder / "site").iterdir())
     assert seeded.name in names and not any(n.startswith("pip") for n in names), names

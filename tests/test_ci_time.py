@@ -15,7 +15,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -53,7 +52,7 @@ def produced_log(tmp_path_factory) -> str:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # the farm's lines, written by the real recorder, printed as .ci/run prints them
-    from builder.building.driver import timings
+    from builder.facts import timings
 
     record = tmp / "timings.jsonl"
     with pytest.MonkeyPatch.context() as mp:

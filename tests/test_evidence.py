@@ -59,7 +59,7 @@ def test_a_record_says_what_was_checked_and_its_tier(tmp_path):
 
 
 def test_a_recipe_test_commands_output_is_kept_neutralised_and_a_figure_shown_on_the_line(tmp_path):
-    from builder.verifying.wheels import MAX_COMMAND_OUTPUT, recipe_ran
+    from builder.verifying.smoke import MAX_COMMAND_OUTPUT, recipe_ran
 
     commands = (("python", "-c", "print(err)"), ("python", "-c", "print(log)"), ("python", "-c", "print(evil)"))
     outputs = [("max_abs_error 3.1e-07 (tolerance 1e-04)\n", "UserWarning: no numpy\n"), ("line\n" * 2000, ""),
@@ -84,7 +84,8 @@ def test_a_recipe_test_commands_output_is_kept_neutralised_and_a_figure_shown_on
 
 
 def test_the_docker_smoke_splits_each_commands_stdout_and_stderr_by_its_markers():
-    from builder.building.executors.docker import _COMMAND_MARK, _command_outputs
+    from builder.verifying.smoke import COMMAND_MARK as _COMMAND_MARK
+    from builder.verifying.smoke import command_outputs as _command_outputs
 
     lines = ["evidence {}", f"{_COMMAND_MARK}0", "0.75 cuda", f"{_COMMAND_MARK}err", "UserWarning: no numpy",
              f"{_COMMAND_MARK}end", f"{_COMMAND_MARK}1", "ok", f"{_COMMAND_MARK}err", f"{_COMMAND_MARK}end"]  # fmt: skip
@@ -345,11 +346,12 @@ def test_harvest_reads_real_records_beside_their_wheels_into_the_ledger(tmp_path
 def _hip_record(archs, image="mamba-farm/hip-toolchain:0123456789abcdef"):
     """What hip-compile --evidence writes, made by its own function from the audit's results for ARCHS."""
     from builder.building import hip
+    from builder.run.hip import record
 
     objs = tuple(hip.CodeObject(f"hipv4-amdgcn-amd-amdhsa--{a}", a, 40960, ("scan_fwd_kernel",)) for a in archs)
     done = [hip.Compiled(f"hip/{tu}.hip", Path(f"/w/{tu}.o"), 1.0, 1.0, tuple(archs), objs, (), image)
             for tu in ("selective_scan_fwd", "selective_scan_bwd")]  # fmt: skip
-    return hip.record("5.7.1", done)
+    return record("5.7.1", done)
 
 
 def test_a_rocm_cell_says_hip_compiled_only_as_its_hip_record_says(tmp_path, capsys):

@@ -279,7 +279,7 @@ def _site(tmp_path, metadata: str):
 
 
 def test_another_machines_torch_requirements_are_judged_for_that_machine(tmp_path):
-    from builder.building.executors.docker import target_requirements
+    from builder.environments.markers import target_requirements
 
     site = _site(tmp_path, _TORCH_METADATA)
     assert target_requirements(site, "torch", "aarch64", "3.11") == ["filelock", "nvidia-cublas==13.1.0.3"]
@@ -303,7 +303,7 @@ def test_another_machines_torch_requirements_are_judged_for_that_machine(tmp_pat
     ],
 )  # fmt: skip
 def test_a_torch_metadata_that_cannot_be_read_fails_the_install_clearly(tmp_path, metadata, says):
-    from builder.building.executors.docker import target_requirements
+    from builder.environments.markers import target_requirements
     from builder.errors import InfrastructureError
 
     info = tmp_path / "site" / "torch-2.10.0.dist-info"
@@ -386,10 +386,10 @@ def test_upstream_mamba_ssm_for_aarch64_imports_its_public_api_with_its_dependen
     public API (Mamba, Mamba2, MambaLMHeadModel, the selective-scan and triton ops) imported with PyPI's aarch64
     torch 2.11 and the wheel's declared dependencies, which this host's pip fetched for aarch64 into a layer of the
     farm cache; its evidence record says so, and the release plan's aarch64 cells take their tier from it."""
-    from builder.building import cache
-    from builder.building.executors.docker import target_environment
+    from builder.environments import store
+    from builder.environments.markers import target_environment
     from builder.planning.recipes import load_recipes
-    from builder.verifying.wheels import declared_requirements
+    from builder.verifying.smoke import declared_requirements
     from mamba_ssm import _elf
 
     run, spec, wheel, rec = _upstream_aarch64_build(
@@ -409,7 +409,7 @@ def test_upstream_mamba_ssm_for_aarch64_imports_its_public_api_with_its_dependen
     assert not any(d.startswith("torch") for d in deps), deps
     # the layer: fetched for aarch64 by this host's pip, kept in the farm cache and counted there
     assert layer_took, run.out[-3000:]
-    (layer,) = [e for e in cache.entries() if e.path.name == layer_took.group(1)]
+    (layer,) = [e for e in store.entries() if e.path.name == layer_took.group(1)]
     assert layer.path.parent.parent.name == "cp311-torch2.11.0-aarch64", layer.path
     assert layer.requirement == f"torch==2.11.0 + {', '.join(deps)}", layer.requirement
     heads = {}

@@ -73,9 +73,9 @@ def test_the_wheel_reaches_manylinux_2_28_and_runs_on_glibc_2_31(ci_cpu_runs, tm
     farm's smoke script). A symbol newer than 2.31 would stop the import; one in 2.29-2.31 would only show in
     the tag, which is checked first."""
     from builder.building.images import floor_root
-    from builder.facts.compat import manylinux_platforms
+    from builder.facts.compat import manylinux_glibc, manylinux_platforms
     from builder.facts.hostenv import find_ca_bundle
-    from builder.verifying.wheels import _SMOKE, manylinux_glibc
+    from builder.verifying.smoke import SMOKE_SCRIPT
 
     (name,), spec, dist = ci_cpu_runs.wheels, ci_cpu_runs.spec, ci_cpu_runs.dist
     assert spec.manylinux == "manylinux_2_28_x86_64" and name.endswith(f"-{spec.manylinux}.whl"), name
@@ -85,7 +85,7 @@ def test_the_wheel_reaches_manylinux_2_28_and_runs_on_glibc_2_31(ci_cpu_runs, tm
     platforms = [a for t in manylinux_platforms(spec.manylinux) for a in ("--platform", t)]
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(house), "--only-binary", ":all:",
                     "--python-version", spec.python, *platforms, f"torch=={spec.torch_version}"], check=True)  # fmt: skip
-    (tmp_path / "smoke.py").write_text(_SMOKE + "import platform; print('libc', platform.libc_ver())\n")
+    (tmp_path / "smoke.py").write_text(SMOKE_SCRIPT + "import platform; print('libc', platform.libc_ver())\n")
     client = docker_client()
     image = floor_root.ensure(client, ca_bundle=find_ca_bundle())
     py = f"{floor_root.PREFIX}/bin/python3"
@@ -149,7 +149,7 @@ def test_ci_profile_end_to_end(ci_cpu_runs, tmp_path: Path) -> None:
         assert any(f"+{spec.label}-{spec.python_tag}-" in w.name for w in wheels), spec.id
     # each build's torch is its smoke test's venv, linked into the folder the build mounts: one install and one
     # copy on disk for both
-    from builder.building import cache
+    from builder.environments import store
 
     for spec in specs:
         log = (dist / "logs" / f"{spec.id}.log").read_text()
@@ -157,7 +157,7 @@ def test_ci_profile_end_to_end(ci_cpu_runs, tmp_path: Path) -> None:
         found = re.search(rf"== {re.escape(req)} for {spec.python_tag}: (/\S+), linked from the smoke test's venv", log)
         assert found, log[:3000]
         folder = Path(found.group(1))
-        slot = cache.smoke_slot(spec.python_tag, spec.torch_version) / "torch-envs"
+        slot = store.smoke_slot(spec.python_tag, spec.torch_version) / "torch-envs"
         (venv,) = [v for v in slot.glob("py*") if (v / ".complete").read_text() == req + "\n"]
         (venv_lib,) = venv.glob("lib/python*/site-packages/torch/lib/libtorch_cpu.so")
         assert (folder / "site" / "torch/lib/libtorch_cpu.so").stat().st_ino == venv_lib.stat().st_ino, spec.id

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from farmkit import REPO, ci_spec, docker_client, farm_containers, partial_files, run_build
 
-from builder.building.driver import schedule
 from builder.building.executors import BuildResult
 from builder.building.executors.host import copy_source
 from builder.errors import BuildFailed
+from builder.run import schedule
 
 
 def test_engine_unreachable_is_a_clear_error_with_a_hint(tmp_path: Path) -> None:

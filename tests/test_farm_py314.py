@@ -1,6 +1,6 @@
 """Python 3.14 in containers, for real: the ci-py314 profile's classic CPU wheel through
 ``python -m builder build --executor docker``, with the CPython the farm provides itself
-(builder/building/interpreters.py). Built, verified and smoke-tested; its manylinux tag stays the base's.
+(builder/environments/interpreters.py). Built, verified and smoke-tested; its manylinux tag stays the base's.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ def py314_run(tmp_path_factory):
 
 
 def test_the_image_takes_the_farms_own_cpython_314():
-    from builder.building import interpreters
     from builder.building.images.images import fallback_suite
     from builder.building.images.render import render
+    from builder.environments import interpreters
     from builder.planning.plan import load_plan
 
     plan = load_plan(profile=PROFILE)

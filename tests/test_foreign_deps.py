@@ -1,4 +1,4 @@
-"""builder/building/cache.py's foreign_deps_layer: a recipe's declared dependencies for another machine's smoke test
+"""builder/environments/layers.py's foreign_deps_layer: a recipe's declared dependencies for another machine's smoke test
 (`[test] deps = true` under emulation), fetched by this host's pip for the target's platform and Python, next to the
 torch folder the build used. Real pip against a local wheelhouse (`--no-index`): no Docker, no network."""
 
@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from wheelmaker import make_wheel
 
-from builder.building import cache
-from builder.building.executors.docker import target_environment, wheel_manylinux
+from builder.environments import layers, store
+from builder.environments.markers import target_environment
 from builder.errors import VerificationError
 from builder.facts.compat import manylinux_platforms
+from builder.verifying.smoke import wheel_manylinux
 
 AARCH64 = manylinux_platforms("manylinux_2_34_aarch64")
 
@@ -29,7 +30,7 @@ def pip_here(monkeypatch):
 
 
 def torch_folder(tmp_path: Path) -> Path:
-    """Another machine's torch folder as the Docker executor's _foreign_torch leaves it: pip's --target site."""
+    """Another machine's torch folder as build_torch.fetched_for_target leaves it: pip's --target site."""
     site = tmp_path / "torch" / "mamba-farm-torch-cp311-2.11.0-cuda-13.0-aarch64" / "site"
     for dist in ("torch-2.11.0", "filelock-3.0.0"):
         info = site / f"{dist}.dist-info"
@@ -59,7 +60,7 @@ def wheelhouse(tmp_path: Path) -> Path:
 
 
 def layer_of(tmp_path: Path, requirements: list[str], **kw) -> Path:
-    return cache.foreign_deps_layer(
+    return layers.foreign_deps_layer(
         torch_folder(tmp_path) if not (tmp_path / "torch").exists() else next((tmp_path / "torch").glob("*/site")),
         requirements, tmp_path / "smoke" / "cp311-torch2.11.0-aarch64" / "deps-envs", platforms=AARCH64,
         python="3.11", environment=target_environment("aarch64", "3.11"),
@@ -68,7 +69,7 @@ def layer_of(tmp_path: Path, requirements: list[str], **kw) -> Path:
 
 
 def dists(site: Path) -> dict[str, str]:
-    return cache.installed_dists(site)
+    return layers.installed_dists(site)
 
 
 def test_the_layer_holds_what_the_target_needs_beside_the_torch_folder_and_no_more(tmp_path, pip_here):
@@ -80,7 +81,7 @@ def test_the_layer_holds_what_the_target_needs_beside_the_torch_folder_and_no_mo
     assert layer.name.startswith("mamba-farm-torch-cp311-2.11.0-cuda-13.0-aarch64-")
     assert "manylinux_2_34_aarch64 (CPython 3.11)" in log.read_text()
     # counted by the cache like any dependency layer (`cache show`, `cache prune`)
-    (entry,) = cache.entries(tmp_path / "smoke")
+    (entry,) = store.entries(tmp_path / "smoke")
     assert entry.path == layer and entry.requirement == "torch==2.11.0 + dep, einops, native"
     # made once: the same set in any order is the same layer, not fetched again
     stamp = (layer / ".complete").stat().st_mtime_ns
@@ -107,7 +108,7 @@ def test_a_requirement_not_fetchable_for_the_target_is_named_with_the_platform_a
     assert "Traceback" not in msg and len(msg) < 1200
     root = tmp_path / "smoke" / "cp311-torch2.11.0-aarch64" / "deps-envs"
     assert list(root.iterdir()) == []  # no layer, no half-made temporary folder
-    assert cache.entries(tmp_path / "smoke") == []
+    assert store.entries(tmp_path / "smoke") == []
 
 
 def test_a_torch_folder_without_torch_is_refused_before_pip_runs(tmp_path, pip_here):
@@ -115,7 +116,7 @@ def test_a_torch_folder_without_torch_is_refused_before_pip_runs(tmp_path, pip_h
     site.mkdir(parents=True)
     started = time.monotonic()
     with pytest.raises(VerificationError, match="no torch in"):
-        cache.foreign_deps_layer(site, ["einops"], tmp_path / "deps", platforms=AARCH64, python="3.11",
+        layers.foreign_deps_layer(site, ["einops"], tmp_path / "deps", platforms=AARCH64, python="3.11",
                                  environment=target_environment("aarch64", "3.11"))  # fmt: skip
     assert time.monotonic() - started < 5 and not (tmp_path / "deps").exists()
 
@@ -143,7 +144,8 @@ def test_the_dependencies_are_fetched_for_the_systems_the_wheel_runs_on(name, pl
 
 
 def test_the_emulated_smoke_mounts_the_layer_read_only_checks_it_and_records_the_dependencies(tmp_path, monkeypatch):
-    """DockerExecutor.smoke for a recipe with `deps = true`, its container stood in for: the layer is made for the
+    """The smoke test in another machine's image (smoke.in_container through DockerExecutor.run_script) for a recipe
+    with `deps = true`, its container stood in for: the layer is made for the
     wheel's target (its declared requirements judged for aarch64, torch left out) under the smoke cache, mounted at
     /deps, added to the venv with site.addsitedir and checked by pip check before the recipe's imports; the record
     says which dependencies, under emulation."""
@@ -154,6 +156,7 @@ def test_the_emulated_smoke_mounts_the_layer_read_only_checks_it_and_records_the
     from builder.facts import hostenv
     from builder.planning.plan import load_plan
     from builder.planning.recipes import load_recipes
+    from builder.verifying import smoke
 
     (spec,) = load_plan(profile="ci-upstream-aarch64").builds
     recipe = load_recipes()["mamba-ssm"]
@@ -178,16 +181,15 @@ def test_the_emulated_smoke_mounts_the_layer_read_only_checks_it_and_records_the
         return 0
 
     monkeypatch.setattr(docker, "CACHE_ROOT", tmp_path / "farm")
-    monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path / "farm")  # the slot's root (cache.smoke_slot)
-    monkeypatch.setattr(cache, "foreign_deps_layer", layer)
-    monkeypatch.setattr(docker, "spec_env", lambda spec, max_jobs: {"FARM_TORCH_PIP_ARGS": ""})
+    monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path / "farm")  # the slot's root (store.smoke_slot)
+    monkeypatch.setattr(layers, "foreign_deps_layer", layer)
+    monkeypatch.setattr(smoke, "torch_index_args", lambda url: [])
     ex = object.__new__(docker.DockerExecutor)
-    ex.tags, ex.machines, ex.log = {spec.image: "img"}, {spec.image: "aarch64"}, lambda m: None
     ex._torch_volume = lambda spec, log_path, timeout: (str(folder), None)
     ex._env = lambda spec: {"FARM_PYTHON": "/opt/python/cp311-cp311/bin/python"}
     ex._run = run
     (tmp_path / "logs").mkdir()
-    out = ex.smoke(spec, wheel, tmp_path / "logs" / "b.log", recipe=recipe)
+    out = smoke.in_container(ex, spec, wheel, tmp_path / "logs" / "b.log", recipe=recipe, log=lambda m: None)
 
     assert made["requirements"] == ["einops", "triton>=3.5.0"] and made["torch_site"] == folder / "site"
     assert made["root"] == tmp_path / "farm" / "smoke" / "cp311-torch2.11.0-aarch64" / "deps-envs"

@@ -12,11 +12,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wheelmaker import make_mamba_wheel
 
-from builder.building import cache
+from builder.environments import store
 from builder.errors import FarmError
 from builder.publishing import resolve
 from builder.sourcing.pypi import File, _file
@@ -24,8 +25,6 @@ from builder.upkeep import drift
 from builder.verifying import variants, wheelmeta
 from mamba_ssm import _elf, _variant
 from mamba_ssm._untrusted import Untrusted, load_json, load_toml
-
-from conftest import REPO
 
 SETTINGS = {"suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]}
 
@@ -277,8 +276,8 @@ def test_cache_state(tmp_path_factory, layout):
                 (p / ".complete").write_bytes(b"\xff\x1b[2J" * 10)
         except OSError:
             continue  # a layout the filesystem refuses (a name under a file)
-    cache.entries(root, warn=lambda m: None)
-    cache.evict(0, root=root, log=lambda m: None)
+    store.entries(root, warn=lambda m: None)
+    store.evict(0, root=root, log=lambda m: None)
     assert (outside / "torch-envs" / "py3.11.1-0" / ".complete").read_text() == "torch==2.14.1\n"
 
 
@@ -492,7 +491,7 @@ def test_cache_marker_bytes(tmp_path_factory, raw):
     venv.mkdir(parents=True)
     (venv / ".complete").write_bytes(raw)
     warned = []
-    for e in cache.entries(root, warn=warned.append):
+    for e in store.entries(root, warn=warned.append):
         _printable_result(e.requirement.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
     assert len(warned) <= 1
 

@@ -20,7 +20,7 @@ from conftest import REPO
 # the stages before it and builder.errors. builder's top (__main__) may import anything; errors nothing.
 # commands (each command's argument parsing and printing) is the top layer: no stage imports it.
 # DOMAIN, the stages that do the work: `python -m builder --help` imports none of them.
-DOMAIN = ("facts", "planning", "sourcing", "verifying", "publishing", "building", "upkeep")
+DOMAIN = ("facts", "planning", "sourcing", "environments", "verifying", "building", "publishing", "run", "upkeep")
 STAGES = (*DOMAIN, "commands")
 
 # what builder/ holds besides the stage packages
@@ -162,6 +162,13 @@ def test_builder_imports_follow_the_stage_order() -> None:
     assert not found, "imports against the stage order in builder/ (docs/architecture.md):\n" + "\n".join(found)
 
 
+def test_building_and_verifying_import_neither_the_other() -> None:
+    # one floor: the executors never load the verifier, and the verifier checks wheels built anywhere
+    swapped = tuple("verifying" if s == "building" else "building" if s == "verifying" else s for s in STAGES)
+    found = upward_imports(import_graph(REPO, "builder"), "builder", swapped)
+    assert not found, "building/ and verifying/ import each other (builder/run/ joins them):\n" + "\n".join(found)
+
+
 def test_builder_top_holds_only_the_stages_errors_and_the_cli() -> None:
     here = {p.name for p in (REPO / "builder").iterdir() if p.name != "__pycache__"}
     assert here == TOP | set(STAGES), f"not a stage, errors, the CLI, data or templates: {sorted(here - TOP)}"
@@ -208,8 +215,8 @@ def test_builder_has_no_import_cycle() -> None:
     graph = import_graph(REPO, "builder")
     # the reader sees what it must: module-level imports and function-local ones, submodules by name
     assert "builder.building.images.engine" in graph["builder.building.executors.docker"]
-    assert "builder.planning.plan" in graph["builder.building.driver.verify"]  # imported inside _profile_of()
-    assert "builder.building.driver.schedule" in graph["builder.building.driver.build"]  # from builder.building import schedule
+    assert "builder.planning.plan" in graph["builder.run.verify"]  # imported inside _profile_of()
+    assert "builder.run.schedule" in graph["builder.run.build"]  # from builder.run import schedule
     found = cycles(graph, ALLOWED)
     assert not found, "import cycles in builder/:\n" + "\n".join(found)
     gone = [sorted(a) for a in ALLOWED if a not in {frozenset(c) for c in _components(graph)}]

@@ -1,4 +1,4 @@
-"""CPythons the farm provides itself (builder/building/interpreters.py): Debian forky's packages, pinned by sha256.
+"""CPythons the farm provides itself (builder/environments/interpreters.py): Debian forky's packages, pinned by sha256.
 
 For real: CPython 3.14 from the apt mirror runs on this host, makes a venv and builds a C extension whose
 wheel tag is no newer than the host's. Refused with exit 17 and an ``error:`` line: wrong bytes, an unsafe
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from indexkit import serve
 
-from builder.building import interpreters
+from builder.environments import interpreters
 from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeArchiveError
 from builder.facts.hostenv import host_machine
 from builder.facts.spec import FilePin

@@ -14,8 +14,8 @@ from pathlib import Path
 from farmkit import ci_spec
 from wheelmaker import make_wheel
 
-from builder.building.driver import build, schedule
 from builder.errors import IndexIntegrityError
+from builder.run import build, schedule
 from builder.verifying import evidence
 
 

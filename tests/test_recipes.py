@@ -530,7 +530,7 @@ def test_a_huge_or_non_regular_recipe_is_refused_at_once(tmp_path):
 
 
 def test_a_recipes_public_api_is_imported_name_by_name_from_its_module():
-    from builder.verifying.wheels import api_imports
+    from builder.verifying.smoke import api_imports
 
     conv = load_recipes()["causal-conv1d"]
     assert api_imports(conv.api) == [
@@ -545,8 +545,9 @@ def test_a_recipe_with_deps_has_its_declared_dependencies_judged_for_the_smoke_p
     import sys
     import zipfile
 
-    from builder.building.cache import deps_layer
-    from builder.verifying.wheels import declared_requirements, marker_environment
+    from builder.environments.layers import deps_layer
+    from builder.environments.markers import marker_environment
+    from builder.verifying.smoke import declared_requirements
 
     assert load_recipes()["mamba-ssm"].deps and not load_recipes()["causal-conv1d"].deps
     wheel = tmp_path / "up-1.0-py3-none-any.whl"

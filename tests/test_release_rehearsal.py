@@ -20,6 +20,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from farmkit import docker_client
 from indexkit import find_python, serve
 from releasekit import git_http, github_assets, make_certs, through_assets, venv_with_torch
@@ -32,8 +33,6 @@ from builder.upkeep.rehearse import (
     rehearse,
     shared_actions,
 )
-
-from conftest import REPO
 
 ACTIONS = shared_actions(REPO)  # $REHEARSAL_ACTIONS, else ../shared/actions
 OWNER_REPO = "mamba-ssm/wheels"  # builder.upkeep.rehearse.ORIGIN
@@ -757,7 +756,7 @@ def test_drift_yml_refreshes_its_pr_then_fails_on_a_broken_patch(drift_work):
 
 def _wheel_kinds(r, dest: Path) -> dict[str, str]:
     """{wheel name: kind} of the run's build artifacts (their sidecars, as the reproduce job reads them)."""
-    from builder.building.driver.verify import kind_of
+    from builder.run.verify import kind_of
 
     out = {}
     for zipped in sorted(r.artifacts.glob("*/wheel-*/*.zip")):

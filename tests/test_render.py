@@ -11,17 +11,17 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from conftest import REPO
 
-from builder.building import interpreters
 from builder.building.images.base_image import local_name
-from builder.building.images.images import DEBIAN_ARCH, machine_of
+from builder.building.images.images import DEBIAN_ARCH
 from builder.building.images.render import DOCKER_DIR, environment, fallback_suite, load_packages, os_table, render
+from builder.environments import interpreters
 from builder.errors import InterpreterUnavailable, UsageError
+from builder.facts.compat import machine_of
 from builder.facts.hostenv import host_machine
 from builder.facts.spec import ImageSpec
 from builder.planning.plan import load_plan
-
-from conftest import REPO
 
 HADOLINT = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
 PLAN = load_plan()
@@ -43,7 +43,7 @@ def test_every_image_renders_and_passes_hadolint(image: ImageSpec, local: bool, 
     base = local_name(fallback_suite(image), machine) if local else None
     if local and machine != host_machine():
         # another machine's image on the farm's base takes Debian's own Python (bookworm 3.11, trixie 3.13)
-        # and the farm's own interpreters (builder/building/interpreters.py) for the others it provides
+        # and the farm's own interpreters (builder/environments/interpreters.py) for the others it provides
         have = os_table(base, load_packages())[1]["system_python"]
         others = [v for v in image.pythons if v != have and not interpreters.known(v, machine)]
         if others:

@@ -386,12 +386,12 @@ def test_a_killed_downloads_partial_file_is_removed_by_the_next_run(fetched, tmp
 
 
 def test_a_corrupt_gzip_fails_its_build_alone_and_the_run_exits_8(tmp_path, monkeypatch):
-    """builder/building/driver/build.py's source step: the corrupt archive's build is refused (exit 8), the other one is prepared."""
+    """builder/run/build.py's source step: the corrupt archive's build is refused (exit 8), the other one is prepared."""
     import types
 
-    from builder.building.driver import build
     from builder.facts import hostenv
     from builder.planning.recipes import load_recipe
+    from builder.run import build
 
     monkeypatch.setattr(hostenv, "CACHE_ROOT", tmp_path / "farm")
     recipes = {}

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import cudakit
 import pytest
+from conftest import REPO
 from packaging.utils import parse_wheel_filename
 
 from mamba_ssm import _variant
-
-from conftest import REPO
 
 FLOOR = re.search(r'^\[stable\]\s*\nfloor\s*=\s*"([^"]+)"', (REPO / "mamba_build" / "build.toml").read_text(), re.M)
 
@@ -222,11 +221,11 @@ def test_canary_stable_wheel_runs_under_the_newest_torch_on_pypi(wheel_test_torc
 def test_stable_wheel_runs_under_python_314_with_a_torch_that_ships_it(wheel_test_torch, tmp_path):
     """cp310-abi3 serves Python 3.14 too: the CPU stable wheel built on the suite's cp311 torch passes the
     numerics check under CPython 3.14 (the host's, else the one the farm provides itself:
-    builder/building/interpreters.py) and torch 2.14.1, which ships cp314. Its venv is the farm's smoke venv for
-    (cp314, torch 2.14.1), whose large files builder/building/cache.py hard-links to the other torch venvs'."""
+    builder/environments/interpreters.py) and torch 2.14.1, which ships cp314. Its venv is the farm's smoke venv for
+    (cp314, torch 2.14.1), whose large files builder/environments/store.py hard-links to the other torch venvs'."""
     from filelock import FileLock
 
-    from builder.building import cache, interpreters
+    from builder.environments import interpreters, store
     from builder.errors import InterpreterUnavailable
     from builder.facts import hostenv
 
@@ -236,8 +235,8 @@ def test_stable_wheel_runs_under_python_314_with_a_torch_that_ships_it(wheel_tes
         pytest.skip(f"no CPython 3.14 here: {err}")
     smoke = hostenv.CACHE_ROOT / "smoke" / "cp314-torch2.14.1"
     smoke.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(smoke) + ".lock"):  # the lock builder/building/driver/build.py's smoke test takes
-        venv = cache.torch_venv(str(prefix / "bin" / "python3"), "torch==2.14.1", smoke / "torch-envs")
+    with FileLock(str(smoke) + ".lock"):  # the lock builder/verifying/smoke.py's on_host takes
+        venv = store.torch_venv(str(prefix / "bin" / "python3"), "torch==2.14.1", smoke / "torch-envs")
     res = _run_check(str(venv / "bin" / "python"), wheel_test_torch, tmp_path)
     _assert_correct(res, "2.14.1", tmp_path / "site")
     assert wheel_test_torch.name.endswith("-cp310-abi3-linux_x86_64.whl")

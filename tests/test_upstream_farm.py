@@ -237,7 +237,7 @@ CPU_ID = "cpu-torch2.13-cxx11abiTRUE-cp311-linux_x86_64"
 @pytest.mark.cuda_build
 def test_causal_conv1d_cp314_through_its_recipe_with_the_farms_own_interpreter(tmp_path_factory):
     """Upstream's causal-conv1d for Python 3.14, which neither the host nor the base image has: the farm's own
-    CPython (builder/building/interpreters.py) builds it from the pinned sdist; verified, smoke-tested (its recipe's
+    CPython (builder/environments/interpreters.py) builds it from the pinned sdist; verified, smoke-tested (its recipe's
     imports under torch 2.14.1, which ships cp314) and tagged for the base's glibc as the cp311 wheel is."""
     from builder.planning.plan import load_plan
 

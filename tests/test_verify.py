@@ -17,15 +17,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from wheelmaker import make_wheel
 
-from builder.building.driver import verify
-from builder.verifying.compare import compare
+from builder.run import verify
 from builder.sourcing import reproducible
 from builder.verifying import relabel
+from builder.verifying.compare import compare
 from mamba_ssm import _elf
 
-from conftest import REPO
 
 def _real_elf() -> bytes:
     """A real shared object of this interpreter (a C extension module of the standard library)."""

@@ -233,7 +233,8 @@ def test_the_glibc_floor_object_brings_a_cxx_extension_to_2_28(tmp_path):
     import ctypes
 
     from builder.building.executors import GLIBC_FLOOR
-    from builder.verifying.wheels import manylinux_glibc, versioned_imports
+    from builder.facts.compat import manylinux_glibc
+    from builder.verifying.wheels import versioned_imports
 
     plain = compile_so(tmp_path, "plain", SHARED_PTR_SRC, "-D_GLIBCXX_USE_CXX11_ABI=0", "-ldl")
     needs = set(versioned_imports(plain.read_bytes()))
@@ -370,9 +371,9 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
 
     import torch
 
-    from builder.building import cache
     from builder.building.executors import GLIBC_FLOOR
-    from builder.verifying.wheels import smoke_test
+    from builder.environments import store
+    from builder.verifying.smoke import smoke_test
     from mamba_ssm import _variant
 
     repo = Path(__file__).resolve().parents[1]
@@ -412,7 +413,7 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
     from mamba_ssm import __version__
 
     assert final.name.startswith(f"mamba_ssm-{__version__}+{v.label}-{v.python}-{v.python}-manylinux_")
-    torch_venv = cache.torch_venv(
+    torch_venv = store.torch_venv(
         sys._base_executable, f"torch=={spec.torch_version}", tmp_path / "smoke" / "torch-envs"
     )
     ran = smoke_test(

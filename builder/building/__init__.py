@@ -1,1 +1,2 @@
-"""The farm's run: images, executors, the schedule, and the build command driving every stage."""
+"""A spec to a raw wheel and a log: toolchain images, the executors that run builds in them or on the host,
+emulation, the HIP compile."""

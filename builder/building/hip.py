@@ -8,7 +8,6 @@ the kernels compile for every target on a CPU-only machine; the ROCm wheel itsel
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -263,42 +262,5 @@ def compile_kernels(
         return tc.hip_version, results
 
 
-def record(version: str, results: list[Compiled]) -> dict:
-    """The evidence record of a HIP compile (builder.verifying.evidence.check_hip): the gfx targets every TU's
-    audited code objects hold (not the ones asked for), the toolchain, this checkout's commit, ``linked: false``."""
-    from builder.verifying import evidence
-    from builder.verifying.provenance import checkout_commit, checkout_dirty
-
-    held = [{c.arch for c in r.code_objects} for r in results]
-    order = lambda a: (len(a), a)  # gfx90a, gfx942, gfx1100
-    archs = sorted(set.intersection(*held) if held else set(), key=order)
-    if not archs:
-        raise BuildFailed("the HIP compile left no gfx target in every object: nothing to record")
-    return {
-        "schema": evidence.SCHEMA, "kind": evidence.HIP_KIND, "linked": False, "line": "checkout",
-        "source": {"kind": "checkout", "commit": checkout_commit(REPO), "dirty": checkout_dirty(REPO)},
-        "archs": archs, "hip_version": version,
-        "toolchain": {"image": results[0].image, "suite": SUITE, "packages": list(PACKAGES),
-                      "flags": list(HIPCC_FLAGS)},
-        "tus": [
-            {"tu": r.tu, "archs": sorted((c.arch for c in r.code_objects), key=order), "bytes": sum(c.size for c in r.code_objects),
-             "kernels": sorted({k for c in r.code_objects for k in c.kernels}), "bundler": list(r.bundler_targets),
-             "seconds": round(r.seconds, 1), "cpu_seconds": round(r.cpu_seconds, 1)}
-            for r in results
-        ],
-    }  # fmt: skip
-
-
 def _tail(text: str, n: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
-
-
-def publish(work: Path, out: Path) -> None:
-    """Copy the hipified tree and objects to OUT through a staging dir (nothing half-written)."""
-    out = out.resolve()
-    stage = out.with_name(out.name + ".partial")
-    shutil.rmtree(stage, ignore_errors=True)
-    shutil.copytree(work, stage)
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(stage, out)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from builder.building.images.base_image import DEBIAN_ARCH, SUITES, ensure
 from builder.building.images.engine import connect
-from builder.building.images.images import DEFAULT_SUITE, machine_of
+from builder.building.images.images import DEFAULT_SUITE
 from builder.commands import summary
+from builder.facts.compat import machine_of
 from builder.facts.hostenv import find_ca_bundle
 
 

@@ -1,15 +1,15 @@
 """``python -m builder build``: plan -> images -> builds -> verify -> dist/wheels -> dist/index
-(builder.building.driver.build)."""
+(builder.run.build)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from builder.building.driver.build import BuildRequest, run_build
 from builder.building.executors.choose import EXECUTORS
 from builder.commands import summary, typed
 from builder.facts.paths import REPO
+from builder.run.build import BuildRequest, run_build
 
 
 def add_command(subparsers) -> None:

@@ -1,4 +1,4 @@
-"""``python -m builder cache``: show or prune the smoke-test torch venvs (builder.building.cache)."""
+"""``python -m builder cache``: show or prune the smoke-test torch venvs (builder.environments.store)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import os
 import sys
 import time
 
-from builder.building import cache
-from builder.building.cache import budget, entries, evict, human, linked, parse_size, real_bytes, smoke_root
 from builder.commands import summary
+from builder.environments import store
+from builder.environments.store import budget, entries, evict, human, linked, parse_size, real_bytes, smoke_root
 from mamba_ssm._untrusted import shown
 
 
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("cache", help=summary("cache"),
-                              description=cache.__doc__.split("\n\n")[0])  # fmt: skip
+                              description=store.__doc__.split("\n\n")[0])  # fmt: skip
     p.add_argument("action", nargs="?", choices=("show", "prune"), default="show", help="show (default) or prune")
     p.add_argument("--budget", help="prune to this size (default: MAMBA_FARM_CACHE_BUDGET or 40G)")
     p.add_argument("--all", action="store_true", help="prune: remove every torch venv")

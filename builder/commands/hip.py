@@ -1,17 +1,16 @@
-"""``python -m builder hip-compile``: hipify the kernels and compile them for AMD GPU targets (builder.building.hip)."""
+"""``python -m builder hip-compile``: hipify the kernels and compile them for AMD GPU targets (builder.run.hip)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import tempfile
-import time
 from pathlib import Path
 
+from builder.building.hip import DEFAULT_ARCHS, check_archs
 from builder.building.images.engine import connect
-from builder.building.hip import DEFAULT_ARCHS, check_archs, compile_kernels, publish, record
 from builder.commands import summary
+from builder.run.hip import HipRequest, run_hip
 
 
 def add_command(subparsers) -> None:
@@ -39,20 +38,9 @@ def add_command(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     archs = check_archs(tuple(a.strip() for a in args.archs.split(",") if a.strip()))
-    client = connect()
-    log = lambda m: print(m, file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="mamba-farm-hip-") as tmp:
-        work = Path(tmp)
-        started = time.monotonic()
-        version, results = compile_kernels(client, work, archs=archs, python=args.python, log=log)
-        total = time.monotonic() - started
-        if args.out:
-            publish(work, args.out)
-    if args.evidence:
-        from builder.verifying import evidence
-
-        evidence.write(args.evidence, record(version, results))
-        log(f"hip: evidence record {args.evidence}")
+    request = HipRequest(archs=archs, python=args.python, out=args.out, evidence=args.evidence)
+    done = run_hip(connect(), request, log=lambda m: print(m, file=sys.stderr))
+    version, results, total = done.version, done.results, done.seconds
     if args.json:
         json.dump(
             {

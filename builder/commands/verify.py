@@ -1,13 +1,13 @@
 """``python -m builder verify``: rebuild one spec and compare it, byte for byte, with a wheel
-(builder.building.driver.verify)."""
+(builder.run.verify)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from builder.building.driver.verify import VerifyRequest, run_verify
 from builder.commands import summary, typed
+from builder.run.verify import VerifyRequest, run_verify
 
 
 def add_command(subparsers) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import tomllib
 
-from mamba_ssm._untrusted import release
 from builder.facts import paths
+from mamba_ssm._untrusted import release
 
 DATA_DIR = paths.DATA
 BUILD_DATA = paths.REPO / "mamba_build" / "build.toml"  # shared with setup.py
@@ -267,6 +267,29 @@ class Compat:
         glibc = max(floor, image_glibc, key=vtuple)
         major, minor = glibc.split(".")
         return f"manylinux_{major}_{minor}_{platform.removeprefix('linux_')}"
+
+
+def machine_of(platform_tag: str) -> str:
+    """linux_aarch64 -> aarch64 (the machine of a wheel platform tag)."""
+    return platform_tag.split("_", 1)[-1] if platform_tag.startswith("linux_") else platform_tag.rsplit("_", 1)[-1]
+
+
+# The glibc each legacy manylinux name stands for.
+_LEGACY_GLIBC = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def manylinux_glibc(policy: str) -> tuple[int, int]:
+    """The glibc a manylinux platform tag needs (PEP 600's, or a legacy alias's); (0, 0) for any other tag."""
+    m = re.match(r"manylinux_(\d+)_(\d+)_", policy)
+    return (int(m.group(1)), int(m.group(2))) if m else _LEGACY_GLIBC.get(policy.split("_", 1)[0], (0, 0))
+
+
+def newest_manylinux(wheel_name: str) -> str | None:
+    """The newest PEP 600 manylinux tag a wheel's name carries (what auditwheel repaired it to), if any."""
+    from packaging.utils import parse_wheel_filename
+
+    tags = parse_wheel_filename(wheel_name)[3]
+    return max((t.platform for t in tags if t.platform.startswith("manylinux_")), key=manylinux_glibc, default=None)
 
 
 # PEP 600's older manylinux names, newest first; PEP 571 and 513 defined the last two for x86 only.

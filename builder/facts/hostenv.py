@@ -171,6 +171,12 @@ def url_reachable(url: str, timeout: float = 8.0) -> bool:
         return False
 
 
+def torch_index_args(index_url: str | None) -> list[str]:
+    """pip's arguments for torch's own index INDEX_URL when it answers; none otherwise: torch then comes from the
+    host's indexes and wheelhouses (an unreachable index would cost minutes of pip retries per install)."""
+    return ["--extra-index-url", index_url] if index_url and url_reachable(index_url) else []
+
+
 def host_machine() -> str:
     """This host's machine as wheel platform tags spell it (x86_64, aarch64)."""
     import platform

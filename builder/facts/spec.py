@@ -171,7 +171,7 @@ class SdistPin:
 
 @dataclass(frozen=True)
 class FilePin:
-    """A file at one URL (a Debian package on the apt mirror: builder/building/interpreters.py), pinned by its
+    """A file at one URL (a Debian package on the apt mirror: builder/environments/interpreters.py), pinned by its
     name, version and sha256; fetched, cached and checked exactly as an sdist is."""
 
     name: str

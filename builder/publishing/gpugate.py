@@ -93,7 +93,7 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
     and results go to WORK (the job's artifact: the venv, torch and all, stays out of it)."""
     from builder.planning.recipes import load_recipes
     from builder.publishing.index.model import CHECKOUT, install_command
-    from builder.verifying.wheels import api_imports
+    from builder.verifying.smoke import api_imports
     from mamba_ssm._variant import Variant
 
     start = time.monotonic()

@@ -33,10 +33,9 @@ from packaging.version import Version
 
 from builder.errors import MatrixError, SourceFetchError
 from builder.facts import hostenv
-from builder.facts.compat import vtuple
+from builder.facts.compat import manylinux_glibc, vtuple
 from builder.facts.installs import cell_key
 from builder.sourcing.snapshot import Snapshot, SnapshotServer
-from builder.verifying.wheels import manylinux_glibc
 from mamba_ssm._untrusted import Untrusted, expect, load_json, shown, text
 
 # glibc floors a cell may be raised to when its own does not resolve (RHEL 8, Debian 11, RHEL 9 and Ubuntu 22.04's

@@ -1,5 +1,5 @@
 """A recipe checked for one cell in seconds, before anything compiles: ``builder recipe check`` and the first step
-of every recipe build (builder/building/driver/build.py).
+of every recipe build (builder/run/build.py).
 
 For each cell: the recipe's patches go onto a fresh copy of the source (:func:`builder.sourcing.prepare.prepare`),
 the package's build backend prepares its metadata in that tree with the cell's environment (PEP 517's

@@ -2,7 +2,7 @@
 
 :func:`verify_wheel`: names, tags and extension modules agree with the BuildSpec, every ELF file is for the
 tag's machine, the C++ ABI and GPU arch audits (through ``mamba_ssm._elf``), auditwheel repair and a single
-platform tag. :func:`smoke_test` imports the wheel in a clean venv beside the matching torch.
+platform tag. The smoke test that follows is builder/verifying/smoke.py's.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import calendar
 import fnmatch
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -27,13 +26,13 @@ from packaging.version import Version
 from builder.errors import VerificationError
 from builder.facts import compat as compat_mod
 from builder.facts import miscompiles
+from builder.facts.compat import manylinux_glibc, newest_manylinux
 from builder.facts.spec import BuildSpec
 from builder.verifying import provenance as provenance_mod
 from builder.verifying import variants, wheelmeta
 from builder.verifying.relabel import pin_torch, read_members, write_wheel
 from mamba_ssm import _elf, _variant
 from mamba_ssm._elf import AbiReport, abi_report
-from mamba_ssm._untrusted import shown
 
 PROJECT = "mamba-ssm"
 
@@ -436,21 +435,6 @@ def repair(wheel: Path, spec: BuildSpec, workdir: Path) -> tuple[Path, str, str]
     return repaired[0], target, reached
 
 
-def newest_manylinux(wheel_name: str) -> str | None:
-    """The newest PEP 600 manylinux tag a wheel's name carries (what auditwheel repaired it to), if any."""
-    tags = parse_wheel_filename(wheel_name)[3]
-    return max((t.platform for t in tags if t.platform.startswith("manylinux_")), key=manylinux_glibc, default=None)
-
-
-_LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-
-
-def manylinux_glibc(policy: str) -> tuple[int, int]:
-    """The glibc a manylinux platform tag needs (PEP 600's, or a legacy alias's); (0, 0) for any other tag."""
-    m = re.match(r"manylinux_(\d+)_(\d+)_", policy)
-    return (int(m.group(1)), int(m.group(2))) if m else _LEGACY_MANYLINUX.get(policy.split("_", 1)[0], (0, 0))
-
-
 def _check_not_bundled(wheel: Path) -> None:
     import fnmatch
 
@@ -504,6 +488,22 @@ def verify_wheel(
     if spec.from_recipe:  # upstream's METADATA requires any torch: pin the minor it was built against; label it
         wheel = pin_torch(wheel, spec.torch_version, workdir / "relabelled", label=spec.label)
     facts = read_facts(wheel, spec.project)
+    _check_names(wheel, facts, spec)
+    check_machine(wheel, spec.platform)
+    checks = _audit(wheel, facts, spec, workdir)
+    # a GPU whose own code the toolkit miscompiles: which code serves it instead, and why (the table's words)
+    served = miscompiles.served_by(spec.project, facts.version.partition("+")[0], spec.toolkit, checks["archs"])
+    if served:
+        checks["served_by"] = served
+    if facts.variant is not None:
+        # The variant form is made from a verified (repaired, retagged) wheel, after verification: its audits
+        # pass again, and repairing it anew would rewrite it under the farm's label.
+        return Verified(wheel, {**checks, "repaired": None})
+    return _repaired(wheel, facts, spec, workdir, checks, epoch=epoch, provenance=provenance)
+
+
+def _check_names(wheel: Path, facts: WheelFacts, spec: BuildSpec) -> None:
+    """The wheel's names, tags and label agree with SPEC (a variant form's: any manylinux tag of SPEC's machine)."""
     platforms = (spec.platform, spec.manylinux)
     if facts.variant is not None:  # made from a repaired wheel: any manylinux tag of the spec's machine
         arch = spec.platform.removeprefix("linux_")
@@ -511,8 +511,11 @@ def verify_wheel(
     problems = check_names(facts, spec, platforms)
     if problems:
         raise VerificationError(f"{wheel.name} does not match spec {spec.id}: " + "; ".join(problems))
-    check_machine(wheel, spec.platform)
 
+
+def _audit(wheel: Path, facts: WheelFacts, spec: BuildSpec, workdir: Path) -> dict:
+    """The audits of the wheel's extensions, unpacked in a scratch folder under WORKDIR: each one's C++ ABI, the
+    device code against SPEC's arch list, a variant form's declared properties; what was checked."""
     unpacked = Path(tempfile.mkdtemp(prefix="unpacked-", dir=workdir))
     try:
         audited = audited_extensions(facts.extensions, spec)
@@ -529,35 +532,36 @@ def verify_wheel(
         found = [_elf.archs_in(_read_elf(so)) for so in libs] if spec.accelerator != "cpu" else []
         device_code = sorted({a for r in found for a in (*r.sass, *r.ptx, *r.hip)})
         if facts.variant is not None:
-            sass, ptx = set(), set()
-            for so in libs:
-                found = _elf.archs_in(_read_elf(so))
-                sass.update(found.sass)
-                ptx.update(found.ptx)
-            want = variants.form_of(_variant.Variant.from_label(spec.label), sorted(sass), sorted(ptx))
-            if facts.variant != want:
-                raise VerificationError(
-                    f"{wheel.name}: variant.json declares {facts.variant.lines() or ['no properties']}, "
-                    f"the extension needs {want.lines() or ['no properties']} ({want.label})"
-                )
+            _check_variant_form(wheel, facts, spec, libs)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
-    checks = {
+    return {
         "tags": list(facts.filename_tags),
         "abi": {name: rep.kind for name, rep in sorted(report.abi.items())},
         "archs": device_code,
         "machine": _elf.tag_machine(spec.platform),
         "extensions": list(audited),
     }
-    # a GPU whose own code the toolkit miscompiles: which code serves it instead, and why (the table's words)
-    served = miscompiles.served_by(spec.project, facts.version.partition("+")[0], spec.toolkit, device_code)
-    if served:
-        checks["served_by"] = served
-    if facts.variant is not None:
-        # The variant form is made from a verified (repaired, retagged) wheel, after verification: its audits
-        # pass again, and repairing it anew would rewrite it under the farm's label.
-        return Verified(wheel, {**checks, "repaired": None})
 
+
+def _check_variant_form(wheel: Path, facts: WheelFacts, spec: BuildSpec, libs: list[Path]) -> None:
+    """A variant form's variant.json declares what its extensions LIBS need (their SASS and PTX, SPEC's label)."""
+    sass, ptx = set(), set()
+    for so in libs:
+        found = _elf.archs_in(_read_elf(so))
+        sass.update(found.sass)
+        ptx.update(found.ptx)
+    want = variants.form_of(_variant.Variant.from_label(spec.label), sorted(sass), sorted(ptx))
+    if facts.variant != want:
+        raise VerificationError(
+            f"{wheel.name}: variant.json declares {facts.variant.lines() or ['no properties']}, "
+            f"the extension needs {want.lines() or ['no properties']} ({want.label})"
+        )
+
+
+def _repaired(wheel: Path, facts: WheelFacts, spec: BuildSpec, workdir: Path, checks: dict, *, epoch, provenance):
+    """The wheel repaired to SPEC's floor, retagged and labelled (every entry at EPOCH, PROVENANCE in its dist-info),
+    its tags and machine checked again: the Verified wheel in WORKDIR/verified."""
     repaired, platform, reaches = repair(wheel, spec, workdir)
     canonical = f"{facts.version.partition('+')[0]}+{spec.label}"
     final = retag(
@@ -573,254 +577,3 @@ def verify_wheel(
             f"{final.name}: after repair the tags are {after.filename_tags}, expected one {expected_tag(spec, platform)}"
         )
     return Verified(final, {**checks, "tags": list(after.filename_tags), "repaired": platform, "reaches": reaches})
-
-
-# --------------------------------------------------------------------------- smoke test
-
-_SMOKE = r"""
-import json, platform, sys, torch, mamba_ssm
-from mamba_ssm.ops import selective_scan_interface as ssi
-assert ssi.HAS_EXTENSION, f"compiled extension did not load: {ssi._IMPORT_ERROR}"
-for op in ("selective_scan_fwd", "selective_scan_bwd"):
-    assert hasattr(torch.ops.mamba_ssm, op), f"torch.ops.mamba_ssm.{op} is not registered"
-from mamba_ssm import Mamba, selective_scan_fn, selective_scan_ref
-torch.manual_seed(0)
-b, d, n, L = 2, 4, 8, 33
-u = torch.randn(b, d, L); delta = torch.rand(b, d, L); A = -torch.rand(d, n)
-B = torch.randn(b, n, L); C = torch.randn(b, n, L); D = torch.randn(d); z = torch.randn(b, d, L)
-out = ssi.selective_scan_fn(u, delta, A, B, C, D, z, None, True)
-# the truth is the float64 reference; the float32 one is reported beside it, to tell which side drifted
-dbl = [t.double() for t in (u, delta, A, B, C, D, z)]
-ref = ssi.selective_scan_ref(*dbl, None, True)
-ref32 = ssi.selective_scan_ref(u, delta, A, B, C, D, z, None, True)
-err = (out.double() - ref).abs().max().item()
-err32 = (ref32.double() - ref).abs().max().item()
-assert torch.allclose(out.double(), ref, rtol=1e-4, atol=1e-4), (
-    f"CPU scan differs from the float64 reference: max abs error {err:.3g} "
-    f"(the float32 reference: {err32:.3g}; threads {torch.get_num_threads()})")
-# one OpenMP runtime in the process: the extension uses the libgomp torch loaded
-with open("/proc/self/maps") as maps:
-    gomp = sorted({line.split()[-1] for line in maps if "/libgomp" in line})
-assert len(gomp) <= 1, f"two OpenMP runtimes loaded: {gomp}"
-# what ran, for the wheel's evidence record (builder/verifying/evidence.py)
-print("evidence " + json.dumps({
-    "imported": {"torch": torch.__version__, "python": platform.python_version(),
-                 "modules": ["mamba_ssm", "mamba_ssm.ops.selective_scan_interface", "mamba_ssm._C"],
-                 "api": ["Mamba", "selective_scan_fn", "selective_scan_ref",
-                         "torch.ops.mamba_ssm.selective_scan_fwd", "torch.ops.mamba_ssm.selective_scan_bwd"]},
-    "numerics": [{"check": "selective_scan_fn vs float64 reference", "device": "cpu", "shape": [b, d, n, L],
-                  "max_abs_error": err, "tolerance": 1e-4}],
-}))
-print(f"smoke ok: torch {torch.__version__}, mamba_ssm {mamba_ssm.__version__}, max abs error {err:.2e}")
-"""
-
-# The recipe smoke's last step: what the interpreter that imported the recipe's modules runs on.
-_RECIPE_FACTS = "import json, platform, torch; print('evidence ' + json.dumps({'torch': torch.__version__, 'python': platform.python_version()}))"
-
-
-def smoke_evidence(output: str) -> dict:
-    """What a smoke script's ``evidence {...}`` line says ran (its last one), or VerificationError."""
-    import json
-
-    for ln in reversed(output.splitlines()):
-        if ln.startswith("evidence "):
-            try:
-                found = json.loads(ln[len("evidence "):])
-            except ValueError:
-                break
-            if isinstance(found, dict):
-                return found
-            break
-    raise VerificationError(f"the smoke test printed no evidence line of what it ran: {output.strip()[-300:]}")
-
-
-SMOKE_SCRIPT = _SMOKE  # what an emulated smoke test (builder/building/executors/docker.py) runs in its container
-
-
-# The marker environment of the interpreter that runs the smoke test (packaging's default_environment, stdlib only).
-_MARKER_ENV = r"""
-import json, os, platform, sys
-impl = sys.implementation
-iv = f"{impl.version.major}.{impl.version.minor}.{impl.version.micro}"
-if impl.version.releaselevel != "final":
-    iv += impl.version.releaselevel[0] + str(impl.version.serial)
-print(json.dumps({
-    "implementation_name": impl.name, "implementation_version": iv, "os_name": os.name,
-    "platform_machine": platform.machine(), "platform_release": platform.release(),
-    "platform_system": platform.system(), "platform_version": platform.version(),
-    "python_full_version": platform.python_version(), "platform_python_implementation": platform.python_implementation(),
-    "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform,
-}))
-"""
-
-
-def marker_environment(python: str) -> dict[str, str]:
-    """The environment markers of PYTHON (the smoke test's interpreter), as packaging names them."""
-    import json
-
-    proc = subprocess.run([python, "-I", "-c", _MARKER_ENV], check=False, capture_output=True, text=True)
-    if proc.returncode:
-        raise VerificationError(f"smoke test: cannot run {python}: {proc.stderr.strip()[-300:]}")
-    return json.loads(proc.stdout)
-
-
-def declared_requirements(wheel: Path, environment: dict[str, str]) -> list[str]:
-    """What installing WHEEL (no extras) pulls in, judged for ENVIRONMENT (:func:`marker_environment`): its
-    ``Requires-Dist`` whose markers hold there, torch left out (the smoke test's torch is already installed and
-    ``pip check`` holds the wheel's pin against it), sorted, markers dropped once judged."""
-    from packaging.requirements import InvalidRequirement
-
-    from mamba_ssm._untrusted import Untrusted, marker_holds
-
-    try:
-        declared = wheelmeta.read(wheel).requires_dist
-    except wheelmeta.MetadataError as err:
-        raise VerificationError(f"{wheel.name}: {err}") from None
-    out = set()
-    for line in declared:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement as err:
-            raise VerificationError(f"{wheel.name}: Requires-Dist {line!r} is not a requirement ({err})") from None
-        try:
-            if req.marker is not None and not marker_holds(req.marker, {**environment, "extra": ""}, wheel.name):
-                continue
-        except Untrusted as err:
-            raise VerificationError(str(err)) from None
-        if canonicalize_name(req.name) == "torch":
-            continue
-        req.marker = None
-        out.add(str(req))
-    return sorted(out)
-
-
-def smoke_test(
-    wheel: Path, spec: BuildSpec, *, python: str, torch_venv: Path, torch_requirement: str, workdir: Path,
-    imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (), api: tuple[str, ...] = (),
-    deps_layer: Path | None = None, deps: tuple[str, ...] = (),
-) -> dict:
-    """Install ``wheel`` into a clean venv made by ``python`` next to ``torch_requirement``; import it,
-    check the ops are registered, run the CPU scan against the reference. Returns what ran: ``line`` (the
-    success line), ``imported`` (torch, Python, modules, public API) and ``numerics`` (the CPU checks that ran).
-
-    A recipe's wheel (``spec.from_recipe``) is installed without its dependencies (upstream's pull in
-    triton, transformers...) and proven by the recipe's own ``imports``, ``api`` and ``commands`` instead,
-    run from ``/`` (``python`` in a command is the smoke venv's). With ``deps_layer`` (a recipe's
-    ``deps = true``: the layer its caller made of ``deps``, :func:`declared_requirements`, on top of the torch
-    venv; builder.building.cache.deps_layer) the smoke venv sees that layer too, through ``site.addsitedir``
-    (its own .pth files run), and ``pip check`` must pass before anything is imported.
-
-    ``torch_venv`` holds only ``torch_requirement``, made once and kept by the caller (the build: the farm
-    cache's, builder.building.cache.torch_venv); each smoke test gets a fresh venv that sees its
-    site-packages through a .pth file, so the wheel is installed alone into an otherwise empty environment
-    without reinstalling torch (minutes) each time.
-    """
-    workdir = Path(workdir)
-    base = Path(torch_venv)
-    venv = workdir / f"smoke-{spec.id}"
-    shutil.rmtree(venv, ignore_errors=True)
-    run_step([python, "-m", "venv", "--without-pip", str(venv)], "create the smoke-test venv")
-    vpy = str(venv / "bin" / "python")
-    (Path(site_packages(vpy)) / "_torch_base.pth").write_text(site_packages(str(base / "bin" / "python")) + "\n")
-    bpip = [str(base / "bin" / "python"), "-m", "pip", "--python", vpy]
-    run_step([*bpip, "install", "-q", "--no-deps", str(wheel)], f"install {wheel.name}")
-    if spec.from_recipe:
-        if deps_layer is not None:
-            layer_site = site_packages(str(Path(deps_layer) / "bin" / "python"))
-            (Path(site_packages(vpy)) / "_farm_deps.pth").write_text(f"import site; site.addsitedir({layer_site!r})\n")
-            run_step([*bpip, "check"], f"pip check ({wheel.name}'s dependencies and {torch_requirement})")
-        ran = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands, api)
-        if deps_layer is not None:
-            ran["imported"]["deps"] = list(deps)
-        shutil.rmtree(venv, ignore_errors=True)
-        return ran
-    # the wheel's own torch pin must accept the torch it is tested with
-    run_step([*bpip, "check"], f"pip check (the wheel's Requires-Dist against {torch_requirement})")
-    proc = subprocess.run(
-        [vpy, "-c", _SMOKE], check=False, capture_output=True, text=True, cwd=workdir, env=_clean_env()
-    )
-    if proc.returncode:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise VerificationError(f"{wheel.name}: smoke test failed with {torch_requirement}: {last}")
-    shutil.rmtree(venv, ignore_errors=True)
-    return {"line": proc.stdout.strip().splitlines()[-1], **smoke_evidence(proc.stdout)}
-
-
-def api_imports(api) -> list[str]:
-    """``from module import Name`` for each of a recipe's public names (``module.Name``)."""
-    return [f"from {m} import {n}" for m, _, n in (a.rpartition(".") for a in api)]
-
-
-def recipe_steps(vpy: str, imports, commands, api) -> list[list[str]]:
-    """The recipe smoke's programs, run with VPY (the smoke venv's Python, here or in a container): first its
-    imports in order in one interpreter (an extension needs torch's libraries loaded first), then its public names
-    from their modules, then which torch and Python ran them; then each command (``python`` is VPY)."""
-    first = "; ".join([*(f"import {name}" for name in imports), *api_imports(api), _RECIPE_FACTS])
-    return [[vpy, "-c", first], *([vpy if c[0] == "python" else c[0], *c[1:]] for c in commands)]
-
-
-MAX_COMMAND_OUTPUT = 2000  # characters of a test command's output the evidence keeps (its end: where results print)
-
-
-def command_output(raw: str) -> str:
-    """A test command's output as the evidence keeps it: its last MAX_COMMAND_OUTPUT characters, stripped, with
-    control and bidi characters escaped (newlines kept)."""
-    text = shown(raw.strip()[-MAX_COMMAND_OUTPUT:], MAX_COMMAND_OUTPUT, keep_newlines=True)  # escapes lengthen it
-    return text if len(text) <= MAX_COMMAND_OUTPUT and len(raw.strip()) <= MAX_COMMAND_OUTPUT \
-        else "..." + text[-MAX_COMMAND_OUTPUT:]  # fmt: skip
-
-
-def recipe_ran(facts: dict, torch_requirement: str, imports, commands, api, outputs=()) -> dict:
-    """What a recipe's smoke test ran (``smoke_test``'s return), from the evidence FACTS its first step printed and
-    each command's OUTPUTS, (stdout, stderr), as :func:`command_output` keeps them (stderr only when not empty:
-    a library's warnings land there, a test's result on stdout)."""
-    ran = []
-    for c, (out, err) in zip(commands, outputs):
-        ran.append({"argv": shown(shlex.join(c), 300), "output": command_output(out)}
-                   | ({"stderr": command_output(err)} if err.strip() else {}))  # fmt: skip
-    return {
-        "line": f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}",
-        "imported": {**facts, "modules": [m for m in imports if m != "torch"], "api": list(api), "commands": ran},
-        "numerics": [],
-    }
-
-
-def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands, api=()) -> dict:
-    """The recipe's [test] (``recipe_steps``), in the smoke venv from / (not the source tree)."""
-    facts, outputs = None, []
-    for argv in recipe_steps(vpy, imports, commands, api):
-        proc = subprocess.run(argv, check=False, capture_output=True, text=True, cwd="/", env=_clean_env(),
-                              errors="replace")  # fmt: skip
-        if proc.returncode:
-            last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-            ran = " ".join(["python", *argv[1:]] if argv[0] == vpy else argv)
-            raise VerificationError(f"{wheel.name}: smoke test `{ran}` failed with {torch_requirement}: {last}")
-        if facts is None:
-            facts = smoke_evidence(proc.stdout)
-        else:
-            outputs.append((proc.stdout, proc.stderr))
-    return recipe_ran(facts, torch_requirement, imports, commands, api, outputs)
-
-
-def site_packages(python: str) -> str:
-    out = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.strip()
-
-
-def _clean_env() -> dict:
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)  # the venv must see only what was installed into it
-    return env
-
-
-def run_step(cmd: list[str], what: str) -> None:
-    """One step of a smoke test, in a clean environment; a failure is a VerificationError naming WHAT."""
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_clean_env())
-    if proc.returncode:
-        tail = (proc.stdout + proc.stderr).strip()[-800:]
-        raise VerificationError(f"smoke test: could not {what}: {tail}")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from builder.errors import InfrastructureError
-from builder.facts.hostenv import url_reachable
+from builder.facts.hostenv import torch_index_args
 
 
 @dataclass
@@ -129,11 +129,6 @@ def kernel_cache_name(image_id: str) -> str:
 
 def spec_env(spec, *, max_jobs: int) -> dict[str, str]:
     """Environment for builder/building/executors/build.sh (and the package's setup.py) for SPEC."""
-    pip_args = []
-    # torch's own index when it answers; else torch comes from the host's indexes and
-    # wheelhouses (an unreachable index would cost minutes of pip retries per build).
-    if spec.torch_index_url and url_reachable(spec.torch_index_url):
-        pip_args += ["--extra-index-url", spec.torch_index_url]
     env = {
         "FARM_BUILD_ID": spec.id,
         "FARM_TORCH_REQ": f"torch=={spec.torch_version}",
@@ -141,7 +136,7 @@ def spec_env(spec, *, max_jobs: int) -> dict[str, str]:
         "NVCC_THREADS": "1",
         "MAMBA_FORCE_BUILD": "TRUE",
     }
-    env["FARM_TORCH_PIP_ARGS"] = " ".join(pip_args)
+    env["FARM_TORCH_PIP_ARGS"] = " ".join(torch_index_args(spec.torch_index_url))
     if spec.accelerator.startswith("cu"):  # build.sh checks these before compiling a source that includes them
         from builder.facts.compat import load
 

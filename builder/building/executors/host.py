@@ -22,7 +22,6 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from builder.building import interpreters
 from builder.building.executors import (
     BUILD_SCRIPT,
     BuildOptions,
@@ -33,9 +32,10 @@ from builder.building.executors import (
     toolchain_record,
 )
 from builder.building.images.render import load_packages
+from builder.environments import interpreters
 from builder.errors import EngineUnavailable
-from builder.facts.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
 from builder.facts.cputime import wait_with_rusage
+from builder.facts.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
 from builder.sourcing.reproducible import tree_epoch
 from mamba_ssm._untrusted import Untrusted, file_name, open_zip, remove_tree, zip_read
 
@@ -116,7 +116,7 @@ class HostExecutor:
         return toolchain_record("host", image=None, base=None, compiler="host", toolkit=toolkit)
 
     def prepare(self, images: dict, specs: list) -> None:
-        from builder.building.images.images import machine_of
+        from builder.facts.compat import machine_of
         from builder.facts.hostenv import host_machine
 
         for spec in specs:
@@ -242,9 +242,9 @@ class HostExecutor:
             if self._closed:
                 return BuildResult(False, None, log_path, "interrupted", infrastructure=True)
             if code == 0:
-                from builder.building import cache
+                from builder.environments import store
 
-                cache.share_build_venv(py.parent.parent, log=self.options.log)
+                store.share_build_venv(py.parent.parent, log=self.options.log)
             result = collect_wheel(code, raw, out_dir, log_path)
             result.cpu_seconds, result.measured = cpu, "rusage"
             return result

@@ -12,7 +12,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from builder.building.driver import timings
 from builder.building.images.engine import build_image, image_exists, made_once
 from builder.building.images.images import (
     DEBIAN_ARCH,
@@ -25,6 +24,7 @@ from builder.building.images.images import (
     suite_for,
 )
 from builder.errors import EngineUnavailable, UsageError
+from builder.facts import timings
 from builder.facts.hostenv import host_machine
 
 MIRROR = "http://deb.debian.org/debian"

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import tomllib
 
-from builder.building.driver import timings
 from builder.building.images import base_image
 from builder.building.images.engine import build_image, made_once
-from builder.facts import hostenv, paths
+from builder.facts import hostenv, paths, timings
 from builder.facts.spec import FilePin, stable_hash
 
 DATA = paths.DATA / "floor.toml"

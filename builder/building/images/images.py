@@ -48,11 +48,6 @@ DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 MACHINE_OF = {v: k for k, v in DEBIAN_ARCH.items()}
 
 
-def machine_of(platform_tag: str) -> str:
-    """linux_aarch64 -> aarch64 (the machine of a wheel platform tag)."""
-    return platform_tag.split("_", 1)[-1] if platform_tag.startswith("linux_") else platform_tag.rsplit("_", 1)[-1]
-
-
 def docker_platform(machine: str) -> str:
     """aarch64 -> linux/arm64, what docker's --platform takes."""
     return f"linux/{DEBIAN_ARCH.get(machine, machine)}"

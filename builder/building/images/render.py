@@ -15,7 +15,6 @@ from pathlib import Path
 import jinja2
 import tomllib
 
-from builder.building import interpreters
 from builder.building.images.images import (
     DEBIAN_ARCH,
     LABEL,
@@ -26,10 +25,10 @@ from builder.building.images.images import (
     is_local_base,
     local_name,
     local_suite,
-    machine_of,
 )
+from builder.environments import interpreters
 from builder.errors import InterpreterUnavailable, UsageError
-from builder.facts.compat import manylinux_platforms
+from builder.facts.compat import machine_of, manylinux_platforms
 from builder.facts.hostenv import host_machine, pyenv_pythons
 from builder.facts.paths import REPO
 from builder.facts.spec import ImageSpec, stable_hash
@@ -49,7 +48,7 @@ class PythonInstall:
     version: str  # "3.11"
     tag: str  # "cp311"
     prefix: str  # where the interpreter lives, host and image alike
-    farm: str = ""  # a farm-provided interpreter (builder/building/interpreters.py): the digest of its pins; "" otherwise
+    farm: str = ""  # a farm-provided interpreter (builder/environments/interpreters.py): the digest of its pins; "" otherwise
 
 
 @dataclass(frozen=True)
@@ -135,16 +134,7 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
     packages = list(osdef["packages"])
     mode = python_mode(image, osdef)
     if mode == "system":
-        have = osdef.get("system_python")
-        other = [p.version for p in pythons if p.version != have and not p.farm]
-        if other:
-            raise InterpreterUnavailable(
-                f"image {image.id} ({image.platform}) needs Python {', '.join(other)}: the host's pyenv "
-                f"installs are {host_machine()}, Debian {os_key} has only Python {have or 'none'}, and the farm "
-                f"provides {', '.join(interpreters.provided()) or 'none'}",
-                hint=f"build {image.platform} for Python {have} here (--only), on a native {machine_of(image.platform)} "
-                f"host, or add the Python's packages to {interpreters.DATA}",
-            )
+        _check_system_python(image, osdef, os_key, pythons)
         packages += list(osdef["system_python_packages"])
     # Debian's hipcc/libamdhip64-dev are the toolkit only where Debian provides it, never on AMD's image.
     kind_packages = []
@@ -174,10 +164,31 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
         "cross": cross,
         "cuda_fetch": None,
     }
+    ctx.update(_toolkit_context(image, base, source, family, osdef, data, cross))
+    return ctx
+
+
+def _check_system_python(image: ImageSpec, osdef: dict, os_key: str, pythons: tuple[PythonInstall, ...]) -> None:
+    """An image on its OS's own Python: every Python it lists is that one, or one the farm provides."""
+    have = osdef.get("system_python")
+    other = [p.version for p in pythons if p.version != have and not p.farm]
+    if other:
+        raise InterpreterUnavailable(
+            f"image {image.id} ({image.platform}) needs Python {', '.join(other)}: the host's pyenv "
+            f"installs are {host_machine()}, Debian {os_key} has only Python {have or 'none'}, and the farm "
+            f"provides {', '.join(interpreters.provided()) or 'none'}",
+            hint=f"build {image.platform} for Python {have} here (--only), on a native {machine_of(image.platform)} "
+            f"host, or add the Python's packages to {interpreters.DATA}",
+        )
+
+
+def _toolkit_context(image: ImageSpec, base: str, source: str, family: str, osdef: dict, data: dict, cross) -> dict:
+    """The template's CUDA or ROCm values for IMAGE: where its toolkit comes from (SOURCE) and where it lives."""
+    out: dict = {}
     if image.kind == "cuda":
         major = (image.toolkit or "13").split(".")[0]
-        ctx["cuda_major"] = major
-        ctx["toolkit_include"] = f"_cuda_{source}.Dockerfile.j2"
+        out["cuda_major"] = major
+        out["toolkit_include"] = f"_cuda_{source}.Dockerfile.j2"
         if source == "pypi":
             pins = data["cuda"]["pypi"].get(image.toolkit or "")
             if pins is None:
@@ -185,26 +196,26 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
                     f"image {image.id}: no PyPI recipe for CUDA {image.toolkit}",
                     hint=f"add [cuda.pypi.\"{image.toolkit}\"] to {PACKAGES}, or use a base with the toolkit",
                 )
-            ctx["cuda_packages"] = [f'"{p}"' for p in pins["packages"]]
-            ctx["cuda_headers"] = [f'"{p}"' for p in pins.get("headers", [])]
-            ctx["cuda_home"] = f"/opt/cuda-pypi/nvidia/cu{major}"
-            ctx["cuda_compiler"] = compiler_overlay(image, osdef, pins)
-            if cross and ctx["cuda_compiler"]:  # the cross stage's pip fetches it all, natively
+            out["cuda_packages"] = [f'"{p}"' for p in pins["packages"]]
+            out["cuda_headers"] = [f'"{p}"' for p in pins.get("headers", [])]
+            out["cuda_home"] = f"/opt/cuda-pypi/nvidia/cu{major}"
+            out["cuda_compiler"] = compiler_overlay(image, osdef, pins)
+            if cross and out["cuda_compiler"]:  # the cross stage's pip fetches it all, natively
                 glibc = image.extra.get("glibc", "2.17").replace(".", "_")
                 platforms = manylinux_platforms(f"manylinux_{glibc}_{machine_of(image.platform)}")
-                ctx["cuda_fetch"] = " ".join(f"--platform {t}" for t in platforms)  # its pip's flags for the target
+                out["cuda_fetch"] = " ".join(f"--platform {t}" for t in platforms)  # its pip's flags for the target
         elif source == "debian":
             if family != "debian":
                 raise UsageError(f"image {image.id}: toolkit_source debian needs a Debian base, not {base}")
-            ctx["apt_sources"] = "main contrib non-free non-free-firmware"
-            ctx["cuda_home"] = "/usr"
+            out["apt_sources"] = "main contrib non-free non-free-firmware"
+            out["cuda_home"] = "/usr"
         else:
-            ctx["cuda_home"] = image.extra.get("cuda_home", "/usr/local/cuda")
+            out["cuda_home"] = image.extra.get("cuda_home", "/usr/local/cuda")
     if image.kind == "rocm":
-        ctx["rocm_home"] = "/usr" if source in ("debian", "none") else image.extra.get("rocm_home", "/opt/rocm")
+        out["rocm_home"] = "/usr" if source in ("debian", "none") else image.extra.get("rocm_home", "/opt/rocm")
         if source == "base":  # AMD's toolkit: rocm_patch/apply.sh refuses < 6.0 and fixes 6.0's header
-            ctx["rocm_patch"] = True
-    return ctx
+            out["rocm_patch"] = True
+    return out
 
 
 CROSS_PREFIX = "/opt/cross"

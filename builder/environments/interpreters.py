@@ -25,8 +25,7 @@ from pathlib import Path
 import tomllib
 
 from builder.errors import InterpreterUnavailable, SourceIntegrityError, UnsafeArchiveError
-from builder.facts import hostenv
-from builder.facts import paths
+from builder.facts import hostenv, paths
 from builder.facts.spec import FilePin
 from builder.planning.matrix import PYTHON_RE
 from builder.sourcing.sources import SourceCache, is_web_url, max_unpacked_bytes

@@ -1,7 +1,10 @@
-"""The farm's smoke-test torch venvs on disk: shared files, a size budget, least recently used out first.
+"""The torch-environment store: the smoke tests' torch venvs and the dependency layers on them, on disk: shared
+files, a size budget, least recently used out first.
 
-Venvs under ``<farm cache>/smoke/`` share identical files by hard links; past ``MAMBA_FARM_CACHE_BUDGET`` the
-least recently used go; :func:`preflight` warns before a run; ``python -m builder cache`` shows and prunes.
+A (Python, torch) has a slot under ``<farm cache>/smoke/`` (``smoke_slot``) with its torch venvs and layers. Venvs
+share identical files by hard links, with each other and with the builds' torch folders (``torch_folder``); past
+``MAMBA_FARM_CACHE_BUDGET`` the least recently used go; :func:`preflight` warns before a run; ``python -m builder
+cache`` shows and prunes.
 What is on disk is outside data: a link is never the cache's, a ``.complete`` must be a small regular file.
 """
 
@@ -21,9 +24,10 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from builder.building.driver import timings
+from builder.environments.venv import run_step
 from builder.errors import UsageError, VerificationError
-from builder.facts import hostenv
+from builder.facts import hostenv, timings
+from builder.facts.compat import manylinux_glibc
 from mamba_ssm._untrusted import Untrusted, read_inside, remove_tree, shown, text
 
 DEFAULT_BUDGET = 40 * 1024**3  # about 7 CUDA torch venvs of different releases, a fraction of a 100 GB disk
@@ -79,7 +83,7 @@ def _files(root: Path):
                 yield p, st
 
 
-def _real_dirs(folder: Path):
+def real_dirs(folder: Path):
     """The sub-folders of FOLDER that are folders themselves, not links to one (lstat, never followed)."""
     try:
         with os.scandir(folder) as it:
@@ -105,8 +109,8 @@ def entries(root: Path | None = None, warn=None) -> list[Entry]:
     small regular file is not a complete venv (``warn`` is told)."""
     root = root or smoke_root()
     out = []
-    for slot in _real_dirs(root):
-        for venv in (v for kind in _KINDS if not (slot / kind).is_symlink() for v in _real_dirs(slot / kind)):
+    for slot in real_dirs(root):
+        for venv in (v for kind in _KINDS if not (slot / kind).is_symlink() for v in real_dirs(slot / kind)):
             done = venv / ".complete"
             if not os.path.lexists(done):
                 continue
@@ -201,7 +205,7 @@ def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, l
             break
         if e.path in keep:
             continue
-        # a smoke test running now holds its (Python, torch) folder's lock (builder/building/driver/build.py): skip that one
+        # a smoke test running now holds its (Python, torch) folder's lock (builder/verifying/smoke.py): skip that one
         lock = FileLock(str(e.path.parent.parent) + ".lock", timeout=0)
         try:
             lock.acquire()
@@ -265,9 +269,7 @@ def after_create(venv: Path, root: Path | None = None, log=print) -> None:
 def torch_venv(python: str, torch_requirement: str, root: Path) -> Path:
     """A venv holding only ``torch_requirement`` (from wherever pip is configured to find it), made once under
     ROOT and touched on each use; a new one shares its files with the others and the budget is kept (the
-    venv a smoke test installs its wheel beside: builder.verifying.wheels.smoke_test)."""
-    from builder.verifying.wheels import run_step  # here: `builder cache` alone never loads the verifier
-
+    venv a smoke test installs its wheel beside: builder.verifying.smoke.smoke_test)."""
     ver = subprocess.run(
         [python, "-c", "import sys; print(sys.version.split()[0])"], check=False, capture_output=True, text=True
     )
@@ -308,8 +310,6 @@ def smoke_slot(python_tag: str, torch_version: str, machine: str | None = None) 
 
 def _runs_on(platform: str, glibc: tuple[int, int]) -> bool:
     """A wheel of PLATFORM loads on a C library GLIBC (any, or a manylinux tag no newer)."""
-    from builder.verifying.wheels import manylinux_glibc
-
     return platform == "any" or (0, 0) < manylinux_glibc(platform) <= glibc
 
 
@@ -383,180 +383,6 @@ def torch_folder(venv: Path, folder: Path, requirement: str, environment: dict, 
     os.rename(tmp, folder)
     timings.record("torch", f"folder {folder.name} (linked from {venv.name})", time.monotonic() - started)
     return None
-
-
-def _layer_begin(layer: Path) -> Path | None:
-    """None when LAYER is made already (touched: in use); else a fresh temporary folder beside it to make it in."""
-    if (layer / ".complete").exists():
-        touch(layer)
-        return None
-    layer.parent.mkdir(parents=True, exist_ok=True)
-    tmp = layer.parent / f".{layer.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    return tmp
-
-
-def _layer_commit(tmp: Path, layer: Path, lines: list[str]) -> None:
-    """Mark TMP complete (LINES: what it holds) and rename it into place as LAYER, whole or not at all."""
-    (tmp / ".complete").write_text("".join(ln + "\n" for ln in lines))
-    if layer.is_dir() and not layer.is_symlink() and not (layer / ".complete").exists():
-        shutil.rmtree(layer)  # a layer a killed run left half made
-    try:
-        os.rename(tmp, layer)  # another run's layer of the same name is as good
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (layer / ".complete").exists():
-            raise VerificationError(f"smoke test: could not put the dependency layer in place at {layer}") from None
-    touch(layer)
-
-
-def deps_layer(torch_venv: Path, torch_requirement: str, requirements: list[str], root: Path) -> Path:
-    """A layer holding REQUIREMENTS (a wheel's declared dependencies, judged for the smoke test's Python, torch
-    left out: builder.verifying.wheels.declared_requirements) on top of TORCH_VENV, made once under ROOT and
-    reused: its folder is named by the torch venv and the sorted requirement set. It is a venv that sees the
-    torch venv through a .pth file, so pip resolves against the torch already there (held to
-    TORCH_REQUIREMENT by a constraint: never replaced) and installs only what is missing; made in a
-    temporary folder and renamed into place whole. The smoke test adds its site-packages with
-    ``site.addsitedir`` (builder.verifying.wheels.smoke_test)."""
-    from builder.verifying.wheels import run_step, site_packages
-
-    key = hashlib.sha256("\n".join([torch_requirement, *sorted(requirements)]).encode()).hexdigest()[:12]
-    layer = root / f"{torch_venv.name}-{key}"
-    if (tmp := _layer_begin(layer)) is None:
-        return layer
-    started = time.monotonic()
-    tpy = str(torch_venv / "bin" / "python")
-    run_step([tpy, "-m", "venv", "--without-pip", str(tmp)], "create the dependency layer")
-    (Path(site_packages(str(tmp / "bin" / "python"))) / "_torch_base.pth").write_text(site_packages(tpy) + "\n")
-    wanted = tmp / ".requirements.txt"
-    wanted.write_text("".join(r + "\n" for r in sorted(requirements)))
-    held = tmp / ".constraints.txt"
-    held.write_text(torch_requirement + "\n")
-    pip = [tpy, "-m", "pip", "--python", str(tmp / "bin" / "python")]
-    run_step(
-        [*pip, "install", "-q", "--no-compile", "-r", str(wanted), "-c", str(held)],  # as in torch_venv
-        f"install the wheel's dependencies ({', '.join(sorted(requirements))}) next to {torch_requirement}",
-    )
-    _layer_commit(tmp, layer, [torch_requirement, *sorted(requirements)])
-    timings.record("deps", f"layer {layer.name} ({len(requirements)} requirement(s))", time.monotonic() - started)
-    return layer
-
-
-# pip judges a requirement's markers by the interpreter it runs in: fetching for another machine, it is given that
-# machine's marker environment (argv[1], JSON); --platform and --python-version pick the wheels.
-_TARGET_PIP = """
-import json, runpy, sys
-from pip._vendor.packaging import markers
-env = json.loads(sys.argv.pop(1))
-markers.default_environment = lambda: dict(env)
-runpy.run_module("pip", run_name="__main__", alter_sys=True)
-"""
-_PIP_FAILED = re.compile(r"No matching distribution found for (.{1,300})|satisfies the requirement (.{1,300}?) \(from versions")
-
-
-def installed_dists(site: Path) -> dict[str, str]:
-    """{canonical name: version} of the distributions pip put under SITE (``--target``), read from their
-    ``.dist-info`` folder names (pip writes them ``name-version``); a name that is not one is skipped."""
-    from packaging.utils import canonicalize_name
-    from packaging.version import InvalidVersion, Version
-
-    out = {}
-    for info in _real_dirs(site):
-        name, sep, version = info.name.removesuffix(".dist-info").partition("-")
-        if not info.name.endswith(".dist-info") or not sep:
-            continue
-        try:
-            out[canonicalize_name(name)] = str(Version(version))
-        except InvalidVersion:
-            continue
-    return out
-
-
-def foreign_deps_layer(
-    torch_site: Path, requirements: list[str], root: Path, *, platforms: list[str], python: str,
-    environment: dict[str, str], pip_args: list[str] = (), compile_with: Path | None = None,
-    log_path: Path | None = None, timeout: float = 1800,
-) -> Path:
-    """A layer holding REQUIREMENTS (a wheel's declared dependencies, torch left out:
-    builder.verifying.wheels.declared_requirements) for another machine's smoke test, next to the torch folder whose
-    site-packages is TORCH_SITE (builder/building/executors/docker.py's ``_foreign_torch``). This host's pip fetches
-    it natively: wheels only, for PLATFORMS (every manylinux tag the wheel under test runs on) and CPython PYTHON,
-    markers judged in ENVIRONMENT (the target's). Its resolution holds every distribution in the torch folder to its
-    version (torch among them); what the folder already has is left out, the rest installed with ``--target`` into
-    the layer's ``site/``. Made once under ROOT and reused, named by the torch folder and the sorted requirement set
-    (``.complete`` says both, as ``deps_layer``'s does); made in a temporary folder and renamed into place whole.
-    COMPILE_WITH (a host Python of that version) byte-compiles it: the container mounts it read-only. A requirement
-    pip cannot fetch for the target is a VerificationError naming it and the platform, and leaves nothing behind."""
-    import json
-
-    from packaging.utils import canonicalize_name
-
-    held = installed_dists(torch_site)
-    if "torch" not in held:
-        raise VerificationError(f"smoke test: no torch in {torch_site}: the dependency layer has no torch to hold")
-    torch_requirement = f"torch=={held['torch']}"
-    wanted = sorted(requirements)
-    key = hashlib.sha256("\n".join([torch_requirement, platforms[0], python, *wanted]).encode()).hexdigest()[:12]
-    layer = root / f"{torch_site.parent.name}-{key}"
-    if (tmp := _layer_begin(layer)) is None:
-        return layer
-    started = time.monotonic()
-    where = f"{platforms[0]} (CPython {python})"
-    pip = [
-        sys.executable, "-c", _TARGET_PIP, json.dumps(environment), "install", "--no-compile", "--only-binary", ":all:",
-        *(a for tag in platforms for a in ("--platform", tag)), "--python-version", python, "--implementation", "cp",
-        "--disable-pip-version-check", *pip_args,
-    ]  # fmt: skip
-
-    def run(argv: list[str], what: str) -> str:
-        try:
-            proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise VerificationError(f"smoke test: {what} for {where} timed out after {timeout:.0f}s") from None
-        if log_path is not None:
-            with open(log_path, "a") as f:
-                f.write(f"== {what} for {where}\n{proc.stdout}{proc.stderr}")
-        if proc.returncode:
-            errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR:")]
-            found = next((m for ln in errors if (m := _PIP_FAILED.search(ln))), None)
-            if found:
-                raise VerificationError(
-                    f"smoke test: the wheel's dependency {shown(found.group(1) or found.group(2), 300)} cannot be "
-                    f"fetched for {where}: {shown(errors[-1], 400)}")  # fmt: skip
-            last = (errors or proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise VerificationError(f"smoke test: could not {what} for {where}: {shown(last, 400)}")
-        return proc.stdout
-
-    try:
-        (tmp / "site").mkdir(parents=True)
-        (tmp / ".requirements.txt").write_text("".join(r + "\n" for r in wanted))
-        (tmp / ".constraints.txt").write_text("".join(f"{n}=={v}\n" for n, v in sorted(held.items())))
-        report = tmp / ".report.json"
-        report.write_text('{"install": []}')  # nothing declared but torch: an empty layer, no pip
-        if wanted:
-            run([*pip, "--dry-run", "--ignore-installed", "--report", str(report), "--target", str(tmp / "dry"),
-                 "-r", str(tmp / ".requirements.txt"), "-c", str(tmp / ".constraints.txt")],
-                f"resolve the wheel's dependencies ({', '.join(wanted)}) next to {torch_requirement}")  # fmt: skip
-        try:
-            items = json.loads(text(read_inside(tmp, report, 64 << 20), str(report))).get("install") or []
-            resolved = {canonicalize_name(i["metadata"]["name"]): str(i["metadata"]["version"]) for i in items}
-        except (Untrusted, ValueError, KeyError, TypeError, AttributeError) as err:
-            raise VerificationError(f"smoke test: pip's report of the dependencies cannot be read ({shown(err, 200)})") from None
-        fetch = sorted(f"{n}=={v}" for n, v in resolved.items() if n not in held)
-        (tmp / ".resolved.txt").write_text("".join(r + "\n" for r in fetch))
-        if fetch:
-            run([*pip, "--no-deps", "--target", str(tmp / "site"), *fetch], f"fetch {len(fetch)} distribution(s)")
-        if compile_with is not None:  # bytecode is the same on every machine; a file its Python cannot read stays .py
-            try:
-                subprocess.run([str(compile_with), "-m", "compileall", "-q", "-j", "0", str(tmp / "site")],
-                               check=False, capture_output=True, timeout=timeout)  # fmt: skip
-            except subprocess.TimeoutExpired:
-                raise VerificationError(f"smoke test: byte-compiling the dependency layer timed out after {timeout:.0f}s") from None
-        _layer_commit(tmp, layer, [torch_requirement, *wanted])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    timings.record("deps", f"layer {layer.name} ({len(requirements)} requirement(s), {where})", time.monotonic() - started)
-    return layer
 
 
 def preflight(needs: list[tuple[str, str, bool]], root: Path | None = None) -> str | None:

@@ -15,21 +15,22 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
-from builder.building.driver import schedule, timings
 from builder.building.executors import BuildOptions
 from builder.building.executors.choose import select
 from builder.errors import BuildFailed, FarmError, UsageError
+from builder.facts import timings
 from builder.facts.paths import REPO
 from builder.publishing import cost
+from builder.run import schedule
 from builder.sourcing import reproducible
 from builder.verifying import evidence, provenance
 from mamba_ssm._untrusted import neutral, unguarded
-
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,6 @@ def _validate(request: BuildRequest) -> None:
 def run_build(request: BuildRequest) -> int:
     """Plan, build, verify and index REQUEST's builds into its dist folder: 0, or 130 when interrupted
     (BuildFailed, exit code by cause, when a build or the index failed)."""
-    from builder.facts.hostenv import default_wheelhouses, find_ca_bundle
     from builder.planning.plan import load_plan
 
     _validate(request)
@@ -85,39 +85,93 @@ def run_build(request: BuildRequest) -> int:
     if not specs:
         raise UsageError("the plan selects no builds", hint="check --profile / --only against `python -m builder plan`")
 
-    dist = request.dist.absolute()
-    wheels_dir, logs_dir, work = dist / "wheels", dist / "logs", dist / ".work"
-    for d in (wheels_dir, logs_dir, work):
-        d.mkdir(parents=True, exist_ok=True)
-    _clear_stale(work, wheels_dir)
-    ledger = schedule.Ledger(dist / ".ledger.json")
-    todo = [s for s in specs if ledger.done(s, wheels_dir) is None]
+    dist = Dist.make(request.dist)
+    ledger = schedule.Ledger(dist.ledger)
+    todo = [s for s in specs if ledger.done(s, dist.wheels) is None]
     previous = previous_entries(ledger, todo)  # before this run's record() overwrites them
-
-    jobs = request.jobs or schedule.auto_jobs(todo or specs)
-    options = BuildOptions(
-        wheelhouses=request.wheelhouse if request.wheelhouse is not None else default_wheelhouses(),
-        ca_bundle=find_ca_bundle(request.ca_bundle),
-        max_jobs=request.compile_jobs or schedule.compiler_jobs(jobs),
-        logs_dir=logs_dir,
-        log=log,
-    )
+    jobs, options = _options(request, todo or specs, dist, log)
     log(
         f"plan: {len(specs)} build(s), {len(specs) - len(todo)} up to date, {len(todo)} to build, {jobs} at once"
         f" ({options.max_jobs} compiler job(s) each)"
     )
-    if not request.no_smoke:
-        warning = _cache_preflight(todo)
-        if warning:
-            log(warning)
+    if not request.no_smoke and (warning := _cache_preflight(todo)):
+        log(warning)
 
-    outcomes: list[schedule.Outcome] = []
+    outcomes, refused = _run_builds(request, plan, specs, todo, ledger, dist, jobs, options, console, log)
+    if outcomes is None:
+        return 130
+    schedule.summary(outcomes, console)
+    index_error = _index(dist.wheels, dist.index, log, replacements(outcomes, previous), tuple(plan.recipes))
+    _evidence_lines(outcomes, log, indexed=index_error is None)
+    log(f"done in {time.monotonic() - t0:.1f}s: wheels in {dist.wheels}, logs in {dist.logs}, index in {dist.index}")
+    failed = [o for o in outcomes if o.state == "failed"]
+    if failed:
+        raise _failed(failed, len(outcomes), refused, index_error)
+    if index_error:
+        raise BuildFailed(f"the wheels were built, but the index failed: {index_error}", hint=index_error.hint)
+    return 0
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A run's ``--dist`` folder: ``wheels/``, ``logs/``, ``index/``, the resume ledger and the scratch ``.work/``."""
+
+    root: Path
+
+    @classmethod
+    def make(cls, root: Path) -> Dist:
+        """The folders under ROOT made, and what a killed run left in them cleared."""
+        dist = cls(root.absolute())
+        for d in (dist.wheels, dist.logs, dist.work):
+            d.mkdir(parents=True, exist_ok=True)
+        _clear_stale(dist.work, dist.wheels)
+        return dist
+
+    @property
+    def wheels(self) -> Path:
+        return self.root / "wheels"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def work(self) -> Path:
+        return self.root / ".work"
+
+    @property
+    def index(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / ".ledger.json"
+
+
+def _options(request: BuildRequest, specs: list, dist: Dist, log) -> tuple[int, BuildOptions]:
+    """How many builds at once (REQUEST's, or from cores and memory for SPECS), and what every build is given."""
+    from builder.facts.hostenv import default_wheelhouses, find_ca_bundle
+
+    jobs = request.jobs or schedule.auto_jobs(specs)
+    options = BuildOptions(
+        wheelhouses=request.wheelhouse if request.wheelhouse is not None else default_wheelhouses(),
+        ca_bundle=find_ca_bundle(request.ca_bundle),
+        max_jobs=request.compile_jobs or schedule.compiler_jobs(jobs),
+        logs_dir=dist.logs,
+        log=log,
+    )
+    return jobs, options
+
+
+def _run_builds(request, plan, specs, todo, ledger, dist: Dist, jobs, options, console, log):
+    """(outcomes in plan order, {id: (failed Outcome, error)} of the sources refused), or (None, refused) when
+    interrupted. Each recipe build's source is prepared first (fetch once, check the hash, unpack, patch, the
+    preflight: seconds, no compiler): one that cannot be prepared or fails its preflight fails alone, before any
+    toolchain is made for it. SIGINT and SIGTERM stop launching and remove the executor's containers or processes."""
     stop = threading.Event()
     executor = None
-    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
-    # Each recipe build's source first (fetch once, check the hash, unpack, patch, the preflight: seconds, no
-    # compiler): one that cannot be prepared or fails its preflight fails alone, before any toolchain is made for it.
-    trees, refused = _prepare_sources(todo, plan, run_dir, logs_dir, log)
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=dist.work))
+    trees, refused = _prepare_sources(todo, plan, run_dir, dist.logs, log)
     runnable = [s for s in specs if s.id not in refused]
     if any(s.id not in refused for s in todo):
         executor = select(request.executor, options)
@@ -133,45 +187,16 @@ def run_build(request: BuildRequest) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         if executor is not None:
-            t_img = time.monotonic()
-            executor.prepare(plan.images, [s for s in todo if s.id not in refused])
-            log(f"toolchains ready in {time.monotonic() - t_img:.1f}s")
-
-            def build_one(spec, attempt):
-                raw = run_dir / spec.id / f"raw{attempt}"
-                log_path = logs_dir / f"{spec.id}.log"
-                # a recipe build's log starts with its patches: kept
-                if attempt == 1 and log_path.exists() and spec.id not in trees:
-                    log_path.unlink()
-                started = time.monotonic()
-                result = executor.build(spec, trees.get(spec.id, source), raw, log_path, request.timeout)
-                # what it cost, beside its log (which every release job uploads, failed or not)
-                wall = time.monotonic() - started
-                cost.write_build_record(logs_dir, spec.id, wall=wall, cpu=result.cpu_seconds,
-                                        measured=result.measured, attempt=attempt)  # fmt: skip
-                timings.record("compile", spec.id, wall, cpu=result.cpu_seconds)
-                return result
-
-            def finish(spec, result):
-                return _verify_and_publish(
-                    spec, result.wheel, run_dir / spec.id, wheels_dir, smoke=not request.no_smoke,
-                    epoch=reproducible.tree_epoch(trees.get(spec.id, source)), ran=executor.ran(spec), commit=commit,
-                    dirty=dirty, recipe=plan.recipe_of(spec),
-                    emulated_smoke=getattr(executor, "smoke", None), log_path=logs_dir / f"{spec.id}.log", log=log,
-                )
-
-            ran = schedule.run(
-                runnable, build_one, finish, ledger=ledger, wheels_dir=wheels_dir, jobs=jobs,
-                retries=request.retries, console=console, stop=stop,
-            )
+            builds = _Builds(request, plan, executor, run_dir, dist, trees, source, commit, dirty, log)
+            ran = builds.run(runnable, [s for s in todo if s.id not in refused], ledger, jobs, console, stop)
         else:
-            ran = [schedule.Outcome(s, "skipped", ledger.done(s, wheels_dir), reason="up to date") for s in runnable]
+            ran = [schedule.Outcome(s, "skipped", ledger.done(s, dist.wheels), reason="up to date") for s in runnable]
         by_id = {o.spec.id: o for o in ran} | {sid: o for sid, (o, _err) in refused.items()}
-        outcomes = [by_id[s.id] for s in specs if s.id in by_id]
+        return [by_id[s.id] for s in specs if s.id in by_id], refused
     except KeyboardInterrupt:
         stop.set()
         log("interrupted: build containers/processes removed; nothing partial was published")
-        return 130
+        return None, refused
     finally:
         if executor is not None:
             executor.cleanup()
@@ -179,16 +204,58 @@ def run_build(request: BuildRequest) -> int:
         for s, h in old.items():
             signal.signal(s, h)
 
-    schedule.summary(outcomes, console)
-    index_error = _index(wheels_dir, dist / "index", log, replacements(outcomes, previous), tuple(plan.recipes))
-    _evidence_lines(outcomes, log, indexed=index_error is None)
-    log(f"done in {time.monotonic() - t0:.1f}s: wheels in {wheels_dir}, logs in {logs_dir}, index in {dist / 'index'}")
-    failed = [o for o in outcomes if o.state == "failed"]
-    if failed:
-        raise _failed(failed, len(outcomes), refused, index_error)
-    if index_error:
-        raise BuildFailed(f"the wheels were built, but the index failed: {index_error}", hint=index_error.hint)
-    return 0
+
+@dataclass
+class _Builds:
+    """What every build of one run shares: the executor, the run's scratch folder, each recipe build's prepared
+    tree (else the checkout's snapshot, SOURCE, at COMMIT), where wheels and logs go."""
+
+    request: BuildRequest
+    plan: object
+    executor: object
+    run_dir: Path
+    dist: Dist
+    trees: dict
+    source: Path
+    commit: str | None
+    dirty: bool | None
+    log: Callable[[str], None]
+
+    def run(self, runnable: list, todo: list, ledger, jobs: int, console, stop) -> list:
+        """The toolchains of TODO made, then RUNNABLE scheduled (those up to date skipped): their outcomes."""
+        started = time.monotonic()
+        self.executor.prepare(self.plan.images, todo)
+        self.log(f"toolchains ready in {time.monotonic() - started:.1f}s")
+        return schedule.run(
+            runnable, self.build, self.finish, ledger=ledger, wheels_dir=self.dist.wheels, jobs=jobs,
+            retries=self.request.retries, console=console, stop=stop,
+        )  # fmt: skip
+
+    def build(self, spec, attempt: int):
+        """One attempt at SPEC's raw wheel; what it cost goes beside its log (which every release job uploads,
+        failed or not) and to the run's timings."""
+        raw = self.run_dir / spec.id / f"raw{attempt}"
+        log_path = self.dist.logs / f"{spec.id}.log"
+        # a recipe build's log starts with its patches: kept
+        if attempt == 1 and log_path.exists() and spec.id not in self.trees:
+            log_path.unlink()
+        started = time.monotonic()
+        result = self.executor.build(spec, self.trees.get(spec.id, self.source), raw, log_path, self.request.timeout)
+        wall = time.monotonic() - started
+        cost.write_build_record(self.dist.logs, spec.id, wall=wall, cpu=result.cpu_seconds,
+                                measured=result.measured, attempt=attempt)  # fmt: skip
+        timings.record("compile", spec.id, wall, cpu=result.cpu_seconds)
+        return result
+
+    def finish(self, spec, result) -> Path:
+        """SPEC's built wheel verified, smoke-tested and moved into dist/wheels (``_verify_and_publish``)."""
+        return _verify_and_publish(
+            spec, result.wheel, self.run_dir / spec.id, self.dist.wheels, smoke=not self.request.no_smoke,
+            epoch=reproducible.tree_epoch(self.trees.get(spec.id, self.source)), ran=self.executor.ran(spec),
+            commit=self.commit, dirty=self.dirty, recipe=self.plan.recipe_of(spec),
+            container=self.executor if hasattr(self.executor, "run_script") else None,
+            log_path=self.dist.logs / f"{spec.id}.log", log=self.log,
+        )  # fmt: skip
 
 
 def _snapshot_source(tree: Path, run_dir: Path, todo: list) -> tuple[Path, str | None, bool | None]:
@@ -318,17 +385,16 @@ def _clear_stale(work: Path, wheels_dir: Path) -> None:
 
 
 def _verify_and_publish(
-    spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, recipe=None, emulated_smoke=None, log_path: Path | None = None, log=print, epoch: int | None = None,
+    spec, raw_wheel: Path, workdir: Path, wheels_dir: Path, *, smoke: bool, recipe=None, container=None, log_path: Path | None = None, log=print, epoch: int | None = None,
     ran: dict | None = None, commit: str | None = None, dirty: bool | None = None,
 ) -> Path:
     """Verify (and repair) the raw wheel, smoke-test it, then move it into wheels_dir with one rename.
 
-    Another machine's wheel (linux_aarch64 on x86_64) is smoke-tested in its own image under emulation
-    (EMULATED_SMOKE: the Docker executor's ``smoke``); without one it cannot be, and is refused.
+    Another machine's wheel (linux_aarch64 on x86_64) is smoke-tested in its own image under emulation, which
+    CONTAINER (the Docker executor: builder.verifying.smoke.Container) runs; without one it is refused.
     """
-    from builder.building.images.images import machine_of
-    from builder.facts.hostenv import host_machine
     from builder.verifying import wheels
+    from builder.verifying.smoke import smoke_wheel
 
     workdir.mkdir(parents=True, exist_ok=True)
     # What built it, inside the wheel and in its sidecar alike (no clock time, no host path).
@@ -339,42 +405,9 @@ def _verify_and_publish(
         raw_wheel, spec, workdir=workdir / "verify", epoch=epoch, provenance=record
     )
     good, ran = Path(verified.wheel), None
-    foreign = machine_of(spec.platform) != host_machine()
-    if smoke and foreign:
-        if emulated_smoke is None:
-            raise FarmError(
-                f"cannot smoke-test {good.name} on this {host_machine()} host: this executor has no emulated smoke test",
-                hint="use --executor docker, or pass --no-smoke",
-            )
-        t0 = time.monotonic()
-        ran = emulated_smoke(spec, good, log_path or workdir / f"{spec.id}.log", recipe=recipe)
-        log(f"{spec.id}: {ran['line']} (under emulation, {time.monotonic() - t0:.0f}s)")
-    elif smoke:
-        from filelock import FileLock
-
-        from builder.building import cache
-        from builder.building.interpreters import python_prefix
-
-        python = python_prefix(spec.python, log=log)  # pyenv's, else the farm's own (exit 14 when neither)
-        # torch for the smoke test is installed once per (Python, torch) and kept across runs.
-        smoke_dir = cache.smoke_slot(spec.python_tag, spec.torch_version)
-        smoke_dir.mkdir(parents=True, exist_ok=True)
-        python3, torch_requirement = str(python / "bin" / "python3"), f"torch=={spec.torch_version}"
-        with FileLock(str(smoke_dir) + ".lock"):
-            torch_venv = cache.torch_venv(python3, torch_requirement, smoke_dir / "torch-envs")
-            layer, deps = None, ()
-            if recipe is not None and recipe.deps:  # its public modules import what it declares: install that once
-                t0 = time.monotonic()
-                deps = tuple(wheels.declared_requirements(good, wheels.marker_environment(python3)))
-                layer = cache.deps_layer(torch_venv, torch_requirement, list(deps), smoke_dir / "deps-envs")
-                took = time.monotonic() - t0
-                log(f"{spec.id}: dependency layer {layer.name}: {len(deps)} requirement(s) ({took:.0f}s)")
-            ran = wheels.smoke_test(
-                good, spec, python=python3, torch_requirement=torch_requirement, workdir=smoke_dir,
-                torch_venv=torch_venv,
-                imports=recipe.imports if recipe else (), commands=recipe.commands if recipe else (),
-                api=recipe.api if recipe else (), deps_layer=layer, deps=deps,
-            )
+    if smoke:
+        log_path = log_path or workdir / f"{spec.id}.log"
+        ran = smoke_wheel(spec, good, log_path, recipe=recipe, container=container, log=log)
     # Same filesystem (dist/.work -> dist/wheels), so each move is one atomic rename.
     staged = workdir / (good.name + ".staged")
     shutil.copyfile(good, staged)
@@ -395,7 +428,7 @@ def _verify_and_publish(
 
 def _cache_preflight(todo: list) -> str | None:
     """Whether the smoke tests' torch venvs this run adds would take the farm cache past its budget."""
-    from builder.building import cache
+    from builder.environments import store
     from builder.facts.compat import load
 
     compat = load()
@@ -405,7 +438,7 @@ def _cache_preflight(todo: list) -> str | None:
         row = compat.torch.get(minor)
         cuda = row is None or row.pypi.get(s.platform, "cpu") != "cpu"  # what `pip install torch==X` gets from PyPI
         needs.append((s.python_tag, s.torch_version, cuda))
-    return cache.preflight(needs)
+    return store.preflight(needs)
 
 
 def previous_entries(ledger: schedule.Ledger, todo: list) -> dict[str, dict]:

@@ -162,53 +162,87 @@ def run(
             )
 
         def work(spec) -> Outcome:
-            task = tasks[spec.id]
-            progress.start_task(task)
-            started = time.monotonic()
-            result: BuildResult | None = None
-            attempt = 0
-            while attempt <= retries and not stop.is_set():
-                attempt += 1
-                progress.update(task, state="building" if attempt == 1 else f"building (retry {attempt - 1})")
-                result = build_one(spec, attempt)
-                if result.ok or not result.infrastructure or stop.is_set():
-                    break
-            if stop.is_set():
-                return _end(progress, task, Outcome(spec, "failed", None, result.log if result else None, "interrupted", time.monotonic() - started, attempt))
-            if not result.ok:
-                return _end(progress, task, Outcome(spec, "failed", None, result.log, result.reason, time.monotonic() - started, attempt))
-            progress.update(task, state="verifying")
-            try:
-                wheel = finish(spec, result)
-            except Exception as err:  # a bad wheel fails this build only
-                reason = f"verification: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
-                return _end(progress, task, Outcome(spec, "failed", None, result.log, reason, time.monotonic() - started, attempt))
-            elapsed = time.monotonic() - started
-            ledger.record(spec, wheel, elapsed)
-            return _end(progress, task, Outcome(spec, "built", wheel, result.log, "", elapsed, attempt))
+            shown = _Shown(progress, tasks[spec.id])
+            return shown.end(_attempts(spec, build_one, finish, ledger=ledger, retries=retries, stop=stop, shown=shown))
 
-        # The first build of each compile group runs before the rest of its group starts: they then
-        # take its objects from the image's kernel cache instead of compiling the same kernels at once.
-        first, later = _first_of_each_group(todo)
-        pool = cf.ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="build")
-        try:
-            futures = {pool.submit(work, s): s for s in first}
-            pending = set(futures)
-            # Wait in short slices so signals reach the main thread promptly.
-            while pending:
-                done, pending = cf.wait(pending, timeout=0.5)
-                for fut in done:
-                    spec = futures[fut]
-                    try:
-                        outcomes[spec.id] = fut.result()
-                    except Exception as err:  # a bug in one build's path must not take down the rest
-                        outcomes[spec.id] = Outcome(spec, "failed", reason=f"internal error: {err!r}")
-                    for sibling in later.pop(spec.compile_group, []) if not stop.is_set() else ():
-                        futures[nxt := pool.submit(work, sibling)] = sibling
-                        pending.add(nxt)
-        finally:
-            pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
+        outcomes |= _in_pool(todo, work, jobs=jobs, stop=stop)
     return [outcomes[s.id] for s in specs if s.id in outcomes]
+
+
+class _Shown:
+    """One build's line in the progress display."""
+
+    def __init__(self, progress: Progress, task) -> None:
+        self.progress, self.task = progress, task
+
+    def start(self) -> None:
+        self.progress.start_task(self.task)
+
+    def state(self, text: str) -> None:
+        self.progress.update(self.task, state=text)
+
+    def end(self, outcome: Outcome) -> Outcome:
+        style = "green" if outcome.state == "built" else "red"
+        self.progress.update(self.task, completed=1, state=f"[{style}]{outcome.state}", eta="")
+        return outcome
+
+
+def _attempts(
+    spec, build_one, finish, *, ledger: Ledger, retries: int, stop: threading.Event, shown: _Shown
+) -> Outcome:
+    """SPEC built (again after an infrastructure failure, up to RETRIES times), then its wheel verified and published
+    (``finish``) and recorded in the ledger: its Outcome. A bad wheel fails this build only."""
+    shown.start()
+    started = time.monotonic()
+    result: BuildResult | None = None
+    attempt = 0
+    while attempt <= retries and not stop.is_set():
+        attempt += 1
+        shown.state("building" if attempt == 1 else f"building (retry {attempt - 1})")
+        result = build_one(spec, attempt)
+        if result.ok or not result.infrastructure or stop.is_set():
+            break
+    if stop.is_set():
+        log = result.log if result else None
+        return Outcome(spec, "failed", None, log, "interrupted", time.monotonic() - started, attempt)
+    if not result.ok:
+        return Outcome(spec, "failed", None, result.log, result.reason, time.monotonic() - started, attempt)
+    shown.state("verifying")
+    try:
+        wheel = finish(spec, result)
+    except Exception as err:  # a bad wheel fails this build only
+        reason = f"verification: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+        return Outcome(spec, "failed", None, result.log, reason, time.monotonic() - started, attempt)
+    elapsed = time.monotonic() - started
+    ledger.record(spec, wheel, elapsed)
+    return Outcome(spec, "built", wheel, result.log, "", elapsed, attempt)
+
+
+def _in_pool(todo: list, work: Callable[[object], Outcome], *, jobs: int, stop: threading.Event) -> dict[str, Outcome]:
+    """WORK on every spec of TODO, JOBS at once: {id: Outcome}. The first build of each compile group runs before
+    the rest of its group starts: they then take its objects from the image's kernel cache instead of compiling
+    the same kernels at once."""
+    outcomes: dict[str, Outcome] = {}
+    first, later = _first_of_each_group(todo)
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="build")
+    try:
+        futures = {pool.submit(work, s): s for s in first}
+        pending = set(futures)
+        # Wait in short slices so signals reach the main thread promptly.
+        while pending:
+            done, pending = cf.wait(pending, timeout=0.5)
+            for fut in done:
+                spec = futures[fut]
+                try:
+                    outcomes[spec.id] = fut.result()
+                except Exception as err:  # a bug in one build's path must not take down the rest
+                    outcomes[spec.id] = Outcome(spec, "failed", reason=f"internal error: {err!r}")
+                for sibling in later.pop(spec.compile_group, []) if not stop.is_set() else ():
+                    futures[nxt := pool.submit(work, sibling)] = sibling
+                    pending.add(nxt)
+    finally:
+        pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
+    return outcomes
 
 
 def _first_of_each_group(specs: list) -> tuple[list, dict[str, list]]:
@@ -221,12 +255,6 @@ def _first_of_each_group(specs: list) -> tuple[list, dict[str, list]]:
             later[spec.compile_group] = []
             first.append(spec)
     return first, later
-
-
-def _end(progress: Progress, task, outcome: Outcome) -> Outcome:
-    style = "green" if outcome.state == "built" else "red"
-    progress.update(task, completed=1, state=f"[{style}]{outcome.state}", eta="")
-    return outcome
 
 
 def summary(outcomes: list[Outcome], console: Console) -> None:

@@ -106,7 +106,7 @@ def kind_of(sidecar: dict) -> str:
 def one_per_kind(folder: Path, machine: str) -> list[tuple[str, Path, str]]:
     """[(spec id, wheel, its --projects name)]: the first wheel (by name) of each kind in FOLDER (searched recursively) that this
     MACHINE builds natively; a wheel without a readable sidecar is skipped (the release refuses those)."""
-    from builder.building.images.images import machine_of
+    from builder.facts.compat import machine_of
 
     picked: dict[str, tuple[str, Path, str]] = {}
     for wheel in sorted(Path(folder).rglob("*.whl"), key=lambda p: p.name):
@@ -143,7 +143,7 @@ def _profile_of(spec_id: str, matrix: Path | None, profile: str | None, projects
 
 
 def _rebuild(args: VerifyRequest, spec_id: str, profile: str, dist: Path, projects=None) -> Path:
-    from builder.building.driver import build
+    from builder.run import build
 
     request = build.BuildRequest(
         only=[spec_id], dist=dist, no_smoke=True, executor=args.executor, profile=profile or None,

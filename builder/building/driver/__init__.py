@@ -1,1 +1,0 @@
-"""The build run over every stage: the plan's builds scheduled, built, verified, indexed and timed; a rebuild to compare."""
