@@ -44,7 +44,7 @@ def _load(name: str, path: Path):
 _load("_mamba_backend", ROOT / "mamba_build" / "mamba_backend.py")
 from setuptools.command.bdist_wheel import bdist_wheel
 
-_variant = _load("_mamba_variant", ROOT / "mamba_ssm" / "_variant.py")
+_variant = _load("_mamba_variant", ROOT / "mamba_ssm" / "variant.py")
 toolchain = _load("_mamba_toolchain", ROOT / "mamba_build" / "toolchain.py")
 kernels = _load("_mamba_kernels", ROOT / "mamba_build" / "kernels.py")
 
@@ -68,13 +68,13 @@ def _license() -> dict:
 def _prebuilt_wheel_or_none(target: Target, dist_dir: str) -> Path | None:
     """The sha256-verified wheel for this variant, downloaded into ``dist_dir`` (None: compile).
 
-    mamba_ssm/_prebuilt.py reads MAMBA_WHEEL_INDEX (default: the project's index) and prints one
+    mamba_ssm/prebuilt.py reads MAMBA_WHEEL_INDEX (default: the project's index) and prints one
     line saying what it found or why not. Under build isolation nothing can be compiled, so a miss
     is kept for the one-line error instead (_no_compiling_in_isolation).
     """
     import io
 
-    prebuilt = _load("_mamba_prebuilt", ROOT / "mamba_ssm" / "_prebuilt.py")
+    prebuilt = _load("_mamba_prebuilt", ROOT / "mamba_ssm" / "prebuilt.py")
     said = io.StringIO() if target.isolation else sys.stderr
     wheel = prebuilt.for_setup(target.labelled_version, dist_dir, variant=target.needed, stream=said)
     if target.isolation:

@@ -957,7 +957,7 @@ def test_the_release_publishes_the_site_next_to_the_index():
 def test_the_docs_name_the_index_the_code_uses():
     import yaml
 
-    from mamba_ssm import _prebuilt
+    from mamba_ssm import prebuilt as _prebuilt
 
     assert _prebuilt.DEFAULT_INDEX_URL.rstrip("/") + "/" == INDEX_URL, "the docs' index URL is not DEFAULT_INDEX_URL"
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text())

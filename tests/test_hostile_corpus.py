@@ -1636,7 +1636,7 @@ def test_every_command_that_reads_outside_data_has_a_hostile_case_per_input():
 
 # --------------------------------------------------------------------------- the rule for the classes of hostile input
 
-# Each class is closed once, in mamba_ssm/_untrusted.py (field/expect, release, marker_holds, text,
+# Each class is closed once, in builder/facts/untrusted.py and mamba_ssm/guard.py (field/expect, release, marker_holds, text,
 # guard_output, read_inside, RunBudget). For every command of SURFACES and the doctor: the cases that attack it with
 # that class, or why the class cannot reach it. A new command (or a new reader) lands with its row in each class.
 _NO_MARKER = "evaluates no environment marker (a marked Requires-Dist line is never a pin it reads)"

@@ -20,7 +20,7 @@ import cudakit
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 from conftest import REPO
 

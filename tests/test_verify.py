@@ -23,7 +23,7 @@ from builder.building.driver import verify
 from builder.verifying.compare import compare
 from builder.sourcing import reproducible
 from builder.verifying import relabel
-from mamba_ssm import _elf
+from mamba_ssm import elf as _elf
 
 from conftest import REPO
 

@@ -12,7 +12,7 @@ from builder.errors import VerificationError
 from builder.publishing.index import build_index
 from builder.publishing.resolve import resolve
 from builder.verifying.wheels import read_facts
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 STABLE = "2.3.0+cu13torchstable"
 

@@ -813,7 +813,7 @@ def check_index(site: Path, wheels: dict[Path, str | None], base: str = INDEX_UR
     then serves it."""
     from packaging.utils import parse_wheel_filename
 
-    from mamba_ssm._variant import Variant
+    from mamba_ssm.variant import Variant
 
     assert (site / "index.html").is_file()
     projects: dict[str, set[str]] = {}

@@ -24,7 +24,7 @@ from filelock import FileLock, Timeout
 from builder.building.driver import timings
 from builder.errors import UsageError, VerificationError
 from builder.facts import hostenv
-from mamba_ssm._untrusted import Untrusted, read_inside, remove_tree, shown, text
+from builder.facts.untrusted import Untrusted, read_inside, remove_tree, shown, text
 
 DEFAULT_BUDGET = 40 * 1024**3  # about 7 CUDA torch venvs of different releases, a fraction of a 100 GB disk
 CUDA_TORCH_BYTES = 5_400_000_000  # measured: torch 2.14.1 / 2.15.0 (CUDA 13) with their nvidia-* wheels

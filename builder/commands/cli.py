@@ -13,7 +13,7 @@ import sys
 
 from builder.commands import COMMANDS
 from builder.errors import FarmError, UsageError
-from mamba_ssm._untrusted import Untrusted, guard_output, shown
+from mamba_ssm.guard import Untrusted, guard_output, shown  # the package's guard: --help imports no stage
 
 
 def build_parser(argv: list[str] | None = None, *, every: bool = False) -> argparse.ArgumentParser:

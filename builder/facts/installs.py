@@ -19,7 +19,7 @@ from pathlib import Path
 from builder.errors import MatrixError
 from builder.facts.compat import vtuple
 from builder.facts.paths import DATA
-from mamba_ssm._untrusted import Untrusted, expect, load_json, read_regular
+from builder.facts.untrusted import Untrusted, expect, load_json, read_regular
 
 RECORD = DATA / "installs.json"
 MAX_RECORD_BYTES = 16 << 20

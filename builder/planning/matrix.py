@@ -20,7 +20,7 @@ from builder.errors import MatrixError
 from builder.facts.compat import PLATFORMS, TOOLKIT_SOURCES, Accelerator, Compat, parse_accelerator, vtuple
 from builder.planning.tomlcheck import TomlChecker, broken_rule, dotted, read_toml, show, type_name
 from builder.planning.tomllines import TomlLines
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 AXES = ("torch", "python", "accelerator", "cxx11abi", "platform")
 CHECKOUT = "checkout"  # a profile's project name for this repository's own package

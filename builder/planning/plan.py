@@ -23,6 +23,7 @@ from builder.facts import miscompiles
 from builder.facts.compat import Accelerator, Compat, image_setting_key, parse_accelerator, vtuple
 from builder.facts.paths import REPO
 from builder.facts.spec import BuildSpec, ImageSpec, stable_hash
+from builder.facts.untrusted import unguarded
 from builder.planning.matrix import (
     CHECKOUT,
     IMAGE_REF_RE,
@@ -37,8 +38,7 @@ from builder.planning.matrix import (
 from builder.planning.recipes import CellFacts, Recipe, recipe_for, supported
 from builder.planning.recipes import explain as explain_recipe
 from builder.planning.recipes import inputs as prepare_inputs
-from mamba_ssm._untrusted import unguarded
-from mamba_ssm._variant import Variant
+from mamba_ssm.variant import Variant
 
 DEFAULT_MATRIX = REPO / "matrix.toml"
 # GitHub-hosted runners per platform, for --format github.

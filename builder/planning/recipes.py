@@ -23,10 +23,10 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import RecipeError
 from builder.facts.paths import REPO
 from builder.facts.spec import ArchivePin, GitPin, RecipeSource, SdistPin
+from builder.facts.untrusted import COMMIT_RE, SHA256_RE, Untrusted, git_url, is_web_url
 from builder.planning.matrix import ARCH_RE, DIST_RE, RELPATH_RE, SAFE_TEXT, SAFE_TEXT_RE
 from builder.planning.tomlcheck import TomlChecker, broken_rule, read_toml, show, type_name
 from builder.planning.tomllines import TomlLines
-from mamba_ssm._untrusted import COMMIT_RE, SHA256_RE, Untrusted, git_url, is_web_url
 
 RECIPES_DIR = REPO / "recipes"
 

@@ -14,7 +14,7 @@ import jinja2
 from builder.facts import paths
 from builder.publishing.index.model import PROJECT, Index, describe_source, install_command
 from builder.verifying import variants
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 _TEMPLATES = paths.TEMPLATES
 

@@ -59,7 +59,7 @@ def cuda_wheels(index: Path, machine: str) -> list[tuple[str, str, object]]:
     """(file name, the variant page a user of its newest torch installs it from, its Entry) of every CUDA wheel
     of INDEX for MACHINE (x86_64, aarch64)."""
     from builder.publishing.index.model import Manifest
-    from mamba_ssm._variant import Variant
+    from mamba_ssm.variant import Variant
 
     doc = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
     files = Manifest.from_json(doc).files
@@ -94,7 +94,7 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
     from builder.planning.recipes import load_recipes
     from builder.publishing.index.model import CHECKOUT, install_command
     from builder.verifying.wheels import api_imports
-    from mamba_ssm._variant import Variant
+    from mamba_ssm.variant import Variant
 
     start = time.monotonic()
     ours = entry.source == CHECKOUT

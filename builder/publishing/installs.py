@@ -35,9 +35,9 @@ from builder.errors import MatrixError, SourceFetchError
 from builder.facts import hostenv
 from builder.facts.compat import vtuple
 from builder.facts.installs import cell_key
+from builder.facts.untrusted import Untrusted, expect, load_json, shown, text
 from builder.sourcing.snapshot import Snapshot, SnapshotServer
 from builder.verifying.wheels import manylinux_glibc
-from mamba_ssm._untrusted import Untrusted, expect, load_json, shown, text
 
 # glibc floors a cell may be raised to when its own does not resolve (RHEL 8, Debian 11, RHEL 9 and Ubuntu 22.04's
 # 2.34/2.35, Ubuntu 24.04): a dependency with no wheel for an older glibc (tilelang's aarch64 ones) moves the cell

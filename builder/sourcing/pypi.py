@@ -24,8 +24,7 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import SourceFetchError
 from builder.facts import hostenv
 from builder.facts.compat import vtuple
-from builder.sourcing.sources import DEFAULT_INDEX, MAX_PAGE_BYTES, Fetcher, request_deadline
-from mamba_ssm._untrusted import (
+from builder.facts.untrusted import (
     BudgetSpent,
     Deadline,
     Untrusted,
@@ -40,6 +39,7 @@ from mamba_ssm._untrusted import (
     text,
     zip_read,
 )
+from builder.sourcing.sources import DEFAULT_INDEX, MAX_PAGE_BYTES, Fetcher, request_deadline
 
 MAX_METADATA_BYTES = 16 << 20  # a wheel's METADATA (torch's is about 40 kB): an endless or bomb-sized one stops here
 MAX_REQUESTS = (

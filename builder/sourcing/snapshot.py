@@ -27,8 +27,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from builder.errors import SourceFetchError
+from builder.facts.untrusted import Untrusted, expect, file_name, load_json, read_inside, sha256_name, shown, text
 from builder.sourcing.pypi import MAX_METADATA_BYTES, File, Index
-from mamba_ssm._untrusted import Untrusted, expect, file_name, load_json, read_inside, sha256_name, shown, text
 
 MAX_PAGE_BYTES = 64 << 20  # one stored listing (torch's, wheels only, is about 0.5 MB)
 _PAGE_FIELDS = ("filename", "url", "sha256", "size", "requires_python", "upload_time", "yanked", "core_metadata")

@@ -32,7 +32,7 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import SourceFetchError, SourceIntegrityError, UnsafeArchiveError, UsageError
 from builder.facts import hostenv
 from builder.facts.spec import ArchivePin, FilePin, GitPin, SdistPin
-from mamba_ssm._untrusted import (
+from builder.facts.untrusted import (
     COMMIT_RE,
     SHA256_RE,
     Deadline,

@@ -25,8 +25,8 @@ from builder.errors import FarmError, PatchError, SourceFetchError, UnprovenWrit
 from builder.facts import hostenv
 from builder.facts.compat import DATA_DIR, PLATFORMS, vtuple
 from builder.facts.paths import REPO
+from builder.facts.untrusted import Untrusted, marker_holds, run_budget, shown
 from builder.sourcing.pypi import File, Index
-from mamba_ssm._untrusted import Untrusted, marker_holds, run_budget, shown
 
 DRIFT_EXIT = 13  # the data is behind the index (not a failure of the farm); errors.py lists every code
 _MACHINE = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64"}

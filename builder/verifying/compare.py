@@ -10,8 +10,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from mamba_ssm import _elf
-from mamba_ssm._untrusted import shown
+from builder.facts.untrusted import shown
+from mamba_ssm import elf as _elf
 
 MAX_UNPACKED_BYTES = 8 << 30  # what compare() may read of one wheel's members (a zip bomb stops here)
 

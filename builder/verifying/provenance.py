@@ -12,7 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from mamba_ssm._untrusted import field, load_json, open_zip, zip_read
+from builder.facts.untrusted import field, load_json, open_zip, zip_read
 
 NAME = "farm-provenance.json"
 SCHEMA = 1

@@ -8,8 +8,10 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .. import _elf, _prebuilt, _variant
-from .._untrusted import paste
+from .. import elf as _elf
+from .. import prebuilt as _prebuilt
+from .. import variant as _variant
+from ..guard import paste
 from . import served
 from .classify import (
     CHECKOUT,
@@ -499,7 +501,7 @@ def _extension_builds(mm: dict, fix: str) -> list[Finding]:
 
 def _machine_findings(mm: dict, host: str | None, fix: str) -> list[Finding]:
     """Every ELF file of the installed wheel against its platform tag, and against this interpreter's machine
-    where the tag names another one: the farm's verifier's rule (mamba_ssm._elf reads e_machine), on what pip
+    where the tag names another one: the farm's verifier's rule (mamba_ssm.elf reads e_machine), on what pip
     installed."""
     files = [f for f in mm.get("elf_files") or [] if f["machine"] not in _elf.DEVICE_MACHINES.values()]
     if not files:

@@ -15,14 +15,16 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from .. import _elf, _prebuilt, _variant
-from .._untrusted import Untrusted, field, load_json, shown
+from .. import elf as _elf
+from .. import prebuilt as _prebuilt
+from .. import variant as _variant
+from ..guard import Untrusted, field, load_json, shown
 
 # Compiled modules of this package. Names we know; anything else compiled under mamba_ssm/ is found by scanning.
 # Upstream's mamba-ssm puts selective_scan_cuda at the top level, upstream's causal-conv1d causal_conv1d_cuda.
 EXTENSION_HINTS = ("selective_scan_cuda", "selective_scan_cpu", "causal_conv1d_cuda", "mamba_ssm._C", "mamba_ssm._ops")
 # A file only this repository's mamba-ssm has: a mamba-ssm without it is upstream's line.
-OWN_LINE_MARK = "mamba_ssm/_variant.py"
+OWN_LINE_MARK = "mamba_ssm/doctor/__init__.py"  # this repository's line ships the doctor; upstream's has none
 _EXT_SUFFIXES = tuple(s for s in (sysconfig.get_config_var("EXT_SUFFIX"), ".abi3.so", ".so") if s)
 
 

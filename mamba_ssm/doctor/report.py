@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from .._untrusted import shown
+from ..guard import shown
 
 MARK = {"ok": "ok  ", "info": "info", "warn": "warn", "problem": "FAIL"}
 

@@ -25,11 +25,10 @@ from builder.building.executors import BuildOptions
 from builder.building.executors.choose import select
 from builder.errors import BuildFailed, FarmError, UsageError
 from builder.facts.paths import REPO
+from builder.facts.untrusted import neutral, unguarded
 from builder.publishing import cost
 from builder.sourcing import reproducible
 from builder.verifying import evidence, provenance
-from mamba_ssm._untrusted import neutral, unguarded
-
 
 
 @dataclass(frozen=True)

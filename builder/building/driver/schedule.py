@@ -23,7 +23,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from builder.building.executors import BuildResult
-from mamba_ssm._untrusted import neutral, unguarded
+from builder.facts.untrusted import neutral, unguarded
 
 # Memory one build may take at peak (nvcc on the selective-scan kernels is GB-heavy).
 MEM_PER_BUILD_GIB = {"cpu": 1.5, "cuda": 4.0, "rocm": 4.0}

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.errors import FarmError, NotReproducible, RebuildFailed, UsageError
+from builder.facts.untrusted import Deadline, Untrusted, read_capped, sha256_name, shown
 from builder.verifying.compare import MAX_UNPACKED_BYTES, compare
-from mamba_ssm._untrusted import Deadline, Untrusted, read_capped, sha256_name, shown
 
 # A published wheel read from a URL: capped (CUDA wheels are hundreds of MB) and deadline-bound.
 MAX_WHEEL_BYTES = 2 << 30

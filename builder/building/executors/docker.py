@@ -51,8 +51,8 @@ from builder.errors import FarmError, InfrastructureError
 from builder.facts.compat import manylinux_platforms
 from builder.facts.cputime import CGROUP_CPU_FILE, CGROUP_CPU_SH, parse_cgroup_cpu
 from builder.facts.hostenv import CACHE_ROOT, host_machine, host_pip_settings
+from builder.facts.untrusted import Untrusted
 from builder.sourcing.reproducible import tree_epoch
-from mamba_ssm._untrusted import Untrusted
 
 PIP_CACHE_VOLUME = "mamba-farm-pip-cache"
 
@@ -116,7 +116,7 @@ def target_requirements(site: Path, project: str, machine: str, python: str) -> 
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    from mamba_ssm._untrusted import read_regular, shown
+    from builder.facts.untrusted import read_regular, shown
 
     infos = [p for p in site.glob("*.dist-info") if canonicalize_name(p.name.split("-")[0]) == canonicalize_name(project)]
     if len(infos) != 1:
