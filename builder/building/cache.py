@@ -60,7 +60,7 @@ def human(n: float) -> str:
 
 
 @dataclass(frozen=True)
-class Entry:
+class CacheEntry:
     path: Path
     requirement: str  # what .complete says: "torch==2.14.1"; a dependency layer's: "torch==2.14.1 + einops, ..."
     last_used: float
@@ -99,7 +99,7 @@ def linked(root: Path | None = None) -> list[Path]:
     return out
 
 
-def entries(root: Path | None = None, warn=None) -> list[Entry]:
+def entries(root: Path | None = None, warn=None) -> list[CacheEntry]:
     """Every complete torch venv and dependency layer under the smoke cache, least recently used first. Only
     real folders are walked (a link to a folder elsewhere is not the cache's); a ``.complete`` that is not a
     small regular file is not a complete venv (``warn`` is told)."""
@@ -123,7 +123,7 @@ def entries(root: Path | None = None, warn=None) -> list[Entry]:
                 last = (used if used.is_file() else done).lstat().st_mtime
             except OSError:
                 continue
-            out.append(Entry(venv, requirement, last, sum(st.st_size for _, st in _files(venv))))
+            out.append(CacheEntry(venv, requirement, last, sum(st.st_size for _, st in _files(venv))))
     return sorted(out, key=lambda e: e.last_used)
 
 
@@ -176,7 +176,7 @@ def share(new: Path, others: list[Path]) -> int:
     return saved
 
 
-def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, log=print) -> list[Entry]:
+def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, log=print) -> list[CacheEntry]:
     """Remove least recently used venvs (never those in KEEP) until the cache fits LIMIT; the removed ones."""
     root = root or smoke_root()
     live = entries(root)
@@ -212,7 +212,7 @@ def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, l
     return removed
 
 
-def _layers_on(venv: Path, live: list[Entry]) -> list[Entry]:
+def _layers_on(venv: Path, live: list[CacheEntry]) -> list[CacheEntry]:
     """The dependency layers of LIVE on top of the torch VENV (they see its files through a .pth, so they go with
     it): in its slot's deps-envs, named after it (``deps_layer``)."""
     if venv.parent.name != "torch-envs":

@@ -589,7 +589,7 @@ def print_table(plan: Plan) -> None:
     console.print(installs_summary(plan, record))
 
 
-def cell_outcomes(plan: Plan, b: BuildSpec, record: installs_mod.Installs) -> list[installs_mod.Outcome | None]:
+def cell_outcomes(plan: Plan, b: BuildSpec, record: installs_mod.Installs) -> list[installs_mod.InstallRecord | None]:
     """The recorded install outcome of each cell build B serves (None: never resolved)."""
     compat = compat_mod.load()
     version = plan.recipes[b.project].source.version if b.from_recipe else plan.matrix.package.version

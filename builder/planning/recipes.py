@@ -213,7 +213,7 @@ class Recipe:
 # Loading and validation.
 
 
-class _Checker(TomlChecker):
+class _RecipeChecker(TomlChecker):
     error = RecipeError
 
     def __init__(self, path: Path, lines: TomlLines, data: dict) -> None:
@@ -280,7 +280,7 @@ def env_restrict(name: str, value: str):
     )
 
 
-def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = (), trim_ok: bool = False) -> Condition:
+def _condition(ck: _RecipeChecker, value: Any, path: tuple, extra: tuple = (), trim_ok: bool = False) -> Condition:
     """A [requires] table or a patch's ``when``; only a patch may ask for ``trim`` (a build's kernel set, which
     the profile picks, is no reason to refuse a cell)."""
     table = ck.table(value, path)
@@ -313,7 +313,7 @@ def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = (), trim_ok
     return cond
 
 
-def _source(ck: _Checker, value: Any) -> RecipeSource:
+def _source(ck: _RecipeChecker, value: Any) -> RecipeSource:
     """[source]: a PyPI sdist (name, version, sha256), an archive URL (name, version, url, sha256) or a git
     repository at a full commit (name, version, git, commit); which one is said by the keys given."""
     path = ("source",)
@@ -361,7 +361,7 @@ def _source(ck: _Checker, value: Any) -> RecipeSource:
     return SdistPin(name, version, sha)
 
 
-def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]:
+def _patches(ck: _RecipeChecker, value: Any, requires: Condition) -> tuple[Patch, ...]:
     out: list[Patch] = []
     seen: dict[str, int] = {}
     for i, raw in enumerate(ck.array(value, ("patch",))):
@@ -399,14 +399,14 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
     return tuple(out)
 
 
-def _env_text(ck: _Checker, value: Any, path: tuple) -> str:
+def _env_text(ck: _RecipeChecker, value: Any, path: tuple) -> str:
     if not isinstance(value, str) or not SAFE_TEXT_RE.fullmatch(value):
         rule = broken_rule(value, SAFE_TEXT_RE) if isinstance(value, str) else ""
         ck.fail(path, f"must be {SAFE_TEXT}, got {type_name(value)} {show(value)}{rule}")
     return value
 
 
-def _env_values(ck: _Checker, name: str, value: Any, requires: Condition) -> tuple[EnvValue, ...]:
+def _env_values(ck: _RecipeChecker, name: str, value: Any, requires: Condition) -> tuple[EnvValue, ...]:
     """[build.env] NAME: one line of text for every cell, or an array of ``{ when = {...}, value = "..." }``
     (``when`` as a patch's), the first whose ``when`` the cell meets giving the value."""
     path = ("build", "env", name)
@@ -438,7 +438,7 @@ def env_template(recipe: Recipe, name: str, facts: CellFacts) -> str | None:
     return next((v.template for v in recipe.env[name] if v.when.check(facts)[0]), None)
 
 
-def _allowed_name(ck: _Checker, name: str, path: tuple) -> None:
+def _allowed_name(ck: _RecipeChecker, name: str, path: tuple) -> None:
     if denied_env(name):
         ck.fail(
             path,
@@ -464,7 +464,7 @@ def load_recipe(path: Path) -> Recipe:
             hint="a recipe is a page of TOML: source, env, patches, tests",
         )
     text, data = read_toml(path, RecipeError, "no such recipe", f"recipes live in {RECIPES_DIR}/<project>.toml")
-    ck = _Checker(path, TomlLines(text), data)
+    ck = _RecipeChecker(path, TomlLines(text), data)
     ck.keys(data, (), ("project", "source", "requires", "build", "patch", "test", "verify"),
             required=("project", "source", "build", "test", "verify"))  # fmt: skip
 

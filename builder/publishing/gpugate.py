@@ -29,7 +29,7 @@ TAIL = 3000  # characters of a failed step's output kept in the results
 
 
 @dataclass
-class Outcome:
+class GateResult:
     wheel: str
     variant: str
     check: str  # what ran: "gpu_check numerics" or "recipe tests"
@@ -88,7 +88,7 @@ def _run(cmd: list[str], log, cwd: Path | str | None = None) -> subprocess.Compl
     return proc
 
 
-def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python: str, venv: Path) -> Outcome:
+def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python: str, venv: Path) -> GateResult:
     """Install wheel FN as its cell says (from BASE, the staged index) in a fresh VENV and run its check; its log
     and results go to WORK (the job's artifact: the venv, torch and all, stays out of it)."""
     from builder.planning.recipes import load_recipes
@@ -102,9 +102,9 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
     work.mkdir(parents=True, exist_ok=True)
     with open(work / "log.txt", "w", encoding="utf-8") as log:
 
-        def failed(what: str, proc: subprocess.CompletedProcess) -> Outcome:
+        def failed(what: str, proc: subprocess.CompletedProcess) -> GateResult:
             tail = (proc.stdout + proc.stderr)[-TAIL:]
-            return Outcome(fn, key, check, False, time.monotonic() - start, f"{what} exited {proc.returncode}\n{tail}")
+            return GateResult(fn, key, check, False, time.monotonic() - start, f"{what} exited {proc.returncode}\n{tail}")
 
         vpy = str(venv / "bin" / "python")
         steps = [
@@ -132,10 +132,10 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
             facts = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
         except (ValueError, IndexError):
             facts = None
-    return Outcome(fn, key, check, True, time.monotonic() - start, device=facts if isinstance(facts, dict) else None)
+    return GateResult(fn, key, check, True, time.monotonic() - start, device=facts if isinstance(facts, dict) else None)
 
 
-def gate(lines: Path, device: str, out: Path, python: str = sys.executable) -> list[Outcome]:
+def gate(lines: Path, device: str, out: Path, python: str = sys.executable) -> list[GateResult]:
     """Index LINES (``release split``'s folders), serve it on 127.0.0.1, run every CUDA wheel for this machine."""
     from builder.publishing.index import build_index
 
@@ -196,7 +196,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def summary(outcomes: list[Outcome], device: str) -> str:
+def summary(outcomes: list[GateResult], device: str) -> str:
     """The job's step summary: one row per wheel."""
     lines = [f"## GPU gate ({device})", ""]
     if not outcomes:

@@ -106,7 +106,7 @@ class File:
 class _RangeFile(io.RawIOBase):
     """A remote file read with HTTP range requests, seekable enough for :mod:`zipfile`."""
 
-    def __init__(self, client: Index, url: str, size: int) -> None:
+    def __init__(self, client: SimpleIndex, url: str, size: int) -> None:
         self.client, self.url, self.size, self.pos = client, url, size, 0
 
     def readable(self) -> bool:
@@ -132,7 +132,7 @@ class _RangeFile(io.RawIOBase):
         return len(data)
 
 
-class Index:
+class SimpleIndex:
     """One index's simple API (``https://pypi.org/simple`` by default), through the host's pip settings."""
 
     def __init__(self, url: str | None = None, fetcher: Fetcher | None = None, cache: Path | None = None) -> None:

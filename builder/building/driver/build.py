@@ -110,7 +110,7 @@ def run_build(request: BuildRequest) -> int:
         if warning:
             log(warning)
 
-    outcomes: list[schedule.Outcome] = []
+    outcomes: list[schedule.BuildOutcome] = []
     stop = threading.Event()
     executor = None
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=work))
@@ -164,7 +164,7 @@ def run_build(request: BuildRequest) -> int:
                 retries=request.retries, console=console, stop=stop,
             )
         else:
-            ran = [schedule.Outcome(s, "skipped", ledger.done(s, wheels_dir), reason="up to date") for s in runnable]
+            ran = [schedule.BuildOutcome(s, "skipped", ledger.done(s, wheels_dir), reason="up to date") for s in runnable]
         by_id = {o.spec.id: o for o in ran} | {sid: o for sid, (o, _err) in refused.items()}
         outcomes = [by_id[s.id] for s in specs if s.id in by_id]
     except KeyboardInterrupt:
@@ -238,7 +238,7 @@ def _evidence_lines(outcomes: list, log, *, indexed: bool) -> None:
 
 
 def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tuple[dict, dict]:
-    """({id: prepared tree}, {id: (failed Outcome, error)}) for the recipe builds among TODO.
+    """({id: prepared tree}, {id: (failed BuildOutcome, error)}) for the recipe builds among TODO.
 
     The tree is ``<run dir>/<id>/source/src``: the pinned sdist, hash-checked, unpacked and patched
     (builder/sourcing/prepare.py); the executor builds it as it builds the checkout, with the spec's env.
@@ -249,7 +249,7 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
     from builder.sourcing.prepare import prepare
 
     trees: dict[str, Path] = {}
-    refused: dict[str, tuple[schedule.Outcome, FarmError]] = {}
+    refused: dict[str, tuple[schedule.BuildOutcome, FarmError]] = {}
     checked: dict = {}  # (project, cell) -> its CellCheck or error: the Pythons of one cell are checked once
     for spec in todo:
         if not spec.from_recipe:
@@ -275,7 +275,7 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
             log_path.write_text(text + (f"hint: {err.hint}\n" if err.hint else ""))
             log(f"{spec.id}: FAILED before building: {str(err).splitlines()[0]}")
             reason = f"source: {str(err).splitlines()[0]}"
-            refused[spec.id] = (schedule.Outcome(spec, "failed", None, log_path, reason, time.monotonic() - t0), err)
+            refused[spec.id] = (schedule.BuildOutcome(spec, "failed", None, log_path, reason, time.monotonic() - t0), err)
             continue
         log_path.write_text(
             f"== {spec.id}: {spec.source}\n== patches applied: {', '.join(prep.applied) or 'none'}"
@@ -412,7 +412,7 @@ def previous_entries(ledger: schedule.Ledger, todo: list) -> dict[str, dict]:
     return {s.id: dict(ledger.entries[s.id]) for s in todo if s.id in ledger.entries}
 
 
-def replacements(outcomes: list[schedule.Outcome], previous: dict[str, dict]) -> dict[str, str]:
+def replacements(outcomes: list[schedule.BuildOutcome], previous: dict[str, dict]) -> dict[str, str]:
     """Wheel name -> why, for wheels this run rebuilt under the name it published before because the
     spec's inputs_hash changed (sources, torch, toolkit...): the only ones the index may let supersede
     published bytes. Anything else under a published name with other bytes stays refused."""

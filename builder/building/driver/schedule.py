@@ -30,7 +30,7 @@ MEM_PER_BUILD_GIB = {"cpu": 1.5, "cuda": 4.0, "rocm": 4.0}
 
 
 @dataclass
-class Outcome:
+class BuildOutcome:
     spec: object
     state: str  # "built" | "skipped" | "failed"
     wheel: Path | None = None
@@ -130,19 +130,19 @@ def run(
     retries: int = 1,
     console: Console | None = None,
     stop: threading.Event | None = None,
-) -> list[Outcome]:
+) -> list[BuildOutcome]:
     """Build every spec; ``build_one(spec, attempt)`` runs it, ``finish`` verifies and publishes the wheel.
 
     ``finish`` raises (a FarmError) when the wheel is not good; that fails only this build.
     """
     console = console or Console(file=unguarded(sys.stderr))  # its own styles; outside text passed through neutral
     stop = stop or threading.Event()
-    outcomes: dict[str, Outcome] = {}
+    outcomes: dict[str, BuildOutcome] = {}
     todo = []
     for spec in specs:
         wheel = ledger.done(spec, wheels_dir)
         if wheel is not None:
-            outcomes[spec.id] = Outcome(spec, "skipped", wheel, reason="up to date")
+            outcomes[spec.id] = BuildOutcome(spec, "skipped", wheel, reason="up to date")
         else:
             todo.append(spec)
 
@@ -161,7 +161,7 @@ def run(
                 spec.id, total=1, start=False, state="queued", eta=f"eta ~{last:.0f}s" if last else "eta ?"
             )
 
-        def work(spec) -> Outcome:
+        def work(spec) -> BuildOutcome:
             task = tasks[spec.id]
             progress.start_task(task)
             started = time.monotonic()
@@ -174,18 +174,18 @@ def run(
                 if result.ok or not result.infrastructure or stop.is_set():
                     break
             if stop.is_set():
-                return _end(progress, task, Outcome(spec, "failed", None, result.log if result else None, "interrupted", time.monotonic() - started, attempt))
+                return _end(progress, task, BuildOutcome(spec, "failed", None, result.log if result else None, "interrupted", time.monotonic() - started, attempt))
             if not result.ok:
-                return _end(progress, task, Outcome(spec, "failed", None, result.log, result.reason, time.monotonic() - started, attempt))
+                return _end(progress, task, BuildOutcome(spec, "failed", None, result.log, result.reason, time.monotonic() - started, attempt))
             progress.update(task, state="verifying")
             try:
                 wheel = finish(spec, result)
             except Exception as err:  # a bad wheel fails this build only
                 reason = f"verification: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
-                return _end(progress, task, Outcome(spec, "failed", None, result.log, reason, time.monotonic() - started, attempt))
+                return _end(progress, task, BuildOutcome(spec, "failed", None, result.log, reason, time.monotonic() - started, attempt))
             elapsed = time.monotonic() - started
             ledger.record(spec, wheel, elapsed)
-            return _end(progress, task, Outcome(spec, "built", wheel, result.log, "", elapsed, attempt))
+            return _end(progress, task, BuildOutcome(spec, "built", wheel, result.log, "", elapsed, attempt))
 
         # The first build of each compile group runs before the rest of its group starts: they then
         # take its objects from the image's kernel cache instead of compiling the same kernels at once.
@@ -202,7 +202,7 @@ def run(
                     try:
                         outcomes[spec.id] = fut.result()
                     except Exception as err:  # a bug in one build's path must not take down the rest
-                        outcomes[spec.id] = Outcome(spec, "failed", reason=f"internal error: {err!r}")
+                        outcomes[spec.id] = BuildOutcome(spec, "failed", reason=f"internal error: {err!r}")
                     for sibling in later.pop(spec.compile_group, []) if not stop.is_set() else ():
                         futures[nxt := pool.submit(work, sibling)] = sibling
                         pending.add(nxt)
@@ -223,13 +223,13 @@ def _first_of_each_group(specs: list) -> tuple[list, dict[str, list]]:
     return first, later
 
 
-def _end(progress: Progress, task, outcome: Outcome) -> Outcome:
+def _end(progress: Progress, task, outcome: BuildOutcome) -> BuildOutcome:
     style = "green" if outcome.state == "built" else "red"
     progress.update(task, completed=1, state=f"[{style}]{outcome.state}", eta="")
     return outcome
 
 
-def summary(outcomes: list[Outcome], console: Console) -> None:
+def summary(outcomes: list[BuildOutcome], console: Console) -> None:
     table = Table(title="mamba-farm build summary")
     for col in ("build", "result", "time", "wheel / reason"):
         table.add_column(col)
