@@ -160,31 +160,45 @@ def python_ok(wheel: WheelName, py: str) -> tuple[bool, bool]:
 @dataclass(frozen=True)
 class Link:
     url: str  # absolute, without the fragment
-    filename: str
+    filename: str  # the URL's last path segment
     sha256: str | None
+    text: str = ""  # the anchor's text (PEP 503 pages give the file name there)
 
 
 class _Anchors(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.hrefs: list[str] = []
+        self.anchors: list[tuple[str, str]] = []  # (href, text)
+        self._href: str | None = None
+        self._text = ""
 
     def handle_starttag(self, tag, attrs):
         if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.hrefs.append(href)
+            self._href = dict(attrs).get("href") or None
+            self._text = ""
+
+    def handle_data(self, data):
+        if self._href is not None:
+            self._text += data
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._href is not None:
+            self.anchors.append((self._href, self._text.strip()))
+            self._href = None
 
 
 def parse_links(html: str, page_url: str) -> list[Link]:
+    """Every link of an HTML page (a find-links page, a PEP 503 listing), resolved against ``page_url``, with
+    the sha256 its fragment names; the farm's sdist lookup reads index pages with it too."""
     parser = _Anchors()
     parser.feed(html)
+    parser.close()
     links = []
-    for href in parser.hrefs:
+    for href, text in parser.anchors:
         url, _, fragment = urllib.parse.urljoin(page_url, href).partition("#")
         filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
         m = re.search(r"(?:^|&)sha256=([0-9a-fA-F]{64})(?:&|$)", fragment)
-        links.append(Link(url=url, filename=filename, sha256=m.group(1).lower() if m else None))
+        links.append(Link(url=url, filename=filename, sha256=m.group(1).lower() if m else None, text=text))
     return links
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
-import html.parser
 import os
 import re
 import shutil
@@ -48,6 +47,7 @@ from builder.facts.untrusted import (
     shown,
     spend,
 )
+from mamba_ssm.prebuilt import parse_links
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _CHUNK = 1 << 20
@@ -76,39 +76,9 @@ class Candidate:
     size: int | None = None
 
 
-class _Anchors(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[str, str]] = []  # (href, text)
-        self._href: str | None = None
-        self._text = ""
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self._href = dict(attrs).get("href")
-            self._text = ""
-
-    def handle_data(self, data):
-        if self._href is not None:
-            self._text += data
-
-    def handle_endtag(self, tag):
-        if tag == "a" and self._href is not None:
-            self.links.append((self._href, self._text.strip()))
-            self._href = None
-
-
 def _from_html(text: str, base: str) -> list[Candidate]:
-    parser = _Anchors()
-    parser.feed(text)
-    out = []
-    for href, label in parser.links:
-        url = urllib.parse.urljoin(base, href)
-        path, _, frag = url.partition("#")
-        filename = label or urllib.parse.unquote(path.rsplit("/", 1)[-1])
-        m = re.fullmatch(r"sha256=([0-9a-fA-F]{64})", frag)
-        out.append(Candidate(path, filename, m.group(1).lower() if m else None))
-    return out
+    """A PEP 503 page's files: the anchor's text names the file where it has one, else the URL does."""
+    return [Candidate(link.url, link.text or link.filename, link.sha256) for link in parse_links(text, base)]
 
 
 def _from_json(data: dict, base: str) -> list[Candidate]:
