@@ -985,7 +985,7 @@ def test_every_nox_session_the_workflows_call_exists():
 @pytest.mark.parametrize("profile", ["", "release"])
 def test_reproduce_rebuilds_one_wheel_per_kind_between_build_and_publish(tmp_path, profile):
     """The release checks itself: `reproduce` runs after the x86_64 builds, on their wheels, asks the farm for
-    `verify --one-per-kind` under the plan's profile, and publish does not run when it failed (a difference)."""
+    `reproduce --one-per-kind` under the plan's profile, and publish does not run when it failed (a difference)."""
     from builder.commands.cli import build_parser
 
     jobs = load(RELEASE)["jobs"]
@@ -1004,7 +1004,7 @@ def test_reproduce_rebuilds_one_wheel_per_kind_between_build_and_publish(tmp_pat
     proc = run_step(step, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     args = (tmp_path / "args").read_text().splitlines()
-    assert args[:3] == ["-s", "verify", "--"]
-    parsed = build_parser(["verify", *args[3:]]).parse_args(["verify", *args[3:]])
+    assert args[:3] == ["-s", "reproduce", "--"]
+    parsed = build_parser(["reproduce", *args[3:]]).parse_args(["reproduce", *args[3:]])
     assert parsed.one_per_kind == Path("artifacts/wheels") and parsed.executor == "docker"
     assert parsed.profile == (profile or None)

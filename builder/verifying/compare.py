@@ -1,6 +1,6 @@
 """Two wheels compared byte for byte: ``identical`` (an empty list), or each member that differs with its sizes,
 sha256s, first differing offset and, for an ELF member, the section that offset is in; when every member
-agrees, the zip entries' own fields (time, mode, order). ``verify --rebuild`` (builder/building/driver/verify.py)
+agrees, the zip entries' own fields (time, mode, order). ``reproduce --rebuild`` (builder/building/driver/verify.py)
 rebuilds a spec and asks this."""
 
 from __future__ import annotations

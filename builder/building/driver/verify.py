@@ -1,4 +1,4 @@
-"""``python -m builder verify --rebuild ID WHEEL``: rebuild one spec and compare it, byte for byte, with a wheel.
+"""``python -m builder reproduce --rebuild ID WHEEL``: rebuild one spec and compare it, byte for byte, with a wheel.
 
 Exit codes: 0 identical, 14 (NotReproducible) different, 15 (RebuildFailed) when nothing could be compared
 (unknown id, failed build, unreadable wheel or wrong sha256, a dirty-tree wheel without --source).
@@ -26,7 +26,7 @@ FETCH_SECONDS = 900.0
 
 @dataclass(frozen=True)
 class VerifyRequest:
-    """What ``python -m builder verify`` checks, typed: ``rebuild`` (a spec id) with ``wheel`` (a path or URL, with
+    """What ``python -m builder reproduce`` checks, typed: ``rebuild`` (a spec id) with ``wheel`` (a path or URL, with
     ``sha256`` for a URL), or ``one_per_kind`` (a folder); the rest as for a build (``source`` None: the wheel's
     recorded commit, else this checkout). ``keep``: a folder to keep the rebuild's dist folder in."""
 
