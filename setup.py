@@ -142,13 +142,8 @@ def _torch_facts(isolation: str | None = None):
     facts = _variant.installed_torch()
     if facts is not None and facts.cxx11abi is not None:
         return facts
-    torch = toolchain.import_torch()  # not found (the build-isolation error), or files it could not read
-    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
-    return _variant.TorchFacts(
-        torch.__version__, torch.version.cuda, getattr(torch.version, "hip", None),
-        None if abi is None else bool(abi), str(Path(torch.__file__).parent),
-        getattr(torch.version, "git_version", None),
-    )  # fmt: skip
+    # not found (the build-isolation error), or files it could not read
+    return _variant.imported_torch(toolchain.import_torch())
 
 
 class Target:

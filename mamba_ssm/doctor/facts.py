@@ -66,12 +66,7 @@ def torch_facts() -> dict:
         files = _variant.installed_torch()
         return {"installed": True, "import_error": f"{type(e).__name__}: {e}",
                 **(_described(files) | {"read_from": "files"} if files else {})}  # fmt: skip
-    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
-    imported = _variant.TorchFacts(
-        torch.__version__, getattr(torch.version, "cuda", None), getattr(torch.version, "hip", None),
-        bool(abi) if abi is not None else None, str(Path(torch.__file__).parent),
-    )  # fmt: skip
-    out = {"installed": True, **_described(imported), "gpus": []}
+    out = {"installed": True, **_described(_variant.imported_torch(torch)), "gpus": []}
     try:
         if torch.cuda.is_available():
             for i in range(torch.cuda.device_count()):
