@@ -449,20 +449,69 @@ def _allowed_name(ck: _RecipeChecker, name: str, path: tuple) -> None:
         )
 
 
-def load_recipe(path: Path) -> Recipe:
-    """Read and validate recipes/<project>.toml. Raises RecipeError on any problem."""
-    path = Path(path)
+def _refuse_odd_file(path: Path) -> None:
+    """A recipe path that is not a regular file, or is larger than a recipe's cap, refused before it is read."""
     try:
         st = path.stat()
     except OSError:
-        st = None  # read_toml says what is wrong
-    if st is not None and not stat.S_ISREG(st.st_mode):
+        return  # read_toml says what is wrong
+    if not stat.S_ISREG(st.st_mode):
         raise RecipeError(f"{path}: not a regular file", hint="a recipe is a TOML file")
-    if st is not None and st.st_size > MAX_RECIPE_BYTES:
+    if st.st_size > MAX_RECIPE_BYTES:
         raise RecipeError(
             f"{path}: {st.st_size >> 10} KiB, more than a recipe's cap of {MAX_RECIPE_BYTES >> 10} KiB",
             hint="a recipe is a page of TOML: source, env, patches, tests",
         )
+
+
+def _build_env(ck: _RecipeChecker, build: dict, requires) -> tuple[dict, tuple[str, ...]]:
+    """[build]: the environment it sets (each value for every cell) and the names it unsets."""
+    ck.keys(build, ("build",), ("env", "unset"))
+    env = {key: _env_values(ck, key, val, requires)
+           for key, val in ck.table(build.get("env", {}), ("build", "env")).items()}  # fmt: skip
+    unset: list[str] = []
+    for i, item in enumerate(ck.array(build.get("unset", []), ("build", "unset"))):
+        ck.string(item, ("build", "unset", i), ENV_NAME_RE, "an environment variable name")
+        _allowed_name(ck, item, ("build", "unset", i))
+        if item in env:
+            ck.fail(("build", "unset", i), f"{item} is also set in [build.env]")
+        unset.append(item)
+    return env, tuple(unset)
+
+
+def _tests(ck: _RecipeChecker, test: dict) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """[test]: the modules to import, the public names to find, the commands to run."""
+    ck.keys(test, ("test",), ("imports", "api", "commands", "deps"), required=("imports",))
+    imports = tuple(
+        ck.string(m, ("test", "imports", i), MODULE_RE, "a module name")
+        for i, m in enumerate(ck.array(test["imports"], ("test", "imports"), empty_ok=False))
+    )
+    api = tuple(
+        ck.string(m, ("test", "api", i), API_RE, "a public name as module.Name (causal_conv1d.causal_conv1d_fn)")
+        for i, m in enumerate(ck.array(test.get("api", []), ("test", "api")))
+    )
+    commands = []
+    for i, argv in enumerate(ck.array(test.get("commands", []), ("test", "commands"))):
+        items = ck.array(argv, ("test", "commands", i), empty_ok=False)
+        commands.append(tuple(ck.string(a, ("test", "commands", i, j), ARGV_ITEM_RE, "an argument")
+                              for j, a in enumerate(items)))  # fmt: skip
+    return imports, api, tuple(commands)
+
+
+def _extensions(ck: _RecipeChecker, verify: object) -> tuple[str, ...]:
+    """[verify]: the globs of the extension modules the audits read."""
+    verify = ck.table(verify, ("verify",))
+    ck.keys(verify, ("verify",), ("extensions",), required=("extensions",))
+    return tuple(
+        ck.string(g, ("verify", "extensions", i), GLOB_RE, "a glob inside the wheel (selective_scan_cuda*.so)")
+        for i, g in enumerate(ck.array(verify["extensions"], ("verify", "extensions"), empty_ok=False))
+    )
+
+
+def load_recipe(path: Path) -> Recipe:
+    """Read and validate recipes/<project>.toml. Raises RecipeError on any problem."""
+    path = Path(path)
+    _refuse_odd_file(path)
     text, data = read_toml(path, RecipeError, "no such recipe", f"recipes live in {RECIPES_DIR}/<project>.toml")
     ck = _RecipeChecker(path, TomlLines(text), data)
     ck.keys(data, (), ("project", "source", "requires", "build", "patch", "test", "verify"),
@@ -485,42 +534,13 @@ def load_recipe(path: Path) -> Recipe:
     requires = _condition(ck, req, ("requires",), extra=("why",))
     requires_why = ck.string(req.get("why", ""), ("requires", "why"), SAFE_TEXT_RE, SAFE_TEXT)
 
-    build = ck.table(data["build"], ("build",))
-    ck.keys(build, ("build",), ("env", "unset"))
-    env = {key: _env_values(ck, key, val, requires)
-           for key, val in ck.table(build.get("env", {}), ("build", "env")).items()}  # fmt: skip
-    unset: list[str] = []
-    for i, item in enumerate(ck.array(build.get("unset", []), ("build", "unset"))):
-        ck.string(item, ("build", "unset", i), ENV_NAME_RE, "an environment variable name")
-        _allowed_name(ck, item, ("build", "unset", i))
-        if item in env:
-            ck.fail(("build", "unset", i), f"{item} is also set in [build.env]")
-        unset.append(item)
+    env, unset = _build_env(ck, ck.table(data["build"], ("build",)), requires)
 
     patches = _patches(ck, data.get("patch", []), requires)
 
     test = ck.table(data["test"], ("test",))
-    ck.keys(test, ("test",), ("imports", "api", "commands", "deps"), required=("imports",))
-    imports = tuple(
-        ck.string(m, ("test", "imports", i), MODULE_RE, "a module name")
-        for i, m in enumerate(ck.array(test["imports"], ("test", "imports"), empty_ok=False))
-    )
-    api = tuple(
-        ck.string(m, ("test", "api", i), API_RE, "a public name as module.Name (causal_conv1d.causal_conv1d_fn)")
-        for i, m in enumerate(ck.array(test.get("api", []), ("test", "api")))
-    )
-    commands = []
-    for i, argv in enumerate(ck.array(test.get("commands", []), ("test", "commands"))):
-        items = ck.array(argv, ("test", "commands", i), empty_ok=False)
-        commands.append(tuple(ck.string(a, ("test", "commands", i, j), ARGV_ITEM_RE, "an argument")
-                              for j, a in enumerate(items)))  # fmt: skip
-
-    verify = ck.table(data["verify"], ("verify",))
-    ck.keys(verify, ("verify",), ("extensions",), required=("extensions",))
-    extensions = tuple(
-        ck.string(g, ("verify", "extensions", i), GLOB_RE, "a glob inside the wheel (selective_scan_cuda*.so)")
-        for i, g in enumerate(ck.array(verify["extensions"], ("verify", "extensions"), empty_ok=False))
-    )
+    imports, api, commands = _tests(ck, test)
+    extensions = _extensions(ck, data["verify"])
     return Recipe(
         path=path,
         name=name,
@@ -529,12 +549,12 @@ def load_recipe(path: Path) -> Recipe:
         requires=requires,
         requires_why=requires_why,
         env=env,
-        unset=tuple(unset),
+        unset=unset,
         patches=patches,
         imports=imports,
         api=api,
         deps=ck.boolean(test.get("deps", False), ("test", "deps")),
-        commands=tuple(commands),
+        commands=commands,
         extensions=extensions,
         digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),  # the file's bytes (valid UTF-8 round-trips)
     )
