@@ -12,7 +12,7 @@ objects are compiled with a torch-independent command line
 linked against torch's libraries into mamba_ssm._C: torch is never imported, so an
 interpreter of another machine can build (the farm's cross builds). ROCm builds go
 through torch's BuildExtension (it hipifies the sources). Environment variables: see the README,
-"Installing from source". (Not the farm's builder.plan.Plan, which plans many wheels.)
+"Installing from source". (Not the farm's builder.planning.plan.Plan, which plans many wheels.)
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ def _cxx_argv(env) -> list[str]:
 
 def _classic_cxx_flags(plan: CompilePlan) -> list[str]:
     """The C++ flags of the classic binding (and module.cpp): torch's ABI, passed by us since torch
-    >= 2.13 no longer adds it; -fopenmp for the at::parallel_for that ATen inlines."""
+    >= 2.13 does not add it; -fopenmp for the at::parallel_for that ATen inlines."""
     return ["-O2", f"-std={plan.std}", f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}", "-fopenmp", "-fvisibility=hidden"]
 
 

@@ -156,7 +156,7 @@ def test_the_host_executors_build_venv_and_the_smoke_venv_of_one_torch_share_fil
 
 def test_prune_never_deletes_through_a_link_out_of_the_cache(tmp_path, cli):
     """People link caches to bigger disks: a slot, a torch-envs folder or a venv that is a link elsewhere is
-    not the cache's. Before the fix, `prune --all` deleted the venvs in the link's target."""
+    not the cache's: `prune --all` deletes nothing in the link's target."""
     root = tmp_path / "farm"
     elsewhere = tmp_path / "bigger-disk"
     mine = make_venv(root / "smoke", "3.11", "2.14.1", {"x.so": blob("a")}, time.time() - 30)

@@ -1295,7 +1295,7 @@ def test_hostile_input(world: World, case: Case):
     scratch = world.cases / case.name
     scratch.mkdir()
     pins0 = {p.name for p in (world.farm / "sdists").iterdir()}
-    if snapshot(world.published) != world.pristine_view:  # an earlier case changed it (the old code did): each case
+    if snapshot(world.published) != world.pristine_view:  # an earlier case changed it (a regression would): each case
         shutil.rmtree(world.published)  # starts from the same published index
         subprocess.run(["cp", "-al", str(world.pristine), str(world.published)], check=True)
     made = case.make(world, scratch)

@@ -492,7 +492,7 @@ def check_members(members: list[tarfile.TarInfo], where: str) -> str:
     """The one top-level folder of an sdist whose every member stays inside it; else UnsafeArchiveError.
 
     Checked on the member list alone, before anything is written, without trusting tarfile's ``data``
-    filter (CVE-2025-4517 and its kin bypass it on the Pythons before the fix): only folders, regular files,
+    filter (CVE-2025-4517 and its kin bypass it on a Python without that fix): only folders, regular files,
     and links whose target, resolved through the archive's own links, stays in the tree; no member is
     written through a link, and no name comes twice (a later member would replace an earlier link)."""
     kinds: dict[tuple[str, ...], str] = {}  # path -> "dir" | "file" | "link"

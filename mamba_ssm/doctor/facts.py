@@ -229,7 +229,7 @@ def _variant_label() -> str | None:
 
 
 def provenance_facts(dist_name: str = "mamba-ssm") -> dict | None:
-    """What built the installed wheel: its ``*.dist-info/farm-provenance.json`` (builder/provenance.py), the
+    """What built the installed wheel: its ``*.dist-info/farm-provenance.json`` (builder/verifying/provenance.py), the
     record the index's sidecar carries too; None for a wheel the farm did not build."""
     try:
         raw = importlib.metadata.distribution(dist_name).read_text("farm-provenance.json")
@@ -240,7 +240,7 @@ def provenance_facts(dist_name: str = "mamba-ssm") -> dict | None:
 
 
 def _label_of_variant(variant_label: str | None) -> str:
-    """The farm label a variant label stands for (builder/variants.py): ``null`` is the CPU stable-ABI build,
+    """The farm label a variant label stands for (builder/verifying/variants.py): ``null`` is the CPU stable-ABI build,
     ``cu13`` (``cu13_<machine>``) the CUDA 13 one; "" for any other."""
     if variant_label == "null":
         return "cputorchstable"
