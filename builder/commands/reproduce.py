@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.building.driver.verify import VerifyRequest, run_verify
+from builder.building.driver.verify import ReproduceRequest, run_reproduce
 from builder.commands import summary, typed
 
 
@@ -31,4 +31,4 @@ def add_command(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_verify(typed(VerifyRequest, args))
+    return run_reproduce(typed(ReproduceRequest, args))

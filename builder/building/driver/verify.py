@@ -25,7 +25,7 @@ FETCH_SECONDS = 900.0
 
 
 @dataclass(frozen=True)
-class VerifyRequest:
+class ReproduceRequest:
     """What ``python -m builder reproduce`` checks, typed: ``rebuild`` (a spec id) with ``wheel`` (a path or URL, with
     ``sha256`` for a URL), or ``one_per_kind`` (a folder); the rest as for a build (``source`` None: the wheel's
     recorded commit, else this checkout). ``keep``: a folder to keep the rebuild's dist folder in."""
@@ -46,7 +46,7 @@ class VerifyRequest:
 # --------------------------------------------------------------------------- comparing two wheels
 
 
-def _given_wheel(args: VerifyRequest, scratch: Path) -> Path:
+def _given_wheel(args: ReproduceRequest, scratch: Path) -> Path:
     """The wheel to check, as a local file whose sha256 is the one given (if given)."""
     from builder.sourcing.sources import Fetcher, is_web_url
 
@@ -142,7 +142,7 @@ def _profile_of(spec_id: str, matrix: Path | None, profile: str | None, projects
     )
 
 
-def _rebuild(args: VerifyRequest, spec_id: str, profile: str, dist: Path, projects=None) -> Path:
+def _rebuild(args: ReproduceRequest, spec_id: str, profile: str, dist: Path, projects=None) -> Path:
     from builder.building.driver import build
 
     request = build.BuildRequest(
@@ -214,7 +214,7 @@ def built_dirty(given: Path, source: Path | None) -> None:
 
 
 def check(
-    args: VerifyRequest, spec_id: str, given: Path, dist: Path, projects=None, scratch: Path | None = None
+    args: ReproduceRequest, spec_id: str, given: Path, dist: Path, projects=None, scratch: Path | None = None
 ) -> None:
     """Rebuild SPEC_ID into DIST and compare with GIVEN: prints ``identical`` or raises NotReproducible."""
     projects = projects or args.projects
@@ -239,7 +239,7 @@ def check(
     print(f"identical: {given.name} (sha256 {sha}) is what {spec_id} rebuilds to", flush=True)
 
 
-def run_verify(args: VerifyRequest) -> int:
+def run_reproduce(args: ReproduceRequest) -> int:
     """Rebuild and compare (``rebuild`` with ``wheel``, or ``one_per_kind``): 0 when identical, else an error."""
     scratch = Path(tempfile.mkdtemp(prefix="mamba-farm-verify-"))
     try:
@@ -256,7 +256,7 @@ def run_verify(args: VerifyRequest) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _one_per_kind(args: VerifyRequest, scratch: Path) -> int:
+def _one_per_kind(args: ReproduceRequest, scratch: Path) -> int:
     """The release's check: every picked wheel rebuilt and compared, each reported, then one verdict."""
     from builder.facts.hostenv import host_machine
 
