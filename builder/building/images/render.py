@@ -124,6 +124,38 @@ def python_mode(image: ImageSpec, osdef: dict) -> str:
     return mode
 
 
+def _cuda_context(image: ImageSpec, base: str, source: str, family: str, osdef: dict, data: dict, cross) -> dict:
+    """A CUDA image's part of the template context: where its toolkit comes from (PyPI's wheels, Debian's
+    packages or the base image) and where it lands."""
+    ctx: dict = {}
+    major = (image.toolkit or "13").split(".")[0]
+    ctx["cuda_major"] = major
+    ctx["toolkit_include"] = f"_cuda_{source}.Dockerfile.j2"
+    if source == "pypi":
+        pins = data["cuda"]["pypi"].get(image.toolkit or "")
+        if pins is None:
+            raise UsageError(
+                f"image {image.id}: no PyPI recipe for CUDA {image.toolkit}",
+                hint=f"add [cuda.pypi.\"{image.toolkit}\"] to {PACKAGES}, or use a base with the toolkit",
+            )
+        ctx["cuda_packages"] = [f'"{p}"' for p in pins["packages"]]
+        ctx["cuda_headers"] = [f'"{p}"' for p in pins.get("headers", [])]
+        ctx["cuda_home"] = f"/opt/cuda-pypi/nvidia/cu{major}"
+        ctx["cuda_compiler"] = compiler_overlay(image, osdef, pins)
+        if cross and ctx["cuda_compiler"]:  # the cross stage's pip fetches it all, natively
+            glibc = image.extra.get("glibc", "2.17").replace(".", "_")
+            platforms = manylinux_platforms(f"manylinux_{glibc}_{machine_of(image.platform)}")
+            ctx["cuda_fetch"] = " ".join(f"--platform {t}" for t in platforms)  # its pip's flags for the target
+    elif source == "debian":
+        if family != "debian":
+            raise UsageError(f"image {image.id}: toolkit_source debian needs a Debian base, not {base}")
+        ctx["apt_sources"] = "main contrib non-free non-free-firmware"
+        ctx["cuda_home"] = "/usr"
+    else:
+        ctx["cuda_home"] = image.extra.get("cuda_home", "/usr/local/cuda")
+    return ctx
+
+
 def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> dict:
     if not pythons:
         raise UsageError(f"image {image.id} lists no Python", hint="every image needs at least one Python")
@@ -175,31 +207,7 @@ def context(image: ImageSpec, base: str, pythons: tuple[PythonInstall, ...]) -> 
         "cuda_fetch": None,
     }
     if image.kind == "cuda":
-        major = (image.toolkit or "13").split(".")[0]
-        ctx["cuda_major"] = major
-        ctx["toolkit_include"] = f"_cuda_{source}.Dockerfile.j2"
-        if source == "pypi":
-            pins = data["cuda"]["pypi"].get(image.toolkit or "")
-            if pins is None:
-                raise UsageError(
-                    f"image {image.id}: no PyPI recipe for CUDA {image.toolkit}",
-                    hint=f"add [cuda.pypi.\"{image.toolkit}\"] to {PACKAGES}, or use a base with the toolkit",
-                )
-            ctx["cuda_packages"] = [f'"{p}"' for p in pins["packages"]]
-            ctx["cuda_headers"] = [f'"{p}"' for p in pins.get("headers", [])]
-            ctx["cuda_home"] = f"/opt/cuda-pypi/nvidia/cu{major}"
-            ctx["cuda_compiler"] = compiler_overlay(image, osdef, pins)
-            if cross and ctx["cuda_compiler"]:  # the cross stage's pip fetches it all, natively
-                glibc = image.extra.get("glibc", "2.17").replace(".", "_")
-                platforms = manylinux_platforms(f"manylinux_{glibc}_{machine_of(image.platform)}")
-                ctx["cuda_fetch"] = " ".join(f"--platform {t}" for t in platforms)  # its pip's flags for the target
-        elif source == "debian":
-            if family != "debian":
-                raise UsageError(f"image {image.id}: toolkit_source debian needs a Debian base, not {base}")
-            ctx["apt_sources"] = "main contrib non-free non-free-firmware"
-            ctx["cuda_home"] = "/usr"
-        else:
-            ctx["cuda_home"] = image.extra.get("cuda_home", "/usr/local/cuda")
+        ctx.update(_cuda_context(image, base, source, family, osdef, data, cross))
     if image.kind == "rocm":
         ctx["rocm_home"] = "/usr" if source in ("debian", "none") else image.extra.get("rocm_home", "/opt/rocm")
         if source == "base":  # AMD's toolkit: rocm_patch/apply.sh refuses < 6.0 and fixes 6.0's header
