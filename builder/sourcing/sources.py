@@ -488,6 +488,31 @@ def _member_parts(name: str) -> tuple[str, ...] | None:
     return parts
 
 
+def _followed(parts: tuple[str, ...], links: dict[tuple[str, ...], tuple[str, ...]], refuse) -> tuple[str, ...]:
+    """``parts`` with every link of the archive (LINKS) among its prefixes followed, as the OS would, whatever the
+    order the links are unpacked in; ``refuse(why)`` for what climbs out of the unpack folder or never ends."""
+    out: list[str] = []
+    todo = list(parts)
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not out:
+                refuse("points outside the unpack folder")
+            out.pop()
+            continue
+        out.append(part)
+        target = links.get(tuple(out))
+        if target is not None:
+            hops += 1
+            if hops > 40:
+                refuse("is a chain of links that does not end")
+            out, todo = [], [*target, *todo]
+    return tuple(out)
+
+
 def check_members(members: list[tarfile.TarInfo], where: str) -> str:
     """The one top-level folder of an sdist whose every member stays inside it; else UnsafeArchiveError.
 
@@ -504,30 +529,6 @@ def check_members(members: list[tarfile.TarInfo], where: str) -> str:
             hint="an sdist holds plain files and folders under one name-version folder; "
             "review where this archive came from before pinning it",
         )
-
-    def resolve(m, parts: tuple[str, ...]) -> tuple[str, ...]:
-        """``parts`` with every link of the archive among its prefixes followed (as the OS would, whatever the
-        order the links are unpacked in); refuse what climbs out of the unpack folder."""
-        out: list[str] = []
-        todo = list(parts)
-        hops = 0
-        while todo:
-            part = todo.pop(0)
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if not out:
-                    refuse(m, "points outside the unpack folder")
-                out.pop()
-                continue
-            out.append(part)
-            target = raw_links.get(tuple(out))
-            if target is not None:
-                hops += 1
-                if hops > 40:
-                    refuse(m, "is a chain of links that does not end")
-                out, todo = [], [*target, *todo]
-        return tuple(out)
 
     for m in members:  # pass 1: names and kinds
         parts = _member_parts(m.name)
@@ -561,7 +562,7 @@ def check_members(members: list[tarfile.TarInfo], where: str) -> str:
             if kinds.get(parts[:i], "dir") != "dir":
                 refuse(m, f"would be written through the link or file {'/'.join(parts[:i])!r}")
         if parts in raw_links:
-            target = resolve(m, raw_links[parts])
+            target = _followed(raw_links[parts], raw_links, lambda why, m=m: refuse(m, why))
             if len(target) < 2 or target[0] != parts[0]:
                 refuse(m, f"is a link to {m.linkname!r}, which leaves the sdist's folder")
     tops = {p[0] for p in kinds}
