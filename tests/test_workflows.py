@@ -994,7 +994,7 @@ def test_reproduce_rebuilds_one_wheel_per_kind_between_build_and_publish(tmp_pat
     assert "reproduce" in jobs["publish"]["needs"] and "needs.reproduce.result != 'failure'" in jobs["publish"]["if"]
     download = next(s for s in job["steps"] if "download-artifact" in s.get("uses", ""))
     assert download["with"] == {"pattern": "wheel-*", "path": "artifacts/wheels"}
-    step = next(s for s in job["steps"] if "nox -s verify" in s.get("run", ""))
+    step = next(s for s in job["steps"] if "nox -s reproduce" in s.get("run", ""))
     (tmp_path / "bin").mkdir()
     fake = tmp_path / "bin" / "nox"
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$NOX_ARGS"\n')
