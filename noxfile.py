@@ -111,10 +111,10 @@ def build_matrix(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
-def verify(session: nox.Session) -> None:
-    """Rebuild and compare byte for byte: nox -s verify -- --rebuild ID WHEEL (or --one-per-kind DIR, the release's check)."""
+def reproduce(session: nox.Session) -> None:
+    """Rebuild and compare byte for byte: nox -s reproduce -- --rebuild ID WHEEL (or --one-per-kind DIR, the release's check)."""
     _farm(session)
-    session.run("python", "-m", "builder", "verify", *session.posargs)
+    session.run("python", "-m", "builder", "reproduce", *session.posargs)
 
 
 @nox.session(python=PYTHON)

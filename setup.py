@@ -12,7 +12,7 @@ objects are compiled with a torch-independent command line
 linked against torch's libraries into mamba_ssm._C: torch is never imported, so an
 interpreter of another machine can build (the farm's cross builds). ROCm builds go
 through torch's BuildExtension (it hipifies the sources). Environment variables: see the README,
-"Installing from source". (Not the farm's builder.plan.Plan, which plans many wheels.)
+"Installing from source". (Not the farm's builder.planning.plan.Plan, which plans many wheels.)
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _load(name: str, path: Path):
 _load("_mamba_backend", ROOT / "mamba_build" / "mamba_backend.py")
 from setuptools.command.bdist_wheel import bdist_wheel
 
-_variant = _load("_mamba_variant", ROOT / "mamba_ssm" / "_variant.py")
+_variant = _load("_mamba_variant", ROOT / "mamba_ssm" / "variant.py")
 toolchain = _load("_mamba_toolchain", ROOT / "mamba_build" / "toolchain.py")
 kernels = _load("_mamba_kernels", ROOT / "mamba_build" / "kernels.py")
 
@@ -68,13 +68,13 @@ def _license() -> dict:
 def _prebuilt_wheel_or_none(target: Target, dist_dir: str) -> Path | None:
     """The sha256-verified wheel for this variant, downloaded into ``dist_dir`` (None: compile).
 
-    mamba_ssm/_prebuilt.py reads MAMBA_WHEEL_INDEX (default: the project's index) and prints one
+    mamba_ssm/prebuilt.py reads MAMBA_WHEEL_INDEX (default: the project's index) and prints one
     line saying what it found or why not. Under build isolation nothing can be compiled, so a miss
     is kept for the one-line error instead (_no_compiling_in_isolation).
     """
     import io
 
-    prebuilt = _load("_mamba_prebuilt", ROOT / "mamba_ssm" / "_prebuilt.py")
+    prebuilt = _load("_mamba_prebuilt", ROOT / "mamba_ssm" / "prebuilt.py")
     said = io.StringIO() if target.isolation else sys.stderr
     wheel = prebuilt.for_setup(target.labelled_version, dist_dir, variant=target.needed, stream=said)
     if target.isolation:
@@ -142,13 +142,8 @@ def _torch_facts(isolation: str | None = None):
     facts = _variant.installed_torch()
     if facts is not None and facts.cxx11abi is not None:
         return facts
-    torch = toolchain.import_torch()  # not found (the build-isolation error), or files it could not read
-    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
-    return _variant.TorchFacts(
-        torch.__version__, torch.version.cuda, getattr(torch.version, "hip", None),
-        None if abi is None else bool(abi), str(Path(torch.__file__).parent),
-        getattr(torch.version, "git_version", None),
-    )  # fmt: skip
+    # not found (the build-isolation error), or files it could not read
+    return _variant.imported_torch(toolchain.import_torch())
 
 
 class Target:
@@ -284,7 +279,7 @@ def _cxx_argv(env) -> list[str]:
 
 def _classic_cxx_flags(plan: CompilePlan) -> list[str]:
     """The C++ flags of the classic binding (and module.cpp): torch's ABI, passed by us since torch
-    >= 2.13 no longer adds it; -fopenmp for the at::parallel_for that ATen inlines."""
+    >= 2.13 does not add it; -fopenmp for the at::parallel_for that ATen inlines."""
     return ["-O2", f"-std={plan.std}", f"-D_GLIBCXX_USE_CXX11_ABI={int(plan.cxx11abi)}", "-fopenmp", "-fvisibility=hidden"]
 
 

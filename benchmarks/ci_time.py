@@ -14,7 +14,7 @@ What it reads (each is optional; a log lacking one gets no rows of that kind):
 - pytest's ``--durations`` lines (``12.34s call tests/test_x.py::test_y``) and its closing
   ``N passed ... in S s`` line;
 - lines prefixed with their elapsed seconds (``[  12.3] ...``), as a timestamping wrapper writes
-  them: the old ``.ci/run``'s set-up steps are then told apart by the lines that open them, and
+  them: a ``.ci/run`` without ci-time lines has its set-up steps are then told apart by the lines that open them, and
   each test file's wall by when its progress line ends.
 """
 
@@ -38,7 +38,7 @@ FINISHED = re.compile(r"^ci: finished in (\d+(?:\.\d+)?) s")
 BUSY = re.compile(r"^ci: CPU busy (\d+)% of (\d+) cores")
 PROGRESS = re.compile(r"^(tests/\S+\.py) [.sFEx]*\s*(?:\[\s*\d+%\])?\s*$")
 CONTINUED = re.compile(r"^[.sFEx]+\s*\[\s*\d+%\]\s*$")
-# The old .ci/run (bootstrap, venv, nox -s tests) without ci-time lines: the line that opens each step.
+# A .ci/run (bootstrap, venv, nox -s tests) without ci-time lines: the line that opens each step.
 OPENERS = (
     ("bootstrap", re.compile(r"^bootstrap: ")),
     ("venv", re.compile(r"^WARNING: |^Collecting |^Requirement ")),

@@ -29,7 +29,7 @@ from indexkit import serve
 from sdistkit import COMPILE_MARK, PREBUILT_MARK, build_wheel, install_sdist, make_sdist, torch_venv
 
 from builder.publishing.index import build_index
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 
 def main() -> int:
@@ -79,8 +79,8 @@ def main() -> int:
 def _variant_probe_times(py: Path, n: int) -> tuple[float, float]:
     """Median wall time of a fresh interpreter that tells the variant from files, and one that imports torch."""
     probes = {
-        "files": "from mamba_ssm import _variant as V; V.detect_installed()",
-        "import": "from mamba_ssm import _variant as V; V.detect()",
+        "files": "from mamba_ssm import variant as V; V.detect_installed()",
+        "import": "from mamba_ssm import variant as V; V.detect()",
     }
     times = {k: [] for k in probes}
     for _ in range(n):

@@ -127,7 +127,7 @@ class InterpreterUnavailable(FarmError):
 # not an error, so no class; 10 (PatchError) when a recipe's new sdist breaks one of its patches.
 
 
-# --- Reproducibility (builder/run/verify.py: ``python -m builder verify --rebuild``) ---
+# --- Reproducibility (builder/run/verify.py: ``python -m builder reproduce --rebuild``) ---
 
 
 class NotReproducible(FarmError):

@@ -204,10 +204,10 @@ def nvcc_object_cost(
 def newest_torch(python: str = "3.11") -> str:
     """The newest final torch release with a Linux x86_64 wheel for PYTHON on the host's index, read now
     (PEP 691 listing through builder.sourcing.pypi: the host's pip settings, no wheel downloaded)."""
-    from builder.sourcing.pypi import Index
+    from builder.sourcing.pypi import SimpleIndex
 
     tag = "cp" + python.replace(".", "")
-    versions = [f.version for f in Index().files("torch")
+    versions = [f.version for f in SimpleIndex().files("torch")
                 if f.version and not f.yanked and not f.version.is_prerelease and not f.version.is_devrelease
                 and f"-{tag}-{tag}-" in f.filename and "linux_x86_64" in f.linux_platforms()]  # fmt: skip
     return str(max(versions))

@@ -57,7 +57,7 @@ def test_a_venv_removed_while_another_shares_its_files_is_passed_over(tmp_path, 
     new = make_venv(tmp_path, "3.11", "2.14.1", {lib: blob("gomp")}, time.time())
     going = make_venv(tmp_path / "going", "3.12", "2.14.1", {lib: blob("gomp")}, time.time())
     staying = make_venv(tmp_path / "staying", "3.13", "2.14.1", {lib: blob("gomp")}, time.time())
-    compare = cache.filecmp.cmp
+    compare = store.filecmp.cmp
 
     def removed_midway(a, b, shallow=True):
         same = compare(a, b, shallow=shallow)
@@ -65,8 +65,8 @@ def test_a_venv_removed_while_another_shares_its_files_is_passed_over(tmp_path, 
             Path(b).unlink()  # gone between the comparison and the link
         return same
 
-    monkeypatch.setattr(cache.filecmp, "cmp", removed_midway)
-    assert cache.share(new, [going, staying]) == 2 * MB
+    monkeypatch.setattr(store.filecmp, "cmp", removed_midway)
+    assert store.share(new, [going, staying]) == 2 * MB
     mine = new / "lib/python3.11/site-packages" / lib
     assert mine.read_bytes() == blob("gomp")
     assert mine.stat().st_ino == (staying / "lib/python3.13/site-packages" / lib).stat().st_ino
@@ -178,7 +178,7 @@ def test_the_host_executors_build_venv_and_the_smoke_venv_of_one_torch_share_fil
 
 def test_prune_never_deletes_through_a_link_out_of_the_cache(tmp_path, cli):
     """People link caches to bigger disks: a slot, a torch-envs folder or a venv that is a link elsewhere is
-    not the cache's. Before the fix, `prune --all` deleted the venvs in the link's target."""
+    not the cache's: `prune --all` deletes nothing in the link's target."""
     root = tmp_path / "farm"
     elsewhere = tmp_path / "bigger-disk"
     mine = make_venv(root / "smoke", "3.11", "2.14.1", {"x.so": blob("a")}, time.time() - 30)

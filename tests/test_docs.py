@@ -98,7 +98,7 @@ def test_the_site_builds_strict_with_every_page_in_the_nav(site):
 
 def test_the_site_carries_the_changelog_and_the_faq_in_its_nav(site):
     """The changelog page is CHANGELOG.md itself (included, not copied), and the FAQ's answers are linked from
-    the pages that used to repeat them."""
+    the pages that would otherwise repeat them."""
     config = (REPO / "mkdocs.yml").read_text()
     assert " changelog.md" in config and " user/faq.md" in config
     page = (site / "changelog" / "index.html").read_text()
@@ -957,7 +957,7 @@ def test_the_release_publishes_the_site_next_to_the_index():
 def test_the_docs_name_the_index_the_code_uses():
     import yaml
 
-    from mamba_ssm import _prebuilt
+    from mamba_ssm import prebuilt as _prebuilt
 
     assert _prebuilt.DEFAULT_INDEX_URL.rstrip("/") + "/" == INDEX_URL, "the docs' index URL is not DEFAULT_INDEX_URL"
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text())

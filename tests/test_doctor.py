@@ -22,7 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mamba_ssm import _elf, _variant
+from mamba_ssm import elf as _elf, variant as _variant
 
 from conftest import REPO
 
@@ -390,7 +390,7 @@ def test_a_torch_that_does_not_import_is_still_read_from_its_files(tmp_path):
 
 
 def test_a_free_threaded_interpreter_is_named_and_told_what_to_use():
-    """facts.python_facts() on CPython 3.14t says cp314t (mamba_ssm._variant.python_tag); the doctor names it, says
+    """facts.python_facts() on CPython 3.14t says cp314t (mamba_ssm.variant.python_tag); the doctor names it, says
     no line builds for it (builder/data/support.toml lists it as not supported) and which interpreter to use."""
     from mamba_ssm.doctor.checks import run_checks
 

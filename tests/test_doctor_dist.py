@@ -57,7 +57,7 @@ def test_the_wheel_holds_the_package_doctors_own_files_found_from_its_imports(tm
                 assert zf.read(f"mamba_doctor/{rel}") == src.read_bytes(), rel  # the same bytes: one source
         init = zf.read("mamba_doctor/__init__.py").decode()
     assert {f"mamba_doctor/doctor/{p.name}" for p in (REPO / "mamba_ssm" / "doctor").glob("*.py")} <= names
-    assert {"mamba_doctor/_elf.py", "mamba_doctor/_prebuilt.py", "mamba_doctor/_variant.py"} <= names
+    assert {"mamba_doctor/elf.py", "mamba_doctor/prebuilt.py", "mamba_doctor/variant.py"} <= names
     assert not any(n.startswith(("mamba_doctor/ops", "mamba_doctor/modules")) for n in names)  # not imported: not there
     assert "Requires-Dist" not in meta and "__version__ = '2.3.0'" in init and "import" not in init
     assert doctor_dist.build_wheel(tmp_path / "again").read_bytes() == wheel.read_bytes()  # reproducible
@@ -66,13 +66,13 @@ def test_the_wheel_holds_the_package_doctors_own_files_found_from_its_imports(tm
 def test_a_module_the_doctor_starts_importing_is_taken_and_a_foreign_import_refused(tmp_path, monkeypatch):
     src = tmp_path / "mamba_ssm"
     shutil.copytree(REPO / "mamba_ssm", src, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    (src / "_untrusted.py").write_text("import re\n\nSAFE = re.compile('x')\n")
+    (src / "extra.py").write_text("import re\n\nSAFE = re.compile('x')\n")
     cli = src / "doctor" / "cli.py"
-    cli.write_text(cli.read_text().replace("import argparse\n", "import argparse\n\nfrom .. import _untrusted\n", 1))
+    cli.write_text(cli.read_text().replace("import argparse\n", "import argparse\n\nfrom .. import extra\n", 1))
     monkeypatch.setattr(doctor_dist, "SOURCE", src)
-    assert doctor_dist.collect()["_untrusted.py"] == src / "_untrusted.py"
-    (src / "_untrusted.py").write_text("import numpy\n")
-    with pytest.raises(UsageError, match="_untrusted.py imports numpy"):
+    assert doctor_dist.collect()["extra.py"] == src / "extra.py"
+    (src / "extra.py").write_text("import numpy\n")
+    with pytest.raises(UsageError, match="extra.py imports numpy"):
         doctor_dist.collect()
 
 
@@ -164,7 +164,7 @@ def test_offline_the_fix_for_a_stable_floor_torch_pins_the_stable_wheel(tmp_path
     +cu13torchstable (the default release builds no classic label for torch >= the stable floor)."""
     import tomllib
 
-    from mamba_ssm import _variant
+    from mamba_ssm import variant as _variant
 
     stable = tomllib.loads((REPO / "mamba_build" / "build.toml").read_text())["stable"]
     assert (_variant.STABLE_FLOOR, list(_variant.STABLE_BACKENDS)) == (stable["floor"], stable["backends"])
@@ -175,7 +175,7 @@ def test_offline_the_fix_for_a_stable_floor_torch_pins_the_stable_wheel(tmp_path
     vpy = make_venv(tmp_path / "venv", python, env)
     wheels = tmp_path / "wheels"
     _standin_torch(wheels)
-    ours = {"mamba_ssm/__init__.py": b"__version__ = '2.3.0'\n", "mamba_ssm/_variant.py": b""}  # this repository's line
+    ours = {"mamba_ssm/__init__.py": b"__version__ = '2.3.0'\n", "mamba_ssm/doctor/__init__.py": b""}  # this repository's line
     make_wheel(wheels, "mamba-ssm", f"2.3.0+{WRONG}", "cp311-cp311-linux_x86_64", files=ours)
     doctor_dist.publish(tmp_path / "doctor")
     pip(vpy, ["install", "--no-index", "--no-deps", "--find-links", str(wheels), "--find-links", str(tmp_path / "doctor" / "mamba-doctor"),

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_doctor_hostile import adversarial_units
 
-from mamba_ssm._untrusted import has_hidden
+from mamba_ssm.guard import has_hidden
 from mamba_ssm.doctor import classify, report
 from mamba_ssm.doctor.checks import run_checks
 from mamba_ssm.doctor.classify import Context, install_line, scan_window

@@ -23,7 +23,7 @@ import hostilekit
 import pytest
 from hostilekit import FAKE_LINE, raw_hidden
 
-from mamba_ssm import _prebuilt, _variant
+from mamba_ssm import prebuilt as _prebuilt, variant as _variant
 from mamba_ssm.doctor import classify, report
 from mamba_ssm.doctor.classify import _COMPILED, _UNDEFINED_RE, SCAN_HEAD, SCAN_TAIL, Context, install_line, scan_window
 

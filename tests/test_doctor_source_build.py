@@ -18,7 +18,7 @@ import pytest
 from indexkit import make_venv
 from releasekit import git_http
 
-from mamba_ssm import _prebuilt
+from mamba_ssm import prebuilt as _prebuilt
 from mamba_ssm.doctor.checks import UPSTREAM, run_checks
 from mamba_ssm.doctor.rules import RULES
 

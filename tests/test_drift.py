@@ -399,9 +399,9 @@ def _record() -> None:
 
     sys.path.insert(0, str(REPO))
     from builder.facts.compat import vtuple
-    from builder.sourcing.pypi import Index
+    from builder.sourcing.pypi import SimpleIndex
 
-    ix = Index()
+    ix = SimpleIndex()
     keep = {"2.8.0", "2.13.0", "2.14.0", "2.14.1", "2.15.0"}
     files = [f for f in ix.files("torch") if f.version is not None and str(f.version) in keep
              and (f.linux_platforms() or f.filename.endswith("macosx_14_0_arm64.whl"))]  # fmt: skip

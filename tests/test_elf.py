@@ -1,4 +1,4 @@
-"""mamba_ssm._elf: the one reader of extension files for the farm's verifier and the doctor.
+"""mamba_ssm.elf: the one reader of extension files for the farm's verifier and the doctor.
 
 The C++ ABI rule is checked three ways: against c++filt on every symbol of real libraries (libstdc++ exports
 both string ABIs; torch's own libraries), on real libraries compiled here with each ``_GLIBCXX_USE_CXX11_ABI``
@@ -20,7 +20,7 @@ import pytest
 
 from builder.errors import VerificationError
 from builder.verifying.wheels import audit_cxx_abi
-from mamba_ssm import _elf
+from mamba_ssm import elf as _elf
 
 GXX = shutil.which("g++")
 CXXFILT = shutil.which("c++filt")
@@ -233,7 +233,7 @@ def test_the_reader_is_stdlib_only(tmp_path):
     """The doctor runs in broken environments: _elf imports neither torch, builder nor pyelftools."""
     root = Path(__file__).resolve().parents[1]
     code = (
-        "import sys; import mamba_ssm._elf\n"
+        "import sys; import mamba_ssm.elf\n"
         "print(sorted(m for m in ('torch', 'builder', 'elftools', 'packaging') if m in sys.modules))\n"
     )
     p = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(root)}, cwd=tmp_path,

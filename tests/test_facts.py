@@ -78,7 +78,7 @@ def test_builder_data_holds_none_of_the_shared_facts(compat) -> None:
 
 def test_sm_87_needs_cuda_11_4() -> None:
     """Jetson Orin's sm_87 first compiles with CUDA 11.4 (CMake's CUDA architecture table; CUDA
-    13's nvcc --list-gpu-arch has it): setup.py no longer asks an 11.0-11.3 nvcc for it."""
+    13's nvcc --list-gpu-arch has it): setup.py never asks an 11.0-11.3 nvcc for it."""
     sms = lambda v: [a.sm for a in toolchain.default_archs(v, DATA)]
     assert sms("11.3") == [75, 80]
     assert sms("11.4") == [75, 80, 87]

@@ -84,7 +84,7 @@ def test_the_aarch64_wheel_is_built_verified_smoke_tested_and_indexed(aarch64_ru
     # every ELF file in it is AArch64, read the verifier's way
     import zipfile
 
-    from mamba_ssm import _elf
+    from mamba_ssm import elf as _elf
 
     with zipfile.ZipFile(wheel) as zf:
         machines = {n: _elf.machine_of(zf.read(n)[:20]) for n in zf.namelist() if n.endswith(".so")}
@@ -112,7 +112,7 @@ def test_the_aarch64_cuda_wheel_compiled_natively_holds_aarch64_code_and_sm_90_s
     CUDA's libraries left to torch, smoke-tested against PyPI's aarch64 CUDA torch (no GPU needed)."""
     import zipfile
 
-    from mamba_ssm import _elf
+    from mamba_ssm import elf as _elf
 
     run, dist, spec = aarch64_cuda_run.run, aarch64_cuda_run.dist, aarch64_cuda_run.spec
     assert run.rc == 0, run.out[-5000:]
@@ -155,7 +155,7 @@ def test_the_arm64_cuda_image_runs_x86_64_device_compilers_and_aarch64_everythin
     """Why the build is fast: the device compiler programs and the host compiler (the cross g++) are this
     host's, run natively in the emulated container; the runtime stays the target's, and the suite's own
     emulated compilers are not installed."""
-    from mamba_ssm import _elf
+    from mamba_ssm import elf as _elf
 
     client, spec = aarch64_cuda_run.client, aarch64_cuda_run.spec
     image = _image(client, aarch64_cuda_run.run, spec)
@@ -326,7 +326,7 @@ def _upstream_aarch64_build(tmp_path_factory, profile: str, head: str, modules: 
     from farmkit import checked_evidence
 
     from builder.planning.plan import load_plan
-    from mamba_ssm import _elf
+    from mamba_ssm import elf as _elf
 
     reason = emulation.unavailable("aarch64")
     if reason is not None:
@@ -390,7 +390,7 @@ def test_upstream_mamba_ssm_for_aarch64_imports_its_public_api_with_its_dependen
     from builder.environments.markers import target_environment
     from builder.planning.recipes import load_recipes
     from builder.verifying.smoke import declared_requirements
-    from mamba_ssm import _elf
+    from mamba_ssm import elf as _elf
 
     run, spec, wheel, rec = _upstream_aarch64_build(
         tmp_path_factory, "ci-upstream-mamba-aarch64", "mamba_ssm-2.3.2.post1", ("selective_scan_cuda", "mamba_ssm"), 7200

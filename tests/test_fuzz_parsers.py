@@ -23,8 +23,8 @@ from builder.publishing import resolve
 from builder.sourcing.pypi import File, _file
 from builder.upkeep import drift
 from builder.verifying import variants, wheelmeta
-from mamba_ssm import _elf, _variant
-from mamba_ssm._untrusted import Untrusted, load_json, load_toml
+from mamba_ssm import elf as _elf, variant as _variant
+from builder.facts.untrusted import Untrusted, load_json, load_toml
 
 SETTINGS = {"suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]}
 
@@ -307,7 +307,7 @@ NOT_UTF8 = st.one_of(
 
 def _printable_result(text: str) -> None:
     """What the one printing path makes of ``text``: strict UTF-8, and nothing a terminal would obey."""
-    from mamba_ssm._untrusted import has_hidden, neutral
+    from mamba_ssm.guard import has_hidden, neutral
 
     out = neutral(text)
     out.encode("utf-8")  # a lone surrogate never reaches the stream
@@ -319,7 +319,7 @@ def _printable_result(text: str) -> None:
 def test_every_printed_text_is_neutral(text):
     import io
 
-    from mamba_ssm._untrusted import _Guarded
+    from mamba_ssm.guard import _Guarded
 
     _printable_result(text)
     raw = io.BytesIO()
@@ -333,7 +333,7 @@ def test_every_printed_text_is_neutral(text):
 @given(HOSTILE_TEXT | st.integers(-5, 10**20) | NOT_AN_OBJECT)
 def test_releases_refuse_empty_parts(raw):
     from builder.facts.compat import vtuple
-    from mamba_ssm._untrusted import release
+    from builder.facts.untrusted import release
 
     for parse in (lambda v: release(v, "v"), vtuple):
         if parse is vtuple and not isinstance(raw, str):
@@ -361,7 +361,7 @@ MARKER_OP = st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "~=", "===", "in"
 def test_markers_hold_or_are_refused(marker):
     from packaging.markers import InvalidMarker, Marker
 
-    from mamba_ssm._untrusted import marker_holds
+    from builder.facts.untrusted import marker_holds
 
     env = drift._environment("linux_x86_64", "3.11")
     try:

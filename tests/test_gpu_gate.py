@@ -39,7 +39,7 @@ def test_a_gate_run_is_appended_to_the_wheels_record_and_handed_to_publish(tmp_p
     wheel = lines / "checkout" / "mamba_ssm-2.3.0+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
     built_copy = tmp_path / "wheels" / (wheel.name + evidence.SUFFIX)  # (split hard-links it)
     before = built_copy.read_text()
-    ran = gpugate.Outcome(wheel.name, "cu13-torch2.13-cxx11abiTRUE", "gpu_check numerics", True, 12.0,
+    ran = gpugate.GateResult(wheel.name, "cu13-torch2.13-cxx11abiTRUE", "gpu_check numerics", True, 12.0,
                           device={"gpu": "NVIDIA H100 80GB HBM3", "sm": "sm_90", "torch": "2.13.0+cu130"})  # fmt: skip
     gpugate._record(wheel, ran.run("cuda"), tmp_path / "results" / "evidence")
     handed = evidence.read(tmp_path / "results" / "evidence" / (wheel.name + evidence.SUFFIX))
@@ -49,7 +49,7 @@ def test_a_gate_run_is_appended_to_the_wheels_record_and_handed_to_publish(tmp_p
     assert evidence.read(evidence.path_of(wheel)) == handed
     assert built_copy.read_text() == before  # the build's copy is not written through the link
     # a dry run on the CPU is recorded as one and proves no GPU
-    dry = gpugate.Outcome(wheel.name, "k", "gpu_check numerics", True, 1.0).run("cpu")
+    dry = gpugate.GateResult(wheel.name, "k", "gpu_check numerics", True, 1.0).run("cpu")
     gpugate._record(wheel, dry, tmp_path / "results" / "evidence")
     assert evidence.read(evidence.path_of(wheel))["gpu"][-1]["gpu"] == "none (cpu)"
 

@@ -945,10 +945,10 @@ LABEL_KEY = "cu12-torch2.6-cxx11abiFALSE"
 
 
 def _verify_case(make_wheel):
-    """`verify --rebuild` of a hostile wheel: refused before anything is rebuilt (the id is a real one)."""
+    """`reproduce --rebuild` of a hostile wheel: refused before anything is rebuilt (the id is a real one)."""
 
     def make(world: World, scratch: Path) -> list[str]:
-        return ["verify", "--rebuild", "cpu-torch2.13-cxx11abiTRUE-cp311-linux_x86_64", *make_wheel(world, scratch)]
+        return ["reproduce", "--rebuild", "cpu-torch2.13-cxx11abiTRUE-cp311-linux_x86_64", *make_wheel(world, scratch)]
 
     return make
 
@@ -979,7 +979,7 @@ def _dirty_escapes_wheel(world: World, scratch: Path) -> list[str]:
 
 
 CASES += [
-    # --- verify: the wheel to compare, by path or URL
+    # --- reproduce: the wheel to compare, by path or URL
     Case("verify-dirty-provenance-escapes", 15, "with uncommitted changes", _verify_case(_dirty_escapes_wheel)),
     Case("verify-fifo", 2, "no such wheel file", _verify_case(_fifo_wheel)),
     Case("verify-dev-zero-link", 2, "no such wheel file", _verify_case(_zero_link_wheel)),
@@ -1284,7 +1284,7 @@ CASES += [
     Case("index-metadata-version-empty", 2, "METADATA says version",
          _index_case(lambda f, w: _wheel_with(f, {f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: \n"}))),
     Case("verify-spec-id-empty-part", 15, "no plan has a build cpu-torch2.-cxx11abiTRUE",
-         lambda w, s: ["verify", "--rebuild", "cpu-torch2.-cxx11abiTRUE-cp311-linux_x86_64", *_real_wheel(w, s)]),
+         lambda w, s: ["reproduce", "--rebuild", "cpu-torch2.-cxx11abiTRUE-cp311-linux_x86_64", *_real_wheel(w, s)]),
     Case("cache-budget-empty-number", 2, "is not a size", _smoke_case(lambda s, w, c: None, "--budget", "G")),
     # --- bytes that are not text
     Case("index-metadata-not-utf8", 2, "not UTF-8",
@@ -1352,7 +1352,7 @@ def test_hostile_input(world: World, case: Case):
     scratch = world.cases / case.name
     scratch.mkdir()
     pins0 = {p.name for p in (world.farm / "sdists").iterdir()}
-    if snapshot(world.published) != world.pristine_view:  # an earlier case changed it (the old code did): each case
+    if snapshot(world.published) != world.pristine_view:  # an earlier case changed it (a regression would): each case
         shutil.rmtree(world.published)  # starts from the same published index
         subprocess.run(["cp", "-al", str(world.pristine), str(world.published)], check=True)
     made = case.make(world, scratch)
@@ -1650,7 +1650,7 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
         "zip members": ("index-zip-", "index-metadata-"),
     },
     "resolve": {"manifest": ("resolve-",)},
-    "verify": {"wheel": ("verify-",)},
+    "reproduce": {"wheel": ("verify-",)},
     "recipe": {"recipes": ("recipe-",), "sdists": ("sdist-",), "index pages": ("fetch_",),
                "archive URLs": ("archive-",), "git repositories": ("git-",), "setup.py's metadata": ("preflight-",)},
     "drift": {"listing": ("drift-",), "METADATA": ("drift-arbitrary-", "drift-sha256-"),
@@ -1694,7 +1694,7 @@ def test_every_command_that_reads_outside_data_has_a_hostile_case_per_input():
 
 # --------------------------------------------------------------------------- the rule for the classes of hostile input
 
-# Each class is closed once, in mamba_ssm/_untrusted.py (field/expect, release, marker_holds, text,
+# Each class is closed once, in builder/facts/untrusted.py and mamba_ssm/guard.py (field/expect, release, marker_holds, text,
 # guard_output, read_inside, RunBudget). For every command of SURFACES and the doctor: the cases that attack it with
 # that class, or why the class cannot reach it. A new command (or a new reader) lands with its row in each class.
 _NO_MARKER = "evaluates no environment marker (a marked Requires-Dist line is never a pin it reads)"
@@ -1706,7 +1706,7 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "plan": ("matrix-torch-a-string",), "render": ("render-matrix-torch-a-string",),
         "build": ("matrix-torch-a-string", "recipe-build-env-a-list"), "index": ("index-live-manifest-a-list",),
         "resolve": ("resolve-wheel-variants-a-list", "resolve-wheel-variants-files-a-string", "resolve-files-a-list"),
-        "verify": ("verify-provenance-source-a-list",), "recipe": ("recipe-build-env-a-list", "fetch_json_files_a_string"),
+        "reproduce": ("verify-provenance-source-a-list",), "recipe": ("recipe-build-env-a-list", "fetch_json_files_a_string"),
         "drift": ("drift-hashes-a-list", "drift-wrong-types"), "release": ("release-cost-a-list",),
         "cache": "reads text markers (.complete) and folder names: no document with fields",
         "rehearse": _FLAGS_ONLY,
@@ -1717,7 +1717,7 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
     "empty or malformed field": {
         "plan": ("matrix-torch-empty-part",), "render": ("render-matrix-python-empty-part",),
         "build": ("matrix-torch-empty-part", "recipe-version-empty"), "index": ("index-metadata-version-empty",),
-        "resolve": ("resolve-wheel-variants-release-empty-part",), "verify": ("verify-spec-id-empty-part",),
+        "resolve": ("resolve-wheel-variants-release-empty-part",), "reproduce": ("verify-spec-id-empty-part",),
         "recipe": ("recipe-version-empty",), "drift": ("drift-python-tag-empty-minor",),
         "cache": ("cache-budget-empty-number", "cache-budget-400-digits"), "release": ("release-cost-wall-empty",),
         "rehearse": ("rehearse-port-99999", "rehearse-version-regex-escape"),
@@ -1728,12 +1728,12 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "drift": ("drift-marker-undefined-comparison",),
         "installs": "hands each requirement's marker to pip and uv, which evaluate it; of its own it only asks whether "
                     "a Requires-Dist line of a pinned sdist names an extra",
-        **dict.fromkeys(("plan", "render", "build", "index", "resolve", "verify", "recipe", "cache", "release",
+        **dict.fromkeys(("plan", "render", "build", "index", "resolve", "reproduce", "recipe", "cache", "release",
                          "rehearse", "doctor", "evidence"), _NO_MARKER),
     },
     "bytes that are not text": {
         "plan": ("matrix-not-utf8",), "render": ("render-matrix-not-utf8",), "build": ("matrix-not-utf8", "recipe-not-utf8"),
-        "index": ("index-metadata-not-utf8",), "resolve": ("resolve-bad-utf8",), "verify": ("verify-provenance-not-utf8",),
+        "index": ("index-metadata-not-utf8",), "resolve": ("resolve-bad-utf8",), "reproduce": ("verify-provenance-not-utf8",),
         "recipe": ("recipe-not-utf8", "fetch_page_not_utf8"), "drift": ("drift-metadata-not-utf8", "drift-bad-utf8"),
         "cache": ("cache-complete-not-utf8",), "release": ("release-cost-not-utf8",), "rehearse": _FLAGS_ONLY,
         "doctor": ("doctor-metadata-not-utf8", "doctor-explain-bad-utf8"), "evidence": ("evidence-harvest-not-utf8",),
@@ -1743,7 +1743,7 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "plan": ("matrix-torch-escapes",), "render": ("render-matrix-torch-escapes",),
         "build": ("matrix-torch-escapes", "recipe-name-escapes"), "index": ("index-tag-rlo",),
         "resolve": ("resolve-label-escapes", "resolve-label-surrogate"),
-        "verify": ("verify-dirty-provenance-escapes", "verify-provenance-surrogate"),
+        "reproduce": ("verify-dirty-provenance-escapes", "verify-provenance-surrogate"),
         "recipe": ("recipe-name-escapes", "fetch_link_escapes"), "drift": ("drift-escape-in-listing",),
         "cache": ("cache-escape-in-complete", "cache-escape-in-slot-name"), "release": ("release-cost-escape",),
         "rehearse": ("rehearse-workflow-escapes",),
@@ -1759,11 +1759,11 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "recipe": "its sdist cache's archive is used only once its bytes hash to the pin: a link can only point at those bytes",
         "doctor": "reads the installed package as Python's import system finds it; of a RECORD-listed file only its "
                   "ELF header's machine is read and shown",
-        **dict.fromkeys(("plan", "render", "resolve", "verify", "release", "rehearse", "evidence"), _NO_OWN_FOLDER),
+        **dict.fromkeys(("plan", "render", "resolve", "reproduce", "release", "rehearse", "evidence"), _NO_OWN_FOLDER),
     },
     "work without a run-wide budget": {
         "drift": ("drift-budget-bytes", "drift-budget-seconds", "drift-ranged-deflate-bomb"),
-        "recipe": ("fetch_endless",), "build": ("fetch_endless",), "verify": ("verify-url-endless",),
+        "recipe": ("fetch_endless",), "build": ("fetch_endless",), "reproduce": ("verify-url-endless",),
         "resolve": "one manifest request, capped (256 MiB) under the request deadline",
         "installs": "each resolver run has a deadline (300 s); a stored listing is read up to 64 MiB and a METADATA up to 16 MiB; recording reads the index through drift's capped, deadlined reader",
         "doctor": ("doctor-lookup-trickle", "doctor-lookup-huge-page"),

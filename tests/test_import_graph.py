@@ -318,3 +318,44 @@ def test_help_lists_the_commands_without_importing_the_work() -> None:
     assert "builder.commands.plan" in plan and "builder.planning.plan" in plan
     assert not [m for m in plan if m.startswith("builder.commands.") and m not in ("builder.commands.plan", "builder.commands.cli")], plan
     assert not _domain(plan, ("building", "publishing", "upkeep")), _domain(plan, ("building", "publishing", "upkeep"))
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_package_imports(root: Path) -> list[str]:
+    """``file:line name`` for each import in ROOT/builder of a private module or name of the kernel package
+    (``mamba_ssm._x``, ``mamba_ssm.pkg._x``, ``from mamba_ssm.x import _y``): the farm uses the package's
+    public modules only, so the package may change its private parts without breaking the farm."""
+    found = []
+    for path in sorted((root / "builder").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.split(".")[0] == "mamba_ssm"]
+            elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "mamba_ssm":
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            found += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names if any(map(_private, n.split(".")))]
+    return found
+
+
+def test_the_farm_imports_only_public_modules_of_the_package() -> None:
+    found = private_package_imports(REPO)
+    assert not found, "builder/ imports private parts of mamba_ssm (make them public, or move them into builder):\n" + (
+        "\n".join(found)
+    )
+
+
+def test_a_private_package_import_is_named_with_its_file_and_line(tmp_path) -> None:
+    (tmp_path / "builder" / "stage").mkdir(parents=True)
+    (tmp_path / "builder" / "stage" / "a.py").write_text(
+        "from mamba_ssm import variant, __version__\nimport mamba_ssm._C\n"
+        "def f():\n    from mamba_ssm.doctor import _rules\n    from mamba_ssm.guard import shown, _Guarded\n"
+    )
+    assert private_package_imports(tmp_path) == [
+        "builder/stage/a.py:2 mamba_ssm._C",
+        "builder/stage/a.py:4 mamba_ssm.doctor._rules",
+        "builder/stage/a.py:5 mamba_ssm.guard._Guarded",
+    ]

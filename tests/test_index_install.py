@@ -15,7 +15,7 @@ from wheelmaker import make_fake_torch, make_mamba_wheel, make_wheel
 
 from builder.publishing.index import build_index, install_command
 from builder.publishing.resolve import resolve
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 LABELS = {
     "cu12torch2.6cxx11abiFALSE": ("cp310", "cp311", "cp312", "cp313"),
@@ -162,7 +162,7 @@ def test_pages_without_files_and_wheels_on_a_release_host_install_with_pip_uv_an
     check the hash; a tampered asset is refused."""
     import shutil
 
-    from mamba_ssm import _prebuilt
+    from mamba_ssm import prebuilt as _prebuilt
 
     label = "cu12torch2.6cxx11abiFALSE"
     wheels = tmp_path / "wheels"

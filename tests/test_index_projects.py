@@ -207,7 +207,7 @@ def test_a_sidecar_source_that_is_not_an_identity_is_a_one_line_error(tmp_path, 
 
 def test_prebuilt_lookup_takes_mamba_ssm_beside_causal_conv1d(tmp_path):
     """setup.py's lookup reads the variant's find-links page, where causal-conv1d's wheels now sit too."""
-    from mamba_ssm import _prebuilt, _variant
+    from mamba_ssm import prebuilt as _prebuilt, variant as _variant
 
     w = tmp_path / "wheels"
     make_recipe_wheel(w, "causal-conv1d", "1.7.0", "cu13torch2.14cxx11abitrue", source=CAUSAL_CONV1D)

@@ -22,7 +22,7 @@ from sharedruns import torch_venv
 from wheelmaker import make_wheel
 
 from builder.publishing.index import build_index
-from mamba_ssm import _variant as V
+from mamba_ssm import variant as V
 
 from conftest import REPO
 

@@ -34,7 +34,7 @@ def query(name: str) -> installs.Query:
     return installs.Query(**{**q, "requirements": tuple(q["requirements"])})
 
 
-def resolve(snapshot_root: Path, names: list[str], cache: Path) -> dict[str, installs.Outcome]:
+def resolve(snapshot_root: Path, names: list[str], cache: Path) -> dict[str, installs.InstallCheck]:
     run = installs.resolve_all([query(n) for n in names], Snapshot(snapshot_root), jobs=3, cache=cache)
     return {n: run.outcomes[query(n).key] for n in names}
 

@@ -4,7 +4,7 @@ Upstream's state-spaces/mamba 891: an aarch64 wheel shipped an x86_64 ``.so``. H
 is a real one (compiled with the host's g++); the aarch64 one is that same file with the AArch64
 e_machine in its header, or, where the cross compiler is installed, a real aarch64-linux-gnu-gcc
 build. The verifier (builder.verifying.wheels) and the doctor on the installed files give the same verdict,
-both through mamba_ssm._elf.
+both through mamba_ssm.elf.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from wheelmaker import _record_hash, make_wheel
 
 from builder.errors import VerificationError
 from builder.verifying.wheels import check_machine, verify_wheel
-from mamba_ssm import _elf
+from mamba_ssm import elf as _elf
 
 from conftest import REPO
 
@@ -167,7 +167,7 @@ def test_one_index_serves_each_machine_its_own_wheel(tmp_path):
 
     from builder.publishing.index.generation import build_index
     from builder.publishing.resolve import resolve
-    from mamba_ssm import _variant
+    from mamba_ssm import variant as _variant
 
     wheels = tmp_path / "wheels"
     x86 = make_mamba_wheel(wheels, "cputorchstable", "cp310", platform="linux_x86_64")

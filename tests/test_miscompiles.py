@@ -17,7 +17,7 @@ from builder.facts import miscompiles
 from builder.planning.plan import load_plan
 from builder.planning.recipes import CellFacts, placeholder_values
 from builder.verifying.wheels import audit_archs
-from mamba_ssm import _elf
+from mamba_ssm import elf as _elf
 
 NVCC = shutil.which("nvcc") or (
     "/usr/local/cuda-13.0/bin/nvcc" if Path("/usr/local/cuda-13.0/bin/nvcc").exists() else None

@@ -15,7 +15,7 @@ from builder.facts.compat import load as load_compat
 from builder.facts.compat import vtuple
 from builder.planning.matrix import Cell
 from builder.planning.plan import load_plan, served_cells, stable_floor
-from mamba_ssm._variant import Variant
+from mamba_ssm.variant import Variant
 
 CI_IDS = [
     "cpu-torch2.13-cxx11abiTRUE-cp311-linux_x86_64",

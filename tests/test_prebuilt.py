@@ -1,4 +1,4 @@
-"""mamba_ssm._prebuilt: find, download and verify the variant's wheel from a real index (builder.publishing.index)
+"""mamba_ssm.prebuilt: find, download and verify the variant's wheel from a real index (builder.publishing.index)
 served on 127.0.0.1; every failure is one line and a source build, never an exception."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from indexkit import serve
 from wheelmaker import make_mamba_wheel
 
 from builder.publishing.index import build_index
-from mamba_ssm import _prebuilt as P
-from mamba_ssm import _variant as V
+from mamba_ssm import prebuilt as P
+from mamba_ssm import variant as V
 
 from conftest import REPO
 
@@ -85,7 +85,7 @@ def test_ngc_end_to_end_through_the_setup_entry_point(index, tmp_path):
     script = textwrap.dedent(
         f"""
         import importlib.util, sys
-        spec = importlib.util.spec_from_file_location("_prebuilt", {str(REPO / "mamba_ssm" / "_prebuilt.py")!r})
+        spec = importlib.util.spec_from_file_location("_prebuilt", {str(REPO / "mamba_ssm" / "prebuilt.py")!r})
         mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
         path = mod.for_setup("2.3.0", sys.argv[1])
         print("WHEEL", path.name if path else None)
@@ -145,19 +145,19 @@ def test_force_build_skips_the_lookup(tmp_path):
 def test_the_default_index_is_set_in_one_place():
     hits = subprocess.run(["grep", "-rn", P.DEFAULT_INDEX_URL, str(REPO / "mamba_ssm"), str(REPO / "setup.py")], capture_output=True, text=True)
     files = {line.split(":")[0] for line in hits.stdout.splitlines() if not line.split(":")[0].endswith(".pyc")}
-    assert files == {str(REPO / "mamba_ssm" / "_prebuilt.py")}
+    assert files == {str(REPO / "mamba_ssm" / "prebuilt.py")}
 
 
 def _prebuilt_copy(folder: Path, stamp: str | None):
-    """_prebuilt.py as an unpacked sdist holds it (setup.py loads it by path), with the release's stamp or not."""
+    """prebuilt.py as an unpacked sdist holds it (setup.py loads it by path), with the release's stamp or not."""
     import importlib.util
 
     folder.mkdir(parents=True)
-    for name in ("_prebuilt.py", "_variant.py", "_untrusted.py"):
+    for name in ("prebuilt.py", "variant.py", "guard.py"):
         (folder / name).write_text((REPO / "mamba_ssm" / name).read_text())
     if stamp is not None:
         (folder / P.INDEX_STAMP).write_text(stamp)
-    spec = importlib.util.spec_from_file_location(f"_prebuilt_{folder.name}", folder / "_prebuilt.py")
+    spec = importlib.util.spec_from_file_location(f"_prebuilt_{folder.name}", folder / "prebuilt.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -65,7 +65,7 @@ def test_inputs_changed_rebuild_replaces_its_wheel_and_says_why(tmp_path):
     ledger.record(changed, rebuilt, 1.0)
     assert rebuilt.name == wheel.name  # same version and label: the same filename, other bytes
 
-    replace = build.replacements([schedule.Outcome(changed, "built", rebuilt)], previous)
+    replace = build.replacements([schedule.BuildOutcome(changed, "built", rebuilt)], previous)
     assert replace == {rebuilt.name: f"inputs changed (inputs_hash {spec.inputs_hash} -> 0123456789abcdef)"}
     said: list[str] = []
     assert build._index(wheels, dist / "index", said.append, replace) is None
@@ -82,7 +82,7 @@ def test_a_rebuild_with_unchanged_inputs_is_still_refused(tmp_path):
     assert ledger.done(spec, wheels) is None
     previous = build.previous_entries(ledger, [spec])
     rebuilt = _publish_build(spec, wheels, tmp_path / "s2", b"second = 2\n")
-    outcomes = [schedule.Outcome(spec, "built", rebuilt)]
+    outcomes = [schedule.BuildOutcome(spec, "built", rebuilt)]
     assert build.replacements(outcomes, previous) == {}
     err = build._index(wheels, dist / "index", lambda _: None, build.replacements(outcomes, previous))
     assert isinstance(err, IndexIntegrityError) and "differs from the published" in str(err)
@@ -95,8 +95,8 @@ def test_only_built_outcomes_with_a_previous_wheel_of_that_name_count(tmp_path):
     name = "mamba_ssm-2.3.0+x.whl"
     previous = {spec.id: {"inputs_hash": spec.inputs_hash, "wheel": name}}
     wheel = tmp_path / name
-    assert build.replacements([schedule.Outcome(changed, "failed", None)], previous) == {}
-    assert build.replacements([schedule.Outcome(changed, "skipped", wheel)], previous) == {}
-    assert build.replacements([schedule.Outcome(changed, "built", tmp_path / "other.whl")], previous) == {}
-    assert build.replacements([schedule.Outcome(changed, "built", wheel)], {}) == {}  # first build ever
-    assert list(build.replacements([schedule.Outcome(changed, "built", wheel)], previous)) == [name]
+    assert build.replacements([schedule.BuildOutcome(changed, "failed", None)], previous) == {}
+    assert build.replacements([schedule.BuildOutcome(changed, "skipped", wheel)], previous) == {}
+    assert build.replacements([schedule.BuildOutcome(changed, "built", tmp_path / "other.whl")], previous) == {}
+    assert build.replacements([schedule.BuildOutcome(changed, "built", wheel)], {}) == {}  # first build ever
+    assert list(build.replacements([schedule.BuildOutcome(changed, "built", wheel)], previous)) == [name]

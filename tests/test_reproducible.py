@@ -1,6 +1,6 @@
 """Reproducible wheels, for real: our CPU classic and CPU stable wheels, built twice in Docker, are the same bytes.
 
-The classic wheel (the ci profile's CPU run) is rebuilt by ``builder verify --rebuild`` into another dist and
+The classic wheel (the ci profile's CPU run) is rebuilt by ``builder reproduce --rebuild`` into another dist and
 must be "identical", and a copy with one byte changed must be exit 14 naming the member. The stable wheel is
 the release dry run's, which its reproduce job rebuilt. The comparison itself is tested in test_verify.py.
 """
@@ -30,7 +30,7 @@ def _spec(profile: str):
 
 def _verify(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "builder", "verify", *args],
+        [sys.executable, "-m", "builder", "reproduce", *args],
         check=False,
         cwd=REPO,
         capture_output=True,
@@ -65,7 +65,7 @@ def _one_byte_changed(wheel: Path, dest: Path) -> str:
 
 
 def _rebuilt_identical(spec, wheel: Path, tmp_path: Path) -> None:
-    """WHEEL (what built it, in the wheel and in the index's sidecar alike) rebuilt by `builder verify --rebuild`
+    """WHEEL (what built it, in the wheel and in the index's sidecar alike) rebuilt by `builder reproduce --rebuild`
     into dist B: identical; a copy with one byte of its extension changed: exit 14, that member named."""
     sidecar = json.loads(Path(f"{wheel}.spec.json").read_text())
     assert sidecar["provenance"] == provenance.read_wheel(wheel) and sidecar["provenance"]["id"] == spec.id
@@ -119,7 +119,7 @@ def test_cpu_wheel_rebuilds_to_the_same_bytes(request, tmp_path: Path) -> None:
 def test_cpu_stable_wheel_rebuilds_to_the_same_bytes(request, tmp_path: Path) -> None:
     """Our CPU stable-ABI wheel: the release dry run (tests/sharedruns.py `release_dry_run`, profile ci-stable)
     builds it in its build job and rebuilds it in its reproduce job, from the same commit, with this farm's
-    `verify --rebuild` check; here its wheel, its sidecar and the reproduce job's verdict on those very bytes.
+    `reproduce --rebuild` check; here its wheel, its sidecar and the reproduce job's verdict on those very bytes.
     (A one-byte change reported as different: the classic wheel above; for this kind, the rehearsal's tampered
     release, --run-slow.) Without act's actions here, the wheel is built and rebuilt as the classic one."""
     from sharedruns import rehearsal_actions

@@ -71,8 +71,8 @@ def fn_name(path: str) -> str:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_complex_A_is_refused_not_cast_to_real(path, monkeypatch, recwarn):
-    """Upstream's complex weights (wtype=torch.complex64) with a real-layout B: the cast to real
-    used to drop the imaginary part with only torch's warning, and the result was wrong."""
+    """Upstream's complex weights (wtype=torch.complex64) with a real-layout B: a cast to real
+    would drop the imaginary part with only torch's warning, and the result would be wrong."""
     a = base(path)
     a["A"] = torch.complex(a["A"], torch.randn(DIM, N, dtype=a["A"].dtype))
     with pytest.raises(ValueError) as err:

@@ -259,9 +259,7 @@ def test_the_doctor_and_the_summary_name_an_archive_or_git_source():
 
     archive = ArchivePin("demo", "1.1", "b" * 64, "https://example.org/demo/archive/refs/tags/v1.1.tar.gz")
     git = GitPin("demo", "1.2", "https://example.org/demo.git", "c" * 40)
-    for pin, says in ((archive, f"archive {archive.url} sha256 bbbbbbbbbbbb"), (git, f"git {git.url} at cccccccccccc")):
+    for pin, says in ((archive, f"archive {archive.url} (sha256 bbbbbbbbbbbb)"), (git, f"git {git.url} at cccccccccccc")):
         rec = {"source": pin.provenance(), "id": "i", "inputs_hash": "h", "executor": "host", "platform": "p"}
         assert report._built_from(rec).startswith(says), report._built_from(rec)
-        assert provenance.summary(rec).startswith(
-            says.replace(" sha256 ", " (sha256 ").replace("bbbbbbbbbbbb", "bbbbbbbbbbbb)")
-        )
+        assert provenance.summary(rec).startswith(says)

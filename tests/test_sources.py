@@ -251,7 +251,7 @@ def test_unsafe_members_are_refused_before_anything_is_written(tmp_path, kind):
             info.type, info.linkname, info.size = type_, linkname, len(data) if type_ == tarfile.REGTYPE else 0
             tf.addfile(info, io.BytesIO(data) if type_ == tarfile.REGTYPE else None)
 
-        add("evil-1.0/setup.py", data=b"print('first')\n")  # a member written before the bad one, in the old code
+        add("evil-1.0/setup.py", data=b"print('first')\n")  # a member that comes before the bad one: never written either
         if kind == "absolute":
             add(str(tmp_path / "marker.txt"), data=b"x")
         elif kind == "link-chain":  # lexically inside (d/d/d/../../..), really three folders up: d is "."
@@ -366,7 +366,7 @@ def test_a_download_stops_at_the_size_cap_and_leaves_nothing(tmp_path, monkeypat
 
 
 def test_a_local_page_linking_dev_zero_is_not_read(tmp_path, monkeypatch):
-    monkeypatch.setenv("MAMBA_FARM_MAX_SDIST_MB", "1")  # the old code read /dev/zero until the disk was full
+    monkeypatch.setenv("MAMBA_FARM_MAX_SDIST_MB", "1")  # uncapped, /dev/zero would be read until the disk was full
     _page(tmp_path / "simple", "evil", [("file:///dev/zero", "evil-1.0.tar.gz")])
     cache = SourceCache(tmp_path / "c", Fetcher(indexes=((tmp_path / "simple").as_uri(),)))
     with pytest.raises(SourceFetchError, match="not a regular file"):

@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO
 from packaging.utils import parse_wheel_filename
 
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 FLOOR = re.search(r'^\[stable\]\s*\nfloor\s*=\s*"([^"]+)"', (REPO / "mamba_build" / "build.toml").read_text(), re.M)
 

@@ -1,4 +1,4 @@
-"""mamba_ssm._variant: the one definition of an environment's build variant."""
+"""mamba_ssm.variant: the one definition of an environment's build variant."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mamba_ssm import _variant as V
+from mamba_ssm import variant as V
 
 from conftest import REPO
 
@@ -61,7 +61,7 @@ def test_imports_without_torch_or_the_package():
     # setup.py loads the file by path before anything is installed.
     code = (
         "import importlib.util, sys\n"
-        f"s = importlib.util.spec_from_file_location('v', {str(REPO / 'mamba_ssm' / '_variant.py')!r})\n"
+        f"s = importlib.util.spec_from_file_location('v', {str(REPO / 'mamba_ssm' / 'variant.py')!r})\n"
         "m = importlib.util.module_from_spec(s); sys.modules['v'] = m; s.loader.exec_module(m)\n"
         "assert 'torch' not in sys.modules and 'mamba_ssm' not in sys.modules\n"
         "print(m.from_values('2.6.0', cuda='12.4').label)\n"
@@ -78,7 +78,7 @@ def test_labels_survive_pep440_normalisation():
 # ---- reading torch's files instead of importing it (setup.py runs three times per pip install) ----
 
 _PROBE = (
-    "import sys; from mamba_ssm import _variant as V; "
+    "import sys; from mamba_ssm import variant as V; "
     "print(V.detect_installed().key, 'torch' in sys.modules, V.detect().key)"
 )
 
@@ -126,14 +126,14 @@ def test_the_cxx_abi_is_read_from_libc10_without_importing_torch(tmp_path, abi):
         objects.append(str(obj))
     subprocess.run(["c++", "-shared", *objects, "-o", str(torch_dir / "lib" / "libc10.so")], check=True)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}"}
-    code = "from mamba_ssm import _variant as V; print(V.detect_installed().key)"
+    code = "from mamba_ssm import variant as V; print(V.detect_installed().key)"
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == f"cu12-torch2.5-cxx11abi{'TRUE' if abi else 'FALSE'}"
 
 
 def test_no_torch_installed_is_none(tmp_path):
-    code = "from mamba_ssm import _variant as V; print(V.installed_torch(), V.detect_installed())"
+    code = "from mamba_ssm import variant as V; print(V.installed_torch(), V.detect_installed())"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
     p = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 0 and p.stdout.split() == ["None", "None"], p.stderr
@@ -173,7 +173,7 @@ def test_a_free_threaded_interpreter_is_named_by_its_own_tag(monkeypatch):
     serves it. No free-threaded interpreter runs here: this one's build flag is replaced for the second half."""
     import sysconfig
 
-    from mamba_ssm import _prebuilt
+    from mamba_ssm import prebuilt as _prebuilt
 
     assert V.python_tag((3, 14), free_threaded=True) == "cp314t"
     assert V.python_tag((3, 15), free_threaded=False) == "cp315"

@@ -24,7 +24,7 @@ from wheelmaker import make_mamba_wheel, make_wheel
 
 from builder.errors import VerificationError
 from builder.verifying import variants
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 variantlib = pytest.importorskip("variantlib")
 from variantlib.variant_dist_info import VariantDistInfo

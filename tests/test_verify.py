@@ -1,7 +1,7 @@
-"""Reproducible wheels without Docker: the one rewriter's layout, the source's time, and ``verify``'s comparison.
+"""Reproducible wheels without Docker: the one rewriter's layout, the source's time, and ``reproduce``'s comparison.
 
 The parts the Docker rebuilds (tests/test_reproducible.py) rest on: ``relabel.write_wheel`` gives the same bytes
-whatever its input's order, times and modes; the epoch comes from the source; ``builder verify`` names what
+whatever its input's order, times and modes; the epoch comes from the source; ``builder reproduce`` names what
 differs, and exits 15, not 14, when it cannot compare.
 """
 
@@ -24,7 +24,7 @@ from builder.run import verify
 from builder.sourcing import reproducible
 from builder.verifying import relabel
 from builder.verifying.compare import compare
-from mamba_ssm import _elf
+from mamba_ssm import elf as _elf
 
 
 def _real_elf() -> bytes:
@@ -134,7 +134,7 @@ def test_verify_refuses_what_it_cannot_compare(tmp_path: Path, cli) -> None:
         ),
     ]
     for args, code, text in cases:
-        proc = cli("verify", *args)
+        proc = cli("reproduce", *args)
         assert proc.returncode == code, (args, proc.stderr)
         assert text in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
 
@@ -181,7 +181,7 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPO}"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"commit {rec['source']['commit'][:12]}, build {spec.id}, inputs {spec.inputs_hash}"
+    assert proc.stdout.strip() == f"checkout {rec['source']['commit'][:12]}, build {spec.id}, inputs {spec.inputs_hash}"
 
 
 def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_path: Path, cli) -> None:
@@ -214,8 +214,14 @@ def test_the_release_check_takes_one_wheel_of_each_kind_this_machine_builds(tmp_
     assert all(i != "elsewhere" for i, _w, _p in picks)
     assert ("causal-conv1d-x", tmp_path / "sub" / "c.whl", "causal-conv1d") in picks
     assert {p for _i, _w, p in picks} == {"checkout", "causal-conv1d"}
-    proc = cli("verify", "--one-per-kind", str(tmp_path / "nothing-here"))
+    proc = cli("reproduce", "--one-per-kind", str(tmp_path / "nothing-here"))
     assert proc.returncode == 2 and "no such folder" in proc.stderr
+
+
+def test_the_old_name_verify_still_runs_reproduce_and_says_so(tmp_path: Path, cli) -> None:
+    proc = cli("verify", "--one-per-kind", str(tmp_path / "nothing-here"))
+    assert proc.returncode == 2 and "no such folder" in proc.stderr, proc.stderr
+    assert "`verify` is now `reproduce`" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_the_rebuild_uses_the_commit_the_wheel_records(tmp_path: Path) -> None:
@@ -241,7 +247,7 @@ def test_the_rebuild_uses_the_commit_the_wheel_records(tmp_path: Path) -> None:
 
 
 def test_a_dirty_tree_is_recorded_and_the_rebuild_refuses_to_promise_identity(tmp_path: Path, cli) -> None:
-    """A build from a checkout with changes its commit lacks says so (provenance `dirty`); `verify --rebuild`
+    """A build from a checkout with changes its commit lacks says so (provenance `dirty`); `reproduce --rebuild`
     of such a wheel exits 15 (no commit holds its source) unless --source names the tree, and the doctor's
     "built from" line shows it."""
     from builder.verifying import provenance, wheels
@@ -270,16 +276,16 @@ def test_a_dirty_tree_is_recorded_and_the_rebuild_refuses_to_promise_identity(tm
     rec = provenance.record(spec, epoch=1700000000, commit=head, dirty=True)
     assert rec["source"] == {"kind": "checkout", "commit": head, "dirty": True}
     assert "with uncommitted changes" in provenance.summary(rec)
-    assert report._built_from(rec).startswith(f"commit {head[:12]} + uncommitted changes, build {spec.id}")
+    assert report._built_from(rec).startswith(f"checkout {head[:12]} with uncommitted changes, build {spec.id}")
     assert "uncommitted" not in report._built_from(clean)
 
     raw = make_wheel(tmp_path / "raw", "demo", "1.0", "cp311-cp311-linux_x86_64")
     wheel = wheels.retag(raw, "linux_x86_64", tmp_path / "out", extra={provenance.NAME: provenance.dumps(rec)})
-    refused = cli("verify", "--rebuild", spec.id, str(wheel))
+    refused = cli("reproduce", "--rebuild", spec.id, str(wheel))
     assert refused.returncode == 15, refused.stderr
     assert f"built from commit {head[:12]} with uncommitted changes" in refused.stderr
     assert "--source" in refused.stderr and "Traceback" not in refused.stderr
     # with --source the caller vouches for the tree: compared (here the id is unknown, so it stops there)
-    vouched = cli("verify", "--rebuild", "no-such-build", str(wheel), "--source", str(tree))
+    vouched = cli("reproduce", "--rebuild", "no-such-build", str(wheel), "--source", str(tree))
     assert "warning: " in vouched.stderr and "as given" in vouched.stderr
     assert vouched.returncode == 15 and "no plan has a build" in vouched.stderr

@@ -12,7 +12,7 @@ from builder.errors import VerificationError
 from builder.publishing.index import build_index
 from builder.publishing.resolve import resolve
 from builder.verifying.wheels import read_facts
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 STABLE = "2.3.0+cu13torchstable"
 
@@ -39,7 +39,7 @@ def test_torch_pin_is_the_same_for_the_verifier_and_the_index(tmp_path, requires
 
 
 def test_a_marked_torch_entry_does_not_narrow_what_a_stable_wheel_serves(tmp_path):
-    """The index used to let the last entry win: a test extra's torch<2.0 made this wheel serve no torch at all."""
+    """Every Requires-Dist entry counts, not the last one: a test extra's torch<2.0 must not make this wheel serve no torch."""
     make_wheel(
         tmp_path / "wheels",
         "mamba-ssm",

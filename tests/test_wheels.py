@@ -15,7 +15,7 @@ from wheelmaker import make_wheel
 from builder.errors import VerificationError
 from builder.facts.spec import BuildSpec
 from builder.verifying.wheels import audit_archs, audit_cxx_abi, read_facts, retag, verify_wheel
-from mamba_ssm import _elf
+from mamba_ssm import elf as _elf
 
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not installed")
@@ -279,7 +279,7 @@ NVCC = shutil.which("nvcc")
 
 
 def _cuobjdump() -> str | None:
-    """NVIDIA's own fatbin reader: the cross-check of mamba_ssm._elf (the nvidia-cuda-cuobjdump wheel or PATH)."""
+    """NVIDIA's own fatbin reader: the cross-check of mamba_ssm.elf (the nvidia-cuda-cuobjdump wheel or PATH)."""
     import sysconfig
 
     import cudakit
@@ -304,7 +304,7 @@ def _nvcc(tmp: Path, name: str, *gencodes: str) -> Path:
 @pytest.mark.cuda_build
 @pytest.mark.skipif(NVCC is None or _cuobjdump() is None, reason="needs nvcc and cuobjdump (nvidia-cuda-cuobjdump)")
 def test_the_fatbin_reader_lists_what_cuobjdump_lists(tmp_path):
-    """The farm reads the fatbin with mamba_ssm._elf (as the doctor does): the same list as cuobjdump,
+    """The farm reads the fatbin with mamba_ssm.elf (as the doctor does): the same list as cuobjdump,
     arch-specific (sm_90a) and family (sm_100f) targets included."""
     so = _nvcc(tmp_path, "many", "arch=compute_80,code=sm_80", "arch=compute_90a,code=[sm_90a,compute_90a]",
                "arch=compute_100f,code=[sm_100f,compute_100f]", "arch=compute_120,code=compute_120")  # fmt: skip
@@ -374,7 +374,7 @@ def test_verify_and_smoke_test_the_real_cpu_build(tmp_path):
     from builder.building.executors import GLIBC_FLOOR
     from builder.environments import store
     from builder.verifying.smoke import smoke_test
-    from mamba_ssm import _variant
+    from mamba_ssm import variant as _variant
 
     repo = Path(__file__).resolve().parents[1]
     floor = tmp_path / "glibc_floor.o"  # what build.sh links into every farm build, so it reaches manylinux_2_28

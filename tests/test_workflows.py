@@ -813,7 +813,7 @@ def check_index(site: Path, wheels: dict[Path, str | None], base: str = INDEX_UR
     then serves it."""
     from packaging.utils import parse_wheel_filename
 
-    from mamba_ssm._variant import Variant
+    from mamba_ssm.variant import Variant
 
     assert (site / "index.html").is_file()
     projects: dict[str, set[str]] = {}
@@ -985,7 +985,7 @@ def test_every_nox_session_the_workflows_call_exists():
 @pytest.mark.parametrize("profile", ["", "release"])
 def test_reproduce_rebuilds_one_wheel_per_kind_between_build_and_publish(tmp_path, profile):
     """The release checks itself: `reproduce` runs after the x86_64 builds, on their wheels, asks the farm for
-    `verify --one-per-kind` under the plan's profile, and publish does not run when it failed (a difference)."""
+    `reproduce --one-per-kind` under the plan's profile, and publish does not run when it failed (a difference)."""
     from builder.commands.cli import build_parser
 
     jobs = load(RELEASE)["jobs"]
@@ -994,7 +994,7 @@ def test_reproduce_rebuilds_one_wheel_per_kind_between_build_and_publish(tmp_pat
     assert "reproduce" in jobs["publish"]["needs"] and "needs.reproduce.result != 'failure'" in jobs["publish"]["if"]
     download = next(s for s in job["steps"] if "download-artifact" in s.get("uses", ""))
     assert download["with"] == {"pattern": "wheel-*", "path": "artifacts/wheels"}
-    step = next(s for s in job["steps"] if "nox -s verify" in s.get("run", ""))
+    step = next(s for s in job["steps"] if "nox -s reproduce" in s.get("run", ""))
     (tmp_path / "bin").mkdir()
     fake = tmp_path / "bin" / "nox"
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$NOX_ARGS"\n')
@@ -1004,7 +1004,7 @@ def test_reproduce_rebuilds_one_wheel_per_kind_between_build_and_publish(tmp_pat
     proc = run_step(step, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     args = (tmp_path / "args").read_text().splitlines()
-    assert args[:3] == ["-s", "verify", "--"]
-    parsed = build_parser(["verify", *args[3:]]).parse_args(["verify", *args[3:]])
+    assert args[:3] == ["-s", "reproduce", "--"]
+    parsed = build_parser(["reproduce", *args[3:]]).parse_args(["reproduce", *args[3:]])
     assert parsed.one_per_kind == Path("artifacts/wheels") and parsed.executor == "docker"
     assert parsed.profile == (profile or None)

@@ -25,7 +25,7 @@ from builder.facts import compat as compat_mod
 from builder.facts.hostenv import find_ca_bundle
 from builder.facts.paths import REPO
 from builder.facts.spec import stable_hash
-from mamba_ssm import _elf
+from mamba_ssm import elf as _elf
 
 HIPIFY_SCRIPT = Path(__file__).resolve().parent / "hipify_tus.py"
 SUITE = NEWER_SUITE  # the Debian release with hipcc (5.7.1)
@@ -208,7 +208,7 @@ def hipify(work: Path, *, python: str, csrc: Path = REPO / "csrc") -> list[str]:
 
 def code_objects(obj: Path) -> tuple[CodeObject, ...]:
     """The device code objects in OBJ's .hip_fatbin offload bundle (host entry left out), read by
-    mamba_ssm._elf: the reader the farm's verifier and the doctor use."""
+    mamba_ssm.elf: the reader the farm's verifier and the doctor use."""
     elf = _elf.Elf.read(obj)
     blob = elf.section(".hip_fatbin")
     if blob is None:

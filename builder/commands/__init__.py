@@ -17,6 +17,7 @@ T = TypeVar("T")
 class Command(NamedTuple):
     module: str  # the module under builder/commands/ with add_command(subparsers) and run(args)
     summary: str  # the one line ``python -m builder --help`` shows for it
+    aliases: tuple[str, ...] = ()  # other names that run it (a renamed command's old name, for one release)
 
 
 # command name -> its module and summary; order is the order of ``--help``.
@@ -27,9 +28,10 @@ COMMANDS: dict[str, Command] = {
         "builder.commands.base_image", "make a local Debian base image (debootstrap + docker import)"
     ),
     "build": Command("builder.commands.build", "build, verify and index every wheel of the plan into --dist"),
-    "verify": Command(
-        "builder.commands.verify",
+    "reproduce": Command(
+        "builder.commands.reproduce",
         "rebuild one spec from its recorded inputs and compare it byte for byte with a wheel",
+        aliases=("verify",),
     ),
     "index": Command(
         "builder.commands.index",
@@ -64,6 +66,11 @@ COMMANDS: dict[str, Command] = {
         "builder.commands.evidence", "the evidence ledger: harvest records of real runs; each cell's tier"
     ),
 }
+
+
+def named(name: str | None) -> str | None:
+    """The command NAME runs (itself, or the command it is an alias of); None for no command."""
+    return next((c for c, command in COMMANDS.items() if name == c or name in command.aliases), None)
 
 
 def summary(name: str) -> str:

@@ -10,7 +10,7 @@ import time
 from builder.commands import summary
 from builder.environments import store
 from builder.environments.store import budget, entries, evict, human, linked, parse_size, real_bytes, smoke_root
-from mamba_ssm._untrusted import shown
+from builder.facts.untrusted import shown
 
 
 def add_command(subparsers) -> None:

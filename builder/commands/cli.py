@@ -11,9 +11,9 @@ import argparse
 import importlib
 import sys
 
-from builder.commands import COMMANDS
+from builder.commands import COMMANDS, named
 from builder.errors import FarmError, UsageError
-from mamba_ssm._untrusted import Untrusted, guard_output, shown
+from mamba_ssm.guard import Untrusted, guard_output, shown  # the package's guard: --help imports no stage
 
 
 def build_parser(argv: list[str] | None = None, *, every: bool = False) -> argparse.ArgumentParser:
@@ -22,12 +22,12 @@ def build_parser(argv: list[str] | None = None, *, every: bool = False) -> argpa
     EVERY: each command's module adds its full parser (the CLI reference is generated from that)."""
     parser = argparse.ArgumentParser(prog="python -m builder", description="mamba-ssm wheel farm")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    first = next((a for a in (argv or []) if not a.startswith("-")), None)
+    first = named(next((a for a in (argv or []) if not a.startswith("-")), None))
     for name, command in COMMANDS.items():
         if every or name == first:
             importlib.import_module(command.module).add_command(sub)
-        elif first not in COMMANDS:
-            sub.add_parser(name, help=command.summary)
+        elif first is None:
+            sub.add_parser(name, help=command.summary, aliases=command.aliases)
     return parser
 
 
@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     guard_output()  # whatever a command prints of outside data: controls and surrogates escaped, never obeyed
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    if args.command != named(args.command):
+        print(f"note: `{args.command}` is now `{named(args.command)}`; the old name goes after the next release",
+              file=sys.stderr)  # fmt: skip
     try:
         return int(args.func(args) or 0)
     except FarmError as err:

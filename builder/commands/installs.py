@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from builder.facts import installs as record
     from builder.planning.plan import load_plan
     from builder.publishing import installs
-    from builder.sourcing.pypi import Index
+    from builder.sourcing.pypi import SimpleIndex
     from builder.sourcing.snapshot import Snapshot, export
     from builder.sourcing.sources import SourceCache
 
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     queries = installs.plan_queries(plan, SourceCache())
     upstream = None
     if args.record:
-        upstream = Index()
+        upstream = SimpleIndex()
         upstream.max_requests = 50_000  # a release's closure: listings and METADATA once each, cached by sha256
     snapshot = Snapshot(args.snapshot, upstream, refresh=args.refresh)
     run_ = installs.resolve_all([q for q, _ids in queries.values()], snapshot, jobs=args.jobs, progress=True,

@@ -10,8 +10,8 @@ from pathlib import Path
 from builder.commands import summary
 from builder.errors import UsageError
 from builder.facts.paths import REPO
+from builder.facts.untrusted import shown
 from builder.upkeep.rehearse import DRY_RUN_PROFILE, WORKFLOWS, act_binary, rehearse
-from mamba_ssm._untrusted import shown
 
 
 def add_command(subparsers) -> None:

@@ -11,12 +11,12 @@ from packaging.utils import canonicalize_name
 
 from builder.commands import summary
 from builder.errors import NoMatchingWheel, UsageError
+from builder.facts.untrusted import PLAIN_URL_RE
 from builder.publishing.index.model import PROJECT, Manifest, install_command
 from builder.publishing.resolve import DEFAULT_INDEX, is_http_url, load, resolve
 from builder.verifying import variants
-from mamba_ssm import _variant
-from mamba_ssm._elf import tag_machine
-from mamba_ssm._untrusted import PLAIN_URL_RE
+from mamba_ssm import variant as _variant
+from mamba_ssm.elf import tag_machine
 
 
 def add_command(subparsers) -> None:

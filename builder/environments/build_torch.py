@@ -20,7 +20,7 @@ from builder.errors import FarmError
 from builder.facts import timings
 from builder.facts.compat import machine_of, manylinux_glibc, manylinux_platforms
 from builder.facts.hostenv import torch_index_args
-from mamba_ssm._untrusted import Untrusted
+from builder.facts.untrusted import Untrusted
 
 
 def linked_from_store(spec, folder: Path, log_path: Path, *, log=print) -> str | None:

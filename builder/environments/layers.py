@@ -21,7 +21,7 @@ from builder.environments.store import real_dirs, touch
 from builder.environments.venv import run_step, site_packages
 from builder.errors import VerificationError
 from builder.facts import timings
-from mamba_ssm._untrusted import Untrusted, read_inside, shown, text
+from builder.facts.untrusted import Untrusted, read_inside, shown, text
 
 
 def _layer_begin(layer: Path) -> Path | None:

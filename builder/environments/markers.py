@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from builder.errors import InfrastructureError, VerificationError
-from mamba_ssm._untrusted import Untrusted
+from builder.facts.untrusted import Untrusted
 
 # The marker environment of an interpreter here (packaging's default_environment, stdlib only).
 _MARKER_ENV = r"""
@@ -55,7 +55,7 @@ def target_requirements(site: Path, project: str, machine: str, python: str) -> 
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    from mamba_ssm._untrusted import read_regular, shown
+    from builder.facts.untrusted import read_regular, shown
 
     infos = [p for p in site.glob("*.dist-info") if canonicalize_name(p.name.split("-")[0]) == canonicalize_name(project)]
     if len(infos) != 1:

@@ -28,7 +28,7 @@ from builder.environments.venv import run_step
 from builder.errors import UsageError, VerificationError
 from builder.facts import hostenv, timings
 from builder.facts.compat import manylinux_glibc
-from mamba_ssm._untrusted import Untrusted, read_inside, remove_tree, shown, text
+from builder.facts.untrusted import Untrusted, read_inside, remove_tree, shown, text
 
 DEFAULT_BUDGET = 40 * 1024**3  # about 7 CUDA torch venvs of different releases, a fraction of a 100 GB disk
 CUDA_TORCH_BYTES = 5_400_000_000  # measured: torch 2.14.1 / 2.15.0 (CUDA 13) with their nvidia-* wheels
@@ -64,7 +64,7 @@ def human(n: float) -> str:
 
 
 @dataclass(frozen=True)
-class Entry:
+class CacheEntry:
     path: Path
     requirement: str  # what .complete says: "torch==2.14.1"; a dependency layer's: "torch==2.14.1 + einops, ..."
     last_used: float
@@ -103,7 +103,7 @@ def linked(root: Path | None = None) -> list[Path]:
     return out
 
 
-def entries(root: Path | None = None, warn=None) -> list[Entry]:
+def entries(root: Path | None = None, warn=None) -> list[CacheEntry]:
     """Every complete torch venv and dependency layer under the smoke cache, least recently used first. Only
     real folders are walked (a link to a folder elsewhere is not the cache's); a ``.complete`` that is not a
     small regular file is not a complete venv (``warn`` is told)."""
@@ -127,7 +127,7 @@ def entries(root: Path | None = None, warn=None) -> list[Entry]:
                 last = (used if used.is_file() else done).lstat().st_mtime
             except OSError:
                 continue
-            out.append(Entry(venv, requirement, last, sum(st.st_size for _, st in _files(venv))))
+            out.append(CacheEntry(venv, requirement, last, sum(st.st_size for _, st in _files(venv))))
     return sorted(out, key=lambda e: e.last_used)
 
 
@@ -194,7 +194,7 @@ def _link_if_same(p: Path, st: os.stat_result, cand: Path) -> bool | None:
     return True
 
 
-def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, log=print) -> list[Entry]:
+def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, log=print) -> list[CacheEntry]:
     """Remove least recently used venvs (never those in KEEP) until the cache fits LIMIT; the removed ones."""
     root = root or smoke_root()
     live = entries(root)
@@ -230,7 +230,7 @@ def evict(limit: int, keep: set[Path] = frozenset(), root: Path | None = None, l
     return removed
 
 
-def _layers_on(venv: Path, live: list[Entry]) -> list[Entry]:
+def _layers_on(venv: Path, live: list[CacheEntry]) -> list[CacheEntry]:
     """The dependency layers of LIVE on top of the torch VENV (they see its files through a .pth, so they go with
     it): in its slot's deps-envs, named after it (``deps_layer``)."""
     if venv.parent.name != "torch-envs":

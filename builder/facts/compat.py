@@ -15,7 +15,7 @@ from pathlib import Path
 import tomllib
 
 from builder.facts import paths
-from mamba_ssm._untrusted import release
+from builder.facts.untrusted import release
 
 DATA_DIR = paths.DATA
 BUILD_DATA = paths.REPO / "mamba_build" / "build.toml"  # shared with setup.py
@@ -302,8 +302,8 @@ def manylinux_platforms(tag: str) -> list[str]:
 
     ``pip --platform`` matches tags exactly: a pip fetching for another machine is given them all (PyPI's aarch64
     cuDNN and cuBLAS wheels say manylinux_2_27, its toolkit wheels manylinux2014). Which glibc each tag needs is
-    read the installer's way (``mamba_ssm._prebuilt.platform_ok``)."""
-    from mamba_ssm._prebuilt import platform_ok  # here: it loads urllib & co., which most users of compat never need
+    read the installer's way (``mamba_ssm.prebuilt.platform_ok``)."""
+    from mamba_ssm.prebuilt import platform_ok  # here: it loads urllib & co., which most users of compat never need
 
     m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", tag)
     if m is None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from builder.errors import MatrixError
 from builder.facts.compat import vtuple
 from builder.facts.paths import DATA
-from mamba_ssm._untrusted import Untrusted, expect, load_json, read_regular
+from builder.facts.untrusted import Untrusted, expect, load_json, read_regular
 
 RECORD = DATA / "installs.json"
 MAX_RECORD_BYTES = 16 << 20
@@ -31,7 +31,7 @@ def cell_key(project: str, version: str, torch: str, python: str, platform: str)
 
 
 @dataclass(frozen=True)
-class Outcome:
+class InstallRecord:
     """One cell's resolution, as recorded."""
 
     installs: bool | None  # None: not resolvable here (the stand-in index holds no wheel of that torch)
@@ -53,15 +53,15 @@ class Installs:
     """The record: cell key -> outcome."""
 
     path: Path
-    cells: dict[str, Outcome]
+    cells: dict[str, InstallRecord]
     stand_in: str = ""
     recorded: str = ""
     written: dict[str, dict] = field(default_factory=dict, compare=False, repr=False)  # each cell as the file holds it
 
-    def outcome(self, project: str, version: str, torch: str, python: str, platform: str) -> Outcome | None:
+    def outcome(self, project: str, version: str, torch: str, python: str, platform: str) -> InstallRecord | None:
         return self.cells.get(cell_key(project, version, torch, python, platform))
 
-    def for_minor(self, project: str, version: str, minor: str, python: str, platform: str) -> Outcome | None:
+    def for_minor(self, project: str, version: str, minor: str, python: str, platform: str) -> InstallRecord | None:
         """The outcome recorded for the newest torch release of MINOR ("2.8") in that cell."""
         found = None
         for key, o in self.cells.items():
@@ -98,7 +98,7 @@ def _load(path: Path, _mtime_ns: int, _size: int) -> Installs:
         cells, written = {}, {}
         for key, c in expect(doc.get("cells", {}), dict, f"{path}: cells").items():
             written[key] = c = expect(c, dict, f"{path}: cells[{key!r}]")
-            cells[key] = Outcome(
+            cells[key] = InstallRecord(
                 installs=expect(c.get("installs"), (bool, type(None)), f"{path}: cells[{key!r}].installs"),
                 floor=expect(c.get("floor"), (str, type(None)), f"{path}: cells[{key!r}].floor"),
                 why=expect(c.get("why", ""), str, f"{path}: cells[{key!r}].why"),

@@ -13,6 +13,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
@@ -134,12 +135,13 @@ class CheckoutSource:
 
 
 @dataclass(frozen=True)
-class SdistPin:
-    """A published sdist: ``name==version`` whose archive must have ``sha256``."""
+class _ProjectPin:
+    """What every recipe pin says: the project and version it holds, the name the cache stores it under, and
+    its identity and provenance record, both led by ``KIND`` and ended by what pins it (``_pinned``)."""
 
+    KIND: ClassVar[str]
     name: str  # distribution name as the index knows it ("mamba-ssm" or "mamba_ssm")
     version: str
-    sha256: str
 
     @property
     def project(self) -> str:
@@ -147,19 +149,40 @@ class SdistPin:
 
     @property
     def filename(self) -> str:
-        """The PEP 625 name of the archive (what the cache stores it as)."""
+        """The PEP 625 name of the archive (what the cache stores it as), whatever a URL's last segment says."""
         return f"{self.project.replace('-', '_')}-{self.version}.tar.gz"
 
     @property
     def identity(self) -> str:
-        return f"sdist:{self.project}=={self.version}@sha256:{self.sha256}"
-
-    def describe(self) -> str:
-        return f"{self.project} {self.version} (sdist sha256 {self.sha256[:12]}…)"
+        return f"{self.KIND}:{self.project}=={self.version}@{self._pin}"
 
     def provenance(self) -> dict:
         """What a wheel's provenance record says of this source (builder/verifying/provenance.py)."""
-        return {"kind": "sdist", "name": self.project, "version": self.version, "sha256": self.sha256}
+        return {"kind": self.KIND, "name": self.project, "version": self.version, **self._pinned()}
+
+
+@dataclass(frozen=True)
+class _HashPin(_ProjectPin):
+    """A pin whose archive must have ``sha256``."""
+
+    sha256: str
+
+    @property
+    def _pin(self) -> str:
+        return f"sha256:{self.sha256}"
+
+
+@dataclass(frozen=True)
+class SdistPin(_HashPin):
+    """A published sdist: ``name==version`` whose archive must have ``sha256``."""
+
+    KIND = "sdist"
+
+    def _pinned(self) -> dict:
+        return {"sha256": self.sha256}
+
+    def describe(self) -> str:
+        return f"{self.project} {self.version} (sdist sha256 {self.sha256[:12]}…)"
 
     def matches_filename(self, filename: str) -> bool:
         try:
@@ -192,70 +215,40 @@ class FilePin:
 
 
 @dataclass(frozen=True)
-class ArchivePin:
+class ArchivePin(_HashPin):
     """A source archive at one URL (a GitHub tag tarball: ``https://github.com/<o>/<r>/archive/refs/tags/<tag>.tar.gz``),
     pinned by its sha256: for a project whose PyPI sdists lack its sources. NAME and VERSION say what it holds
     (the wheel's version comes from its setup.py); fetched, cached, checked and unpacked as an sdist is."""
 
-    name: str
-    version: str
-    sha256: str
+    KIND = "archive"
     url: str  # http(s) only: the recipe is refused otherwise
 
-    @property
-    def project(self) -> str:
-        return canonicalize_name(self.name)
-
-    @property
-    def filename(self) -> str:
-        """What the cache stores it as: the project and version, whatever the URL's last segment says."""
-        return f"{self.project.replace('-', '_')}-{self.version}.tar.gz"
-
-    @property
-    def identity(self) -> str:
-        return f"archive:{self.project}=={self.version}@sha256:{self.sha256}"
+    def _pinned(self) -> dict:
+        return {"url": self.url, "sha256": self.sha256}
 
     def describe(self) -> str:
         return f"{self.project} {self.version} (archive {self.url}, sha256 {self.sha256[:12]}…)"
 
-    def provenance(self) -> dict:
-        return {
-            "kind": "archive",
-            "name": self.project,
-            "version": self.version,
-            "url": self.url,
-            "sha256": self.sha256,
-        }
-
 
 @dataclass(frozen=True)
-class GitPin:
+class GitPin(_ProjectPin):
     """A git repository at one full commit hash (git checks every object it fetches against its hash, so the
     commit pins the whole tree). NAME and VERSION say what it holds; the tree is ``git archive``'s output,
     unpacked and checked as an sdist is."""
 
-    name: str
-    version: str
+    KIND = "git"
     url: str  # http(s) only, no options: the recipe is refused otherwise
     commit: str  # 40 lowercase hex digits
 
     @property
-    def project(self) -> str:
-        return canonicalize_name(self.name)
+    def _pin(self) -> str:
+        return self.commit
 
-    @property
-    def filename(self) -> str:
-        return f"{self.project.replace('-', '_')}-{self.version}.tar.gz"
-
-    @property
-    def identity(self) -> str:
-        return f"git:{self.project}=={self.version}@{self.commit}"
+    def _pinned(self) -> dict:
+        return {"url": self.url, "commit": self.commit}
 
     def describe(self) -> str:
         return f"{self.project} {self.version} (git {self.url} at {self.commit[:12]})"
-
-    def provenance(self) -> dict:
-        return {"kind": "git", "name": self.project, "version": self.version, "url": self.url, "commit": self.commit}
 
 
 def canary_version(release: str, distance: int) -> str:

@@ -20,7 +20,7 @@ from builder.errors import MatrixError
 from builder.facts.compat import PLATFORMS, TOOLKIT_SOURCES, Accelerator, Compat, parse_accelerator, vtuple
 from builder.planning.tomlcheck import TomlChecker, broken_rule, dotted, read_toml, show, type_name
 from builder.planning.tomllines import TomlLines
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 AXES = ("torch", "python", "accelerator", "cxx11abi", "platform")
 CHECKOUT = "checkout"  # a profile's project name for this repository's own package
@@ -239,7 +239,7 @@ class Matrix:
 # Loading and validation.
 
 
-class _Checker(TomlChecker):
+class _MatrixChecker(TomlChecker):
     error = MatrixError
 
     def __init__(self, path: Path, lines: TomlLines, compat: Compat) -> None:
@@ -364,7 +364,7 @@ def load_matrix(path: Path, compat: Compat) -> Matrix:
     """Read and validate PATH. Raises MatrixError on any problem."""
     path = Path(path)
     text, data = read_toml(path, MatrixError, "no such file", "pass --matrix FILE, or run from the repository root")
-    ck = _Checker(path, TomlLines(text), compat)
+    ck = _MatrixChecker(path, TomlLines(text), compat)
     top = ("package", "axes", "plan", "torch_index", "images", "toolkit_source", "exclude", "include", "profiles")
     ck.keys(data, (), top, required=("package", "axes"))
 
@@ -398,7 +398,7 @@ def load_matrix(path: Path, compat: Compat) -> Matrix:
     return matrix
 
 
-def _package(ck: _Checker, value: Any, root: Path) -> Package:
+def _package(ck: _MatrixChecker, value: Any, root: Path) -> Package:
     p = ("package",)
     t = ck.table(value, p)
     ck.keys(t, p, ("name", "import_name", "version_file", "sources"), required=("name", "version_file"))
@@ -423,7 +423,7 @@ def _package(ck: _Checker, value: Any, root: Path) -> Package:
     return Package(name, imp, vfile, version, tuple(srcs))
 
 
-def _axes(ck: _Checker, value: Any) -> Axes:
+def _axes(ck: _MatrixChecker, value: Any) -> Axes:
     p = ("axes",)
     t = ck.table(value, p)
     ck.keys(t, p, AXES, required=("torch", "python", "accelerator"))
@@ -435,7 +435,7 @@ def _axes(ck: _Checker, value: Any) -> Axes:
     return Axes(**out)
 
 
-def _plan_settings(ck: _Checker, value: Any, root: Path) -> tuple[bool, Path]:
+def _plan_settings(ck: _MatrixChecker, value: Any, root: Path) -> tuple[bool, Path]:
     """[plan]: how builds cover cells. stable_abi (default true): one stable-ABI build per
     accelerator and platform serves every cell such a wheel can; false: one build per cell.
     recipes (default "recipes"): the folder of third-party recipes a profile's projects name."""
@@ -446,7 +446,7 @@ def _plan_settings(ck: _Checker, value: Any, root: Path) -> tuple[bool, Path]:
     return ck.boolean(t.get("stable_abi", True), p + ("stable_abi",)), root / recipes
 
 
-def _torch_index(ck: _Checker, value: Any) -> tuple[str, bool]:
+def _torch_index(ck: _MatrixChecker, value: Any) -> tuple[str, bool]:
     p = ("torch_index",)
     t = ck.table(value, p)
     ck.keys(t, p, ("url", "prefer_pypi"))
@@ -467,7 +467,7 @@ def _torch_index(ck: _Checker, value: Any) -> tuple[str, bool]:
     return url, prefer
 
 
-def _images(ck: _Checker, value: Any) -> dict:
+def _images(ck: _MatrixChecker, value: Any) -> dict:
     p = ("images",)
     t = ck.table(value, p)
     names = tuple(ck.compat.images)
@@ -485,7 +485,7 @@ def _images(ck: _Checker, value: Any) -> dict:
     return out
 
 
-def _toolkit_sources(ck: _Checker, value: Any, used: set) -> dict:
+def _toolkit_sources(ck: _MatrixChecker, value: Any, used: set) -> dict:
     p = ("toolkit_source",)
     t = ck.table(value, p)
     out = {}
@@ -505,7 +505,7 @@ def _toolkit_sources(ck: _Checker, value: Any, used: set) -> dict:
     return out
 
 
-def _selection(ck: _Checker, t: dict, path: tuple, *, within: Axes | None, auto_ok: bool, extra=()) -> dict:
+def _selection(ck: _MatrixChecker, t: dict, path: tuple, *, within: Axes | None, auto_ok: bool, extra=()) -> dict:
     """Axis keys of an exclude/include/profile entry: name -> tuple of valid values."""
     out = {}
     for axis in AXES:
@@ -530,7 +530,7 @@ def _selection(ck: _Checker, t: dict, path: tuple, *, within: Axes | None, auto_
     return out
 
 
-def _rules(ck: _Checker, value: Any, kind: str, axes: Axes) -> tuple[Rule, ...]:
+def _rules(ck: _MatrixChecker, value: Any, kind: str, axes: Axes) -> tuple[Rule, ...]:
     if not isinstance(value, list):
         ck.fail((kind,), f"must be an array of tables ([[{kind}]]), got {_type_name(value)}")
     rules = []
@@ -549,7 +549,7 @@ def _rules(ck: _Checker, value: Any, kind: str, axes: Axes) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-def _projects(ck: _Checker, b: dict, pp: tuple) -> tuple[str, ...]:
+def _projects(ck: _MatrixChecker, b: dict, pp: tuple) -> tuple[str, ...]:
     """A profile's projects: CHECKOUT and/or recipe names (default: the checkout only). That each
     recipe exists is checked when the profile is planned (builder.planning.plan), so a copied matrix loads."""
     if "projects" not in b:
@@ -560,7 +560,7 @@ def _projects(ck: _Checker, b: dict, pp: tuple) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) -> dict:
+def _profiles(ck: _MatrixChecker, value: Any, axes: Axes, includes: tuple[Rule, ...]) -> dict:
     p = ("profiles",)
     t = ck.table(value, p)
     out = {}
@@ -608,7 +608,7 @@ def _profiles(ck: _Checker, value: Any, axes: Axes, includes: tuple[Rule, ...]) 
     return out
 
 
-def _no_label_clash(ck: _Checker, axes: Axes, includes: tuple[Rule, ...]) -> None:
+def _no_label_clash(ck: _MatrixChecker, axes: Axes, includes: tuple[Rule, ...]) -> None:
     """Two toolkits of one CUDA major (or ROCm minor) would make wheels with the same name."""
     names = list(axes.accelerator) + [
         a for r in includes for a in r.values.get("accelerator", ()) if a not in axes.accelerator
@@ -645,7 +645,7 @@ def native_abi(compat: Compat, cell: Cell) -> bool:
     return cell.cxx11abi in compat.torch[cell.torch].cxx11abi
 
 
-def _no_duplicate_includes(ck: _Checker, matrix: Matrix, compat: Compat) -> None:
+def _no_duplicate_includes(ck: _MatrixChecker, matrix: Matrix, compat: Compat) -> None:
     product = set(product_cells(matrix.axes, compat))
     owner: dict[Cell, Rule] = {}
     excludes = RuleIndex(matrix.excludes)

@@ -23,6 +23,7 @@ from builder.facts import miscompiles
 from builder.facts.compat import Accelerator, Compat, image_setting_key, parse_accelerator, vtuple
 from builder.facts.paths import REPO
 from builder.facts.spec import BuildSpec, ImageSpec, stable_hash
+from builder.facts.untrusted import unguarded
 from builder.planning.matrix import (
     CHECKOUT,
     IMAGE_REF_RE,
@@ -37,8 +38,7 @@ from builder.planning.matrix import (
 from builder.planning.recipes import CellFacts, Recipe, recipe_for, supported
 from builder.planning.recipes import explain as explain_recipe
 from builder.planning.recipes import inputs as prepare_inputs
-from mamba_ssm._untrusted import unguarded
-from mamba_ssm._variant import Variant
+from mamba_ssm.variant import Variant
 
 DEFAULT_MATRIX = REPO / "matrix.toml"
 # GitHub-hosted runners per platform, for --format github.
@@ -354,33 +354,25 @@ def _archs(matrix: Matrix, compat: Compat, acc: Accelerator, prof: Profile | Non
     return wanted
 
 
-def _specs(
-    matrix: Matrix,
-    compat: Compat,
-    cells: list[Cell],
-    prof: Profile | None,
-    src: str,
-    stable: bool = False,
-    checkout: bool = True,
-    recipes: list[Recipe] | None = None,
-    record: installs_mod.Installs | None = None,
-) -> tuple[list[BuildSpec], dict[str, ImageSpec], list[Dropped]]:
-    accs = {name: parse_accelerator(name) for name in {c.accelerator for c in cells}}
-    toolchains: dict[tuple, tuple[_Toolchain, str, str]] = {}
-    archs = {name: _archs(matrix, compat, acc, prof) for name, acc in accs.items()}
-    builds = []
-    dropped: list[Dropped] = []
-    tc_of: dict[str, _Toolchain] = {}
+class _CellFields:
+    """Everything of a build but its id, per cell: its toolchain (one per accelerator, platform and torch,
+    made once), torch and target; ``images`` collects the toolchain of every image id handed out."""
 
-    def cell_fields(cell: Cell, variant: Variant) -> dict:
-        """Everything of a build but its id: the toolchain, torch and target of CELL."""
-        acc = accs[cell.accelerator]
+    def __init__(self, matrix: Matrix, compat: Compat, cells: list[Cell], prof: Profile | None) -> None:
+        self.matrix, self.compat = matrix, compat
+        self.accs = {name: parse_accelerator(name) for name in {c.accelerator for c in cells}}
+        self.archs = {name: _archs(matrix, compat, acc, prof) for name, acc in self.accs.items()}
+        self.toolchains: dict[tuple, tuple[_Toolchain, str, str]] = {}
+        self.images: dict[str, _Toolchain] = {}
+
+    def __call__(self, cell: Cell, variant: Variant) -> dict:
+        matrix, compat, acc = self.matrix, self.compat, self.accs[cell.accelerator]
         key = (cell.accelerator, cell.platform, cell.torch)
-        if key not in toolchains:
+        if key not in self.toolchains:
             tc, manylinux = _toolchain(matrix, compat, acc, cell.platform, cell.torch)
-            toolchains[key] = (tc, manylinux, _image_id(tc))
-        tc, manylinux, image_id = toolchains[key]
-        tc_of[image_id] = tc
+            self.toolchains[key] = (tc, manylinux, _image_id(tc))
+        tc, manylinux, image_id = self.toolchains[key]
+        self.images[image_id] = tc
         install = compat.torch_install(cell.torch, acc, cell.platform, prefer_pypi=matrix.prefer_pypi)
         row = compat.torch[cell.torch]
         index_url = matrix.torch_index_url.format(variant=install.index_variant) if install.index_variant else ""
@@ -394,7 +386,7 @@ def _specs(
             "platform": cell.platform,
             "variant": variant.key,
             "label": variant.label,
-            "archs": archs[cell.accelerator],
+            "archs": self.archs[cell.accelerator],
             "image": image_id,
             "torch_index_url": index_url,
             "cxx_std": row.cxx_std,
@@ -402,8 +394,53 @@ def _specs(
             "abi_native": cell.cxx11abi in row.cxx11abi,
         }
 
+
+def _specs(
+    matrix: Matrix,
+    compat: Compat,
+    cells: list[Cell],
+    prof: Profile | None,
+    src: str,
+    stable: bool = False,
+    checkout: bool = True,
+    recipes: list[Recipe] | None = None,
+    record: installs_mod.Installs | None = None,
+) -> tuple[list[BuildSpec], dict[str, ImageSpec], list[Dropped]]:
+    cell_fields = _CellFields(matrix, compat, cells, prof)
+    builds = _checkout_builds(matrix, compat, cells, src, stable, cell_fields) if checkout else []
+    dropped: list[Dropped] = []
+    # A recipe's builds: one classic build per cell it supports (third-party code has no stable-ABI build).
+    for recipe in recipes or ():
+        for cell in cells:
+            built = _recipe_build(recipe, cell, prof, record, cell_fields)
+            (dropped if isinstance(built, Dropped) else builds).append(built)
+    ids = [b.id for b in builds]
+    if len(set(ids)) != len(ids):  # pragma: no cover - guarded by the accelerator label check
+        raise MatrixError(f"{matrix.path}: two builds share an id; check axes.accelerator")
+    images = {
+        iid: ImageSpec(
+            id=iid,
+            kind=tc.kind,
+            base=tc.base,
+            platform=tc.platform,
+            toolkit=tc.toolkit,
+            toolkit_source=tc.toolkit_source,
+            pythons=(),
+            template=f"docker/{tc.kind}.Dockerfile.j2",
+            extra=dict(tc.extra),
+        )
+        for iid, tc in cell_fields.images.items()
+    }
+    return builds, _images_for(builds, images), dropped
+
+
+def _checkout_builds(
+    matrix: Matrix, compat: Compat, cells: list[Cell], src: str, stable: bool, cell_fields: _CellFields
+) -> list[BuildSpec]:
+    """This checkout's builds: one per cell, or (STABLE) one stable-ABI build serving every cell it can."""
+    accs, builds = cell_fields.accs, []
     groups = _group_stable(cells, accs, compat) if stable else [(c, cs, False) for c, cs in _group(cells)]
-    for cell, serves, is_stable in groups if checkout else ():
+    for cell, serves, is_stable in groups:
         acc = accs[cell.accelerator]
         variant = _variant(cell, acc).as_stable() if is_stable else _variant(cell, acc)
         fields = {"id": f"{variant.key}-{variant.python}-{cell.platform}", **cell_fields(cell, variant)}
@@ -423,67 +460,50 @@ def _specs(
             BuildSpec(**fields, project=canonicalize_name(matrix.package.name), extensions=CHECKOUT_EXTENSIONS,
                       inputs_hash=stable_hash(hashed, 16))
         )  # fmt: skip
-    # A recipe's builds: one classic build per cell it supports (third-party code has no stable-ABI build).
-    for recipe in recipes or ():
-        for cell in cells:
-            acc = accs[cell.accelerator]
-            variant = _variant(cell, acc)
-            fields = cell_fields(cell, variant)
-            trim = prof is not None and prof.trim
-            source = prof.source if prof is not None else "release"
-            facts = CellFacts(
-                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label, trim,
-                source,
-            )
-            ok, why = supported(recipe, facts)
-            if not ok:
-                dropped.append(Dropped(cell, why))
-                continue
-            version = recipe.source.version
-            outcome = record.outcome(recipe.name, version, fields["torch_version"], cell.python, cell.platform) \
-                if record is not None else None  # fmt: skip
-            if outcome is not None and outcome.installs is False:
-                dropped.append(Dropped(cell, f"{recipe.name} {version} does not install beside torch "
-                                             f"{fields['torch_version']}: {outcome.describe().split(': ', 1)[1]}"))  # fmt: skip
-                continue
-            # GPU code a toolkit is known to compile wrong is never built: another arch's code serves that GPU
-            fields["archs"] = miscompiles.apply(recipe.name, version, acc.toolkit, tuple(fields["archs"]))
-            facts = CellFacts(
-                fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label,
-                source=source,
-            )
-            recipe_inputs = prepare_inputs(recipe, facts)
-            fields.update(
-                id=f"{recipe.name}-{variant.key}-{variant.python}-{cell.platform}",
-                project=recipe.name,
-                source=recipe.source.identity,
-                extensions=recipe.extensions,
-                env=tuple(recipe_inputs["env"].items()),
-                unset=tuple(recipe_inputs["unset"]),
-                trim=trim,
-            )
-            # trim is hashed only where set: a full build's hash does not depend on the field
-            hashed = {k: v for k, v in fields.items() if k != "id" and (k != "trim" or trim)}
-            hashed.update(package_version=recipe.source.version, recipe=recipe_inputs)
-            builds.append(BuildSpec(**fields, inputs_hash=stable_hash(hashed, 16)))
-    ids = [b.id for b in builds]
-    if len(set(ids)) != len(ids):  # pragma: no cover - guarded by the accelerator label check
-        raise MatrixError(f"{matrix.path}: two builds share an id; check axes.accelerator")
-    images = {
-        iid: ImageSpec(
-            id=iid,
-            kind=tc.kind,
-            base=tc.base,
-            platform=tc.platform,
-            toolkit=tc.toolkit,
-            toolkit_source=tc.toolkit_source,
-            pythons=(),
-            template=f"docker/{tc.kind}.Dockerfile.j2",
-            extra=dict(tc.extra),
-        )
-        for iid, tc in tc_of.items()
-    }
-    return builds, _images_for(builds, images), dropped
+    return builds
+
+
+def _recipe_build(
+    recipe: Recipe, cell: Cell, prof: Profile | None, record: installs_mod.Installs | None, cell_fields: _CellFields
+) -> BuildSpec | Dropped:
+    """RECIPE's build of CELL, or why the cell is left out (the recipe does not support it, or its wheel would
+    not install beside the cell's torch)."""
+    acc = cell_fields.accs[cell.accelerator]
+    variant = _variant(cell, acc)
+    fields = cell_fields(cell, variant)
+    trim = prof is not None and prof.trim
+    source = prof.source if prof is not None else "release"  # a canary profile builds its recipes' [canary] pins
+    facts = CellFacts(
+        fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label, trim, source
+    )
+    ok, why = supported(recipe, facts)
+    if not ok:
+        return Dropped(cell, why)
+    version = recipe.source.version
+    outcome = record.outcome(recipe.name, version, fields["torch_version"], cell.python, cell.platform) \
+        if record is not None else None  # fmt: skip
+    if outcome is not None and outcome.installs is False:
+        return Dropped(cell, f"{recipe.name} {version} does not install beside torch "
+                             f"{fields['torch_version']}: {outcome.describe().split(': ', 1)[1]}")  # fmt: skip
+    # GPU code a toolkit is known to compile wrong is never built: another arch's code serves that GPU
+    fields["archs"] = miscompiles.apply(recipe.name, version, acc.toolkit, tuple(fields["archs"]))
+    facts = CellFacts(
+        fields["torch_version"], acc.kind, acc.toolkit, cell.cxx11abi, fields["archs"], variant.label, source=source
+    )
+    recipe_inputs = prepare_inputs(recipe, facts)
+    fields.update(
+        id=f"{recipe.name}-{variant.key}-{variant.python}-{cell.platform}",
+        project=recipe.name,
+        source=recipe.source.identity,
+        extensions=recipe.extensions,
+        env=tuple(recipe_inputs["env"].items()),
+        unset=tuple(recipe_inputs["unset"]),
+        trim=trim,
+    )
+    # trim is hashed only where set: a full build's hash does not depend on the field
+    hashed = {k: v for k, v in fields.items() if k != "id" and (k != "trim" or trim)}
+    hashed.update(package_version=recipe.source.version, recipe=recipe_inputs)
+    return BuildSpec(**fields, inputs_hash=stable_hash(hashed, 16))
 
 
 def _images_for(builds: list[BuildSpec], images: dict[str, ImageSpec]) -> dict[str, ImageSpec]:
@@ -593,7 +613,7 @@ def print_table(plan: Plan) -> None:
     console.print(installs_summary(plan, record))
 
 
-def cell_outcomes(plan: Plan, b: BuildSpec, record: installs_mod.Installs) -> list[installs_mod.Outcome | None]:
+def cell_outcomes(plan: Plan, b: BuildSpec, record: installs_mod.Installs) -> list[installs_mod.InstallRecord | None]:
     """The recorded install outcome of each cell build B serves (None: never resolved)."""
     compat = compat_mod.load()
     version = plan.recipes[b.project].source.version if b.from_recipe else plan.matrix.package.version

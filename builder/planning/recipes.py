@@ -23,10 +23,10 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import RecipeError
 from builder.facts.paths import REPO
 from builder.facts.spec import ArchivePin, CanaryPin, GitPin, RecipeSource, SdistPin, canary_version
+from builder.facts.untrusted import COMMIT_RE, SHA256_RE, Untrusted, git_url, is_web_url
 from builder.planning.matrix import ARCH_RE, DIST_RE, RELPATH_RE, SAFE_TEXT, SAFE_TEXT_RE
 from builder.planning.tomlcheck import TomlChecker, broken_rule, read_toml, show, type_name
 from builder.planning.tomllines import TomlLines
-from mamba_ssm._untrusted import COMMIT_RE, SHA256_RE, Untrusted, git_url, is_web_url
 
 RECIPES_DIR = REPO / "recipes"
 
@@ -240,7 +240,7 @@ class Recipe:
 # Loading and validation.
 
 
-class _Checker(TomlChecker):
+class _RecipeChecker(TomlChecker):
     error = RecipeError
 
     def __init__(self, path: Path, lines: TomlLines, data: dict) -> None:
@@ -307,7 +307,7 @@ def env_restrict(name: str, value: str):
     )
 
 
-def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = (), trim_ok: bool = False,
+def _condition(ck: _RecipeChecker, value: Any, path: tuple, extra: tuple = (), trim_ok: bool = False,
                source_ok: bool = False) -> Condition:
     """A [requires] table or a patch's ``when``; only a patch may ask for ``trim`` (a build's kernel set, which
     the profile picks, is no reason to refuse a cell), and only a patch or an env value for ``source``."""
@@ -346,7 +346,7 @@ def _condition(ck: _Checker, value: Any, path: tuple, extra: tuple = (), trim_ok
     return cond
 
 
-def _source(ck: _Checker, value: Any) -> RecipeSource:
+def _source(ck: _RecipeChecker, value: Any) -> RecipeSource:
     """[source]: a PyPI sdist (name, version, sha256), an archive URL (name, version, url, sha256) or a git
     repository at a full commit (name, version, git, commit); which one is said by the keys given."""
     path = ("source",)
@@ -394,7 +394,7 @@ def _source(ck: _Checker, value: Any) -> RecipeSource:
     return SdistPin(name, version, sha)
 
 
-def _canary(ck: _Checker, value: Any, source: RecipeSource) -> CanaryPin:
+def _canary(ck: _RecipeChecker, value: Any, source: RecipeSource) -> CanaryPin:
     """[canary]: the default branch's head, as a git source pinned by its commit, with the release tag it descends
     from and its distance from it (``git describe``), which make its version (:func:`canary_version`)."""
     path = ("canary",)
@@ -425,7 +425,7 @@ def _canary(ck: _Checker, value: Any, source: RecipeSource) -> CanaryPin:
     return CanaryPin(source.name, version, url, commit, branch, release, distance)
 
 
-def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]:
+def _patches(ck: _RecipeChecker, value: Any, requires: Condition) -> tuple[Patch, ...]:
     out: list[Patch] = []
     seen: dict[str, int] = {}
     for i, raw in enumerate(ck.array(value, ("patch",))):
@@ -463,14 +463,14 @@ def _patches(ck: _Checker, value: Any, requires: Condition) -> tuple[Patch, ...]
     return tuple(out)
 
 
-def _env_text(ck: _Checker, value: Any, path: tuple) -> str:
+def _env_text(ck: _RecipeChecker, value: Any, path: tuple) -> str:
     if not isinstance(value, str) or not SAFE_TEXT_RE.fullmatch(value):
         rule = broken_rule(value, SAFE_TEXT_RE) if isinstance(value, str) else ""
         ck.fail(path, f"must be {SAFE_TEXT}, got {type_name(value)} {show(value)}{rule}")
     return value
 
 
-def _env_values(ck: _Checker, name: str, value: Any, requires: Condition) -> tuple[EnvValue, ...]:
+def _env_values(ck: _RecipeChecker, name: str, value: Any, requires: Condition) -> tuple[EnvValue, ...]:
     """[build.env] NAME: one line of text for every cell, or an array of ``{ when = {...}, value = "..." }``
     (``when`` as a patch's), the first whose ``when`` the cell meets giving the value."""
     path = ("build", "env", name)
@@ -502,7 +502,7 @@ def env_template(recipe: Recipe, name: str, facts: CellFacts) -> str | None:
     return next((v.template for v in recipe.env[name] if v.when.check(facts)[0]), None)
 
 
-def _allowed_name(ck: _Checker, name: str, path: tuple) -> None:
+def _allowed_name(ck: _RecipeChecker, name: str, path: tuple) -> None:
     if denied_env(name):
         ck.fail(
             path,
@@ -513,22 +513,71 @@ def _allowed_name(ck: _Checker, name: str, path: tuple) -> None:
         )
 
 
-def load_recipe(path: Path) -> Recipe:
-    """Read and validate recipes/<project>.toml. Raises RecipeError on any problem."""
-    path = Path(path)
+def _refuse_odd_file(path: Path) -> None:
+    """A recipe path that is not a regular file, or is larger than a recipe's cap, refused before it is read."""
     try:
         st = path.stat()
     except OSError:
-        st = None  # read_toml says what is wrong
-    if st is not None and not stat.S_ISREG(st.st_mode):
+        return  # read_toml says what is wrong
+    if not stat.S_ISREG(st.st_mode):
         raise RecipeError(f"{path}: not a regular file", hint="a recipe is a TOML file")
-    if st is not None and st.st_size > MAX_RECIPE_BYTES:
+    if st.st_size > MAX_RECIPE_BYTES:
         raise RecipeError(
             f"{path}: {st.st_size >> 10} KiB, more than a recipe's cap of {MAX_RECIPE_BYTES >> 10} KiB",
             hint="a recipe is a page of TOML: source, env, patches, tests",
         )
+
+
+def _build_env(ck: _RecipeChecker, build: dict, requires) -> tuple[dict, tuple[str, ...]]:
+    """[build]: the environment it sets (each value for every cell) and the names it unsets."""
+    ck.keys(build, ("build",), ("env", "unset"))
+    env = {key: _env_values(ck, key, val, requires)
+           for key, val in ck.table(build.get("env", {}), ("build", "env")).items()}  # fmt: skip
+    unset: list[str] = []
+    for i, item in enumerate(ck.array(build.get("unset", []), ("build", "unset"))):
+        ck.string(item, ("build", "unset", i), ENV_NAME_RE, "an environment variable name")
+        _allowed_name(ck, item, ("build", "unset", i))
+        if item in env:
+            ck.fail(("build", "unset", i), f"{item} is also set in [build.env]")
+        unset.append(item)
+    return env, tuple(unset)
+
+
+def _tests(ck: _RecipeChecker, test: dict) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """[test]: the modules to import, the public names to find, the commands to run."""
+    ck.keys(test, ("test",), ("imports", "api", "commands", "deps"), required=("imports",))
+    imports = tuple(
+        ck.string(m, ("test", "imports", i), MODULE_RE, "a module name")
+        for i, m in enumerate(ck.array(test["imports"], ("test", "imports"), empty_ok=False))
+    )
+    api = tuple(
+        ck.string(m, ("test", "api", i), API_RE, "a public name as module.Name (causal_conv1d.causal_conv1d_fn)")
+        for i, m in enumerate(ck.array(test.get("api", []), ("test", "api")))
+    )
+    commands = []
+    for i, argv in enumerate(ck.array(test.get("commands", []), ("test", "commands"))):
+        items = ck.array(argv, ("test", "commands", i), empty_ok=False)
+        commands.append(tuple(ck.string(a, ("test", "commands", i, j), ARGV_ITEM_RE, "an argument")
+                              for j, a in enumerate(items)))  # fmt: skip
+    return imports, api, tuple(commands)
+
+
+def _extensions(ck: _RecipeChecker, verify: object) -> tuple[str, ...]:
+    """[verify]: the globs of the extension modules the audits read."""
+    verify = ck.table(verify, ("verify",))
+    ck.keys(verify, ("verify",), ("extensions",), required=("extensions",))
+    return tuple(
+        ck.string(g, ("verify", "extensions", i), GLOB_RE, "a glob inside the wheel (selective_scan_cuda*.so)")
+        for i, g in enumerate(ck.array(verify["extensions"], ("verify", "extensions"), empty_ok=False))
+    )
+
+
+def load_recipe(path: Path) -> Recipe:
+    """Read and validate recipes/<project>.toml. Raises RecipeError on any problem."""
+    path = Path(path)
+    _refuse_odd_file(path)
     text, data = read_toml(path, RecipeError, "no such recipe", f"recipes live in {RECIPES_DIR}/<project>.toml")
-    ck = _Checker(path, TomlLines(text), data)
+    ck = _RecipeChecker(path, TomlLines(text), data)
     ck.keys(data, (), ("project", "source", "canary", "requires", "build", "patch", "test", "verify"),
             required=("project", "source", "build", "test", "verify"))  # fmt: skip
 
@@ -550,42 +599,13 @@ def load_recipe(path: Path) -> Recipe:
     requires = _condition(ck, req, ("requires",), extra=("why",))
     requires_why = ck.string(req.get("why", ""), ("requires", "why"), SAFE_TEXT_RE, SAFE_TEXT)
 
-    build = ck.table(data["build"], ("build",))
-    ck.keys(build, ("build",), ("env", "unset"))
-    env = {key: _env_values(ck, key, val, requires)
-           for key, val in ck.table(build.get("env", {}), ("build", "env")).items()}  # fmt: skip
-    unset: list[str] = []
-    for i, item in enumerate(ck.array(build.get("unset", []), ("build", "unset"))):
-        ck.string(item, ("build", "unset", i), ENV_NAME_RE, "an environment variable name")
-        _allowed_name(ck, item, ("build", "unset", i))
-        if item in env:
-            ck.fail(("build", "unset", i), f"{item} is also set in [build.env]")
-        unset.append(item)
+    env, unset = _build_env(ck, ck.table(data["build"], ("build",)), requires)
 
     patches = _patches(ck, data.get("patch", []), requires)
 
     test = ck.table(data["test"], ("test",))
-    ck.keys(test, ("test",), ("imports", "api", "commands", "deps"), required=("imports",))
-    imports = tuple(
-        ck.string(m, ("test", "imports", i), MODULE_RE, "a module name")
-        for i, m in enumerate(ck.array(test["imports"], ("test", "imports"), empty_ok=False))
-    )
-    api = tuple(
-        ck.string(m, ("test", "api", i), API_RE, "a public name as module.Name (causal_conv1d.causal_conv1d_fn)")
-        for i, m in enumerate(ck.array(test.get("api", []), ("test", "api")))
-    )
-    commands = []
-    for i, argv in enumerate(ck.array(test.get("commands", []), ("test", "commands"))):
-        items = ck.array(argv, ("test", "commands", i), empty_ok=False)
-        commands.append(tuple(ck.string(a, ("test", "commands", i, j), ARGV_ITEM_RE, "an argument")
-                              for j, a in enumerate(items)))  # fmt: skip
-
-    verify = ck.table(data["verify"], ("verify",))
-    ck.keys(verify, ("verify",), ("extensions",), required=("extensions",))
-    extensions = tuple(
-        ck.string(g, ("verify", "extensions", i), GLOB_RE, "a glob inside the wheel (selective_scan_cuda*.so)")
-        for i, g in enumerate(ck.array(verify["extensions"], ("verify", "extensions"), empty_ok=False))
-    )
+    imports, api, commands = _tests(ck, test)
+    extensions = _extensions(ck, data["verify"])
     return Recipe(
         path=path,
         name=name,
@@ -594,12 +614,12 @@ def load_recipe(path: Path) -> Recipe:
         requires=requires,
         requires_why=requires_why,
         env=env,
-        unset=tuple(unset),
+        unset=unset,
         patches=patches,
         imports=imports,
         api=api,
         deps=ck.boolean(test.get("deps", False), ("test", "deps")),
-        commands=tuple(commands),
+        commands=commands,
         extensions=extensions,
         digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),  # the file's bytes (valid UTF-8 round-trips)
         canary=canary,

@@ -14,13 +14,13 @@ import jinja2
 from builder.facts import paths
 from builder.publishing.index.model import PROJECT, Index, describe_source, install_command
 from builder.verifying import variants
-from mamba_ssm import _variant
+from mamba_ssm import variant as _variant
 
 _TEMPLATES = paths.TEMPLATES
 
 
 @dataclass(frozen=True)
-class Cell:
+class CellInstall:
     filename: str
     href: str
     version: str
@@ -119,7 +119,7 @@ def model(index: Index, project: str = PROJECT) -> dict:
     }
 
 
-def _glibc(project: str, cell: Cell, torch: str, py: str, machine: str | None) -> str | None:
+def _glibc(project: str, cell: CellInstall, torch: str, py: str, machine: str | None) -> str | None:
     """The glibc floor a cell's install resolved at (the newest torch release of its minor recorded)."""
     from builder.facts import installs
 
@@ -167,7 +167,7 @@ def _row_archs(entries) -> list[dict]:
     return [{"arch": a, "gpus": names.get(a, "")} for a in sorted(found, key=key)]
 
 
-def _cell(index: Index, key: str, py: str, base: str, project: str, machine: str | None = None) -> Cell | None:
+def _cell(index: Index, key: str, py: str, base: str, project: str, machine: str | None = None) -> CellInstall | None:
     """The wheel a user in this cell (on MACHINE) gets (the model answers; e.g. no exact cp312 wheel of this
     release: the stable wheel's own page serves it)."""
     picked = index.wheel_for(key, py, project, machine)
@@ -175,7 +175,7 @@ def _cell(index: Index, key: str, py: str, base: str, project: str, machine: str
         return None
     page, fn = picked
     e = index.files[fn]
-    return Cell(
+    return CellInstall(
         filename=fn,
         href=index.href(fn, 0),
         version=e.version,

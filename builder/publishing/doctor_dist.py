@@ -69,7 +69,7 @@ def _path_of(module: str) -> Path | None:
 
 
 def collect() -> dict[str, Path]:
-    """Path in the wheel under the package (``doctor/cli.py``, ``_elf.py``) -> the source file."""
+    """Path in the wheel under the package (``doctor/cli.py``, ``elf.py``) -> the source file."""
     todo = [f"mamba_ssm.doctor.{p.stem}" for p in sorted((SOURCE / "doctor").glob("*.py"))]
     found: dict[str, Path] = {}
     stdlib = set(sys.stdlib_module_names) | PROBED | {"__future__"}

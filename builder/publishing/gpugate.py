@@ -29,7 +29,7 @@ TAIL = 3000  # characters of a failed step's output kept in the results
 
 
 @dataclass
-class Outcome:
+class GateResult:
     wheel: str
     variant: str
     check: str  # what ran: "gpu_check numerics" or "recipe tests"
@@ -59,7 +59,7 @@ def cuda_wheels(index: Path, machine: str) -> list[tuple[str, str, object]]:
     """(file name, the variant page a user of its newest torch installs it from, its Entry) of every CUDA wheel
     of INDEX for MACHINE (x86_64, aarch64)."""
     from builder.publishing.index.model import Manifest
-    from mamba_ssm._variant import Variant
+    from mamba_ssm.variant import Variant
 
     doc = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
     files = Manifest.from_json(doc).files
@@ -88,13 +88,13 @@ def _run(cmd: list[str], log, cwd: Path | str | None = None) -> subprocess.Compl
     return proc
 
 
-def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python: str, venv: Path) -> Outcome:
+def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python: str, venv: Path) -> GateResult:
     """Install wheel FN as its cell says (from BASE, the staged index) in a fresh VENV and run its check; its log
     and results go to WORK (the job's artifact: the venv, torch and all, stays out of it)."""
     from builder.planning.recipes import load_recipes
     from builder.publishing.index.model import CHECKOUT, install_command
     from builder.verifying.smoke import api_imports
-    from mamba_ssm._variant import Variant
+    from mamba_ssm.variant import Variant
 
     start = time.monotonic()
     ours = entry.source == CHECKOUT
@@ -102,9 +102,9 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
     work.mkdir(parents=True, exist_ok=True)
     with open(work / "log.txt", "w", encoding="utf-8") as log:
 
-        def failed(what: str, proc: subprocess.CompletedProcess) -> Outcome:
+        def failed(what: str, proc: subprocess.CompletedProcess) -> GateResult:
             tail = (proc.stdout + proc.stderr)[-TAIL:]
-            return Outcome(fn, key, check, False, time.monotonic() - start, f"{what} exited {proc.returncode}\n{tail}")
+            return GateResult(fn, key, check, False, time.monotonic() - start, f"{what} exited {proc.returncode}\n{tail}")
 
         vpy = str(venv / "bin" / "python")
         steps = [
@@ -132,10 +132,10 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
             facts = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
         except (ValueError, IndexError):
             facts = None
-    return Outcome(fn, key, check, True, time.monotonic() - start, device=facts if isinstance(facts, dict) else None)
+    return GateResult(fn, key, check, True, time.monotonic() - start, device=facts if isinstance(facts, dict) else None)
 
 
-def gate(lines: Path, device: str, out: Path, python: str = sys.executable) -> list[Outcome]:
+def gate(lines: Path, device: str, out: Path, python: str = sys.executable) -> list[GateResult]:
     """Index LINES (``release split``'s folders), serve it on 127.0.0.1, run every CUDA wheel for this machine."""
     from builder.publishing.index import build_index
 
@@ -196,7 +196,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def summary(outcomes: list[Outcome], device: str) -> str:
+def summary(outcomes: list[GateResult], device: str) -> str:
     """The job's step summary: one row per wheel."""
     lines = [f"## GPU gate ({device})", ""]
     if not outcomes:

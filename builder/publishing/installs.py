@@ -35,8 +35,8 @@ from builder.errors import MatrixError, SourceFetchError
 from builder.facts import hostenv
 from builder.facts.compat import manylinux_glibc, vtuple
 from builder.facts.installs import cell_key
+from builder.facts.untrusted import Untrusted, expect, load_json, shown, text
 from builder.sourcing.snapshot import Snapshot, SnapshotServer
-from mamba_ssm._untrusted import Untrusted, expect, load_json, shown, text
 
 # glibc floors a cell may be raised to when its own does not resolve (RHEL 8, Debian 11, RHEL 9 and Ubuntu 22.04's
 # 2.34/2.35, Ubuntu 24.04): a dependency with no wheel for an older glibc (tilelang's aarch64 ones) moves the cell
@@ -77,7 +77,7 @@ class Query:
 
 
 @dataclass
-class Resolution:
+class ResolverAnswer:
     resolved: bool
     picked: dict[str, str] = field(default_factory=dict)  # name -> version
     files: list[str] = field(default_factory=list)  # the wheels chosen (pip's report)
@@ -122,7 +122,7 @@ def _tail(output: str, lines: int = 6) -> str:
     return shown(" ".join(keep[start : start + lines]), 600)
 
 
-def resolve_uv(q: Query, index: str, glibc: str, uv: str) -> Resolution:
+def resolve_uv(q: Query, index: str, glibc: str, uv: str) -> ResolverAnswer:
     """uv's resolution, as the PEP 751 lock it writes (its wheels' URLs are the snapshot server's)."""
     with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
         lock = Path(tmp) / "pylock.toml"
@@ -134,14 +134,14 @@ def resolve_uv(q: Query, index: str, glibc: str, uv: str) -> Resolution:
         r = subprocess.run(cmd, check=False, input="\n".join(q.lines()) + "\n", capture_output=True, text=True,
                            env=_clean_env(), timeout=TIMEOUT)  # fmt: skip
         if r.returncode != 0 or not lock.is_file():
-            return Resolution(False, why=_tail(r.stderr or r.stdout))
+            return ResolverAnswer(False, why=_tail(r.stderr or r.stdout))
         raw = lock.read_text()
     try:
         doc = tomllib.loads(raw)
         picked = {str(canonicalize_name(p["name"])): str(p["version"]) for p in doc.get("packages", [])}
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as err:
-        return Resolution(False, why=f"uv's lock: {err}")
-    return Resolution(True, picked, lock=raw)
+        return ResolverAnswer(False, why=f"uv's lock: {err}")
+    return ResolverAnswer(True, picked, lock=raw)
 
 
 def pip_for(q: Query) -> tuple[list[str] | None, str]:
@@ -158,7 +158,7 @@ def pip_for(q: Query) -> tuple[list[str] | None, str]:
     return [interpreter, str(Path(pip_module.__file__).parent)], ""
 
 
-def resolve_pip(q: Query, index: str, glibc: str, pip: list[str]) -> Resolution:
+def resolve_pip(q: Query, index: str, glibc: str, pip: list[str]) -> ResolverAnswer:
     py = q.python.replace(".", "")
     plats = [a for p in manylinux_platforms(q.machine, glibc) for a in ("--platform", p)]
     with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
@@ -171,7 +171,7 @@ def resolve_pip(q: Query, index: str, glibc: str, pip: list[str]) -> Resolution:
         ]  # fmt: skip
         r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_clean_env(), timeout=TIMEOUT)
         if r.returncode != 0 or not report.exists():
-            return Resolution(False, why=_tail(r.stderr or r.stdout))
+            return ResolverAnswer(False, why=_tail(r.stderr or r.stdout))
         try:
             doc = expect(load_json(report.read_bytes(), "pip's report"), dict, "pip's report")
             picked, files = {}, []
@@ -181,12 +181,12 @@ def resolve_pip(q: Query, index: str, glibc: str, pip: list[str]) -> Resolution:
                 url = str(expect(item.get("download_info"), dict, "install[].download_info").get("url", ""))
                 files.append(url.rsplit("/", 1)[-1])
         except Untrusted as err:
-            return Resolution(False, why=f"pip's report: {err}")
-    return Resolution(True, picked, files)
+            return ResolverAnswer(False, why=f"pip's report: {err}")
+    return ResolverAnswer(True, picked, files)
 
 
 @dataclass
-class Outcome:
+class InstallCheck:
     installs: bool | None  # None: no resolution possible (the stand-in index holds no such torch)
     floor: str | None
     why: str
@@ -222,7 +222,7 @@ class Resolver:
         body = json.dumps([CACHE_SCHEMA, q.key, q.requirements, q.floor, self.versions], sort_keys=True)
         return self.cache / f"{hashlib.sha256(body.encode()).hexdigest()}.json"
 
-    def _cached(self, q: Query) -> Outcome | None:
+    def _cached(self, q: Query) -> InstallCheck | None:
         path = self._cache_path(q)
         try:
             doc = expect(load_json(path.read_bytes(), str(path)), dict, str(path))
@@ -232,13 +232,13 @@ class Resolver:
             o = expect(doc.get("outcome"), dict, f"{path}: outcome")
             if o["installs"] is False and "torch" not in o.get("picked", {}) and "alone" not in doc:
                 return None  # recorded before a failure was told apart from a torch the stand-in lacks
-            return Outcome(o["installs"] if o["installs"] is None else bool(o["installs"]), o.get("floor"), str(o.get("why", "")), dict(o.get("picked", {})),
+            return InstallCheck(o["installs"] if o["installs"] is None else bool(o["installs"]), o.get("floor"), str(o.get("why", "")), dict(o.get("picked", {})),
                            list(o.get("tried", [])), cached=True, lock=str(doc.get("lock") or ""),
                            pip=str((o.get("witnesses") or {}).get("pip", "")))  # fmt: skip
         except (OSError, Untrusted, KeyError, TypeError):
             return None
 
-    def resolve(self, q: Query) -> Outcome:
+    def resolve(self, q: Query) -> InstallCheck:
         if self.use_cache and (hit := self._cached(q)) is not None:
             return hit
         self.snapshot.pages_read.clear()
@@ -262,7 +262,7 @@ class Resolver:
         os.replace(tmp, path)
         return outcome
 
-    def _resolve(self, q: Query) -> Outcome:
+    def _resolve(self, q: Query) -> InstallCheck:
         floors = [f for f in FLOORS if vtuple(f) >= vtuple(q.floor)] or [q.floor]
         if floors[0] != q.floor:
             floors.insert(0, q.floor)
@@ -278,32 +278,32 @@ class Resolver:
             if pip_cmd is not None:
                 pip = resolve_pip(q, self.index_url, glibc, pip_cmd)
                 if not pip.resolved:  # the two resolvers disagree: not published, both reasons kept
-                    return Outcome(False, None, f"uv resolves at glibc {glibc}, pip does not: {pip.why}", {}, tried,
+                    return InstallCheck(False, None, f"uv resolves at glibc {glibc}, pip does not: {pip.why}", {}, tried,
                                    pip="does not resolve")  # fmt: skip
                 files = pip.files
             floor = max([glibc if glibc == q.floor else "0.0", *(wheel_floor(f) for f in files)], key=vtuple)
             floor = max(floor, q.floor, key=vtuple)
             lock = relock(uv.lock, self.snapshot, q, floor)
-            return Outcome(True, floor, "", uv.picked, tried, lock=lock, pip=pip_not_run or "resolves")
+            return InstallCheck(True, floor, "", uv.picked, tried, lock=lock, pip=pip_not_run or "resolves")
         alone = resolve_uv(Query(q.project, q.version, (), q.torch, q.python, q.platform, q.floor), self.index_url,
                            floors[-1], self.uv)  # fmt: skip
         if not alone.resolved:  # the stand-in has no such torch: nothing is known of this cell, and nothing claimed
-            return Outcome(None, None, f"PyPI holds no torch {q.torch} wheel for CPython {q.python} on {q.machine} "
+            return InstallCheck(None, None, f"PyPI holds no torch {q.torch} wheel for CPython {q.python} on {q.machine} "
                            f"(glibc {floors[-1]} or older) to stand in for PyTorch's own index: not resolved", {},
                            tried, pip="not run: no torch to resolve beside")  # fmt: skip
         pip_cmd, pip_not_run = pip_for(q)  # the second witness of a cell left out
         if pip_cmd is None:
-            return Outcome(False, None, last_why, {}, tried, pip=pip_not_run)
+            return InstallCheck(False, None, last_why, {}, tried, pip=pip_not_run)
         pip = resolve_pip(q, self.index_url, q.floor, pip_cmd)
         if pip.resolved:
-            return Outcome(False, None, f"pip resolves at glibc {q.floor}, uv does not: {last_why}", {}, tried,
+            return InstallCheck(False, None, f"pip resolves at glibc {q.floor}, uv does not: {last_why}", {}, tried,
                            pip="resolves")  # fmt: skip
-        return Outcome(False, None, last_why, {}, tried, pip="does not resolve")
+        return InstallCheck(False, None, last_why, {}, tried, pip="does not resolve")
 
 
 @dataclass
 class Run:
-    outcomes: dict[str, Outcome]
+    outcomes: dict[str, InstallCheck]
     pages: set[str]  # the listings the resolutions read (those not answered from the cache)
     metadata: set[str]  # the METADATA they read
 
@@ -349,9 +349,9 @@ def resolve_all(queries: list[Query], snapshot: Snapshot, jobs: int = 6, progres
     servers: list[SnapshotServer] = []
     resolvers: list[Resolver] = []
     lock = threading.Lock()
-    done: dict[str, Outcome] = {}
+    done: dict[str, InstallCheck] = {}
 
-    def one(q: Query) -> Outcome:
+    def one(q: Query) -> InstallCheck:
         if not hasattr(local, "resolver"):
             fork = snapshot.fork()
             server = SnapshotServer(fork)
@@ -518,7 +518,7 @@ def recipe_requires(recipe, sources, spec=None) -> list[str]:
         return sdist_requires(info.read_bytes()[: 1 << 20], f"{path.name}: PKG-INFO")
 
 
-def write_locks(folder: Path, queries: list[Query], done: dict[str, Outcome], snapshot: Snapshot) -> int:
+def write_locks(folder: Path, queries: list[Query], done: dict[str, InstallCheck], snapshot: Snapshot) -> int:
     """Each installing cell's lock into FOLDER (a cached outcome from before locks were kept is locked anew)."""
     folder.mkdir(parents=True, exist_ok=True)
     n = 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from builder.facts.compat import vtuple
 from builder.planning.plan import load_plan
-from mamba_ssm import _prebuilt
+from mamba_ssm import prebuilt as _prebuilt
 
 SITE = _prebuilt.DEFAULT_INDEX_URL.rstrip("/") + "/"
 # Where each line's index is published, under SITE; and the folders that serve one distribution, unpinned.

@@ -21,12 +21,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from builder.errors import UsageError
-from builder.publishing.index.model import PROJECT, Entry, Manifest
-from builder.sourcing.sources import request_deadline
-from builder.verifying.variants import check_record
-from mamba_ssm import _variant
-from mamba_ssm._elf import tag_machine
-from mamba_ssm._untrusted import (
+from builder.facts.untrusted import (
     Deadline,
     Untrusted,
     load_json,
@@ -35,6 +30,11 @@ from mamba_ssm._untrusted import (
     read_regular,
     shown,
 )
+from builder.publishing.index.model import PROJECT, Entry, Manifest
+from builder.sourcing.sources import request_deadline
+from builder.verifying.variants import check_record
+from mamba_ssm import variant as _variant
+from mamba_ssm.elf import tag_machine
 
 DEFAULT_INDEX = "dist/index"
 
@@ -177,7 +177,7 @@ def is_http_url(url: str) -> bool:
 def load(index: str) -> tuple[dict, str]:
     """The manifest of an index (a folder or an http(s)/file URL) and the base URL for commands.
 
-    Read as outside data (:mod:`mamba_ssm._untrusted`): a local manifest must be a regular file (a FIFO or
+    Read as outside data (:mod:`builder.facts.untrusted`): a local manifest must be a regular file (a FIFO or
     a device is refused, never waited on), a remote one is read under one deadline, both capped and parsed
     with a depth limit."""
     if "://" in index:

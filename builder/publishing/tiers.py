@@ -16,9 +16,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from builder.errors import UsageError
 from builder.facts import paths
+from builder.facts.untrusted import Untrusted, expect, load_json, read_regular
 from builder.verifying import evidence
-from mamba_ssm._elf import tag_machine
-from mamba_ssm._untrusted import Untrusted, expect, load_json, read_regular
+from mamba_ssm.elf import tag_machine
 
 LEDGER = paths.DATA / "evidence.json"
 LEDGER_SCHEMA = 1

@@ -26,12 +26,11 @@ from builder.building.executors.choose import select
 from builder.errors import BuildFailed, FarmError, UsageError
 from builder.facts import timings
 from builder.facts.paths import REPO
+from builder.facts.untrusted import neutral, unguarded
 from builder.publishing import cost
 from builder.run import schedule
 from builder.sourcing import reproducible
 from builder.verifying import evidence, provenance
-from mamba_ssm._untrusted import neutral, unguarded
-
 
 @dataclass(frozen=True)
 class BuildRequest:
@@ -164,7 +163,7 @@ def _options(request: BuildRequest, specs: list, dist: Dist, log) -> tuple[int, 
 
 
 def _run_builds(request, plan, specs, todo, ledger, dist: Dist, jobs, options, console, log):
-    """(outcomes in plan order, {id: (failed Outcome, error)} of the sources refused), or (None, refused) when
+    """(outcomes in plan order, {id: (failed BuildOutcome, error)} of the sources refused), or (None, refused) when
     interrupted. Each recipe build's source is prepared first (fetch once, check the hash, unpack, patch, the
     preflight: seconds, no compiler): one that cannot be prepared or fails its preflight fails alone, before any
     toolchain is made for it. SIGINT and SIGTERM stop launching and remove the executor's containers or processes."""
@@ -190,7 +189,7 @@ def _run_builds(request, plan, specs, todo, ledger, dist: Dist, jobs, options, c
             builds = _Builds(request, plan, executor, run_dir, dist, trees, source, commit, dirty, log)
             ran = builds.run(runnable, [s for s in todo if s.id not in refused], ledger, jobs, console, stop)
         else:
-            ran = [schedule.Outcome(s, "skipped", ledger.done(s, dist.wheels), reason="up to date") for s in runnable]
+            ran = [schedule.BuildOutcome(s, "skipped", ledger.done(s, dist.wheels), reason="up to date") for s in runnable]
         by_id = {o.spec.id: o for o in ran} | {sid: o for sid, (o, _err) in refused.items()}
         return [by_id[s.id] for s in specs if s.id in by_id], refused
     except KeyboardInterrupt:
@@ -306,7 +305,7 @@ def _evidence_lines(outcomes: list, log, *, indexed: bool) -> None:
 
 
 def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tuple[dict, dict]:
-    """({id: prepared tree}, {id: (failed Outcome, error)}) for the recipe builds among TODO.
+    """({id: prepared tree}, {id: (failed BuildOutcome, error)}) for the recipe builds among TODO.
 
     The tree is ``<run dir>/<id>/source/src``: the pinned sdist, hash-checked, unpacked and patched
     (builder/sourcing/prepare.py); the executor builds it as it builds the checkout, with the spec's env.
@@ -317,7 +316,7 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
     from builder.sourcing.prepare import prepare
 
     trees: dict[str, Path] = {}
-    refused: dict[str, tuple[schedule.Outcome, FarmError]] = {}
+    refused: dict[str, tuple[schedule.BuildOutcome, FarmError]] = {}
     checked: dict = {}  # (project, cell) -> its CellCheck or error: the Pythons of one cell are checked once
     for spec in todo:
         if not spec.from_recipe:
@@ -343,7 +342,7 @@ def _prepare_sources(todo: list, plan, run_dir: Path, logs_dir: Path, log) -> tu
             log_path.write_text(text + (f"hint: {err.hint}\n" if err.hint else ""))
             log(f"{spec.id}: FAILED before building: {str(err).splitlines()[0]}")
             reason = f"source: {str(err).splitlines()[0]}"
-            refused[spec.id] = (schedule.Outcome(spec, "failed", None, log_path, reason, time.monotonic() - t0), err)
+            refused[spec.id] = (schedule.BuildOutcome(spec, "failed", None, log_path, reason, time.monotonic() - t0), err)
             continue
         log_path.write_text(
             f"== {spec.id}: {spec.source}\n== patches applied: {', '.join(prep.applied) or 'none'}"
@@ -446,7 +445,7 @@ def previous_entries(ledger: schedule.Ledger, todo: list) -> dict[str, dict]:
     return {s.id: dict(ledger.entries[s.id]) for s in todo if s.id in ledger.entries}
 
 
-def replacements(outcomes: list[schedule.Outcome], previous: dict[str, dict]) -> dict[str, str]:
+def replacements(outcomes: list[schedule.BuildOutcome], previous: dict[str, dict]) -> dict[str, str]:
     """Wheel name -> why, for wheels this run rebuilt under the name it published before because the
     spec's inputs_hash changed (sources, torch, toolkit...): the only ones the index may let supersede
     published bytes. Anything else under a published name with other bytes stays refused."""

@@ -23,14 +23,14 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from builder.building.executors import BuildResult
-from mamba_ssm._untrusted import neutral, unguarded
+from builder.facts.untrusted import neutral, unguarded
 
 # Memory one build may take at peak (nvcc on the selective-scan kernels is GB-heavy).
 MEM_PER_BUILD_GIB = {"cpu": 1.5, "cuda": 4.0, "rocm": 4.0}
 
 
 @dataclass
-class Outcome:
+class BuildOutcome:
     spec: object
     state: str  # "built" | "skipped" | "failed"
     wheel: Path | None = None
@@ -130,19 +130,19 @@ def run(
     retries: int = 1,
     console: Console | None = None,
     stop: threading.Event | None = None,
-) -> list[Outcome]:
+) -> list[BuildOutcome]:
     """Build every spec; ``build_one(spec, attempt)`` runs it, ``finish`` verifies and publishes the wheel.
 
     ``finish`` raises (a FarmError) when the wheel is not good; that fails only this build.
     """
     console = console or Console(file=unguarded(sys.stderr))  # its own styles; outside text passed through neutral
     stop = stop or threading.Event()
-    outcomes: dict[str, Outcome] = {}
+    outcomes: dict[str, BuildOutcome] = {}
     todo = []
     for spec in specs:
         wheel = ledger.done(spec, wheels_dir)
         if wheel is not None:
-            outcomes[spec.id] = Outcome(spec, "skipped", wheel, reason="up to date")
+            outcomes[spec.id] = BuildOutcome(spec, "skipped", wheel, reason="up to date")
         else:
             todo.append(spec)
 
@@ -161,7 +161,7 @@ def run(
                 spec.id, total=1, start=False, state="queued", eta=f"eta ~{last:.0f}s" if last else "eta ?"
             )
 
-        def work(spec) -> Outcome:
+        def work(spec) -> BuildOutcome:
             shown = _Shown(progress, tasks[spec.id])
             return shown.end(_attempts(spec, build_one, finish, ledger=ledger, retries=retries, stop=stop, shown=shown))
 
@@ -181,7 +181,7 @@ class _Shown:
     def state(self, text: str) -> None:
         self.progress.update(self.task, state=text)
 
-    def end(self, outcome: Outcome) -> Outcome:
+    def end(self, outcome: BuildOutcome) -> BuildOutcome:
         style = "green" if outcome.state == "built" else "red"
         self.progress.update(self.task, completed=1, state=f"[{style}]{outcome.state}", eta="")
         return outcome
@@ -189,9 +189,9 @@ class _Shown:
 
 def _attempts(
     spec, build_one, finish, *, ledger: Ledger, retries: int, stop: threading.Event, shown: _Shown
-) -> Outcome:
+) -> BuildOutcome:
     """SPEC built (again after an infrastructure failure, up to RETRIES times), then its wheel verified and published
-    (``finish``) and recorded in the ledger: its Outcome. A bad wheel fails this build only."""
+    (``finish``) and recorded in the ledger: its BuildOutcome. A bad wheel fails this build only."""
     shown.start()
     started = time.monotonic()
     result: BuildResult | None = None
@@ -204,25 +204,25 @@ def _attempts(
             break
     if stop.is_set():
         log = result.log if result else None
-        return Outcome(spec, "failed", None, log, "interrupted", time.monotonic() - started, attempt)
+        return BuildOutcome(spec, "failed", None, log, "interrupted", time.monotonic() - started, attempt)
     if not result.ok:
-        return Outcome(spec, "failed", None, result.log, result.reason, time.monotonic() - started, attempt)
+        return BuildOutcome(spec, "failed", None, result.log, result.reason, time.monotonic() - started, attempt)
     shown.state("verifying")
     try:
         wheel = finish(spec, result)
     except Exception as err:  # a bad wheel fails this build only
         reason = f"verification: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
-        return Outcome(spec, "failed", None, result.log, reason, time.monotonic() - started, attempt)
+        return BuildOutcome(spec, "failed", None, result.log, reason, time.monotonic() - started, attempt)
     elapsed = time.monotonic() - started
     ledger.record(spec, wheel, elapsed)
-    return Outcome(spec, "built", wheel, result.log, "", elapsed, attempt)
+    return BuildOutcome(spec, "built", wheel, result.log, "", elapsed, attempt)
 
 
-def _in_pool(todo: list, work: Callable[[object], Outcome], *, jobs: int, stop: threading.Event) -> dict[str, Outcome]:
-    """WORK on every spec of TODO, JOBS at once: {id: Outcome}. The first build of each compile group runs before
+def _in_pool(todo: list, work: Callable[[object], BuildOutcome], *, jobs: int, stop: threading.Event) -> dict[str, BuildOutcome]:
+    """WORK on every spec of TODO, JOBS at once: {id: BuildOutcome}. The first build of each compile group runs before
     the rest of its group starts: they then take its objects from the image's kernel cache instead of compiling
     the same kernels at once."""
-    outcomes: dict[str, Outcome] = {}
+    outcomes: dict[str, BuildOutcome] = {}
     first, later = _first_of_each_group(todo)
     pool = cf.ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="build")
     try:
@@ -236,7 +236,7 @@ def _in_pool(todo: list, work: Callable[[object], Outcome], *, jobs: int, stop: 
                 try:
                     outcomes[spec.id] = fut.result()
                 except Exception as err:  # a bug in one build's path must not take down the rest
-                    outcomes[spec.id] = Outcome(spec, "failed", reason=f"internal error: {err!r}")
+                    outcomes[spec.id] = BuildOutcome(spec, "failed", reason=f"internal error: {err!r}")
                 for sibling in later.pop(spec.compile_group, []) if not stop.is_set() else ():
                     futures[nxt := pool.submit(work, sibling)] = sibling
                     pending.add(nxt)
@@ -257,7 +257,7 @@ def _first_of_each_group(specs: list) -> tuple[list, dict[str, list]]:
     return first, later
 
 
-def summary(outcomes: list[Outcome], console: Console) -> None:
+def summary(outcomes: list[BuildOutcome], console: Console) -> None:
     table = Table(title="mamba-farm build summary")
     for col in ("build", "result", "time", "wheel / reason"):
         table.add_column(col)

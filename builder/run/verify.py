@@ -1,4 +1,4 @@
-"""``python -m builder verify --rebuild ID WHEEL``: rebuild one spec and compare it, byte for byte, with a wheel.
+"""``python -m builder reproduce --rebuild ID WHEEL``: rebuild one spec and compare it, byte for byte, with a wheel.
 
 Exit codes: 0 identical, 14 (NotReproducible) different, 15 (RebuildFailed) when nothing could be compared
 (unknown id, failed build, unreadable wheel or wrong sha256, a dirty-tree wheel without --source).
@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.errors import FarmError, NotReproducible, RebuildFailed, UsageError
+from builder.facts.untrusted import Deadline, Untrusted, read_capped, sha256_name, shown
 from builder.verifying.compare import MAX_UNPACKED_BYTES, compare
-from mamba_ssm._untrusted import Deadline, Untrusted, read_capped, sha256_name, shown
 
 # A published wheel read from a URL: capped (CUDA wheels are hundreds of MB) and deadline-bound.
 MAX_WHEEL_BYTES = 2 << 30
@@ -25,8 +25,8 @@ FETCH_SECONDS = 900.0
 
 
 @dataclass(frozen=True)
-class VerifyRequest:
-    """What ``python -m builder verify`` checks, typed: ``rebuild`` (a spec id) with ``wheel`` (a path or URL, with
+class ReproduceRequest:
+    """What ``python -m builder reproduce`` checks, typed: ``rebuild`` (a spec id) with ``wheel`` (a path or URL, with
     ``sha256`` for a URL), or ``one_per_kind`` (a folder); the rest as for a build (``source`` None: the wheel's
     recorded commit, else this checkout). ``keep``: a folder to keep the rebuild's dist folder in."""
 
@@ -46,7 +46,7 @@ class VerifyRequest:
 # --------------------------------------------------------------------------- comparing two wheels
 
 
-def _given_wheel(args: VerifyRequest, scratch: Path) -> Path:
+def _given_wheel(args: ReproduceRequest, scratch: Path) -> Path:
     """The wheel to check, as a local file whose sha256 is the one given (if given)."""
     from builder.sourcing.sources import Fetcher, is_web_url
 
@@ -142,7 +142,7 @@ def _profile_of(spec_id: str, matrix: Path | None, profile: str | None, projects
     )
 
 
-def _rebuild(args: VerifyRequest, spec_id: str, profile: str, dist: Path, projects=None) -> Path:
+def _rebuild(args: ReproduceRequest, spec_id: str, profile: str, dist: Path, projects=None) -> Path:
     from builder.run import build
 
     request = build.BuildRequest(
@@ -214,7 +214,7 @@ def built_dirty(given: Path, source: Path | None) -> None:
 
 
 def check(
-    args: VerifyRequest, spec_id: str, given: Path, dist: Path, projects=None, scratch: Path | None = None
+    args: ReproduceRequest, spec_id: str, given: Path, dist: Path, projects=None, scratch: Path | None = None
 ) -> None:
     """Rebuild SPEC_ID into DIST and compare with GIVEN: prints ``identical`` or raises NotReproducible."""
     projects = projects or args.projects
@@ -239,7 +239,7 @@ def check(
     print(f"identical: {given.name} (sha256 {sha}) is what {spec_id} rebuilds to", flush=True)
 
 
-def run_verify(args: VerifyRequest) -> int:
+def run_reproduce(args: ReproduceRequest) -> int:
     """Rebuild and compare (``rebuild`` with ``wheel``, or ``one_per_kind``): 0 when identical, else an error."""
     scratch = Path(tempfile.mkdtemp(prefix="mamba-farm-verify-"))
     try:
@@ -256,7 +256,7 @@ def run_verify(args: VerifyRequest) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _one_per_kind(args: VerifyRequest, scratch: Path) -> int:
+def _one_per_kind(args: ReproduceRequest, scratch: Path) -> int:
     """The release's check: every picked wheel rebuilt and compared, each reported, then one verdict."""
     from builder.facts.hostenv import host_machine
 

@@ -29,10 +29,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import PreflightError
+from builder.facts.untrusted import Untrusted, expect, read_regular, shown, text
 from builder.planning.recipes import CellFacts, Recipe, build_env_vars, env_template, placeholder_values
 from builder.sourcing.prepare import prepare
 from builder.sourcing.sources import SourceCache
-from mamba_ssm._untrusted import Untrusted, expect, read_regular, shown, text
 
 MAX_METADATA = 1 << 20  # a METADATA with its long description: a few KB to a few hundred
 METADATA_SECONDS = 120  # setup.py's metadata run; no compile, so seconds, but an import may be slow

@@ -24,8 +24,7 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import SourceFetchError
 from builder.facts import hostenv
 from builder.facts.compat import vtuple
-from builder.sourcing.sources import DEFAULT_INDEX, MAX_PAGE_BYTES, Fetcher, request_deadline
-from mamba_ssm._untrusted import (
+from builder.facts.untrusted import (
     BudgetSpent,
     Deadline,
     Untrusted,
@@ -40,6 +39,7 @@ from mamba_ssm._untrusted import (
     text,
     zip_read,
 )
+from builder.sourcing.sources import DEFAULT_INDEX, MAX_PAGE_BYTES, Fetcher, request_deadline
 
 MAX_METADATA_BYTES = 16 << 20  # a wheel's METADATA (torch's is about 40 kB): an endless or bomb-sized one stops here
 MAX_REQUESTS = (
@@ -106,7 +106,7 @@ class File:
 class _RangeFile(io.RawIOBase):
     """A remote file read with HTTP range requests, seekable enough for :mod:`zipfile`."""
 
-    def __init__(self, client: Index, url: str, size: int) -> None:
+    def __init__(self, client: SimpleIndex, url: str, size: int) -> None:
         self.client, self.url, self.size, self.pos = client, url, size, 0
 
     def readable(self) -> bool:
@@ -132,7 +132,7 @@ class _RangeFile(io.RawIOBase):
         return len(data)
 
 
-class Index:
+class SimpleIndex:
     """One index's simple API (``https://pypi.org/simple`` by default), through the host's pip settings."""
 
     def __init__(self, url: str | None = None, fetcher: Fetcher | None = None, cache: Path | None = None) -> None:

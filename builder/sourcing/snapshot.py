@@ -2,7 +2,7 @@
 served on 127.0.0.1 as a PEP 691 simple index of wheels only, with every file's core metadata (PEP 658/714) and
 no file bodies.
 
-Recording (an upstream :class:`~builder.sourcing.pypi.Index` given): a listing or METADATA the folder lacks is read
+Recording (an upstream :class:`~builder.sourcing.pypi.SimpleIndex` given): a listing or METADATA the folder lacks is read
 from the index once (torch's METADATA by HTTP range reads: PyPI offers no PEP 658 file for it) and kept. Replaying
 (no upstream): only what the folder holds is served, so a resolution reads exactly the metadata it read when it
 was recorded, offline. What a resolver asked for and did not get is in :attr:`SnapshotServer.missing`.
@@ -27,8 +27,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from builder.errors import SourceFetchError
-from builder.sourcing.pypi import MAX_METADATA_BYTES, File, Index
-from mamba_ssm._untrusted import Untrusted, expect, file_name, load_json, read_inside, sha256_name, shown, text
+from builder.facts.untrusted import Untrusted, expect, file_name, load_json, read_inside, sha256_name, shown, text
+from builder.sourcing.pypi import MAX_METADATA_BYTES, File, SimpleIndex
 
 MAX_PAGE_BYTES = 64 << 20  # one stored listing (torch's, wheels only, is about 0.5 MB)
 _PAGE_FIELDS = ("filename", "url", "sha256", "size", "requires_python", "upload_time", "yanked", "core_metadata")
@@ -46,7 +46,7 @@ def _write(path: Path, data: bytes) -> None:
 class Snapshot:
     """The folder of recorded listings and METADATA (see the module's docstring)."""
 
-    def __init__(self, root: Path, upstream: Index | None = None, refresh: bool = True) -> None:
+    def __init__(self, root: Path, upstream: SimpleIndex | None = None, refresh: bool = True) -> None:
         self.root = Path(root)
         self.upstream = upstream
         self.refresh = refresh  # recording: read each listing anew once per run (else only those not stored)

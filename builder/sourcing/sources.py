@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
-import html.parser
 import os
 import re
 import shutil
@@ -32,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import SourceFetchError, SourceIntegrityError, UnsafeArchiveError, UsageError
 from builder.facts import hostenv
 from builder.facts.spec import ArchivePin, FilePin, GitPin, SdistPin
-from mamba_ssm._untrusted import (
+from builder.facts.untrusted import (
     COMMIT_RE,
     SHA256_RE,
     Deadline,
@@ -48,6 +47,7 @@ from mamba_ssm._untrusted import (
     shown,
     spend,
 )
+from mamba_ssm.prebuilt import parse_links
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _CHUNK = 1 << 20
@@ -76,39 +76,9 @@ class Candidate:
     size: int | None = None
 
 
-class _Anchors(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[str, str]] = []  # (href, text)
-        self._href: str | None = None
-        self._text = ""
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self._href = dict(attrs).get("href")
-            self._text = ""
-
-    def handle_data(self, data):
-        if self._href is not None:
-            self._text += data
-
-    def handle_endtag(self, tag):
-        if tag == "a" and self._href is not None:
-            self.links.append((self._href, self._text.strip()))
-            self._href = None
-
-
 def _from_html(text: str, base: str) -> list[Candidate]:
-    parser = _Anchors()
-    parser.feed(text)
-    out = []
-    for href, label in parser.links:
-        url = urllib.parse.urljoin(base, href)
-        path, _, frag = url.partition("#")
-        filename = label or urllib.parse.unquote(path.rsplit("/", 1)[-1])
-        m = re.fullmatch(r"sha256=([0-9a-fA-F]{64})", frag)
-        out.append(Candidate(path, filename, m.group(1).lower() if m else None))
-    return out
+    """A PEP 503 page's files: the anchor's text names the file where it has one, else the URL does."""
+    return [Candidate(link.url, link.text or link.filename, link.sha256) for link in parse_links(text, base)]
 
 
 def _from_json(data: dict, base: str) -> list[Candidate]:
@@ -518,11 +488,36 @@ def _member_parts(name: str) -> tuple[str, ...] | None:
     return parts
 
 
+def _followed(parts: tuple[str, ...], links: dict[tuple[str, ...], tuple[str, ...]], refuse) -> tuple[str, ...]:
+    """``parts`` with every link of the archive (LINKS) among its prefixes followed, as the OS would, whatever the
+    order the links are unpacked in; ``refuse(why)`` for what climbs out of the unpack folder or never ends."""
+    out: list[str] = []
+    todo = list(parts)
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not out:
+                refuse("points outside the unpack folder")
+            out.pop()
+            continue
+        out.append(part)
+        target = links.get(tuple(out))
+        if target is not None:
+            hops += 1
+            if hops > 40:
+                refuse("is a chain of links that does not end")
+            out, todo = [], [*target, *todo]
+    return tuple(out)
+
+
 def check_members(members: list[tarfile.TarInfo], where: str) -> str:
     """The one top-level folder of an sdist whose every member stays inside it; else UnsafeArchiveError.
 
     Checked on the member list alone, before anything is written, without trusting tarfile's ``data``
-    filter (CVE-2025-4517 and its kin bypass it on the Pythons before the fix): only folders, regular files,
+    filter (CVE-2025-4517 and its kin bypass it on a Python without that fix): only folders, regular files,
     and links whose target, resolved through the archive's own links, stays in the tree; no member is
     written through a link, and no name comes twice (a later member would replace an earlier link)."""
     kinds: dict[tuple[str, ...], str] = {}  # path -> "dir" | "file" | "link"
@@ -534,30 +529,6 @@ def check_members(members: list[tarfile.TarInfo], where: str) -> str:
             hint="an sdist holds plain files and folders under one name-version folder; "
             "review where this archive came from before pinning it",
         )
-
-    def resolve(m, parts: tuple[str, ...]) -> tuple[str, ...]:
-        """``parts`` with every link of the archive among its prefixes followed (as the OS would, whatever the
-        order the links are unpacked in); refuse what climbs out of the unpack folder."""
-        out: list[str] = []
-        todo = list(parts)
-        hops = 0
-        while todo:
-            part = todo.pop(0)
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if not out:
-                    refuse(m, "points outside the unpack folder")
-                out.pop()
-                continue
-            out.append(part)
-            target = raw_links.get(tuple(out))
-            if target is not None:
-                hops += 1
-                if hops > 40:
-                    refuse(m, "is a chain of links that does not end")
-                out, todo = [], [*target, *todo]
-        return tuple(out)
 
     for m in members:  # pass 1: names and kinds
         parts = _member_parts(m.name)
@@ -591,7 +562,7 @@ def check_members(members: list[tarfile.TarInfo], where: str) -> str:
             if kinds.get(parts[:i], "dir") != "dir":
                 refuse(m, f"would be written through the link or file {'/'.join(parts[:i])!r}")
         if parts in raw_links:
-            target = resolve(m, raw_links[parts])
+            target = _followed(raw_links[parts], raw_links, lambda why, m=m: refuse(m, why))
             if len(target) < 2 or target[0] != parts[0]:
                 refuse(m, f"is a link to {m.linkname!r}, which leaves the sdist's folder")
     tops = {p[0] for p in kinds}

@@ -25,8 +25,8 @@ from builder.errors import FarmError, PatchError, SourceFetchError, UnprovenWrit
 from builder.facts import hostenv
 from builder.facts.compat import DATA_DIR, PLATFORMS, vtuple
 from builder.facts.paths import REPO
-from builder.sourcing.pypi import File, Index
-from mamba_ssm._untrusted import Untrusted, marker_holds, run_budget, shown
+from builder.facts.untrusted import Untrusted, marker_holds, run_budget, shown
+from builder.sourcing.pypi import File, SimpleIndex
 
 DRIFT_EXIT = 13  # the data is behind the index (not a failure of the farm); errors.py lists every code
 _MACHINE = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64"}
@@ -44,7 +44,7 @@ MAX_MINORS = 64  # torch minors read from the oldest row up (2.8..2.15 today): a
 
 
 @dataclass(frozen=True)
-class TorchFacts:
+class TorchRelease:
     minor: str
     latest: str
     python: tuple[str, str]
@@ -84,7 +84,7 @@ def cuda_build(requires_dist: list[str], platform: str, python: str) -> str:
     return "cpu"
 
 
-def torch_facts(index: Index, oldest: str) -> dict[str, TorchFacts]:
+def torch_facts(index: SimpleIndex, oldest: str) -> dict[str, TorchRelease]:
     """{minor: facts} for each torch minor >= ``oldest`` with final Linux wheels on the index."""
     releases: dict[Version, list[File]] = defaultdict(list)
     for f in index.files("torch"):
@@ -118,7 +118,7 @@ def torch_facts(index: Index, oldest: str) -> dict[str, TorchFacts]:
             pypi[plat] = cuda_build(meta.get_all("Requires-Dist") or [], plat, first.cpython())
         # an upload time is data only as a date: what else it holds (control characters) never reaches a TOML comment
         times = sorted(f.upload_time[:10] for f in files if f.upload_time and _DATE.fullmatch(f.upload_time[:10]))
-        out[minor] = TorchFacts(minor, str(v), (pythons[0], pythons[-1]), pypi, glibc, times[0] if times else "")
+        out[minor] = TorchRelease(minor, str(v), (pythons[0], pythons[-1]), pypi, glibc, times[0] if times else "")
     return out
 
 
@@ -140,7 +140,7 @@ def _cuda_version(build: str) -> str | None:
     return f"{build[2:-1]}.{build[-1]}" if build.startswith("cu") else None
 
 
-def compare_torch(data: dict, facts: dict[str, TorchFacts]) -> list[Drift]:
+def compare_torch(data: dict, facts: dict[str, TorchRelease]) -> list[Drift]:
     out: list[Drift] = []
     for minor, f in facts.items():
         row = data.get(minor)
@@ -173,7 +173,7 @@ def compare_torch(data: dict, facts: dict[str, TorchFacts]) -> list[Drift]:
     return out
 
 
-def newest_sdist(index: Index, project: str) -> File | None:
+def newest_sdist(index: SimpleIndex, project: str) -> File | None:
     sdists = [f for f in index.files(project) if f.filename.endswith(".tar.gz") and not f.yanked and f.version
               and not f.version.is_prerelease and not f.version.is_devrelease]  # fmt: skip
     return max(sdists, key=lambda f: f.version, default=None)
@@ -201,7 +201,7 @@ def newest_tag(url: str) -> tuple[str, Version, str] | None:
     return best
 
 
-def compare_recipe(index: Index, recipe) -> Drift | None:
+def compare_recipe(index: SimpleIndex, recipe) -> Drift | None:
     """The recipe's pin against what its source publishes: the index's newest sdist, the newest release tag of
     a git source's repository (its commit), or of a tag archive's repository (its archive URL; the sha256 is
     taken when --write fetches it). An archive URL laid out otherwise has no way to list releases: no drift."""
@@ -272,7 +272,7 @@ def _inline(values: dict):
     return tomlkit.parse(f"x = {{ {text} }}")["x"]
 
 
-def write_torch(path: Path, drifts: list[Drift], facts: dict[str, TorchFacts], today: str) -> None:
+def write_torch(path: Path, drifts: list[Drift], facts: dict[str, TorchRelease], today: str) -> None:
     import tomlkit
 
     doc = tomlkit.parse(path.read_text())
@@ -337,7 +337,7 @@ def write_matrix_axis(path: Path, minors: list[str]) -> None:
 # --- the matrix's Python axis against the Pythons torch ships ---------------------------------------------
 
 
-def compare_python_axis(matrix: dict, data: dict, facts: dict[str, TorchFacts]) -> list[Drift]:
+def compare_python_axis(matrix: dict, data: dict, facts: dict[str, TorchRelease]) -> list[Drift]:
     """A Python that a torch of the matrix's torch axis ships wheels for (the index's facts where read, the
     data's rows otherwise) but the Python axis lacks is drift (``python-axis``: --write adds it); the floor
     is the axis's oldest Python, a choice. An axis Python that no such torch ships is reported
@@ -433,7 +433,7 @@ def write_canary(recipe, drift: Drift, cache_root: Path | None, out: Path | None
     drift.status = "written (the canary's patches apply to the head)"
 
 
-def write_recipe(index: Index, recipe, drift: Drift, cache_root: Path | None, out: Path | None = None) -> None:
+def write_recipe(index: SimpleIndex, recipe, drift: Drift, cache_root: Path | None, out: Path | None = None) -> None:
     """Move the recipe's pin (to ``out``, a staged copy, when given) once the new sdist's patches apply."""
     import tomlkit
 
@@ -584,7 +584,7 @@ def run_drift(options: DriftOptions) -> int:
     from builder.planning.recipes import load_recipes
 
     cache_root = options.cache or hostenv.CACHE_ROOT
-    index = Index(options.index, cache=cache_root / "metadata")
+    index = SimpleIndex(options.index, cache=cache_root / "metadata")
     data = _read_toml(options.torch_data).get("torch", {})
     if not data:
         raise UsageError(f'{options.torch_data}: no [torch."M.m"] rows')
@@ -634,7 +634,7 @@ def run_drift(options: DriftOptions) -> int:
     return _report(options, index, every, facts, recipes)
 
 
-def _write(options: DriftOptions, index: Index, drifts: list[Drift], facts: dict, recipe_drifts: list, staged: Staged) -> None:
+def _write(options: DriftOptions, index: SimpleIndex, drifts: list[Drift], facts: dict, recipe_drifts: list, staged: Staged) -> None:
     """Every edit --write makes, onto the staged copies (:class:`Staged`)."""
     today = datetime.date.today().isoformat()
     python_axis = [d for d in drifts if d.what == "python-axis"]
@@ -663,7 +663,7 @@ def _write(options: DriftOptions, index: Index, drifts: list[Drift], facts: dict
                 staged.drop(recipe.path)
 
 
-def _report(options: DriftOptions, index: Index, every: list[Drift], facts: dict, recipes: dict) -> int:
+def _report(options: DriftOptions, index: SimpleIndex, every: list[Drift], facts: dict, recipes: dict) -> int:
     checked = f"torch {min(facts, key=vtuple, default='-')}..{max(facts, key=vtuple, default='-')}, " + (
         ", ".join(f"{r.name} {r.source.version}" + (f" (canary {r.canary.version})" if r.canary else "")
                   for r in recipes.values()) or "no recipes"

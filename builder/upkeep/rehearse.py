@@ -250,6 +250,37 @@ def rehearse(
     cache = tool_cache(work / "toolcache", python)
     index_port = index_port or free_port()
     index_url = f"http://127.0.0.1:{index_port}"
+    event, ref, inputs = _event(repo, workflow, release, tag, profile, only_ids, projects)
+    (work / "event.json").write_text(json.dumps(event_payload(ref, inputs)))
+    runner_env = {
+        # The stand-ins (builder/upkeep/standins/) and the records of what the services got. GITHUB_SERVER_URL stays
+        # https://github.com: the artifact actions refuse any other host (GHESNotSupportedError), and the site
+        # links to the real asset URLs; a test answers those on 127.0.0.1 (tests/releasekit.py).
+        "GH_STANDIN_HOME": str(gh_home),
+        "GH_STANDIN_GIT": str(repo),
+        "REHEARSAL_RECORDS": str(records),
+        "REHEARSAL_ARTIFACTS": str(artifacts),
+        "REHEARSAL_STANDINS": str(STANDINS),
+        "REHEARSAL_PYTHON": python,
+        "REHEARSAL_PAGE_URL": index_url + "/",
+        **(env or {}),
+    }
+    cmd = _act_command(act, event, repo, work, workflow, artifacts, index_url, cache, inputs, job, gpu_runner, actions)
+    cmd += [a for k, v in runner_env.items() for a in ("--env", f"{k}={v}")]
+    host_env = dict(os.environ, PATH=f"{work / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    start = time.monotonic()
+    rc = _run_logged(cmd, repo, host_env, log, stream)
+    seconds = time.monotonic() - start
+    text = log.read_text(encoding="utf-8")
+    jobs = job_results(text)
+    return Result(rc, jobs, log, artifacts, work, seconds, index_url, records)
+
+
+def _event(repo: Path, workflow: str, release: bool, tag: str | None, profile: str, only_ids: str, projects: str
+           ) -> tuple[str, str, dict[str, str]]:  # fmt: skip
+    """The event act sends, its ref and the workflow's inputs: a manual run on the branch (the dry run, or another
+    workflow), a pushed tag (the release profile), or a manual run on the tag (its inputs; it publishes too).
+    A release tags the clone first."""
     branch = _git(repo, "rev-parse", "--abbrev-ref", "HEAD")
     if workflow != "release.yml":  # another workflow (ci.yml): a manual run on the branch, its JOB only if given
         release, profile, only_ids, projects = False, "", "", ""
@@ -263,7 +294,13 @@ def rehearse(
         event, ref = ("workflow_dispatch" if inputs else "push"), f"refs/tags/{tag}"
     else:
         event, ref = "workflow_dispatch", f"refs/heads/{branch}"
-    (work / "event.json").write_text(json.dumps(event_payload(ref, inputs)))
+    return event, ref, inputs
+
+
+def _act_command(act: str, event: str, repo: Path, work: Path, workflow: str, artifacts: Path, index_url: str,
+                 cache: Path, inputs: dict[str, str], job: str | None, gpu_runner: str | None, actions: Path
+                 ) -> list[str]:  # fmt: skip
+    """act's command line: the workflow, offline actions and stand-ins, the artifact server, the index's URL."""
     workflows = sorted((repo / ".github" / "workflows").glob("*.y*ml"))
     cmd = [
         act, event, "-W", str(repo / WORKFLOWS / workflow), "-C", str(repo), "-e", str(work / "event.json"),
@@ -287,33 +324,17 @@ def rehearse(
             f"{gpu_runner}=-self-hosted",
         ]
     cmd += [a for spec in local_actions(workflows, actions, STANDINS / "actions") for a in ("--local-repository", spec)]
-    runner_env = {
-        # The stand-ins (builder/upkeep/standins/) and the records of what the services got. GITHUB_SERVER_URL stays
-        # https://github.com: the artifact actions refuse any other host (GHESNotSupportedError), and the site
-        # links to the real asset URLs; a test answers those on 127.0.0.1 (tests/releasekit.py).
-        "GH_STANDIN_HOME": str(gh_home),
-        "GH_STANDIN_GIT": str(repo),
-        "REHEARSAL_RECORDS": str(records),
-        "REHEARSAL_ARTIFACTS": str(artifacts),
-        "REHEARSAL_STANDINS": str(STANDINS),
-        "REHEARSAL_PYTHON": python,
-        "REHEARSAL_PAGE_URL": index_url + "/",
-        **(env or {}),
-    }
-    for k, v in runner_env.items():
-        cmd += ["--env", f"{k}={v}"]
-    host_env = dict(os.environ, PATH=f"{work / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
-    start = time.monotonic()
+    return cmd
+
+
+def _run_logged(cmd: list[str], repo: Path, env: dict[str, str], log: Path, stream) -> int:
+    """Run CMD, its output written to LOG as it comes (and to STREAM when given); its exit code."""
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.Popen(
-            cmd, cwd=repo, env=host_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         for line in proc.stdout:
             out.write(line)
             if stream is not None:
                 stream.write(line)
-        rc = proc.wait()
-    seconds = time.monotonic() - start
-    text = log.read_text(encoding="utf-8")
-    jobs = job_results(text)
-    return Result(rc, jobs, log, artifacts, work, seconds, index_url, records)
+        return proc.wait()

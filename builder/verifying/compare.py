@@ -1,6 +1,6 @@
 """Two wheels compared byte for byte: ``identical`` (an empty list), or each member that differs with its sizes,
 sha256s, first differing offset and, for an ELF member, the section that offset is in; when every member
-agrees, the zip entries' own fields (time, mode, order). ``verify --rebuild`` (builder/run/verify.py)
+agrees, the zip entries' own fields (time, mode, order). ``reproduce --rebuild`` (builder/run/verify.py)
 rebuilds a spec and asks this."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from mamba_ssm import _elf
-from mamba_ssm._untrusted import shown
+from builder.facts.untrusted import shown
+from mamba_ssm import elf as _elf
 
 MAX_UNPACKED_BYTES = 8 << 30  # what compare() may read of one wheel's members (a zip bomb stops here)
 

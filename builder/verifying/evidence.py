@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from builder.errors import UsageError
-from mamba_ssm._untrusted import Untrusted, expect, load_json, read_regular, shown
+from builder.facts.untrusted import Untrusted, expect, load_json, read_regular, shown
 
 SCHEMA = 1
 SUFFIX = ".evidence.json"

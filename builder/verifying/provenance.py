@@ -12,7 +12,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from mamba_ssm._untrusted import field, load_json, open_zip, zip_read
+from builder.facts.untrusted import field, load_json, open_zip, zip_read
+from mamba_ssm.doctor.report import source_line
 
 NAME = "farm-provenance.json"
 SCHEMA = 1
@@ -127,18 +128,8 @@ def read_wheel(wheel: Path) -> dict | None:
 
 def summary(rec: dict) -> str:
     """One line for people: what built the wheel."""
-    src = rec.get("source") or {}
-    if src.get("kind") == "sdist":
-        what = f"sdist {src.get('name')}=={src.get('version')} (sha256 {str(src.get('sha256'))[:12]})"
-    elif src.get("kind") == "archive":
-        what = f"archive {src.get('url')} (sha256 {str(src.get('sha256'))[:12]})"
-    elif src.get("kind") == "git":
-        what = f"git {src.get('url')} at {str(src.get('commit'))[:12]}"
-    elif src.get("kind") == "canary":
-        what = f"canary {src.get('url')} {src.get('branch')} at {str(src.get('commit'))[:12]}"
-    else:
-        what = f"checkout {str(src.get('commit') or 'unknown commit')[:12]}"
-        what += " with uncommitted changes" if src.get("dirty") is True else ""
+    src = rec.get("source") if isinstance(rec.get("source"), dict) else {}
+    what = source_line(src)
     ran = (
         f"image {rec.get('image')}"
         if rec.get("executor") == "docker"

@@ -21,8 +21,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from builder.errors import VerificationError
+from builder.facts.untrusted import Untrusted, open_zip, shown, zip_read
 from builder.sourcing.reproducible import zip_entries, zip_time
-from mamba_ssm._untrusted import Untrusted, open_zip, shown, zip_read
 
 
 def _record_hash(data: bytes) -> str:

@@ -33,7 +33,7 @@ from builder.facts.compat import machine_of, manylinux_platforms, newest_manylin
 from builder.facts.hostenv import host_machine, torch_index_args
 from builder.facts.spec import BuildSpec
 from builder.verifying import wheelmeta
-from mamba_ssm._untrusted import Untrusted, marker_holds, shown
+from builder.facts.untrusted import Untrusted, marker_holds, shown
 
 # The checkout's own smoke program, run by the smoke venv's Python (here, or in a container under emulation).
 SMOKE_SCRIPT = r"""

@@ -20,9 +20,10 @@ from packaging.version import Version
 
 from builder.errors import VerificationError
 from builder.facts.spec import sha256_of
+from builder.facts.untrusted import Untrusted, expect, field
 from builder.verifying.relabel import read_members, write_wheel
-from mamba_ssm import _elf, _variant
-from mamba_ssm._untrusted import Untrusted, expect, field
+from mamba_ssm import elf as _elf
+from mamba_ssm import variant as _variant
 
 # The format version with ``providers`` (PEP 850's draft), as uv 0.13.9 names it; variantlib 0.2.2 writes the same
 # layout under ".../v0.2.0.json" and does not check the URL, while uv logs that one as an unknown schema.

@@ -14,7 +14,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from mamba_ssm._untrusted import Untrusted, open_zip, text, zip_read
+from builder.facts.untrusted import Untrusted, open_zip, text, zip_read
 
 MAX_METADATA_BYTES = 16 << 20  # a wheel's METADATA or WHEEL (torch's METADATA is about 40 kB)
 

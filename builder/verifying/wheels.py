@@ -1,7 +1,7 @@
 """What "a wheel is good" means, checked on every wheel before it reaches dist/.
 
 :func:`verify_wheel`: names, tags and extension modules agree with the BuildSpec, every ELF file is for the
-tag's machine, the C++ ABI and GPU arch audits (through ``mamba_ssm._elf``), auditwheel repair and a single
+tag's machine, the C++ ABI and GPU arch audits (through ``mamba_ssm.elf``), auditwheel repair and a single
 platform tag. The smoke test that follows is builder/verifying/smoke.py's.
 """
 
@@ -31,8 +31,9 @@ from builder.facts.spec import BuildSpec
 from builder.verifying import provenance as provenance_mod
 from builder.verifying import variants, wheelmeta
 from builder.verifying.relabel import pin_torch, read_members, write_wheel
-from mamba_ssm import _elf, _variant
-from mamba_ssm._elf import AbiReport, abi_report
+from mamba_ssm import elf as _elf
+from mamba_ssm import variant as _variant
+from mamba_ssm.elf import AbiReport, abi_report
 
 PROJECT = "mamba-ssm"
 
@@ -210,7 +211,7 @@ def audited_extensions(members: tuple[str, ...], spec: BuildSpec) -> list[str]:
 
 
 def check_machine(wheel: Path, platform: str) -> None:
-    """Every host-code ELF file in WHEEL is built for PLATFORM's machine (mamba_ssm._elf reads e_machine)."""
+    """Every host-code ELF file in WHEEL is built for PLATFORM's machine (mamba_ssm.elf reads e_machine)."""
     want = _elf.tag_machine(platform)
     if want is None:
         return
@@ -242,7 +243,7 @@ def _read_elf(so: Path) -> _elf.Elf:
 
 
 def audit_cxx_abi(so: Path, cxx11abi: bool) -> AbiReport:
-    """The label's C++ ABI against the one the library was compiled with (mamba_ssm._elf's rule, the doctor's too)."""
+    """The label's C++ ABI against the one the library was compiled with (mamba_ssm.elf's rule, the doctor's too)."""
     rep = abi_report(_read_elf(so).undefined_symbols())
     label = f"cxx11abi{'TRUE' if cxx11abi else 'FALSE'}"
     if rep.kind == _elf.MIXED:
@@ -264,7 +265,7 @@ def audit_cxx_abi(so: Path, cxx11abi: bool) -> AbiReport:
 
 
 # --------------------------------------------------------------------------- GPU arch audit
-# mamba_ssm._elf reads the fatbin's entry headers, as cuobjdump does, and gives the same list (sm_90a,
+# mamba_ssm.elf reads the fatbin's entry headers, as cuobjdump does, and gives the same list (sm_90a,
 # compute_100f included; tests/test_wheels.py checks it against cuobjdump on real nvcc output): the farm
 # reads what the doctor reads, and needs no CUDA tool.
 

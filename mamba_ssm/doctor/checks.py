@@ -8,8 +8,10 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .. import _elf, _prebuilt, _variant
-from .._untrusted import paste
+from .. import elf as _elf
+from .. import prebuilt as _prebuilt
+from .. import variant as _variant
+from ..guard import paste
 from . import served
 from .classify import (
     CHECKOUT,
@@ -183,13 +185,31 @@ def _gpu_runs(cap: str, archs: dict) -> bool:
 
 
 def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = False) -> tuple[list[Finding], dict]:
-    findings: list[Finding] = []
-    torch, mm, tk, cxx = facts["torch"], facts["mamba_ssm"], facts["cuda_toolkit"], facts["compiler"]
+    torch, mm = facts["torch"], facts["mamba_ssm"]
     available, lookup_note, listed = _lookup(facts, index_url, offline)
     # The fix pins the wheel the index lists (for torch >= the stable floor that is the stable-ABI wheel).
     ctx = context_for(facts, index_url, available, listed)
     extra = {"wheel_available": available, "wheel_lookup": lookup_note, "line": "upstream" if is_upstream(facts) else "checkout"}
-    own = install_line(ctx)
+    reinstall = _reinstall_fix(facts, ctx, listed, available)
+    findings = _torch_findings(torch) + _free_threaded_findings(facts)
+    # an OS or machine no line builds for (builder/data/support.toml's [[unsupported]]), a glibc under the floor,
+    # an accelerator the installed line builds nothing for (upstream's kernels are CUDA and ROCm only)
+    findings += _platform_findings(facts)
+    findings += _floor_findings(facts, ctx)
+    findings += _gpu_served_findings(facts, ctx)
+    findings += _label_findings(facts, reinstall)
+    # the machine the installed files are built for
+    findings += _machine_findings(mm, facts.get("platform", {}).get("machine"), reinstall)
+    findings += _miscompile_findings(facts, lambda: upstream_fix(facts, ctx, listed, available))
+    findings += _left_out_findings(facts)
+    findings += _extension_findings(facts, ctx, reinstall)
+    findings += _source_build_findings(facts, ctx, findings, available)
+    return _one_answer(findings), extra
+
+
+def _reinstall_fix(facts: dict, ctx: Context, listed, available) -> str:
+    """The command that puts the right wheel of the installed line in place (both lines' when neither is)."""
+    mm = facts["mamba_ssm"]
     if no_cell_fix(facts, ctx):
         reinstall = no_cell_fix(facts, ctx)
     elif is_upstream(facts):
@@ -200,12 +220,11 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
             reinstall = (f"nothing of either line is installed. Upstream's Mamba (`Mamba2`, transformers' Mamba models, "
                          f"causal-conv1d): {upstream_fix(facts, ctx, None, None)}; or this repository's "
                          f"(selective_scan_fn and the Mamba block only): {reinstall}")  # fmt: skip
-    # classify's fixes name one wheel of one line (--explain's placeholders where no cell is known): the live
-    # doctor puts in what it found
-    retarget = (lambda fix: fix.replace(own + _variant_hint(ctx), reinstall).replace(own, reinstall) if fix else fix) \
-        if reinstall != own else (lambda fix: fix)  # fmt: skip
+    return reinstall
 
-    # torch
+
+def _torch_findings(torch: dict) -> list[Finding]:
+    findings: list[Finding] = []
     if not torch.get("installed"):
         findings.append(
             Finding("torch", PROBLEM, "torch is not installed in this interpreter",
@@ -220,7 +239,12 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     else:
         findings.append(Finding("torch", OK, f"torch {torch['version']} imports ({torch.get('variant', {}).get('key', '?')})"))
 
-    # a free-threaded interpreter: no line builds for it (builder/data/support.toml's [[unsupported]])
+    return findings
+
+
+def _free_threaded_findings(facts: dict) -> list[Finding]:
+    """A free-threaded interpreter: no line builds for it (builder/data/support.toml's [[unsupported]])."""
+    findings: list[Finding] = []
     tag = (facts.get("python") or {}).get("tag") or ""
     if tag.endswith("t"):
         version = (facts.get("python") or {}).get("version") or tag
@@ -234,12 +258,12 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
             f"{tag[:-1]}), install torch there, then run the doctor in it: it prints the wheel for that cell",
             "free-threaded"))  # fmt: skip
 
-    # an OS or machine no line builds for (builder/data/support.toml's [[unsupported]]), a glibc under the floor,
-    # an accelerator the installed line builds nothing for (upstream's kernels are CUDA and ROCm only)
-    findings += _platform_findings(facts)
-    findings += _floor_findings(facts, ctx)
+    return findings
 
-    # each GPU against the GPU code of the line's wheels, whatever is installed (V100: none carries sm_70)
+
+def _gpu_served_findings(facts: dict, ctx: Context) -> list[Finding]:
+    """Each GPU against the GPU code of the line's wheels, whatever is installed (V100: none carries sm_70)."""
+    torch, findings = facts["torch"], []
     if torch.get("cuda"):
         line = "upstream" if is_upstream(facts) else CHECKOUT
         for gpu in torch.get("gpus") or []:
@@ -248,7 +272,12 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
                     "gpu", PROBLEM, f"GPU {gpu['index']} ({gpu['name']}, {served.sm_of(gpu['capability'])}) is not served by any wheel of the {line} line",
                     f"{served_gpus_text(line)}", _gpu_fix(replace(ctx, gpus=[gpu])), "gpu-not-served"))  # fmt: skip
 
-    # the installed wheel's label against what this torch needs
+    return findings
+
+
+def _label_findings(facts: dict, reinstall: str) -> list[Finding]:
+    """The installed wheels' labels against what this torch needs."""
+    torch, mm, findings = facts["torch"], facts["mamba_ssm"], []
     want = (torch.get("variant") or {})
     label = mm.get("label")
     if label and want.get("label"):
@@ -269,12 +298,21 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
             "the wheel was built for a different torch / CUDA major / C++ ABI than the one installed",
             reinstall, "variant-mismatch"))  # fmt: skip
 
-    # the machine the installed files are built for
-    findings += _machine_findings(mm, facts.get("platform", {}).get("machine"), reinstall)
-    findings += _miscompile_findings(facts, lambda: upstream_fix(facts, ctx, listed, available))
-    findings += _left_out_findings(facts)
+    return findings
 
-    # the extension
+
+def _extension_findings(facts: dict, ctx: Context, reinstall: str) -> list[Finding]:
+    """Whether the extension is there and imports (its error classified, the fix retargeted to what was found),
+    and whether it carries code for each GPU."""
+    mm = facts["mamba_ssm"]
+    own = install_line(ctx)
+
+    # classify's fixes name one wheel of one line (--explain's placeholders where no cell is known): the live
+    # doctor puts in what it found
+    def retarget(fix: str) -> str:
+        return fix.replace(own + _variant_hint(ctx), reinstall).replace(own, reinstall) if fix and reinstall != own else fix
+
+    findings: list[Finding] = []
     exts = mm.get("extensions") or []
     findings += _extension_builds(mm, reinstall)
     if not exts and not mm.get("location"):
@@ -296,50 +334,61 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
             else:
                 findings.append(Finding("extension", PROBLEM, f"{ext['module']} does not import",
                                         imp.get("error") or "", retarget(install_line(ctx)), "import-error"))
-        # GPU arch coverage
-        archs = ext.get("archs") or {}
-        for gpu in torch.get("gpus") or []:
-            if torch.get("hip"):
-                gfx = gpu.get("gfx")
-                if gfx and archs.get("hip") and gfx not in archs["hip"]:
-                    findings.append(Finding("gpu-arch", PROBLEM, f"GPU {gpu['index']} ({gpu['name']}, {gfx}) is not among the extension's targets {archs['hip']}",
-                                            "HIP code objects run only on the gfx target they were built for",
-                                            source_build_line(ctx, {"HIP_ARCHITECTURES": gfx}), "no-kernel-image"))
-                continue
-            if archs.get("sass") or archs.get("ptx"):
-                if _gpu_runs(gpu["capability"], archs):
-                    findings.append(Finding("gpu-arch", OK, f"GPU {gpu['index']} ({gpu['name']}, sm_{gpu['capability'].replace('.', '')}) is covered"))
-                else:
-                    findings.append(Finding(
-                        "gpu-arch", PROBLEM,
-                        f"GPU {gpu['index']} ({gpu['name']}, compute capability {gpu['capability']}) has no kernel image in the extension",
-                        f"the extension carries SASS {archs.get('sass')} and PTX {archs.get('ptx')}: kernels would fail with "
-                        "'no kernel image is available for execution on the device'",
-                        _gpu_arch_fix(facts, ctx, gpu, reinstall), "no-kernel-image"))
+        findings += _arch_findings(facts, ctx, ext, reinstall)
+    return findings
 
-    # source-build readiness: problems only when a source build is the way forward
+
+def _arch_findings(facts: dict, ctx: Context, ext: dict, reinstall: str) -> list[Finding]:
+    """One extension's GPU code against each GPU: HIP targets, or SASS and PTX."""
+    torch, findings = facts["torch"], []
+    archs = ext.get("archs") or {}
+    for gpu in torch.get("gpus") or []:
+        if torch.get("hip"):
+            gfx = gpu.get("gfx")
+            if gfx and archs.get("hip") and gfx not in archs["hip"]:
+                findings.append(Finding("gpu-arch", PROBLEM, f"GPU {gpu['index']} ({gpu['name']}, {gfx}) is not among the extension's targets {archs['hip']}",
+                                        "HIP code objects run only on the gfx target they were built for",
+                                        source_build_line(ctx, {"HIP_ARCHITECTURES": gfx}), "no-kernel-image"))
+            continue
+        if archs.get("sass") or archs.get("ptx"):
+            if _gpu_runs(gpu["capability"], archs):
+                findings.append(Finding("gpu-arch", OK, f"GPU {gpu['index']} ({gpu['name']}, sm_{gpu['capability'].replace('.', '')}) is covered"))
+            else:
+                findings.append(Finding(
+                    "gpu-arch", PROBLEM,
+                    f"GPU {gpu['index']} ({gpu['name']}, compute capability {gpu['capability']}) has no kernel image in the extension",
+                    f"the extension carries SASS {archs.get('sass')} and PTX {archs.get('ptx')}: kernels would fail with "
+                    "'no kernel image is available for execution on the device'",
+                    _gpu_arch_fix(facts, ctx, gpu, reinstall), "no-kernel-image"))
+    return findings
+
+
+def _source_build_findings(facts: dict, ctx: Context, findings: list[Finding], available) -> list[Finding]:
+    """Source-build readiness: problems only when a source build is the way forward."""
+    torch, tk, cxx = facts["torch"], facts["cuda_toolkit"], facts["compiler"]
+    out: list[Finding] = []
     need_build = any(f.verdict == PROBLEM and f.check in {"extension", "label"} for f in findings) and available is not True
     sev = PROBLEM if need_build else WARN
     tmaj = _major(torch.get("cuda"))
     if torch.get("cuda"):
         rel = tk.get("cuda_home_release") or tk.get("nvcc_release")
         if not tk.get("nvcc_on_path") and not tk.get("cuda_home_release"):
-            findings.append(Finding("nvcc", sev, "no nvcc on PATH or in CUDA_HOME (only matters for a source build)",
-                                    f"torch is built with CUDA {torch['cuda']}", f"install a CUDA {tmaj}.x toolkit and set CUDA_HOME to it", "nvcc-missing"))
+            out.append(Finding("nvcc", sev, "no nvcc on PATH or in CUDA_HOME (only matters for a source build)",
+                               f"torch is built with CUDA {torch['cuda']}", f"install a CUDA {tmaj}.x toolkit and set CUDA_HOME to it", "nvcc-missing"))
         elif _major(rel) != tmaj:
-            findings.append(Finding("nvcc", sev, f"nvcc is CUDA {rel} but torch is built with CUDA {torch['cuda']} (only matters for a source build)",
-                                    f"nvcc on PATH: {tk.get('nvcc_on_path')} (toolkit {tk.get('nvcc_toolkit')}); CUDA_HOME: {tk.get('cuda_home')}",
-                                    f"CUDA_HOME=<a CUDA {tmaj}.x toolkit> for the build", "cuda-version-mismatch"))
+            out.append(Finding("nvcc", sev, f"nvcc is CUDA {rel} but torch is built with CUDA {torch['cuda']} (only matters for a source build)",
+                               f"nvcc on PATH: {tk.get('nvcc_on_path')} (toolkit {tk.get('nvcc_toolkit')}); CUDA_HOME: {tk.get('cuda_home')}",
+                               f"CUDA_HOME=<a CUDA {tmaj}.x toolkit> for the build", "cuda-version-mismatch"))
         else:
-            findings.append(Finding("nvcc", OK, f"nvcc {rel} matches torch's CUDA major {tmaj}"))
+            out.append(Finding("nvcc", OK, f"nvcc {rel} matches torch's CUDA major {tmaj}"))
     if cxx.get("cxx20") is False:
-        findings.append(Finding("compiler", sev, f"{cxx.get('cxx')} has no C++20, which torch >= 2.14 needs for a source build",
+        out.append(Finding("compiler", sev, f"{cxx.get('cxx')} has no C++20, which torch >= 2.14 needs for a source build",
                                 cxx.get("version") or "", "use GCC >= 10: CC=gcc-12 CXX=g++-12 for the build", "cxx20-required"))
     if torch.get("installed") and not torch.get("import_error"):
-        findings.append(Finding("build-isolation", INFO, "source builds need --no-build-isolation",
+        out.append(Finding("build-isolation", INFO, "source builds need --no-build-isolation",
                                 "torch is not a build requirement: an isolated build cannot see this torch",
                                 paste([sys.executable, "-m", "pip", "install", "--no-build-isolation", source_requirement(ctx)])))
-    return _one_answer(findings), extra
+    return out
 
 
 # Findings that say no wheel of the line serves this machine: where one is found, it is the answer, and no other
@@ -499,7 +548,7 @@ def _extension_builds(mm: dict, fix: str) -> list[Finding]:
 
 def _machine_findings(mm: dict, host: str | None, fix: str) -> list[Finding]:
     """Every ELF file of the installed wheel against its platform tag, and against this interpreter's machine
-    where the tag names another one: the farm's verifier's rule (mamba_ssm._elf reads e_machine), on what pip
+    where the tag names another one: the farm's verifier's rule (mamba_ssm.elf reads e_machine), on what pip
     installed."""
     files = [f for f in mm.get("elf_files") or [] if f["machine"] not in _elf.DEVICE_MACHINES.values()]
     if not files:

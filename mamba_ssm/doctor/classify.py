@@ -11,8 +11,9 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from .. import _elf, _variant
-from .._untrusted import paste, paste_env
+from .. import elf as _elf
+from .. import variant as _variant
+from ..guard import paste, paste_env
 from . import served
 from .lines import LINES, UNSUPPORTED
 from .rules import RULES
@@ -45,8 +46,8 @@ def _built_project(text: str) -> str:
     if m:
         return m.group("p").lower().replace("_", "-")
     return "causal-conv1d" if _NAMES["causal-conv1d"].search(text) and not _NAMES["mamba-ssm"].search(text) else "mamba-ssm"
-# How to tell the lines apart on the machine itself (only this repository's ships mamba_ssm/_variant.py).
-WHICH_LINE = "`pip show -f mamba-ssm` lists `mamba_ssm/_variant.py` only for this repository's; `mamba-doctor` there says which"
+# How to tell the lines apart on the machine itself (only this repository's ships mamba_ssm/doctor/).
+WHICH_LINE = "`pip show -f mamba-ssm` lists `mamba_ssm/doctor/__init__.py` only for this repository's; `mamba-doctor` there says which"
 # What stops working where this repository's mamba-ssm replaces upstream's (it has selective_scan_fn and Mamba only).
 REPLACES_UPSTREAM = (
     "do not install this repository's mamba-ssm over upstream's: it replaces it, and `Mamba2`, `mamba_inner_fn`, "
@@ -147,7 +148,7 @@ def line_root(ctx: Context) -> str:
 
 def install_line(ctx: Context) -> str:
     """The exact reinstall line for this environment's variant (or, for --explain, its placeholder form)."""
-    from .. import _prebuilt
+    from .. import prebuilt as _prebuilt
 
     base = line_root(ctx)
     listed = _prebuilt.parse_wheel_name(ctx.wheel[0]) if ctx.wheel else None
@@ -166,7 +167,7 @@ def install_line(ctx: Context) -> str:
 
 def index_root(ctx: Context) -> str:
     """The wheel index root the fix points at: --index, else MAMBA_WHEEL_INDEX, else the project's own."""
-    from .. import _prebuilt
+    from .. import prebuilt as _prebuilt
 
     return _prebuilt.normalize_root(ctx.index_url or os.environ.get(_prebuilt.ENV_INDEX) or _prebuilt.default_index_url()).rstrip("/")
 
@@ -174,7 +175,7 @@ def index_root(ctx: Context) -> str:
 def source_requirement(ctx: Context) -> str:
     """The one requirement a source build names: upstream's pinned sdist, or this line's release tag as a PEP 508
     direct reference (pip clones it; PyPI's `mamba-ssm` is another project's code)."""
-    from .. import _prebuilt
+    from .. import prebuilt as _prebuilt
 
     if ctx.source:
         return ctx.source

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 
-from .._untrusted import Untrusted, guard_output, has_hidden, shown
+from ..guard import Untrusted, guard_output, has_hidden, shown
 
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 # What each means (the docs' exit-code reference is generated from this; tests/test_docs.py checks every EXIT_ is here).
@@ -98,7 +98,7 @@ def _read_stdin(limit: int, first_s: float, total_s: float) -> str:
 def _index_problem(args) -> str | None:
     """--index and MAMBA_WHEEL_INDEX become words of the printed fix: a control character in one could not
     be pasted back exactly (and no index URL holds one), so it is refused before anything is looked up."""
-    from .. import _prebuilt
+    from .. import prebuilt as _prebuilt
 
     for what, value in (("--index", args.index), (_prebuilt.ENV_INDEX, os.environ.get(_prebuilt.ENV_INDEX))):
         if value is not None and has_hidden(value):

@@ -15,14 +15,16 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from .. import _elf, _prebuilt, _variant
-from .._untrusted import Untrusted, field, load_json, shown
+from .. import elf as _elf
+from .. import prebuilt as _prebuilt
+from .. import variant as _variant
+from ..guard import Untrusted, field, load_json, shown
 
 # Compiled modules of this package. Names we know; anything else compiled under mamba_ssm/ is found by scanning.
 # Upstream's mamba-ssm puts selective_scan_cuda at the top level, upstream's causal-conv1d causal_conv1d_cuda.
 EXTENSION_HINTS = ("selective_scan_cuda", "selective_scan_cpu", "causal_conv1d_cuda", "mamba_ssm._C", "mamba_ssm._ops")
 # A file only this repository's mamba-ssm has: a mamba-ssm without it is upstream's line.
-OWN_LINE_MARK = "mamba_ssm/_variant.py"
+OWN_LINE_MARK = "mamba_ssm/doctor/__init__.py"  # this repository's line ships the doctor; upstream's has none
 _EXT_SUFFIXES = tuple(s for s in (sysconfig.get_config_var("EXT_SUFFIX"), ".abi3.so", ".so") if s)
 
 
@@ -64,12 +66,7 @@ def torch_facts() -> dict:
         files = _variant.installed_torch()
         return {"installed": True, "import_error": f"{type(e).__name__}: {e}",
                 **(_described(files) | {"read_from": "files"} if files else {})}  # fmt: skip
-    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
-    imported = _variant.TorchFacts(
-        torch.__version__, getattr(torch.version, "cuda", None), getattr(torch.version, "hip", None),
-        bool(abi) if abi is not None else None, str(Path(torch.__file__).parent),
-    )  # fmt: skip
-    out = {"installed": True, **_described(imported), "gpus": []}
+    out = {"installed": True, **_described(_variant.imported_torch(torch)), "gpus": []}
     try:
         if torch.cuda.is_available():
             for i in range(torch.cuda.device_count()):
@@ -232,7 +229,7 @@ def _variant_label() -> str | None:
 
 
 def provenance_facts(dist_name: str = "mamba-ssm") -> dict | None:
-    """What built the installed wheel: its ``*.dist-info/farm-provenance.json`` (builder/provenance.py), the
+    """What built the installed wheel: its ``*.dist-info/farm-provenance.json`` (builder/verifying/provenance.py), the
     record the index's sidecar carries too; None for a wheel the farm did not build."""
     try:
         raw = importlib.metadata.distribution(dist_name).read_text("farm-provenance.json")
@@ -243,7 +240,7 @@ def provenance_facts(dist_name: str = "mamba-ssm") -> dict | None:
 
 
 def _label_of_variant(variant_label: str | None) -> str:
-    """The farm label a variant label stands for (builder/variants.py): ``null`` is the CPU stable-ABI build,
+    """The farm label a variant label stands for (builder/verifying/variants.py): ``null`` is the CPU stable-ABI build,
     ``cu13`` (``cu13_<machine>``) the CUDA 13 one; "" for any other."""
     if variant_label == "null":
         return "cputorchstable"

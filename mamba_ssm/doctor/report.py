@@ -9,9 +9,24 @@ from __future__ import annotations
 
 import json
 
-from .._untrusted import shown
+from ..guard import shown
 
 MARK = {"ok": "ok  ", "info": "info", "warn": "warn", "problem": "FAIL"}
+
+
+def source_line(src: dict) -> str:
+    """What a provenance record's ``source`` says, in words (the doctor's report and the farm's summary)."""
+    kind = src.get("kind")
+    if kind == "sdist":
+        return f"sdist {src.get('name')}=={src.get('version')} (sha256 {str(src.get('sha256'))[:12]})"
+    if kind == "archive":
+        return f"archive {src.get('url')} (sha256 {str(src.get('sha256'))[:12]})"
+    if kind == "git":
+        return f"git {src.get('url')} at {str(src.get('commit'))[:12]}"
+    if kind == "canary":
+        return f"canary {src.get('url')} {src.get('branch')} at {str(src.get('commit'))[:12]}"
+    dirty = " with uncommitted changes" if src.get("dirty") is True else ""
+    return f"checkout {str(src.get('commit') or 'unknown commit')[:12]}{dirty}"
 
 
 def _built_from(rec) -> str | None:
@@ -19,18 +34,7 @@ def _built_from(rec) -> str | None:
     if not isinstance(rec, dict):
         return None
     src = rec.get("source") if isinstance(rec.get("source"), dict) else {}
-    if src.get("kind") == "sdist":
-        what = f"sdist {src.get('name')}=={src.get('version')} sha256 {str(src.get('sha256'))[:12]}"
-    elif src.get("kind") == "archive":
-        what = f"archive {src.get('url')} sha256 {str(src.get('sha256'))[:12]}"
-    elif src.get("kind") == "git":
-        what = f"git {src.get('url')} at {str(src.get('commit'))[:12]}"
-    elif src.get("kind") == "canary":
-        what = f"canary {src.get('url')} {src.get('branch')} at {str(src.get('commit'))[:12]}"
-    else:
-        what = f"commit {str(src.get('commit') or '?')[:12]}"
-        what += " + uncommitted changes" if src.get("dirty") is True else ""
-    return shown(f"{what}, build {rec.get('id')}, inputs {rec.get('inputs_hash')}", 300)
+    return shown(f"{source_line(src)}, build {rec.get('id')}, inputs {rec.get('inputs_hash')}", 300)
 
 
 def _line(label: str, value) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from .. import _variant
+from .. import variant as _variant
 from .classify import CHECKOUT, UPSTREAM, Context, _gpu_fix, index_root
 from .lines import LINES, UNSUPPORTED
 from .served import FREE_THREADED, SYSTEMS, no_wheel_axis

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .. import _variant
+from .. import variant as _variant
 from .lines import GPUS, LEFT_OUT, LINES, MISCOMPILES, UNSUPPORTED
 
 FAMILY = {"cpu": "CPU", "cu": "CUDA", "hip": "ROCm"}

@@ -36,8 +36,8 @@ from builder.environments import interpreters
 from builder.errors import EngineUnavailable
 from builder.facts.cputime import wait_with_rusage
 from builder.facts.hostenv import CACHE_ROOT, host_pip_settings, pyenv_pythons
+from builder.facts.untrusted import Untrusted, file_name, open_zip, remove_tree, zip_read
 from builder.sourcing.reproducible import tree_epoch
-from mamba_ssm._untrusted import Untrusted, file_name, open_zip, remove_tree, zip_read
 
 VENVS = CACHE_ROOT / "venvs"
 TOOLKITS = CACHE_ROOT / "toolkits"

@@ -26,11 +26,11 @@ from filelock import FileLock, Timeout
 
 from builder.errors import IndexIntegrityError, UsageError
 from builder.facts.spec import sha256_of
+from builder.facts.untrusted import Untrusted, inside, plain_url, read_inside, shown
 from builder.publishing.index import store
 from builder.publishing.index.model import SCHEMA, Entry, Index, entries_from_json
 from builder.publishing.index.pages import Pages
 from builder.verifying import evidence, variants
-from mamba_ssm._untrusted import Untrusted, inside, plain_url, read_inside, shown
 
 LOCK_TIMEOUT_S = 600
 MAX_MANIFEST_BYTES = 256 << 20  # a 5,000-wheel manifest is a few MB

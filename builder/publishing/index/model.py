@@ -16,8 +16,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from builder.errors import IndexIntegrityError
-from mamba_ssm import _variant
-from mamba_ssm._elf import tag_machine
+from mamba_ssm import variant as _variant
+from mamba_ssm.elf import tag_machine
 
 PROJECT = "mamba-ssm"  # this repository's own distribution: the default project
 CHECKOUT = (

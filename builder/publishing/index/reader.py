@@ -18,10 +18,10 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import UsageError
+from builder.facts.untrusted import WHEEL_FILENAME_RE, Untrusted, load_json, read_regular
 from builder.publishing.index.model import CHECKOUT, PROJECT, Wheel, parse_version
 from builder.verifying import wheelmeta
-from mamba_ssm import _variant
-from mamba_ssm._untrusted import WHEEL_FILENAME_RE, Untrusted, load_json, read_regular
+from mamba_ssm import variant as _variant
 
 
 class Named(NamedTuple):
@@ -34,7 +34,7 @@ class Named(NamedTuple):
     shown: str  # the version as commands print it (the farm's spelling of the label)
 
 
-# A wheel's filename: the layer's alphabet (mamba_ssm._untrusted.WHEEL_FILENAME_RE); each tag part letters,
+# A wheel's filename: the layer's alphabet (builder.facts.untrusted.WHEEL_FILENAME_RE); each tag part letters,
 # digits and ``_`` (``.`` joins compressed tag sets).
 _TAG_PART_RE = re.compile(r"[A-Za-z0-9_]+")
 _MAX_SIDECAR_BYTES = 1 << 20  # a BuildSpec's JSON is a few kB

@@ -1,4 +1,4 @@
-"""``python -m builder verify``: rebuild one spec and compare it, byte for byte, with a wheel
+"""``python -m builder reproduce``: rebuild one spec and compare it, byte for byte, with a wheel
 (builder.run.verify)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import argparse
 from pathlib import Path
 
 from builder.commands import summary, typed
-from builder.run.verify import VerifyRequest, run_verify
+from builder.run.verify import ReproduceRequest, run_reproduce
 
 
 def add_command(subparsers) -> None:
-    p = subparsers.add_parser("verify", help=summary("verify"))
+    p = subparsers.add_parser("reproduce", aliases=["verify"], help=summary("reproduce"))
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--rebuild", metavar="ID", help="the spec id that made WHEEL (its .spec.json's id)")
     what.add_argument(
@@ -31,4 +31,4 @@ def add_command(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_verify(typed(VerifyRequest, args))
+    return run_reproduce(typed(ReproduceRequest, args))

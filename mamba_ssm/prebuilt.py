@@ -1,7 +1,7 @@
 """Find, download and verify the prebuilt wheel for this environment, in ``builder index``'s layout.
 
 Runs inside ``setup.py`` before the package exists, so it uses the standard library only and takes the
-:class:`_variant.Variant` from its caller. Every failure ends in an :class:`Outcome` whose ``line`` says
+:class:`variant.Variant` from its caller. Every failure ends in an :class:`Outcome` whose ``line`` says
 which, and the caller builds from source; nothing here raises on bad network, pages or hashes.
 """
 
@@ -37,7 +37,7 @@ SOURCE_REPOSITORY = "https://github.com/mamba-ssm/wheels"
 ENV_INDEX = "MAMBA_WHEEL_INDEX"
 ENV_FORCE_BUILD = "MAMBA_FORCE_BUILD"
 ENV_ALLOW_HTTP = "MAMBA_ALLOW_HTTP"
-TIMEOUT_S = 15.0  # per request, overall (mamba_ssm._untrusted.Deadline), not only per socket read
+TIMEOUT_S = 15.0  # per request, overall (mamba_ssm.guard.Deadline), not only per socket read
 PAGE_CAP = 16 << 20  # an index page listing every wheel of a release is well under 1 MiB
 WHEEL_CAP = 4 << 30
 DOWNLOAD_DEADLINE_S = 1800.0
@@ -59,7 +59,7 @@ def default_index_url() -> str:
         url = Path(__file__).with_name(INDEX_STAMP).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return DEFAULT_INDEX_URL
-    return url if _untrusted.is_web_url(url) else DEFAULT_INDEX_URL
+    return url if _guard.is_web_url(url) else DEFAULT_INDEX_URL
 
 
 def _sibling(name: str):
@@ -78,11 +78,11 @@ def _sibling(name: str):
 
 
 def load_variant_module():
-    """``_variant`` from the file next to this one (setup.py has no package to import from)."""
-    return _sibling("_variant")
+    """``variant`` from the file next to this one (setup.py has no package to import from)."""
+    return _sibling("variant")
 
 
-_untrusted = _sibling("_untrusted")
+_guard = _sibling("guard")
 
 
 # ---------------------------------------------------------------- wheel names and tags
@@ -160,31 +160,45 @@ def python_ok(wheel: WheelName, py: str) -> tuple[bool, bool]:
 @dataclass(frozen=True)
 class Link:
     url: str  # absolute, without the fragment
-    filename: str
+    filename: str  # the URL's last path segment
     sha256: str | None
+    text: str = ""  # the anchor's text (PEP 503 pages give the file name there)
 
 
 class _Anchors(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.hrefs: list[str] = []
+        self.anchors: list[tuple[str, str]] = []  # (href, text)
+        self._href: str | None = None
+        self._text = ""
 
     def handle_starttag(self, tag, attrs):
         if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.hrefs.append(href)
+            self._href = dict(attrs).get("href") or None
+            self._text = ""
+
+    def handle_data(self, data):
+        if self._href is not None:
+            self._text += data
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._href is not None:
+            self.anchors.append((self._href, self._text.strip()))
+            self._href = None
 
 
 def parse_links(html: str, page_url: str) -> list[Link]:
+    """Every link of an HTML page (a find-links page, a PEP 503 listing), resolved against ``page_url``, with
+    the sha256 its fragment names; the farm's sdist lookup reads index pages with it too."""
     parser = _Anchors()
     parser.feed(html)
+    parser.close()
     links = []
-    for href in parser.hrefs:
+    for href, text in parser.anchors:
         url, _, fragment = urllib.parse.urljoin(page_url, href).partition("#")
         filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
         m = re.search(r"(?:^|&)sha256=([0-9a-fA-F]{64})(?:&|$)", fragment)
-        links.append(Link(url=url, filename=filename, sha256=m.group(1).lower() if m else None))
+        links.append(Link(url=url, filename=filename, sha256=m.group(1).lower() if m else None, text=text))
     return links
 
 
@@ -264,9 +278,9 @@ class _Read1:
 
 def read_page(url: str, timeout: float | None = None) -> str:
     """An index page: at most PAGE_CAP bytes within ``timeout`` seconds overall (Untrusted, a ValueError, else)."""
-    deadline = _untrusted.Deadline(timeout or TIMEOUT_S, url)
+    deadline = _guard.Deadline(timeout or TIMEOUT_S, url)
     with _open(url, timeout) as resp:
-        return _untrusted.read_capped(_Read1(resp), PAGE_CAP, deadline, network=True).decode("utf-8", "replace")
+        return _guard.read_capped(_Read1(resp), PAGE_CAP, deadline, network=True).decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------- the lookup
@@ -326,7 +340,7 @@ def lookup(variant, version: str, *, index_url: str | None = None, env=None, mac
             if e.code != 404:
                 errors.append(f"{page}: HTTP {e.code}")
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
-            # ValueError: a URL urllib will not send, and _untrusted.Untrusted (too big, too slow);
+            # ValueError: a URL urllib will not send, and _guard.Untrusted (too big, too slow);
             # HTTPException: an answer that is not HTTP, or a URL with spaces or CRLF (InvalidURL)
             if isinstance(getattr(e, "reason", None), FileNotFoundError) or isinstance(e, FileNotFoundError):
                 continue  # a local index without this variant's folder: no match, not an outage
@@ -373,12 +387,12 @@ def find_prebuilt(
     digest = hashlib.sha256()
     fd, tmp = tempfile.mkstemp(prefix=".part-", dir=dest)
     try:
-        deadline, total = _untrusted.Deadline(DOWNLOAD_DEADLINE_S, link.url), 0
+        deadline, total = _guard.Deadline(DOWNLOAD_DEADLINE_S, link.url), 0
         with os.fdopen(fd, "wb") as out, _open(link.url) as resp:
             while chunk := _Read1(resp).read(1 << 20):
                 total += len(chunk)
                 if total > WHEEL_CAP:
-                    raise _untrusted.Untrusted(f"more than {WHEEL_CAP >> 30} GiB")
+                    raise _guard.Untrusted(f"more than {WHEEL_CAP >> 30} GiB")
                 deadline.left()
                 digest.update(chunk)
                 out.write(chunk)
@@ -425,5 +439,5 @@ def for_setup(version: str, dest_dir=None, *, variant=None, stream=None):
         print(f"{PREFIX} this build asks for {local}, not the {variant.label} that torch needs: building it from source", file=stream)
         return None
     outcome = find_prebuilt(variant, version, dest_dir)
-    print(_untrusted.shown(outcome.line), file=stream, flush=True)  # it quotes the index's own words
+    print(_guard.shown(outcome.line), file=stream, flush=True)  # it quotes the index's own words
     return outcome.wheel

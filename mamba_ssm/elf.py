@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._untrusted import Untrusted, read_regular, shown
+from .guard import Untrusted, read_regular, shown
 
 _SHT_SYMTAB, _SHT_DYNSYM = 2, 11
 SYMBOL_TABLES = (_SHT_SYMTAB, _SHT_DYNSYM)

@@ -274,6 +274,16 @@ class TorchFacts:
     git_version: str | None = None  # the commit torch was built from: with the version, names its headers
 
 
+def imported_torch(torch) -> TorchFacts:
+    """The facts of a torch module already imported (where its files could not be read, or the doctor's live
+    check): its version, CUDA/HIP release, the C++ ABI its extension reports and its commit."""
+    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
+    return TorchFacts(
+        torch.__version__, getattr(torch.version, "cuda", None), getattr(torch.version, "hip", None),
+        None if abi is None else bool(abi), os.path.dirname(torch.__file__), getattr(torch.version, "git_version", None),
+    )  # fmt: skip
+
+
 def installed_torch(path: list[str] | None = None) -> TorchFacts | None:
     """The facts of the torch this interpreter would import, without importing it (None: no torch).
 
