@@ -21,6 +21,17 @@ from indexkit import running
 GITHUB = "github.com"
 
 
+# git with no user or system configuration and a fixed author, for the repositories tests make
+GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}  # fmt: skip
+
+
+def git(cwd: Path, *args: str, **env: str) -> str:
+    """git ARGS in CWD (with ENV over GIT_ENV); its stdout, stripped."""
+    return subprocess.run(["git", "-C", str(cwd), *args], env={**GIT_ENV, **env}, check=True, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+
+
 def make_certs(folder: Path, system_bundle: str = "/etc/ssl/certs/ca-certificates.crt") -> tuple[Path, Path, Path]:
     """(CA bundle = the system's + a throwaway CA, github.com's certificate, its key) made with openssl."""
     folder.mkdir(parents=True, exist_ok=True)

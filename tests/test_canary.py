@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from farmkit import REPO, docker_client, run_build
 from packaging.version import Version
-from releasekit import git_http
+from releasekit import GIT_ENV, git, git_http
 
 from builder.errors import MatrixError, RecipeError
 from builder.facts.spec import CanaryPin, canary_version
@@ -31,8 +31,6 @@ from builder.planning.recipes import CellFacts, decide, load_recipe, recipe_for
 from builder.publishing.index.model import source_line
 from builder.upkeep import drift
 
-GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
-           "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}  # fmt: skip
 CELL = CellFacts("2.14.1", "cuda", "13.0", True, ("sm_80",), "cu13torch2.14cxx11abiTRUE")
 
 
@@ -160,29 +158,25 @@ def test_a_canary_profile_of_a_recipe_without_a_canary_or_of_the_checkout_is_ref
 # --------------------------------------------------------------------------- drift moves the pin
 
 
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], env=GIT_ENV, check=True, capture_output=True,
-                          text=True).stdout.strip()  # fmt: skip
-
 
 @pytest.fixture
 def upstream(tmp_path):
     """A repository served on 127.0.0.1 (git's smart HTTP): v1.0 tagged, then three commits on main."""
     work = tmp_path / "work"
     work.mkdir()
-    _git(work, "init", "-q", "-b", "main")
+    git(work, "init", "-q", "-b", "main")
     (work / "demo").mkdir()
     (work / "demo" / "__init__.py").write_text('__version__ = "1.0"\n')
     (work / "setup.py").write_text("# demo\n")
-    _git(work, "add", "-A")
-    _git(work, "commit", "-qm", "one")
-    _git(work, "tag", "-a", "-m", "release", "v1.0")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "one")
+    git(work, "tag", "-a", "-m", "release", "v1.0")
     for i in range(3):
         (work / "setup.py").write_text(f"# demo {i}\n")
-        _git(work, "commit", "-qam", f"after {i}")
+        git(work, "commit", "-qam", f"after {i}")
     served = tmp_path / "served"
     served.mkdir()
-    _git(tmp_path, "clone", "-q", "--bare", str(work), str(served / "demo.git"))
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(served / "demo.git"))
     with git_http(served) as (url, _pushes):
         yield f"{url}/demo.git", work, served / "demo.git"
 
@@ -193,12 +187,12 @@ VERSION_PATCH = ('[[patch]]\nname = "canary-version"\nwhy = "w"\nfile = "demo/__
 
 def test_drift_moves_the_canary_to_the_branch_head_with_its_release_and_distance(tmp_path, upstream):
     url, work, bare = upstream
-    first = _git(work, "rev-parse", "HEAD~2")
+    first = git(work, "rev-parse", "HEAD~2")
     canary = GOOD.replace("https://example.org/demo.git", url).replace("distance = 3", "distance = 1")
     recipe = load_recipe(_recipe(tmp_path / "recipes", canary.format(c=first), VERSION_PATCH))
     assert recipe.canary.version == "1.0.post1.dev1"
     d = drift.compare_canary(recipe)
-    head = _git(work, "rev-parse", "HEAD")
+    head = git(work, "rev-parse", "HEAD")
     assert (d.subject, d.what, d.detail["commit"], d.detail["release"], d.detail["distance"]) == (
         "demo canary", "canary", head, "1.0", 3)
     assert d.index.startswith("1.0.post1.dev3 (main at ") and "3 after v1.0" in d.index
@@ -214,8 +208,8 @@ def test_drift_moves_the_canary_to_the_branch_head_with_its_release_and_distance
 
     # upstream moves its version on: the canary's patch no longer applies, and the pin stays (exit 10)
     (work / "demo" / "__init__.py").write_text('__version__ = "1.1.dev0"\n')
-    _git(work, "commit", "-qam", "bump")
-    _git(work, "push", "-q", str(bare), "main")
+    git(work, "commit", "-qam", "bump")
+    git(work, "push", "-q", str(bare), "main")
     d = drift.compare_canary(moved)
     before = out.read_text()
     drift.write_canary(moved, d, tmp_path / "cache", out=out)
@@ -228,8 +222,8 @@ def test_a_branch_with_no_release_tag_is_refused_naming_it(tmp_path, upstream):
     from builder.sourcing.sources import branch_head
 
     url, _work, bare = upstream
-    _git(bare, "tag", "-d", "v1.0")
-    _git(bare, "tag", "v1.0+evil", "HEAD~1")  # a local version is no release
+    git(bare, "tag", "-d", "v1.0")
+    git(bare, "tag", "v1.0+evil", "HEAD~1")  # a local version is no release
     with pytest.raises(SourceFetchError, match=r"nearest tag 'v1\.0\+evil' is not a release's version"):
         branch_head(url, "main")
     with pytest.raises(SourceFetchError, match="not a branch name"):

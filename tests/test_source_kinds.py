@@ -10,15 +10,13 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
-import os
-import subprocess
 import tarfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from indexkit import running, serve
-from releasekit import _GitHttp, git_http
+from releasekit import _GitHttp, git, git_http
 
 from builder.errors import RecipeError, SourceIntegrityError
 from builder.facts.spec import ArchivePin, GitPin
@@ -28,8 +26,6 @@ from builder.sourcing.sources import Fetcher, SourceCache
 from builder.upkeep import drift
 
 CPU = CellFacts("2.14.1", "cpu", None, True)
-GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
-           "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}  # fmt: skip
 
 
 def _cache(root: Path) -> SourceCache:
@@ -84,27 +80,23 @@ def test_an_archive_whose_bytes_are_not_the_pin_is_refused_and_not_cached(tmp_pa
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and not p.name.startswith(".")]
 
 
-def _git(cwd: Path, *args: str, **env: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], env={**GIT_ENV, **env}, check=True, capture_output=True,
-                          text=True).stdout.strip()  # fmt: skip
-
 
 @pytest.fixture
 def repo(tmp_path):
     """A bare repository (what GitHub holds) with two commits on main; returns (served root, first, second)."""
     work = tmp_path / "work"
     work.mkdir()
-    _git(work, "init", "-q", "-b", "main")
+    git(work, "init", "-q", "-b", "main")
     (work / "setup.py").write_text("VERSION = 1\n")
-    _git(work, "add", ".")
-    _git(work, "commit", "-q", "-m", "one", GIT_COMMITTER_DATE="@1700000000 +0000")
-    first = _git(work, "rev-parse", "HEAD")
+    git(work, "add", ".")
+    git(work, "commit", "-q", "-m", "one", GIT_COMMITTER_DATE="@1700000000 +0000")
+    first = git(work, "rev-parse", "HEAD")
     (work / "setup.py").write_text("VERSION = 2\n")
-    _git(work, "commit", "-qam", "two")
-    second = _git(work, "rev-parse", "HEAD")
+    git(work, "commit", "-qam", "two")
+    second = git(work, "rev-parse", "HEAD")
     served = tmp_path / "served"
     served.mkdir()
-    _git(tmp_path, "clone", "-q", "--bare", str(work), str(served / "demo.git"))
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(served / "demo.git"))
     return served, first, second
 
 
@@ -112,7 +104,7 @@ def repo(tmp_path):
 def test_a_git_commit_is_fetched_and_its_tree_unpacked(tmp_path, repo, by_hash):
     served, first, _second = repo
     # GitHub lets a client fetch a commit by its hash; a server that does not gets every branch and tag fetched
-    _git(served / "demo.git", "config", "uploadpack.allowAnySHA1InWant", "true" if by_hash else "false")
+    git(served / "demo.git", "config", "uploadpack.allowAnySHA1InWant", "true" if by_hash else "false")
     cache = _cache(tmp_path / "cache")
     with git_http(served) as (url, _pushes):
         recipe = load_recipe(_recipe(tmp_path / "recipes", f'git = "{url}/demo.git"\ncommit = "{first}"'))
@@ -182,9 +174,9 @@ def github(tmp_path, repo):
     bare = served / "o" / "demo.git"
     bare.parent.mkdir()
     (served / "demo.git").rename(bare)
-    _git(bare, "tag", "v1.0", first)
-    _git(bare, "tag", "-a", "-m", "release", "v1.1", second)  # annotated: ls-remote peels it to the commit
-    _git(bare, "tag", "nightly", second)
+    git(bare, "tag", "v1.0", first)
+    git(bare, "tag", "-a", "-m", "release", "v1.1", second)  # annotated: ls-remote peels it to the commit
+    git(bare, "tag", "nightly", second)
     tags = served / "o" / "demo" / "archive" / "refs" / "tags"
     tags.mkdir(parents=True)
     shas = {

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from builder.facts.untrusted import field, load_json, open_zip, zip_read
-from mamba_ssm.doctor.report import source_line
+from mamba_ssm.doctor.report import source_words
 
 NAME = "farm-provenance.json"
 SCHEMA = 1
@@ -129,7 +129,7 @@ def read_wheel(wheel: Path) -> dict | None:
 def summary(rec: dict) -> str:
     """One line for people: what built the wheel."""
     src = rec.get("source") if isinstance(rec.get("source"), dict) else {}
-    what = source_line(src)
+    what = source_words(src)
     ran = (
         f"image {rec.get('image')}"
         if rec.get("executor") == "docker"

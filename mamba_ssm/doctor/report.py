@@ -14,7 +14,7 @@ from ..guard import shown
 MARK = {"ok": "ok  ", "info": "info", "warn": "warn", "problem": "FAIL"}
 
 
-def source_line(src: dict) -> str:
+def source_words(src: dict) -> str:
     """What a provenance record's ``source`` says, in words (the doctor's report and the farm's summary)."""
     kind = src.get("kind")
     if kind == "sdist":
@@ -34,7 +34,7 @@ def _built_from(rec) -> str | None:
     if not isinstance(rec, dict):
         return None
     src = rec.get("source") if isinstance(rec.get("source"), dict) else {}
-    return shown(f"{source_line(src)}, build {rec.get('id')}, inputs {rec.get('inputs_hash')}", 300)
+    return shown(f"{source_words(src)}, build {rec.get('id')}, inputs {rec.get('inputs_hash')}", 300)
 
 
 def _line(label: str, value) -> str:
