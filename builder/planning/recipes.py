@@ -366,18 +366,8 @@ def _source(ck: _RecipeChecker, value: Any) -> RecipeSource:
         if "commit" not in table:
             ck.fail(path + ("git",), "a git source needs its commit too",
                     hint="add commit = the full 40-digit hash (`git ls-remote <url> refs/tags/<tag>` prints it)")  # fmt: skip
-        try:
-            url = git_url(table["git"])
-        except Untrusted as err:
-            ck.fail(
-                path + ("git",),
-                str(err),
-                hint="write the repository's https URL (https://github.com/<owner>/<repo>.git)",
-            )
-        commit = table["commit"]
-        if not isinstance(commit, str) or not COMMIT_RE.fullmatch(commit):
-            ck.fail(path + ("commit",), f"{show(commit)} is not a full commit hash (40 lowercase hex digits)",
-                    hint="a branch, tag or short hash can move or collide; `git rev-parse <tag>^{commit}` prints the full one")  # fmt: skip
+        url, commit = _git_commit(ck, table, path, "a branch, tag or short hash can move or collide; "
+                                  "`git rev-parse <tag>^{commit}` prints the full one")  # fmt: skip
         return GitPin(name, version, url, commit)
     if "commit" in table:
         ck.fail(path + ("commit",), "a commit belongs to a git source", hint="add git = the repository's https URL")
@@ -394,6 +384,19 @@ def _source(ck: _RecipeChecker, value: Any) -> RecipeSource:
     return SdistPin(name, version, sha)
 
 
+def _git_commit(ck: _RecipeChecker, table: dict, path: tuple, commit_hint: str) -> tuple[str, str]:
+    """A git pin's repository URL and full commit, checked ([source] and [canary] alike)."""
+    try:
+        url = git_url(table["git"])
+    except Untrusted as err:
+        ck.fail(path + ("git",), str(err), hint="write the repository's https URL (https://github.com/<owner>/<repo>.git)")
+    commit = table["commit"]
+    if not isinstance(commit, str) or not COMMIT_RE.fullmatch(commit):
+        ck.fail(path + ("commit",), f"{show(commit)} is not a full commit hash (40 lowercase hex digits)",
+                hint=commit_hint)  # fmt: skip
+    return url, commit
+
+
 def _canary(ck: _RecipeChecker, value: Any, source: RecipeSource) -> CanaryPin:
     """[canary]: the default branch's head, as a git source pinned by its commit, with the release tag it descends
     from and its distance from it (``git describe``), which make its version (:func:`canary_version`)."""
@@ -401,18 +404,12 @@ def _canary(ck: _RecipeChecker, value: Any, source: RecipeSource) -> CanaryPin:
     table = ck.table(value, path)
     ck.keys(table, path, ("git", "branch", "commit", "release", "distance"),
             required=("git", "branch", "commit", "release", "distance"))  # fmt: skip
-    try:
-        url = git_url(table["git"])
-    except Untrusted as err:
-        ck.fail(path + ("git",), str(err), hint="write the repository's https URL (https://github.com/<owner>/<repo>.git)")
+    url, commit = _git_commit(ck, table, path,
+                              "`python -m builder drift --write` moves it to the branch's head with its release and distance")  # fmt: skip
     branch = ck.string(table["branch"], path + ("branch",), re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}"),
                        "a branch name (main)")  # fmt: skip
     if ".." in branch or branch.endswith((".lock", "/", ".")):
         ck.fail(path + ("branch",), f"{show(branch)} is not a branch name git accepts")
-    commit = table["commit"]
-    if not isinstance(commit, str) or not COMMIT_RE.fullmatch(commit):
-        ck.fail(path + ("commit",), f"{show(commit)} is not a full commit hash (40 lowercase hex digits)",
-                hint="`python -m builder drift --write` moves it to the branch's head with its release and distance")  # fmt: skip
     release = ck.string(table["release"], path + ("release",), re.compile(r"[0-9A-Za-z.!_-]{1,60}"), "a version")
     distance = table["distance"]
     if type(distance) is not int or not 1 <= distance <= 1_000_000:

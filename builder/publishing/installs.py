@@ -33,7 +33,7 @@ from packaging.version import Version
 
 from builder.errors import MatrixError, SourceFetchError
 from builder.facts import hostenv
-from builder.facts.compat import manylinux_glibc, vtuple
+from builder.facts.compat import manylinux_glibc, manylinux_platforms, vtuple
 from builder.facts.installs import cell_key
 from builder.facts.untrusted import Untrusted, expect, load_json, shown, text
 from builder.sourcing.snapshot import Snapshot, SnapshotServer
@@ -83,15 +83,6 @@ class ResolverAnswer:
     files: list[str] = field(default_factory=list)  # the wheels chosen (pip's report)
     why: str = ""
     lock: str = ""  # uv's PEP 751 lock of it
-
-
-def manylinux_platforms(machine: str, glibc: str) -> list[str]:
-    """Every platform tag a glibc-``glibc`` ``machine`` accepts, newest first (pip's ``--platform`` takes no
-    ranges: manylinux_2_28 alone would refuse a manylinux2014 wheel)."""
-    major, minor = (int(p) for p in glibc.split("."))
-    tags = [f"manylinux_{major}_{m}_{machine}" for m in range(minor, 4, -1)]
-    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-    return tags + [f"{name}_{machine}" for m, name in legacy.items() if m <= minor and (machine == "x86_64" or m == 17)]
 
 
 def wheel_floor(filename: str) -> str:
@@ -160,7 +151,7 @@ def pip_for(q: Query) -> tuple[list[str] | None, str]:
 
 def resolve_pip(q: Query, index: str, glibc: str, pip: list[str]) -> ResolverAnswer:
     py = q.python.replace(".", "")
-    plats = [a for p in manylinux_platforms(q.machine, glibc) for a in ("--platform", p)]
+    plats = [a for p in manylinux_platforms(f"manylinux_{glibc.replace('.', '_')}_{q.machine}") for a in ("--platform", p)]
     with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
         req, report = Path(tmp) / "requirements.txt", Path(tmp) / "report.json"
         req.write_text("\n".join(q.lines()) + "\n")
