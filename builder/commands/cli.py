@@ -51,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     except Untrusted as err:  # outside data a command did not wrap in its own error: still one line and a code
         print(f"error: {shown(err, 20_000, keep_newlines=True)}", file=sys.stderr)
         return UsageError.exit_code  # outside data that breaks a rule, where the command has no more precise code
+    except MemoryError:  # a read no cap bounded: said in one line, never a traceback
+        print("error: out of memory: an input was larger than this machine can hold", file=sys.stderr)
+        return FarmError.exit_code
+    except OSError as err:  # a file or folder the command was given that the system refuses
+        print(f"error: {shown(err, 2000)}", file=sys.stderr)
+        return FarmError.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

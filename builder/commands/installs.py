@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import time
 from collections import Counter
 from pathlib import Path
 
 from builder.commands import summary
+from builder.errors import UsageError
 from builder.facts import hostenv
 from builder.facts.installs import RECORD
+from builder.facts.untrusted import shown
 
 
 def add_command(subparsers) -> None:
@@ -42,10 +45,18 @@ def run(args: argparse.Namespace) -> int:
     from builder.planning.plan import load_plan
     from builder.publishing import installs
     from builder.sourcing.pypi import SimpleIndex
-    from builder.sourcing.snapshot import Snapshot, export
+    from builder.sourcing.snapshot import Snapshot, export, export_refusal
     from builder.sourcing.sources import SourceCache
 
     t0 = time.monotonic()
+    # what would be written where it cannot go stops the run before anything resolves or is written: an export
+    # into the snapshot it reads (each listing cut to one run's reads), a file given as a folder
+    if args.export is not None and (why := export_refusal(args.snapshot, args.export)):
+        raise UsageError(f"--export {why}", hint="export into a new folder of its own")
+    if args.locks is not None and os.path.lexists(args.locks) and not os.path.isdir(args.locks):
+        raise UsageError(
+            f"--locks {shown(args.locks)} is not a folder", hint="name a folder for the pylock.*.toml files"
+        )
     record.load(args.record_file)  # a record that cannot be read stops the run before anything resolves
     plan = load_plan(args.matrix, profile=args.profile, installs=False)
     queries = installs.plan_queries(plan, SourceCache())
@@ -89,4 +100,3 @@ def run(args: argparse.Namespace) -> int:
         installs.update_record(args.record_file, cells, installs.today())
         print(f"installs: recorded {len(cells)} cell(s) into {args.record_file}")
     return 0
-

@@ -11,10 +11,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import selectors
 import shutil
+import signal
 import stat
 import struct
+import subprocess
+import time
+import urllib.error
 import urllib.parse
+import urllib.request
 import zipfile
 import zlib
 from pathlib import Path
@@ -48,6 +54,7 @@ from mamba_ssm.guard import (
 __all__ = [
     "COMMIT_RE",
     "FILE_NAME_RE",
+    "MAX_OUTPUT_BYTES",
     "PLAIN_URL_RE",
     "SHA256_RE",
     "WHEEL_FILENAME_RE",
@@ -57,6 +64,7 @@ __all__ = [
     "TimedOut",
     "TooLarge",
     "Untrusted",
+    "WebRedirects",
     "check_zip_directory",
     "env_seconds",
     "expect",
@@ -69,6 +77,7 @@ __all__ = [
     "is_web_url",
     "load_json",
     "load_toml",
+    "locked_url",
     "marker_holds",
     "neutral",
     "open_regular",
@@ -80,6 +89,7 @@ __all__ = [
     "release",
     "remove_tree",
     "run_budget",
+    "run_capped",
     "sha256_name",
     "shown",
     "spend",
@@ -155,6 +165,40 @@ def plain_url(url: object) -> str | None:
     if parts.scheme not in ("https", "http") or not parts.netloc or parts.query or parts.fragment:
         return None
     return urllib.parse.urlunsplit(parts)
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def locked_url(url: object, what: str) -> str:
+    """A wheel URL a lock file may name: an https URL (or http on the loopback, an index served by a test) of
+    RFC 3986's plain characters, parsed, with no user, password, query or fragment; else Untrusted naming it.
+    Nothing in it can close a TOML string, start a new line or name a local file."""
+    if not isinstance(url, str) or len(url) > 2048 or not PLAIN_URL_RE.fullmatch(url):
+        raise Untrusted(
+            f"{shown(what, 300)}: {shown(repr(url), 200)} is not a plain URL (letters, digits, ._~:/%@+=,-)"
+        )
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError as err:
+        raise Untrusted(f"{shown(what, 300)}: {shown(repr(url), 200)} is not a URL ({shown(err, 100)})") from None
+    web = parts.scheme == "https" or (parts.scheme == "http" and host in LOOPBACK_HOSTS)
+    if not web or not host or "@" in parts.netloc or parts.query or parts.fragment:
+        raise Untrusted(f"{shown(what, 300)}: {shown(repr(url), 200)} is not an https URL of a file (no user, "
+                        "query or fragment; plain http only on the loopback)")  # fmt: skip
+    return url
+
+
+class WebRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, kept on http(s): urllib itself follows one to ``ftp://`` (and reads it) before its
+    caller sees where it went; here a redirect anywhere else is refused before it is followed."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if not is_web_url(newurl):
+            raise urllib.error.URLError(f"redirected to {shown(repr(newurl), 300)}, not an http(s) URL: not followed")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 def load_toml(raw: bytes | str, what: str, max_depth: int = MAX_DEPTH) -> dict:
@@ -247,6 +291,57 @@ def zip_read(zf: zipfile.ZipFile, name: str | zipfile.ZipInfo, limit: int, what:
         raise
     except _ZIP_ERRORS + (KeyError,) as err:
         raise Untrusted(f"{shown(label, 300)}: cannot be read ({shown(err, 200)})") from None
+
+
+# --------------------------------------------------------------------------- commands run on outside input
+
+MAX_OUTPUT_BYTES = 16 << 20  # what one command run on outside input may print (stdout and stderr together)
+
+
+def run_capped(cmd: list[str], seconds: float, what: str, max_output: int = MAX_OUTPUT_BYTES, **popen):
+    """``subprocess.run(cmd, capture_output=True)`` with bounds: past ``seconds`` of wall time, or past
+    ``max_output`` bytes printed, the command and everything it started (its own session) is killed and
+    :class:`TimedOut` or :class:`TooLarge` names ``what`` and the bound. The output is kept in memory only up to
+    the cap; returns a CompletedProcess with bytes."""
+    proc = subprocess.Popen(cmd, stdin=popen.pop("stdin", subprocess.DEVNULL), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, **popen)  # fmt: skip
+    out: dict = {proc.stdout: [], proc.stderr: []}
+    total, end, over = 0, time.monotonic() + seconds, None
+    with selectors.DefaultSelector() as sel:
+        for stream in out:
+            sel.register(stream, selectors.EVENT_READ)
+        try:
+            while sel.get_map() and over is None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    over = TimedOut(f"{shown(what, 300)}: ran over {seconds:g} s (stopped there)")
+                    break
+                for key, _ in sel.select(min(left, 1.0)):
+                    block = os.read(key.fd, 1 << 16)
+                    if not block:
+                        sel.unregister(key.fileobj)
+                        continue
+                    total += len(block)
+                    if total > max_output:
+                        over = TooLarge(f"{shown(what, 300)}: printed {more_than(max_output)} (stopped there)")
+                        break
+                    out[key.fileobj].append(block)
+        finally:
+            if over is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            for stream in out:
+                stream.close()
+    try:
+        rc = proc.wait(timeout=max(end - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        rc = proc.wait()
+        over = over or TimedOut(f"{shown(what, 300)}: ran over {seconds:g} s (stopped there)")
+    if over is not None:
+        raise over
+    return subprocess.CompletedProcess(cmd, rc, b"".join(out[proc.stdout]), b"".join(out[proc.stderr]))
 
 
 # --------------------------------------------------------------------------- deleting

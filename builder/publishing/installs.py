@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pip as pip_module
-import tomllib
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -35,7 +34,20 @@ from builder.errors import MatrixError, SourceFetchError
 from builder.facts import hostenv
 from builder.facts.compat import manylinux_glibc, manylinux_platforms, vtuple
 from builder.facts.installs import cell_key
-from builder.facts.untrusted import Untrusted, expect, load_json, shown, text
+from builder.facts.untrusted import (
+    TimedOut,
+    Untrusted,
+    env_seconds,
+    expect,
+    load_json,
+    load_toml,
+    locked_url,
+    read_inside,
+    read_regular,
+    sha256_name,
+    shown,
+    text,
+)
 from builder.sourcing.snapshot import Snapshot, SnapshotServer
 
 # glibc floors a cell may be raised to when its own does not resolve (RHEL 8, Debian 11, RHEL 9 and Ubuntu 22.04's
@@ -47,8 +59,25 @@ STAND_IN = (
     "reachable from the farm's hosts): the torch requirements a CUDA or ROCm build of the same release declares "
     "can differ in the nvidia-*/triton pins"
 )
-TIMEOUT = 300  # one resolver run, seconds
-CACHE_SCHEMA = 3  # what a cached resolution holds; another number is a new resolution
+TIMEOUT = 300  # one resolution (every floor tried, both resolvers), seconds: MAMBA_FARM_RESOLVE_SECONDS
+CACHE_SCHEMA = 4  # what a cached resolution holds; another number is a new resolution
+MAX_CACHE_BYTES = 16 << 20  # one cached resolution (its lock is the closure's wheel list: tens of kB)
+MAX_LOCK_BYTES = 16 << 20  # one lock, as uv writes it and as the farm reads it back
+
+
+def resolve_seconds() -> float:
+    """One resolution's wall-time limit (MAMBA_FARM_RESOLVE_SECONDS, else :data:`TIMEOUT`)."""
+    return env_seconds("MAMBA_FARM_RESOLVE_SECONDS", TIMEOUT)
+
+
+def _run_resolver(cmd: list[str], seconds: float, what: str, **kw) -> subprocess.CompletedProcess:
+    """One resolver run within what is left of its resolution's time, the limit named when it is spent."""
+    try:
+        return subprocess.run(cmd, check=False, capture_output=True, text=True, env=_clean_env(),
+                              timeout=max(seconds, 1), **kw)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise TimedOut(f"{what}: ran past the resolution's limit of {resolve_seconds():g} s (stopped there); "
+                       "raise it with MAMBA_FARM_RESOLVE_SECONDS") from None  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -113,7 +142,7 @@ def _tail(output: str, lines: int = 6) -> str:
     return shown(" ".join(keep[start : start + lines]), 600)
 
 
-def resolve_uv(q: Query, index: str, glibc: str, uv: str) -> ResolverAnswer:
+def resolve_uv(q: Query, index: str, glibc: str, uv: str, seconds: float = TIMEOUT) -> ResolverAnswer:
     """uv's resolution, as the PEP 751 lock it writes (its wheels' URLs are the snapshot server's)."""
     with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
         lock = Path(tmp) / "pylock.toml"
@@ -122,16 +151,15 @@ def resolve_uv(q: Query, index: str, glibc: str, uv: str) -> ResolverAnswer:
             "--only-binary", ":all:", "--python-version", q.python, "--format", "pylock.toml", "-o", str(lock),
             "--python-platform", f"{q.machine}-manylinux_{glibc.replace('.', '_')}",
         ]  # fmt: skip
-        r = subprocess.run(cmd, check=False, input="\n".join(q.lines()) + "\n", capture_output=True, text=True,
-                           env=_clean_env(), timeout=TIMEOUT)  # fmt: skip
+        r = _run_resolver(cmd, seconds, f"{q.key}: uv", input="\n".join(q.lines()) + "\n")
         if r.returncode != 0 or not lock.is_file():
             return ResolverAnswer(False, why=_tail(r.stderr or r.stdout))
-        raw = lock.read_text()
-    try:
-        doc = tomllib.loads(raw)
-        picked = {str(canonicalize_name(p["name"])): str(p["version"]) for p in doc.get("packages", [])}
-    except (tomllib.TOMLDecodeError, KeyError, TypeError) as err:
-        return ResolverAnswer(False, why=f"uv's lock: {err}")
+        try:
+            raw = text(read_regular(lock, MAX_LOCK_BYTES, "uv's lock"), "uv's lock")
+            doc = load_toml(raw, "uv's lock")
+            picked = {str(canonicalize_name(p["name"])): str(p["version"]) for p in doc.get("packages", [])}
+        except (Untrusted, KeyError, TypeError) as err:
+            return ResolverAnswer(False, why=f"uv's lock: {shown(err, 300)}")
     return ResolverAnswer(True, picked, lock=raw)
 
 
@@ -149,9 +177,11 @@ def pip_for(q: Query) -> tuple[list[str] | None, str]:
     return [interpreter, str(Path(pip_module.__file__).parent)], ""
 
 
-def resolve_pip(q: Query, index: str, glibc: str, pip: list[str]) -> ResolverAnswer:
+def resolve_pip(q: Query, index: str, glibc: str, pip: list[str], seconds: float = TIMEOUT) -> ResolverAnswer:
     py = q.python.replace(".", "")
-    plats = [a for p in manylinux_platforms(f"manylinux_{glibc.replace('.', '_')}_{q.machine}") for a in ("--platform", p)]
+    plats = [
+        a for p in manylinux_platforms(f"manylinux_{glibc.replace('.', '_')}_{q.machine}") for a in ("--platform", p)
+    ]
     with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
         req, report = Path(tmp) / "requirements.txt", Path(tmp) / "report.json"
         req.write_text("\n".join(q.lines()) + "\n")
@@ -160,11 +190,12 @@ def resolve_pip(q: Query, index: str, glibc: str, pip: list[str]) -> ResolverAns
             "--index-url", index, "--only-binary", ":all:", *plats, "--python-version", q.python,
             "--implementation", "cp", "--abi", f"cp{py}", "--abi", "abi3", "--abi", "none", "-r", str(req),
         ]  # fmt: skip
-        r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_clean_env(), timeout=TIMEOUT)
+        r = _run_resolver(cmd, seconds, f"{q.key}: pip")
         if r.returncode != 0 or not report.exists():
             return ResolverAnswer(False, why=_tail(r.stderr or r.stdout))
         try:
-            doc = expect(load_json(report.read_bytes(), "pip's report"), dict, "pip's report")
+            doc = expect(load_json(read_regular(report, MAX_LOCK_BYTES, "pip's report"), "pip's report"), dict,
+                         "pip's report")  # fmt: skip
             picked, files = {}, []
             for item in expect(doc.get("install", []), list, "pip's report: install"):
                 meta = expect(expect(item, dict, "install[]").get("metadata"), dict, "install[].metadata")
@@ -214,20 +245,33 @@ class Resolver:
         return self.cache / f"{hashlib.sha256(body.encode()).hexdigest()}.json"
 
     def _cached(self, q: Query) -> InstallCheck | None:
+        """The cached outcome of Q, or None (not cached, or a listing it read has changed). An entry is a regular
+        file under the cache read capped (a FIFO, a device or a link out of the cache is refused, never read),
+        and its lock is trusted only through the sha256 it was stored with."""
         path = self._cache_path(q)
+        if not os.path.lexists(path):
+            return None
+        hint = f"remove {shown(path)}; the next run resolves the cell again"
         try:
-            doc = expect(load_json(path.read_bytes(), str(path)), dict, str(path))
+            doc = expect(load_json(read_inside(self.cache, path, MAX_CACHE_BYTES, str(path)), str(path)), dict,
+                         str(path))  # fmt: skip
+        except Untrusted as err:
+            raise SourceFetchError(f"{err}: not a resolution the farm cached", hint=hint) from None
+        try:
             pages = expect(doc.get("pages"), dict, f"{path}: pages")
             if any(self.snapshot.page_digest(p) != d for p, d in pages.items()):
                 return None  # a listing it read has changed: resolve again
             o = expect(doc.get("outcome"), dict, f"{path}: outcome")
+            lock = expect(doc.get("lock") or "", str, f"{path}: lock")
+            if hashlib.sha256(lock.encode()).hexdigest() != doc.get("lock_sha256"):
+                raise Untrusted(f"{path}: its lock is not the one it was stored with (its sha256 differs)")
             if o["installs"] is False and "torch" not in o.get("picked", {}) and "alone" not in doc:
                 return None  # recorded before a failure was told apart from a torch the stand-in lacks
             return InstallCheck(o["installs"] if o["installs"] is None else bool(o["installs"]), o.get("floor"), str(o.get("why", "")), dict(o.get("picked", {})),
-                           list(o.get("tried", [])), cached=True, lock=str(doc.get("lock") or ""),
+                           list(o.get("tried", [])), cached=True, lock=lock,
                            pip=str((o.get("witnesses") or {}).get("pip", "")))  # fmt: skip
-        except (OSError, Untrusted, KeyError, TypeError):
-            return None
+        except (Untrusted, KeyError, TypeError, AttributeError) as err:
+            raise SourceFetchError(f"{shown(err, 500)}: not a resolution the farm cached", hint=hint) from None
 
     def resolve(self, q: Query) -> InstallCheck:
         if self.use_cache and (hit := self._cached(q)) is not None:
@@ -235,9 +279,15 @@ class Resolver:
         self.snapshot.pages_read.clear()
         self.snapshot.missing.clear()
         self.snapshot.metadata_read.clear()
-        outcome = self._resolve(q)
+        self.snapshot.over = ""
+        try:
+            outcome = self._resolve(q, time.monotonic() + resolve_seconds())
+        except TimedOut as err:
+            raise SourceFetchError(str(err), hint="a resolution of the release's cells takes seconds: see what the "
+                                   "listings it read offer (a project with thousands of candidates)") from None  # fmt: skip
         self.pages.update(self.snapshot.pages_read)
         self.metadata.update(self.snapshot.metadata_read)
+        self._bounded(q)
         if self.snapshot.missing:
             raise SourceFetchError(
                 f"{q.key}: the snapshot lacks what the resolvers read: {'; '.join(sorted(self.snapshot.missing)[:5])}",
@@ -246,38 +296,50 @@ class Resolver:
         path = self._cache_path(q)
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"outcome": outcome.as_record(), "pages": dict(sorted(self.snapshot.pages_read.items())),
-               "lock": outcome.lock, "alone": True}  # fmt: skip
+               "lock": outcome.lock, "lock_sha256": hashlib.sha256(outcome.lock.encode()).hexdigest(),
+               "alone": True}  # fmt: skip
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
         with os.fdopen(fd, "w") as out:
             json.dump(doc, out, sort_keys=True)
         os.replace(tmp, path)
         return outcome
 
-    def _resolve(self, q: Query) -> InstallCheck:
+    def _bounded(self, q: Query) -> None:
+        """SourceFetchError once the resolution went past the snapshot's candidate limit (then nothing of it holds)."""
+        if self.snapshot.over:
+            raise SourceFetchError(f"{q.key}: {self.snapshot.over} (stopped there)",
+                                   hint="raise it with MAMBA_FARM_RESOLVE_CANDIDATES, once the listings it read are "
+                                   "known to be what the index serves")  # fmt: skip
+
+    def _resolve(self, q: Query, end: float) -> InstallCheck:
+        left = lambda: end - time.monotonic()
         floors = [f for f in FLOORS if vtuple(f) >= vtuple(q.floor)] or [q.floor]
         if floors[0] != q.floor:
             floors.insert(0, q.floor)
         tried, last_why = [], ""
         for glibc in floors:
             tried.append(glibc)
-            uv = resolve_uv(q, self.index_url, glibc, self.uv)
+            uv = resolve_uv(q, self.index_url, glibc, self.uv, left())
+            self._bounded(q)
             if not uv.resolved:  # the reason kept is the most permissive floor's (a lower one may fail on its own)
                 last_why = f"uv: {uv.why}"
                 continue
             pip_cmd, pip_not_run = pip_for(q)
             files = _lock_files(uv.lock)
             if pip_cmd is not None:
-                pip = resolve_pip(q, self.index_url, glibc, pip_cmd)
+                pip = resolve_pip(q, self.index_url, glibc, pip_cmd, left())
+                self._bounded(q)
                 if not pip.resolved:  # the two resolvers disagree: not published, both reasons kept
                     return InstallCheck(False, None, f"uv resolves at glibc {glibc}, pip does not: {pip.why}", {}, tried,
                                    pip="does not resolve")  # fmt: skip
                 files = pip.files
             floor = max([glibc if glibc == q.floor else "0.0", *(wheel_floor(f) for f in files)], key=vtuple)
             floor = max(floor, q.floor, key=vtuple)
-            lock = relock(uv.lock, self.snapshot, q, floor)
+            lock = relock(uv.lock, self.snapshot, q, floor, uv.picked)
             return InstallCheck(True, floor, "", uv.picked, tried, lock=lock, pip=pip_not_run or "resolves")
         alone = resolve_uv(Query(q.project, q.version, (), q.torch, q.python, q.platform, q.floor), self.index_url,
-                           floors[-1], self.uv)  # fmt: skip
+                           floors[-1], self.uv, left())  # fmt: skip
+        self._bounded(q)
         if not alone.resolved:  # the stand-in has no such torch: nothing is known of this cell, and nothing claimed
             return InstallCheck(None, None, f"PyPI holds no torch {q.torch} wheel for CPython {q.python} on {q.machine} "
                            f"(glibc {floors[-1]} or older) to stand in for PyTorch's own index: not resolved", {},
@@ -285,7 +347,8 @@ class Resolver:
         pip_cmd, pip_not_run = pip_for(q)  # the second witness of a cell left out
         if pip_cmd is None:
             return InstallCheck(False, None, last_why, {}, tried, pip=pip_not_run)
-        pip = resolve_pip(q, self.index_url, q.floor, pip_cmd)
+        pip = resolve_pip(q, self.index_url, q.floor, pip_cmd, left())
+        self._bounded(q)
         if pip.resolved:
             return InstallCheck(False, None, f"pip resolves at glibc {q.floor}, uv does not: {last_why}", {}, tried,
                            pip="resolves")  # fmt: skip
@@ -307,21 +370,111 @@ def _lock_files(raw: str) -> list[str]:
     return [urllib.parse.unquote(m.group(2)) for m in _LOOPBACK_FILE.finditer(raw)]
 
 
-def relock(raw: str, snapshot: Snapshot, q: Query, floor: str) -> str:
-    """uv's lock with each wheel's URL the index's own (the snapshot served it from loopback) and a header that
-    says what it is: the cell's resolved closure, which ``uv pip install -r`` installs as it is."""
+_LOCK_KEYS = ("lock-version", "created-by", "requires-python")  # what a lock keeps of uv's, beside its packages
+_PACKAGE_KEYS = ("name", "version", "marker", "requires-python")
 
-    def original(m: re.Match) -> str:
-        f = snapshot.file(m.group(1), urllib.parse.unquote(m.group(2)))
-        if f is None:
-            raise SourceFetchError(f"{q.key}: uv's lock names {shown(m.group(2), 200)}, which no listing served")
-        return f.url
 
-    body = "\n".join(ln for ln in raw.splitlines() if not ln.startswith("#"))
+def relock(raw: str, snapshot: Snapshot, q: Query, floor: str, picked: dict[str, str]) -> str:
+    """uv's lock made anew from checked data: each package's name, version and marker as uv resolved them, each
+    wheel's URL and sha256 those of the listing the snapshot served it from (a URL :func:`locked_url` takes, a
+    hash the listing and uv's lock agree on), and a header that says what it is: the cell's resolved closure,
+    which ``uv pip install -r`` installs as it is. Whatever else uv's lock holds is left out; the TOML is written
+    by tomlkit, so no field can close a string or add a table."""
+    try:
+        doc = load_toml(raw, "uv's lock")
+        packages = []
+        for i, pkg in enumerate(expect(doc.get("packages", []), list, "uv's lock: packages")):
+            where = f"uv's lock: packages[{i}]"
+            pkg = expect(pkg, dict, where)
+            out = {k: expect(pkg[k], str, f"{where}.{k}") for k in _PACKAGE_KEYS if k in pkg}
+            wheels = []
+            for j, w in enumerate(expect(pkg.get("wheels", []), list, f"{where}.wheels")):
+                w = expect(w, dict, f"{where}.wheels[{j}]")
+                m = _LOOPBACK_FILE.fullmatch(expect(w.get("url"), str, f"{where}.wheels[{j}].url"))
+                if m is None:
+                    raise Untrusted(
+                        f"{where}.wheels[{j}].url {shown(repr(w.get('url')), 200)}: not a file the snapshot served"
+                    )
+                sha = sha256_name((expect(w.get("hashes"), dict, f"{where}.wheels[{j}].hashes")).get("sha256"),
+                                  f"{where}.wheels[{j}].hashes.sha256")  # fmt: skip
+                f = snapshot.file(m.group(1), urllib.parse.unquote(m.group(2)))
+                if f is None or sha != f.sha256 or sha != m.group(1):
+                    raise Untrusted(f"{where}: uv's lock names {shown(m.group(2), 200)} (sha256 {sha}), which no "
+                                    "listing served with that hash")  # fmt: skip
+                wheel = {"url": locked_url(f.url, f"the listing's URL of {f.filename}"), "hashes": {"sha256": sha}}
+                if f.size is not None:
+                    wheel["size"] = f.size
+                wheels.append(wheel)
+            if not wheels:
+                raise Untrusted(
+                    f"{where}: {shown(out.get('name'), 100)} has no wheel (the farm locks binary wheels only)"
+                )
+            packages.append({**out, "wheels": wheels})
+        body = {**{k: expect(doc[k], str, f"uv's lock: {k}") for k in _LOCK_KEYS if k in doc}, "packages": packages}
+    except Untrusted as err:
+        raise SourceFetchError(f"{q.key}: {err}: not locked") from None
     header = (f"# {q.key}: what `pip install` of this wheel resolves to beside torch {q.torch} (binary wheels only,\n"
               f"# glibc {floor} and later), written by the mamba-ssm wheel farm (python -m builder installs).\n"
               f"# Install it as it is: uv pip install -r <this file>\n")  # fmt: skip
-    return header + _LOOPBACK_FILE.sub(original, body).lstrip("\n") + "\n"
+    lock = header + _toml(body)
+    check_lock(lock, snapshot, q, picked)
+    return lock
+
+
+def _toml(body: dict) -> str:
+    """A lock's TOML as uv lays it out (a table per package, its wheels inline), every value escaped by tomlkit."""
+    import tomlkit
+
+    doc = tomlkit.document()
+    for k in _LOCK_KEYS:
+        if k in body:
+            doc[k] = body[k]
+    packages = tomlkit.aot()
+    for pkg in body["packages"]:
+        table = tomlkit.table()
+        for k, v in pkg.items():
+            if k != "wheels":
+                table[k] = v
+        wheels = tomlkit.array()
+        for w in pkg["wheels"]:
+            wheel = tomlkit.inline_table()
+            wheel.update({k: v for k, v in w.items() if k != "hashes"})
+            hashes = tomlkit.inline_table()
+            hashes.update(w["hashes"])
+            wheel["hashes"] = hashes
+            wheels.append(wheel)
+        table["wheels"] = wheels
+        packages.append(table)
+    doc["packages"] = packages
+    return tomlkit.dumps(doc)
+
+
+def check_lock(lock: str, snapshot: Snapshot, q: Query, picked: dict[str, str]) -> dict:
+    """The lock parsed, when it names exactly the resolution (PICKED: name -> version) and each wheel by a URL
+    and sha256 that a listing of SNAPSHOT gives it (the listings are read here, so a cached lock is checked
+    against the snapshot as it is now); else SourceFetchError naming what differs."""
+    try:
+        doc = load_toml(lock, f"{q.key}: its lock")
+        got, files = {}, {}
+        for pkg in expect(doc.get("packages"), list, "packages"):
+            name = str(canonicalize_name(expect(expect(pkg, dict, "packages[]").get("name"), str, "packages[].name")))
+            got[name] = expect(pkg.get("version"), str, f"{name}: version")
+            for w in expect(pkg.get("wheels"), list, f"{name}: wheels"):
+                url = locked_url(expect(w, dict, f"{name}: wheels[]").get("url"), f"{name}: a wheel's url")
+                sha = sha256_name(expect(w.get("hashes"), dict, f"{name}: hashes").get("sha256"), f"{name}: sha256")
+                files.setdefault(name, []).append((url, sha))
+        if got != {str(canonicalize_name(k)): v for k, v in picked.items()}:
+            raise Untrusted(f"it names {shown(sorted(got.items()), 500)}, the resolution picked "
+                            f"{shown(sorted(picked.items()), 500)}")  # fmt: skip
+        for name, wheels in files.items():
+            listed = {(f.url, f.sha256) for f in Snapshot(snapshot.root).page(name) or []}  # as stored now
+            for url, sha in wheels:
+                if (url, sha) not in listed:
+                    raise Untrusted(f"{name}: {shown(url, 300)} with sha256 {sha} is not in its listing")
+    except Untrusted as err:
+        raise SourceFetchError(f"{q.key}: its lock: {shown(err, 1000)}: not written",
+                               hint="remove the farm's installs cache (<farm cache>/installs) and run again")  # fmt: skip
+    return doc
 
 
 def lock_name(q: Query) -> str:
@@ -376,7 +529,10 @@ def _uv() -> str:
 
         return find_uv_bin()
     except ImportError:
-        raise MatrixError("uv is not installed", hint="install the farm group: pip install --group farm") from None
+        raise MatrixError(
+            "uv is not installed: `builder installs` resolves with it",
+            hint="install the farm group, which holds it: pip install --group farm",
+        ) from None
 
 
 def _version(cmd: list[str]) -> str:
@@ -510,7 +666,10 @@ def recipe_requires(recipe, sources, spec=None) -> list[str]:
 
 
 def write_locks(folder: Path, queries: list[Query], done: dict[str, InstallCheck], snapshot: Snapshot) -> int:
-    """Each installing cell's lock into FOLDER (a cached outcome from before locks were kept is locked anew)."""
+    """Each installing cell's lock into FOLDER (a cached outcome from before locks were kept is locked anew). Each
+    is checked against the snapshot's listings and the resolution (:func:`check_lock`), written to a temporary
+    file, read back and checked again, and only then put in place: a lock already there is replaced whole or
+    left as it was."""
     folder.mkdir(parents=True, exist_ok=True)
     n = 0
     with SnapshotServer(fork := snapshot.fork()) as url:
@@ -521,16 +680,24 @@ def write_locks(folder: Path, queries: list[Query], done: dict[str, InstallCheck
                 continue
             lock = o.lock
             if not lock:
-                fresh = resolve_uv(q, url, o.floor or q.floor, uv)
+                fresh = resolve_uv(q, url, o.floor or q.floor, uv, resolve_seconds())
                 if not fresh.resolved:
                     raise SourceFetchError(
                         f"{q.key}: recorded as installing, but uv no longer resolves it: {fresh.why}"
                     )
-                lock = relock(fresh.lock, fork, q, o.floor or q.floor)
+                lock = relock(fresh.lock, fork, q, o.floor or q.floor, fresh.picked)
+            want = check_lock(lock, fork, q, o.picked)
             path = folder / lock_name(q)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".partial-")
-            with os.fdopen(fd, "w") as out:
-                out.write(lock)
-            os.replace(tmp, path)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(lock)
+                back = text(read_regular(tmp, MAX_LOCK_BYTES, tmp), tmp)
+                if back != lock or check_lock(back, fork, q, o.picked) != want:
+                    raise SourceFetchError(f"{q.key}: its lock, read back from {shown(tmp)}, is not what was written")
+                os.replace(tmp, path)
+            finally:
+                if os.path.lexists(tmp):
+                    os.unlink(tmp)
             n += 1
     return n

@@ -27,10 +27,22 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from builder.errors import SourceFetchError
-from builder.facts.untrusted import Untrusted, expect, file_name, load_json, read_inside, sha256_name, shown, text
+from builder.facts.untrusted import (
+    Untrusted,
+    env_seconds,
+    expect,
+    file_name,
+    load_json,
+    locked_url,
+    read_inside,
+    sha256_name,
+    shown,
+    text,
+)
 from builder.sourcing.pypi import MAX_METADATA_BYTES, File, SimpleIndex
 
 MAX_PAGE_BYTES = 64 << 20  # one stored listing (torch's, wheels only, is about 0.5 MB)
+MAX_CANDIDATES = 2000  # distinct METADATA one resolution may read (a release's closure reads about a hundred)
 _PAGE_FIELDS = ("filename", "url", "sha256", "size", "requires_python", "upload_time", "yanked", "core_metadata")
 
 
@@ -55,6 +67,9 @@ class Snapshot:
         self.metadata_read: set[str] = set()  # "<sha256>/<filename>" of each METADATA served
         self._lock = threading.Lock()
         self._files: dict[str, File] = {}  # "<sha256>/<filename>" -> the listing's file
+        # the resolver's candidate limit: past it no METADATA is served, and ``over`` says so
+        self.max_candidates = int(env_seconds("MAMBA_FARM_RESOLVE_CANDIDATES", MAX_CANDIDATES, "METADATA files"))
+        self.over = ""
 
     def fork(self) -> Snapshot:
         """The same folder and upstream, with its own record of what was read (one per concurrent resolver)."""
@@ -76,8 +91,14 @@ class Snapshot:
                 if "HTTP 404" not in str(err):
                     raise
                 files = []
-            raw = json.dumps([{k: asdict(f)[k] for k in _PAGE_FIELDS} for f in files], sort_keys=True).encode()
-            _write(path, raw)
+            entries = [{k: asdict(f)[k] for k in _PAGE_FIELDS} for f in files]
+            try:  # checked as a stored listing is, before it is stored: what the folder holds, a replay accepts
+                for i, e in enumerate(entries):
+                    _stored_file(e, i, Path(f"{self.upstream.url}/{project}/"))
+            except Untrusted as err:
+                raise SourceFetchError(f"{err}: not recorded", hint="the index lists a file the farm cannot "
+                                       "lock (https URLs and sha256 only)") from None  # fmt: skip
+            _write(path, json.dumps(entries, sort_keys=True).encode())
         if not os.path.lexists(path):
             self.missing.add(f"listing {project}")
             return None
@@ -118,6 +139,10 @@ class Snapshot:
             return None
         path = self.root / "metadata" / f"{sha256_name(sha256)}.METADATA"
         with self._lock:
+            if key not in self.metadata_read and len(self.metadata_read) >= self.max_candidates:
+                self.over = (f"the resolvers weighed more than {self.max_candidates} candidates (METADATA files; "
+                             f"{shown(filename, 200)} was the next), the resolution's candidate limit")  # fmt: skip
+                return None
             self.metadata_read.add(key)
         if os.path.lexists(path):
             try:
@@ -135,10 +160,25 @@ class Snapshot:
         return raw
 
 
+def export_refusal(snapshot_root: Path, dest: Path) -> str:
+    """Why DEST cannot take an export of the snapshot at SNAPSHOT_ROOT ("" when it can): it is a file, or the
+    snapshot itself, inside it or holding it (an export cuts each listing to what one run read: written into its
+    own input, it would cut the snapshot it reads)."""
+    if os.path.lexists(dest) and not os.path.isdir(dest):
+        return f"{shown(dest)} is not a folder"
+    a, b = Path(os.path.realpath(dest)), Path(os.path.realpath(snapshot_root))
+    if a == b or a.is_relative_to(b) or b.is_relative_to(a):
+        return f"{shown(dest)} is the snapshot the resolvers read ({shown(snapshot_root)}), or inside it or holding it"
+    return ""
+
+
 def export(snapshot: Snapshot, dest: Path, pages: set[str], metadata: set[str]) -> int:
     """Write into DEST the part of SNAPSHOT that PAGES (projects) and METADATA ("<sha256>/<filename>") name: each
     listing cut to the files whose METADATA was read. A resolution replayed from DEST reads what it read before
-    (a resolver reads the metadata of every candidate it weighs). Returns the bytes written."""
+    (a resolver reads the metadata of every candidate it weighs). Returns the bytes written. DEST must be a
+    folder apart from the snapshot (:func:`export_refusal`): else SourceFetchError, before anything is written."""
+    if why := export_refusal(snapshot.root, dest):
+        raise SourceFetchError(f"installs --export: {why}", hint="export into a new folder of its own")
     written = 0
     names = {key.split("/", 1)[1] for key in metadata}
     for project in sorted(pages):
@@ -162,7 +202,7 @@ def _stored_file(e: object, i: int, path: Path) -> File:
     sha = e.get("sha256")
     return File(
         filename=name,
-        url=expect(e.get("url"), str, f"{where}.url"),
+        url=locked_url(e.get("url"), f"{where}.url"),  # a lock names it: https (or the loopback), parsed
         sha256=sha256_name(sha, f"{where}.sha256") if sha is not None else None,
         size=expect(e.get("size"), (int, type(None)), f"{where}.size"),
         requires_python=expect(e.get("requires_python"), (str, type(None)), f"{where}.requires_python"),
