@@ -23,7 +23,7 @@ _SHN_UNDEF = 0
 EM_AMDGPU = 224
 
 
-MAX_ELF_BYTES = 4 << 30  # the largest extension read whole (a CUDA build with many archs is a few hundred MB)
+MAX_ELF_BYTES = 1 << 30  # the largest extension read whole (a CUDA build with many archs is a few hundred MB)
 
 
 class NotAnElf(Untrusted):

@@ -96,6 +96,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             drip(self.wfile, b"x", 120, 1)
             return
+        if self.path.startswith("/to-ftp/"):  # a redirect off the web: urllib follows one to ftp:// by itself
+            self.send_response(302)
+            self.send_header("Location", "ftp://127.0.0.1:9/evil")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         ranged = self.headers.get("Range", "")
         if ranged.startswith("bytes=") and (self.site / self.path.lstrip("/")).is_file():  # a remote wheel's reads
             data = (self.site / self.path.lstrip("/")).read_bytes()
@@ -307,6 +313,29 @@ def _git_case(build, commit: str | None = None):
                 *TORCH_CELL]  # fmt: skip
 
     return make
+
+
+def _git_trickle(world: World, scratch: Path) -> list[str]:
+    """``recipe prepare`` of a git pin whose server sends ``info/refs`` a byte a second (under every deadline
+    of a request, far under the stall limit's speed)."""
+    _recipe(scratch / "recipes", "", source=f'git = "{world.url}/trickle/{scratch.name}.git"\ncommit = "{"a" * 40}"')
+    return ["recipe", "prepare", "evil", "--recipes", str(scratch / "recipes"), "--out", str(scratch / "out"),
+            *TORCH_CELL]  # fmt: skip
+
+
+def _patch_bomb(world: World, scratch: Path) -> list[str]:
+    """``recipe prepare`` of a patch whose edit replaces each of a million characters by 60 kB (60 GB in all)."""
+    archive = scratch / "evil-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        add(tf, "evil-1.0/setup.py", data=b"x" * 1_000_000)
+    cached = world.farm / "sdists" / sha256(archive) / "evil-1.0.tar.gz"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(archive, cached)
+    recipe = _recipe(scratch / "recipes", sha256(archive))
+    recipe.write_text(recipe.read_text() + '\n[[patch]]\nname = "bomb"\nwhy = "a hostile recipe"\nfile = "setup.py"\n\n'
+                      f'[[patch.edit]]\nsearch = "x"\nreplace = "{"y" * 60_000}"\ncount = 1000000\n')  # fmt: skip
+    return ["recipe", "prepare", "evil", "--recipes", str(scratch / "recipes"), *TORCH_CELL, "--out",
+            str(scratch / "out")]  # fmt: skip
 
 
 def _git_link_out(work: Path) -> None:
@@ -755,6 +784,93 @@ def _record_a_list(snap: Path, scratch: Path) -> Path:
     return scratch / "installs.json"
 
 
+def _torch_url(url: str):
+    """Every torch wheel of the listing given URL (a lock names it as the listing does)."""
+    return _listing_edit(lambda files: json.dumps([{**f, "url": url} for f in files]).encode())
+
+
+_CLOSES_TOML = 'https://x.example/t.whl", size = 1 }]\n[[packages]]\nname = "evil"\nversion = "6.6.6"\nwheels = [{ url = "http://evil.example/evil.whl'
+
+
+def _installs_argv_with(*flags: str, edit=None):
+    """``installs`` as :func:`_installs_case` runs it, FLAGS added (``{scratch}`` and ``{snapshot}`` filled in)."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        argv = _installs_case(edit or (lambda snap, s: None))(world, scratch)
+        return [*argv, *(f.format(scratch=scratch, snapshot=scratch / "snapshot") for f in flags)]
+
+    return make
+
+
+def _cached(edit):
+    """``installs --locks`` over a resolution cached by a first run, EDIT (the entry's path) applied between."""
+
+    def make(world: World, scratch: Path) -> list[str]:
+        argv = [*_installs_case(lambda snap, s: None)(world, scratch), "--cache", str(scratch / "cache"), "--dry-run"]
+        rc, out, err = _run(argv, {"MAMBA_FARM_CACHE": str(scratch / "farm")}, scratch)
+        assert rc == 0, (rc, out[-2000:], err[-2000:])
+        (entry,) = (scratch / "cache").glob("*.json")
+        edit(entry, scratch)
+        return [*argv, "--locks", str(scratch / "locks")]
+
+    return make
+
+
+def _lock_edited(entry: Path, scratch: Path, rehash: bool = False) -> None:
+    import hashlib
+
+    doc = json.loads(entry.read_text())
+    doc["lock"] = doc["lock"].replace("https://files.pythonhosted.org/", "http://evil.example/")
+    if rehash:  # the hash stored with it edited to match: the lock's URLs are checked against the listings too
+        doc["lock_sha256"] = hashlib.sha256(doc["lock"].encode()).hexdigest()
+    entry.write_text(json.dumps(doc))
+
+
+def _entry_fifo(entry: Path, scratch: Path) -> None:
+    entry.unlink()
+    os.mkfifo(entry)
+
+
+def _entry_dev_zero(entry: Path, scratch: Path) -> None:
+    entry.unlink()
+    entry.symlink_to("/dev/zero")
+
+
+def _resolver_bomb(snap: Path, scratch: Path) -> None:
+    """torch's METADATA requires ``bomb``, whose 3,000 versions each require another torch: a resolver weighs
+    them one by one."""
+    import hashlib
+
+    meta = _torch_metadata(snap)
+    meta.write_bytes(meta.read_bytes().replace(b"Requires-Dist:", b"Requires-Dist: bomb\nRequires-Dist:", 1))
+    files = []
+    for i in range(3000):
+        name = f"bomb-{i}.0-py3-none-any.whl"
+        sha = hashlib.sha256(name.encode()).hexdigest()
+        files.append({"filename": name, "url": f"https://x.example/{name}", "sha256": sha, "size": 1000,
+                      "requires_python": None, "upload_time": None, "yanked": False, "core_metadata": True})  # fmt: skip
+        (snap / "metadata" / f"{sha}.METADATA").write_bytes(
+            f"Metadata-Version: 2.1\nName: bomb\nVersion: {i}.0\nRequires-Dist: torch==0.0.{i}\n".encode())
+    (snap / "pages" / "bomb.json").write_text(json.dumps(files))
+
+
+def _recorded_from(listing: list[dict]):
+    """``installs --record`` from an index on 127.0.0.1 whose torch listing is LISTING (the rest replayed)."""
+
+    def make(world: World, scratch: Path):
+        def edit(snap: Path, s: Path) -> None:
+            (snap / "pages" / "torch.json").unlink()
+
+        argv = _installs_case(edit)(world, scratch)
+        folder = world.site / scratch.name / "simple" / "torch"
+        folder.mkdir(parents=True)
+        (folder / "index.html").write_bytes(_listing(listing))
+        return {"argv": [*argv, "--record"], "env": {"PIP_INDEX_URL": f"{world.url}/{scratch.name}/simple",
+                                                     "MAMBA_FARM_REQUEST_DEADLINE": "10"}}  # fmt: skip
+
+    return make
+
+
 
 
 CASES = [
@@ -834,10 +950,18 @@ CASES = [
     Case("git-link-out-of-the-root", 11, "points outside the unpack folder", _git_case(_git_link_out)),
     Case("git-commit-not-in-the-repository", 8, "has no commit",
          _git_case(lambda w: (w / "setup.py").write_text(""), commit="c" * 40)),
+    Case("git-info-refs-a-byte-a-second", 9, "the stall limit", _git_trickle,
+         env={"MAMBA_FARM_GIT_STALL_SECONDS": "3"}),
+    Case("sdist-patch-replaces-to-60-GB", 10, "over the cap", _patch_bomb),
     # --- the preflight (`recipe check`): what the package's setup.py prints and says it wrote
     Case("preflight-setup-py-controls", 18, "setup.py could not prepare its metadata", _preflight_case(_LOUD_SETUP)),
     Case("preflight-setup-py-not-utf8", 18, "setup.py could not prepare its metadata", _preflight_case(_BYTES_SETUP)),
     Case("preflight-metadata-a-fifo", 18, "not a regular file", _preflight_case(_FIFO_SETUP)),
+    # its bounds: the run's time (MAMBA_FARM_PREFLIGHT_SECONDS), what it may print (16 MiB)
+    Case("preflight-setup-py-sleeps", 18, "ran over 3 s", _preflight_case("import time\ntime.sleep(600)\n"),
+         env={"MAMBA_FARM_PREFLIGHT_SECONDS": "3"}),
+    Case("preflight-setup-py-prints-3-GiB", 18, "printed more than 16 MiB",
+         _preflight_case("import sys\nb = b'x' * (1 << 20)\nfor _ in range(3072):\n    sys.stdout.buffer.write(b)\n")),
     Case("recipe-20-MB", 2, "more than a recipe's cap", _huge_recipe),
     Case("recipe-fifo", 2, "not a regular file", _fifo_recipe),
     Case("matrix-fifo", 2, "not a regular file", _fifo_matrix),
@@ -871,6 +995,7 @@ CASES = [
          _index_case(lambda f, w: _wheel_with(f, {f"{INFO}/METADATA": b"Metadata-Version: 2.1\nName: causal-conv1d\n"
                                                   b"Version: 2.3.0+" + LABEL.encode() + b"\n"}))),
     Case("index-dist-info-name", 2, ".dist-info/ does not name", _index_case(_dist_info)),
+    Case("index-tag-uppercase", 2, "is not lowercase", _index_case(_renamed("linux_X86_64"))),
     *[Case(f"index-tag-{label}", 2, "not a wheel filename pip makes", _index_case(_renamed(bad)))
       for label, bad in (("hash", "linux#x86_64"), ("question", "linux?x86_64"), ("space", "linux x86_64"),
                          ("rlo", "linux_x86_64\u202e"))],
@@ -911,6 +1036,10 @@ CASES = [
     Case("drift-hashes-a-list", 9, "expected dict", _drift_case([_torch_file(hashes=["x"])])),
     Case("drift-deep-nesting", 9, "nested deeper", _drift_case('{"files": ' + "[" * 50000 + "]" * 50000 + "}")),
     Case("drift-bad-utf8", 9, "not UTF-8", _drift_case(b'{"files": "\xff\xfe"}')),
+    Case("drift-redirect-to-ftp", 9, "not an http(s) URL: not followed",
+         lambda world, scratch: {"argv": ["drift", "--index", f"{world.url}/to-ftp/simple", "--no-recipes", "--since",
+                                          "2.15", "--cache", str(scratch / "cache")],
+                                 "env": {"MAMBA_FARM_REQUEST_DEADLINE": "10"}}),  # fmt: skip
     Case("drift-url-crlf", 9, "not an http(s) URL", _drift_case([_torch_file(url="http://x.example/a\r\nSet-Cookie: 1")])),
     Case("drift-url-space", 9, "not an http(s) URL", _drift_case([_torch_file(url="http://x.example/a b.whl")])),
     Case("drift-arbitrary-equality-cuda", 9, "is not a CUDA version",
@@ -1267,9 +1396,30 @@ CASES += [
          _installs_case(_listing_edit(lambda files: json.dumps(
              [{**f, "filename": "\x1b[2J\u202etorch-2.9.1-cp311-cp311-manylinux_2_28_x86_64.whl"} for f in files]).encode()))),
     Case("installs-metadata-not-utf8", 9, "not UTF-8", _installs_case(_metadata_not_utf8)),
-    Case("installs-metadata-links-outside", 9, "the snapshot lacks what the resolvers read",
+    Case("installs-metadata-links-outside", 9, "the snapshot holds what the farm refuses to read",
          _installs_case(_metadata_links_outside), absent="SECRET-OUTSIDE-THE-SNAPSHOT"),
     Case("installs-record-a-list", 2, "not an installs record", _installs_case(_record_a_list)),
+    # --- installs: what a lock names, the cache it is kept in, where --export and --locks write, the resolver's bounds
+    Case("installs-listing-url-closes-toml", 9, "is not a plain URL", _installs_case(_torch_url(_CLOSES_TOML))),
+    Case("installs-listing-url-file", 9, "is not an https URL", _installs_case(_torch_url("file:///etc/passwd"))),
+    Case("installs-listing-url-plain-http", 9, "is not an https URL",
+         _installs_case(_torch_url("http://evil.example/torch.whl"))),
+    Case("installs-listing-url-escape", 9, "is not a plain URL",
+         _installs_case(_torch_url("https://x.example/\x1b]0;pwned\x07torch.whl"))),
+    Case("installs-record-url-closes-toml", 9, "not recorded",
+         _recorded_from([_torch_file(url=_CLOSES_TOML, filename="torch-2.9.1-cp311-cp311-manylinux_2_28_x86_64.whl")])),
+    Case("installs-cache-lock-edited", 9, "its lock is not the one it was stored with", _cached(_lock_edited)),
+    Case("installs-cache-lock-rehashed", 9, "not written", _cached(lambda e, s: _lock_edited(e, s, rehash=True))),
+    Case("installs-cache-fifo", 9, "not a regular file (a FIFO)", _cached(_entry_fifo)),
+    Case("installs-cache-dev-zero", 9, "a link, or reached through one", _cached(_entry_dev_zero)),
+    Case("installs-export-into-its-snapshot", 2, "is the snapshot the resolvers read",
+         _installs_argv_with("--export", "{snapshot}")),
+    Case("installs-export-into-a-folder-of-it", 2, "is the snapshot the resolvers read",
+         _installs_argv_with("--export", "{snapshot}/pages")),
+    Case("installs-export-a-file", 2, "is not a folder",
+         _installs_argv_with("--export", "{scratch}/matrix.toml")),
+    Case("installs-locks-a-file", 2, "is not a folder", _installs_argv_with("--locks", "{scratch}/matrix.toml")),
+    Case("installs-metadata-resolver-bomb", 9, "candidate limit", _installs_case(_resolver_bomb)),
     Case("matrix-torch-a-string", 2, "must be an array", _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = "2.14"')),
     Case("render-matrix-torch-a-string", 2, "must be an array",
          _matrix_edit(r"\ntorch = \[[^\]]*\]", '\ntorch = "2.14"', "render")),

@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 
 from builder.commands import summary
 from builder.errors import NoMatchingWheel, UsageError
-from builder.facts.untrusted import PLAIN_URL_RE
+from builder.facts.untrusted import PLAIN_URL_RE, shown
 from builder.publishing.index.model import PROJECT, Manifest, install_command
 from builder.publishing.resolve import DEFAULT_INDEX, is_http_url, load, resolve
 from builder.verifying import variants
@@ -53,17 +53,19 @@ def add_command(subparsers) -> None:
 
 def _parse_platform(value: str) -> str:
     """x86_64 / aarch64 (or arm64), or a Linux wheel platform tag -> the tag Variant carries (linux_<machine>)."""
-    name = value.strip().lower()
+    name = value.strip()  # lowercase only, as wheel tags are: pip and uv match a tag's spelling exactly
     name = {"arm64": "aarch64", "amd64": "x86_64"}.get(name, name)
     machine = (
         name
         if name in ("x86_64", "aarch64")
         else tag_machine(name)
-        if re.fullmatch(r"(many)?linux_\w+", name)
+        if re.fullmatch(r"(many)?linux_[a-z0-9_]+", name)
         else None
     )
     if machine not in ("x86_64", "aarch64"):
-        raise argparse.ArgumentTypeError(f"{value!r}: expected x86_64 or aarch64 (or a tag such as linux_aarch64)")
+        raise argparse.ArgumentTypeError(
+            f"{shown(repr(value), 100)}: expected x86_64 or aarch64 (or a tag such as linux_aarch64), in lowercase"
+        )
     return f"linux_{machine}"
 
 

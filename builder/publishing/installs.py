@@ -278,6 +278,7 @@ class Resolver:
             return hit
         self.snapshot.pages_read.clear()
         self.snapshot.missing.clear()
+        self.snapshot.refused.clear()
         self.snapshot.metadata_read.clear()
         self.snapshot.over = ""
         try:
@@ -288,6 +289,11 @@ class Resolver:
         self.pages.update(self.snapshot.pages_read)
         self.metadata.update(self.snapshot.metadata_read)
         self._bounded(q)
+        if self.snapshot.refused:
+            raise SourceFetchError(
+                f"{q.key}: the snapshot holds what the farm refuses to read: {'; '.join(sorted(self.snapshot.refused)[:5])}",
+                hint="remove what it names from the snapshot; `python -m builder installs --record` reads it again",
+            )
         if self.snapshot.missing:
             raise SourceFetchError(
                 f"{q.key}: the snapshot lacks what the resolvers read: {'; '.join(sorted(self.snapshot.missing)[:5])}",

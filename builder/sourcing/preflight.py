@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -29,13 +28,24 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import PreflightError
-from builder.facts.untrusted import Untrusted, expect, read_regular, shown, text
+from builder.facts.untrusted import (
+    TimedOut,
+    TooLarge,
+    Untrusted,
+    env_seconds,
+    expect,
+    read_regular,
+    run_capped,
+    shown,
+    text,
+)
 from builder.planning.recipes import CellFacts, Recipe, build_env_vars, env_template, placeholder_values
 from builder.sourcing.prepare import prepare
 from builder.sourcing.sources import SourceCache
 
 MAX_METADATA = 1 << 20  # a METADATA with its long description: a few KB to a few hundred
 METADATA_SECONDS = 120  # setup.py's metadata run; no compile, so seconds, but an import may be slow
+MAX_OUTPUT = 16 << 20  # what setup.py may print in that run (stdout and stderr): a build's log is a few MB
 
 _TORCH = '''"""The preflight's torch (builder/sourcing/preflight.py): the cell's facts, for setup.py's version questions."""
 from torch import cuda, version  # noqa: F401
@@ -186,12 +196,17 @@ def stand_ins(facts: CellFacts, folder: Path) -> dict[str, str]:
 def read_metadata(tree: Path, env: dict[str, str], out: Path, recipe: Recipe, facts: CellFacts) -> dict:
     """PEP 517 metadata of TREE, prepared under ENV by its own build backend (setup.py runs; nothing compiles)."""
     out.mkdir(parents=True)
+    seconds = env_seconds("MAMBA_FARM_PREFLIGHT_SECONDS", METADATA_SECONDS)
     try:
-        proc = subprocess.run([sys.executable, "-c", _DRIVER, str(out)], cwd=tree, env=env, capture_output=True,
-                              timeout=METADATA_SECONDS, check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise _fail(recipe, facts, "metadata", f"setup.py ran over {METADATA_SECONDS} s preparing its metadata",
+        proc = run_capped([sys.executable, "-c", _DRIVER, str(out)], seconds, "setup.py preparing its metadata",
+                          MAX_OUTPUT, cwd=tree, env=env)  # fmt: skip
+    except TimedOut:
+        raise _fail(recipe, facts, "metadata", f"setup.py ran over {seconds:g} s preparing its metadata (stopped "
+                    "there; MAMBA_FARM_PREFLIGHT_SECONDS raises the limit)",
                     "the preflight runs no compiler: see what setup.py does at import time") from None  # fmt: skip
+    except TooLarge:
+        raise _fail(recipe, facts, "metadata", f"setup.py printed more than {MAX_OUTPUT >> 20} MiB preparing its "
+                    "metadata (stopped there)", "see what setup.py prints at import time") from None  # fmt: skip
     said = proc.stdout[-(64 << 10) :].decode("utf-8", "replace")  # setup.py prints what it likes
     line = next((ln for ln in said.splitlines() if ln.startswith("PREFLIGHT-METADATA ")), None)
     if proc.returncode != 0 or line is None:

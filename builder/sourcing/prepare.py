@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.errors import PatchError, RecipeError, UsageError
+from builder.facts.untrusted import Untrusted, read_regular
 from builder.planning.recipes import (
     CellFacts,
     Patch,
@@ -30,6 +31,8 @@ from builder.sourcing.sources import SourceCache
 # ---------------------------------------------------------------------------
 # Applying.
 
+MAX_PATCHED_BYTES = 64 << 20  # a patched source file, before and after (setup.py and its kin: a few hundred kB)
+
 
 def apply_patch(tree: Path, patch: Patch, values: dict[str, str], recipe: Recipe) -> None:
     """Apply every edit of ``patch`` to its file under ``tree``, or raise PatchError and leave the file as it was."""
@@ -42,9 +45,11 @@ def apply_patch(tree: Path, patch: Patch, values: dict[str, str], recipe: Recipe
     if not target.is_file():
         raise PatchError(f"{where}: {patch.file} is not in {tree.name}", hint=hint)
     try:
-        text = target.read_bytes().decode("utf-8")
+        text = read_regular(target, MAX_PATCHED_BYTES, f"{tree.name}/{patch.file}").decode("utf-8")
     except UnicodeDecodeError:
         raise PatchError(f"{where}: {tree.name}/{patch.file} is not UTF-8 text", hint=hint) from None
+    except Untrusted as err:
+        raise PatchError(f"{where}: {err}", hint=hint) from None
     for k, edit in enumerate(patch.edits, 1):
         found = text.count(edit.search)
         if found != edit.count:
@@ -55,7 +60,12 @@ def apply_patch(tree: Path, patch: Patch, values: dict[str, str], recipe: Recipe
                 f"the patch expects {edit.count}",
                 hint=hint,
             )
-        text = text.replace(edit.search, render(edit.replace, values))
+        new = render(edit.replace, values)
+        size = len(text.encode()) + found * (len(new.encode()) - len(edit.search.encode()))
+        if size > MAX_PATCHED_BYTES:  # told before the text is made: a replacement repeated a million times
+            raise PatchError(f"{where}: edit #{k} would make {patch.file} {size} bytes, over the cap of "
+                             f"{MAX_PATCHED_BYTES >> 20} MiB for a patched file", hint=hint)  # fmt: skip
+        text = text.replace(edit.search, new)
     tmp = target.with_name(f".{target.name}.patched")
     tmp.write_bytes(text.encode("utf-8"))
     os.chmod(tmp, target.stat().st_mode)

@@ -5,7 +5,8 @@ no file bodies.
 Recording (an upstream :class:`~builder.sourcing.pypi.SimpleIndex` given): a listing or METADATA the folder lacks is read
 from the index once (torch's METADATA by HTTP range reads: PyPI offers no PEP 658 file for it) and kept. Replaying
 (no upstream): only what the folder holds is served, so a resolution reads exactly the metadata it read when it
-was recorded, offline. What a resolver asked for and did not get is in :attr:`SnapshotServer.missing`.
+was recorded, offline. What a resolver asked for and did not get is in :attr:`Snapshot.missing`, what the folder holds
+but breaks a rule in :attr:`Snapshot.refused`.
 
 The folder: ``pages/<project>.json`` (the index's listing, wheels only, each file's original URL and sha256: a
 lock file names those) and ``metadata/<sha256>.METADATA``. Everything in it is outside data: names are checked,
@@ -42,7 +43,9 @@ from builder.facts.untrusted import (
 from builder.sourcing.pypi import MAX_METADATA_BYTES, File, SimpleIndex
 
 MAX_PAGE_BYTES = 64 << 20  # one stored listing (torch's, wheels only, is about 0.5 MB)
-MAX_CANDIDATES = 2000  # distinct METADATA one resolution may read (a release's closure reads about a hundred)
+# versions of one project whose METADATA one resolution may read: a resolver weighs them one by one (uv about 30 a
+# second here), and the release's resolutions read a few of each (its whole closure, every cell: about a hundred)
+MAX_CANDIDATES = 200
 _PAGE_FIELDS = ("filename", "url", "sha256", "size", "requires_python", "upload_time", "yanked", "core_metadata")
 
 
@@ -64,10 +67,12 @@ class Snapshot:
         self.refresh = refresh  # recording: read each listing anew once per run (else only those not stored)
         self.pages_read: dict[str, str] = {}  # project -> sha256 of its stored listing, as served since reset()
         self.missing: set[str] = set()  # what a resolver asked for that the snapshot could not give
+        self.refused: set[str] = set()  # what it asked for that the snapshot holds but breaks a rule (said why)
         self.metadata_read: set[str] = set()  # "<sha256>/<filename>" of each METADATA served
         self._lock = threading.Lock()
         self._files: dict[str, File] = {}  # "<sha256>/<filename>" -> the listing's file
-        # the resolver's candidate limit: past it no METADATA is served, and ``over`` says so
+        self._project: dict[str, str] = {}  # "<sha256>/<filename>" -> the project whose listing gave it
+        # the resolver's candidate limit (per project): past it no METADATA is served, and ``over`` says so
         self.max_candidates = int(env_seconds("MAMBA_FARM_RESOLVE_CANDIDATES", MAX_CANDIDATES, "METADATA files"))
         self.over = ""
 
@@ -114,6 +119,7 @@ class Snapshot:
             for f in files:
                 if f.sha256:
                     self._files[f"{f.sha256}/{f.filename}"] = f
+                    self._project[f"{f.sha256}/{f.filename}"] = project
         return files
 
     def page_digest(self, project: str) -> str | None:
@@ -139,9 +145,13 @@ class Snapshot:
             return None
         path = self.root / "metadata" / f"{sha256_name(sha256)}.METADATA"
         with self._lock:
-            if key not in self.metadata_read and len(self.metadata_read) >= self.max_candidates:
-                self.over = (f"the resolvers weighed more than {self.max_candidates} candidates (METADATA files; "
-                             f"{shown(filename, 200)} was the next), the resolution's candidate limit")  # fmt: skip
+            project = self._project.get(key)
+            if (
+                key not in self.metadata_read
+                and sum(self._project.get(k) == project for k in self.metadata_read) >= self.max_candidates
+            ):
+                self.over = (f"the resolvers weighed more than {self.max_candidates} versions of {shown(project, 100)} "
+                             f"({shown(filename, 200)} was the next), the resolution's candidate limit")  # fmt: skip
                 return None
             self.metadata_read.add(key)
         if os.path.lexists(path):
@@ -234,7 +244,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 raw = self.snapshot.metadata(sha256_name(parts[1]), file_name(parts[2].removesuffix(".metadata")))
                 return self._send(200, raw) if raw is not None else self._send(404, b"not in the snapshot")
         except (Untrusted, SourceFetchError) as err:
-            self.snapshot.missing.add(f"{shown(self.path, 200)}: {err}")
+            self.snapshot.refused.add(f"{shown(self.path, 200)}: {err}")
             return self._send(404, b"refused")
         if len(parts) == 3 and parts[0] == "files":
             self.snapshot.missing.add(f"wheel body {shown(parts[2], 200)} (a snapshot holds metadata only)")

@@ -35,8 +35,10 @@ from builder.facts.untrusted import (
     COMMIT_RE,
     SHA256_RE,
     Deadline,
+    TimedOut,
     TooLarge,
     Untrusted,
+    WebRedirects,
     env_seconds,
     field,
     git_url,
@@ -44,6 +46,7 @@ from builder.facts.untrusted import (
     load_json,
     open_regular,
     read_capped,
+    run_capped,
     shown,
     spend,
 )
@@ -124,7 +127,7 @@ class Fetcher:
 
     def _opener(self) -> urllib.request.OpenerDirector:
         ctx = ssl.create_default_context(cafile=str(self.ca_bundle) if self.ca_bundle else None)
-        handlers: list = [urllib.request.HTTPSHandler(context=ctx)]
+        handlers: list = [urllib.request.HTTPSHandler(context=ctx), WebRedirects()]  # never to ftp:// or file://
         if self.proxy:  # pip's own `proxy` setting wins over the environment's, as in pip
             handlers.append(urllib.request.ProxyHandler({"http": self.proxy, "https": self.proxy}))
         return urllib.request.build_opener(*handlers)
@@ -414,7 +417,7 @@ class SourceCache:
                 if every.returncode != 0:
                     raise SourceFetchError(
                         f"{pin.describe()}: git could not fetch {pin.url}: {shown(every.stderr.strip()[-400:], 400)}",
-                        hint="check the URL and the host's proxy and CA bundle; nothing was built",
+                        hint=_stalled(every.stderr) or "check the URL and the host's proxy and CA bundle; nothing was built",
                     )
             if not _has_commit(repo, pin.commit):
                 raise SourceIntegrityError(
@@ -574,27 +577,46 @@ def check_members(members: list[tarfile.TarInfo], where: str) -> str:
     return top
 
 
+GIT_STALL_SECONDS = 30  # a git transfer slower than GIT_LOW_SPEED bytes a second for this long is cut off
+GIT_LOW_SPEED = 1000
+
+
 def _git(cwd: Path, *args: str, ca_bundle: Path | None, check: bool = True) -> subprocess.CompletedProcess:
     """git with no user or system configuration, no prompt, no helper transport (``ext::``, ``fd::``), only
-    http(s) to the network, and the fetch deadline."""
+    http(s) to the network, the fetch deadline, a stall limit (a server that sends a byte every few seconds is
+    cut off after ``MAMBA_FARM_GIT_STALL_SECONDS``) and its printed output capped."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
     if ca_bundle:
         env["GIT_SSL_CAINFO"] = str(ca_bundle)
+    stall = env_seconds("MAMBA_FARM_GIT_STALL_SECONDS", GIT_STALL_SECONDS)
     cmd = ["git", "-c", "protocol.allow=never", "-c", "protocol.https.allow=always", "-c", "protocol.http.allow=always",
-           "-c", "http.followRedirects=initial", "-C", str(cwd), *args]  # fmt: skip
+           "-c", "http.followRedirects=initial", "-c", f"http.lowSpeedLimit={GIT_LOW_SPEED}",
+           "-c", f"http.lowSpeedTime={max(1, round(stall))}", "-C", str(cwd), *args]  # fmt: skip
+    seconds = request_deadline() * DOWNLOAD_DEADLINE_FACTOR
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False,
-                              timeout=request_deadline() * DOWNLOAD_DEADLINE_FACTOR)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise SourceFetchError(
-            f"git {args[0]}: no answer within {request_deadline() * DOWNLOAD_DEADLINE_FACTOR:.0f}s"
-        ) from None
+        raw = run_capped(cmd, seconds, f"git {args[0]}", env=env)
+    except TimedOut:
+        raise SourceFetchError(f"git {args[0]}: no answer within {seconds:.0f}s") from None
+    except TooLarge as err:
+        raise SourceFetchError(str(err)) from None
     except OSError as err:
         raise SourceFetchError(f"git cannot run here: {err}", hint="install git (a git source needs it)") from None
+    proc = subprocess.CompletedProcess(cmd, raw.returncode, raw.stdout.decode("utf-8", "replace"),
+                                       raw.stderr.decode("utf-8", "replace"))  # fmt: skip
     if check and proc.returncode != 0:
-        raise SourceFetchError(f"git {args[0]} failed: {shown(proc.stderr.strip()[-400:], 400)}")
+        raise SourceFetchError(f"git {args[0]} failed: {shown(proc.stderr.strip()[-400:], 400)}",
+                               hint=_stalled(proc.stderr))  # fmt: skip
     return proc
+
+
+def _stalled(stderr: str) -> str | None:
+    """What to tell of a git transfer the stall limit cut off (curl's "Operation too slow"), else None."""
+    if "operation too slow" not in stderr.lower():
+        return None
+    stall = env_seconds("MAMBA_FARM_GIT_STALL_SECONDS", GIT_STALL_SECONDS)
+    return (f"the server sent under {GIT_LOW_SPEED} bytes a second for {stall:g} s: the stall limit "
+            "(MAMBA_FARM_GIT_STALL_SECONDS); nothing was built")  # fmt: skip
 
 
 def ls_remote_tags(url: str) -> dict[str, str]:
@@ -604,7 +626,7 @@ def ls_remote_tags(url: str) -> dict[str, str]:
         proc = _git(Path(tmp), "ls-remote", "--tags", "--end-of-options", url, ca_bundle=hostenv.find_ca_bundle(None),
                     check=False)  # fmt: skip
     if proc.returncode != 0:
-        raise SourceFetchError(f"git ls-remote {url}: {shown(proc.stderr.strip()[-400:], 400)}")
+        raise SourceFetchError(f"git ls-remote {url}: {shown(proc.stderr.strip()[-400:], 400)}", hint=_stalled(proc.stderr))
     tags: dict[str, str] = {}
     for line in proc.stdout.splitlines()[:100_000]:
         commit, _, ref = line.partition("\t")

@@ -28,12 +28,13 @@ from builder.facts import compat as compat_mod
 from builder.facts import miscompiles
 from builder.facts.compat import manylinux_glibc, newest_manylinux
 from builder.facts.spec import BuildSpec
+from builder.facts.untrusted import Untrusted, zip_read
 from builder.verifying import provenance as provenance_mod
 from builder.verifying import variants, wheelmeta
 from builder.verifying.relabel import pin_torch, read_members, write_wheel
 from mamba_ssm import elf as _elf
 from mamba_ssm import variant as _variant
-from mamba_ssm.elf import AbiReport, abi_report
+from mamba_ssm.elf import MAX_ELF_BYTES, AbiReport, abi_report
 
 PROJECT = "mamba-ssm"
 
@@ -361,6 +362,9 @@ def _policy_versions(policy: str) -> dict[str, list[str]]:
     return next((p["symbol_versions"].get(arch, {}) for p in table if p["name"] == name), {})
 
 
+MAX_VERSION_NEEDS = 10_000  # version needs of one ELF file (glibc, libstdc++, libgcc: a few dozen)
+
+
 def versioned_imports(data: bytes) -> list[tuple[str, str]]:
     """(symbol, version) of each undefined dynamic symbol an ELF file binds to a version (GLIBC_2.32)."""
     import io
@@ -372,7 +376,21 @@ def versioned_imports(data: bytes) -> list[tuple[str, str]]:
     verneed = elf.get_section_by_name(".gnu.version_r")
     if dynsym is None or versym is None or verneed is None:
         return []
-    names = {aux["vna_other"]: aux.name for _, auxes in verneed.iter_versions() for aux in auxes}
+    # pyelftools walks the section by its header's counts and each entry's offset to the next: a count of 4
+    # billion whose entries point at themselves is a loop it never leaves. Each entry takes 16 bytes of the
+    # section as the file holds it, so no more entries than that are read, and never more than MAX_VERSION_NEEDS.
+    room = max(min(verneed["sh_size"], len(data) - verneed["sh_offset"]), 0) // 16
+    limit = min(room, MAX_VERSION_NEEDS)
+    if verneed["sh_info"] > limit:
+        raise ValueError(f".gnu.version_r claims {verneed['sh_info']} entries; it has room for {room}, "
+                         f"the check reads at most {MAX_VERSION_NEEDS}")  # fmt: skip
+    names, seen = {}, 0
+    for _, auxes in verneed.iter_versions():
+        for aux in auxes:
+            seen += 1
+            if seen > limit:
+                raise ValueError(f".gnu.version_r: more than {limit} version needs (its entries loop)")
+            names[aux["vna_other"]] = aux.name
     out = []
     for i, sym in enumerate(dynsym.iter_symbols()):
         ndx = versym.get_symbol(i)["ndx"]
@@ -396,7 +414,11 @@ def symbols_above(wheel: Path, policy: str) -> list[str]:
                 if f.read(4) != b"\x7fELF":
                     continue
             try:
-                imports = versioned_imports(zf.read(info))
+                data = zip_read(zf, info, MAX_ELF_BYTES, wheel.name)
+            except Untrusted as err:
+                raise VerificationError(f"{err}: not an ELF file the glibc-floor check reads") from None
+            try:
+                imports = versioned_imports(data)
             except (ELFError, ValueError, KeyError, struct.error) as err:  # a damaged or truncated file
                 raise VerificationError(
                     f"{wheel.name}: {info.filename} is not an ELF file pyelftools can read ({err})"

@@ -128,6 +128,12 @@ def check_name(path: str, more: tuple[str, ...] = ()) -> Named:
     (tag,) = tags
     if not all(_TAG_PART_RE.fullmatch(p) for p in (tag.interpreter, tag.abi, tag.platform)):
         raise UsageError(f"{path}: tag {tag} is not a PEP 425 tag (letters, digits and _ in each part)")
+    # packaging lowercases the tags it parses; pip and uv match the filename's own spelling, so a wheel tagged
+    # linux_X86_64 would be listed for x86_64 and installed by neither
+    written = filename.removesuffix(".whl").split("-")[-3:]
+    if written != [tag.interpreter, tag.abi, tag.platform]:
+        raise UsageError(f"{path}: tag {'-'.join(written)} is not lowercase (PEP 425 tags are: {tag})",
+                         hint="retag the wheel to the lowercase tag (builder.verifying.wheels.retag)")  # fmt: skip
     # packaging lowercases local labels; the farm's spelling (cxx11abiFALSE) is in the filename.
     release, _, label = filename.split("-")[1].partition("+")
     try:
