@@ -495,6 +495,15 @@ def _renamed(tag_platform: str):
     return build
 
 
+def _stable_junk_extension(folder: Path, world: World):
+    """A stable-ABI CUDA wheel whose extension is not an ELF file: published on the classic pages, but its
+    variant form cannot be read, so the variant root leaves it out."""
+    from wheelmaker import make_wheel
+
+    make_wheel(folder, "mamba-ssm", "2.3.0+cu13torchstable", "cp310-abi3-linux_x86_64", requires=("torch>=2.10",),
+               files={"mamba_ssm/_C.abi3.so": b"\x7fELF not really"})  # fmt: skip
+
+
 def _dist_info(folder: Path, world: World):
     whl = make_mamba_wheel(folder / "tmp", LABEL, "cp312")
     with zipfile.ZipFile(whl) as zf:
@@ -996,6 +1005,7 @@ CASES = [
                                                   b"Version: 2.3.0+" + LABEL.encode() + b"\n"}))),
     Case("index-dist-info-name", 2, ".dist-info/ does not name", _index_case(_dist_info)),
     Case("index-tag-uppercase", 2, "is not lowercase", _index_case(_renamed("linux_X86_64"))),
+    Case("index-variant-root-leaves-out-a-wheel", 5, "cannot be put in the variant root", _index_case(_stable_junk_extension)),
     *[Case(f"index-tag-{label}", 2, "not a wheel filename pip makes", _index_case(_renamed(bad)))
       for label, bad in (("hash", "linux#x86_64"), ("question", "linux?x86_64"), ("space", "linux x86_64"),
                          ("rlo", "linux_x86_64\u202e"))],

@@ -244,13 +244,16 @@ def build_root(index, store: Path, previous: dict) -> tuple[dict[str, str], dict
     the manifest's ``wheel_variants`` record). Each release's stable-ABI wheels of a CPU or CUDA build get
     their variant form, the CPU ones also the plain fallback; the files are written into ``store`` (the
     index's files/) once and reused while their source's sha256 stays the same. A stable wheel that has no
-    variant form (no GPU code, a ROCm build) is left out with its reason in the record, never an error."""
+    variant form (no GPU code, a ROCm build) is left out with its reason in the record, never an error; one whose
+    members cannot be read (a damaged extension) is left out too, and also named under ``refused``, which the
+    index run reports as an error."""
     import hashlib
     import html
 
     before = (previous.get("wheel_variants") or {}).get("files", {})
     files: dict[str, dict] = {}
     skipped: dict[str, str] = {}
+    refused: dict[str, str] = {}  # of those skipped, the wheels whose members could not be read
     groups: dict[tuple[str, str], list] = {}
     spelled: dict[tuple[str, Version], str] = {}  # one -variants.json per version: 2.3.0 and 2.3.0.0 are one
     for fn, e in sorted(index.files.items()):
@@ -268,8 +271,14 @@ def build_root(index, store: Path, previous: dict) -> tuple[dict[str, str], dict
         labels: dict[str, Form] = {}
         for fn, e in members:
             src = store / fn
-            try:
-                form = form_of_wheel(src)
+            try:  # a wheel whose members cannot be read is refused (the index run says so and fails)
+                _infos, members, _info_dir = read_members(src)
+                archs = extension_archs(members)
+            except (VerificationError, Untrusted) as err:
+                skipped[fn] = refused[fn] = str(err)
+                continue
+            try:  # a wheel that has no variant form is left out with its reason
+                form = form_of(_farm_variant(src.name), *archs)
             except VerificationError as err:
                 skipped[fn] = str(err)
                 continue
@@ -307,7 +316,10 @@ def build_root(index, store: Path, previous: dict) -> tuple[dict[str, str], dict
     if releases:
         links = "".join(f'    <a href="{p}/">{p}</a><br>\n' for p in releases)
         pages[f"{ROOT}/index.html"] = _page("Wheel variants (PEP 825)", links)
-    return pages, {"files": files, "skipped": skipped, "releases": releases}
+    record = {"files": files, "skipped": skipped, "releases": releases}
+    if refused:
+        record["refused"] = refused
+    return pages, record
 
 
 def variant_url(index, fn: str, name: str) -> str:

@@ -353,6 +353,12 @@ def _publish(
     index = Index(dict(sorted(files.items())), base_url)
     pages = Pages(index)
     variant_pages, wheel_variants = variants.build_root(index, layout.store, doc)  # <index>/variants/ (PEP 825)
+    if refused := wheel_variants.pop("refused", None):  # a wheel whose variant form cannot be read: nothing published
+        raise IndexIntegrityError(
+            "; ".join(f"{shown(fn, 300)}: cannot be put in the variant root: {shown(why, 600)}"
+                      for fn, why in sorted(refused.items())) + "; nothing was published",
+            hint="rebuild or remove these wheels from --wheels; the published index is as it was",
+        )  # fmt: skip
     index.wheel_variants = wheel_variants  # (the coverage page shows the variant root)
     generation_pages = pages.generation()
     generation_pages.update(variant_pages)
