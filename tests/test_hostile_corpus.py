@@ -1049,7 +1049,7 @@ CASES = [
     Case("drift-redirect-to-ftp", 9, "not an http(s) URL: not followed",
          lambda world, scratch: {"argv": ["drift", "--index", f"{world.url}/to-ftp/simple", "--no-recipes", "--since",
                                           "2.15", "--cache", str(scratch / "cache")],
-                                 "env": {"MAMBA_FARM_REQUEST_DEADLINE": "10"}}),  # fmt: skip
+                                 "env": {"MAMBA_FARM_REQUEST_DEADLINE": "10"}}),
     Case("drift-url-crlf", 9, "not an http(s) URL", _drift_case([_torch_file(url="http://x.example/a\r\nSet-Cookie: 1")])),
     Case("drift-url-space", 9, "not an http(s) URL", _drift_case([_torch_file(url="http://x.example/a b.whl")])),
     Case("drift-arbitrary-equality-cuda", 9, "is not a CUDA version",
@@ -1817,7 +1817,8 @@ SURFACES: dict[str, dict[str, tuple[str, ...]]] = {
               "a canary's branch (its head, tags)": ("drift-canary-",)},
     "installs": {"matrix.toml": ("matrix-",), "recipes": ("recipe-",), "sdists": ("sdist-",),
                  "snapshot listings": ("installs-listing-",), "snapshot METADATA": ("installs-metadata-",),
-                 "the record": ("installs-record-",)},
+                 "the record": ("installs-record-",), "the resolution cache": ("installs-cache-",),
+                 "--export and --locks": ("installs-export-", "installs-locks-")},
     "cache": {"smoke cache": ("cache-",), "--budget": ("cache-budget-",)},
     # release: only `release cost`'s records have cases; collect/split/variant-files/gate read the plan's own JSON,
     # the sidecars and the evidence records (the index's and `evidence`'s cases), made by this farm in CI
@@ -1915,7 +1916,7 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "cache": ("cache-complete-links-outside", "cache-prune-linked-slot"),
         "build": ("cache-complete-links-outside",), "index": ("index-out-links-outside", "index-dev-zero-link"),
         "drift": ("drift-cached-metadata-links-outside",),
-        "installs": ("installs-metadata-links-outside",),
+        "installs": ("installs-metadata-links-outside", "installs-cache-dev-zero"),
         "recipe": "its sdist cache's archive is used only once its bytes hash to the pin: a link can only point at those bytes",
         "doctor": "reads the installed package as Python's import system finds it; of a RECORD-listed file only its "
                   "ELF header's machine is read and shown",
@@ -1925,7 +1926,7 @@ CLASSES: dict[str, dict[str, tuple[str, ...] | str]] = {
         "drift": ("drift-budget-bytes", "drift-budget-seconds", "drift-ranged-deflate-bomb"),
         "recipe": ("fetch_endless",), "build": ("fetch_endless",), "reproduce": ("verify-url-endless",),
         "resolve": "one manifest request, capped (256 MiB) under the request deadline",
-        "installs": "each resolver run has a deadline (300 s); a stored listing is read up to 64 MiB and a METADATA up to 16 MiB; recording reads the index through drift's capped, deadlined reader",
+        "installs": ("installs-metadata-resolver-bomb",),
         "doctor": ("doctor-lookup-trickle", "doctor-lookup-huge-page"),
         **dict.fromkeys(("plan", "render", "index", "cache", "release", "rehearse", "evidence"), _NO_NETWORK),
     },

@@ -206,3 +206,29 @@ def test_recording_some_cells_keeps_every_other_cell_as_recorded(tmp_path):
     doc = json.loads(path.read_text())
     assert doc["cells"] == {new: mine, other: kept} and doc["recorded"] == "2026-12-05"
     assert record_mod.load(path).outcome("mamba-ssm", "2.3.2.post1", "2.8.0", "3.11", "linux_x86_64").instead == "torch >= 2.9"
+
+
+def test_a_written_lock_names_only_what_the_listings_gave_and_an_edited_one_replaces_nothing(replayed, tmp_path):
+    """Every wheel of a lock `--locks` writes is a listing's file by its URL and sha256, exactly the resolution's
+    packages; a lock that names anything else (a URL edited in the cache, with its stored hash made to match) is
+    refused with the lock already there left as it was."""
+    import tomllib
+
+    outcomes, _cache = replayed
+    q = query("causal-conv1d 2.8.0 linux_x86_64")
+    o = outcomes["causal-conv1d 2.8.0 linux_x86_64"]
+    folder = tmp_path / "locks"
+    assert installs.write_locks(folder, [q], {q.key: o}, Snapshot(FIXTURE)) == 1
+    (path,) = folder.iterdir()
+    doc = tomllib.loads(path.read_text())
+    listed = {(f["url"], f["sha256"]) for p in (FIXTURE / "pages").glob("*.json") for f in json.loads(p.read_text())}
+    wheels = [(w["url"], w["hashes"]["sha256"]) for p in doc["packages"] for w in p["wheels"]]
+    assert wheels and set(wheels) <= listed and all(u.startswith("https://files.pythonhosted.org/") for u, _ in wheels)
+    assert {p["name"]: p["version"] for p in doc["packages"]} == o.picked
+    before = path.read_bytes()
+    for evil in (o.lock.replace("https://files.pythonhosted.org/", "http://evil.example/", 1),
+                 o.lock.replace('version = "2.8.0"', 'version = "6.6.6"', 1)):  # fmt: skip
+        edited = installs.InstallCheck(**{**o.__dict__, "lock": evil})
+        with pytest.raises(SourceFetchError, match="its lock: .*not written"):
+            installs.write_locks(folder, [q], {q.key: edited}, Snapshot(FIXTURE))
+        assert path.read_bytes() == before and [p.name for p in folder.iterdir()] == [path.name]

@@ -213,6 +213,51 @@ def test_a_damaged_elf_member_is_named_not_a_traceback(tmp_path):
         symbols_above(whl, "manylinux_2_28_x86_64")
 
 
+def _verneed_loop(elf_bytes: bytes) -> bytes:
+    """ELF_BYTES with its .gnu.version_r claiming 4 billion entries, the first one's next pointing at itself."""
+    import io
+    import struct
+
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(elf_bytes))
+    index = next(i for i, sec in enumerate(elf.iter_sections()) if sec.name == ".gnu.version_r")
+    sec = elf.get_section(index)
+    raw = bytearray(elf_bytes)
+    header = elf["e_shoff"] + index * elf["e_shentsize"]
+    struct.pack_into("<I", raw, header + 44, 0xFFFFFFFF)  # Elf64_Shdr.sh_info: the number of entries
+    struct.pack_into("<I", raw, sec["sh_offset"] + 12, 0)  # Elf64_Verneed.vn_next: 0, the entry itself again
+    return bytes(raw)
+
+
+def test_a_version_needs_loop_ends_at_its_bound_and_is_named(tmp_path):
+    """pyelftools walks .gnu.version_r by its header's count and each entry's next: 4 billion entries pointing at
+    themselves is a loop it never leaves. The check reads no more entries than the section has room for."""
+    import sys
+    import time
+
+    from builder.verifying.wheels import symbols_above, versioned_imports
+
+    looped = _verneed_loop(Path(sys.executable).resolve().read_bytes())
+    assert versioned_imports(Path(sys.executable).resolve().read_bytes())  # the real one reads as it did
+    t0 = time.monotonic()
+    whl = make_wheel(tmp_path, "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
+                     files={"mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so": looped})  # fmt: skip
+    with pytest.raises(VerificationError, match=r"\.gnu\.version_r claims 4294967295 entries; it has room for \d+"):
+        symbols_above(whl, "manylinux_2_28_x86_64")
+    assert time.monotonic() - t0 < 10
+
+
+def test_an_elf_member_past_the_cap_is_refused_before_it_is_read_whole(tmp_path, monkeypatch):
+    from builder.verifying import wheels
+
+    monkeypatch.setattr(wheels, "MAX_ELF_BYTES", 1 << 20)
+    whl = make_wheel(tmp_path, "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
+                     files={"mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF" + b"\0" * (4 << 20)})  # fmt: skip
+    with pytest.raises(VerificationError, match=r"unpacks to more than 1 MiB: not an ELF file the glibc-floor check"):
+        wheels.symbols_above(whl, "manylinux_2_28_x86_64")
+
+
 # libstdc++'s reference counting (shared_ptr here) reads glibc's __libc_single_threaded where the headers see it;
 # dlsym(RTLD_DEFAULT, ...) as torch's stable-ABI headers call it is dlsym@GLIBC_2.34 on a glibc >= 2.34 base.
 SHARED_PTR_SRC = r"""
