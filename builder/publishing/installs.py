@@ -472,8 +472,9 @@ def check_lock(lock: str, snapshot: Snapshot, q: Query, picked: dict[str, str]) 
         if got != {str(canonicalize_name(k)): v for k, v in picked.items()}:
             raise Untrusted(f"it names {shown(sorted(got.items()), 500)}, the resolution picked "
                             f"{shown(sorted(picked.items()), 500)}")  # fmt: skip
+        stored = Snapshot(snapshot.root)  # the listings as the folder holds them now
         for name, wheels in files.items():
-            listed = {(f.url, f.sha256) for f in Snapshot(snapshot.root).page(name) or []}  # as stored now
+            listed = {(f.url, f.sha256) for f in stored.page(name) or []}
             for url, sha in wheels:
                 if (url, sha) not in listed:
                     raise Untrusted(f"{name}: {shown(url, 300)} with sha256 {sha} is not in its listing")

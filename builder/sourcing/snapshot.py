@@ -99,7 +99,7 @@ class Snapshot:
             entries = [{k: asdict(f)[k] for k in _PAGE_FIELDS} for f in files]
             try:  # checked as a stored listing is, before it is stored: what the folder holds, a replay accepts
                 for i, e in enumerate(entries):
-                    _stored_file(e, i, Path(f"{self.upstream.url}/{project}/"))
+                    _stored_file(e, i, f"{self.upstream.url}/{project}/")
             except Untrusted as err:
                 raise SourceFetchError(f"{err}: not recorded", hint="the index lists a file the farm cannot "
                                        "lock (https URLs and sha256 only)") from None  # fmt: skip
@@ -205,7 +205,7 @@ def export(snapshot: Snapshot, dest: Path, pages: set[str], metadata: set[str]) 
     return written
 
 
-def _stored_file(e: object, i: int, path: Path) -> File:
+def _stored_file(e: object, i: int, path: Path | str) -> File:
     where = f"{path}: [{i}]"
     e = expect(e, dict, where)
     name = file_name(expect(e.get("filename"), str, f"{where}.filename"), f"{where}.filename")
