@@ -816,8 +816,13 @@ def _cached(edit):
 
     def make(world: World, scratch: Path) -> list[str]:
         argv = [*_installs_case(lambda snap, s: None)(world, scratch), "--cache", str(scratch / "cache"), "--dry-run"]
-        rc, out, err = _run(argv, {"MAMBA_FARM_CACHE": str(scratch / "farm")}, scratch)
-        assert rc == 0, (rc, out[-2000:], err[-2000:])
+        primed = world.root / "installs-primed-cache"  # one first run for every case (its key names no path)
+        if not primed.exists():
+            rc, out, err = _run(argv, {"MAMBA_FARM_CACHE": str(scratch / "farm")}, scratch)
+            assert rc == 0, (rc, out[-2000:], err[-2000:])
+            shutil.copytree(scratch / "cache", primed)
+        else:
+            shutil.copytree(primed, scratch / "cache")
         (entry,) = (scratch / "cache").glob("*.json")
         edit(entry, scratch)
         return [*argv, "--locks", str(scratch / "locks")]
