@@ -407,9 +407,10 @@ def test_a_free_threaded_interpreter_is_named_and_told_what_to_use():
 # --------------------------------------------------------------------------- nine kinds of user, as facts
 
 def _user(*, python="cp311", system="Linux", machine="x86_64", glibc="2.35", torch="2.14.1", cuda=None, hip=None,
-          abi=True, gpus=(), line=None, label=None, import_error=None) -> dict:
+          abi=True, gpus=(), line=None, label=None, import_error=None, dist=...) -> dict:
     """One user's facts as facts.gather() gives them: Python, platform, torch (and the variant it needs), the
-    installed line (upstream's mamba-ssm, this repository's, or none) and its extension's import."""
+    installed line (upstream's mamba-ssm, this repository's, or none) and its extension's import. ``dist``: the
+    version pip sees (default: ``torch``, as the PyTorch index's labelled builds have it; None: no pip metadata)."""
     v = _variant.from_values(torch, cuda=cuda, hip=hip, cxx11abi=abi)
     variant = {"key": v.key, "label": v.label, "stable_key": v.as_stable().key, "stable_label": v.as_stable().label,
                "served_by_stable": v.served_by_stable}  # fmt: skip
@@ -420,7 +421,8 @@ def _user(*, python="cp311", system="Linux", machine="x86_64", glibc="2.35", tor
     return {  # fmt: skip
         "python": {"version": f"{python[2]}.{python[3:].rstrip('t')}.1", "tag": python, "executable": "/venv/bin/python"},
         "platform": {"system": system, "machine": machine, "glibc": glibc, "platform": system},
-        "torch": {"installed": True, "version": torch, "cuda": cuda, "hip": hip, "cxx11abi": abi, "ngc": False,
+        "torch": {"installed": True, "version": torch, "dist_version": torch if dist is ... else dist, "cuda": cuda,
+                  "hip": hip, "cxx11abi": abi, "ngc": False,
                   "variant": variant, "gpus": list(gpus)},
         "mamba_ssm": {"installed_version": version and (f"{version}+{label}" if label else version), "public_version": version,
                       "label": label, "line": line, "location": "/x" if line else None, "extensions": [ext] if line else []},
@@ -510,12 +512,54 @@ def test_the_front_doors_requirements_give_each_user_the_same_answer(user, facts
         assert str(err.value).startswith(("not supported", "no wheel", "GPU")), err.value
         return
     text = requirements(line, facts)
-    assert f"torch=={facts['torch']['version']}  #" in text
+    assert f"torch=={facts['torch']['dist_version']}  #" in text
     reqs = [ln for ln in text.splitlines() if "==" in ln and not ln.startswith(("#", "torch=="))]
     page = next(ln.split()[1] for ln in text.splitlines() if ln.startswith("--extra-index-url"))
     assert reqs and all(r.endswith(f"+{answer}") for r in reqs), text
     platform = f"linux_{facts['platform']['machine']}"
     assert pins.check(f"pip install {' '.join(reqs)} --extra-index-url {page}", python=facts["python"]["tag"], platform=platform) == []
+
+
+# Each kind of torch as pip sees it (its distribution's version) and as Python does (torch.__version__, .cuda):
+# PyPI's CUDA builds carry no local label in their metadata; the PyTorch index's, NGC's and source builds do.
+TORCH_KINDS = [
+    ("PyPI's torch 2.9.1", "2.9.1", "2.9.1+cu128", "12.8"),
+    ("PyPI's torch 2.14.1", "2.14.1", "2.14.1+cu130", "13.0"),
+    ("the PyTorch index's CUDA build", "2.6.0+cu126", "2.6.0+cu126", "12.6"),
+    ("the PyTorch index's CPU build", "2.13.0+cpu", "2.13.0+cpu", None),
+    ("an NGC container's", "2.5.0a0+e000cf0ad9.nv24.08", "2.5.0a0+e000cf0ad9.nv24.08", "12.6"),
+    ("a source build", "2.10.0a0+git5c48869", "2.10.0a0+git5c48869", "12.8"),
+]
+
+
+@pytest.mark.parametrize(("kind", "dist", "module", "cuda"), TORCH_KINDS, ids=[k[0] for k in TORCH_KINDS])
+def test_the_requirements_pin_the_torch_as_pip_sees_it(kind, dist, module, cuda):
+    """The file's torch pin is one the installed distribution satisfies as pip judges it (PEP 440: a pin with a
+    local label is never met by PyPI's unlabelled 2.9.1), for each kind of torch people have."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from mamba_ssm.doctor.requirements import requirements
+
+    abi = None if module.startswith("2.6") else True
+    facts = _user(torch=module, dist=dist, cuda=cuda, abi=False if abi is None else abi)
+    text = requirements("checkout", facts)
+    [pin] = [ln.split("#")[0].strip() for ln in text.splitlines() if ln.startswith("torch")]
+    assert SpecifierSet(pin.removeprefix("torch")).contains(Version(dist), prereleases=True), (pin, dist)
+    assert f"torch=={dist}  #" in text, text
+
+
+def test_a_torch_pip_cannot_see_is_said_and_nothing_is_pinned():
+    """conda's torch (no pip metadata): any requirements file would make pip install a second torch over it; the
+    doctor writes none and says so once, with the axis. Two torches (pip's and the imported one differ): said."""
+    from mamba_ssm.doctor.requirements import NoCell, requirements
+
+    with pytest.raises(NoCell) as err:
+        requirements("upstream", _user(torch="2.9.1", cuda="12.8", dist=None))
+    assert "no pip metadata" in str(err.value) and "axis: torch" in str(err.value), err.value
+    with pytest.raises(NoCell) as err:
+        requirements("upstream", _user(torch="2.9.1+cu128", cuda="12.8", dist="2.8.0"))
+    assert "pip sees torch 2.8.0 but Python imports torch 2.9.1+cu128" in str(err.value), err.value
 
 
 def test_causal_conv1d_code_a_toolkit_miscompiles_is_named_on_that_gpu():

@@ -115,10 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         return _error(problem, EXIT_USAGE)
     if args.requirements:
-        from .facts import platform_facts, python_facts, torch_facts
-        from .requirements import NoCell, requirements
+        from .facts import platform_facts, python_facts, torch_facts_bounded
+        from .requirements import BadIndex, NoCell, checked_index, requirements
 
-        facts = {"python": python_facts(), "platform": platform_facts(), "torch": torch_facts()}
+        try:
+            checked_index(args.index)
+        except BadIndex as e:
+            return _error(f"{e}; give the index root's URL", EXIT_USAGE)
+        try:  # torch imported in a child process, bounded: only its facts are needed, never its kernels
+            torch = torch_facts_bounded()
+        except Untrusted as e:
+            return _error(str(e), EXIT_PROBLEM)
+        facts = {"python": python_facts(), "platform": platform_facts(), "torch": torch}
         try:
             sys.stdout.write(requirements(args.requirements, facts, args.index))
         except NoCell as e:
