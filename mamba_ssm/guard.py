@@ -210,15 +210,17 @@ def index_url(value: str, what: str) -> str:
 
 
 def _version_class():
-    """packaging's Version: the installed packaging, else the copy pip vendors (the doctor needs neither to run)."""
-    try:
-        from packaging.version import InvalidVersion, Version
-    except ImportError:
+    """packaging's Version: the installed packaging, else the copy pip vendors; (None, None) where neither is. An
+    optional import by name: the standalone doctor requires neither (its wheel's import walk reads statements)."""
+    import importlib
+
+    for name in ("packaging.version", "pip._vendor.packaging.version"):
         try:
-            from pip._vendor.packaging.version import InvalidVersion, Version
+            module = importlib.import_module(name)
         except ImportError:
-            return None, None
-    return Version, InvalidVersion
+            continue
+        return module.Version, module.InvalidVersion
+    return None, None
 
 
 def pep440(value: object, what: str) -> str:
