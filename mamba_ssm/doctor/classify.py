@@ -211,7 +211,8 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
     if kind == "older-glibc":
         floors = {**served.glibc_floors(ctx.line or CHECKOUT), **served.glibc_floors(ctx.line or CHECKOUT, ctx.machine)}
         fam = served.family(ctx.variant_label or "")
-        need = f"glibc {floors[fam]} or newer (the {fam} wheels' floor)" if fam in floors else f"a newer glibc ({_floors_text(floors)})"
+        need = (f"glibc {floors[fam]} or newer (the {fam} wheels' floor)" if fam in floors
+                else f"a newer glibc ({_floors_text(floors, ctx.line or CHECKOUT, ctx.machine)})")  # fmt: skip
         return f"run where there is {need}: a newer distribution, or a container of one; or build against this system's glibc: {source_build_line(ctx)}"
     if kind == "newer-libstdcxx":
         return (
@@ -231,7 +232,14 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
             f"do not let pip replace torch to make them fit{groups.get('left_out', '')}"
         )
     if kind == "no-build-isolation":
-        return f"{paste([ctx.python, '-m', 'pip', 'install', '--no-build-isolation', source_requirement(ctx)])}  (with torch already installed)"
+        return (f"do not compile: the farm's wheel for your torch fits, and the front door pins that torch so pip keeps "
+                f"it: {front_door(ctx)}")  # fmt: skip
+    if kind == "torch-pin":
+        public = groups.get("public") or "<version>"
+        return (f"pin torch as pip lists it (`pip show torch`), not as torch.__version__ says: torch=={public}; the "
+                f"doctor's requirements file does: {front_door(ctx)}")  # fmt: skip
+    if kind == "rocm-arch":
+        return _rocm_fix(ctx)
     if kind == "install-torch":
         return f"{paste([ctx.python, '-m', 'pip', 'install', 'torch'])}  (the build you want, e.g. from https://download.pytorch.org/whl/cu126), then mamba-ssm"
     if kind == "matching-nvcc":
@@ -270,8 +278,36 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
     return reinstall
 
 
-def _floors_text(floors: dict[str, str]) -> str:
-    return ", ".join(f"{fam} wheels need glibc >= {floor}" for fam, floor in floors.items())
+def _floors_text(floors: dict[str, str], line: str | None = None, machine: str | None = None) -> str:
+    """What each family's wheels need; where the machine is not known, each machine's own floor (x86_64's CUDA
+    wheels need less than aarch64's)."""
+    if line is None or machine:
+        return ", ".join(f"{fam} wheels need glibc >= {floor}" for fam, floor in floors.items())
+    parts = []
+    for fam, floor in floors.items():
+        each = {m: served.glibc_floors(line, m).get(fam) for m in served.machines(line)}
+        each = {m: f for m, f in each.items() if f}
+        if len(set(each.values())) <= 1:
+            parts.append(f"{fam} wheels need glibc >= {floor}")
+        else:
+            parts.append(f"{fam} wheels need glibc >= " + ", ".join(f"{f} on {m}" for m, f in sorted(each.items())))
+    return ", ".join(parts)
+
+
+def front_door(ctx: Context) -> str:
+    """The README's first block for the fix's line, run on the machine: it reads that torch and pins it as pip sees
+    it, with its cell's wheels (and their dependencies); where the line has no wheel there, it says why."""
+    line = ctx.line or CHECKOUT
+    doctor = paste(["pip", "install", "mamba-doctor", "--index-url", f"{index_root(ctx)}/doctor/"])
+    return f"`{doctor}`, then `mamba-doctor --requirements {line} > mamba.txt && pip install -r mamba.txt`"
+
+
+def _rocm_fix(ctx: Context) -> str:
+    """No code for an AMD GPU: the gfx targets the line's ROCm wheels carry, and the front door for the cell."""
+    line = ctx.line or CHECKOUT
+    gfx = served.rocm_archs(line)
+    return (f"the ROCm wheels of {_line_name(line)} carry code for {', '.join(gfx)} ({served.gpu_names(gfx)}): on one "
+            f"of these, take your cell's wheel: {front_door(ctx)}; another gfx target is not served by {_line_name(line)}")  # fmt: skip
 
 
 def _gpu_fix(ctx: Context) -> str:
@@ -371,8 +407,11 @@ def _details(kind: str, groups: dict, text: str, ctx: Context) -> tuple[dict, Co
                 break
         return {**groups, "conflict": f" ({said})" if said else "", "left_out": known}, ctx
     if kind == "glibc-too-old":
+        if ctx.machine is None:  # the loader's paths name it (/lib/x86_64-linux-gnu/libc.so.6, *-aarch64-linux-gnu.so)
+            m = re.search(r"\b(x86_64|aarch64)\b|(?:lib|-)(x86_64|aarch64)-linux-gnu", text)
+            ctx = replace(ctx, machine=(m.group(1) or m.group(2)) if m else None)
         floors = {**served.glibc_floors(ctx.line or CHECKOUT), **served.glibc_floors(ctx.line or CHECKOUT, ctx.machine)}
-        return {**groups, "floors": "the farm's " + _floors_text(floors)}, ctx
+        return {**groups, "floors": "the farm's " + _floors_text(floors, ctx.line or CHECKOUT, ctx.machine)}, ctx
     return groups, ctx
 
 
@@ -467,7 +506,7 @@ def _both_lines(text: str, ctx: Context) -> list[Diagnosis]:
 
 
 # Kinds whose answer does not depend on the line (the platform or Python has no wheel of either).
-_ONE_ANSWER = {"resolution-conflict"}
+_ONE_ANSWER = {"resolution-conflict", "torch-local-pin"}
 
 
 def _classify(text: str, ctx: Context) -> list[Diagnosis]:
@@ -496,6 +535,8 @@ def _classify(text: str, ctx: Context) -> list[Diagnosis]:
     kinds = {d.kind for d in found}
     if "torch-not-visible" in kinds:
         found = [d for d in found if d.kind != "torch-missing"]
+    if "torch-local-pin" in kinds:  # the pin is the cause, not a wheel missing for the machine
+        found = [d for d in found if d.kind != "no-matching-distribution"]
     return found
 
 

@@ -64,7 +64,13 @@ def requirements(line: str, facts: dict, index_url: str | None = None) -> str:
                                  glibc=plat.get("glibc"))  # fmt: skip
     name = "upstream's line" if line == UPSTREAM else "this repository's line"
     if axis != "unknown":
-        instead = f"; or {other}" if axis == "accelerator" else ""
+        # the other line only where it has a wheel here: two answers that point at each other serve nobody
+        other_line = CHECKOUT if line == UPSTREAM else UPSTREAM
+        other_axis, _ = no_wheel_axis(other_line, cell_label(other_line, variant), system=plat.get("system"),
+                                      python_tag=py.get("tag"), machine=machine, glibc=plat.get("glibc"))  # fmt: skip
+        instead = ""
+        if axis == "accelerator":
+            instead = f"; or {other}" if other_axis == "unknown" else "; neither line has a wheel for it"
         raise NoCell(f"no wheel of {name} for this environment (torch {version}, {variant.key}; axis: {axis}): "
                      f"{detail}. Your torch is kept: nothing was installed{instead}")  # fmt: skip
     ctx = Context(line=line, variant_key=variant.key, variant_label=label, index_url=checked_index(index_url))
