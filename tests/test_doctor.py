@@ -24,7 +24,11 @@ torch = pytest.importorskip("torch")
 
 from mamba_ssm import elf as _elf, variant as _variant
 
+from mamba_ssm.doctor.lines import LINES as _LINES
+
 from conftest import REPO
+
+LINES_PROJECTS = {line: v["projects"] for line, v in _LINES.items()}
 
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 WANT = _variant.detect()  # cpu-torch2.13-cxx11abiTRUE in the dev venv
@@ -560,6 +564,68 @@ def test_a_torch_pip_cannot_see_is_said_and_nothing_is_pinned():
     with pytest.raises(NoCell) as err:
         requirements("upstream", _user(torch="2.9.1+cu128", cuda="12.8", dist="2.8.0"))
     assert "pip sees torch 2.8.0 but Python imports torch 2.9.1+cu128" in str(err.value), err.value
+
+
+_TOOLKIT = {"cu11": "11.8", "cu12": "12.8", "cu13": "13.0", "hip62": "6.2.41133", "hip64": "6.4.43482", "hip72": "7.2.0"}
+
+
+def _cells() -> list[tuple[str, str, bool, str, str]]:
+    """(accelerator, torch minor, C++ ABI, Python, machine) of every classic cell of either line: the torches, builds
+    and machines the lines are about (the stable-ABI wheels serve the same torches)."""
+    from mamba_ssm.doctor.lines import LINES
+
+    out = set()
+    for v in LINES.values():
+        for label, cell in v["labels"].items():
+            parts = _variant.parse_label(label)
+            if parts["torch"] == "stable":
+                continue
+            for py in cell["pythons"]:
+                for machine in ("x86_64", "aarch64"):
+                    out.add((parts["accelerator"], parts["torch"], parts["cxx11abi"], py, machine))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("line", ["upstream", "checkout"])
+def test_one_answer_per_cell_from_the_report_the_requirements_and_the_release(line):
+    """For every cell of both lines (each torch, build, Python and machine the lines name), the plain report, the
+    front door's `--requirements` and the release the coverage page is made from give one answer: the same wheel
+    label, or "no wheel" from all three."""
+    from builder.publishing import pins
+    from mamba_ssm.doctor.checks import NOT_SERVED, PROBLEM, run_checks
+    from mamba_ssm.doctor.requirements import NoCell, requirements
+
+    release = pins.release_wheels()
+    missing = "ModuleNotFoundError: No module named " + ("'selective_scan_cuda'" if line == "upstream" else "'mamba_ssm._C'")
+    disagree, checked = [], 0
+    for acc, minor, abi, py, machine in _cells():
+        tk = _TOOLKIT.get(acc)
+        local = "cpu" if acc == "cpu" else (f"cu{tk.replace('.', '')}" if acc.startswith("cu") else f"rocm{'.'.join(tk.split('.')[:2])}")
+        torch = f"{minor}.1+{local}"
+        facts = _user(python=py, machine=machine, torch=torch, abi=abi, line=line, import_error=missing,
+                      cuda=tk if acc.startswith("cu") else None, hip=tk if acc.startswith("hip") else None)  # fmt: skip
+        try:
+            text = requirements(line, facts)
+            req = {ln.split("+", 1)[1] for ln in text.splitlines() if "==" in ln and not ln.startswith(("#", "torch=="))}
+        except NoCell:
+            req = set()
+        findings, _extra = run_checks(facts, offline=True)
+        problems = [f for f in findings if f.verdict == PROBLEM]
+        if any(f.kind in NOT_SERVED for f in problems):
+            report = set()
+        else:
+            cmds = [c for f in problems for c in pins.commands_in(f.fix) if "pip install" in c and "--no-build-isolation" not in c]
+            report = {lab for c in cmds for name, _v, lab in pins.parse(c)[0] if lab and name != "torch"}
+        platform = f"linux_{machine}"
+        v = _variant.from_values(torch, cuda=facts["torch"]["cuda"], hip=facts["torch"]["hip"], cxx11abi=abi)
+        built = [lab for lab in ([v.as_stable().label] if v.served_by_stable else []) + [v.label]
+                 if all(any((w.line, w.project, w.version, w.label, w.platform) == (line, p, ver, lab, platform)
+                            and w.installs_on(py) for w in release) for p, ver in LINES_PROJECTS[line].items())]  # fmt: skip
+        built = set(built[:1])  # the stable-ABI wheel serves the torches it can, before a classic one
+        checked += 1
+        if not (req == report == built):
+            disagree.append(f"{line} {torch} {py} {machine}: requirements {sorted(req)}, report {sorted(report)}, release {sorted(built)}")
+    assert checked > 100 and not disagree, "\n".join(disagree[:30]) + f"\n({len(disagree)} of {checked})"
 
 
 def test_causal_conv1d_code_a_toolkit_miscompiles_is_named_on_that_gpu():

@@ -202,6 +202,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     findings += _machine_findings(mm, facts.get("platform", {}).get("machine"), reinstall)
     findings += _miscompile_findings(facts, lambda: upstream_fix(facts, ctx, listed, available))
     findings += _left_out_findings(facts)
+    findings += _cell_findings(facts, findings)
     findings += _extension_findings(facts, ctx, reinstall)
     findings += _source_build_findings(facts, ctx, findings, available)
     return _one_answer(findings), extra
@@ -393,7 +394,8 @@ def _source_build_findings(facts: dict, ctx: Context, findings: list[Finding], a
 
 # Findings that say no wheel of the line serves this machine: where one is found, it is the answer, and no other
 # finding prints a fix (a pin or a build for a platform that has none would contradict it).
-NOT_SERVED = {"unsupported-platform", "free-threaded", "gpu-not-served", "accelerator-not-served", "does-not-install"}
+NOT_SERVED = {"unsupported-platform", "free-threaded", "gpu-not-served", "accelerator-not-served", "does-not-install",
+              "no-cell"}  # fmt: skip
 
 
 def _one_answer(findings: list[Finding]) -> list[Finding]:
@@ -469,6 +471,31 @@ def _left_out_findings(facts: dict) -> list[Finding]:
     return [Finding("installs", PROBLEM, f"upstream's {r['project']} {r['version']} is not built for torch {r['torch']} "
                     f"on {r['python']} {r['machine']}: it does not install beside that torch", r["why"],
                     f"not supported: {served.left_out_says(r)}", "does-not-install") for r in rows]  # fmt: skip
+
+
+def _cell_findings(facts: dict, findings: list[Finding]) -> list[Finding]:
+    """The line has no wheel of this torch's cell for this Python or machine (the answer `--requirements` gives, from
+    the same data): not supported, naming the axis, where no other finding says so already."""
+    from .requirements import cell_label
+
+    torch = facts["torch"]
+    if any(f.kind in NOT_SERVED and f.verdict == PROBLEM for f in findings) or not (torch.get("variant") or {}).get("key"):
+        return []
+    try:
+        variant = _variant.from_values(torch["version"], cuda=torch.get("cuda"), hip=torch.get("hip"), cxx11abi=torch.get("cxx11abi"))
+    except _variant.VariantError:
+        return []
+    line = "upstream" if is_upstream(facts) else CHECKOUT
+    plat, py = facts.get("platform") or {}, facts.get("python") or {}
+    label = cell_label(line, variant)
+    axis, detail = served.no_wheel_axis(line, label, system=plat.get("system"), python_tag=py.get("tag"),
+                                        machine=_machine(plat.get("machine")), glibc=plat.get("glibc"))  # fmt: skip
+    if axis in ("unknown", "dependency"):  # a cell it builds; a left-out one is _left_out_findings' answer
+        return []
+    return [Finding("cell", PROBLEM, f"no wheel of the {line} line for this environment (axis: {axis})",
+                    f"torch {torch['version']} needs {label}: {detail}",
+                    f"not supported: {detail}; your torch is kept (`mamba-doctor --requirements {line}` says the same)",
+                    "no-cell")]  # fmt: skip
 
 
 def _miscompile_findings(facts: dict, fix) -> list[Finding]:
