@@ -20,6 +20,7 @@ from .classify import (
     _variant_hint,
     classify,
     install_line,
+    keeping_torch,
     served_gpus_text,
     source_build_line,
     source_requirement,
@@ -77,6 +78,7 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
         python_tag=(facts.get("python") or {}).get("tag"),
         machine=_machine((facts.get("platform") or {}).get("machine")),
         glibc=(facts.get("platform") or {}).get("glibc"),
+        torch_pin=torch.get("dist_version"),
     )
 
 
@@ -135,6 +137,8 @@ def upstream_fix(facts: dict, ctx: Context, listed: tuple[str, str] | None, avai
         plain = [p.split("+", 1)[0] for p in pins]
         return (f"no prebuilt wheel of upstream's line is indexed for {key} (every cell: {root}/); its sdist compiles "
                 f"(15 to 35 minutes): {pip_install_line(ctx.python, plain, None, '--no-build-isolation')}")  # fmt: skip
+    if ctx.torch_pin:
+        return keeping_torch(ctx.python, ctx.torch_pin, [p.split("==")[0] for p in pins], pins, f"{root}/{key}/")
     return pip_install_line(ctx.python, pins, f"{root}/{key}/", "--force-reinstall", "--no-deps")
 
 

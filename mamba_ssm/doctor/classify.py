@@ -108,6 +108,9 @@ class Context:
     python_tag: str | None = None  # cp311, cp314t
     machine: str | None = None  # x86_64, aarch64
     glibc: str | None = None  # "2.31"
+    # The installed torch as pip sees it (its distribution's version, the live doctor's facts): an install line pins
+    # torch==it, so pip keeps that torch (or stops) and installs what the wheels need beside it. None: not known.
+    torch_pin: str | None = None
 
 
 @dataclass
@@ -162,7 +165,17 @@ def install_line(ctx: Context) -> str:
         # Still the exact pin: without it pip may take another mamba-ssm (upstream's newer sdist) from the
         # other indexes it knows. <label> and <variant> are that machine's cell (_variant_hint says so).
         spec, key = f"{ctx.project}=={newest(ctx)}+<label>", "<variant>"
+    if ctx.torch_pin and "<" not in spec:
+        return keeping_torch(ctx.python, ctx.torch_pin, [ctx.project], [spec], f"{base}/{key}/")
     return paste([ctx.python, "-m", "pip", "install", "--force-reinstall", "--no-deps", spec, "--extra-index-url", f"{base}/{key}/"])
+
+
+def keeping_torch(python: str, torch_pin: str, projects: list[str], specs: list[str], page: str) -> str:
+    """Reinstall SPECS from PAGE beside the installed torch: the projects uninstalled first (so the same version is put
+    back too), then installed with torch pinned as pip sees it, so pip keeps that torch or stops, and installs every
+    dependency the wheels name (none skipped)."""
+    return (paste([python, "-m", "pip", "uninstall", "-y", *projects]) + " && "
+            + paste([python, "-m", "pip", "install", f"torch=={torch_pin}", *specs, "--extra-index-url", page]))  # fmt: skip
 
 
 def index_root(ctx: Context) -> str:
