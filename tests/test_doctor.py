@@ -8,6 +8,7 @@ print the reinstall line for the cxx11abiTRUE wheel, found in a real index built
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -137,7 +138,8 @@ def test_other_abi_install_is_diagnosed_with_the_exact_fix(tmp_path, probes):
     assert ext["kind"] == "cxx11-abi-mismatch"
     assert "_ZN3c105ErrorC1ENS_14SourceLocationESs" in ext["detail"]
     index_url = (tmp_path / "index").absolute().as_uri()
-    fix = f'-m pip install --force-reinstall --no-deps mamba-ssm==2.3.0+{WANT.label} --extra-index-url {index_url}/{WANT.key}/'
+    # torch pinned as pip sees it (kept, or pip stops), the wheel's dependencies installed: no --force-reinstall --no-deps
+    fix = f'-m pip install torch=={importlib.metadata.version("torch")} mamba-ssm==2.3.0+{WANT.label} --extra-index-url {index_url}/{WANT.key}/'
     assert ext["fix"].endswith(fix)
     assert by_check["label"]["kind"] == "variant-mismatch" and by_check["label"]["fix"].endswith(fix)
 
@@ -195,7 +197,7 @@ def test_a_stale_module_next_to_the_stable_one_is_a_failure(tmp_path, probes):
     contra = found["extension-contradicts-label"]
     assert contra["title"] == f"{stale} contradicts the installed label {WANT.as_stable().label}"
     assert f"version-specific ({WANT.python}) build" in contra["detail"]
-    fix = f'--force-reinstall --no-deps mamba-ssm==2.3.0+{WANT.label} --extra-index-url'  # the doctor's reinstall line
+    fix = f'mamba-ssm==2.3.0+{WANT.label} --extra-index-url'  # the doctor's reinstall line, torch pinned before it
     assert fix in found["stale-extension"]["fix"] and fix in contra["fix"]
     text = _doctor(site, "--index", str(tmp_path / "index")).stdout
     assert "[FAIL] 2 builds of mamba_ssm._C are installed" in text and "Verdict: healthy" not in text
@@ -494,8 +496,10 @@ def test_each_kind_of_user_gets_one_line_and_one_consistent_answer(user, facts, 
         assert all(re.search(r"glibc|build|toolkit", fix) for fix in fixes), fixes
         assert not [c for fix in fixes for c in pins.commands_in(fix) if any(lab for *_, lab in pins.parse(c)[0])], fixes
         return
-    commands = [c for fix in fixes for c in pins.commands_in(fix) if "--force-reinstall --no-deps" in c]
+    commands = [c for fix in fixes for c in pins.commands_in(fix) if " install " in c and "--no-build-isolation" not in c]
     assert commands, fixes
+    for c in commands:  # torch kept as pip sees it; nothing the wheels import skipped
+        assert f"torch=={facts['torch']['dist_version']} " in c and "--no-deps" not in c, c
     labels = {lab for c in commands for _n, _v, lab in pins.parse(c)[0] if lab}
     assert labels == {answer}, commands  # one answer: every fix pins the same cell
     for c in commands:

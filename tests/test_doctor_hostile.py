@@ -242,7 +242,8 @@ def test_a_source_build_line_keeps_its_assignments_and_quotes_their_values(tmp_p
     ctx = Context(python=str(recorder), gpus=[{"name": "x", "capability": cap}], line="checkout",
                   variant_key="cu12-torch2.6-cxx11abiFALSE", variant_label="cu12torch2.6cxx11abiFALSE")  # fmt: skip
     fix = _fix("gpu-arch", ctx, {})
-    command = fix.rpartition("build for this GPU: ")[2]
+    command, _, aside = fix.rpartition("build for this GPU: ")[2].partition("  (")
+    assert aside.startswith("the build needs GCC >= 9"), aside  # the compiler floor, beside every source build
     assert shlex.split(command)[:2] == [f"MAMBA_CUDA_ARCHS={cap}", "MAMBA_FORCE_BUILD=TRUE"]
     _run_pasted(command, tmp_path)
     assert (recorder.parent / "arch").read_text() == cap  # an assignment, not a command named 'MAMBA_CUDA...'
@@ -255,10 +256,10 @@ def test_the_cli_quotes_the_index_in_the_fix(tmp_path):
     for env, args in (({}, ["--index", index]), ({"MAMBA_WHEEL_INDEX": index}, [])):
         p = doctor("--explain", f"ImportError: .../mamba_ssm/_C.abi3.so: undefined symbol: {symbol}", *args, env=env)
         out = p.stdout.decode()
-        command = re.search(r"fix: (.*?)  \(<label> and <variant>", out).group(1)
+        command = re.search(r"fix: (.*?)  \(<torch> is the torch", out).group(1)
         words = shlex.split(command)
         assert words[-1] == index + "/<variant>/", words
-        command = command.replace(words[0], "true", 1)  # the interpreter: only the words matter
+        command = command.replace(words[0], "true")  # the interpreter, each time: only the words matter
         _run_pasted(command, tmp_path)
         assert not _marks(tmp_path), out
 

@@ -155,3 +155,16 @@ def test_the_doctors_offline_upstream_versions_are_the_recipes_pins():
         if data["project"]["name"] in released:  # a recipe no release builds (a third party's) has no line
             pins[data["project"]["name"]] = data["source"]["version"]
     assert pins == UPSTREAM
+
+
+def test_the_compiler_floor_the_doctor_states_is_the_builds():
+    """The GCC floor printed beside every source build is build.toml's (C++17 below cxx20_from, C++20 from it)."""
+    import tomllib
+
+    from mamba_ssm import variant as _variant
+
+    build = tomllib.loads((REPO / "mamba_build" / "build.toml").read_text())
+    assert _variant.CXX20_FROM == build["torch"]["cxx20_from"]
+    assert _variant.GCC_FLOOR == {std: build["compiler"][std]["gcc"] for std in ("c17", "c20")}
+    assert f"GCC >= {build['compiler']['c20']['gcc']}:" in _variant.gcc_floor_text("2.14.1")
+    assert f"GCC >= {build['compiler']['c17']['gcc']}:" in _variant.gcc_floor_text("2.6.0")

@@ -167,6 +167,8 @@ def install_line(ctx: Context) -> str:
         spec, key = f"{ctx.project}=={newest(ctx)}+<label>", "<variant>"
     if ctx.torch_pin and "<" not in spec:
         return keeping_torch(ctx.python, ctx.torch_pin, [ctx.project], [spec], f"{base}/{key}/")
+    if key == "<variant>":  # --explain: that machine's torch, as its pip lists it, is a placeholder too
+        return keeping_torch(ctx.python, "<torch>", [ctx.project], [spec], f"{base}/{key}/")
     return paste([ctx.python, "-m", "pip", "install", "--force-reinstall", "--no-deps", spec, "--extra-index-url", f"{base}/{key}/"])
 
 
@@ -200,7 +202,9 @@ def source_requirement(ctx: Context) -> str:
 def source_build_line(ctx: Context, env: dict | None = None) -> str:
     """The source build, every word quoted (the interpreter's path and ``env``'s values come from outside)."""
     argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", source_requirement(ctx)]
-    return paste_env({**(env or {}), FORCE_BUILD.get(ctx.project, "MAMBA_FORCE_BUILD"): "TRUE"}, argv)
+    torch = ctx.torch_version or (_variant.parse_key(ctx.variant_key)["torch"] if ctx.variant_key else None)
+    return (paste_env({**(env or {}), FORCE_BUILD.get(ctx.project, "MAMBA_FORCE_BUILD"): "TRUE"}, argv)
+            + f"  ({_variant.gcc_floor_text(None if torch == 'stable' else torch)})")  # fmt: skip
 
 
 def _variant_hint(ctx: Context) -> str:
@@ -209,7 +213,8 @@ def _variant_hint(ctx: Context) -> str:
         return ""
     root = index_root(ctx)
     return (
-        "  (<label> and <variant> are the cell of the machine that printed this (its torch, CUDA or ROCm, C++ ABI),"
+        "  (<torch> is the torch of the machine that printed this as `pip list` shows it (pip keeps it, or stops), "
+        "<label> and <variant> its cell (its torch, CUDA or ROCm, C++ ABI),"
         f" which the message does not say: there, `{paste(['pip', 'install', 'mamba-doctor', '--index-url', root + '/doctor/'])}`, then"
         f" `mamba-doctor` prints this line filled in; or find the cell on {line_root(ctx)}/)"
     )

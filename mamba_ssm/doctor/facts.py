@@ -416,7 +416,7 @@ def gather() -> dict:
         "platform": platform_facts(),
         "torch": torch,
         "cuda_toolkit": cuda_toolkit_facts(),
-        "compiler": compiler_facts(need_cxx20=mm is not None and mm >= (2, 14)),
+        "compiler": compiler_facts(need_cxx20=mm is not None and mm >= _variant.vtuple_mm(_variant.CXX20_FROM)),
         "mamba_ssm": mamba_facts(),
         "causal_conv1d": {**dist_facts("causal-conv1d"), "extensions": module_archs(["causal_conv1d_cuda"])},
     }
