@@ -20,7 +20,7 @@ EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 EXIT_CODES = {
     EXIT_HEALTHY: "healthy: every check passed (with --explain: the message matched nothing the doctor knows)",
     EXIT_PROBLEM: "a problem was found; each one is printed with the command that fixes it (with --requirements: the line has no wheel for this environment, and why)",
-    EXIT_USAGE: "bad usage (an unknown or malformed argument, or an --index / MAMBA_WHEEL_INDEX holding control characters)",
+    EXIT_USAGE: "bad usage (an unknown or malformed argument, an --index / MAMBA_WHEEL_INDEX holding control characters, or with --requirements one that is not one http(s) URL)",
     EXIT_INPUT: "--explain could not read its input (stdin unreadable, over 64 MiB, silent for its first 20 s or open after 2 h, or an empty message)",
 }
 EXPLAIN_CAP = 64 << 20  # a pasted log; only its first and last KiB are searched (classify.scan_window)
