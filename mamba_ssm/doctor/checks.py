@@ -72,7 +72,7 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
         gpus=torch.get("gpus") or [],
         archs=exts[0].get("archs") if exts else None,
         python=sys.executable,
-        source=f"mamba-ssm=={mm.get('public_version') or UPSTREAM['mamba-ssm']}" if is_upstream(facts) else None,
+        source=f"mamba-ssm=={mm.get('public_version') or UPSTREAM['mamba-ssm']}" if is_upstream(facts) else _built_commit(mm),
         line="upstream" if is_upstream(facts) else CHECKOUT,
         system=(facts.get("platform") or {}).get("system"),
         python_tag=(facts.get("python") or {}).get("tag"),
@@ -80,6 +80,16 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
         glibc=(facts.get("platform") or {}).get("glibc"),
         torch_pin=torch.get("dist_version"),
     )
+
+
+def _built_commit(mm: dict) -> str | None:
+    """This line's source at the commit the installed wheel was built from (its provenance record), a ref the
+    repository has; None: not known (the fix then names the release's tag)."""
+    src = (mm.get("provenance") or {}).get("source") if isinstance(mm.get("provenance"), dict) else None
+    commit = src.get("commit") if isinstance(src, dict) and src.get("kind") == "checkout" else None
+    if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit):
+        return f"mamba-ssm @ git+{_prebuilt.SOURCE_REPOSITORY}@{commit}"
+    return None
 
 
 def _machine(machine: str | None) -> str | None:

@@ -201,10 +201,15 @@ def source_requirement(ctx: Context) -> str:
 
 def source_build_line(ctx: Context, env: dict | None = None) -> str:
     """The source build, every word quoted (the interpreter's path and ``env``'s values come from outside)."""
-    argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", source_requirement(ctx)]
     torch = ctx.torch_version or (_variant.parse_key(ctx.variant_key)["torch"] if ctx.variant_key else None)
-    return (paste_env({**(env or {}), FORCE_BUILD.get(ctx.project, "MAMBA_FORCE_BUILD"): "TRUE"}, argv)
-            + f"  ({_variant.gcc_floor_text(None if torch == 'stable' else torch)})")  # fmt: skip
+    floor = f"  ({_variant.gcc_floor_text(None if torch == 'stable' else torch)})"
+    env = {**(env or {}), FORCE_BUILD.get(ctx.project, "MAMBA_FORCE_BUILD"): "TRUE"}
+    if ctx.torch_pin:  # torch pinned as pip sees it: kept (or pip stops), and what the build's package imports installed
+        uninstall = paste([ctx.python, "-m", "pip", "uninstall", "-y", ctx.project])
+        argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", f"torch=={ctx.torch_pin}", source_requirement(ctx)]
+        return f"{uninstall} && {paste_env(env, argv)}{floor}"
+    argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", source_requirement(ctx)]
+    return paste_env(env, argv) + floor
 
 
 def _variant_hint(ctx: Context) -> str:
