@@ -361,9 +361,10 @@ def test_source_build_gaps_become_problems_when_the_extension_is_broken():
 def test_hip_gpu_outside_the_wheels_targets():
     from mamba_ssm.doctor.checks import run_checks
 
-    facts = _facts(cuda=None, hip="6.2.41133", gpus=[{"index": 0, "name": "AMD Instinct MI300X", "capability": "9.4", "gfx": "gfx942"}],
-                   variant={"key": "hip62-torch2.14-cxx11abiTRUE", "label": "hip62torch2.14cxx11abiTRUE"})  # fmt: skip
-    facts["mamba_ssm"]["label"] = "hip62torch2.14cxx11abiTRUE"
+    # ROCm 7.2 with torch 2.14: a cell the line builds (ROCm 6.2 has none for torch 2.14: that is "not supported")
+    facts = _facts(cuda=None, hip="7.2.0", gpus=[{"index": 0, "name": "AMD Instinct MI300X", "capability": "9.4", "gfx": "gfx942"}],
+                   variant={"key": "hip72-torch2.14-cxx11abiTRUE", "label": "hip72torch2.14cxx11abiTRUE"})  # fmt: skip
+    facts["mamba_ssm"]["label"] = "hip72torch2.14cxx11abiTRUE"
     facts["mamba_ssm"]["extensions"][0]["archs"] = {"sass": [], "ptx": [], "hip": ["gfx90a"], "notes": []}
     findings, _ = run_checks(facts, offline=True)
     (f,) = [f for f in findings if f.check == "gpu-arch"]
