@@ -654,3 +654,16 @@ def test_causal_conv1d_code_a_toolkit_miscompiles_is_named_on_that_gpu():
     assert "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE" in found.fix
     assert facts(h100, ["sm_90", "sm_100", "sm_103"]) == []
     assert facts(b300, ["sm_90", "sm_100"]) == []
+
+
+def test_a_torch_pip_cannot_see_gets_one_answer_in_the_plain_report():
+    """conda's torch (no pip metadata) with a wrong wheel installed: the report says once that no pip command keeps
+    this torch (the axis), and prints no install that would put a second torch over it or skip imports."""
+    from mamba_ssm.doctor.checks import PROBLEM, run_checks
+
+    facts = _user(torch="2.9.1", cuda="12.8", line="upstream", label="cu12torch2.6cxx11abiFALSE", dist=None)
+    findings, _ = run_checks(facts, offline=True)
+    fixes = [f.fix for f in findings if f.verdict == PROBLEM and f.fix]
+    assert len(fixes) == 1 and fixes[0].startswith("not supported: ") and "axis: torch, no pip metadata" in fixes[0], fixes
+    with_pip = run_checks(_user(torch="2.9.1", cuda="12.8", line="upstream", label="cu12torch2.6cxx11abiFALSE", dist="2.9.1"), offline=True)[0]
+    assert any("torch==2.9.1 " in f.fix for f in with_pip), [f.fix for f in with_pip]

@@ -217,6 +217,7 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     findings += _miscompile_findings(facts, lambda: upstream_fix(facts, ctx, listed, available))
     findings += _left_out_findings(facts)
     findings += _cell_findings(facts, findings)
+    findings = _unpinnable_torch(facts, findings)
     findings += _extension_findings(facts, ctx, reinstall)
     findings += _source_build_findings(facts, ctx, findings, available)
     return _one_answer(findings), extra
@@ -409,7 +410,7 @@ def _source_build_findings(facts: dict, ctx: Context, findings: list[Finding], a
 # Findings that say no wheel of the line serves this machine: where one is found, it is the answer, and no other
 # finding prints a fix (a pin or a build for a platform that has none would contradict it).
 NOT_SERVED = {"unsupported-platform", "free-threaded", "gpu-not-served", "accelerator-not-served", "does-not-install",
-              "no-cell"}  # fmt: skip
+              "no-cell", "no-pip-metadata"}  # fmt: skip
 
 
 def _one_answer(findings: list[Finding]) -> list[Finding]:
@@ -485,6 +486,22 @@ def _left_out_findings(facts: dict) -> list[Finding]:
     return [Finding("installs", PROBLEM, f"upstream's {r['project']} {r['version']} is not built for torch {r['torch']} "
                     f"on {r['python']} {r['machine']}: it does not install beside that torch", r["why"],
                     f"not supported: {served.left_out_says(r)}", "does-not-install") for r in rows]  # fmt: skip
+
+
+def _unpinnable_torch(facts: dict, findings: list[Finding]) -> list[Finding]:
+    """A torch pip cannot see (no pip metadata: conda's) where a fix would install something: no pip command keeps
+    it, said once as the answer (an install would put a second torch over it, or skip what the wheels import)."""
+    from .requirements import no_pip_metadata
+
+    torch = facts["torch"]
+    if ("dist_version" not in torch or torch.get("dist_version") or torch.get("dist_error") or not torch.get("version")
+            or torch.get("import_error") or not any(f.verdict == PROBLEM and f.fix for f in findings)):  # fmt: skip
+        return findings
+    said = Finding("torch", PROBLEM, f"torch {torch['version']} has no pip metadata: no pip command keeps it",
+                   "pip judges what is installed by its metadata; without it, pip installs torch again for any wheel "
+                   "that requires it", f"not supported: {no_pip_metadata(torch['version'], torch.get('location') or 'this environment')}",
+                   "no-pip-metadata")  # fmt: skip
+    return [said, *findings]
 
 
 def _cell_findings(facts: dict, findings: list[Finding]) -> list[Finding]:

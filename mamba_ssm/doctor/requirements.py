@@ -99,14 +99,19 @@ def _kept(torch: dict, version: str, dist: str | None) -> str:
     if torch.get("dist_error"):
         raise NoCell(f"{torch['dist_error']}; reinstall torch")
     if dist is None:
-        raise NoCell(f"torch {version} ({where}) has no pip metadata (installed by conda, or its files copied in): "
-                     "pip cannot see it, so nothing can pin it, and every requirements file of either line would make "
-                     "pip install a second torch over it. No pip command keeps this torch (axis: torch, no pip "
-                     "metadata): install torch with pip in a new environment (the build you want), then run this again")  # fmt: skip
+        raise NoCell(no_pip_metadata(version, where))
     if dist.split("+")[0] != version.split("+")[0]:
         raise NoCell(f"pip sees torch {dist} but Python imports torch {version} from {where}: two torches in one "
                      "environment; uninstall one (`pip uninstall torch`, then reinstall the build you want), then run this again")  # fmt: skip
     return dist
+
+
+def no_pip_metadata(version: str, where: str) -> str:
+    """What the doctor says, once, of a torch pip cannot see (the plain report and --requirements alike)."""
+    return (f"torch {version} ({where}) has no pip metadata (installed by conda, or its files copied in): pip cannot "
+            "see it, so nothing can pin it, and every pip install of either line would install a second torch over it. "
+            "No pip command keeps this torch (axis: torch, no pip metadata): install torch with pip in a new "
+            "environment (the build you want), then run the doctor again")  # fmt: skip
 
 
 def _said(version: str, dist: str) -> str:
