@@ -201,7 +201,12 @@ def source_requirement(ctx: Context) -> str:
 
 def source_build_line(ctx: Context, env: dict | None = None) -> str:
     """The source build, every word quoted (the interpreter's path and ``env``'s values come from outside)."""
-    torch = ctx.torch_version or (_variant.parse_key(ctx.variant_key)["torch"] if ctx.variant_key else None)
+    torch = ctx.torch_version
+    if torch is None and ctx.variant_key:
+        try:
+            torch = _variant.parse_key(ctx.variant_key)["torch"]
+        except _variant.VariantError:  # facts from outside: a key that names no cell says no torch
+            torch = None
     floor = f"  ({_variant.gcc_floor_text(None if torch == 'stable' else torch)})"
     env = {**(env or {}), FORCE_BUILD.get(ctx.project, "MAMBA_FORCE_BUILD"): "TRUE"}
     if ctx.torch_pin:  # torch pinned as pip sees it: kept (or pip stops), and what the build's package imports installed
