@@ -486,8 +486,8 @@ def test_no_fix_relies_on_a_variable_upstreams_setup_py_ignores():
 @pytest.mark.parametrize(
     ("text", "kind", "says"),
     [
-        ("ERROR: Could not find a version that satisfies the requirement torch==2.9.1+cu128 (from versions: none)\n"
-         "ERROR: No matching distribution found for torch==2.9.1+cu128", "torch-local-pin", "torch==2.9.1;"),
+        (("ERROR: Could not find a version that satisfies the requirement torch==2.9.1+cu128 (from versions: none)\n"
+          "ERROR: No matching distribution found for torch==2.9.1+cu128"), "torch-local-pin", "torch==2.9.1;"),
         ("RuntimeError: HIP error: hipErrorNoBinaryForGpu: Unable to find code object for all current devices!",
          "rocm-no-binary", "gfx942"),
         ("ImportError: libamdhip64.so.6: cannot open shared object file: No such file or directory", "rocm-runtime-missing",
