@@ -200,6 +200,48 @@ def is_web_url(url: object) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
+def index_url(value: str, what: str) -> str:
+    """``value`` when it is one http(s) URL (:func:`is_web_url`: no whitespace, quote, brace or backslash, so no word
+    of it is read as an option, a comment, an environment variable or a continued line by pip's requirements
+    parser), else Untrusted naming ``what``: what is printed into a requirements file carries values only."""
+    if not is_web_url(value) or "'" in value:
+        raise Untrusted(f"{what} {shown(repr(value), 200)} is not one http(s) URL (no spaces, no options)")
+    return value
+
+
+def _version_class():
+    """packaging's Version: the installed packaging, else the copy pip vendors; (None, None) where neither is. An
+    optional import by name: the standalone doctor requires neither (its wheel's import walk reads statements)."""
+    import importlib
+
+    for name in ("packaging.version", "pip._vendor.packaging.version"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        return module.Version, module.InvalidVersion
+    return None, None
+
+
+def pep440(value: object, what: str) -> str:
+    """``value`` when it is an ASCII PEP 440 version as ``packaging`` parses it (``2.8.0+cpu``), else Untrusted
+    naming ``what``. ASCII first: a case-insensitive pattern matches the Kelvin sign as a ``k``, and ``\\d`` matches
+    other scripts' digits. Without packaging (and pip) only the ASCII release-and-label form is taken."""
+    s = value if isinstance(value, str) else str(value)
+    if not s.isascii() or not s.isprintable() or " " in s or len(s) > 128:
+        raise Untrusted(f"{what} {shown(repr(s), 200)} is not a version (ASCII PEP 440)")
+    version, invalid = _version_class()
+    if version is None:
+        if not re.fullmatch(r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?(?:\+[a-z0-9]+(?:[.][a-z0-9]+)*)?", s, re.IGNORECASE):
+            raise Untrusted(f"{what} {shown(repr(s), 200)} is not a version (ASCII PEP 440)")
+        return s
+    try:
+        version(s)
+    except invalid:
+        raise Untrusted(f"{what} {shown(repr(s), 200)} is not a version (PEP 440)") from None
+    return s
+
+
 # --------------------------------------------------------------------------- files opened by path
 
 

@@ -78,6 +78,30 @@ def platform_tag() -> str:
 # by the one stable-ABI wheel per accelerator, not a per-torch one.
 STABLE_FLOOR = "2.10"
 STABLE_BACKENDS = ("cpu", "cuda")
+# mamba_build/build.toml's [torch] cxx20_from and [compiler.c17/c20] gcc (tests/test_doctor_source_build.py checks
+# they agree): the oldest GCC a source build compiles torch's headers with, C++17 below cxx20_from, C++20 from it.
+CXX20_FROM = "2.14"
+GCC_FLOOR = {"c17": "9", "c20": "10"}
+
+
+def vtuple_mm(major_minor: str) -> tuple[int, int]:
+    """``"2.14"`` -> ``(2, 14)``."""
+    major, minor = major_minor.split(".")
+    return int(major), int(minor)
+
+
+def gcc_floor_text(torch_version: str | None) -> str:
+    """The compiler a source build needs, said where one is offered: for this torch where it is known."""
+    try:
+        mm = vtuple_mm(torch_major_minor(torch_version or ""))
+    except VariantError:
+        mm = None
+    cxx20 = vtuple_mm(CXX20_FROM)
+    if mm is None:
+        need = f"GCC >= {GCC_FLOOR['c17']}, or >= {GCC_FLOOR['c20']} for torch >= {CXX20_FROM}"
+    else:
+        need = f"GCC >= {GCC_FLOOR['c20' if mm >= cxx20 else 'c17']}"
+    return f"the build needs {need}: an older system GCC (RHEL 8 ships 8.5) cannot compile it; set CC and CXX to a newer one"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import shlex
 import shutil
 import struct
 import subprocess
+import zipfile
 import sys
 from fnmatch import fnmatch
 from pathlib import Path
@@ -578,6 +579,38 @@ STANDIN_TORCH = {
 }
 
 
+# PyPI's CUDA torch, as pip and Python see it: its distribution is unlabelled (`2.14.1`) while torch.__version__
+# names the CUDA build (`2.14.1+cu130`). Stand-ins (the real wheels are 0.5 to 1 GB with 3 GB of CUDA libraries):
+# each is this metadata version and this version.py, which test_the_pypi_torch_standin_is_what_pypi_ships compares
+# with the real 2.14.1 wheel where pip can get it.
+PYPI_TORCHES = {"2.14.1": ("2.14.1+cu130", "13.0", "cu13torch2.14cxx11abiTRUE"), "2.9.1": ("2.9.1+cu128", "12.8", "cu12torch2.9cxx11abiTRUE")}
+
+
+def _pypi_standin(out: Path, dist: str) -> Path:
+    module, cuda, _label = PYPI_TORCHES[dist]
+    files = {**STANDIN_TORCH, "torch/version.py": f"__version__ = {module!r}\ncuda = {cuda!r}\nhip = None\n".encode()}
+    return make_wheel(out, "torch", dist, "py3-none-any", files=files, requires_python=">=3.9")
+
+
+@pytest.mark.slow  # a 0.5 GB download where pip fetches from PyPI itself
+def test_the_pypi_torch_standin_is_what_pypi_ships(tmp_path):
+    """The stand-in's two versions and CUDA release are the real PyPI wheel's (downloaded through pip's configured
+    indexes, read, deleted); skipped where pip cannot get it."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--python-version",
+                           "3.11", "--platform", "manylinux_2_28_x86_64", "torch==2.14.1", "-d", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    wheels = list(tmp_path.glob("torch-2.14.1-*.whl"))
+    if proc.returncode or not wheels:
+        pytest.skip(f"pip cannot get PyPI's torch 2.14.1 here: {proc.stderr.strip()[-300:]}")
+    with zipfile.ZipFile(wheels[0]) as zf:
+        meta = zf.read("torch-2.14.1.dist-info/METADATA").decode()
+        version_py = zf.read("torch/version.py").decode()
+    wheels[0].unlink()
+    module, cuda, _label = PYPI_TORCHES["2.14.1"]
+    assert re.search(r"^Version: 2\.14\.1$", meta, re.MULTILINE), meta[:300]
+    assert f"__version__ = {module!r}" in version_py and f"cuda: Optional[str] = {cuda!r}" in version_py, version_py
+
+
 def _front_door(vpy: Path, url: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
     """The README's first block as typed, through bash, in an activated venv: its `pip` (this test's pip, aimed at
     the venv: the test venvs hold none of their own) and its console scripts first on PATH."""
@@ -623,6 +656,21 @@ def test_the_front_door_keeps_the_users_torch(tmp_path):
         assert got["mamba-ssm"].lower() == f"2.3.2.post1+{label}".lower(), got
         assert got["causal-conv1d"].lower() == f"1.7.0+{label}".lower(), got
         assert "torch==2.14.1+cu130" in (tmp_path / "mamba.txt").read_text()
+
+        # PyPI's own torch (stand-ins: see PYPI_TORCHES): its unlabelled distribution kept, its cell installed
+        for dist, (module, _cuda, want) in PYPI_TORCHES.items():
+            if want != label:
+                make_recipe_wheel(upstream, "causal-conv1d", "1.7.0", want, source=CAUSAL_CONV1D)
+                make_recipe_wheel(upstream, "mamba-ssm", "2.3.2.post1", want, source=UPSTREAM_MAMBA)
+                build_index(upstream, site / "upstream")
+            pypi = make_venv(tmp_path / f"pypi-{dist}", find_python("3.11") or python311(), env)
+            pip(pypi, ["install", "--no-index", str(_pypi_standin(tmp_path / f"pypi-torch-{dist}", dist))], env)
+            proc = _front_door(pypi, url, env, tmp_path)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            got = versions(pypi, ["torch", "mamba-ssm", "causal-conv1d"])
+            assert got["torch"] == dist, got
+            assert got["mamba-ssm"].lower() == f"2.3.2.post1+{want}".lower(), got
+            assert f"torch=={dist}  #" in (tmp_path / "mamba.txt").read_text()
 
         # a real CPU torch 2.13: no wheel of upstream's line, said so; nothing installed, the torch kept
         cpu = torch_venv(tmp_path / "cpu", python311(), "torch==2.13.0", env)

@@ -8,6 +8,7 @@ print the reinstall line for the cxx11abiTRUE wheel, found in a real index built
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -24,7 +25,11 @@ torch = pytest.importorskip("torch")
 
 from mamba_ssm import elf as _elf, variant as _variant
 
+from mamba_ssm.doctor.lines import LINES as _LINES
+
 from conftest import REPO
+
+LINES_PROJECTS = {line: v["projects"] for line, v in _LINES.items()}
 
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 WANT = _variant.detect()  # cpu-torch2.13-cxx11abiTRUE in the dev venv
@@ -133,7 +138,8 @@ def test_other_abi_install_is_diagnosed_with_the_exact_fix(tmp_path, probes):
     assert ext["kind"] == "cxx11-abi-mismatch"
     assert "_ZN3c105ErrorC1ENS_14SourceLocationESs" in ext["detail"]
     index_url = (tmp_path / "index").absolute().as_uri()
-    fix = f'-m pip install --force-reinstall --no-deps mamba-ssm==2.3.0+{WANT.label} --extra-index-url {index_url}/{WANT.key}/'
+    # torch pinned as pip sees it (kept, or pip stops), the wheel's dependencies installed: no --force-reinstall --no-deps
+    fix = f'-m pip install torch=={importlib.metadata.version("torch")} mamba-ssm==2.3.0+{WANT.label} --extra-index-url {index_url}/{WANT.key}/'
     assert ext["fix"].endswith(fix)
     assert by_check["label"]["kind"] == "variant-mismatch" and by_check["label"]["fix"].endswith(fix)
 
@@ -191,7 +197,7 @@ def test_a_stale_module_next_to_the_stable_one_is_a_failure(tmp_path, probes):
     contra = found["extension-contradicts-label"]
     assert contra["title"] == f"{stale} contradicts the installed label {WANT.as_stable().label}"
     assert f"version-specific ({WANT.python}) build" in contra["detail"]
-    fix = f'--force-reinstall --no-deps mamba-ssm==2.3.0+{WANT.label} --extra-index-url'  # the doctor's reinstall line
+    fix = f'mamba-ssm==2.3.0+{WANT.label} --extra-index-url'  # the doctor's reinstall line, torch pinned before it
     assert fix in found["stale-extension"]["fix"] and fix in contra["fix"]
     text = _doctor(site, "--index", str(tmp_path / "index")).stdout
     assert "[FAIL] 2 builds of mamba_ssm._C are installed" in text and "Verdict: healthy" not in text
@@ -355,9 +361,10 @@ def test_source_build_gaps_become_problems_when_the_extension_is_broken():
 def test_hip_gpu_outside_the_wheels_targets():
     from mamba_ssm.doctor.checks import run_checks
 
-    facts = _facts(cuda=None, hip="6.2.41133", gpus=[{"index": 0, "name": "AMD Instinct MI300X", "capability": "9.4", "gfx": "gfx942"}],
-                   variant={"key": "hip62-torch2.14-cxx11abiTRUE", "label": "hip62torch2.14cxx11abiTRUE"})  # fmt: skip
-    facts["mamba_ssm"]["label"] = "hip62torch2.14cxx11abiTRUE"
+    # ROCm 7.2 with torch 2.14: a cell the line builds (ROCm 6.2 has none for torch 2.14: that is "not supported")
+    facts = _facts(cuda=None, hip="7.2.0", gpus=[{"index": 0, "name": "AMD Instinct MI300X", "capability": "9.4", "gfx": "gfx942"}],
+                   variant={"key": "hip72-torch2.14-cxx11abiTRUE", "label": "hip72torch2.14cxx11abiTRUE"})  # fmt: skip
+    facts["mamba_ssm"]["label"] = "hip72torch2.14cxx11abiTRUE"
     facts["mamba_ssm"]["extensions"][0]["archs"] = {"sass": [], "ptx": [], "hip": ["gfx90a"], "notes": []}
     findings, _ = run_checks(facts, offline=True)
     (f,) = [f for f in findings if f.check == "gpu-arch"]
@@ -407,9 +414,10 @@ def test_a_free_threaded_interpreter_is_named_and_told_what_to_use():
 # --------------------------------------------------------------------------- nine kinds of user, as facts
 
 def _user(*, python="cp311", system="Linux", machine="x86_64", glibc="2.35", torch="2.14.1", cuda=None, hip=None,
-          abi=True, gpus=(), line=None, label=None, import_error=None) -> dict:
+          abi=True, gpus=(), line=None, label=None, import_error=None, dist=...) -> dict:
     """One user's facts as facts.gather() gives them: Python, platform, torch (and the variant it needs), the
-    installed line (upstream's mamba-ssm, this repository's, or none) and its extension's import."""
+    installed line (upstream's mamba-ssm, this repository's, or none) and its extension's import. ``dist``: the
+    version pip sees (default: ``torch``, as the PyTorch index's labelled builds have it; None: no pip metadata)."""
     v = _variant.from_values(torch, cuda=cuda, hip=hip, cxx11abi=abi)
     variant = {"key": v.key, "label": v.label, "stable_key": v.as_stable().key, "stable_label": v.as_stable().label,
                "served_by_stable": v.served_by_stable}  # fmt: skip
@@ -420,7 +428,8 @@ def _user(*, python="cp311", system="Linux", machine="x86_64", glibc="2.35", tor
     return {  # fmt: skip
         "python": {"version": f"{python[2]}.{python[3:].rstrip('t')}.1", "tag": python, "executable": "/venv/bin/python"},
         "platform": {"system": system, "machine": machine, "glibc": glibc, "platform": system},
-        "torch": {"installed": True, "version": torch, "cuda": cuda, "hip": hip, "cxx11abi": abi, "ngc": False,
+        "torch": {"installed": True, "version": torch, "dist_version": torch if dist is ... else dist, "cuda": cuda,
+                  "hip": hip, "cxx11abi": abi, "ngc": False,
                   "variant": variant, "gpus": list(gpus)},
         "mamba_ssm": {"installed_version": version and (f"{version}+{label}" if label else version), "public_version": version,
                       "label": label, "line": line, "location": "/x" if line else None, "extensions": [ext] if line else []},
@@ -488,8 +497,10 @@ def test_each_kind_of_user_gets_one_line_and_one_consistent_answer(user, facts, 
         assert all(re.search(r"glibc|build|toolkit", fix) for fix in fixes), fixes
         assert not [c for fix in fixes for c in pins.commands_in(fix) if any(lab for *_, lab in pins.parse(c)[0])], fixes
         return
-    commands = [c for fix in fixes for c in pins.commands_in(fix) if "--force-reinstall --no-deps" in c]
+    commands = [c for fix in fixes for c in pins.commands_in(fix) if " install " in c and "--no-build-isolation" not in c]
     assert commands, fixes
+    for c in commands:  # torch kept as pip sees it; nothing the wheels import skipped
+        assert f"torch=={facts['torch']['dist_version']} " in c and "--no-deps" not in c, c
     labels = {lab for c in commands for _n, _v, lab in pins.parse(c)[0] if lab}
     assert labels == {answer}, commands  # one answer: every fix pins the same cell
     for c in commands:
@@ -510,12 +521,116 @@ def test_the_front_doors_requirements_give_each_user_the_same_answer(user, facts
         assert str(err.value).startswith(("not supported", "no wheel", "GPU")), err.value
         return
     text = requirements(line, facts)
-    assert f"torch=={facts['torch']['version']}  #" in text
+    assert f"torch=={facts['torch']['dist_version']}  #" in text
     reqs = [ln for ln in text.splitlines() if "==" in ln and not ln.startswith(("#", "torch=="))]
     page = next(ln.split()[1] for ln in text.splitlines() if ln.startswith("--extra-index-url"))
     assert reqs and all(r.endswith(f"+{answer}") for r in reqs), text
     platform = f"linux_{facts['platform']['machine']}"
     assert pins.check(f"pip install {' '.join(reqs)} --extra-index-url {page}", python=facts["python"]["tag"], platform=platform) == []
+
+
+# Each kind of torch as pip sees it (its distribution's version) and as Python does (torch.__version__, .cuda):
+# PyPI's CUDA builds carry no local label in their metadata; the PyTorch index's, NGC's and source builds do.
+TORCH_KINDS = [
+    ("PyPI's torch 2.9.1", "2.9.1", "2.9.1+cu128", "12.8"),
+    ("PyPI's torch 2.14.1", "2.14.1", "2.14.1+cu130", "13.0"),
+    ("the PyTorch index's CUDA build", "2.6.0+cu126", "2.6.0+cu126", "12.6"),
+    ("the PyTorch index's CPU build", "2.13.0+cpu", "2.13.0+cpu", None),
+    ("an NGC container's", "2.5.0a0+e000cf0ad9.nv24.08", "2.5.0a0+e000cf0ad9.nv24.08", "12.6"),
+    ("a source build", "2.10.0a0+git5c48869", "2.10.0a0+git5c48869", "12.8"),
+]
+
+
+@pytest.mark.parametrize(("kind", "dist", "module", "cuda"), TORCH_KINDS, ids=[k[0] for k in TORCH_KINDS])
+def test_the_requirements_pin_the_torch_as_pip_sees_it(kind, dist, module, cuda):
+    """The file's torch pin is one the installed distribution satisfies as pip judges it (PEP 440: a pin with a
+    local label is never met by PyPI's unlabelled 2.9.1), for each kind of torch people have."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from mamba_ssm.doctor.requirements import requirements
+
+    abi = None if module.startswith("2.6") else True
+    facts = _user(torch=module, dist=dist, cuda=cuda, abi=False if abi is None else abi)
+    text = requirements("checkout", facts)
+    [pin] = [ln.split("#")[0].strip() for ln in text.splitlines() if ln.startswith("torch")]
+    assert SpecifierSet(pin.removeprefix("torch")).contains(Version(dist), prereleases=True), (pin, dist)
+    assert f"torch=={dist}  #" in text, text
+
+
+def test_a_torch_pip_cannot_see_is_said_and_nothing_is_pinned():
+    """conda's torch (no pip metadata): any requirements file would make pip install a second torch over it; the
+    doctor writes none and says so once, with the axis. Two torches (pip's and the imported one differ): said."""
+    from mamba_ssm.doctor.requirements import NoCell, requirements
+
+    with pytest.raises(NoCell) as err:
+        requirements("upstream", _user(torch="2.9.1", cuda="12.8", dist=None))
+    assert "no pip metadata" in str(err.value) and "axis: torch" in str(err.value), err.value
+    with pytest.raises(NoCell) as err:
+        requirements("upstream", _user(torch="2.9.1+cu128", cuda="12.8", dist="2.8.0"))
+    assert "pip sees torch 2.8.0 but Python imports torch 2.9.1+cu128" in str(err.value), err.value
+
+
+_TOOLKIT = {"cu11": "11.8", "cu12": "12.8", "cu13": "13.0", "hip62": "6.2.41133", "hip64": "6.4.43482", "hip72": "7.2.0"}
+
+
+def _cells() -> list[tuple[str, str, bool, str, str]]:
+    """(accelerator, torch minor, C++ ABI, Python, machine) of every classic cell of either line: the torches, builds
+    and machines the lines are about (the stable-ABI wheels serve the same torches)."""
+    from mamba_ssm.doctor.lines import LINES
+
+    out = set()
+    for v in LINES.values():
+        for label, cell in v["labels"].items():
+            parts = _variant.parse_label(label)
+            if parts["torch"] == "stable":
+                continue
+            for py in cell["pythons"]:
+                for machine in ("x86_64", "aarch64"):
+                    out.add((parts["accelerator"], parts["torch"], parts["cxx11abi"], py, machine))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("line", ["upstream", "checkout"])
+def test_one_answer_per_cell_from_the_report_the_requirements_and_the_release(line):
+    """For every cell of both lines (each torch, build, Python and machine the lines name), the plain report, the
+    front door's `--requirements` and the release the coverage page is made from give one answer: the same wheel
+    label, or "no wheel" from all three."""
+    from builder.publishing import pins
+    from mamba_ssm.doctor.checks import NOT_SERVED, PROBLEM, run_checks
+    from mamba_ssm.doctor.requirements import NoCell, requirements
+
+    release = pins.release_wheels()
+    missing = "ModuleNotFoundError: No module named " + ("'selective_scan_cuda'" if line == "upstream" else "'mamba_ssm._C'")
+    disagree, checked = [], 0
+    for acc, minor, abi, py, machine in _cells():
+        tk = _TOOLKIT.get(acc)
+        local = "cpu" if acc == "cpu" else (f"cu{tk.replace('.', '')}" if acc.startswith("cu") else f"rocm{'.'.join(tk.split('.')[:2])}")
+        torch = f"{minor}.1+{local}"
+        facts = _user(python=py, machine=machine, torch=torch, abi=abi, line=line, import_error=missing,
+                      cuda=tk if acc.startswith("cu") else None, hip=tk if acc.startswith("hip") else None)  # fmt: skip
+        try:
+            text = requirements(line, facts)
+            req = {ln.split("+", 1)[1] for ln in text.splitlines() if "==" in ln and not ln.startswith(("#", "torch=="))}
+        except NoCell:
+            req = set()
+        findings, _extra = run_checks(facts, offline=True)
+        problems = [f for f in findings if f.verdict == PROBLEM]
+        if any(f.kind in NOT_SERVED for f in problems):
+            report = set()
+        else:
+            cmds = [c for f in problems for c in pins.commands_in(f.fix) if "pip install" in c and "--no-build-isolation" not in c]
+            report = {lab for c in cmds for name, _v, lab in pins.parse(c)[0] if lab and name != "torch"}
+        platform = f"linux_{machine}"
+        v = _variant.from_values(torch, cuda=facts["torch"]["cuda"], hip=facts["torch"]["hip"], cxx11abi=abi)
+        built = [lab for lab in ([v.as_stable().label] if v.served_by_stable else []) + [v.label]
+                 if all(any((w.line, w.project, w.version, w.label, w.platform) == (line, p, ver, lab, platform)
+                            and w.installs_on(py) for w in release) for p, ver in LINES_PROJECTS[line].items())]  # fmt: skip
+        built = set(built[:1])  # the stable-ABI wheel serves the torches it can, before a classic one
+        checked += 1
+        if not (req == report == built):
+            disagree.append(f"{line} {torch} {py} {machine}: requirements {sorted(req)}, report {sorted(report)}, release {sorted(built)}")
+    assert checked > 100 and not disagree, "\n".join(disagree[:30]) + f"\n({len(disagree)} of {checked})"
 
 
 def test_causal_conv1d_code_a_toolkit_miscompiles_is_named_on_that_gpu():
@@ -539,3 +654,16 @@ def test_causal_conv1d_code_a_toolkit_miscompiles_is_named_on_that_gpu():
     assert "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE" in found.fix
     assert facts(h100, ["sm_90", "sm_100", "sm_103"]) == []
     assert facts(b300, ["sm_90", "sm_100"]) == []
+
+
+def test_a_torch_pip_cannot_see_gets_one_answer_in_the_plain_report():
+    """conda's torch (no pip metadata) with a wrong wheel installed: the report says once that no pip command keeps
+    this torch (the axis), and prints no install that would put a second torch over it or skip imports."""
+    from mamba_ssm.doctor.checks import PROBLEM, run_checks
+
+    facts = _user(torch="2.9.1", cuda="12.8", line="upstream", label="cu12torch2.6cxx11abiFALSE", dist=None)
+    findings, _ = run_checks(facts, offline=True)
+    fixes = [f.fix for f in findings if f.verdict == PROBLEM and f.fix]
+    assert len(fixes) == 1 and fixes[0].startswith("not supported: ") and "axis: torch, no pip metadata" in fixes[0], fixes
+    with_pip = run_checks(_user(torch="2.9.1", cuda="12.8", line="upstream", label="cu12torch2.6cxx11abiFALSE", dist="2.9.1"), offline=True)[0]
+    assert any("torch==2.9.1 " in f.fix for f in with_pip), [f.fix for f in with_pip]

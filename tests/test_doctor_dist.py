@@ -137,8 +137,8 @@ def test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_
 
     proc = _doctor(vpy, env, "--index", site)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    fix = (f"{vpy} -m pip install --force-reinstall --no-deps causal-conv1d==1.7.0+{NEEDS} mamba-ssm==2.3.2.post1+{NEEDS} "
-           f"--extra-index-url {site}/upstream/cu13-torch2.14-cxx11abiTRUE/")  # fmt: skip
+    fix = (f"{vpy} -m pip uninstall -y causal-conv1d mamba-ssm && {vpy} -m pip install torch==2.14.1+cu130 "
+           f"causal-conv1d==1.7.0+{NEEDS} mamba-ssm==2.3.2.post1+{NEEDS} --extra-index-url {site}/upstream/cu13-torch2.14-cxx11abiTRUE/")  # fmt: skip
     assert fix in proc.stdout, proc.stdout
     assert "2.3.0" not in proc.stdout.split("Verdict")[-1], "a fix names this repository's line"
     doc = json.loads(_doctor(vpy, env, "--index", site, "--json").stdout)
@@ -148,9 +148,16 @@ def test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_
 
     # The fix, run as printed: upstream's wheels for this torch, not PyPI's sdists, and torch untouched.
     # (the venv has no pip of its own: the test's pip runs for it, with --python)
-    words = fix.split()
-    assert words[:4] == [str(vpy), "-m", "pip", "install"]
-    pip(vpy, words[3:], env)
+    uninstall, install = (part.split() for part in fix.split(" && "))
+    assert uninstall[:4] == [str(vpy), "-m", "pip", "uninstall"] and install[:4] == [str(vpy), "-m", "pip", "install"]
+    # what it installs, as pip's dry run reports it: the wheels for this torch, never torch, nothing built
+    report = tmp_path / "report.json"
+    pip(vpy, [*install[3:], "--dry-run", "--report", str(report)], env)
+    planned = {i["metadata"]["name"]: i for i in json.loads(report.read_text())["install"]}
+    assert "torch" not in planned and set(planned) == {"causal-conv1d", "mamba-ssm"}, planned
+    assert all(i["download_info"]["url"].endswith(".whl") for i in planned.values()), planned
+    pip(vpy, uninstall[3:], env)
+    pip(vpy, install[3:], env)
     after = _versions(vpy)
     assert after["mamba-ssm"].lower() == f"2.3.2.post1+{NEEDS}".lower()
     assert after["causal-conv1d"].lower() == f"1.7.0+{NEEDS}".lower()

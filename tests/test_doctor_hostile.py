@@ -23,7 +23,7 @@ import hostilekit
 import pytest
 from hostilekit import FAKE_LINE, raw_hidden
 
-from mamba_ssm import prebuilt as _prebuilt, variant as _variant
+from mamba_ssm import guard, prebuilt as _prebuilt, variant as _variant
 from mamba_ssm.doctor import classify, report
 from mamba_ssm.doctor.classify import _COMPILED, _UNDEFINED_RE, SCAN_HEAD, SCAN_TAIL, Context, install_line, scan_window
 
@@ -242,7 +242,8 @@ def test_a_source_build_line_keeps_its_assignments_and_quotes_their_values(tmp_p
     ctx = Context(python=str(recorder), gpus=[{"name": "x", "capability": cap}], line="checkout",
                   variant_key="cu12-torch2.6-cxx11abiFALSE", variant_label="cu12torch2.6cxx11abiFALSE")  # fmt: skip
     fix = _fix("gpu-arch", ctx, {})
-    command = fix.rpartition("build for this GPU: ")[2]
+    command, _, aside = fix.rpartition("build for this GPU: ")[2].partition("  (")
+    assert aside.startswith("the build needs GCC >= 9"), aside  # the compiler floor, beside every source build
     assert shlex.split(command)[:2] == [f"MAMBA_CUDA_ARCHS={cap}", "MAMBA_FORCE_BUILD=TRUE"]
     _run_pasted(command, tmp_path)
     assert (recorder.parent / "arch").read_text() == cap  # an assignment, not a command named 'MAMBA_CUDA...'
@@ -255,10 +256,10 @@ def test_the_cli_quotes_the_index_in_the_fix(tmp_path):
     for env, args in (({}, ["--index", index]), ({"MAMBA_WHEEL_INDEX": index}, [])):
         p = doctor("--explain", f"ImportError: .../mamba_ssm/_C.abi3.so: undefined symbol: {symbol}", *args, env=env)
         out = p.stdout.decode()
-        command = re.search(r"fix: (.*?)  \(<label> and <variant>", out).group(1)
+        command = re.search(r"fix: (.*?)  \(<torch> is the torch", out).group(1)
         words = shlex.split(command)
         assert words[-1] == index + "/<variant>/", words
-        command = command.replace(words[0], "true", 1)  # the interpreter: only the words matter
+        command = command.replace(words[0], "true")  # the interpreter, each time: only the words matter
         _run_pasted(command, tmp_path)
         assert not _marks(tmp_path), out
 
@@ -447,3 +448,94 @@ def test_a_fifo_for_an_index_page_is_refused_not_opened(tmp_path):
     out = _prebuilt.lookup(CPU, "2.3.0", index_url=str(tmp_path), env={}, machine="x86_64", glibc=(2, 36), timeout=2)
     assert out.status == "unreachable" and "is not a regular file" in out.line, out.line
     assert stat.S_ISFIFO(os.lstat(page).st_mode)
+
+
+# --- the printed requirements file, as pip's own parser reads it
+
+# (torch.__version__, the distribution's version pip sees, torch.version.cuda): the kinds of torch people have
+TORCHES = [("2.9.1+cu128", "2.9.1", "12.8"), ("2.13.0+cpu", "2.13.0+cpu", None), ("2.6.0+cu126", "2.6.0+cu126", "12.6"),
+           ("2.5.0a0+e000cf0ad9.nv24.08", "2.5.0a0+e000cf0ad9.nv24.08", "12.6"), ("2.10.0a0+git5c48869", "2.10.0a0+git5c48869", "12.8")]  # fmt: skip
+OPTION_INDEXES = [
+    "https://x.example/w --index-url http://evil.example/simple/",
+    "https://x.example/w -r /outside/evil.txt",
+    "https://x.example/w --trusted-host evil.example --extra-index-url http://evil.example/",
+    "https://x.example/${HOME}/w",
+    "https://x.example/w\\",
+    "https://x.example/w #comment",
+    "-r/outside/evil.txt",
+    "/a/local/folder",
+]
+
+
+def _torch_facts(module: str, dist: str | None, cuda: str | None) -> dict:
+    v = _variant.from_values(module, cuda=cuda, cxx11abi=not module.startswith("2.6"))
+    return {
+        "python": {"tag": "cp311", "executable": "/venv/bin/python"},
+        "platform": {"system": "Linux", "machine": "x86_64", "glibc": "2.35"},
+        "torch": {"installed": True, "version": module, "dist_version": dist, "cuda": cuda, "hip": None,
+                  "cxx11abi": v.cxx11abi, "gpus": []},
+    }  # fmt: skip
+
+
+def pip_reads(text: str) -> list[tuple[str, dict]]:
+    """Each logical line of a requirements file as pip's own parser reads it: (its requirement, the options it sets)."""
+    from pip._internal.req.req_file import get_line_parser, preprocess
+
+    parse = get_line_parser(None)
+    blank = vars(parse("")[1])
+    out = []
+    for _n, line in preprocess(text):
+        args, opts = parse(line)
+        out.append((args, {k: v for k, v in vars(opts).items() if v != blank[k]}))
+    return out
+
+
+@pytest.mark.parametrize("line", ["upstream", "checkout"])
+@pytest.mark.parametrize(("module", "dist", "cuda"), TORCHES)
+def test_pip_reads_only_the_options_the_doctor_meant(line, module, dist, cuda):
+    """Every printed file, fed to pip's requirements parser: one option (--extra-index-url, the cell's page under the
+    index given), the installed torch pinned as pip sees it, the line's wheels; nothing else."""
+    from mamba_ssm.doctor.requirements import NoCell, requirements
+
+    try:
+        text = requirements(line, _torch_facts(module, dist, cuda), "https://x.example/w")
+    except NoCell as e:
+        assert str(e).startswith("no wheel of"), e  # this line builds no cell for that torch: said, nothing printed
+        return
+    read = pip_reads(text)
+    options = [opts for args, opts in read if not args]
+    assert len(options) == 1 and list(options[0]) == ["extra_index_urls"], read
+    [page] = options[0]["extra_index_urls"]
+    assert page.startswith("https://x.example/w/") and guard.is_web_url(page), page
+    reqs = [args for args, opts in read if args]
+    assert not [opts for args, opts in read if args and opts], read  # no per-requirement options either
+    assert reqs[0] == f"torch=={dist}" and len(reqs) >= 2, reqs
+
+
+@pytest.mark.parametrize("value", OPTION_INDEXES)
+@pytest.mark.parametrize("where", ["--index", "MAMBA_WHEEL_INDEX"])
+def test_an_index_that_is_not_one_url_is_refused_naming_it(where, value, monkeypatch):
+    from mamba_ssm.doctor.requirements import BadIndex, requirements
+
+    facts = _torch_facts("2.14.1+cu130", "2.14.1", "13.0")
+    if where == "--index":
+        index = value
+    else:
+        index = None
+        monkeypatch.setenv("MAMBA_WHEEL_INDEX", value)
+    with pytest.raises(BadIndex) as err:
+        requirements("upstream", facts, index)
+    assert where in str(err.value) and "not one http(s) URL" in str(err.value), err.value
+
+
+@pytest.mark.parametrize("version", ["2.8.0+cpu\u0661\u0662", "2.8.0+\u212apu", "2.8.0 ", "2.8.0+cpu\n--index-url http://e/"])
+def test_a_torch_version_that_is_not_ascii_pep440_is_refused(version):
+    from mamba_ssm.doctor.requirements import NoCell, requirements
+
+    for facts in (_torch_facts("2.8.0+cpu", "2.8.0+cpu", None), ):
+        bad_module = {**facts, "torch": {**facts["torch"], "version": version}}
+        bad_dist = {**facts, "torch": {**facts["torch"], "dist_version": version}}
+        for bad in (bad_module, bad_dist):
+            with pytest.raises(NoCell) as err:
+                requirements("checkout", bad)
+            assert "is not a version" in str(err.value), err.value

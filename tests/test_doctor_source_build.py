@@ -155,3 +155,34 @@ def test_the_doctors_offline_upstream_versions_are_the_recipes_pins():
         if data["project"]["name"] in released:  # a recipe no release builds (a third party's) has no line
             pins[data["project"]["name"]] = data["source"]["version"]
     assert pins == UPSTREAM
+
+
+def test_the_compiler_floor_the_doctor_states_is_the_builds():
+    """The GCC floor printed beside every source build is build.toml's (C++17 below cxx20_from, C++20 from it)."""
+    import tomllib
+
+    from mamba_ssm import variant as _variant
+
+    build = tomllib.loads((REPO / "mamba_build" / "build.toml").read_text())
+    assert _variant.CXX20_FROM == build["torch"]["cxx20_from"]
+    assert _variant.GCC_FLOOR == {std: build["compiler"][std]["gcc"] for std in ("c17", "c20")}
+    assert f"GCC >= {build['compiler']['c20']['gcc']}:" in _variant.gcc_floor_text("2.14.1")
+    assert f"GCC >= {build['compiler']['c17']['gcc']}:" in _variant.gcc_floor_text("2.6.0")
+
+
+def test_a_source_build_of_this_line_names_the_commit_the_installed_wheel_was_built_from():
+    """The installed wheel's provenance names its commit: the source build clones that ref (one the repository has),
+    not a release tag the repository may lack; without a record, the release's tag."""
+    from mamba_ssm.doctor.checks import context_for
+    from mamba_ssm.doctor.classify import source_build_line
+
+    commit = "5c4886908584029761b579af026dcfb627c84070"
+    facts = {"torch": {"version": "2.6.0+cu124", "dist_version": "2.6.0+cu124", "cuda": "12.4"},
+             "mamba_ssm": {"public_version": "2.3.0", "installed_version": "2.3.0+cu12torch2.6cxx11abiFALSE",
+                           "provenance": {"source": {"kind": "checkout", "commit": commit}}},
+             "platform": {"system": "Linux", "machine": "x86_64"}, "python": {"tag": "cp311"}}  # fmt: skip
+    line = source_build_line(context_for(facts, None, False))
+    assert f"git+{_prebuilt.SOURCE_REPOSITORY}@{commit}" in line and "@v2.3.0" not in line, line
+    assert "torch==2.6.0+cu124" in line and "--no-deps" not in line, line
+    facts["mamba_ssm"]["provenance"] = {"source": {"kind": "checkout", "commit": "$(touch MARK)"}}
+    assert "@v2.3.0" in source_build_line(context_for(facts, None, False))

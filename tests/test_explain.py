@@ -272,11 +272,13 @@ def test_explain_fixes_keep_the_exact_pin():
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     fixes = [d["fix"] for d in json.loads(p.stdout)["diagnoses"]]
-    installs = [f for f in fixes if "pip install --force-reinstall" in f]
+    installs = [f for f in fixes if "pip install 'torch==<torch>'" in f]
     assert installs, fixes
     for fix in installs:
         assert f"'mamba-ssm=={__version__.split('+')[0]}+<label>' --extra-index-url" in fix, fix
         assert '"mamba-ssm" ' not in fix
+        # that machine's torch pinned (pip keeps it, or stops); nothing the wheel imports skipped
+        assert "--no-deps" not in fix.split("; or build")[0] and "--force-reinstall" not in fix.split("; or build")[0], fix
 
 
 # Upstream's packages failing as their users paste it: the module or file that failed names the package and line.
@@ -340,7 +342,7 @@ def test_an_upstream_error_gets_a_fix_for_upstreams_line(case, message, project,
     assert pin in d["fix"], d["fix"]
     assert "None" not in d["fix"] and "2.3.0" not in d["fix"] and "python -m mamba_ssm.doctor" not in d["fix"]
     assert "mamba-doctor" in d["fix"] and "the message does not say" in d["fix"]
-    assert set(re.findall(r"<[^>]+>", d["fix"])) <= {"<label>", "<variant>", "<major.minor of your GPU>"}, d["fix"]
+    assert set(re.findall(r"<[^>]+>", d["fix"])) <= {"<torch>", "<label>", "<variant>", "<major.minor of your GPU>"}, d["fix"]
     commands = pins.commands_in(d["fix"])
     assert any(pin.replace("'", "") in c.replace("'", "") for c in commands), commands
     for c in commands:
@@ -384,6 +386,9 @@ def test_upstream_only_texts_pin_upstreams_line(case, message, project, kind):
     (d, *_) = classify(message)
     assert d.kind == kind, d
     assert "2.3.0" not in d.fix and "this repository's:" not in d.fix, d.fix
+    if kind == "torch-not-visible":  # a wheel fits: the front door, which keeps torch, never a compile
+        assert "mamba-doctor --requirements upstream > mamba.txt" in d.fix and "--no-build-isolation" not in d.fix, d.fix
+        return
     version = pins.newest(project, "upstream")
     assert f"{project}=={version}" in d.fix, d.fix
     for cmd in pins.commands_in(d.fix):
@@ -431,8 +436,16 @@ def test_a_glibc_too_old_error_names_the_axis_and_the_floors():
             assert served.glibc_floors(line, machine) == want, (line, machine)
     (d, *_) = classify(UPSTREAM_ERRORS[0][1].replace(f"undefined symbol: {SS_SYMBOL}", "version `GLIBC_2.32' not found"))
     assert d.kind == "glibc-too-old" and "(axis: glibc)" in d.title
-    floors = served.glibc_floors("upstream")
+    # the pasted loader path names the machine: its own floors (x86_64's CUDA wheels need less than aarch64's)
+    assert "x86_64" in UPSTREAM_ERRORS[0][1]
+    floors = served.glibc_floors("upstream", "x86_64")
     assert all(f"{fam} wheels need glibc >= {floor}" in d.why for fam, floor in floors.items()), d.why
+    assert floors["CUDA"] != served.glibc_floors("upstream", "aarch64")["CUDA"]
+    assert f"CUDA wheels need glibc >= {served.glibc_floors('upstream', 'aarch64')['CUDA']}" not in d.why, d.why
+    # a text that names no machine: each machine's floor
+    (d, *_) = classify("ImportError: /lib64/libc.so.6: version `GLIBC_2.32' not found (required by selective_scan_cuda.so)")
+    each = ", ".join(f"{served.glibc_floors('upstream', m)['CUDA']} on {m}" for m in ("aarch64", "x86_64"))
+    assert f"CUDA wheels need glibc >= {each}" in d.why, d.why
 
 
 def test_a_resolution_conflict_is_recognised_and_keeps_torch():
@@ -468,3 +481,25 @@ def test_no_fix_relies_on_a_variable_upstreams_setup_py_ignores():
                     assert "MAMBA_CUDA_ARCHS=" not in d.fix or "this repository's mamba-ssm" in d.fix, d.fix
     (d,) = classify(CASES[14][1], Context(line="upstream", gpus=gpus[:1]))
     assert d.fix.startswith("not supported: no wheel of upstream's line carries code for sm_70"), d.fix
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "says"),
+    [
+        (("ERROR: Could not find a version that satisfies the requirement torch==2.9.1+cu128 (from versions: none)\n"
+          "ERROR: No matching distribution found for torch==2.9.1+cu128"), "torch-local-pin", "torch==2.9.1;"),
+        ("RuntimeError: HIP error: hipErrorNoBinaryForGpu: Unable to find code object for all current devices!",
+         "rocm-no-binary", "gfx942"),
+        ("ImportError: libamdhip64.so.6: cannot open shared object file: No such file or directory", "rocm-runtime-missing",
+         "--extra-index-url"),
+    ],
+)  # fmt: skip
+def test_rocm_errors_and_a_local_label_torch_pin_are_recognised(text, kind, says):
+    """The ROCm loader and runtime errors, and pip's error for a torch pinned as torch.__version__ says (PyPI's
+    torch is the unlabelled 2.9.1): each its own cause, and a fix naming what keeps torch."""
+    diags = classify(text)
+    assert [d.kind for d in diags] == [kind], diags
+    assert says in diags[0].fix, diags[0].fix
+    if kind == "torch-local-pin":
+        assert "no-matching-distribution" not in {d.kind for d in diags}
+        assert "mamba-doctor --requirements upstream > mamba.txt" in diags[0].fix, diags[0].fix

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1643,21 +1644,42 @@ def _lookup(kind: str):
     return lambda w, s: (["--index", f"{w.index_url}/{kind}"], {}, None)
 
 
-def _torch_says(version: str | None):
-    """`--requirements upstream` with a torch (on the path) whose version.py says VERSION; None: no torch."""
+def _torch_says(version: str | None, *argv: str, env: dict | None = None, init: str = "", dist: str | None = None):
+    """`--requirements upstream` (then ARGV, under ENV) with a torch (on the path) whose version.py says VERSION, whose
+    __init__ runs INIT first and whose pip metadata says DIST (None: none, as conda's); VERSION None: no torch."""
 
     def make(w: DoctorWorld, scratch: Path):
         site = scratch / "site"
+        if dist is not None:
+            (site / f"torch-{dist}.dist-info").mkdir(parents=True)
+            (site / f"torch-{dist}.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {dist}\n")
         if version is not None:
             (site / "torch").mkdir(parents=True)
             (site / "torch" / "__init__.py").write_text(
-                "from . import version\n__version__ = version.__version__\nclass _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
+                init + "from . import version\n__version__ = version.__version__\nclass _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
                 "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
             )
             (site / "torch" / "version.py").write_text(f"__version__ = {version!r}\ncuda = '13.0'\nhip = None\n")
-        return ["--requirements", "upstream"], {"PYTHONPATH": f"{site}{os.pathsep}{CODE}"}, None
+        return ["--requirements", "upstream", *argv], {"PYTHONPATH": f"{site}{os.pathsep}{CODE}", **(env or {})}, None
 
     return make
+
+
+def _non_utf8_site(w: DoctorWorld, scratch: Path):
+    """The doctor's JSON over an install under a folder whose name is not UTF-8 (Python decodes it to surrogates)."""
+    folder = Path(os.fsdecode(bytes(scratch) + b"/site-\xff\xfe"))
+    folder.mkdir()
+    site = _site(folder)
+    return ["--offline", "--json"], {"PYTHONPATH": str(site)}, None
+
+
+# What an index value carries into the printed requirements file must be one URL: each of these would be options
+# that pip's own parser reads from the file.
+EVIL_INDEXES = {
+    "index-url": "https://x.example/w --index-url http://evil.example/simple/",
+    "dash-r": "https://x.example/w -r /outside/evil.txt",
+    "trusted-host": "https://x.example/w --trusted-host evil.example --extra-index-url http://evil.example/",
+}
 
 
 DOCTOR_CASES = [
@@ -1690,6 +1712,16 @@ DOCTOR_CASES = [
     DoctorCase("doctor-requirements-version-newline", 1, "is not a version", _torch_says("2.14.1+cu130\n--index-url http://x.example/")),
     DoctorCase("doctor-requirements-version-escape", 1, "is not a version", _torch_says("2.14.1\x1b[2J\u202e")),
     DoctorCase("doctor-requirements-no-torch", 1, "no torch in this environment", _torch_says(None)),
+    DoctorCase("doctor-requirements-version-arabic-digits", 1, "is not a version", _torch_says("2.8.0+cpu\u0661\u0662", dist="2.8.0")),
+    DoctorCase("doctor-requirements-dist-version-arabic-digits", 1, "is not a version", _torch_says("2.8.0+cpu", dist="2.8.0+cpu\u0661\u0662")),
+    DoctorCase("doctor-requirements-no-pip-metadata", 1, "no pip metadata", _torch_says("2.9.1+cu128")),
+    DoctorCase("doctor-requirements-import-sleeps", 1, "did not finish within 20 s",
+               _torch_says("2.14.1+cu130", init="import time\ntime.sleep(600)\n", dist="2.14.1")),
+    *(DoctorCase(f"doctor-requirements-index-{name}", 2, "is not one http(s) URL",
+                 _torch_says("2.14.1+cu130", "--index", value, dist="2.14.1")) for name, value in EVIL_INDEXES.items()),
+    *(DoctorCase(f"doctor-requirements-env-index-{name}", 2, "MAMBA_WHEEL_INDEX",
+                 _torch_says("2.14.1+cu130", env={"MAMBA_WHEEL_INDEX": value}, dist="2.14.1")) for name, value in EVIL_INDEXES.items()),
+    DoctorCase("doctor-json-non-utf8-path", 1, r"site-\\xff\\xfe", _non_utf8_site),
     DoctorCase("doctor-lookup-trickle", {0, 1}, "no answer within 5 s", _lookup("trickle"), needs_torch=True),
     DoctorCase("doctor-lookup-huge-page", {0, 1}, "more than 16 MiB", _lookup("huge"), needs_torch=True),
     DoctorCase("doctor-lookup-not-http", {0, 1}, "cannot reach the wheel index", _lookup("nothttp"), needs_torch=True),
@@ -1770,7 +1802,9 @@ def test_doctor_hostile_input(doctor_world: DoctorWorld, case: DoctorCase):
     argv, env, stdin = case.make(doctor_world, scratch)
     before = snapshot(doctor_world.root, skip=(scratch,))
     python = sys.executable if case.needs_torch else doctor_world.bare
+    started = time.monotonic()
     rc, out, err = _run_doctor(python, argv, env, stdin, scratch)
+    seconds = time.monotonic() - started
     after = snapshot(doctor_world.root, skip=(scratch,))
     outside = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     expect = case.expect if isinstance(case.expect, set) else {case.expect}
@@ -1790,6 +1824,9 @@ def test_doctor_hostile_input(doctor_world: DoctorWorld, case: DoctorCase):
     assert not result["raw_control"], result["raw_control"]
     assert not outside, f"written outside the scratch folder: {outside[:5]}"
     assert not list(scratch.rglob("MARK*")), "a printed value reached a shell"
+    assert seconds < 30, f"{case.name}: {seconds:.0f} s"
+    if "--json" in argv and rc in (0, 1):  # valid UTF-8 for any parser: no escaped lone surrogate either
+        assert "\\ud8" not in out.lower() and "\\udc" not in out.lower() and json.loads(out), out[-2000:]
 # --------------------------------------------------------------------------- the rule for new surfaces
 
 # Every command of builder/commands/cli.py's registry: each input it reads from outside the process, and the prefixes of

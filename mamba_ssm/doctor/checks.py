@@ -20,6 +20,7 @@ from .classify import (
     _variant_hint,
     classify,
     install_line,
+    keeping_torch,
     served_gpus_text,
     source_build_line,
     source_requirement,
@@ -71,13 +72,24 @@ def context_for(facts: dict, index_url: str | None, wheel_available: bool | None
         gpus=torch.get("gpus") or [],
         archs=exts[0].get("archs") if exts else None,
         python=sys.executable,
-        source=f"mamba-ssm=={mm.get('public_version') or UPSTREAM['mamba-ssm']}" if is_upstream(facts) else None,
+        source=f"mamba-ssm=={mm.get('public_version') or UPSTREAM['mamba-ssm']}" if is_upstream(facts) else _built_commit(mm),
         line="upstream" if is_upstream(facts) else CHECKOUT,
         system=(facts.get("platform") or {}).get("system"),
         python_tag=(facts.get("python") or {}).get("tag"),
         machine=_machine((facts.get("platform") or {}).get("machine")),
         glibc=(facts.get("platform") or {}).get("glibc"),
+        torch_pin=torch.get("dist_version"),
     )
+
+
+def _built_commit(mm: dict) -> str | None:
+    """This line's source at the commit the installed wheel was built from (its provenance record), a ref the
+    repository has; None: not known (the fix then names the release's tag)."""
+    src = (mm.get("provenance") or {}).get("source") if isinstance(mm.get("provenance"), dict) else None
+    commit = src.get("commit") if isinstance(src, dict) and src.get("kind") == "checkout" else None
+    if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit):
+        return f"mamba-ssm @ git+{_prebuilt.SOURCE_REPOSITORY}@{commit}"
+    return None
 
 
 def _machine(machine: str | None) -> str | None:
@@ -135,6 +147,8 @@ def upstream_fix(facts: dict, ctx: Context, listed: tuple[str, str] | None, avai
         plain = [p.split("+", 1)[0] for p in pins]
         return (f"no prebuilt wheel of upstream's line is indexed for {key} (every cell: {root}/); its sdist compiles "
                 f"(15 to 35 minutes): {pip_install_line(ctx.python, plain, None, '--no-build-isolation')}")  # fmt: skip
+    if ctx.torch_pin:
+        return keeping_torch(ctx.python, ctx.torch_pin, [p.split("==")[0] for p in pins], pins, f"{root}/{key}/")
     return pip_install_line(ctx.python, pins, f"{root}/{key}/", "--force-reinstall", "--no-deps")
 
 
@@ -202,6 +216,8 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     findings += _machine_findings(mm, facts.get("platform", {}).get("machine"), reinstall)
     findings += _miscompile_findings(facts, lambda: upstream_fix(facts, ctx, listed, available))
     findings += _left_out_findings(facts)
+    findings += _cell_findings(facts, findings)
+    findings = _unpinnable_torch(facts, findings)
     findings += _extension_findings(facts, ctx, reinstall)
     findings += _source_build_findings(facts, ctx, findings, available)
     return _one_answer(findings), extra
@@ -393,7 +409,8 @@ def _source_build_findings(facts: dict, ctx: Context, findings: list[Finding], a
 
 # Findings that say no wheel of the line serves this machine: where one is found, it is the answer, and no other
 # finding prints a fix (a pin or a build for a platform that has none would contradict it).
-NOT_SERVED = {"unsupported-platform", "free-threaded", "gpu-not-served", "accelerator-not-served", "does-not-install"}
+NOT_SERVED = {"unsupported-platform", "free-threaded", "gpu-not-served", "accelerator-not-served", "does-not-install",
+              "no-cell", "no-pip-metadata"}  # fmt: skip
 
 
 def _one_answer(findings: list[Finding]) -> list[Finding]:
@@ -469,6 +486,47 @@ def _left_out_findings(facts: dict) -> list[Finding]:
     return [Finding("installs", PROBLEM, f"upstream's {r['project']} {r['version']} is not built for torch {r['torch']} "
                     f"on {r['python']} {r['machine']}: it does not install beside that torch", r["why"],
                     f"not supported: {served.left_out_says(r)}", "does-not-install") for r in rows]  # fmt: skip
+
+
+def _unpinnable_torch(facts: dict, findings: list[Finding]) -> list[Finding]:
+    """A torch pip cannot see (no pip metadata: conda's) where a fix would install something: no pip command keeps
+    it, said once as the answer (an install would put a second torch over it, or skip what the wheels import)."""
+    from .requirements import no_pip_metadata
+
+    torch = facts["torch"]
+    if ("dist_version" not in torch or torch.get("dist_version") or torch.get("dist_error") or not torch.get("version")
+            or torch.get("import_error") or not any(f.verdict == PROBLEM and f.fix for f in findings)):  # fmt: skip
+        return findings
+    said = Finding("torch", PROBLEM, f"torch {torch['version']} has no pip metadata: no pip command keeps it",
+                   "pip judges what is installed by its metadata; without it, pip installs torch again for any wheel "
+                   "that requires it", f"not supported: {no_pip_metadata(torch['version'], torch.get('location') or 'this environment')}",
+                   "no-pip-metadata")  # fmt: skip
+    return [said, *findings]
+
+
+def _cell_findings(facts: dict, findings: list[Finding]) -> list[Finding]:
+    """The line has no wheel of this torch's cell for this Python or machine (the answer `--requirements` gives, from
+    the same data): not supported, naming the axis, where no other finding says so already."""
+    from .requirements import cell_label
+
+    torch = facts["torch"]
+    if any(f.kind in NOT_SERVED and f.verdict == PROBLEM for f in findings) or not (torch.get("variant") or {}).get("key"):
+        return []
+    try:
+        variant = _variant.from_values(torch["version"], cuda=torch.get("cuda"), hip=torch.get("hip"), cxx11abi=torch.get("cxx11abi"))
+    except _variant.VariantError:
+        return []
+    line = "upstream" if is_upstream(facts) else CHECKOUT
+    plat, py = facts.get("platform") or {}, facts.get("python") or {}
+    label = cell_label(line, variant)
+    axis, detail = served.no_wheel_axis(line, label, system=plat.get("system"), python_tag=py.get("tag"),
+                                        machine=_machine(plat.get("machine")), glibc=plat.get("glibc"))  # fmt: skip
+    if axis in ("unknown", "dependency"):  # a cell it builds; a left-out one is _left_out_findings' answer
+        return []
+    return [Finding("cell", PROBLEM, f"no wheel of the {line} line for this environment (axis: {axis})",
+                    f"torch {torch['version']} needs {label}: {detail}",
+                    f"not supported: {detail}; your torch is kept (`mamba-doctor --requirements {line}` says the same)",
+                    "no-cell")]  # fmt: skip
 
 
 def _miscompile_findings(facts: dict, fix) -> list[Finding]:

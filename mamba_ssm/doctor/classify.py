@@ -108,6 +108,9 @@ class Context:
     python_tag: str | None = None  # cp311, cp314t
     machine: str | None = None  # x86_64, aarch64
     glibc: str | None = None  # "2.31"
+    # The installed torch as pip sees it (its distribution's version, the live doctor's facts): an install line pins
+    # torch==it, so pip keeps that torch (or stops) and installs what the wheels need beside it. None: not known.
+    torch_pin: str | None = None
 
 
 @dataclass
@@ -162,7 +165,19 @@ def install_line(ctx: Context) -> str:
         # Still the exact pin: without it pip may take another mamba-ssm (upstream's newer sdist) from the
         # other indexes it knows. <label> and <variant> are that machine's cell (_variant_hint says so).
         spec, key = f"{ctx.project}=={newest(ctx)}+<label>", "<variant>"
+    if ctx.torch_pin and "<" not in spec:
+        return keeping_torch(ctx.python, ctx.torch_pin, [ctx.project], [spec], f"{base}/{key}/")
+    if key == "<variant>":  # --explain: that machine's torch, as its pip lists it, is a placeholder too
+        return keeping_torch(ctx.python, "<torch>", [ctx.project], [spec], f"{base}/{key}/")
     return paste([ctx.python, "-m", "pip", "install", "--force-reinstall", "--no-deps", spec, "--extra-index-url", f"{base}/{key}/"])
+
+
+def keeping_torch(python: str, torch_pin: str, projects: list[str], specs: list[str], page: str) -> str:
+    """Reinstall SPECS from PAGE beside the installed torch: the projects uninstalled first (so the same version is put
+    back too), then installed with torch pinned as pip sees it, so pip keeps that torch or stops, and installs every
+    dependency the wheels name (none skipped)."""
+    return (paste([python, "-m", "pip", "uninstall", "-y", *projects]) + " && "
+            + paste([python, "-m", "pip", "install", f"torch=={torch_pin}", *specs, "--extra-index-url", page]))  # fmt: skip
 
 
 def index_root(ctx: Context) -> str:
@@ -186,8 +201,20 @@ def source_requirement(ctx: Context) -> str:
 
 def source_build_line(ctx: Context, env: dict | None = None) -> str:
     """The source build, every word quoted (the interpreter's path and ``env``'s values come from outside)."""
+    torch = ctx.torch_version
+    if torch is None and ctx.variant_key:
+        try:
+            torch = _variant.parse_key(ctx.variant_key)["torch"]
+        except _variant.VariantError:  # facts from outside: a key that names no cell says no torch
+            torch = None
+    floor = f"  ({_variant.gcc_floor_text(None if torch == 'stable' else torch)})"
+    env = {**(env or {}), FORCE_BUILD.get(ctx.project, "MAMBA_FORCE_BUILD"): "TRUE"}
+    if ctx.torch_pin:  # torch pinned as pip sees it: kept (or pip stops), and what the build's package imports installed
+        uninstall = paste([ctx.python, "-m", "pip", "uninstall", "-y", ctx.project])
+        argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", f"torch=={ctx.torch_pin}", source_requirement(ctx)]
+        return f"{uninstall} && {paste_env(env, argv)}{floor}"
     argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", source_requirement(ctx)]
-    return paste_env({**(env or {}), FORCE_BUILD.get(ctx.project, "MAMBA_FORCE_BUILD"): "TRUE"}, argv)
+    return paste_env(env, argv) + floor
 
 
 def _variant_hint(ctx: Context) -> str:
@@ -196,7 +223,8 @@ def _variant_hint(ctx: Context) -> str:
         return ""
     root = index_root(ctx)
     return (
-        "  (<label> and <variant> are the cell of the machine that printed this (its torch, CUDA or ROCm, C++ ABI),"
+        "  (<torch> is the torch of the machine that printed this as `pip list` shows it (pip keeps it, or stops), "
+        "<label> and <variant> its cell (its torch, CUDA or ROCm, C++ ABI),"
         f" which the message does not say: there, `{paste(['pip', 'install', 'mamba-doctor', '--index-url', root + '/doctor/'])}`, then"
         f" `mamba-doctor` prints this line filled in; or find the cell on {line_root(ctx)}/)"
     )
@@ -211,7 +239,8 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
     if kind == "older-glibc":
         floors = {**served.glibc_floors(ctx.line or CHECKOUT), **served.glibc_floors(ctx.line or CHECKOUT, ctx.machine)}
         fam = served.family(ctx.variant_label or "")
-        need = f"glibc {floors[fam]} or newer (the {fam} wheels' floor)" if fam in floors else f"a newer glibc ({_floors_text(floors)})"
+        need = (f"glibc {floors[fam]} or newer (the {fam} wheels' floor)" if fam in floors
+                else f"a newer glibc ({_floors_text(floors, ctx.line or CHECKOUT, ctx.machine)})")  # fmt: skip
         return f"run where there is {need}: a newer distribution, or a container of one; or build against this system's glibc: {source_build_line(ctx)}"
     if kind == "newer-libstdcxx":
         return (
@@ -231,7 +260,14 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
             f"do not let pip replace torch to make them fit{groups.get('left_out', '')}"
         )
     if kind == "no-build-isolation":
-        return f"{paste([ctx.python, '-m', 'pip', 'install', '--no-build-isolation', source_requirement(ctx)])}  (with torch already installed)"
+        return (f"do not compile: the farm's wheel for your torch fits, and the front door pins that torch so pip keeps "
+                f"it: {front_door(ctx)}")  # fmt: skip
+    if kind == "torch-pin":
+        public = groups.get("public") or "<version>"
+        return (f"pin torch as pip lists it (`pip show torch`), not as torch.__version__ says: torch=={public}; the "
+                f"doctor's requirements file does: {front_door(ctx)}")  # fmt: skip
+    if kind == "rocm-arch":
+        return _rocm_fix(ctx)
     if kind == "install-torch":
         return f"{paste([ctx.python, '-m', 'pip', 'install', 'torch'])}  (the build you want, e.g. from https://download.pytorch.org/whl/cu126), then mamba-ssm"
     if kind == "matching-nvcc":
@@ -270,8 +306,36 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
     return reinstall
 
 
-def _floors_text(floors: dict[str, str]) -> str:
-    return ", ".join(f"{fam} wheels need glibc >= {floor}" for fam, floor in floors.items())
+def _floors_text(floors: dict[str, str], line: str | None = None, machine: str | None = None) -> str:
+    """What each family's wheels need; where the machine is not known, each machine's own floor (x86_64's CUDA
+    wheels need less than aarch64's)."""
+    if line is None or machine:
+        return ", ".join(f"{fam} wheels need glibc >= {floor}" for fam, floor in floors.items())
+    parts = []
+    for fam, floor in floors.items():
+        each = {m: served.glibc_floors(line, m).get(fam) for m in served.machines(line)}
+        each = {m: f for m, f in each.items() if f}
+        if len(set(each.values())) <= 1:
+            parts.append(f"{fam} wheels need glibc >= {floor}")
+        else:
+            parts.append(f"{fam} wheels need glibc >= " + ", ".join(f"{f} on {m}" for m, f in sorted(each.items())))
+    return ", ".join(parts)
+
+
+def front_door(ctx: Context) -> str:
+    """The README's first block for the fix's line, run on the machine: it reads that torch and pins it as pip sees
+    it, with its cell's wheels (and their dependencies); where the line has no wheel there, it says why."""
+    line = ctx.line or CHECKOUT
+    doctor = paste(["pip", "install", "mamba-doctor", "--index-url", f"{index_root(ctx)}/doctor/"])
+    return f"`{doctor}`, then `mamba-doctor --requirements {line} > mamba.txt && pip install -r mamba.txt`"
+
+
+def _rocm_fix(ctx: Context) -> str:
+    """No code for an AMD GPU: the gfx targets the line's ROCm wheels carry, and the front door for the cell."""
+    line = ctx.line or CHECKOUT
+    gfx = served.rocm_archs(line)
+    return (f"the ROCm wheels of {_line_name(line)} carry code for {', '.join(gfx)} ({served.gpu_names(gfx)}): on one "
+            f"of these, take your cell's wheel: {front_door(ctx)}; another gfx target is not served by {_line_name(line)}")  # fmt: skip
 
 
 def _gpu_fix(ctx: Context) -> str:
@@ -371,8 +435,11 @@ def _details(kind: str, groups: dict, text: str, ctx: Context) -> tuple[dict, Co
                 break
         return {**groups, "conflict": f" ({said})" if said else "", "left_out": known}, ctx
     if kind == "glibc-too-old":
+        if ctx.machine is None:  # the loader's paths name it (/lib/x86_64-linux-gnu/libc.so.6, *-aarch64-linux-gnu.so)
+            m = re.search(r"\b(x86_64|aarch64)\b|(?:lib|-)(x86_64|aarch64)-linux-gnu", text)
+            ctx = replace(ctx, machine=(m.group(1) or m.group(2)) if m else None)
         floors = {**served.glibc_floors(ctx.line or CHECKOUT), **served.glibc_floors(ctx.line or CHECKOUT, ctx.machine)}
-        return {**groups, "floors": "the farm's " + _floors_text(floors)}, ctx
+        return {**groups, "floors": "the farm's " + _floors_text(floors, ctx.line or CHECKOUT, ctx.machine)}, ctx
     return groups, ctx
 
 
@@ -467,7 +534,7 @@ def _both_lines(text: str, ctx: Context) -> list[Diagnosis]:
 
 
 # Kinds whose answer does not depend on the line (the platform or Python has no wheel of either).
-_ONE_ANSWER = {"resolution-conflict"}
+_ONE_ANSWER = {"resolution-conflict", "torch-local-pin"}
 
 
 def _classify(text: str, ctx: Context) -> list[Diagnosis]:
@@ -496,6 +563,8 @@ def _classify(text: str, ctx: Context) -> list[Diagnosis]:
     kinds = {d.kind for d in found}
     if "torch-not-visible" in kinds:
         found = [d for d in found if d.kind != "torch-missing"]
+    if "torch-local-pin" in kinds:  # the pin is the cause, not a wheel missing for the machine
+        found = [d for d in found if d.kind != "no-matching-distribution"]
     return found
 
 

@@ -20,7 +20,7 @@ EXIT_HEALTHY, EXIT_PROBLEM, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 EXIT_CODES = {
     EXIT_HEALTHY: "healthy: every check passed (with --explain: the message matched nothing the doctor knows)",
     EXIT_PROBLEM: "a problem was found; each one is printed with the command that fixes it (with --requirements: the line has no wheel for this environment, and why)",
-    EXIT_USAGE: "bad usage (an unknown or malformed argument, or an --index / MAMBA_WHEEL_INDEX holding control characters)",
+    EXIT_USAGE: "bad usage (an unknown or malformed argument, an --index / MAMBA_WHEEL_INDEX holding control characters, or with --requirements one that is not one http(s) URL)",
     EXIT_INPUT: "--explain could not read its input (stdin unreadable, over 64 MiB, silent for its first 20 s or open after 2 h, or an empty message)",
 }
 EXPLAIN_CAP = 64 << 20  # a pasted log; only its first and last KiB are searched (classify.scan_window)
@@ -115,10 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         return _error(problem, EXIT_USAGE)
     if args.requirements:
-        from .facts import platform_facts, python_facts, torch_facts
-        from .requirements import NoCell, requirements
+        from .facts import platform_facts, python_facts, torch_facts_bounded
+        from .requirements import BadIndex, NoCell, checked_index, requirements
 
-        facts = {"python": python_facts(), "platform": platform_facts(), "torch": torch_facts()}
+        try:
+            checked_index(args.index)
+        except BadIndex as e:
+            return _error(f"{e}; give the index root's URL", EXIT_USAGE)
+        try:  # torch imported in a child process, bounded: only its facts are needed, never its kernels
+            torch = torch_facts_bounded()
+        except Untrusted as e:
+            return _error(str(e), EXIT_PROBLEM)
+        facts = {"python": python_facts(), "platform": platform_facts(), "torch": torch}
         try:
             sys.stdout.write(requirements(args.requirements, facts, args.index))
         except NoCell as e:

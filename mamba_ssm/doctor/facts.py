@@ -56,9 +56,68 @@ def platform_facts() -> dict:
     }
 
 
+def torch_dist() -> dict:
+    """The torch distribution as pip sees it (``importlib.metadata``): the version a pin must name to keep it.
+    PyPI's CUDA builds are ``2.9.1`` there while ``torch.__version__`` says ``2.9.1+cu128``; a torch without pip
+    metadata (conda's, or files copied in) is ``None``: pip cannot see it at all."""
+    try:
+        return {"dist_version": installed_version("torch")}
+    except importlib.metadata.PackageNotFoundError:
+        return {"dist_version": None}
+    except Untrusted as err:
+        return {"dist_version": None, "dist_error": str(err)}
+
+
 def torch_facts() -> dict:
     if importlib.util.find_spec("torch") is None:
         return {"installed": False}
+    return {**_torch_module_facts(), **torch_dist()}
+
+
+# this module by its own name (the standalone doctor ships it as mamba_doctor.doctor.facts)
+_TORCH_PROBE = f"""
+import json, sys
+from {__name__} import _torch_module_facts
+sys.stdout.write("\\n" + json.dumps(_torch_module_facts()) + "\\n")
+"""
+TORCH_PROBE_S = 20.0  # importing a real torch takes seconds; one that hangs must not hold the doctor
+_PROBE_CAP = 1 << 20
+
+
+def torch_facts_bounded(timeout: float = TORCH_PROBE_S) -> dict:
+    """:func:`torch_facts` with torch imported in a child process that is stopped after ``timeout`` seconds and
+    whose output is capped: a torch whose import sleeps, loops or prints without end is an Untrusted naming the
+    limit, never a hang. The distribution's version is read here (it needs no import)."""
+    import tempfile
+
+    if importlib.util.find_spec("torch") is None:
+        return {"installed": False}
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])  # the folder holding this package
+    env["PYTHONPATH"] = os.pathsep.join([here, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)])
+    with tempfile.TemporaryFile() as out:
+        try:
+            p = subprocess.run([sys.executable, "-c", _TORCH_PROBE], stdout=out, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, env=env, timeout=timeout, check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise Untrusted(f"importing torch did not finish within {timeout:g} s (a torch whose import hangs); "
+                            "check that `python -c 'import torch'` returns, then run this again") from None  # fmt: skip
+        except OSError as err:
+            raise Untrusted(f"cannot run {shown(sys.executable, 300)} to import torch ({shown(err, 200)})") from None
+        out.seek(0)
+        head = out.read(_PROBE_CAP + 1)
+    lines = head.decode("utf-8", "replace").splitlines()
+    if p.returncode != 0 or len(head) > _PROBE_CAP or not lines:
+        last = next((ln for ln in reversed(lines) if ln.strip()), f"exit code {p.returncode}")
+        raise Untrusted(f"importing torch in a child process failed: {shown(last, 300)}")
+    got = load_json(lines[-1], "the torch probe's answer")
+    if not isinstance(got, dict):
+        raise Untrusted("the torch probe's answer is not an object")
+    return {**got, **torch_dist()}
+
+
+def _torch_module_facts() -> dict:
+    """torch imported in this process: its facts, the variant they need and its GPUs."""
     try:
         import torch
     except Exception as e:  # noqa: BLE001 - a broken torch is a fact
@@ -357,7 +416,7 @@ def gather() -> dict:
         "platform": platform_facts(),
         "torch": torch,
         "cuda_toolkit": cuda_toolkit_facts(),
-        "compiler": compiler_facts(need_cxx20=mm is not None and mm >= (2, 14)),
+        "compiler": compiler_facts(need_cxx20=mm is not None and mm >= _variant.vtuple_mm(_variant.CXX20_FROM)),
         "mamba_ssm": mamba_facts(),
         "causal_conv1d": {**dist_facts("causal-conv1d"), "extensions": module_archs(["causal_conv1d_cuda"])},
     }

@@ -99,6 +99,25 @@ def _lines(out: list[str]) -> str:
     return "".join(shown(line, limit=20_000) + "\n" for line in out)
 
 
+def utf8(value):
+    """``value`` with every string valid Unicode: a lone surrogate (a non-UTF-8 file name, as Python decodes it)
+    becomes the escape of the byte it stands for (``\\xff``), so the JSON is valid UTF-8 for any parser."""
+    if isinstance(value, str):
+        if not any("\ud800" <= c <= "\udfff" for c in value):
+            return value
+        return "".join(_byte_escape(c) if "\ud800" <= c <= "\udfff" else c for c in value)
+    if isinstance(value, dict):
+        return {utf8(k): utf8(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [utf8(v) for v in value]
+    return value
+
+
+def _byte_escape(c: str) -> str:
+    """A surrogate as text: ``\\xff`` for the byte Python's file-name decoding stood it for, else ``\\ud800``."""
+    return f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else f"\\u{ord(c):04x}"
+
+
 def render_json(facts: dict, findings: list, extra: dict, exit_code: int) -> str:
     doc = {
         "healthy": exit_code == 0,
@@ -107,13 +126,13 @@ def render_json(facts: dict, findings: list, extra: dict, exit_code: int) -> str
         "findings": [f.as_dict() for f in findings],
         **extra,
     }
-    return json.dumps(doc, indent=2, default=str, ensure_ascii=True) + "\n"
+    return json.dumps(utf8(doc), indent=2, default=lambda o: utf8(str(o)), ensure_ascii=True) + "\n"
 
 
 def render_explain(diags: list, as_json: bool, note: str | None = None) -> str:
     """``note``: what of the text was left out of the search (classify.scan_window), said in both forms."""
     if as_json:
-        doc = {"recognised": bool(diags), "diagnoses": [d.as_dict() for d in diags], "note": note}
+        doc = utf8({"recognised": bool(diags), "diagnoses": [d.as_dict() for d in diags], "note": note})
         return json.dumps(doc, indent=2, ensure_ascii=True) + "\n"
     out = [f"note: {note}"] if note else []
     if not diags:

@@ -5,6 +5,18 @@ win. Every repeat in a pattern is bounded (``{0,64}``), so hostile pasted text c
 
 RULES = [
     {
+        "kind": "torch-local-pin",
+        "patterns": [
+            r"No matching distribution found for torch==(?P<public>[0-9][0-9a-z.!]{0,64})\+(?P<local>[a-z0-9.]{1,64})",
+            r"Could not find a version that satisfies the requirement torch==(?P<public>[0-9][0-9a-z.!]{0,64})\+(?P<local>[a-z0-9.]{1,64})",
+        ],
+        "title": "torch is pinned with a local label (torch=={public}+{local}) that the installed torch's distribution does not carry",
+        "why": "PyPI's torch is the distribution {public}; only its torch.__version__ says {public}+{local}. pip compares a "
+        "pin with the distribution's version, so it does not see the installed torch as meeting the pin, and no index it "
+        "reads has a torch {public}+{local}",
+        "fix": "torch-pin",
+    },
+    {
         "kind": "no-matching-distribution",
         "patterns": [
             r"No matching distribution found for (?P<req>[A-Za-z0-9][\w.-]{0,64}(?:[=<>!~]{1,3}[\w.+*!-]{1,128})?)",
@@ -29,6 +41,21 @@ RULES = [
         "why": "the installed mamba-ssm wheel links {lib}; the torch in this environment ships another CUDA major, "
         "so the wheel was built for a different accelerator variant",
         "fix": "reinstall-variant",
+    },
+    {
+        "kind": "rocm-runtime-missing",
+        "patterns": [r"(?P<lib>libamdhip64\.so(?:\.(?P<major>\d{1,4}))?)(?:\.\d{1,9}){0,8}: cannot open shared object file"],
+        "title": "the extension was built for ROCm, but no ROCm runtime ({lib}) is loaded",
+        "why": "the installed wheel links {lib}, which a ROCm build of torch loads; the torch in this environment is a "
+        "CUDA or CPU build, or another ROCm release, so the wheel was built for a different accelerator variant",
+        "fix": "reinstall-variant",
+    },
+    {
+        "kind": "rocm-no-binary",
+        "patterns": [r"hipErrorNoBinaryForGpu"],
+        "title": "the extension has no code for this AMD GPU's gfx target",
+        "why": "HIP code objects run only on the gfx target they were built for, and none of the extension's is this GPU's",
+        "fix": "rocm-arch",
     },
     {
         "kind": "glibc-too-old",

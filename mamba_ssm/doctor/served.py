@@ -41,6 +41,22 @@ def glibc_floors(line: str, machine: str | None = None) -> dict[str, str]:
     return out
 
 
+def machines(line: str) -> list[str]:
+    """The machines LINE's wheels are built for."""
+    return sorted({m for cell in LINES[line]["labels"].values() for m in cell["machines"]})
+
+
+def rocm_archs(line: str) -> list[str]:
+    """The gfx targets LINE's ROCm wheels carry code for, in the order lines.GPUS names them."""
+    found = {a for label, cell in LINES[line]["labels"].items() if label.startswith("hip") for a in cell["archs"]}
+    return [a for a in GPUS if a in found] + sorted(found - set(GPUS))
+
+
+def gpu_names(archs: list[str]) -> str:
+    """What people call the GPUs of these architectures (lines.GPUS)."""
+    return "; ".join(f"{a}: {GPUS[a]}" for a in archs if a in GPUS)
+
+
 def is_capability(capability: str) -> bool:
     return bool(re.fullmatch(r"\d{1,3}\.\d", capability or ""))
 
