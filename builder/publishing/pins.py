@@ -271,6 +271,8 @@ def doctor_lines(wheels: Iterable[ReleaseWheel] | None = None) -> dict[str, dict
 
 def doctor_lines_source(wheels: Iterable[ReleaseWheel] | None = None) -> str:
     """The text of LINES_MODULE (the doctor runs on the standard library of Python 3.10: no TOML, no plan)."""
+    from builder.publishing import release_lines
+
     lines = doctor_lines(wheels)
     body = ""
     for line, v in lines.items():
@@ -296,7 +298,8 @@ def doctor_lines_source(wheels: Iterable[ReleaseWheel] | None = None) -> str:
         f"LEFT_OUT = {json.dumps(left_out_rows(), indent=1)}\n\n"
         "# GPU code a toolkit is known to compile wrong (builder/data/miscompiles.toml): an installed extension\n"
         "# carrying it is a problem on that GPU; the farm's wheels serve it with other code.\n"
-        f"MISCOMPILES = {json.dumps(miscompile_rows(), indent=4)}\n"
+        f"MISCOMPILES = {json.dumps(miscompile_rows(), indent=4)}\n\n"
+        + release_lines.releases_source(wheels)
     )
 
 
