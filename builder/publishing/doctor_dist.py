@@ -22,8 +22,9 @@ from builder.verifying.relabel import write_wheel
 
 SOURCE = REPO / "mamba_ssm"
 NAME, PACKAGE = "mamba-doctor", "mamba_doctor"
-# Imported at run time from the user's environment, never a requirement of the wheel.
-PROBED = {"torch"}
+# Imported at run time from the user's environment, never a requirement of the wheel (packaging, else pip's
+# vendored copy, parses a user's requirements file).
+PROBED = {"torch", "packaging", "pip"}
 
 
 def _version() -> str:

@@ -96,9 +96,11 @@ def record_requires(sdists: Path, out: Path = REQUIRES) -> Path:
     if not sdists.is_dir():
         raise UsageError(f"{sdists}: not a folder", hint="pass the folder the releases' sdists are in")
     body = [
-        "# The requirements each upstream release declares, read from its sdist's *.egg-info/requires.txt (an\n"
-        '# extra\'s marked `extra == "name"`), the sdist checked against recipes/*.toml\'s [[release]] sha256.\n'
-        "# Written by `python -m builder doctor-dist --record-requires DIR`; do not edit by hand.\n"
+        (
+            "# The requirements each upstream release declares, read from its sdist's *.egg-info/requires.txt (an\n"
+            "# extra's marked `extra == \"name\"`), the sdist checked against recipes/*.toml's [[release]] sha256.\n"
+            "# Written by `python -m builder doctor-dist --record-requires DIR`; do not edit by hand.\n"
+        )
     ]
     for project in PROJECTS:
         recipe = recipe_for(project)
@@ -188,12 +190,11 @@ def releases_source(wheels: Iterable | None = None) -> str:
     """The RELEASES block of the doctor's lines.py."""
     rows = release_records(wheels)
     body = "".join(
-        f"    {json.dumps(p)}: [\n" + "".join(f"        {r!r},\n" for r in rel) + "    ],\n"
-        for p, rel in rows.items()
+        f"    {json.dumps(p)}: [\n" + "".join(f"        {r!r},\n" for r in rel) + "    ],\n" for p, rel in rows.items()
     )
     return (
         "# Every release of upstream's pair, oldest first (recipes/*.toml [[release]], builder/data/requires.toml):\n"
-        "# its requirements, the causal-conv1d releases it pairs with, and where the farm serves it (\"planned\":\n"
-        f"# false: {NOT_PLANNED}; \"left_out\": cells whose requirements do not install beside their torch).\n"
+        '# its requirements, the causal-conv1d releases it pairs with, and where the farm serves it ("planned":\n'
+        f'# false: {NOT_PLANNED}; "left_out": cells whose requirements do not install beside their torch).\n'
         f"RELEASES = {{\n{body}}}\n"
     )
