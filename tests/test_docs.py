@@ -45,6 +45,8 @@ INDEX_URL = "https://mamba-ssm.github.io/wheels/"
 UPSTREAM_PIN = "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE"
 # The front door: the standalone doctor writes the pins of the torch already installed (and holds that torch).
 FRONT_DOOR = "mamba-doctor --requirements upstream > mamba.txt && pip install -r mamba.txt"
+# The install page's lead: the user's own requirements file, answered for the torch installed (doctor/pins.py).
+OWN_PINS = "mamba-doctor --requirements requirements.txt > fixed.txt && pip install -r fixed.txt"
 FIRST_SCREEN = (f"pip install mamba-doctor --index-url {INDEX_URL}doctor/", FRONT_DOOR)
 # What PyPI holds under the two names today: upstream's sdists, newer than this repository's 2.3.0.
 PYPI_SDISTS = {"mamba-ssm": "2.3.2.post1", "causal-conv1d": "1.7.0"}
@@ -366,6 +368,7 @@ ELSEWHERE = {
     "mamba-doctor": "tests/test_doctor_dist.py::test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_wheels",
     # run as typed, through a shell, in venvs holding another torch
     FRONT_DOOR: "tests/test_docs.py::test_the_front_door_keeps_the_users_torch",
+    OWN_PINS: "tests/test_doctor_pins.py::test_the_install_pages_requirements_file_path_runs_as_typed_with_pip_and_uv",
 }
 # Commands that need a service no test can reach.
 EXTERNAL = {
