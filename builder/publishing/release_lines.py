@@ -124,14 +124,12 @@ def load_requires(path: Path = REQUIRES) -> dict[str, dict[str, list[str]]]:
 # --------------------------------------------------------------------------- what serves which cell
 
 
-def served_cells(project: str, version: str, wheels: Iterable | None = None) -> dict:
+def served_cells(project: str, version: str, wheels: Iterable, left_out: Iterable[dict]) -> dict:
     """Where the farm serves PROJECT VERSION: {"planned": bool, "cells": {label: {"pythons", "machines"}},
     "left_out": [{"torch", "python", "machine", "why", "instead"}]}. Today the release plan builds one release
     of each project (recipes' [source]) and the installs record says which of its cells install; every other
-    release is not planned, and says so."""
-    from builder.publishing import pins
-
-    wheels = pins.release_wheels() if wheels is None else tuple(wheels)
+    release is not planned, and says so. WHEELS: the release plan's (``pins.release_wheels()``); LEFT_OUT: the
+    installs record's cells that do not install (``pins.left_out_rows()``)."""
     mine = [w for w in wheels if w.line == "upstream" and (w.project, w.version) == (project, version)]
     if not mine:
         return {"planned": False, "cells": {}, "left_out": []}
@@ -141,7 +139,7 @@ def served_cells(project: str, version: str, wheels: Iterable | None = None) -> 
         cell["pythons"].add(f"{w.python}-abi3" if w.abi3 else w.python)
         cell["machines"].add(w.platform.removeprefix("linux_"))
     left = [{k: r[k] for k in ("torch", "python", "machine", "why", "instead")}
-            for r in pins.left_out_rows(wheels) if (r["project"], r["version"]) == (project, version)]  # fmt: skip
+            for r in left_out if (r["project"], r["version"]) == (project, version)]  # fmt: skip
     return {
         "planned": True,
         "cells": {k: {"pythons": sorted(v["pythons"]), "machines": sorted(v["machines"])} for k, v in cells.items()},
@@ -159,11 +157,12 @@ def pair_spec(requires: list[str]) -> str | None:
     return None
 
 
-def release_records(wheels: Iterable | None = None) -> dict[str, list[dict]]:
+def release_records(wheels: Iterable, left_out: Iterable[dict]) -> dict[str, list[dict]]:
     """Per project, every release oldest first: version, upload day, requirements, the causal-conv1d specifier it
     pairs with (mamba-ssm), and where it is served (``served_cells``)."""
     from builder.planning.recipes import recipe_for
 
+    wheels, left_out = tuple(wheels), list(left_out)
     requires = load_requires()
     out: dict[str, list[dict]] = {}
     for project in PROJECTS:
@@ -180,15 +179,15 @@ def release_records(wheels: Iterable | None = None) -> dict[str, list[dict]]:
                 row["pairs"] = pair_spec(reqs)
                 row["pair_extra"] = any(Requirement(r).marker is not None and canonicalize_name(Requirement(r).name)
                                         == PAIR for r in reqs)  # fmt: skip
-            row.update(served_cells(project, rel.version, wheels))
+            row.update(served_cells(project, rel.version, wheels, left_out))
             rows.append(row)
         out[project] = rows
     return out
 
 
-def releases_source(wheels: Iterable | None = None) -> str:
+def releases_source(wheels: Iterable, left_out: Iterable[dict]) -> str:
     """The RELEASES block of the doctor's lines.py."""
-    rows = release_records(wheels)
+    rows = release_records(wheels, left_out)
     body = "".join(
         f"    {json.dumps(p)}: [\n" + "".join(f"        {r!r},\n" for r in rel) + "    ],\n" for p, rel in rows.items()
     )
