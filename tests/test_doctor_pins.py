@@ -265,3 +265,58 @@ def test_the_install_pages_requirements_file_path_runs_as_typed_with_pip_and_uv(
             assert got["causal-conv1d"].lower() == f"{conv}+{label}".lower(), (tool, got)
             assert got["paper-helper"] == "1.0"
             assert "torch==2.1.1" not in (work / "fixed.txt").read_text()
+
+
+# --------------------------------------------------------------------------- off-label wheels
+
+
+def test_an_off_label_wheel_installed_by_url_is_named_with_this_cells_pin_of_its_release():
+    """upstream's mamba-ssm 2.3.2.post1 built for cu12 torch 2.5 (a GitHub release wheel, installed by URL) under a
+    CUDA 13 torch 2.14: one problem naming it and the URL, its fix the farm's 2.3.2.post1 for this cell (not the
+    label check's generic reinstall); the same wheel from an index (no URL) is the label check's."""
+    from test_doctor import _user
+
+    from mamba_ssm.doctor.checks import PROBLEM, run_checks
+
+    url = "https://github.com/state-spaces/mamba/releases/download/v2.3.2.post1/mamba_ssm-2.3.2.post1+cu12torch2.5cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
+    facts = _user(cuda="13.0", line="upstream", label="cu12torch2.5cxx11abiFALSE")
+    facts["direct_urls"] = {"mamba-ssm": url}
+    found = [f for f in run_checks(facts, offline=True)[0] if f.verdict == PROBLEM]
+    off = [f for f in found if f.kind == "off-label-wheel"]
+    assert len(off) == 1 and url in off[0].title, found
+    want = facts["torch"]["variant"]["label"]
+    assert f"mamba-ssm==2.3.2.post1+{want}" in off[0].fix and "--force-reinstall --no-deps" in off[0].fix, off[0].fix
+    assert not [f for f in found if f.kind == "variant-mismatch" and "mamba-ssm" in f.title], found
+    facts["direct_urls"] = {}
+    assert not [f for f in run_checks(facts, offline=True)[0] if f.kind == "off-label-wheel"]
+
+
+def test_direct_urls_reads_what_pip_recorded_for_a_wheel_installed_by_path(tmp_path):
+    """pip records a wheel installed from a file or URL in direct_url.json (PEP 610): the doctor reads it there."""
+    from indexkit import make_venv
+
+    env = isolated_env(tmp_path)
+    whl = make_wheel(tmp_path / "w", "causal-conv1d", "1.7.0+cu12torch2.5cxx11abiFALSE")
+    vpy = make_venv(tmp_path / "v", find_python("3.11") or sys.executable, env)
+    pip(vpy, ["install", "--no-deps", "--no-index", str(whl)], env)
+    code = "import json; from mamba_ssm.doctor.offlabel import direct_urls; print(json.dumps(direct_urls()))"
+    out = subprocess.run([str(vpy), "-c", code], capture_output=True, text=True, check=True,
+                         env={**env, "PYTHONPATH": str(REPO)}).stdout  # fmt: skip
+    import json
+    from urllib.parse import unquote
+
+    got = json.loads(out)
+    assert (
+        list(got) == ["causal-conv1d"]
+        and got["causal-conv1d"].startswith("file://")
+        and whl.name in unquote(got["causal-conv1d"])
+    )
+
+
+def test_explain_names_a_pasted_wheel_url_line():
+    from mamba_ssm.doctor.classify import classify
+
+    line = "pip install https://github.com/state-spaces/mamba/releases/download/v2.2.4/mamba_ssm-2.2.4+cu12torch2.5cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
+    [d] = [d for d in classify(line) if d.kind == "off-label-wheel"]
+    assert "cu12torch2.5cxx11abiFALSE" in d.title and "mamba-doctor --requirements -" in d.fix and "2.2.4" in d.fix
+    assert not [d for d in classify("pip install mamba-ssm==2.2.4") if d.kind == "off-label-wheel"]
