@@ -47,7 +47,7 @@ UPSTREAM_PIN = "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE mamba-ssm==2.3.2.
 FRONT_DOOR = "mamba-doctor --requirements upstream > mamba.txt && pip install -r mamba.txt"
 # The install page's lead: the user's own requirements file, answered for the torch installed (doctor/pins.py).
 OWN_PINS = "mamba-doctor --requirements requirements.txt > fixed.txt && pip install -r fixed.txt"
-FIRST_SCREEN = (f"pip install mamba-doctor --index-url {INDEX_URL}doctor/", FRONT_DOOR)
+FIRST_SCREEN = (f"pip install mamba-doctor --index-url {INDEX_URL}doctor/", OWN_PINS)
 # What PyPI holds under the two names today: upstream's sdists, newer than this repository's 2.3.0.
 PYPI_SDISTS = {"mamba-ssm": "2.3.2.post1", "causal-conv1d": "1.7.0"}
 
@@ -581,13 +581,14 @@ STANDIN_TORCH = {
 }
 
 
-def _front_door(vpy: Path, url: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    """The README's first block as typed, through bash, in an activated venv: its `pip` (this test's pip, aimed at
-    the venv: the test venvs hold none of their own) and its console scripts first on PATH."""
-    block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL).group(1)
-    assert block_commands(block) == list(FIRST_SCREEN)
+def _front_door(vpy: Path, url: str, env: dict, cwd: Path, block: str | None = None) -> subprocess.CompletedProcess:
+    """The README's first block (or BLOCK) as typed, through bash, in an activated venv: its `pip` (this test's
+    pip, aimed at the venv: the test venvs hold none of their own) and its console scripts first on PATH."""
+    if block is None:
+        block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL).group(1)
+        assert block_commands(block) == list(FIRST_SCREEN)
     shims = cwd / f"shims-{vpy.parents[1].name}"
-    shims.mkdir()
+    shims.mkdir(exist_ok=True)
     (shims / "pip").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pip --python "{vpy}" "$@"\n')
     (shims / "pip").chmod(0o755)
     script = "set -e\n" + block.replace(INDEX_URL, f"{url}/site/")
@@ -597,7 +598,8 @@ def _front_door(vpy: Path, url: str, env: dict, cwd: Path) -> subprocess.Complet
 
 
 def test_the_front_door_keeps_the_users_torch(tmp_path):
-    """The README's first block, run as typed in a venv that already holds a torch, against the site served on
+    """The README's first block, run as typed beside a model card's requirements file (a bare mamba-ssm and
+    causal-conv1d) in a venv that already holds a torch, against the site served on
     127.0.0.1: with a CUDA 13 torch 2.14 (a stand-in of PyPI's build) it installs upstream's wheels of that cell
     and keeps that torch; with a real CPU torch 2.13 (a cell upstream's line does not build) it stops, saying why
     (the axis), and installs nothing. It never replaces the torch."""
@@ -615,6 +617,7 @@ def test_the_front_door_keeps_the_users_torch(tmp_path):
     make_wheel(torches, "torch", "2.14.1+cu130", files=STANDIN_TORCH, requires_python=">=3.9")
     env = isolated_env(tmp_path)
     env["PIP_INDEX_URL"] = "http://127.0.0.1:9/"  # no PyPI: the torch must come from nowhere but the venv
+    (tmp_path / "requirements.txt").write_text("mamba-ssm\ncausal-conv1d\n")  # a model card's bare pair
     with serve(tmp_path / "www") as url:
         # a CUDA 13 torch 2.14: its cell's wheels, the torch kept
         cuda = make_venv(tmp_path / "cuda", find_python("3.11") or python311(), env)
@@ -625,6 +628,12 @@ def test_the_front_door_keeps_the_users_torch(tmp_path):
         assert got["torch"] == "2.14.1+cu130", got
         assert got["mamba-ssm"].lower() == f"2.3.2.post1+{label}".lower(), got
         assert got["causal-conv1d"].lower() == f"1.7.0+{label}".lower(), got
+        assert "torch==2.14.1+cu130" in (tmp_path / "fixed.txt").read_text()
+        # no requirements file: the README's other path, upstream's newest pair for this torch
+        assert FRONT_DOOR in (REPO / "README.md").read_text()
+        proc = _front_door(cuda, url, env, tmp_path, f"set -e\n{FRONT_DOOR}\n")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert versions(cuda, ["torch", "mamba-ssm"]) == {k: got[k] for k in ("torch", "mamba-ssm")}
         assert "torch==2.14.1+cu130" in (tmp_path / "mamba.txt").read_text()
 
         # a real CPU torch 2.13: no wheel of upstream's line, said so; nothing installed, the torch kept

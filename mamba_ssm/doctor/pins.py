@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 from .. import variant as _variant
 from ..guard import Untrusted, has_hidden, shown
-from .classify import UPSTREAM, Context, index_root
+from .classify import CHECKOUT, UPSTREAM, Context, index_root
 from .lines import LINES, RELEASES
 from .requirements import TORCH_FIRST, NoCell, cell_label
-from .served import FREE_THREADED, SYSTEMS, UNSUPPORTED, vtuple
+from .served import FREE_THREADED, SYSTEMS, UNSUPPORTED, no_wheel_axis, vtuple
 
 PROJECTS = ("mamba-ssm", "causal-conv1d")
 MAX_BYTES = 1 << 20  # a requirements file is a few KiB; over 1 MiB it is something else
@@ -309,7 +309,13 @@ def cell_of(facts: dict) -> Cell:
         raise NoCell(f"torch {torch['version']} names no cell ({e}); no wheel serves it") from None
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get((plat.get("machine") or "").lower(), plat.get("machine"))
     minor = ".".join(re.findall(r"\d+", torch["version"])[:2])
-    return Cell(cell_label(UPSTREAM, variant), variant.key, torch["version"], minor, py.get("tag") or "", machine or "")
+    label = cell_label(UPSTREAM, variant)
+    axis, detail = no_wheel_axis(UPSTREAM, label, system=plat.get("system"), python_tag=py.get("tag"), machine=machine)
+    if axis == "accelerator":  # no release of upstream's line builds this accelerator (its kernels: CUDA, ROCm)
+        raise NoCell(f"no wheel of upstream's line for this environment (torch {torch['version']}, {variant.key}; "
+                     f"axis: {axis}): {detail}. Your torch is kept: nothing was installed; or this repository's line "
+                     f"(`mamba-doctor --requirements {CHECKOUT}`: selective_scan_fn and the Mamba block only)")  # fmt: skip
+    return Cell(label, variant.key, torch["version"], minor, py.get("tag") or "", machine or "")
 
 
 def _python_ok(tag: str, pythons: list[str]) -> bool:
