@@ -51,18 +51,23 @@ class InputError(PinError):
 
 
 def _packaging():
-    """packaging's Requirement, InvalidRequirement and canonicalize_name: the environment's, else pip's copy."""
+    """packaging's Requirement, InvalidRequirement and canonicalize_name: the environment's, else the copy the
+    standalone doctor carries (``mamba_doctor._vendor``), else pip's."""
     try:
         from packaging.requirements import InvalidRequirement, Requirement
         from packaging.utils import canonicalize_name
     except ImportError:
         try:
-            from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
-            from pip._vendor.packaging.utils import canonicalize_name
+            from .._vendor.packaging.requirements import InvalidRequirement, Requirement
+            from .._vendor.packaging.utils import canonicalize_name
         except ImportError:
-            raise InputError(
-                "reading a requirements file needs `packaging` (or pip): `pip install packaging`"
-            ) from None
+            try:
+                from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
+                from pip._vendor.packaging.utils import canonicalize_name
+            except ImportError:
+                raise InputError(
+                    "reading a requirements file needs `packaging` (or pip): `pip install packaging`"
+                ) from None
     return Requirement, InvalidRequirement, canonicalize_name
 
 
@@ -347,11 +352,11 @@ def why_not(rec: dict, cell: Cell) -> tuple[str, str] | None:
 
 
 def _version(version: str):
-    try:
-        from packaging.version import Version
-    except ImportError:
-        from pip._vendor.packaging.version import Version
-    return Version(version)
+    """packaging's Version, from the packaging _packaging found."""
+    import importlib
+
+    package = _packaging()[0].__module__.rsplit(".", 1)[0]
+    return importlib.import_module(f"{package}.version").Version(version)
 
 
 def changed(project: str, old: dict, new: dict) -> str:
