@@ -29,7 +29,7 @@ from .served import FREE_THREADED, SYSTEMS, UNSUPPORTED, no_wheel_axis, vtuple
 PROJECTS = ("mamba-ssm", "causal-conv1d")
 MAX_BYTES = 1 << 20  # a requirements file is a few KiB; over 1 MiB it is something else
 MAX_LINES = 10000
-STDIN_S = 30.0  # a piped file arrives at once; a terminal left open is not waited on
+STDIN_S = 20.0  # a piped file arrives at once; a terminal or FIFO left open is not waited on
 # Options a requirements file may hold that only say where to look: kept as they are, and said.
 KEPT_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host", "--pre",
                 "--prefer-binary"}  # fmt: skip
