@@ -1588,6 +1588,8 @@ DOCTOR_CASES += [
     DoctorCase("doctor-own-fifo", 3, "not a regular file", _own_file(None, make=lambda s: os.mkfifo(s / "requirements.txt"))),
     DoctorCase("doctor-own-folder", 3, "not a regular file", _own_file(None, make=lambda s: (s / "requirements.txt").mkdir())),
     DoctorCase("doctor-own-stdin-silent", 3, "no answer within", _own_silent_stdin),
+    # the file's name is printed in the file's first comment: escaped, never a line of its own
+    DoctorCase("doctor-own-name-newline", 0, "for mamba-ssm", _own_file(b"mamba-ssm\n", name="r\n--index-url evil.txt")),
 ]  # fmt: skip
 
 

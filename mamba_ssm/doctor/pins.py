@@ -486,7 +486,7 @@ def answer(text: str, facts: dict, index_url: str | None = None, what: str = "th
         if line.note:
             notes.append(f"line {line.number}: {line.note}")
     head = [
-        f"# mamba-doctor: {what} for {cell.says()}; the farm's wheels of upstream's mamba-ssm and causal-conv1d",
+        f"# mamba-doctor: {shown(what, 200)} for {cell.says()}; the farm's wheels of upstream's mamba-ssm and causal-conv1d",
         f"--extra-index-url {page}",
         f"torch=={cell.torch}  # the torch installed here: pip keeps it, or stops",
     ]
