@@ -46,7 +46,9 @@ INDEX_URL = "https://mamba-ssm.github.io/wheels/"
 UPSTREAM_PIN = "causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE"
 # The front door: the standalone doctor writes the pins of the torch already installed (and holds that torch).
 FRONT_DOOR = "mamba-doctor --requirements upstream > mamba.txt && pip install -r mamba.txt"
-FIRST_SCREEN = (f"pip install mamba-doctor --index-url {INDEX_URL}doctor/", FRONT_DOOR)
+# The install page's lead: the user's own requirements file, answered for the torch installed (doctor/pins.py).
+OWN_PINS = "mamba-doctor --requirements requirements.txt > fixed.txt && pip install -r fixed.txt"
+FIRST_SCREEN = (f"pip install mamba-doctor --index-url {INDEX_URL}doctor/", OWN_PINS)
 # What PyPI holds under the two names today: upstream's sdists, newer than this repository's 2.3.0.
 PYPI_SDISTS = {"mamba-ssm": "2.3.2.post1", "causal-conv1d": "1.7.0"}
 
@@ -367,6 +369,7 @@ ELSEWHERE = {
     "mamba-doctor": "tests/test_doctor_dist.py::test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_wheels",
     # run as typed, through a shell, in venvs holding another torch
     FRONT_DOOR: "tests/test_docs.py::test_the_front_door_keeps_the_users_torch",
+    OWN_PINS: "tests/test_doctor_pins.py::test_the_install_pages_requirements_file_path_runs_as_typed_with_pip_and_uv",
 }
 # Commands that need a service no test can reach.
 EXTERNAL = {
@@ -611,13 +614,14 @@ def test_the_pypi_torch_standin_is_what_pypi_ships(tmp_path):
     assert f"__version__ = {module!r}" in version_py and f"cuda: Optional[str] = {cuda!r}" in version_py, version_py
 
 
-def _front_door(vpy: Path, url: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    """The README's first block as typed, through bash, in an activated venv: its `pip` (this test's pip, aimed at
-    the venv: the test venvs hold none of their own) and its console scripts first on PATH."""
-    block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL).group(1)
-    assert block_commands(block) == list(FIRST_SCREEN)
+def _front_door(vpy: Path, url: str, env: dict, cwd: Path, block: str | None = None) -> subprocess.CompletedProcess:
+    """The README's first block (or BLOCK) as typed, through bash, in an activated venv: its `pip` (this test's
+    pip, aimed at the venv: the test venvs hold none of their own) and its console scripts first on PATH."""
+    if block is None:
+        block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL).group(1)
+        assert block_commands(block) == list(FIRST_SCREEN)
     shims = cwd / f"shims-{vpy.parents[1].name}"
-    shims.mkdir()
+    shims.mkdir(exist_ok=True)
     (shims / "pip").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pip --python "{vpy}" "$@"\n')
     (shims / "pip").chmod(0o755)
     script = "set -e\n" + block.replace(INDEX_URL, f"{url}/site/")
@@ -627,7 +631,8 @@ def _front_door(vpy: Path, url: str, env: dict, cwd: Path) -> subprocess.Complet
 
 
 def test_the_front_door_keeps_the_users_torch(tmp_path):
-    """The README's first block, run as typed in a venv that already holds a torch, against the site served on
+    """The README's first block, run as typed beside a model card's requirements file (a bare mamba-ssm and
+    causal-conv1d) in a venv that already holds a torch, against the site served on
     127.0.0.1: with a CUDA 13 torch 2.14 (a stand-in of PyPI's build) it installs upstream's wheels of that cell
     and keeps that torch; with a real CPU torch 2.13 (a cell upstream's line does not build) it stops, saying why
     (the axis), and installs nothing. It never replaces the torch."""
@@ -645,6 +650,7 @@ def test_the_front_door_keeps_the_users_torch(tmp_path):
     make_wheel(torches, "torch", "2.14.1+cu130", files=STANDIN_TORCH, requires_python=">=3.9")
     env = isolated_env(tmp_path)
     env["PIP_INDEX_URL"] = "http://127.0.0.1:9/"  # no PyPI: the torch must come from nowhere but the venv
+    (tmp_path / "requirements.txt").write_text("mamba-ssm\ncausal-conv1d\n")  # a model card's bare pair
     with serve(tmp_path / "www") as url:
         # a CUDA 13 torch 2.14: its cell's wheels, the torch kept
         cuda = make_venv(tmp_path / "cuda", find_python("3.11") or python311(), env)
@@ -655,6 +661,12 @@ def test_the_front_door_keeps_the_users_torch(tmp_path):
         assert got["torch"] == "2.14.1+cu130", got
         assert got["mamba-ssm"].lower() == f"2.3.2.post1+{label}".lower(), got
         assert got["causal-conv1d"].lower() == f"1.7.0+{label}".lower(), got
+        assert "torch==2.14.1+cu130" in (tmp_path / "fixed.txt").read_text()
+        # no requirements file: the README's other path, upstream's newest pair for this torch
+        assert FRONT_DOOR in (REPO / "README.md").read_text()
+        proc = _front_door(cuda, url, env, tmp_path, f"set -e\n{FRONT_DOOR}\n")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert versions(cuda, ["torch", "mamba-ssm"]) == {k: got[k] for k in ("torch", "mamba-ssm")}
         assert "torch==2.14.1+cu130" in (tmp_path / "mamba.txt").read_text()
 
         # PyPI's own torch (stand-ins: see PYPI_TORCHES): its unlabelled distribution kept, its cell installed
@@ -670,7 +682,7 @@ def test_the_front_door_keeps_the_users_torch(tmp_path):
             got = versions(pypi, ["torch", "mamba-ssm", "causal-conv1d"])
             assert got["torch"] == dist, got
             assert got["mamba-ssm"].lower() == f"2.3.2.post1+{want}".lower(), got
-            assert f"torch=={dist}  #" in (tmp_path / "mamba.txt").read_text()
+            assert f"torch=={dist}  #" in (tmp_path / "fixed.txt").read_text()
 
         # a real CPU torch 2.13: no wheel of upstream's line, said so; nothing installed, the torch kept
         cpu = torch_venv(tmp_path / "cpu", python311(), "torch==2.13.0", env)

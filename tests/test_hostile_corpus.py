@@ -9,6 +9,7 @@ and :data:`CLASSES` (each class of hostile input, per command) must name a case 
 
 from __future__ import annotations
 
+import codecs
 import http.server
 import json
 import os
@@ -24,10 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from hostilekit import add, chain_archive, corrupt_gzip, drip, sha256, snapshot
 from wheelmaker import make_mamba_wheel
-
-from conftest import REPO
 
 CODE = Path(os.environ.get("HOSTILE_CORPUS_CODE") or REPO)
 REPORT = os.environ.get("HOSTILE_CORPUS_REPORT")
@@ -1727,6 +1727,66 @@ DOCTOR_CASES = [
     DoctorCase("doctor-lookup-not-http", {0, 1}, "cannot reach the wheel index", _lookup("nothttp"), needs_torch=True),
     DoctorCase("doctor-lookup-json-deep", {0, 1}, "none indexed for this variant", _lookup("deep"), needs_torch=True),
     DoctorCase("doctor-lookup-escaped-name", {0, 1}, "none indexed for this variant", _lookup("evil"), needs_torch=True),
+]  # fmt: skip
+
+
+def _own_file(data: bytes | None, *, name: str = "requirements.txt", stdin: bool = False, make=None):
+    """`--requirements FILE` (or `-`, DATA on stdin) beside a stand-in CUDA 13 torch 2.14, with packaging (and
+    nothing else of the test's venv) on the path: the user's own requirements file, hostile."""
+
+    def run(w: DoctorWorld, scratch: Path):
+        import packaging
+
+        site = scratch / "site"
+        (site / "torch").mkdir(parents=True)
+        (site / "torch" / "__init__.py").write_text(
+            "from . import version\n__version__ = version.__version__\nclass _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
+            "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
+        )
+        (site / "torch" / "version.py").write_text("__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n")
+        (site / "packaging").symlink_to(Path(packaging.__file__).parent)
+        if make is not None:
+            make(scratch)
+        elif data is not None and not stdin:
+            (scratch / name).write_bytes(data)
+        return ["--requirements", "-" if stdin else name], {"PYTHONPATH": f"{site}{os.pathsep}{CODE}"}, data if stdin else None
+
+    return run
+
+
+def _own_silent_stdin(w: DoctorWorld, scratch: Path):
+    """`--requirements -` on a FIFO nobody writes to: the doctor stops waiting (pins.STDIN_S)."""
+    _argv, env, _ = _own_file(None, make=lambda s: None)(w, scratch)
+    fifo = scratch / "in"
+    os.mkfifo(fifo)
+    return ["--requirements", "-"], env, lambda: os.open(fifo, os.O_RDWR)
+
+
+# The user's own requirements file (mamba_ssm/doctor/pins.py): each case ends with its exit code and an `error:`
+# line, or prints a file and says what it kept; an option line never reaches the printed file unsaid.
+DOCTOR_CASES += [
+    DoctorCase("doctor-own-huge", 3, "more than 1 MiB", _own_file(b"numpy\n" * 300_000)),
+    DoctorCase("doctor-own-utf16-bom", 0, "mamba-ssm==", _own_file(codecs.BOM_UTF16_LE + "mamba-ssm\n".encode("utf-16-le"))),
+    DoctorCase("doctor-own-nul", 3, "holds a NUL character", _own_file(b"mamba-ssm\n\x00\n")),
+    DoctorCase("doctor-own-bad-utf8", 3, "not UTF-8 text", _own_file(b"mamba-ssm\n\xff\xfe\xc3(\n", stdin=True)),
+    DoctorCase("doctor-own-escapes", 3, "holds control characters", _own_file(b"numpy\x1b[2J\xe2\x80\xae\nmamba-ssm\n")),
+    DoctorCase("doctor-own-r-loop", 1, "does not follow", _own_file(b"-r requirements.txt\nmamba-ssm\n")),
+    DoctorCase("doctor-own-r-passwd", 1, "does not follow", _own_file(b"-r /etc/passwd\n", stdin=True)),
+    DoctorCase("doctor-own-constraint", 1, "does not follow", _own_file(b"-c c.txt\nmamba-ssm\n")),
+    DoctorCase("doctor-own-editable", 0, "kept as it was: `-e .`", _own_file(b"-e .\nmamba-ssm\n")),
+    DoctorCase("doctor-own-editable-mamba", 0, "a source build of mamba-ssm",
+               _own_file(b"-e git+https://github.com/state-spaces/mamba.git#egg=mamba_ssm\n")),
+    DoctorCase("doctor-own-index-url", 0, "kept as it was: `--index-url", _own_file(b"--index-url https://x.example/simple\nmamba-ssm\n")),
+    DoctorCase("doctor-own-unknown-option", 1, "an option the doctor does not carry", _own_file(b"--no-binary :all:\nmamba-ssm\n")),
+    DoctorCase("doctor-own-hash", 1, "belong to another wheel", _own_file(b"mamba-ssm==2.3.2.post1 --hash=sha256:00\n")),
+    DoctorCase("doctor-own-name-at-url", 0, "mamba-ssm==", _own_file(b"mamba-ssm @ https://x.example/mamba_ssm-2.3.2.post1.tar.gz\n")),
+    DoctorCase("doctor-own-wheel-url", 0, "mamba-ssm==2.3.2.post1+",
+               _own_file(b"https://x.example/mamba_ssm-2.3.2.post1+cu12torch2.5cxx11abiFALSE-cp311-cp311-linux_x86_64.whl\n")),
+    DoctorCase("doctor-own-fifo", 3, "not a regular file", _own_file(None, make=lambda s: os.mkfifo(s / "requirements.txt"))),
+    DoctorCase("doctor-own-folder", 3, "not a regular file", _own_file(None, make=lambda s: (s / "requirements.txt").mkdir())),
+    DoctorCase("doctor-own-stdin-silent", 3, "no answer within", _own_silent_stdin),
+    # the file's name is printed in the file's first comment: escaped, never a line of its own
+    DoctorCase("doctor-own-name-newline", 0, "for mamba-ssm", _own_file(b"mamba-ssm\n", name="r\n--index-url evil.txt")),
 ]  # fmt: skip
 
 

@@ -12,6 +12,12 @@ from builder.publishing.doctor_dist import NAME, publish, write_lines
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.record_requires:
+        from builder.publishing.release_lines import record_requires
+
+        print(f"doctor: wrote {record_requires(Path(args.record_requires)).relative_to(REPO)} from the sdists")
+        if args.out is None and not args.write_lines:
+            return 0
     if args.write_lines:
         print(f"doctor: wrote {write_lines().relative_to(REPO)} from the release plan")
         if args.out is None:
@@ -36,5 +42,9 @@ def add_command(subparsers) -> None:
     p.add_argument(
         "--write-lines", action="store_true",
         help="first rewrite mamba_ssm/doctor/lines.py (each line's site folder and newest versions) from the release plan",
+    )  # fmt: skip
+    p.add_argument(
+        "--record-requires", metavar="DIR",
+        help="first record builder/data/requires.toml (each release's requirements) from the sdists in DIR",
     )  # fmt: skip
     p.set_defaults(func=run)

@@ -201,6 +201,26 @@ class EnvValue:
 
 
 @dataclass(frozen=True)
+class Release:
+    """One [[release]] of a recipe: a version PyPI holds, its sdist's sha256 (the release's identity), the day it
+    was uploaded, and the source the farm builds it from: that sdist, or the release tag's commit where the sdist
+    holds no kernel sources."""
+
+    version: str
+    sha256: str
+    uploaded: str  # YYYY-MM-DD, from the simple index's upload-time
+    source: RecipeSource
+    line: int | None = None
+
+
+def _version_or_none(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except (InvalidVersion, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
 class Recipe:
     path: Path
     name: str  # canonical distribution name ("causal-conv1d")
@@ -219,6 +239,18 @@ class Recipe:
     deps: bool = False  # the smoke test installs the wheel's Requires-Dist (torch aside) before importing
     canary: CanaryPin | None = None  # [canary]: the default branch's head a canary profile builds
     release: RecipeSource | None = None  # the [source] a canary recipe (``at("canary")``) stands in for
+    releases: tuple[Release, ...] = ()  # [[release]]: every release PyPI holds, oldest first
+
+    def at_release(self, version: str) -> Recipe:
+        """The recipe building release VERSION of [[release]] (its sdist, or its tag's commit where the sdist
+        holds no kernel sources); RecipeError naming the releases when there is none of that version."""
+        wanted = _version_or_none(version)
+        for rel in self.releases:
+            if wanted is not None and Version(rel.version) == wanted:
+                return replace(self, source=rel.source)
+        known = ", ".join(r.version for r in self.releases) or "none"
+        raise RecipeError(f"{self.path}: no release {show(version)} of {self.name} (releases: {known})",
+                          hint="`python -m builder drift --write` adds the releases PyPI holds")  # fmt: skip
 
     def where(self, line: int | None) -> str:
         return f"{self.path}:{line}" if line else str(self.path)
@@ -422,6 +454,40 @@ def _canary(ck: _RecipeChecker, value: Any, source: RecipeSource) -> CanaryPin:
     return CanaryPin(source.name, version, url, commit, branch, release, distance)
 
 
+def _releases(ck: _RecipeChecker, value: Any, source: RecipeSource) -> tuple[Release, ...]:
+    """[[release]]: every release, oldest first, each once; [source] (the default build) must be one of them."""
+    out: list[Release] = []
+    for i, table in enumerate(ck.array(value, ("release",))):
+        path = ("release", i)
+        table = ck.table(table, path)
+        ck.keys(table, path, ("version", "sha256", "uploaded", "git", "commit"), required=("version", "sha256", "uploaded"))
+        version = ck.string(table["version"], path + ("version",), re.compile(r"[0-9A-Za-z.!_-]{1,60}"), "a version")
+        parsed = _version_or_none(version)
+        if parsed is None or parsed.local is not None or parsed.is_devrelease:
+            ck.fail(path + ("version",), f"{show(version)} is not a release's PEP 440 version (no .dev, no +label)")
+        if out and parsed <= Version(out[-1].version):
+            ck.fail(path + ("version",), f"{version} comes after {out[-1].version}: list releases once each, oldest first")
+        sha = table["sha256"]
+        if not isinstance(sha, str) or not SHA256_RE.fullmatch(sha):
+            ck.fail(path + ("sha256",), f"{show(sha)} is not a sha256 (64 lowercase hex digits)",
+                    hint="take it from the index's simple API (`python -m builder drift --write` does)")  # fmt: skip
+        uploaded = ck.string(table["uploaded"], path + ("uploaded",), re.compile(r"\d{4}-\d{2}-\d{2}"), "a day (YYYY-MM-DD)")
+        if "git" in table or "commit" in table:
+            if "git" not in table or "commit" not in table:
+                ck.fail(path + ("git" if "git" not in table else "commit",), "a release built from git takes both git and commit")
+            url, commit = _git_commit(ck, table, path, "`git rev-parse v<version>^{commit}` prints the tag's full commit")
+            built: RecipeSource = GitPin(source.name, version, url, commit)
+        else:
+            built = SdistPin(source.name, version, sha)
+        out.append(Release(version, sha, uploaded, built, ck.line(path)))
+    if out and isinstance(source, SdistPin):
+        same = [r for r in out if Version(r.version) == Version(source.version)]
+        if not same or same[0].sha256 != source.sha256:
+            ck.fail(("source",), f"[source] {source.version} (sha256 {source.sha256[:12]}…) is not one of the [[release]] tables",
+                    hint="[source] is the release built by default: copy its version and sha256 from its [[release]]")  # fmt: skip
+    return tuple(out)
+
+
 def _patches(ck: _RecipeChecker, value: Any, requires: Condition) -> tuple[Patch, ...]:
     out: list[Patch] = []
     seen: dict[str, int] = {}
@@ -575,7 +641,7 @@ def load_recipe(path: Path) -> Recipe:
     _refuse_odd_file(path)
     text, data = read_toml(path, RecipeError, "no such recipe", f"recipes live in {RECIPES_DIR}/<project>.toml")
     ck = _RecipeChecker(path, TomlLines(text), data)
-    ck.keys(data, (), ("project", "source", "canary", "requires", "build", "patch", "test", "verify"),
+    ck.keys(data, (), ("project", "source", "canary", "release", "requires", "build", "patch", "test", "verify"),
             required=("project", "source", "build", "test", "verify"))  # fmt: skip
 
     project = ck.table(data["project"], ("project",))
@@ -591,6 +657,7 @@ def load_recipe(path: Path) -> Recipe:
     if source.project != name:
         ck.fail(("source", "name"), f"the source {show(source.name)} is not the project {show(name)}")
     canary = _canary(ck, data["canary"], source) if "canary" in data else None
+    releases = _releases(ck, data.get("release", []), source)
 
     req = ck.table(data.get("requires", {}), ("requires",))
     requires = _condition(ck, req, ("requires",), extra=("why",))
@@ -620,6 +687,7 @@ def load_recipe(path: Path) -> Recipe:
         extensions=extensions,
         digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),  # the file's bytes (valid UTF-8 round-trips)
         canary=canary,
+        releases=releases,
     )
 
 

@@ -22,8 +22,9 @@ from builder.verifying.relabel import write_wheel
 
 SOURCE = REPO / "mamba_ssm"
 NAME, PACKAGE = "mamba-doctor", "mamba_doctor"
-# Imported at run time from the user's environment, never a requirement of the wheel.
-PROBED = {"torch"}
+# Imported at run time from the user's environment, never a requirement of the wheel (packaging, else pip's
+# vendored copy, parses a user's requirements file).
+PROBED = {"torch", "packaging", "pip"}
 
 
 def _version() -> str:
@@ -106,6 +107,25 @@ def collect() -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
+def vendored_packaging() -> dict[str, bytes]:
+    """packaging (the build environment's), as ``mamba_doctor/_vendor/packaging``: the doctor parses a user's
+    requirements file with it where the environment has neither packaging nor pip (a uv venv), and the wheel keeps
+    no dependency. Its modules import each other relatively; its licence files go with it."""
+    import importlib.metadata
+
+    import packaging
+
+    root = Path(packaging.__file__).parent
+    out = {f"{PACKAGE}/_vendor/__init__.py": b""}
+    for path in sorted(root.rglob("*.py")):
+        out[f"{PACKAGE}/_vendor/packaging/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    dist = importlib.metadata.distribution("packaging")
+    for f in dist.files or []:
+        if "LICENSE" in f.name.upper():
+            out[f"{PACKAGE}/_vendor/packaging-{dist.version}.{f.name}"] = Path(f.locate()).read_bytes()
+    return out
+
+
 def _metadata(version: str) -> str:
     return "".join([
         "Metadata-Version: 2.1\n", f"Name: {NAME}\n", f"Version: {version}\n",
@@ -127,6 +147,7 @@ def build_wheel(out_dir: Path) -> Path:
         else:
             members[f"{PACKAGE}/{rel}"] = src.read_bytes()
     members[f"{PACKAGE}/__main__.py"] = b"import sys\n\nfrom .doctor.cli import main\n\nsys.exit(main())\n"
+    members.update(vendored_packaging())
     stamp = SOURCE / "_index_url.txt"  # a release's index, as the package's own copy carries it
     if stamp.is_file():
         members[f"{PACKAGE}/_index_url.txt"] = stamp.read_bytes()

@@ -271,12 +271,15 @@ def doctor_lines(wheels: Iterable[ReleaseWheel] | None = None) -> dict[str, dict
 
 def doctor_lines_source(wheels: Iterable[ReleaseWheel] | None = None) -> str:
     """The text of LINES_MODULE (the doctor runs on the standard library of Python 3.10: no TOML, no plan)."""
+    from builder.publishing import release_lines
+
+    wheels = release_wheels() if wheels is None else tuple(wheels)
     lines = doctor_lines(wheels)
     body = ""
     for line, v in lines.items():
         body += f"    {json.dumps(line)}: {{\n"
-        body += f"        \"folder\": {json.dumps(v['folder'])},\n        \"projects\": {json.dumps(v['projects'])},\n"
-        body += "        \"labels\": {\n"
+        body += f'        "folder": {json.dumps(v["folder"])},\n        "projects": {json.dumps(v["projects"])},\n'
+        body += '        "labels": {\n'
         body += "".join(f"            {json.dumps(k)}: {json.dumps(c)},\n" for k, c in v["labels"].items())
         body += "        },\n    },\n"
     return (
@@ -296,7 +299,8 @@ def doctor_lines_source(wheels: Iterable[ReleaseWheel] | None = None) -> str:
         f"LEFT_OUT = {json.dumps(left_out_rows(), indent=1)}\n\n"
         "# GPU code a toolkit is known to compile wrong (builder/data/miscompiles.toml): an installed extension\n"
         "# carrying it is a problem on that GPU; the farm's wheels serve it with other code.\n"
-        f"MISCOMPILES = {json.dumps(miscompile_rows(), indent=4)}\n"
+        f"MISCOMPILES = {json.dumps(miscompile_rows(), indent=4)}\n\n"
+        + release_lines.releases_source(wheels, left_out_rows(wheels))
     )
 
 

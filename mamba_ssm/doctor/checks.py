@@ -220,7 +220,19 @@ def run_checks(facts: dict, *, index_url: str | None = None, offline: bool = Fal
     findings = _unpinnable_torch(facts, findings)
     findings += _extension_findings(facts, ctx, reinstall)
     findings += _source_build_findings(facts, ctx, findings, available)
+    findings = _off_label(findings, facts, index_url)
     return _one_answer(findings), extra
+
+
+def _off_label(findings: list[Finding], facts: dict, index_url: str | None) -> list[Finding]:
+    """A wheel installed by URL for another cell (offlabel.py): said once, its fix the same release's farm wheel,
+    in place of the label check's reinstall of the newest."""
+    from . import offlabel
+
+    found = offlabel.findings(facts, index_url)
+    named = {f.title.split(" ", 1)[0] for f in found}
+    keep = [f for f in findings if not (f.kind == "variant-mismatch" and f.title.split(" ")[1] in named)]
+    return keep + found
 
 
 def _reinstall_fix(facts: dict, ctx: Context, listed, available) -> str:

@@ -249,6 +249,10 @@ def _fix(kind: str, ctx: Context, groups: dict) -> str:
             f"or build here: {source_build_line(ctx)}"
             + ("" if ctx.variant_key else f"; or take the farm's wheel, which needs no libstdc++ newer than its manylinux tag allows: {install_line(ctx)}{_variant_hint(ctx)}")
         )
+    if kind == "off-label":
+        from .offlabel import explain_fix
+
+        return explain_fix(groups)
     if kind == "gpu-arch":
         return _gpu_fix(ctx)
     if kind == "no-wheel":

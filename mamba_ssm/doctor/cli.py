@@ -1,7 +1,7 @@
 """``python -m mamba_ssm.doctor [--json] [--explain TEXT|-] [--requirements LINE] [--index URL] [--offline]``.
 
 Exit codes: 0 healthy (or --explain found nothing it knows; --requirements printed the file), 1 a problem was
-found (--requirements: the line has no wheel here),
+found (--requirements: the line has no wheel here, or nothing the farm serves satisfies a pin of FILE),
 2 bad usage (argparse), 3 --explain could not read its input.
 """
 
@@ -21,7 +21,7 @@ EXIT_CODES = {
     EXIT_HEALTHY: "healthy: every check passed (with --explain: the message matched nothing the doctor knows)",
     EXIT_PROBLEM: "a problem was found; each one is printed with the command that fixes it (with --requirements: the line has no wheel for this environment, and why)",
     EXIT_USAGE: "bad usage (an unknown or malformed argument, an --index / MAMBA_WHEEL_INDEX holding control characters, or with --requirements one that is not one http(s) URL)",
-    EXIT_INPUT: "--explain could not read its input (stdin unreadable, over 64 MiB, silent for its first 20 s or open after 2 h, or an empty message)",
+    EXIT_INPUT: "--explain could not read its input (stdin unreadable, over 64 MiB, silent for its first 20 s or open after 2 h, or an empty message); --requirements FILE could not read FILE as a requirements file (unreadable, over 1 MiB, not text)",
 }
 EXPLAIN_CAP = 64 << 20  # a pasted log; only its first and last KiB are searched (classify.scan_window)
 EXPLAIN_FIRST_S = 20.0  # stdin's first bytes (`pip install ... 2>&1 |` prints "Collecting" at once)
@@ -46,9 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--index", metavar="URL", help="wheel index root (default: MAMBA_WHEEL_INDEX or the project's index)")
     p.add_argument("--offline", action="store_true", help="don't ask the index whether a wheel exists")
     p.add_argument(
-        "--requirements", metavar="LINE", choices=["upstream", "checkout"],
+        "--requirements", metavar="LINE|FILE",
         help="print a pip requirements file for this torch's cell of LINE (upstream's packages, or this repository's "
-        "mamba-ssm), holding the installed torch; exit 1 naming why where the line has no wheel here",
+        "mamba-ssm), holding the installed torch; exit 1 naming why where the line has no wheel here. A FILE (or - "
+        "for stdin: a requirements file, or a pasted `pip install` line) is printed back with each mamba-ssm and "
+        "causal-conv1d requirement answered by the farm's pin for this cell, every other line kept",
     )  # fmt: skip
     return p
 
@@ -106,6 +108,48 @@ def _index_problem(args) -> str | None:
     return None
 
 
+def _requirements_facts(args) -> dict | int:
+    """The facts --requirements pins from (both its forms), or the exit code of an error already printed: the
+    index checked as one URL first, then torch imported in a child process, bounded (only its facts are needed,
+    never its kernels)."""
+    from .facts import platform_facts, python_facts, torch_facts_bounded
+    from .requirements import BadIndex, checked_index
+
+    try:
+        checked_index(args.index)
+    except BadIndex as e:
+        return _error(f"{e}; give the index root's URL", EXIT_USAGE)
+    try:
+        torch = torch_facts_bounded()
+    except Untrusted as e:
+        return _error(str(e), EXIT_PROBLEM)
+    return {"python": python_facts(), "platform": platform_facts(), "torch": torch}
+
+
+def _own_pins(args) -> int:
+    """--requirements FILE: the user's own requirements answered (pins.py)."""
+    from .pins import InputError, PinError, answer, read_input
+    from .requirements import NoCell
+
+    try:
+        text, what = read_input(args.requirements)
+    except InputError as e:
+        return _error(str(e), EXIT_INPUT)
+    facts = _requirements_facts(args)
+    if isinstance(facts, int):
+        return facts
+    try:
+        out, notes = answer(text, facts, args.index, what)
+    except InputError as e:
+        return _error(str(e), EXIT_INPUT)
+    except (PinError, NoCell) as e:
+        return _error(str(e), EXIT_PROBLEM)
+    for note in notes:
+        print(f"mamba-doctor: {shown(note)}", file=sys.stderr)
+    sys.stdout.write(out)
+    return EXIT_HEALTHY
+
+
 def main(argv: list[str] | None = None) -> int:
     guard_output()  # controls, bidi overrides and surrogates escaped; an ascii terminal gets escapes too
     args = _parser().parse_args(argv)
@@ -114,19 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     problem = _index_problem(args)
     if problem:
         return _error(problem, EXIT_USAGE)
+    if args.requirements and args.requirements not in ("upstream", "checkout"):
+        return _own_pins(args)
     if args.requirements:
-        from .facts import platform_facts, python_facts, torch_facts_bounded
-        from .requirements import BadIndex, NoCell, checked_index, requirements
+        from .requirements import NoCell, requirements
 
-        try:
-            checked_index(args.index)
-        except BadIndex as e:
-            return _error(f"{e}; give the index root's URL", EXIT_USAGE)
-        try:  # torch imported in a child process, bounded: only its facts are needed, never its kernels
-            torch = torch_facts_bounded()
-        except Untrusted as e:
-            return _error(str(e), EXIT_PROBLEM)
-        facts = {"python": python_facts(), "platform": platform_facts(), "torch": torch}
+        facts = _requirements_facts(args)
+        if isinstance(facts, int):
+            return facts
         try:
             sys.stdout.write(requirements(args.requirements, facts, args.index))
         except NoCell as e:

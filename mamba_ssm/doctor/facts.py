@@ -408,6 +408,12 @@ def mamba_facts() -> dict:
     return out
 
 
+def direct_urls() -> dict:
+    from .offlabel import direct_urls as read
+
+    return read()
+
+
 def gather() -> dict:
     torch = torch_facts()
     mm = _torch_mm(torch)
@@ -419,6 +425,7 @@ def gather() -> dict:
         "compiler": compiler_facts(need_cxx20=mm is not None and mm >= _variant.vtuple_mm(_variant.CXX20_FROM)),
         "mamba_ssm": mamba_facts(),
         "causal_conv1d": {**dist_facts("causal-conv1d"), "extensions": module_archs(["causal_conv1d_cuda"])},
+        "direct_urls": direct_urls(),  # offlabel.py: what was installed from a URL, not an index
     }
 
 

@@ -44,14 +44,7 @@ def requirements(line: str, facts: dict, index_url: str | None = None) -> str:
         raise NoCell(f"not supported: {UNSUPPORTED[SYSTEMS[plat['system']]]}")
     if (py.get("tag") or "").endswith("t"):
         raise NoCell(f"not supported: {UNSUPPORTED[FREE_THREADED]}")
-    if not torch.get("installed") or not torch.get("version"):
-        raise NoCell(f"no torch in this environment ({py.get('executable')}): {TORCH_FIRST}")
-    try:  # each becomes a word of the file: an ASCII PEP 440 version, nothing else
-        version = pep440(torch["version"], "torch's version")
-        dist = pep440(torch["dist_version"], "torch's distribution version") if torch.get("dist_version") else None
-    except Untrusted as e:
-        raise NoCell(f"{e}; reinstall torch") from None
-    dist = _kept(torch, version, dist)
+    version, dist = installed_torch(facts)
     try:
         variant = _variant.from_values(
             version, cuda=torch.get("cuda"), hip=torch.get("hip"), cxx11abi=torch.get("cxx11abi")
@@ -89,6 +82,21 @@ def requirements(line: str, facts: dict, index_url: str | None = None) -> str:
             *pins,
         )
     )
+
+
+def installed_torch(facts: dict) -> tuple[str, str]:
+    """(``torch.__version__``, the distribution version a pin keeps it at), each an ASCII PEP 440 version (each
+    becomes a word of a printed file, nothing else); NoCell where there is no torch or no pin keeps it. Every
+    requirements file the doctor writes pins torch through this."""
+    py, torch = facts["python"], facts["torch"]
+    if not torch.get("installed") or not torch.get("version"):
+        raise NoCell(f"no torch in this environment ({py.get('executable')}): {TORCH_FIRST}")
+    try:
+        version = pep440(torch["version"], "torch's version")
+        dist = pep440(torch["dist_version"], "torch's distribution version") if torch.get("dist_version") else None
+    except Untrusted as e:
+        raise NoCell(f"{e}; reinstall torch") from None
+    return version, _kept(torch, version, dist)
 
 
 def _kept(torch: dict, version: str, dist: str | None) -> str:

@@ -157,4 +157,17 @@ RULES = [
         "on sys.path shadowing the installed package)",
         "fix": "reinstall-variant",
     },
+    {
+        "kind": "off-label-wheel",
+        "patterns": [
+            (
+                r"pip3?[ \t]{1,8}install[ \t][^\n]{0,400}?https?://[^\s'\"]{0,400}?(?P<wheel>(?P<project>mamba_ssm|causal_conv1d)-"
+                r"(?P<version>[0-9][0-9a-z.]{0,32})\+(?P<label>(?:cu|hip|cpu)[0-9A-Za-z.]{0,64})-[\w.-]{0,64}\.whl)"
+            ),
+        ],
+        "title": "a wheel taken by URL: {project} {version} built for {label}",
+        "why": "a wheel from upstream's GitHub releases is built for one torch, CUDA major and C++ ABI ({label}); under "
+        "any other torch it fails with `undefined symbol`, or loads code built for another torch",
+        "fix": "off-label",
+    },
 ]
