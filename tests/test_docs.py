@@ -22,11 +22,13 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from indexkit import find_python, isolated_env, make_venv, pip, serve, uv_pip
 from wheelmaker import (
     CAUSAL_CONV1D,
     STANDIN_SDIST_MARK,
     UPSTREAM_MAMBA,
+    V,
     make_fake_torch,
     make_mamba_wheel,
     make_recipe_wheel,
@@ -36,8 +38,6 @@ from wheelmaker import (
 
 from builder.publishing import doctor_dist, pins
 from docs.hooks import refgen
-
-from conftest import REPO
 
 DOCS = REPO / "docs"
 INDEX_URL = "https://mamba-ssm.github.io/wheels/"
@@ -560,7 +560,7 @@ def test_the_coverage_pages_name_no_maintainer_command_and_say_what_a_wrong_row_
     env = isolated_env(tmp_path)
     env["PIP_INDEX_URL"] = f"{url}/pypi/"  # the stand-in PyPI has torch 2.13 and 2.14, not 2.6
     vpy = _venv_with_torch(tmp_path / "v", "2.13.0", torches, env)
-    wrong = ["install", "mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE", "--extra-index-url", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/"]
+    wrong = ["install", f"mamba-ssm=={V}+cu12torch2.6cxx11abiFALSE", "--extra-index-url", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/"]
     proc = pip(vpy, wrong, env, check=False)
     assert proc.returncode != 0 and "torch==2.6" in proc.stdout + proc.stderr and installed_torch(vpy) == "2.13.0"
     pip(vpy, [*wrong, "--no-deps"], env)

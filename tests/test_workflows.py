@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from tests.wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel, make_standin_sdist
+from conftest import REPO
+from wheelmaker import V
 
 from builder.verifying import evidence
-
-from conftest import REPO
+from tests.wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel, make_standin_sdist
 
 WORKFLOWS = REPO / ".github" / "workflows"
 RELEASE = WORKFLOWS / "release.yml"
@@ -298,7 +297,7 @@ def test_the_sdist_goes_only_to_the_pypi_project_a_variable_names(tmp_path):
     check = next(s for s in steps if s.get("name") == "The sdist is the project PYPI_PROJECT names")
     assert steps.index(check) < next(i for i, s in enumerate(steps) if "gh-action-pypi-publish@" in s.get("uses", ""))
     (tmp_path / "dist").mkdir()
-    make_standin_sdist(tmp_path / "dist", "mamba-ssm", "2.3.0")  # PKG-INFO's Name: as the release's sdist has
+    make_standin_sdist(tmp_path / "dist", "mamba-ssm", V)  # PKG-INFO's Name: as the release's sdist has
     run = lambda project: subprocess.run(["bash", "-e", "-c", check["run"]], cwd=tmp_path, capture_output=True, text=True,
                                          env={"PATH": os.environ["PATH"], "PYPI_PROJECT": project}, timeout=30)  # fmt: skip
     assert run("mamba-ssm").returncode == 0 and run("Mamba_SSM").returncode == 0
@@ -730,7 +729,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
     )
     ctx = {
         "needs.plan.outputs.matrix": json.dumps(plan_matrix(), separators=(",", ":")),
-        "github.ref_name": "v2.3.0",
+        "github.ref_name": f"v{V}",
         "needs.plan.outputs.publish": "true" if publish else "false",
         "github.repository": "example/mamba-farm",
         "github.token": "not-a-token",
@@ -749,7 +748,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
         {
             **{k: render(v, ctx) for k, v in wf["env"].items()},
             **{k: render(v, ctx) for k, v in job["env"].items()},
-            "GITHUB_REF_NAME": "v2.3.0",
+            "GITHUB_REF_NAME": f"v{V}",
             "GITHUB_SERVER_URL": "https://github.com",
             "GITHUB_REPOSITORY": "example/mamba-farm",
             "FAKE_GH_LOG": tmp / "gh.log",
@@ -842,8 +841,8 @@ def assert_steps_succeeded(done: list) -> None:
 
 
 def by_line(wheels: list[Path]) -> tuple[list[Path], list[Path]]:
-    """(this checkout's, upstream's): ours are 2.3.0, built from this checkout."""
-    ours = [w for w in wheels if "-2.3.0+" in w.name]
+    """(this checkout's, upstream's): ours are this checkout's version (V), built from this checkout."""
+    ours = [w for w in wheels if f"-{V}+" in w.name]
     return ours, [w for w in wheels if w not in ours]
 
 
@@ -883,7 +882,7 @@ def test_publish_dry_run_indexes_each_line_apart_and_lists_each_failed_build(tmp
     listed = {line.split()[1] for line in dict(done)["release-assets"].read_text().splitlines()}
     made = json.loads((ws / "dist" / "index" / "manifest.json").read_text())["wheel_variants"]["files"]
     assert listed == {f"wheels/{w.name}" for w in (ws / "dist" / "wheels").iterdir()} | {
-        f"variant-assets/{n}" for n in [*made, *(["mamba_ssm-2.3.0-variants.json"] if made else [])]
+        f"variant-assets/{n}" for n in [*made, *([f"mamba_ssm-{V}-variants.json"] if made else [])]
     }
     assert (ws / "dist" / "logs" / f"log-{FAILED}" / f"{FAILED}.log").is_file()
     assert (ws / "dist" / "logs" / f"log-{GROUP_JOB}" / f"{GROUP_FAILED}.log").is_file()
@@ -917,8 +916,8 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels_of_both_line
     site = dict(done)["actions/upload-pages-artifact"]
     # every wheel is linked to its release's asset, v2.2.0's still there, each in its line's index;
     # the site holds no wheel
-    check_index(site, {**dict.fromkeys(ours, "v2.3.0"), old_ours: "v2.2.0"})
-    check_index(site / "upstream", {**dict.fromkeys(theirs, "v2.3.0"), old_theirs: "v2.2.0"}, f"{INDEX_URL}/upstream")
+    check_index(site, {**dict.fromkeys(ours, f"v{V}"), old_ours: "v2.2.0"})
+    check_index(site / "upstream", {**dict.fromkeys(theirs, f"v{V}"), old_theirs: "v2.2.0"}, f"{INDEX_URL}/upstream")
     # no wheel but the standalone doctor's (tens of kB, served from the site itself): the rest are release assets
     doctor = site / "doctor" / "mamba-doctor"
     assert not list(site.rglob("files")) and [w for w in site.rglob("*.whl") if w.parent != doctor] == []
@@ -926,9 +925,9 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels_of_both_line
     assert dict(done)["attest"] == [p.name for p in new]
     upload = next(c for c in calls if c[:2] == ["release", "upload"])
     assets = {Path(a).name for a in upload[3:] if not a.startswith("-")}
-    assert upload[2] == "v2.3.0" and assets >= {p.name for p in new} | {p.name + ".spec.json" for p in new}
+    assert upload[2] == f"v{V}" and assets >= {p.name for p in new} | {p.name + ".spec.json" for p in new}
     assert assets >= {p.name + ".evidence.json" for p in ours}  # what was checked of each wheel, published beside it
-    assert "build-logs-v2.3.0.tar.gz" in assets
+    assert f"build-logs-v{V}.tar.gz" in assets
     assert any(c[:2] == ["release", "create"] and "--verify-tag" in c for c in calls)
     notes = (ws / "dist" / "summary.md").read_text()  # the release's notes name both lines' indexes
     assert f"{INDEX_URL}/<variant>/" in notes and f"{INDEX_URL}/upstream/<variant>/" in notes
@@ -942,8 +941,8 @@ def test_the_first_release_publishes_with_no_earlier_wheels(tmp_path):
     assert_steps_succeeded(done)
     ours, theirs = by_line(sorted((ws / "dist" / "wheels").glob("*.whl")))
     site = dict(done)["actions/upload-pages-artifact"]
-    check_index(site, dict.fromkeys(ours, "v2.3.0"))
-    check_index(site / "upstream", dict.fromkeys(theirs, "v2.3.0"), f"{INDEX_URL}/upstream")
+    check_index(site, dict.fromkeys(ours, f"v{V}"))
+    check_index(site / "upstream", dict.fromkeys(theirs, f"v{V}"), f"{INDEX_URL}/upstream")
     assert not [c for c in calls if c[:2] == ["release", "download"]]
 
 
@@ -961,7 +960,7 @@ def test_publish_refuses_a_wheel_without_its_sidecar(tmp_path):
     _, done, out, calls, _ = run_publish(tmp_path, publish=True, artifacts=build_artifacts(tmp_path, sidecars=False))
     name, proc = done[-1]
     assert name == "Collect what was built" and proc.returncode != 0
-    assert "no sidecar" in proc.stderr and "mamba_ssm-2.3.0+cpu" in proc.stderr and "Traceback" not in proc.stderr
+    assert "no sidecar" in proc.stderr and f"mamba_ssm-{V}+cpu" in proc.stderr and "Traceback" not in proc.stderr
     assert "built" not in out and calls == [], "nothing is counted, indexed or released"
 
 
