@@ -86,7 +86,7 @@ def test_ngc_end_to_end_through_the_setup_entry_point(index, tmp_path):
         import importlib.util, sys
         spec = importlib.util.spec_from_file_location("_prebuilt", {str(REPO / "mamba_ssm" / "prebuilt.py")!r})
         mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-        path = mod.for_setup("2.3.0", sys.argv[1])
+        path = mod.for_setup({OURS!r}, sys.argv[1])
         print("WHEEL", path.name if path else None)
         """
     )
