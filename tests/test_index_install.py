@@ -44,7 +44,7 @@ def site(tmp_path_factory):
     for label, pythons in LABELS.items():
         for py in pythons:
             make_mamba_wheel(wheels, label, py)
-            make_mamba_wheel(wheels, label, py, version="2.2.0")  # an older release on the same page
+            make_mamba_wheel(wheels, label, py, version="0.2.0")  # an older release of this line on the same page
     make_mamba_wheel(wheels, "cu13torchstable", "cp310")
     build_index(wheels, root / "www" / "index")
 
