@@ -206,7 +206,7 @@ class Target:
     def version(self) -> str:
         """What the metadata says. Built from an sdist (a user's install), the sdist's own version: pip
         discards a candidate whose metadata disagrees with the version its index named ("inconsistent
-        version: expected '2.3.0', but metadata has '2.3.0+cputorch2.13cxx11abitrue'"). The prebuilt
+        version: expected '0.3.0', but metadata has '0.3.0+cputorch2.13cxx11abitrue'"). The prebuilt
         wheel it then installs keeps its label; MAMBA_FORCE_BUILD=TRUE (the farm) and
         MAMBA_LOCAL_VERSION label a wheel compiled from an sdist too."""
         if (ROOT / "PKG-INFO").is_file() and not self.force_build and "MAMBA_LOCAL_VERSION" not in self.env:

@@ -59,6 +59,14 @@ class IndexIntegrityError(FarmError):
     exit_code = 5
 
 
+class NameCollision(IndexIntegrityError):
+    """One name would stand for two different things: one filename with two sets of bytes, one distribution name
+    and version from two sources, or a recipe wheel named as upstream's own release wheels are. The error names
+    both; nothing was published."""
+
+    exit_code = 19
+
+
 # --- Third-party sources and recipes (builder/sourcing/sources.py, builder/planning/recipes.py, builder/sourcing/prepare.py) ---
 
 

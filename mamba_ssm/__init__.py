@@ -4,7 +4,7 @@
 use (PEP 562), so ``import mamba_ssm`` (the doctor, setup.py's version read) needs no torch.
 """
 
-__version__ = "2.3.0"
+__version__ = "0.3.0"
 
 # name -> the module that defines it (upstream's names; Mamba2, mamba_inner_fn, MambaLMHeadModel are upstream only)
 _EXPORTS = {

@@ -92,7 +92,7 @@ _guard = _sibling("guard")
 class WheelName:
     filename: str
     name: str
-    public: str  # "2.3.0"
+    public: str  # "0.3.0"
     local: str | None  # "cputorch2.13cxx11abiTRUE"
     pythons: tuple[str, ...]
     abis: tuple[str, ...]
@@ -420,7 +420,7 @@ def for_setup(version: str, dest_dir=None, *, variant=None, stream=None):
     """The setup.py entry point: look up the wheel, print one line, return its path or None.
 
     ``variant`` is what the installed torch needs (default: read from torch's files, else by importing
-    it). ``version`` is what setup.py is about to build (``2.3.0+<label>``). When its label is not the
+    it). ``version`` is what setup.py is about to build (``0.3.0+<label>``). When its label is not the
     one this torch needs (MAMBA_FORCE_CXX11_ABI, MAMBA_SKIP_CUDA_BUILD, MAMBA_LOCAL_VERSION asked for
     something else), the user wants that build, not the published wheel.
     """

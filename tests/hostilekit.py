@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from indexkit import running
+from wheelmaker import V
 
 
 def add(tf: tarfile.TarFile, name: str, type_=tarfile.REGTYPE, linkname: str = "", data: bytes = b"") -> None:
@@ -143,8 +144,8 @@ class HostileIndex(http.server.BaseHTTPRequestHandler):
             "huge": b"<a href='x'>" * ((20 << 20) // 12),
             "json": json.dumps({"files": [{"filename": ["not", "a", "str"], "hashes": 7}]}).encode(),
             "deep": b"[" * 200_000 + b"]" * 200_000,
-            "nested": b"<div>" * 100_000 + b"<a href='mamba_ssm-2.3.0-cp311-cp311-linux_x86_64.whl#sha256=zz'>x</a>",
-            "evil": f"<a href='mamba_ssm-2.3.0+{FAKE_LINE}-cp311-cp311-linux_x86_64.whl'>x</a>".encode(),
+            "nested": b"<div>" * 100_000 + b"<a href='mamba_ssm-0.3.0-cp311-cp311-linux_x86_64.whl#sha256=zz'>x</a>",
+            "evil": f"<a href='mamba_ssm-{V}+{FAKE_LINE}-cp311-cp311-linux_x86_64.whl'>x</a>".encode(),
         }
         self.send_response(200)
         self.send_header("Content-Type", "text/html")

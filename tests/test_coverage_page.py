@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from indexkit import serve
-from wheelmaker import make_mamba_wheel
+from wheelmaker import V, make_mamba_wheel
 
 from builder.publishing.index import build_index
 
@@ -61,17 +61,17 @@ def test_coverage_page_in_headless_chromium(tmp_path):
     # the script filled in the absolute base: each cell carries a runnable, pinned command
     commands = re.findall(r'data-command="([^"]+)"', html)
     assert (
-        f"pip install mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE --extra-index-url {page}cu12-torch2.6-cxx11abiFALSE/"
+        f"pip install mamba-ssm=={V}+cu12torch2.6cxx11abiFALSE --extra-index-url {page}cu12-torch2.6-cxx11abiFALSE/"
         in commands
     )
     assert (
-        f"pip install mamba-ssm==2.3.0+hip62torch2.5cxx11abiFALSE --extra-index-url {page}hip62-torch2.5-cxx11abiFALSE/"
+        f"pip install mamba-ssm=={V}+hip62torch2.5cxx11abiFALSE --extra-index-url {page}hip62-torch2.5-cxx11abiFALSE/"
         in commands
     )
-    assert f"pip install mamba-ssm==2.3.0+cu13torchstable --extra-index-url {page}cu13-torchstable-abi3/" in commands
-    assert all("==2.3.0+" in c for c in commands)
+    assert f"pip install mamba-ssm=={V}+cu13torchstable --extra-index-url {page}cu13-torchstable-abi3/" in commands
+    assert all(f"=={V}+" in c for c in commands)
     # each cell links its wheel
-    assert 'href="files/mamba_ssm-2.3.0+cu13torch2.14cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"' in html
+    assert f'href="files/mamba_ssm-{V}+cu13torch2.14cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"' in html
     assert shooter.returncode == 0 and shot.stat().st_size > 20_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -115,7 +115,7 @@ def test_coverage_page_shows_each_project_with_its_own_commands(tmp_path):
     )
     assert "Python 3.10" in body["causal-conv1d"] and "Python 3.10" not in body["mamba-ssm"]
     assert "upstream's published sdist" in body["causal-conv1d"] and CAUSAL_CONV1D in body["causal-conv1d"]
-    assert 'href="files/causal_conv1d-1.7.0+cu13torch2.14cxx11abitrue-cp312-cp312-linux_x86_64.whl"' in html
+    assert 'href="files/causal_conv1d-1.7.0+cu13torch2.14cxx11abitrue-cp312-cp312-manylinux_2_28_x86_64.whl"' in html
     assert re.search(r'<nav class="projects">.*href="#causal-conv1d"', html)
 
 

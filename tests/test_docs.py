@@ -23,11 +23,13 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from indexkit import find_python, isolated_env, make_venv, pip, serve, uv_pip
 from wheelmaker import (
     CAUSAL_CONV1D,
     STANDIN_SDIST_MARK,
     UPSTREAM_MAMBA,
+    V,
     make_fake_torch,
     make_mamba_wheel,
     make_recipe_wheel,
@@ -38,8 +40,6 @@ from wheelmaker import (
 from builder.publishing import doctor_dist, pins
 from docs.hooks import refgen
 
-from conftest import REPO
-
 DOCS = REPO / "docs"
 INDEX_URL = "https://mamba-ssm.github.io/wheels/"
 # Upstream's packages for PyPI's torch 2.14 (CUDA 13, CXX11 ABI), pinned: the install page's example.
@@ -49,7 +49,7 @@ FRONT_DOOR = "mamba-doctor --requirements upstream > mamba.txt && pip install -r
 # The install page's lead: the user's own requirements file, answered for the torch installed (doctor/pins.py).
 OWN_PINS = "mamba-doctor --requirements requirements.txt > fixed.txt && pip install -r fixed.txt"
 FIRST_SCREEN = (f"pip install mamba-doctor --index-url {INDEX_URL}doctor/", OWN_PINS)
-# What PyPI holds under the two names today: upstream's sdists, newer than this repository's 2.3.0.
+# What PyPI holds under the two names today: upstream's sdists, newer than this repository's 0.3.0.
 PYPI_SDISTS = {"mamba-ssm": "2.3.2.post1", "causal-conv1d": "1.7.0"}
 
 
@@ -564,7 +564,7 @@ def test_the_coverage_pages_name_no_maintainer_command_and_say_what_a_wrong_row_
     env = isolated_env(tmp_path)
     env["PIP_INDEX_URL"] = f"{url}/pypi/"  # the stand-in PyPI has torch 2.13 and 2.14, not 2.6
     vpy = _venv_with_torch(tmp_path / "v", "2.13.0", torches, env)
-    wrong = ["install", "mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE", "--extra-index-url", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/"]
+    wrong = ["install", f"mamba-ssm=={V}+cu12torch2.6cxx11abiFALSE", "--extra-index-url", f"{url}/index/cu12-torch2.6-cxx11abiFALSE/"]
     proc = pip(vpy, wrong, env, check=False)
     assert proc.returncode != 0 and "torch==2.6" in proc.stdout + proc.stderr and installed_torch(vpy) == "2.13.0"
     pip(vpy, [*wrong, "--no-deps"], env)

@@ -23,11 +23,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mamba_ssm import elf as _elf, variant as _variant
-
-from mamba_ssm.doctor.lines import LINES as _LINES
-
 from conftest import REPO
+from wheelmaker import V
+
+from mamba_ssm import elf as _elf
+from mamba_ssm import variant as _variant
+from mamba_ssm.doctor.lines import LINES as _LINES
 
 LINES_PROJECTS = {line: v["projects"] for line, v in _LINES.items()}
 
@@ -80,7 +81,7 @@ def _install(site: Path, so: Path | None, label: str | None) -> Path:
     shutil.copytree(REPO / "mamba_ssm", site / "mamba_ssm", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     if so is not None:
         shutil.copyfile(so, site / "mamba_ssm" / f"_C{EXT_SUFFIX}")
-    version = "2.3.0" + (f"+{label}" if label else "")
+    version = V + (f"+{label}" if label else "")
     info = site / f"mamba_ssm-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: {version}\n")
@@ -139,7 +140,7 @@ def test_other_abi_install_is_diagnosed_with_the_exact_fix(tmp_path, probes):
     assert "_ZN3c105ErrorC1ENS_14SourceLocationESs" in ext["detail"]
     index_url = (tmp_path / "index").absolute().as_uri()
     # torch pinned as pip sees it (kept, or pip stops), the wheel's dependencies installed: no --force-reinstall --no-deps
-    fix = f'-m pip install torch=={importlib.metadata.version("torch")} mamba-ssm==2.3.0+{WANT.label} --extra-index-url {index_url}/{WANT.key}/'
+    fix = f'-m pip install torch=={importlib.metadata.version("torch")} mamba-ssm=={V}+{WANT.label} --extra-index-url {index_url}/{WANT.key}/'
     assert ext["fix"].endswith(fix)
     assert by_check["label"]["kind"] == "variant-mismatch" and by_check["label"]["fix"].endswith(fix)
 
@@ -163,7 +164,7 @@ def test_the_fix_pins_the_stable_wheel_when_that_is_what_the_index_serves(tmp_pa
     doc = json.loads(_doctor(site, "--json", "--index", str(tmp_path / "index")).stdout)
     assert doc["wheel_available"] is True
     (label,) = [f for f in doc["findings"] if f["check"] == "label" and f["verdict"] == "problem"]
-    assert f"mamba-ssm==2.3.0+{stable} --extra-index-url" in label["fix"], label["fix"]
+    assert f"mamba-ssm=={V}+{stable} --extra-index-url" in label["fix"], label["fix"]
     assert label["fix"].endswith(f"/{WANT.as_stable().key}/")  # no sidecar here: only its own page lists it
     req, url = re.search(r"(mamba-ssm==\S+) --extra-index-url (\S+)", label["fix"]).groups()
     got = subprocess.run(
@@ -171,7 +172,7 @@ def test_the_fix_pins_the_stable_wheel_when_that_is_what_the_index_serves(tmp_pa
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert got.returncode == 0, got.stdout + got.stderr
-    assert [p.name.split("-")[1] for p in (tmp_path / "dl").glob("*.whl")] == [f"2.3.0+{stable}"]
+    assert [p.name.split("-")[1] for p in (tmp_path / "dl").glob("*.whl")] == [f"{V}+{stable}"]
 
 
 def test_a_stale_module_next_to_the_stable_one_is_a_failure(tmp_path, probes):
@@ -197,7 +198,7 @@ def test_a_stale_module_next_to_the_stable_one_is_a_failure(tmp_path, probes):
     contra = found["extension-contradicts-label"]
     assert contra["title"] == f"{stale} contradicts the installed label {WANT.as_stable().label}"
     assert f"version-specific ({WANT.python}) build" in contra["detail"]
-    fix = f'mamba-ssm==2.3.0+{WANT.label} --extra-index-url'  # the doctor's reinstall line, torch pinned before it
+    fix = f'mamba-ssm=={V}+{WANT.label} --extra-index-url'  # the doctor's reinstall line, torch pinned before it
     assert fix in found["stale-extension"]["fix"] and fix in contra["fix"]
     text = _doctor(site, "--index", str(tmp_path / "index")).stdout
     assert "[FAIL] 2 builds of mamba_ssm._C are installed" in text and "Verdict: healthy" not in text
@@ -211,7 +212,7 @@ def test_a_module_whose_accelerator_contradicts_the_label_is_a_failure(tmp_path,
     (f,) = [f for f in doc["findings"] if f["kind"] == "extension-contradicts-label"]
     assert f["verdict"] == "problem" and f["detail"] == "it carries a CPU build, the label is CUDA code"
     # what this torch needs, offline: torch 2.13 >= the stable floor, so the stable-ABI wheel the release builds
-    assert f"mamba-ssm==2.3.0+{WANT.as_stable().label}" in f["fix"]
+    assert f"mamba-ssm=={V}+{WANT.as_stable().label}" in f["fix"]
 
 
 def test_missing_extension_is_a_problem_not_a_traceback(tmp_path):
@@ -309,7 +310,7 @@ def test_a_wheel_built_by_setup_py_for_the_other_abi_is_diagnosed(tmp_path):
     kinds = {f["kind"] for f in doc["findings"] if f["verdict"] == "problem"}
     assert kinds == {"cxx11-abi-mismatch", "variant-mismatch"}
     # offline, for torch >= the stable floor: the stable-ABI wheel (no default release builds a classic one)
-    assert all(f"mamba-ssm==2.3.0+{WANT.as_stable().label}" in f["fix"] for f in doc["findings"] if f["verdict"] == "problem")
+    assert all(f"mamba-ssm=={V}+{WANT.as_stable().label}" in f["fix"] for f in doc["findings"] if f["verdict"] == "problem")
 
 
 def _facts(**torch_over) -> dict:
@@ -324,7 +325,7 @@ def _facts(**torch_over) -> dict:
            "archs": {"sass": ["sm_80", "sm_90"], "ptx": [], "hip": [], "notes": []}}  # fmt: skip
     return {
         "torch": torch_facts,
-        "mamba_ssm": {"public_version": "2.3.0", "installed_version": "2.3.0+cu13torch2.14cxx11abiTRUE",
+        "mamba_ssm": {"public_version": V, "installed_version": f"{V}+cu13torch2.14cxx11abiTRUE",
                       "label": "cu13torch2.14cxx11abiTRUE", "location": "/x", "extensions": [ext]},  # fmt: skip
         "cuda_toolkit": {"nvcc_on_path": "/usr/bin/nvcc", "nvcc_release": "12.4", "nvcc_toolkit": "/usr/lib/cuda",
                          "cuda_home": None, "cuda_home_release": None},  # fmt: skip
@@ -339,7 +340,7 @@ def test_checks_for_a_gpu_the_wheel_does_not_cover_and_a_source_build_that_would
     by = {f.check: f for f in findings}
     assert by["gpu-arch"].verdict == "problem" and by["gpu-arch"].kind == "no-kernel-image"
     # the line's wheels carry sm_120: the fix is the farm's wheel of the cell, not a build
-    assert by["gpu-arch"].fix.startswith(f"{sys.executable} -m pip install --force-reinstall --no-deps mamba-ssm==2.3.0+cu13")
+    assert by["gpu-arch"].fix.startswith(f"{sys.executable} -m pip install --force-reinstall --no-deps mamba-ssm=={V}+cu13")
     # The wheel itself imports: source-build gaps are warnings, not failures.
     assert by["nvcc"].verdict == "warn" and by["nvcc"].kind == "cuda-version-mismatch"
     assert by["compiler"].verdict == "warn" and by["compiler"].kind == "cxx20-required"
@@ -424,7 +425,7 @@ def _user(*, python="cp311", system="Linux", machine="x86_64", glibc="2.35", tor
     ext = {"module": "selective_scan_cuda" if line == "upstream" else "mamba_ssm._C", "path": "/x/ext.so", "abi": "cxx11",
            "import": {"ok": import_error is None, "error": import_error, "traceback": import_error},
            "archs": {"sass": [], "ptx": [], "hip": [], "notes": []}}  # fmt: skip
-    version = {"upstream": "2.3.2.post1", "checkout": "2.3.0", None: None}[line]
+    version = {"upstream": "2.3.2.post1", "checkout": V, None: None}[line]
     return {  # fmt: skip
         "python": {"version": f"{python[2]}.{python[3:].rstrip('t')}.1", "tag": python, "executable": "/venv/bin/python"},
         "platform": {"system": system, "machine": machine, "glibc": glibc, "platform": system},

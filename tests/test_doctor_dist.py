@@ -15,10 +15,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from indexkit import find_python, isolated_env, make_venv, pip, serve
 from wheelmaker import (
     CAUSAL_CONV1D,
     UPSTREAM_MAMBA,
+    V,
     make_recipe_wheel,
     make_standin_sdist,
     make_wheel,
@@ -26,8 +28,6 @@ from wheelmaker import (
 
 from builder.errors import UsageError
 from builder.publishing import doctor_dist
-
-from conftest import REPO
 
 NEEDS = "cu13torch2.14cxx11abiTRUE"  # what the stand-in torch 2.14.1+cu130 needs
 WRONG = "cu12torch2.6cxx11abiFALSE"
@@ -51,7 +51,7 @@ def test_the_wheel_holds_the_package_doctors_own_files_found_from_its_imports(tm
     wheel = doctor_dist.build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        meta = zf.read("mamba_doctor-2.3.0.dist-info/METADATA").decode()
+        meta = zf.read(f"mamba_doctor-{V}.dist-info/METADATA").decode()
         for rel, src in doctor_dist.collect().items():
             if rel != "__init__.py":
                 assert zf.read(f"mamba_doctor/{rel}") == src.read_bytes(), rel  # the same bytes: one source
@@ -59,7 +59,7 @@ def test_the_wheel_holds_the_package_doctors_own_files_found_from_its_imports(tm
     assert {f"mamba_doctor/doctor/{p.name}" for p in (REPO / "mamba_ssm" / "doctor").glob("*.py")} <= names
     assert {"mamba_doctor/elf.py", "mamba_doctor/prebuilt.py", "mamba_doctor/variant.py"} <= names
     assert not any(n.startswith(("mamba_doctor/ops", "mamba_doctor/modules")) for n in names)  # not imported: not there
-    assert "Requires-Dist" not in meta and "__version__ = '2.3.0'" in init and "import" not in init
+    assert "Requires-Dist" not in meta and f"__version__ = '{V}'" in init and "import" not in init
     assert doctor_dist.build_wheel(tmp_path / "again").read_bytes() == wheel.read_bytes()  # reproducible
 
 
@@ -140,7 +140,7 @@ def test_in_a_venv_with_upstreams_packages_the_standalone_doctor_pins_upstreams_
     fix = (f"{vpy} -m pip uninstall -y causal-conv1d mamba-ssm && {vpy} -m pip install torch==2.14.1+cu130 "
            f"causal-conv1d==1.7.0+{NEEDS} mamba-ssm==2.3.2.post1+{NEEDS} --extra-index-url {site}/upstream/cu13-torch2.14-cxx11abiTRUE/")  # fmt: skip
     assert fix in proc.stdout, proc.stdout
-    assert "2.3.0" not in proc.stdout.split("Verdict")[-1], "a fix names this repository's line"
+    assert V not in proc.stdout.split("Verdict")[-1], "a fix names this repository's line"
     doc = json.loads(_doctor(vpy, env, "--index", site, "--json").stdout)
     assert doc["line"] == "upstream" and doc["wheel_available"] is True
     labels = [f for f in doc["findings"] if f["check"] == "label" and f["verdict"] == "problem"]
@@ -182,16 +182,16 @@ def test_offline_the_fix_for_a_stable_floor_torch_pins_the_stable_wheel(tmp_path
     vpy = make_venv(tmp_path / "venv", python, env)
     wheels = tmp_path / "wheels"
     _standin_torch(wheels)
-    ours = {"mamba_ssm/__init__.py": b"__version__ = '2.3.0'\n", "mamba_ssm/doctor/__init__.py": b""}  # this repository's line
-    make_wheel(wheels, "mamba-ssm", f"2.3.0+{WRONG}", "cp311-cp311-linux_x86_64", files=ours)
+    ours = {"mamba_ssm/__init__.py": b"__version__ = '0.3.0'\n", "mamba_ssm/doctor/__init__.py": b""}  # this repository's line
+    make_wheel(wheels, "mamba-ssm", f"{V}+{WRONG}", "cp311-cp311-linux_x86_64", files=ours)
     doctor_dist.publish(tmp_path / "doctor")
     pip(vpy, ["install", "--no-index", "--no-deps", "--find-links", str(wheels), "--find-links", str(tmp_path / "doctor" / "mamba-doctor"),
-              "torch==2.14.1+cu130", f"mamba-ssm==2.3.0+{WRONG}", "mamba-doctor"], env)  # fmt: skip
+              "torch==2.14.1+cu130", f"mamba-ssm=={V}+{WRONG}", "mamba-doctor"], env)  # fmt: skip
     dead = "http://127.0.0.1:9/"  # the discard port: nothing listens
     doc = json.loads(_doctor(vpy, env, "--index", dead, "--json").stdout)
     assert doc["line"] == "checkout" and doc["wheel_available"] is None
     (label,) = [f for f in doc["findings"] if f["check"] == "label"]
-    assert "mamba-ssm==2.3.0+cu13torchstable" in label["fix"] and "/cu13-torchstable-abi3/" in label["fix"], label
+    assert f"mamba-ssm=={V}+cu13torchstable" in label["fix"] and "/cu13-torchstable-abi3/" in label["fix"], label
     assert "cxx11abi" not in label["fix"]
 
 
@@ -218,7 +218,7 @@ def test_with_torch_and_no_mamba_ssm_the_doctor_prints_no_placeholder(tmp_path):
         doc = json.loads(_doctor(vpy, env, *args, "--json").stdout)
         (missing,) = [f for f in doc["findings"] if f["check"] == "extension"]
         assert missing["kind"] == "mamba-missing" and "not installed" in missing["title"], missing
-        assert "mamba-ssm==2.3.0+cu13torchstable" in missing["fix"], missing
+        assert f"mamba-ssm=={V}+cu13torchstable" in missing["fix"], missing
         commands = [c for f in doc["findings"] for c in pins.commands_in(f["fix"])]
         pinned = [c for c in commands if "+" in c]
         assert pinned, commands

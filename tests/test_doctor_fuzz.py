@@ -16,11 +16,12 @@ from hostilekit import FAKE_LINE, raw_hidden
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_doctor_hostile import adversarial_units
+from wheelmaker import V
 
-from mamba_ssm.guard import has_hidden
 from mamba_ssm.doctor import classify, report
 from mamba_ssm.doctor.checks import run_checks
 from mamba_ssm.doctor.classify import Context, install_line, scan_window
+from mamba_ssm.guard import has_hidden
 
 FRAGMENTS = [*adversarial_units().values(), FAKE_LINE, "\r", "\x1b[", "\x00", "\u202e", "\u2028", "\ud800", "\n", "'", '"']
 FRAGMENTS += ["No module named ", "torch", "pip-build-env", "undefined symbol: ", "_ZN3c10", "Ss", "__cxx11", "/bin/nvcc'"]
@@ -43,7 +44,7 @@ def _explain_property(text: str, index: str | None) -> None:
 
 def _command_property(index: str) -> None:
     ctx = Context(variant_key="cu12-torch2.6-cxx11abiFALSE", variant_label="cu12torch2.6cxx11abiFALSE",
-                  mamba_version="2.3.0", index_url=index, python="/usr/bin/python3")  # fmt: skip
+                  mamba_version=V, index_url=index, python="/usr/bin/python3")  # fmt: skip
     line = install_line(ctx)
     assert not raw_hidden(line)
     if not has_hidden(index) and index.strip() and "://" in index:  # the CLI refuses the others before printing

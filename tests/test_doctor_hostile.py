@@ -23,7 +23,9 @@ import hostilekit
 import pytest
 from hostilekit import FAKE_LINE, raw_hidden
 
-from mamba_ssm import guard, prebuilt as _prebuilt, variant as _variant
+from mamba_ssm import guard
+from mamba_ssm import prebuilt as _prebuilt
+from mamba_ssm import variant as _variant
 from mamba_ssm.doctor import classify, report
 from mamba_ssm.doctor.classify import _COMPILED, _UNDEFINED_RE, SCAN_HEAD, SCAN_TAIL, Context, install_line, scan_window
 
@@ -35,6 +37,8 @@ except ImportError:  # pragma: no cover
     import sre_parse
 
 from conftest import REPO
+from wheelmaker import V
+
 
 def doctor(*args: str, stdin=None, input_bytes: bytes | None = None, env: dict | None = None, timeout: float = 60):
     e = {k: v for k, v in os.environ.items() if k != "MAMBA_WHEEL_INDEX"}
@@ -221,11 +225,11 @@ def _marks(root: Path) -> list[str]:
 @pytest.mark.parametrize("index", HOSTILE_INDEXES)
 def test_the_reinstall_line_gives_back_the_exact_words_and_runs_nothing_else(tmp_path, recorder, index):
     variant = _variant.from_values("2.6.0", cuda="12.4", cxx11abi=False)
-    ctx = Context(variant_key=variant.key, variant_label=variant.label, mamba_version="2.3.0", index_url=index,
+    ctx = Context(variant_key=variant.key, variant_label=variant.label, mamba_version=V, index_url=index,
                   python=str(recorder))  # fmt: skip
     line = install_line(ctx)
     url = _prebuilt.normalize_root(index).rstrip("/") + f"/{variant.key}/"
-    want = [str(recorder), "-m", "pip", "install", "--force-reinstall", "--no-deps", f"mamba-ssm==2.3.0+{variant.label}",
+    want = [str(recorder), "-m", "pip", "install", "--force-reinstall", "--no-deps", f"mamba-ssm=={V}+{variant.label}",
             "--extra-index-url", url]  # fmt: skip
     assert shlex.split(line) == want
     work = tmp_path / "work"
@@ -288,7 +292,7 @@ def test_the_live_checks_quote_every_command(tmp_path, recorder):
     hostile_version = "2.14.1'; touch MARK #"
     facts = {
         "torch": {"installed": True, "import_error": "ImportError: x", "version": hostile_version},
-        "mamba_ssm": {"public_version": "2.3.0", "installed_version": "2.3.0", "location": "/x", "extensions": []},
+        "mamba_ssm": {"public_version": V, "installed_version": V, "location": "/x", "extensions": []},
         "cuda_toolkit": {}, "compiler": {},
     }  # fmt: skip
     findings, _ = run_checks(facts, index_url="https://x.example/$(touch MARK)", offline=True)
@@ -323,7 +327,7 @@ def test_the_environment_report_shows_outside_text_escaped():
         "python": {"version": "3.11", "tag": "cp311", "executable": f"/x/{FAKE_LINE}/python"},
         "platform": {"platform": "Linux", "glibc": "2.36"},
         "torch": {"installed": True, "import_error": f"ImportError: {FAKE_LINE}", "version": f"2.6.0{FAKE_LINE}"},
-        "mamba_ssm": {"public_version": "2.3.0", "installed_version": "2.3.0", "location": f"/site/{FAKE_LINE}",
+        "mamba_ssm": {"public_version": V, "installed_version": V, "location": f"/site/{FAKE_LINE}",
                       "extensions": [{"module": "mamba_ssm._C", "path": f"/site/{FAKE_LINE}/_C.so", "abi": FAKE_LINE,
                                       "archs": {"sass": [FAKE_LINE]},
                                       "import": {"ok": False, "error": FAKE_LINE, "traceback": FAKE_LINE}}]},
@@ -429,7 +433,7 @@ CPU = _variant.from_values("2.13.0", cuda=None, cxx11abi=True)
 )
 def test_a_hostile_index_ends_the_lookup_with_a_reason(hostile_index, kind, status, says):
     t0 = time.monotonic()
-    out = _prebuilt.lookup(CPU, "2.3.0", index_url=f"{hostile_index}/{kind}", env={}, machine="x86_64", glibc=(2, 36), timeout=2)
+    out = _prebuilt.lookup(CPU, V, index_url=f"{hostile_index}/{kind}", env={}, machine="x86_64", glibc=(2, 36), timeout=2)
     took = time.monotonic() - t0
     assert out.status == status and says in out.line, out.line
     assert took < 2 * 2 + 3, took  # two pages at most, each within its deadline
@@ -437,7 +441,7 @@ def test_a_hostile_index_ends_the_lookup_with_a_reason(hostile_index, kind, stat
 
 @pytest.mark.parametrize("index", ["http://127.0.0.1:1/a b", "http://127.0.0.1:1/a\r\nX-Evil: 1", "https://[::1/", "http://\x1b[2J/"])
 def test_an_index_url_urllib_will_not_send_is_a_reason_not_a_traceback(index):
-    out = _prebuilt.lookup(CPU, "2.3.0", index_url=index, env={}, machine="x86_64", glibc=(2, 36), timeout=2)
+    out = _prebuilt.lookup(CPU, V, index_url=index, env={}, machine="x86_64", glibc=(2, 36), timeout=2)
     assert out.status in {"unreachable", "refused", "no-match"}, out
 
 
@@ -445,7 +449,7 @@ def test_a_fifo_for_an_index_page_is_refused_not_opened(tmp_path):
     page = tmp_path / CPU.key / "index.html"
     page.parent.mkdir()
     os.mkfifo(page)
-    out = _prebuilt.lookup(CPU, "2.3.0", index_url=str(tmp_path), env={}, machine="x86_64", glibc=(2, 36), timeout=2)
+    out = _prebuilt.lookup(CPU, V, index_url=str(tmp_path), env={}, machine="x86_64", glibc=(2, 36), timeout=2)
     assert out.status == "unreachable" and "is not a regular file" in out.line, out.line
     assert stat.S_ISFIFO(os.lstat(page).st_mode)
 

@@ -25,8 +25,9 @@ from mamba_ssm.doctor.rules import RULES
 cl = importlib.import_module("mamba_ssm.doctor.classify")  # the package re-exports a function of that name
 
 from conftest import REPO
+from wheelmaker import V
 
-OURS = f"mamba-ssm @ git+{_prebuilt.SOURCE_REPOSITORY}@v2.3.0"
+OURS = f"mamba-ssm @ git+{_prebuilt.SOURCE_REPOSITORY}@v{V}"
 GLIBC = "ImportError: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found (required by _C.so)"
 
 
@@ -50,7 +51,7 @@ def _every_fix(ctx: cl.Context) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("ctx", "want"),
     [
-        (cl.Context(mamba_version="2.3.0"), OURS),
+        (cl.Context(mamba_version=V), OURS),
         (cl.Context(), OURS),  # --explain on a machine it cannot see: this doctor's own release
         (cl.Context(mamba_version="2.3.2.post1", source="mamba-ssm==2.3.2.post1"), "mamba-ssm==2.3.2.post1"),
     ],
@@ -67,7 +68,7 @@ def test_no_printed_fix_installs_a_bare_mamba_ssm(ctx, want):
 
 def _facts(line: str) -> dict:
     ext = {"module": "mamba_ssm._C", "path": "/x/_C.so", "import": {"ok": False, "error": GLIBC}, "archs": {}}
-    public = "2.3.0" if line == "checkout" else UPSTREAM["mamba-ssm"]
+    public = V if line == "checkout" else UPSTREAM["mamba-ssm"]
     return {
         "torch": {"installed": True, "version": "2.14.1+cu130", "cuda": "13.0", "cxx11abi": True, "gpus": [],
                   "variant": {"key": "cu13-torch2.14-cxx11abiTRUE", "label": "cu13torch2.14cxx11abiTRUE"}},
@@ -98,7 +99,7 @@ def _tagged_bare_clone(root: Path) -> None:
     """ROOT/mamba-ssm/wheels: this checkout's HEAD as the release tag v<version> (a bare repository)."""
     bare = root / "mamba-ssm" / "wheels"
     subprocess.run(["git", "clone", "-q", "--bare", str(REPO), str(bare)], check=True)
-    subprocess.run(["git", "-C", str(bare), "tag", "-f", "v2.3.0", "HEAD"], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(bare), "tag", "-f", f"v{V}", "HEAD"], check=True, capture_output=True)
 
 
 @pytest.mark.slow  # a venv with torch, then a CPU build of the extension from the clone: 2 minutes on 2 cores
@@ -139,8 +140,8 @@ def test_the_printed_source_build_runs_as_typed_and_installs_this_line(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     version, direct = json.loads(out.stdout.strip().splitlines()[-1])
     # this line's code, labelled for the torch it was built against, from the tag the fix named
-    assert version.startswith("2.3.0+cpu") and direct["url"] == _prebuilt.SOURCE_REPOSITORY, (version, direct)
-    assert direct["vcs_info"]["requested_revision"] == "v2.3.0" and direct["vcs_info"]["vcs"] == "git", direct
+    assert version.startswith(f"{V}+cpu") and direct["url"] == _prebuilt.SOURCE_REPOSITORY, (version, direct)
+    assert direct["vcs_info"]["requested_revision"] == f"v{V}" and direct["vcs_info"]["vcs"] == "git", direct
 
 
 def test_the_doctors_offline_upstream_versions_are_the_recipes_pins():

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from wheelmaker import make_mamba_wheel
+from wheelmaker import V, make_mamba_wheel
 
 from builder.errors import UsageError
 from builder.publishing.index import build_index
@@ -232,7 +232,7 @@ def _record_of(spec, tmp_path: Path, smoke: dict | None = SMOKE, gpu: list | Non
 
     _line, project, _label, python, machine = build_kind(spec)
     tag = f"{python}-manylinux_2_34_{machine}"
-    wheel = make_wheel(tmp_path / spec.id, project, f"2.3.0+{spec.label}", tag, requires=("torch",))
+    wheel = make_wheel(tmp_path / spec.id, project, f"{V}+{spec.label}", tag, requires=("torch",))
     source = {"kind": "sdist", "name": project} if spec.from_recipe else {"kind": "checkout", "commit": "0" * 40}
     rec = evidence.make(
         wheel, built={"id": spec.id, "source": source}, verified={**VERIFIED, "tags": [tag]}, smoke=smoke

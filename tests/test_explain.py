@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from wheelmaker import V
 
 from builder.publishing import pins
 from mamba_ssm.doctor import Context, classify, served
@@ -218,14 +219,14 @@ def test_abi_fix_names_the_exact_wheel_when_the_environment_is_known():
         torch_cxx11abi=False,
         variant_key="cu12-torch2.6-cxx11abiFALSE",
         variant_label="cu12torch2.6cxx11abiFALSE",
-        mamba_version="2.3.0",
+        mamba_version=V,
         index_url="https://example.org/idx",
         python="python",
     )
     (d, *_) = classify(f"undefined symbol: {CXX11_SYMBOL}", ctx)
     assert d.kind == "cxx11-abi-mismatch"
     assert d.fix == (
-        'python -m pip install --force-reinstall --no-deps mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE '
+        f'python -m pip install --force-reinstall --no-deps mamba-ssm=={V}+cu12torch2.6cxx11abiFALSE '
         "--extra-index-url https://example.org/idx/cu12-torch2.6-cxx11abiFALSE/"
     )
 
@@ -340,7 +341,7 @@ def test_an_upstream_error_gets_a_fix_for_upstreams_line(case, message, project,
     assert LINES["upstream"]["projects"][project] == version
     pin = f"'{project}=={version}+<label>' --extra-index-url '{pins.SITE}upstream/<variant>/'"
     assert pin in d["fix"], d["fix"]
-    assert "None" not in d["fix"] and "2.3.0" not in d["fix"] and "python -m mamba_ssm.doctor" not in d["fix"]
+    assert "None" not in d["fix"] and V not in d["fix"] and "python -m mamba_ssm.doctor" not in d["fix"]
     assert "mamba-doctor" in d["fix"] and "the message does not say" in d["fix"]
     assert set(re.findall(r"<[^>]+>", d["fix"])) <= {"<torch>", "<label>", "<variant>", "<major.minor of your GPU>"}, d["fix"]
     commands = pins.commands_in(d["fix"])
@@ -351,14 +352,14 @@ def test_an_upstream_error_gets_a_fix_for_upstreams_line(case, message, project,
     ours = message.replace("selective_scan_cuda", "mamba_ssm._C").replace("causal_conv1d_cuda", "mamba_ssm._C")
     ours = ours.replace("ops/triton/ssd_combined.py", "_C.abi3.so")
     (d, *_) = classify(ours)
-    assert "mamba-ssm==2.3.0+<label>" in d.fix and "/upstream/" not in d.fix, d.fix
+    assert f"mamba-ssm=={V}+<label>" in d.fix and "/upstream/" not in d.fix, d.fix
 
 
 def test_a_message_naming_no_package_gets_both_lines_upstreams_first():
     """PyPI's mamba-ssm is upstream's: a text that names no line gets both fixes, upstream's first, how to tell the
     lines apart, and what breaks where one replaces the other."""
     (d, *_) = classify("RuntimeError: CUDA error: no kernel image is available for execution on the device")
-    up, own = d.fix.index("mamba-ssm==2.3.2.post1+<label>"), d.fix.index("mamba-ssm==2.3.0+<label>")
+    up, own = d.fix.index("mamba-ssm==2.3.2.post1+<label>"), d.fix.index(f"mamba-ssm=={V}+<label>")
     assert up < own and "/upstream/<variant>/" in d.fix
     assert "mamba_ssm/doctor/__init__.py" in d.fix and "Mamba2" in d.fix and "transformers" in d.fix
     for cmd in pins.commands_in(d.fix):
@@ -385,7 +386,7 @@ UPSTREAM_ONLY = [
 def test_upstream_only_texts_pin_upstreams_line(case, message, project, kind):
     (d, *_) = classify(message)
     assert d.kind == kind, d
-    assert "2.3.0" not in d.fix and "this repository's:" not in d.fix, d.fix
+    assert V not in d.fix and "this repository's:" not in d.fix, d.fix
     if kind == "torch-not-visible":  # a wheel fits: the front door, which keeps torch, never a compile
         assert "mamba-doctor --requirements upstream > mamba.txt" in d.fix and "--no-build-isolation" not in d.fix, d.fix
         return
@@ -408,7 +409,7 @@ PIP_NO_MATCH = "ERROR: Could not find a version that satisfies the requirement {
         ("mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE", Context(system="Linux", python_tag="cp311", machine="ppc64le"), "platform", "ppc64le"),
         ("mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE", Context(system="Linux", python_tag="cp311", machine="x86_64", glibc="2.17"), "glibc", "2.28"),
         ("mamba-ssm==2.3.2.post1+cputorch2.13cxx11abiTRUE", Context(), "accelerator", "cu13"),
-        ("mamba-ssm==2.3.0+cu13torch2.13cxx11abiTRUE", Context(), "torch", "cu13torchstable"),
+        (f"mamba-ssm=={V}+cu13torch2.13cxx11abiTRUE", Context(), "torch", "cu13torchstable"),
         ("mamba-ssm==2.3.2.post1+cu12torch2.1cxx11abiFALSE", Context(), "torch", "2.4"),
         ("triton>=3.5.0", Context(), "dependency", "triton"),
     ],

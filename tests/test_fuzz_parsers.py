@@ -15,16 +15,17 @@ import pytest
 from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wheelmaker import make_mamba_wheel
+from wheelmaker import V, make_mamba_wheel
 
 from builder.environments import store
 from builder.errors import FarmError
+from builder.facts.untrusted import Untrusted, load_json, load_toml
 from builder.publishing import resolve
 from builder.sourcing.pypi import File, _file
 from builder.upkeep import drift
 from builder.verifying import variants, wheelmeta
-from mamba_ssm import elf as _elf, variant as _variant
-from builder.facts.untrusted import Untrusted, load_json, load_toml
+from mamba_ssm import elf as _elf
+from mamba_ssm import variant as _variant
 
 SETTINGS = {"suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]}
 
@@ -173,7 +174,7 @@ def test_wheel(wheel_bytes, tmp_path_factory, data):
         wheelmeta.read(raw, wheel_tags=True)
     except wheelmeta.MetadataError:
         pass
-    path = tmp_path_factory.mktemp("wheel") / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
+    path = tmp_path_factory.mktemp("wheel") / f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
     path.write_bytes(raw)
     try:
         read_members(path)
@@ -214,7 +215,7 @@ def test_variant_json(tmp_path_factory, doc, label):
     folder = tmp_path_factory.mktemp("vj")
     src = make_mamba_wheel(folder, "cputorchstable", "cp310")
     name = src.name.replace(".whl", "-null.whl")
-    info = "mamba_ssm-2.3.0+cputorchstable.dist-info"
+    info = f"mamba_ssm-{V}+cputorchstable.dist-info"
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(folder / name, "w") as zout:
         for i in zin.infolist():
             zout.writestr(i, zin.read(i))

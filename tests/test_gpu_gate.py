@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from wheelmaker import make_mamba_wheel
+from conftest import REPO
+from wheelmaker import V, make_mamba_wheel
 
 from builder.publishing import gpugate
 from builder.publishing.release import split
 from builder.verifying import evidence
 
-from conftest import REPO
 
 def _lines(tmp_path: Path) -> Path:
     wheels = tmp_path / "wheels"
@@ -36,7 +36,7 @@ def _lines(tmp_path: Path) -> Path:
 
 def test_a_gate_run_is_appended_to_the_wheels_record_and_handed_to_publish(tmp_path):
     lines = _lines(tmp_path)
-    wheel = lines / "checkout" / "mamba_ssm-2.3.0+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
+    wheel = lines / "checkout" / f"mamba_ssm-{V}+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
     built_copy = tmp_path / "wheels" / (wheel.name + evidence.SUFFIX)  # (split hard-links it)
     before = built_copy.read_text()
     ran = gpugate.GateResult(wheel.name, "cu13-torch2.13-cxx11abiTRUE", "gpu_check numerics", True, 12.0,
@@ -61,7 +61,7 @@ def test_the_gate_picks_the_cuda_wheels_and_the_cell_users_install_from(tmp_path
     build_index(lines / "checkout", tmp_path / "index")
     picked = gpugate.cuda_wheels(tmp_path / "index", "x86_64")
     assert [(fn, key) for fn, key, _ in picked] == [
-        ("mamba_ssm-2.3.0+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl", "cu13-torch2.13-cxx11abiTRUE")
+        (f"mamba_ssm-{V}+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl", "cu13-torch2.13-cxx11abiTRUE")
     ]
     assert gpugate.cuda_wheels(tmp_path / "index", "aarch64") == []  # not this runner's platform
 
@@ -78,7 +78,7 @@ def test_a_broken_cuda_wheel_fails_the_gate_and_is_named(tmp_path):
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800,
         check=False,
     )  # fmt: skip
-    name = "mamba_ssm-2.3.0+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
+    name = f"mamba_ssm-{V}+cu13torch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert f"error: GPU gate: 1 of 1 CUDA wheel(s) failed: {name}" in proc.stderr
     assert "Traceback" not in proc.stderr.split("gpu_check exited")[0]  # (the check's own output follows)
@@ -90,7 +90,7 @@ def test_a_broken_cuda_wheel_fails_the_gate_and_is_named(tmp_path):
     assert [(r["device"], r["passed"]) for r in rec["gpu"]] == [("cpu", False)] and evidence.tier(rec) == "compiled"
     log = (tmp_path / "gate" / "results" / name.removesuffix(".whl") / "log.txt").read_text()
     # installed as users install it: the exact pin from its cell's page on the staged index
-    assert "-m pip install mamba-ssm==2.3.0+cu13torch2.13cxx11abiTRUE --extra-index-url http://127.0.0.1:" in log
+    assert f"-m pip install mamba-ssm=={V}+cu13torch2.13cxx11abiTRUE --extra-index-url http://127.0.0.1:" in log
     assert "/checkout/cu13-torch2.13-cxx11abiTRUE/" in log
     # the results are the job's artifact: logs and the check's output, never a venv (torch is gigabytes)
     assert not list((tmp_path / "gate" / "results").rglob("pyvenv.cfg"))

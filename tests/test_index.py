@@ -11,9 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from wheelmaker import make_mamba_wheel, make_wheel
+from wheelmaker import V, make_mamba_wheel, make_wheel
 
-from builder.errors import IndexIntegrityError, UsageError
+from builder.errors import IndexIntegrityError, NameCollision, UsageError
 from builder.publishing.index import build_index
 
 
@@ -46,8 +46,8 @@ def test_variant_pages_carry_hashes_requires_python_and_metadata(wheels, tmp_pat
     page = out / "cu12-torch2.6-cxx11abiFALSE" / "index.html"
     anchors = _anchors(page)
     assert [a["text"] for a in anchors] == [
-        "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl",
-        "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl",
+        f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl",
+        f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl",
     ]
     for a in anchors:
         target = Path(os.path.normpath(page.parent / a["href"].split("#")[0]))  # as a URL resolves it
@@ -85,7 +85,7 @@ def test_simple_and_pep691_json_list_everything_once(wheels, tmp_path):
 def test_stable_wheel_is_linked_from_every_variant_it_serves(wheels, tmp_path):
     out = tmp_path / "index"
     build_index(wheels, out)
-    stable = "mamba_ssm-2.3.0+cu13torchstable-cp310-abi3-linux_x86_64.whl"
+    stable = f"mamba_ssm-{V}+cu13torchstable-cp310-abi3-linux_x86_64.whl"
     manifest = json.loads((out / "manifest.json").read_text())
     # Requires-Dist torch>=2.10: serves cu13 2.12 and 2.14 (both present), not cu12 2.6
     assert manifest["files"][stable]["serves"] == [
@@ -115,7 +115,7 @@ def test_indexing_again_keeps_published_wheels_and_swaps_atomically(wheels, tmp_
     new = tmp_path / "new"
     make_mamba_wheel(new, "cputorch2.13cxx11abiTRUE", "cp311")
     second = build_index(new, out)  # a folder with only the new wheel
-    assert second.added == ("mamba_ssm-2.3.0+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl",)
+    assert second.added == (f"mamba_ssm-{V}+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl",)
     manifest = json.loads((out / "manifest.json").read_text())
     assert set(manifest["files"]) == {p.name for p in wheels.glob("*.whl")} | set(second.added)
     assert (out / "cu12-torch2.6-cxx11abiFALSE" / "index.html").is_file()
@@ -128,7 +128,7 @@ def test_indexing_again_keeps_published_wheels_and_swaps_atomically(wheels, tmp_
 def test_altered_published_wheel_is_reported_not_rehashed(wheels, tmp_path, cli):
     out = tmp_path / "index"
     build_index(wheels, out)
-    victim = out / "files" / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
+    victim = out / "files" / f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
     data = bytearray(victim.read_bytes())
     data[-30] ^= 0xFF
     victim.write_bytes(bytes(data))
@@ -145,10 +145,12 @@ def test_same_name_different_bytes_is_refused(wheels, tmp_path):
     build_index(wheels, out)
     other = tmp_path / "other"
     make_mamba_wheel(other, "cu12torch2.6cxx11abiFALSE", "cp311")
-    with (other / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl").open("ab") as f:
+    with (other / f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl").open("ab") as f:
         f.write(b"\0")
-    with pytest.raises(IndexIntegrityError, match="immutable|differs"):
+    with pytest.raises(NameCollision, match="differs from the published") as err:
         build_index(other, out)
+    assert str(err.value).count("this repository's checkout") == 2  # the new file's source and the published one's
+    assert "immutable" in err.value.hint
 
 
 def test_two_platform_tags_for_one_cell_are_refused(tmp_path):
@@ -163,9 +165,9 @@ def test_two_platform_tags_for_one_cell_are_refused(tmp_path):
 @pytest.mark.parametrize(
     "name,version,tag,message",
     [
-        ("mamba-ssm", "2.3.0", "cp311-cp311-linux_x86_64", "no local label"),
-        ("mamba-ssm", "2.3.0+cu12torch2.6", "cp311-cp311-linux_x86_64", "not a mamba-ssm local label"),
-        ("mamba-ssm", "2.3.0+cputorch2.13cxx11abiTRUE", "cp311-cp311-linux_x86_64.manylinux_2_28_x86_64", "tags"),
+        ("mamba-ssm", V, "cp311-cp311-linux_x86_64", "no local label"),
+        ("mamba-ssm", f"{V}+cu12torch2.6", "cp311-cp311-linux_x86_64", "not a mamba-ssm local label"),
+        ("mamba-ssm", f"{V}+cputorch2.13cxx11abiTRUE", "cp311-cp311-linux_x86_64.manylinux_2_28_x86_64", "tags"),
         ("torch", "2.6.0", "py3-none-any", "not mamba-ssm"),
     ],
 )
@@ -223,7 +225,7 @@ def test_base_url_makes_absolute_links_and_commands(wheels, tmp_path):
     out = tmp_path / "index"
     build_index(wheels, out, base_url="https://example.org/mamba/")
     a = _anchors(out / "cu12-torch2.6-cxx11abiFALSE" / "index.html")[0]
-    assert a["href"].startswith("https://example.org/mamba/files/mamba_ssm-2.3.0+cu12")
+    assert a["href"].startswith(f"https://example.org/mamba/files/mamba_ssm-{V}+cu12")
     page = (out / "index.html").read_text()
     assert "--extra-index-url https://example.org/mamba/cu12-torch2.6-cxx11abiFALSE/" in page.replace(
         '<span class="base">https://example.org/mamba/</span>', "https://example.org/mamba/"
@@ -251,12 +253,12 @@ def test_resolve_cli(wheels, tmp_path, cli):
     text = proc.stdout
     assert "variant: cu12-torch2.6-cxx11abiFALSE" in text
     assert (
-        f"pip install mamba-ssm==2.3.0+cu12torch2.6cxx11abiFALSE --extra-index-url {out.absolute().as_uri()}/cu12-torch2.6-cxx11abiFALSE/"
+        f"pip install mamba-ssm=={V}+cu12torch2.6cxx11abiFALSE --extra-index-url {out.absolute().as_uri()}/cu12-torch2.6-cxx11abiFALSE/"
         in text
     )
     # torch 2.13 with CUDA 13: only the stable wheel fits
     proc = cli("resolve", "--torch", "2.13", "--cuda", "13.0", "--python", "3.12", "--index", out, in_process=True)
-    assert proc.returncode == 0 and "2.3.0+cu13torchstable --extra-index-url" in proc.stdout
+    assert proc.returncode == 0 and f"{V}+cu13torchstable --extra-index-url" in proc.stdout
     # no fit: nearest variants and why
     proc = cli(
         "resolve", "--torch", "2.6", "--cuda", "12.4", "--abi", "TRUE", "--python", "3.11", "--index", out,
@@ -291,19 +293,19 @@ def test_setuptools_lowercased_label_is_indexed_under_the_farm_spelling(tmp_path
     """setuptools writes +cputorch2.13cxx11abitrue; pages and commands use cxx11abiTRUE (same version to pip)."""
     w = tmp_path / "wheels"
     make_wheel(
-        w, "mamba-ssm", "2.3.0+cputorch2.13cxx11abitrue", "cp311-cp311-linux_x86_64", requires=("torch==2.13.*",)
+        w, "mamba-ssm", f"{V}+cputorch2.13cxx11abitrue", "cp311-cp311-linux_x86_64", requires=("torch==2.13.*",)
     )
     out = tmp_path / "index"
     build_index(w, out)
     assert (out / "cpu-torch2.13-cxx11abiTRUE" / "index.html").is_file()
     proc = cli("resolve", "--torch", "2.13", "--python", "3.11", "--index", out, in_process=True)
     assert proc.returncode == 0
-    assert "pip install mamba-ssm==2.3.0+cputorch2.13cxx11abiTRUE " in proc.stdout
+    assert f"pip install mamba-ssm=={V}+cputorch2.13cxx11abiTRUE " in proc.stdout
 
 
 # --------------------------------------------------------------------------- superseding a wheel (--replace)
 
-CU12_311 = "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
+CU12_311 = f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
 
 
 def _rebuild(wheels: Path, tmp_path: Path, label: str = "cu12torch2.6cxx11abiFALSE", py: str = "cp311") -> Path:
@@ -312,7 +314,7 @@ def _rebuild(wheels: Path, tmp_path: Path, label: str = "cu12torch2.6cxx11abiFAL
     fresh = make_wheel(
         tmp_path / "fresh",
         "mamba-ssm",
-        f"2.3.0+{label}",
+        f"{V}+{label}",
         f"{py}-{py}-linux_x86_64",
         requires=(f"torch=={torch}.*",),
         files={"mamba_ssm/__init__.py": b"REBUILT = True\n"},
@@ -416,7 +418,7 @@ def _link_targets(out: Path) -> dict[str, str]:
 
 def test_files_url_links_the_runs_wheels_to_their_release(wheels, tmp_path):
     out = tmp_path / "index"
-    build_index(wheels, out, files_url=f"{RELEASE}/v2.3.0/")
+    build_index(wheels, out, files_url=f"{RELEASE}/v{V}/")
     later = tmp_path / "later"
     make_mamba_wheel(later, "cu12torch2.6cxx11abiFALSE", "cp313", version="2.4.0")
     build_index(later, out)  # no --files-url: served from files/ as before
@@ -425,7 +427,7 @@ def test_files_url_links_the_runs_wheels_to_their_release(wheels, tmp_path):
     new = "mamba_ssm-2.4.0+cu12torch2.6cxx11abiFALSE-cp313-cp313-linux_x86_64.whl"
     assert links.pop(new) == {f"../files/{new}", f"../../files/{new}"}
     for fn, hrefs in links.items():
-        assert hrefs == {f"{RELEASE}/v2.3.0/{fn.replace('+', '%2B')}"}, fn
+        assert hrefs == {f"{RELEASE}/v{V}/{fn.replace('+', '%2B')}"}, fn
     # the hash still pins the bytes; no PEP 658 attribute where the .metadata file is not hosted
     page = out / "cu12-torch2.6-cxx11abiFALSE" / "index.html"
     for a in _anchors(page):
@@ -435,22 +437,22 @@ def test_files_url_links_the_runs_wheels_to_their_release(wheels, tmp_path):
     assert {f["filename"]: f["core-metadata"] is False for f in doc["files"]}[new] is False
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["files"][new].get("url") is None
-    assert all(e["url"].startswith(f"{RELEASE}/v2.3.0/") for fn, e in manifest["files"].items() if fn != new)
+    assert all(e["url"].startswith(f"{RELEASE}/v{V}/") for fn, e in manifest["files"].items() if fn != new)
     # the coverage page's download links follow
-    assert f'{RELEASE}/v2.3.0/mamba_ssm-2.3.0%2Bcu13torchstable' in (out / "index.html").read_text()
+    assert f'{RELEASE}/v{V}/mamba_ssm-{V}%2Bcu13torchstable' in (out / "index.html").read_text()
 
 
 def test_a_wheel_given_again_with_another_files_url_moves_its_links(wheels, tmp_path):
     out = tmp_path / "index"
-    build_index(wheels, out, files_url=f"{RELEASE}/v2.3.0")
+    build_index(wheels, out, files_url=f"{RELEASE}/v{V}")
     before = _link_targets(out)
-    res = build_index(wheels, out, files_url=f"{RELEASE}/v2.3.0-respin")
+    res = build_index(wheels, out, files_url=f"{RELEASE}/v{V}-respin")
     assert res.added == ()
     after = _link_targets(out)
     assert after.keys() == before.keys()
-    assert all(h == {f"{RELEASE}/v2.3.0-respin/{fn.replace('+', '%2B')}"} for fn, h in after.items())
+    assert all(h == {f"{RELEASE}/v{V}-respin/{fn.replace('+', '%2B')}"} for fn, h in after.items())
     # unchanged input and URL: nothing to publish, the live generation stays
-    assert build_index(wheels, out, files_url=f"{RELEASE}/v2.3.0-respin").generation == res.generation
+    assert build_index(wheels, out, files_url=f"{RELEASE}/v{V}-respin").generation == res.generation
 
 
 @pytest.mark.parametrize("url", ["ftp://example.org/w", "releases/download/v1", "https://example.org/w?x=1", "https://"])
@@ -498,7 +500,7 @@ def test_coverage_and_resolve_give_the_same_wheel_for_every_cell(tmp_path):
     assert seen[("cu12-torch2.6-cxx11abiFALSE", "cp311")].startswith("mamba_ssm-2.10.0+")
     # torch 2.12 on cp312: no exact wheel; the stable 2.3.0 admits it, the newer stable 2.4.0 (torch>=2.14) does not
     stable = "mamba_ssm-{}+cu13torchstable-cp310-abi3-linux_x86_64.whl"
-    assert seen[("cu13-torch2.12-cxx11abiTRUE", "cp312")] == stable.format("2.3.0")
+    assert seen[("cu13-torch2.12-cxx11abiTRUE", "cp312")] == stable.format(V)
     assert seen[("cu13-torch2.14-cxx11abiTRUE", "cp312")] == stable.format("2.4.0")
     assert seen[("hip62-torch2.5-cxx11abiFALSE", "cp312")] is None
 
@@ -556,9 +558,9 @@ def _rewrite(wheel: Path, changes: dict[str, bytes | None], new_name: str | None
 def test_non_regular_wheel_files_are_skipped_with_a_warning_never_hang(tmp_path, cli):
     w = tmp_path / "wheels"
     good = make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", "cp311")
-    os.mkfifo(w / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl")
-    (w / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp313-cp313-linux_x86_64.whl").symlink_to("/dev/zero")
-    loop = w / "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
+    os.mkfifo(w / f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl")
+    (w / f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp313-cp313-linux_x86_64.whl").symlink_to("/dev/zero")
+    loop = w / f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
     loop.symlink_to(loop.name)  # a link to itself
     (w / "sub").mkdir()
     (w / "sub" / "up").symlink_to("..")  # a folder loop
@@ -577,14 +579,14 @@ def test_non_regular_wheel_files_are_skipped_with_a_warning_never_hang(tmp_path,
 def test_the_index_takes_only_wheels_pip_would_install(tmp_path, case, cli):
     w = tmp_path / "wheels"
     whl = make_mamba_wheel(w, "cu12torch2.6cxx11abiFALSE", "cp311")
-    info = "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE.dist-info"
+    info = f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE.dist-info"
     import zipfile
 
     meta = zipfile.ZipFile(whl).read(f"{info}/METADATA")
     if case == "metadata-name":
         _rewrite(whl, {f"{info}/METADATA": meta.replace(b"Name: mamba-ssm", b"Name: causal-conv1d")})
     elif case.startswith("dist-info"):
-        other = "other-2.3.0" if case == "dist-info-name" else "mamba_ssm-9.9"
+        other = f"other-{V}" if case == "dist-info-name" else "mamba_ssm-9.9"
         with zipfile.ZipFile(whl) as zf:
             moved = {n.replace(info, f"{other}.dist-info"): zf.read(n) for n in zf.namelist() if n.startswith(info)}
         _rewrite(whl, {**{n: None for n in zipfile.ZipFile(whl).namelist() if n.startswith(info)}, **moved})
@@ -607,7 +609,7 @@ def test_links_are_percent_encoded_and_base_urls_are_http(wheels, tmp_path, cli)
     assert not (tmp_path / "i").exists()
     build_index(wheels, tmp_path / "ok", base_url="https://example.org/mamba/")
     page = (tmp_path / "ok" / "cu12-torch2.6-cxx11abiFALSE" / "index.html").read_text()
-    assert 'href="https://example.org/mamba/files/mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311' in page
+    assert f'href="https://example.org/mamba/files/mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp311' in page
 
 
 def test_files_a_killed_run_left_in_the_store_are_removed_by_the_next(wheels, tmp_path):
@@ -618,7 +620,7 @@ def test_files_a_killed_run_left_in_the_store_are_removed_by_the_next(wheels, tm
     # what a run killed after ingesting (or staging) and before its swap leaves
     (store / "mamba_ssm-9.9.9+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl").write_bytes(b"orphan")
     (store / "mamba_ssm-9.9.9+cu12torch2.6cxx11abiFALSE-cp311-cp311-linux_x86_64.whl.metadata").write_bytes(b"o")
-    (store / ".mamba_ssm-2.3.0.whl.1234abcd.replacement").write_bytes(b"staged")
+    (store / f".mamba_ssm-{V}.whl.1234abcd.replacement").write_bytes(b"staged")
     build_index(wheels, out)  # nothing new to add
     assert sorted(p.name for p in store.iterdir()) == listed
     make_mamba_wheel(wheels, "cu13torch2.14cxx11abiTRUE", "cp313")
@@ -636,8 +638,9 @@ def test_two_same_named_wheels_in_one_run_are_one_or_refused(tmp_path):
     w2 = tmp_path / "w2"
     make_mamba_wheel(w2 / "a", "cu12torch2.6cxx11abiFALSE", "cp311")
     _rewrite(make_mamba_wheel(w2 / "b", "cu12torch2.6cxx11abiFALSE", "cp311"), {"mamba_ssm/extra.py": b"x = 1\n"})
-    with pytest.raises(UsageError, match="two different files named"):
+    with pytest.raises(NameCollision, match="two different files named") as err:
         build_index(w2, tmp_path / "index2")
+    assert str(err.value).count("this repository's checkout (source 'checkout')") == 2  # both files' sources named
     assert not (tmp_path / "index2").exists()
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from indexkit import find_python, installed, isolated_env, make_venv, pip, serve, uv_pip
-from wheelmaker import make_fake_torch, make_mamba_wheel, make_wheel
+from wheelmaker import V, make_fake_torch, make_mamba_wheel, make_wheel
 
 from builder.publishing.index import build_index, install_command
 from builder.publishing.resolve import resolve
@@ -27,12 +27,12 @@ LABELS = {
 
 # (python, installed torch, what resolve is told, the wheel that must be installed)
 ENVIRONMENTS = [
-    ("3.11", "2.6.0", {"cuda": "12.4", "cxx11abi": False}, "2.3.0+cu12torch2.6cxx11abiFALSE", "cp311-cp311"),
-    ("3.12", "2.6.0", {"cuda": "12.6", "cxx11abi": True}, "2.3.0+cu12torch2.6cxx11abiTRUE", "cp312-cp312"),
-    ("3.13", "2.14.1", {"cuda": "13.0"}, "2.3.0+cu13torch2.14cxx11abiTRUE", "cp313-cp313"),
-    ("3.10", "2.5.1", {"hip": "6.2.41133"}, "2.3.0+hip62torch2.5cxx11abiFALSE", "cp310-cp310"),
-    ("3.11", "2.13.0", {}, "2.3.0+cputorch2.13cxx11abiTRUE", "cp311-cp311"),
-    ("3.12", "2.12.0", {"cuda": "13.0"}, "2.3.0+cu13torchstable", "cp310-abi3"),
+    ("3.11", "2.6.0", {"cuda": "12.4", "cxx11abi": False}, f"{V}+cu12torch2.6cxx11abiFALSE", "cp311-cp311"),
+    ("3.12", "2.6.0", {"cuda": "12.6", "cxx11abi": True}, f"{V}+cu12torch2.6cxx11abiTRUE", "cp312-cp312"),
+    ("3.13", "2.14.1", {"cuda": "13.0"}, f"{V}+cu13torch2.14cxx11abiTRUE", "cp313-cp313"),
+    ("3.10", "2.5.1", {"hip": "6.2.41133"}, f"{V}+hip62torch2.5cxx11abiFALSE", "cp310-cp310"),
+    ("3.11", "2.13.0", {}, f"{V}+cputorch2.13cxx11abiTRUE", "cp311-cp311"),
+    ("3.12", "2.12.0", {"cuda": "13.0"}, f"{V}+cu13torchstable", "cp310-abi3"),
 ]
 
 
@@ -44,7 +44,7 @@ def site(tmp_path_factory):
     for label, pythons in LABELS.items():
         for py in pythons:
             make_mamba_wheel(wheels, label, py)
-            make_mamba_wheel(wheels, label, py, version="2.2.0")  # an older release on the same page
+            make_mamba_wheel(wheels, label, py, version="0.2.0")  # an older release of this line on the same page
     make_mamba_wheel(wheels, "cu13torchstable", "cp310")
     build_index(wheels, root / "www" / "index")
 
@@ -184,9 +184,9 @@ def test_pages_without_files_and_wheels_on_a_release_host_install_with_pip_uv_an
             for tool in (pip, uv_pip):
                 vpy = _venv(tmp_path / tool.__name__, "3.11", "2.6.0", torches, env)
                 tool(vpy, ["install", "--no-index", "--find-links", f"{pages_url}/{key}/", "mamba-ssm"], env)
-                assert installed(vpy)["mamba"] == f"2.3.0+{label}", tool.__name__
+                assert installed(vpy)["mamba"] == f"{V}+{label}", tool.__name__
             want = _variant.from_values("2.6.0", cuda="12.4", cxx11abi=False, python="cp311", platform="linux_x86_64")
-            found = _prebuilt.find_prebuilt(want, "2.3.0", tmp_path / "dl", index_url=pages_url, env={},
+            found = _prebuilt.find_prebuilt(want, V, tmp_path / "dl", index_url=pages_url, env={},
                                             machine="x86_64", glibc=(2, 36))  # fmt: skip
             assert found.status == "found" and found.wheel.read_bytes() == whl.read_bytes(), found.line
 
@@ -197,7 +197,7 @@ def test_pages_without_files_and_wheels_on_a_release_host_install_with_pip_uv_an
                 vpy, ["install", "--no-index", "--find-links", f"{pages_url}/{key}/", "mamba-ssm"], env, check=False
             )
             assert proc.returncode != 0 and "DO NOT MATCH THE HASHES" in proc.stdout + proc.stderr
-            found = _prebuilt.find_prebuilt(want, "2.3.0", tmp_path / "dl2", index_url=pages_url, env={},
+            found = _prebuilt.find_prebuilt(want, V, tmp_path / "dl2", index_url=pages_url, env={},
                                             machine="x86_64", glibc=(2, 36))  # fmt: skip
             assert found.status == "hash-mismatch", found.line
 
@@ -222,7 +222,7 @@ def test_pip_and_uv_install_causal_conv1d_and_mamba_ssm_of_one_variant_from_one_
                   "causal-conv1d")  # fmt: skip
     assert (res.key, res.filename) == (
         key,
-        "causal_conv1d-1.7.0+cu13torch2.14cxx11abitrue-cp311-cp311-linux_x86_64.whl",
+        "causal_conv1d-1.7.0+cu13torch2.14cxx11abitrue-cp311-cp311-manylinux_2_28_x86_64.whl",
     )
     pins = ["causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE", "mamba-ssm==2.3.2.post1+cu13torch2.14cxx11abiTRUE"]
     code = (

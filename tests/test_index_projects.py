@@ -13,13 +13,13 @@ from indexkit import serve
 from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel
 
 from builder.commands import cli
-from builder.errors import IndexIntegrityError, UsageError
+from builder.errors import IndexIntegrityError, NameCollision, UsageError
 from builder.publishing.index import Manifest, build_index
 
 CU13 = "cu13-torch2.14-cxx11abiTRUE"
-CAUSAL_311 = "causal_conv1d-1.7.0+cu13torch2.14cxx11abitrue-cp311-cp311-linux_x86_64.whl"
-MAMBA_311 = "mamba_ssm-2.3.2.post1+cu13torch2.14cxx11abitrue-cp311-cp311-linux_x86_64.whl"
-CAUSAL_CU12 = "causal_conv1d-1.7.0+cu12torch2.6cxx11abifalse-cp311-cp311-linux_x86_64.whl"
+CAUSAL_311 = "causal_conv1d-1.7.0+cu13torch2.14cxx11abitrue-cp311-cp311-manylinux_2_28_x86_64.whl"
+MAMBA_311 = "mamba_ssm-2.3.2.post1+cu13torch2.14cxx11abitrue-cp311-cp311-manylinux_2_28_x86_64.whl"
+CAUSAL_CU12 = "causal_conv1d-1.7.0+cu12torch2.6cxx11abifalse-cp311-cp311-manylinux_2_28_x86_64.whl"
 
 
 def _links(page: Path) -> list[str]:
@@ -138,7 +138,7 @@ def test_two_sources_under_one_name_are_refused_and_the_published_index_is_uncha
     make_recipe_wheel(theirs, "causal-conv1d", "1.7.0", "cu13torch2.14cxx11abitrue", source=CAUSAL_CONV1D)
     code = cli.main(["index", "--wheels", str(theirs), "--out", str(out)])
     err = capsys.readouterr().err
-    assert code == IndexIntegrityError.exit_code
+    assert code == NameCollision.exit_code
     assert "mamba-ssm from two different sources" in err
     assert "this repository's checkout (source 'checkout')" in err and UPSTREAM_MAMBA in err
     assert "publish the two product lines as two indexes" in err and "Traceback" not in err

@@ -18,14 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from test_wheels import CPU_SPEC, NO_STRING_SRC, compile_so, needs_gxx, spec_for, wheel_with
-from wheelmaker import _record_hash, make_wheel
+from wheelmaker import V, _record_hash, make_wheel
 
 from builder.errors import VerificationError
 from builder.verifying.wheels import check_machine, verify_wheel
 from mamba_ssm import elf as _elf
-
-from conftest import REPO
 
 AARCH64_SPEC = spec_for(
     id="cpu-torch2.6-cxx11abiFALSE-cp311-linux_aarch64",
@@ -94,7 +93,7 @@ def test_a_mixed_wheel_is_refused_naming_only_the_foreign_file(elves, tmp_path):
         "mamba_ssm.libs/libfoo-12345678.so.1": elves["aarch64"].read_bytes(),
         "mamba_ssm/data.bin": b"\x7fELF" + b"\0" * 40,  # claims ELF but names no machine of ours: e_machine 0
     }
-    whl = make_wheel(tmp_path, "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
+    whl = make_wheel(tmp_path, "mamba-ssm", f"{V}+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
                      requires=("torch==2.6.*",), files=files)  # fmt: skip
     with pytest.raises(VerificationError) as exc:
         check_machine(whl, "linux_x86_64")
@@ -105,7 +104,7 @@ def test_a_mixed_wheel_is_refused_naming_only_the_foreign_file(elves, tmp_path):
     # device code (a cubin, EM_CUDA) belongs to no host machine and is left alone
     cubin = bytearray(so[:64])
     struct.pack_into("<H", cubin, 0x12, 190)
-    whl = make_wheel(tmp_path / "cubin", "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
+    whl = make_wheel(tmp_path / "cubin", "mamba-ssm", f"{V}+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
                      requires=("torch==2.6.*",), files={"mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so": so,
                                                         "mamba_ssm/kernels.cubin": bytes(cubin)})  # fmt: skip
     check_machine(whl, "linux_x86_64")
@@ -117,13 +116,13 @@ def _site_with(site: Path, files: dict[str, bytes], tag: str) -> Path:
     for rel, data in files.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_bytes(data)
-    info = site / "mamba_ssm-2.3.0.dist-info"
+    info = site / f"mamba_ssm-{V}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mamba-ssm\nVersion: 2.3.0\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: mamba-ssm\nVersion: {V}\n")
     (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n")
     record = [f"{p.relative_to(site).as_posix()},{_record_hash(p.read_bytes())},{p.stat().st_size}"
               for p in sorted((site / "mamba_ssm").rglob("*")) if p.is_file()]  # fmt: skip
-    (info / "RECORD").write_text("\n".join([*record, "mamba_ssm-2.3.0.dist-info/RECORD,,"]) + "\n")
+    (info / "RECORD").write_text("\n".join([*record, f"mamba_ssm-{V}.dist-info/RECORD,,"]) + "\n")
     return site
 
 

@@ -14,14 +14,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from indexkit import serve
-from wheelmaker import make_mamba_wheel
+from wheelmaker import V as OURS, make_mamba_wheel
 
 from builder.publishing.index import build_index
 from mamba_ssm import prebuilt as P
 from mamba_ssm import variant as V
-
-from conftest import REPO
 
 PY, PLAT = "cp311", "linux_x86_64"
 CPU = V.from_values("2.13.0+cpu", cxx11abi=True, python=PY, platform=PLAT)
@@ -48,30 +47,30 @@ def _sha(p: Path) -> str:
 
 def test_finds_downloads_and_verifies_the_variant_wheel_over_http(index, tmp_path):
     with serve(index) as url:
-        out = P.find_prebuilt(CPU, "2.3.0", tmp_path / "dl", index_url=url, env={}, **KW)
+        out = P.find_prebuilt(CPU, OURS, tmp_path / "dl", index_url=url, env={}, **KW)
     assert out.status == "found", out.line
-    assert out.wheel.name == "mamba_ssm-2.3.0+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
+    assert out.wheel.name == f"mamba_ssm-{OURS}+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
     assert _sha(out.wheel) == _sha(index / "files" / out.wheel.name) == out.link.sha256
     assert "sha256 verified" in out.line and "\n" not in out.line
     assert sorted(p.name for p in (tmp_path / "dl").iterdir()) == [out.wheel.name]  # no partial files left
 
 
 def test_the_local_label_of_setup_py_does_not_matter_only_the_public_version(index, tmp_path):
-    out = P.find_prebuilt(CPU, "2.3.0+cputorch2.13cxx11abiTRUE", tmp_path, index_url=str(index), env={}, **KW)
-    assert out.status == "found" and "2.3.0+" in out.wheel.name
+    out = P.find_prebuilt(CPU, f"{OURS}+cputorch2.13cxx11abiTRUE", tmp_path, index_url=str(index), env={}, **KW)
+    assert out.status == "found" and f"{OURS}+" in out.wheel.name
 
 
 def test_a_stable_abi_wheel_serves_a_torch_with_no_page_of_its_own(index, tmp_path):
-    out = P.find_prebuilt(CU13, "2.3.0", tmp_path, index_url=str(index), env={}, **KW)
+    out = P.find_prebuilt(CU13, OURS, tmp_path, index_url=str(index), env={}, **KW)
     assert out.status == "found", out.line
-    assert out.wheel.name == "mamba_ssm-2.3.0+cu13torchstable-cp310-abi3-manylinux_2_28_x86_64.whl"
-    old_glibc = P.find_prebuilt(CU13, "2.3.0", tmp_path / "x", index_url=str(index), env={}, machine="x86_64", glibc=(2, 17))
+    assert out.wheel.name == f"mamba_ssm-{OURS}+cu13torchstable-cp310-abi3-manylinux_2_28_x86_64.whl"
+    old_glibc = P.find_prebuilt(CU13, OURS, tmp_path / "x", index_url=str(index), env={}, machine="x86_64", glibc=(2, 17))
     assert old_glibc.status == "no-match"  # manylinux_2_28 does not run on glibc 2.17
 
 
 def test_ngc_torch_maps_to_the_cxx11_wheel(index, tmp_path):
     assert NGC.key == "cu12-torch2.5-cxx11abiTRUE"
-    out = P.find_prebuilt(NGC, "2.3.0", tmp_path, index_url=str(index), env={}, **KW)
+    out = P.find_prebuilt(NGC, OURS, tmp_path, index_url=str(index), env={}, **KW)
     assert out.status == "found" and "+cu12torch2.5cxx11abiTRUE-" in out.wheel.name
 
 
@@ -87,7 +86,7 @@ def test_ngc_end_to_end_through_the_setup_entry_point(index, tmp_path):
         import importlib.util, sys
         spec = importlib.util.spec_from_file_location("_prebuilt", {str(REPO / "mamba_ssm" / "prebuilt.py")!r})
         mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-        path = mod.for_setup("2.3.0", sys.argv[1])
+        path = mod.for_setup({OURS!r}, sys.argv[1])
         print("WHEEL", path.name if path else None)
         """
     )
@@ -95,7 +94,7 @@ def test_ngc_end_to_end_through_the_setup_entry_point(index, tmp_path):
     if sys.version_info[:2] != (3, 11):
         pytest.skip("the index holds cp311 wheels")
     p = subprocess.run([sys.executable, "-c", script, str(tmp_path / "dl")], env=env, capture_output=True, text=True, timeout=60)
-    assert "WHEEL mamba_ssm-2.3.0+cu12torch2.5cxx11abiTRUE-cp311-cp311-linux_x86_64.whl" in p.stdout, p.stderr
+    assert f"WHEEL mamba_ssm-{OURS}+cu12torch2.5cxx11abiTRUE-cp311-cp311-linux_x86_64.whl" in p.stdout, p.stderr
     assert p.stderr.count("\n") == 1 and "using prebuilt wheel" in p.stderr
 
 
@@ -105,10 +104,10 @@ def test_tampered_entry_is_refused_with_one_line(index, tmp_path):
     tampered = tmp_path / "index"
     shutil.copytree(index, tampered)  # symlinks followed: a static host's view of the index
     # The wheel was replaced after indexing; the page still advertises the original's sha256.
-    wheel = tampered / "files" / "mamba_ssm-2.3.0+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
+    wheel = tampered / "files" / f"mamba_ssm-{OURS}+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
     wheel.write_bytes(wheel.read_bytes() + b"tampered")
     with serve(tampered) as url:
-        out = P.find_prebuilt(CPU, "2.3.0", tmp_path / "dl", index_url=url, env={}, **KW)
+        out = P.find_prebuilt(CPU, OURS, tmp_path / "dl", index_url=url, env={}, **KW)
     assert out.status == "hash-mismatch" and out.wheel is None
     assert out.line.startswith("mamba-ssm: sha256 mismatch") and "building from source" in out.line
     assert not list((tmp_path / "dl").iterdir())  # the bad download is gone
@@ -116,7 +115,7 @@ def test_tampered_entry_is_refused_with_one_line(index, tmp_path):
 
 def test_no_match_names_the_variant(index, tmp_path):
     other = V.from_values("2.7.1+cu128", cuda="12.8", python=PY, platform=PLAT)
-    out = P.find_prebuilt(other, "2.3.0", tmp_path, index_url=str(index), env={}, **KW)
+    out = P.find_prebuilt(other, OURS, tmp_path, index_url=str(index), env={}, **KW)
     assert out.status == "no-match" and "cu12-torch2.7-cxx11abiTRUE" in out.line and "building from source" in out.line
 
 
@@ -124,21 +123,21 @@ def test_unreachable_index_is_one_line(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once we leave: connection refused
-    out = P.find_prebuilt(CPU, "2.3.0", tmp_path, index_url=f"http://127.0.0.1:{port}", env={}, **KW)
+    out = P.find_prebuilt(CPU, OURS, tmp_path, index_url=f"http://127.0.0.1:{port}", env={}, **KW)
     assert out.status == "unreachable" and out.line.startswith("mamba-ssm: cannot reach the wheel index")
 
 
 def test_plain_http_is_refused_unless_loopback_or_allowed(tmp_path):
-    out = P.find_prebuilt(CPU, "2.3.0", tmp_path, index_url="http://wheels.example.org/idx", env={}, **KW)
+    out = P.find_prebuilt(CPU, OURS, tmp_path, index_url="http://wheels.example.org/idx", env={}, **KW)
     assert out.status == "refused" and "MAMBA_ALLOW_HTTP=TRUE" in out.line
-    allowed = P.find_prebuilt(CPU, "2.3.0", tmp_path, index_url="http://0.0.0.0:9/idx", env={"MAMBA_ALLOW_HTTP": "TRUE"}, **KW)
+    allowed = P.find_prebuilt(CPU, OURS, tmp_path, index_url="http://0.0.0.0:9/idx", env={"MAMBA_ALLOW_HTTP": "TRUE"}, **KW)
     assert allowed.status == "unreachable"  # allowed to try; nothing listens there
     assert P.check_url("http://[::1]:8000/x", {}) is None and P.check_url("http://localhost/x", {}) is None
-    assert P.find_prebuilt(CPU, "2.3.0", tmp_path, index_url="ftp://x/y", env={}, **KW).status == "refused"
+    assert P.find_prebuilt(CPU, OURS, tmp_path, index_url="ftp://x/y", env={}, **KW).status == "refused"
 
 
 def test_force_build_skips_the_lookup(tmp_path):
-    out = P.find_prebuilt(CPU, "2.3.0", tmp_path, index_url="http://wheels.example.org", env={"MAMBA_FORCE_BUILD": "TRUE"})
+    out = P.find_prebuilt(CPU, OURS, tmp_path, index_url="http://wheels.example.org", env={"MAMBA_FORCE_BUILD": "TRUE"})
     assert out.status == "skipped" and "MAMBA_FORCE_BUILD=TRUE" in out.line
 
 
@@ -169,9 +168,9 @@ def test_a_release_sdist_looks_in_the_index_it_names(tmp_path):
     (the hard-coded default may not be the publisher's site at all); MAMBA_WHEEL_INDEX still wins."""
     stamped = _prebuilt_copy(tmp_path / "stamped", "https://octo.github.io/wheels\n")
     assert stamped.default_index_url() == "https://octo.github.io/wheels"
-    out = stamped.lookup(CPU, "2.3.0", env={}, timeout=0.01, **KW)
+    out = stamped.lookup(CPU, OURS, env={}, timeout=0.01, **KW)
     assert out.tried[0].startswith("https://octo.github.io/wheels/"), out.tried
-    out = stamped.lookup(CPU, "2.3.0", env={"MAMBA_WHEEL_INDEX": str(tmp_path / "none")}, **KW)
+    out = stamped.lookup(CPU, OURS, env={"MAMBA_WHEEL_INDEX": str(tmp_path / "none")}, **KW)
     assert out.status == "no-match" and str(tmp_path / "none") in out.line
     for i, bad in enumerate(("", "file:///etc", "https://x y", None)):
         assert _prebuilt_copy(tmp_path / f"bad{i}", bad).default_index_url() == P.DEFAULT_INDEX_URL
@@ -185,22 +184,22 @@ def test_the_sdist_carries_the_stamp(tmp_path):
 @pytest.mark.parametrize(
     ("filename", "ok"),
     [
-        ("mamba_ssm-2.3.0+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl", True),
-        ("mamba_ssm-2.3.0+cputorch2.13cxx11abiTRUE-cp312-cp312-linux_x86_64.whl", False),
-        ("mamba_ssm-2.3.0+cputorch2.13cxx11abiTRUE-cp311-cp311-manylinux_2_28_x86_64.whl", True),
-        ("mamba_ssm-2.3.0+cputorch2.13cxx11abiTRUE-cp311-cp311-manylinux_2_39_x86_64.whl", False),
-        ("mamba_ssm-2.3.0+cputorch2.13cxx11abiTRUE-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
-        ("mamba_ssm-2.3.0+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_aarch64.whl", False),
-        ("mamba_ssm-2.3.0+cputorch2.13cxx11abiFALSE-cp311-cp311-linux_x86_64.whl", False),
+        (f"mamba_ssm-{OURS}+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl", True),
+        (f"mamba_ssm-{OURS}+cputorch2.13cxx11abiTRUE-cp312-cp312-linux_x86_64.whl", False),
+        (f"mamba_ssm-{OURS}+cputorch2.13cxx11abiTRUE-cp311-cp311-manylinux_2_28_x86_64.whl", True),
+        (f"mamba_ssm-{OURS}+cputorch2.13cxx11abiTRUE-cp311-cp311-manylinux_2_39_x86_64.whl", False),
+        (f"mamba_ssm-{OURS}+cputorch2.13cxx11abiTRUE-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
+        (f"mamba_ssm-{OURS}+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_aarch64.whl", False),
+        (f"mamba_ssm-{OURS}+cputorch2.13cxx11abiFALSE-cp311-cp311-linux_x86_64.whl", False),
         ("mamba_ssm-2.3.1+cputorch2.13cxx11abiTRUE-cp311-cp311-linux_x86_64.whl", False),
-        ("mamba_ssm-2.3.0+cputorchstable-cp310-abi3-linux_x86_64.whl", True),
-        ("mamba_ssm-2.3.0+cputorchstable-cp312-abi3-linux_x86_64.whl", False),
+        (f"mamba_ssm-{OURS}+cputorchstable-cp310-abi3-linux_x86_64.whl", True),
+        (f"mamba_ssm-{OURS}+cputorchstable-cp312-abi3-linux_x86_64.whl", False),
         ("not-a-wheel.tar.gz", False),
     ],
 )
 def test_selection_rules(filename, ok):
     link = P.Link(url=f"https://x/{filename}", filename=filename, sha256="0" * 64)
-    assert (P._pick([link], CPU, "2.3.0", "x86_64", (2, 36)) is not None) is ok
+    assert (P._pick([link], CPU, OURS, "x86_64", (2, 36)) is not None) is ok
 
 
 def test_outcome_lines_are_single_lines_for_json_logs():
@@ -247,7 +246,7 @@ def test_pip_install_of_the_sdist_ships_the_indexed_wheel_without_compiling(sdis
     ext = f"mamba_ssm/_C{sysconfig.get_config_var('EXT_SUFFIX')}"
     payload = os.urandom(1 << 16)
     make_wheel(tmp_path / "wheels", "mamba-ssm", f"{_public_version()}+{want.label}", f"{want.python}-{want.python}-{want.platform}",
-               files={ext: payload, "mamba_ssm/__init__.py": b"__version__ = '2.3.0'\n"})  # fmt: skip
+               files={ext: payload, "mamba_ssm/__init__.py": b"__version__ = '0.3.0'\n"})  # fmt: skip
     build_index(tmp_path / "wheels", tmp_path / "index")
     with serve(tmp_path / "index") as url:
         proc = checked(run([sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps", "--no-cache-dir",
@@ -308,7 +307,7 @@ def test_a_redirect_to_plain_http_is_refused(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        out = P.find_prebuilt(CPU, "2.3.0", tmp_path, index_url=f"http://127.0.0.1:{server.server_address[1]}", env={}, **KW)
+        out = P.find_prebuilt(CPU, OURS, tmp_path, index_url=f"http://127.0.0.1:{server.server_address[1]}", env={}, **KW)
     finally:
         server.shutdown()
         server.server_close()
@@ -319,7 +318,7 @@ def test_a_lower_case_label_from_setuptools_is_found(tmp_path):
     """setuptools writes ...cxx11abitrue...; the index keeps it, the lookup must still match it."""
     make_mamba_wheel(tmp_path / "wheels", "cputorch2.13cxx11abitrue", PY)
     build_index(tmp_path / "wheels", tmp_path / "index")
-    out = P.find_prebuilt(CPU, "2.3.0", tmp_path / "dl", index_url=str(tmp_path / "index"), env={}, **KW)
+    out = P.find_prebuilt(CPU, OURS, tmp_path / "dl", index_url=str(tmp_path / "index"), env={}, **KW)
     assert out.status == "found", out.line
 
 
@@ -339,7 +338,7 @@ def test_a_cuda_torch_without_nvcc_or_a_compiler_gets_its_prebuilt_wheel(sdist, 
     ext = f"mamba_ssm/_C{sysconfig.get_config_var('EXT_SUFFIX')}"
     payload = os.urandom(1 << 16)
     make_wheel(tmp_path / "wheels", "mamba-ssm", f"{_public_version()}+{want.label}", f"cp311-cp311-{want.platform}",
-               files={ext: payload, "mamba_ssm/__init__.py": b"__version__ = '2.3.0'\n"})  # fmt: skip
+               files={ext: payload, "mamba_ssm/__init__.py": b"__version__ = '0.3.0'\n"})  # fmt: skip
     build_index(tmp_path / "wheels", tmp_path / "index")
     no_toolchain = {"CUDA_HOME": str(tmp_path / "no-cuda"), "CXX": str(tmp_path / "no-cxx" / "g++"), "PATH": "/usr/bin:/bin"}
     pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-v", "--no-build-isolation",

@@ -14,14 +14,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from test_explain import CASES, UPSTREAM_ERRORS
-from wheelmaker import make_wheel
+from wheelmaker import V, make_wheel
 
 from builder.publishing import pins
 from docs.hooks import refgen
 from mamba_ssm.doctor.classify import Context, classify
-
-from conftest import REPO
 
 PAGES = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md"))]
 
@@ -57,12 +56,12 @@ def test_every_command_on_the_pages_installs_what_the_release_builds(page_comman
     [
         # a label no release builds: torch >= 2.10 on CPU is the stable wheel's
         (
-            "mamba-ssm==2.3.0+cputorchstable",
-            "mamba-ssm==2.3.0+cputorch2.13cxx11abiTRUE",
+            f"mamba-ssm=={V}+cputorchstable",
+            f"mamba-ssm=={V}+cputorch2.13cxx11abiTRUE",
             "no wheel of the release has the label",
         ),
         # a version the release does not build
-        ("mamba-ssm==2.3.0+cputorchstable", "mamba-ssm==2.3.1+cputorchstable", "not 2.3.1"),
+        (f"mamba-ssm=={V}+cputorchstable", "mamba-ssm==2.3.1+cputorchstable", "not 2.3.1"),
         # upstream's wheel on this line's root
         ("wheels/upstream/cu13-torch2.14", "wheels/cu13-torch2.14", "upstream line's"),
         # a torch no release builds
@@ -97,9 +96,9 @@ def test_wrong_line_and_wrong_page_fail(release):
     assert any("for cp39" in p for p in pins.check(ok, release, python="cp39"))
     assert any("not a page" in p for p in pins.check(ok.replace("upstream/", "upstreams/"), release))
     # a farm label with no farm index: pip looks on PyPI, which has no such wheel
-    assert any("no index" in p for p in pins.check("pip install mamba-ssm==2.3.0+cputorchstable", release))
+    assert any("no index" in p for p in pins.check(f"pip install mamba-ssm=={V}+cputorchstable", release))
     # the stable wheel from its own page and from a page it serves; not from a torch it does not serve
-    stable = f"pip install mamba-ssm==2.3.0+cputorchstable --extra-index-url {site}"
+    stable = f"pip install mamba-ssm=={V}+cputorchstable --extra-index-url {site}"
     assert pins.check(stable + "cpu-torchstable-abi3/", release) == []
     assert pins.check(stable + "cpu-torch2.13-cxx11abiTRUE/", release, python="cp314", platform="linux_aarch64") == []
     assert any("not listed on" in p for p in pins.check(stable + "cpu-torch2.9-cxx11abiTRUE/", release))
@@ -107,18 +106,18 @@ def test_wrong_line_and_wrong_page_fail(release):
 
 def test_commands_are_read_as_a_reader_copies_them():
     text = (
-        "Run `pip install mamba-ssm==2.3.0+cputorchstable --extra-index-url https://x/y/`; then\n"
+        f"Run `pip install mamba-ssm=={V}+cputorchstable --extra-index-url https://x/y/`; then\n"
         "```bash\npip install causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE \\\n  --extra-index-url https://x/z/   # a note\n```\n"
-        "fix: '/usr/bin/python3' -m pip install --force-reinstall 'mamba-ssm==2.3.0+<label>' --extra-index-url "
+        f"fix: '/usr/bin/python3' -m pip install --force-reinstall 'mamba-ssm=={V}+<label>' --extra-index-url "
         "https://x/<variant>/  (if the index has your variant; else build: ...)\n"
     )
     got = pins.commands_in(text)
     assert got == [
-        "pip install mamba-ssm==2.3.0+cputorchstable --extra-index-url https://x/y/",
+        f"pip install mamba-ssm=={V}+cputorchstable --extra-index-url https://x/y/",
         "pip install causal-conv1d==1.7.0+cu13torch2.14cxx11abiTRUE  --extra-index-url https://x/z/",
-        "'/usr/bin/python3' -m pip install --force-reinstall 'mamba-ssm==2.3.0+<label>' --extra-index-url https://x/<variant>/",
+        f"'/usr/bin/python3' -m pip install --force-reinstall 'mamba-ssm=={V}+<label>' --extra-index-url https://x/<variant>/",
     ], got
-    assert pins.parse(got[2]) == ([("mamba-ssm", "2.3.0", "<label>")], ["https://x/<variant>/"])
+    assert pins.parse(got[2]) == ([("mamba-ssm", V, "<label>")], ["https://x/<variant>/"])
 
 
 # --------------------------------------------------------------------------- the coverage pages
@@ -134,7 +133,9 @@ def coverage_pages(tmp_path_factory, release):
     for w in release:
         folder = root / "wheels" / w.line
         py = w.python
-        whl = make_wheel(folder, w.project, f"{w.version}+{w.label}", f"{py}-{'abi3' if w.abi3 else py}-{w.platform}")
+        # a recipe's wheel as the farm's repair tags it (its floor): upstream's own release wheels are linux_*
+        plat = w.platform if w.line == "checkout" else f"manylinux_{w.glibc.replace('.', '_')}_{w.platform[6:]}"
+        whl = make_wheel(folder, w.project, f"{w.version}+{w.label}", f"{py}-{'abi3' if w.abi3 else py}-{plat}")
         spec = {"serves": sorted(w.pages)} if w.abi3 else {}
         if w.line == "upstream":
             spec |= {"project": w.project, "source": f"sdist:{w.project}=={w.version}@sha256:{'0' * 64}"}
@@ -159,6 +160,7 @@ def test_every_cell_of_the_coverage_pages_installs_a_wheel_the_release_builds(co
     bad = []
     for fn, cmd in cells:
         py, _abi, plat = fn.removesuffix(".whl").split("-")[-3:]
+        plat = re.sub(r"^manylinux_\d+_\d+_", "linux_", plat)  # a repaired wheel's tag: the build's platform
         problems = pins.check(cmd, release, python=py, platform=plat)
         if problems or not cmd.startswith("pip install "):
             bad.append(f"{fn}: {cmd}: {problems}")
@@ -174,12 +176,12 @@ CU12 = {"torch_version": "2.6.0+cu124", "torch_cxx11abi": False, "variant_key": 
 KNOWN = {
     "explain": Context(),
     "explain-cu12-torch2.6": Context(**CU12),
-    "checkout-cu12-torch2.6": Context(**CU12, mamba_version="2.3.0", line="checkout"),
+    "checkout-cu12-torch2.6": Context(**CU12, mamba_version=V, line="checkout"),
     "upstream-cu12-torch2.6": Context(**CU12, mamba_version="2.3.2.post1", line="upstream", source="mamba-ssm==2.3.2.post1"),
     "checkout-cpu-torch2.13": Context(
         torch_version="2.13.0+cpu", torch_cxx11abi=True, variant_key="cpu-torch2.13-cxx11abiTRUE",
-        variant_label="cputorch2.13cxx11abiTRUE", mamba_version="2.3.0", python="python", line="checkout",
-        wheel=("mamba_ssm-2.3.0+cputorchstable-cp310-abi3-linux_x86_64.whl", "cpu-torch2.13-cxx11abiTRUE"),
+        variant_label="cputorch2.13cxx11abiTRUE", mamba_version=V, python="python", line="checkout",
+        wheel=(f"mamba_ssm-{V}+cputorchstable-cp310-abi3-linux_x86_64.whl", "cpu-torch2.13-cxx11abiTRUE"),
     ),
 }  # fmt: skip
 

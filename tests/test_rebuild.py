@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from farmkit import ci_spec
-from wheelmaker import make_wheel
+from wheelmaker import V, make_wheel
 
 from builder.errors import IndexIntegrityError
 from builder.run import build, schedule
@@ -29,7 +29,7 @@ def _publish_build(spec, wheels: Path, scratch: Path, payload: bytes) -> Path:
     fresh = make_wheel(
         scratch,
         "mamba-ssm",
-        f"2.3.0+{spec.label}",
+        f"{V}+{spec.label}",
         f"{spec.python_tag}-{spec.python_tag}-linux_x86_64",
         requires=(f"torch=={torch}.*",),
         files={"mamba_ssm/__init__.py": payload},
@@ -92,7 +92,7 @@ def test_a_rebuild_with_unchanged_inputs_is_still_refused(tmp_path):
 def test_only_built_outcomes_with_a_previous_wheel_of_that_name_count(tmp_path):
     spec = ci_spec("cpu")
     changed = dataclasses.replace(spec, inputs_hash="fedcba9876543210")
-    name = "mamba_ssm-2.3.0+x.whl"
+    name = f"mamba_ssm-{V}+x.whl"
     previous = {spec.id: {"inputs_hash": spec.inputs_hash, "wheel": name}}
     wheel = tmp_path / name
     assert build.replacements([schedule.BuildOutcome(changed, "failed", None)], previous) == {}

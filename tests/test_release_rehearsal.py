@@ -24,6 +24,7 @@ from conftest import REPO
 from farmkit import docker_client
 from indexkit import find_python, serve
 from releasekit import git_http, github_assets, make_certs, through_assets, venv_with_torch
+from wheelmaker import V
 
 from builder.upkeep.rehearse import (
     DRY_RUN_PROFILE,
@@ -190,7 +191,7 @@ def test_pip_installs_from_the_dry_run_site(dry, tmp_path):
     assert commands and all(dry.index_url in c for c in commands), commands
     assert (site / "docs" / "index.html").is_file(), "the docs site is published next to the index"
     (cmd,) = [c for c in commands if "+cputorchstable" in c and "/cpu-torch2.13-cxx11abiTRUE/" in c]
-    assert "mamba-ssm==2.3.0+cputorchstable" in cmd  # the exact pin
+    assert f"mamba-ssm=={V}+cputorchstable" in cmd  # the exact pin
     env = dict(os.environ)
     py = venv_with_torch(tmp_path / "venv", _python311(), TORCH_CPU, env)
     port = int(dry.index_url.rsplit(":", 1)[1])
@@ -237,14 +238,14 @@ def test_the_doctors_fix_installs_what_the_site_serves(dry, tmp_path):
     py = venv_with_torch(tmp_path / "venv", _python311(), "torch==2.14.1", env)
     port = int(dry.index_url.rsplit(":", 1)[1])
     with serve(site, port):
-        _run([str(py), "-m", "pip", "install", "--no-deps", "mamba-ssm==2.3.0+cputorchstable",
+        _run([str(py), "-m", "pip", "install", "--no-deps", f"mamba-ssm=={V}+cputorchstable",
               "--extra-index-url", f"{dry.index_url}/cpu-torchstable-abi3/"], env)  # fmt: skip
         doc = subprocess.run([str(py), "-I", "-m", "mamba_ssm.doctor", "--json", "--index", dry.index_url],
                              capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
         (label,) = [f for f in json.loads(doc.stdout)["findings"] if f["check"] == "label"]
         assert label["verdict"] == "problem" and "needs cu13torch2.14cxx11abiTRUE" in label["title"], label
         fix = label["fix"]
-        assert '"mamba-ssm==2.3.0+cu13torchstable"' in fix, fix
+        assert f'"mamba-ssm=={V}+cu13torchstable"' in fix, fix
         _run(fix, env)
         after = subprocess.run([str(py), "-I", "-m", "mamba_ssm.doctor", "--json", "--index", dry.index_url],
                                capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
@@ -513,7 +514,7 @@ def test_the_gpu_gate_runs_each_cuda_wheel_before_publish(tmp_path, broken):
         assert r.rc == 0 and r.jobs["gpu-gate"] == r.jobs["publish"] == "succeeded", r.jobs
         assert f"gate: {cu13}: passed" in log and "gate: 1 CUDA wheel(s) passed on cpu" in log
         assert "GPU gate: passed." in log
-        assert "gate: mamba_ssm-2.3.0+cputorchstable" not in log  # CUDA wheels only
+        assert f"gate: mamba_ssm-{V}+cputorchstable" not in log  # CUDA wheels only
     else:
         assert r.rc != 0 and r.jobs["gpu-gate"] == "failed" and "publish" not in r.jobs, r.jobs
         assert f"::error::GPU gate: {cu13} failed its gpu_check numerics" in log or (

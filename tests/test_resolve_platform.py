@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from wheelmaker import make_mamba_wheel
+from wheelmaker import V, make_mamba_wheel
 
 from builder.publishing.index import build_index
-
 
 LABEL = "cu13torch2.14cxx11abiTRUE"
 
@@ -32,7 +31,7 @@ RESOLVE = ("resolve", "--torch", "2.14", "--cuda", "13.0", "--python", "3.11", "
 def test_resolve_names_the_wheel_of_the_platform_asked_for(index, platform, machine, cli):
     proc = cli(*RESOLVE, index, "--platform", platform, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    wheel = f"mamba_ssm-2.3.0+{LABEL.lower()}-cp311-cp311-manylinux_2_28_{machine}.whl"
+    wheel = f"mamba_ssm-{V}+{LABEL.lower()}-cp311-cp311-manylinux_2_28_{machine}.whl"
     assert wheel.lower() in proc.stdout.lower(), proc.stdout
     other = {"aarch64": "x86_64", "x86_64": "aarch64"}[machine]
     assert f"manylinux_2_28_{other}" not in proc.stdout

@@ -8,10 +8,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import REPO
+from wheelmaker import V as OURS
 
 from mamba_ssm import variant as V
 
-from conftest import REPO
 
 @pytest.mark.parametrize(
     ("version", "cuda", "hip", "abi", "key", "label"),
@@ -182,8 +183,8 @@ def test_a_free_threaded_interpreter_is_named_by_its_own_tag(monkeypatch):
     real = sysconfig.get_config_var
     monkeypatch.setattr(sysconfig, "get_config_var", lambda name: 1 if name == "Py_GIL_DISABLED" else real(name))
     assert V.python_tag((3, 14)) == "cp314t"
-    stable = _prebuilt.parse_wheel_name("mamba_ssm-2.3.0+cputorchstable-cp310-abi3-linux_x86_64.whl")
+    stable = _prebuilt.parse_wheel_name(f"mamba_ssm-{OURS}+cputorchstable-cp310-abi3-linux_x86_64.whl")
     assert _prebuilt.python_ok(stable, "cp314") == (True, True)
     assert _prebuilt.python_ok(stable, "cp314t") == (False, False)
-    classic = _prebuilt.parse_wheel_name("mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp314-cp314-linux_x86_64.whl")
+    classic = _prebuilt.parse_wheel_name(f"mamba_ssm-{OURS}+cu12torch2.6cxx11abiFALSE-cp314-cp314-linux_x86_64.whl")
     assert _prebuilt.python_ok(classic, "cp314t") == (False, False)

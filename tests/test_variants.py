@@ -20,17 +20,16 @@ import cudakit
 import pytest
 from filelock import FileLock
 from indexkit import isolated_env, make_venv, pip, serve, uv_bin
-from wheelmaker import make_mamba_wheel, make_wheel
+from wheelmaker import V, make_mamba_wheel, make_wheel
 
 from builder.errors import VerificationError
 from builder.verifying import variants
 from mamba_ssm import variant as _variant
 
 variantlib = pytest.importorskip("variantlib")
+from conftest import REPO
 from variantlib.variant_dist_info import VariantDistInfo
 from variantlib.variants_json import VariantsJson
-
-from conftest import REPO
 
 TORCH_CPU = "2.13.0"
 
@@ -49,17 +48,17 @@ def _elf_so() -> bytes:
 
 def test_variant_form_changes_only_the_dist_info(tmp_path):
     so = _elf_so()
-    src = make_wheel(tmp_path, "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
+    src = make_wheel(tmp_path, "mamba-ssm", f"{V}+cputorchstable", "cp310-abi3-linux_x86_64",
                      requires=("torch>=2.10",), files={"mamba_ssm/__init__.py": b"", "mamba_ssm/_C.abi3.so": so})
     out = variants.to_variant(src, tmp_path / "out")
     plain = variants.to_plain(src, tmp_path / "out")
-    assert out.name == "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl"
-    assert plain.name == "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl"
+    assert out.name == f"mamba_ssm-{V}-cp310-abi3-linux_x86_64-null.whl"
+    assert plain.name == f"mamba_ssm-{V}-cp310-abi3-linux_x86_64.whl"
     assert variants.to_variant(src, tmp_path / "again").read_bytes() == out.read_bytes()  # deterministic
     with zipfile.ZipFile(src) as a, zipfile.ZipFile(out) as b:
         assert a.read("mamba_ssm/_C.abi3.so") == b.read("mamba_ssm/_C.abi3.so") == so
-        assert "Version: 2.3.0\n" in b.read("mamba_ssm-2.3.0.dist-info/METADATA").decode()
-        raw = b.read("mamba_ssm-2.3.0.dist-info/variant.json")
+        assert f"Version: {V}\n" in b.read(f"mamba_ssm-{V}.dist-info/METADATA").decode()
+        raw = b.read(f"mamba_ssm-{V}.dist-info/variant.json")
         assert not [n for n in b.namelist() if "+cputorchstable" in n]
     info = VariantDistInfo(raw, expected_label="null")  # variantlib's own validation
     assert info.variant_desc.is_null_variant()
@@ -88,18 +87,18 @@ def test_form_of_names_what_each_build_needs():
 
 
 @pytest.mark.parametrize("name,base,label", [
-    ("mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-cu13.whl", "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl", "cu13"),
-    ("mamba_ssm-2.3.0-1-cp310-abi3-linux_x86_64-null.whl", "mamba_ssm-2.3.0-1-cp310-abi3-linux_x86_64.whl", "null"),
-    ("mamba_ssm-2.3.0-1-cp310-abi3-linux_x86_64.whl", None, None),  # a build tag, not a variant label
-    ("mamba_ssm-2.3.0+cu13torchstable-cp310-abi3-linux_x86_64.whl", None, None),
-    ("mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-CU13.whl", None, None),  # labels are lower case
+    (f"mamba_ssm-{V}-cp310-abi3-linux_x86_64-cu13.whl", f"mamba_ssm-{V}-cp310-abi3-linux_x86_64.whl", "cu13"),
+    (f"mamba_ssm-{V}-1-cp310-abi3-linux_x86_64-null.whl", f"mamba_ssm-{V}-1-cp310-abi3-linux_x86_64.whl", "null"),
+    (f"mamba_ssm-{V}-1-cp310-abi3-linux_x86_64.whl", None, None),  # a build tag, not a variant label
+    (f"mamba_ssm-{V}+cu13torchstable-cp310-abi3-linux_x86_64.whl", None, None),
+    (f"mamba_ssm-{V}-cp310-abi3-linux_x86_64-CU13.whl", None, None),  # labels are lower case
 ])
 def test_split_label(name, base, label):
     assert variants.split_label(name) == (base or name, label)
 
 
 def test_an_extension_that_is_no_elf_has_no_variant_form(tmp_path):
-    src = make_wheel(tmp_path, "mamba-ssm", "2.3.0+cu13torchstable", "cp310-abi3-linux_x86_64",
+    src = make_wheel(tmp_path, "mamba-ssm", f"{V}+cu13torchstable", "cp310-abi3-linux_x86_64",
                      files={"mamba_ssm/_C.abi3.so": b"not an ELF"})
     with pytest.raises(VerificationError, match="_C.abi3.so: .*not an ELF"):
         variants.form_of_wheel(src)
@@ -125,16 +124,16 @@ def test_stable_wheels_without_a_variant_form_are_left_out_with_their_reason(tmp
     build_index(wheels, tmp_path / "index")
     manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
     record = manifest["wheel_variants"]
-    assert sorted(record["files"]) == ["mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl",
-                                       "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl"]
+    assert sorted(record["files"]) == [f"mamba_ssm-{V}-cp310-abi3-linux_x86_64-null.whl",
+                                       f"mamba_ssm-{V}-cp310-abi3-linux_x86_64.whl"]
     assert "no GPU code" in record["skipped"][cu.name]
     page = (tmp_path / "index" / "variants" / "mamba-ssm" / "index.html").read_text()
-    assert "mamba_ssm-2.3.0-variants.json#sha256=" in page and "-cu13.whl" not in page
+    assert f"mamba_ssm-{V}-variants.json#sha256=" in page and "-cu13.whl" not in page
     # the coverage page and `builder resolve` show the variant line
     cover = (tmp_path / "index" / "index.html").read_text()
     assert ('uv pip install --preview-features wheel-variants mamba-ssm --index <span class="base">./</span>'
             "variants/</code>") in cover
-    assert "takes <code>mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl</code> there, the CPU build" in cover
+    assert f"takes <code>mamba_ssm-{V}-cp310-abi3-linux_x86_64.whl</code> there, the CPU build" in cover
     out = subprocess.run([sys.executable, "-m", "builder", "resolve", "--index", str(tmp_path / "index"), "--torch",
                           "2.13", "--python", "3.11"], check=False, capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
@@ -164,7 +163,7 @@ def test_uv_reads_the_variant_roots_metadata_files_not_the_wheels(tmp_path):
         assert f'{name}#sha256={f["sha256"]}" data-requires-python="&gt;=3.10" data-dist-info-metadata="{md}" ' \
                f'data-core-metadata="{md}">' in page
         with zipfile.ZipFile(index / "files" / name) as zf:
-            assert (index / "files" / (name + ".metadata")).read_bytes() == zf.read("mamba_ssm-2.3.0.dist-info/METADATA")
+            assert (index / "files" / (name + ".metadata")).read_bytes() == zf.read(f"mamba_ssm-{V}.dist-info/METADATA")
     env = isolated_env(tmp_path)
     vpy = make_venv(tmp_path / "venv", sys.executable, env)
     torch = make_wheel(tmp_path / "deps", "torch", "2.13.0")  # (resolving needs mamba-ssm's Requires-Dist)
@@ -174,14 +173,14 @@ def test_uv_reads_the_variant_roots_metadata_files_not_the_wheels(tmp_path):
                "--index-url", f"{url}/{variants.ROOT}/", "--find-links", str(torch.parent), "mamba-ssm"]
         dry = subprocess.run([*cmd, "--dry-run"], check=False, capture_output=True, text=True, env=env)
         assert dry.returncode == 0, dry.stderr
-        assert "mamba-ssm==2.3.0" in dry.stderr, dry.stderr
+        assert f"mamba-ssm=={V}" in dry.stderr, dry.stderr
         fetched = [p.rsplit("/", 1)[-1] for p in log]
-        assert "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl.metadata" in fetched, log
+        assert f"mamba_ssm-{V}-cp310-abi3-linux_x86_64-null.whl.metadata" in fetched, log
         assert not [p for p in fetched if p.endswith(".whl")], log  # no whole wheel for a resolution
         real = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
         assert real.returncode == 0, real.stderr
-    assert "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl" in [p.rsplit("/", 1)[-1] for p in log]
-    assert installed_version(vpy) == "2.3.0"
+    assert f"mamba_ssm-{V}-cp310-abi3-linux_x86_64-null.whl" in [p.rsplit("/", 1)[-1] for p in log]
+    assert installed_version(vpy) == V
 
 
 def installed_version(vpy: Path) -> str:
@@ -193,12 +192,12 @@ def test_a_released_variant_root_links_the_release_assets(tmp_path):
     """A wheel linked to a release's assets (``--files-url``: a tag release's site has no files/) has its
     variant files linked beside it, among the same release's assets, which the publish job uploads; no PEP 658
     attribute there, as on the other pages (the asset host serves no .metadata)."""
-    assets = "https://github.com/o/r/releases/download/v2.3.0"
+    assets = f"https://github.com/o/r/releases/download/v{V}"
     index = _placeholder_index(tmp_path, files_url=assets, base_url="https://o.github.io/r")
     page = (index / variants.ROOT / "mamba-ssm" / "index.html").read_text()
     record = json.loads((index / "manifest.json").read_text())["wheel_variants"]["files"]
-    assert sorted(record) == ["mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl",
-                              "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64.whl"]
+    assert sorted(record) == [f"mamba_ssm-{V}-cp310-abi3-linux_x86_64-null.whl",
+                              f"mamba_ssm-{V}-cp310-abi3-linux_x86_64.whl"]
     for name, f in record.items():
         assert f'<a href="{assets}/{name}#sha256={f["sha256"]}" data-requires-python="&gt;=3.10">' in page
     assert "files/" not in page and "data-core-metadata" not in page
@@ -209,7 +208,7 @@ def test_a_released_variant_root_links_the_release_assets(tmp_path):
         return out.splitlines()
 
     uploads = listed(tmp_path / "wheels")
-    assert [Path(u).name for u in uploads] == [*sorted(record), "mamba_ssm-2.3.0-variants.json"]
+    assert [Path(u).name for u in uploads] == [*sorted(record), f"mamba_ssm-{V}-variants.json"]
     assert all(Path(u).is_file() for u in uploads)
     (tmp_path / "other").mkdir()
     assert listed(tmp_path / "other") == []  # another run's wheels: none of these
@@ -327,7 +326,7 @@ def test_uv_with_the_preview_picks_the_build_by_itself(site, tmp_path, driver, s
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     res = _run(vpy)
-    assert (res["version"], _variant_label(res)) == ("2.3.0", want), (proc.stderr, res)
+    assert (res["version"], _variant_label(res)) == (V, want), (proc.stderr, res)
     assert res["extension"], res["error"]
     if want == "cu13":  # a CUDA torch imports it without a GPU: both kernels registered
         assert res["torch"].startswith("2.14") and res["kernels"] == {"CPU": True, "CUDA": True}
@@ -357,7 +356,7 @@ def test_pip_without_variant_support_takes_the_plain_cpu_wheel(site, tmp_path):
         else:
             proc = pip(vpy, ["install", "--index-url", f"{url}/index/{variants.ROOT}/", "mamba-ssm"], env)
         res = _run(vpy)
-        assert (which, res["version"], res["variant"]) == (which, "2.3.0", None), proc.stdout
+        assert (which, res["version"], res["variant"]) == (which, V, None), proc.stdout
         assert plain[0] in proc.stdout, proc.stdout
         assert res["extension"] and res["kernels"] == {"CPU": True, "CUDA": False} and res["max_err"] < 1e-4
 
@@ -370,7 +369,7 @@ def test_variantlib_and_the_verifier_accept_every_variant_wheel(site, tmp_path):
     _url, index = site
     files = index / "files"
     (vj,) = (index / variants.ROOT / "mamba-ssm").glob("*-variants.json")
-    assert vj.name == "mamba_ssm-2.3.0-variants.json"
+    assert vj.name == f"mamba_ssm-{V}-variants.json"
     listing = VariantsJson(json.loads(vj.read_text()))
     made = sorted(p for p in files.glob("*.whl") if variants.split_label(p.name)[1])
     labels = {variants.split_label(p.name)[1]: p for p in made}
@@ -380,11 +379,11 @@ def test_variantlib_and_the_verifier_accept_every_variant_wheel(site, tmp_path):
     plan = load_plan(profile="ci-stable")
     for label, wheel in labels.items():
         with zipfile.ZipFile(wheel) as zf:
-            info = VariantDistInfo(zf.read("mamba_ssm-2.3.0.dist-info/variant.json"), expected_label=label)
+            info = VariantDistInfo(zf.read(f"mamba_ssm-{V}.dist-info/variant.json"), expected_label=label)
             so = zf.read("mamba_ssm/_C.abi3.so")
         assert info.variant_desc == listing.variants[label]
         acc = "cpu" if label == "null" else label
-        (src,) = files.glob(f"mamba_ssm-2.3.0+{acc}torchstable-*.whl")
+        (src,) = files.glob(f"mamba_ssm-{V}+{acc}torchstable-*.whl")
         with zipfile.ZipFile(src) as zf:
             assert zf.read("mamba_ssm/_C.abi3.so") == so  # the extension's bytes unchanged
         spec = plan.build(f"{acc}-torchstable-abi3-cp311-linux_x86_64")
@@ -406,7 +405,7 @@ def test_the_doctor_names_the_build_of_an_installed_variant_wheel():
 
 def _tampered(tmp_path: Path, change) -> Path:
     """A farm stable wheel, rewritten member by member with ``change(name, info, data)`` -> [(info, data)]."""
-    src = make_wheel(tmp_path / "src", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
+    src = make_wheel(tmp_path / "src", "mamba-ssm", f"{V}+cputorchstable", "cp310-abi3-linux_x86_64",
                      requires=("torch>=2.10",), files={"mamba_ssm/__init__.py": b"", "mamba_ssm/_C.abi3.so": _elf_so()})  # fmt: skip
     out = tmp_path / src.name
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out, "w") as zout:
@@ -467,18 +466,18 @@ def test_a_variant_file_that_declares_another_variant_than_variants_json_is_made
     from builder.publishing.index import build_index
 
     index = _placeholder_index(tmp_path)
-    name = "mamba_ssm-2.3.0-cp310-abi3-linux_x86_64-null.whl"
+    name = f"mamba_ssm-{V}-cp310-abi3-linux_x86_64-null.whl"
     path = index / "files" / name
     honest = variants.read_form(path)
     with zipfile.ZipFile(path) as zf:
         members = {i.filename: zf.read(i) for i in zf.infolist()}
-    vj = "mamba_ssm-2.3.0.dist-info/variant.json"
+    vj = f"mamba_ssm-{V}.dist-info/variant.json"
     doc = json.loads(members[vj])
     doc["variants"]["null"] = {"nvidia": {"sm_arch": ["120"]}}
     members[vj] = json.dumps(doc).encode()
     # a careful tamperer: RECORD vouches for the new variant.json (the rewriter checks RECORD, so it must)
     digest = base64.urlsafe_b64encode(hashlib.sha256(members[vj]).digest()).rstrip(b"=").decode()
-    record = "mamba_ssm-2.3.0.dist-info/RECORD"
+    record = f"mamba_ssm-{V}.dist-info/RECORD"
     members[record] = "\n".join(
         f"{vj},sha256={digest},{len(members[vj])}" if ln.startswith(vj + ",") else ln
         for ln in members[record].decode().splitlines()
@@ -497,5 +496,5 @@ def test_a_variant_file_that_declares_another_variant_than_variants_json_is_made
     build_index(tmp_path / "wheels", index)
     again = index / "files" / name
     assert variants.read_form(again) == honest
-    listed = json.loads((index / variants.ROOT / "mamba-ssm" / "mamba_ssm-2.3.0-variants.json").read_text())
+    listed = json.loads((index / variants.ROOT / "mamba-ssm" / f"mamba_ssm-{V}-variants.json").read_text())
     assert listed["variants"]["null"] == honest.properties

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from wheelmaker import make_wheel
+from wheelmaker import V, make_wheel
 
 from builder.run import verify
 from builder.sourcing import reproducible
@@ -156,7 +156,7 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
     assert str(tmp_path) not in json.dumps(rec) and str(REPO) not in json.dumps(rec)  # no host path
     # No mamba_ssm/__init__.py in the wheel: the doctor imported is the checkout's, its metadata the wheel's.
     raw = make_wheel(
-        tmp_path / "raw", "mamba-ssm", "2.3.0", "cp311-cp311-linux_x86_64", files={"mamba_ssm/py.typed": b""}
+        tmp_path / "raw", "mamba-ssm", V, "cp311-cp311-linux_x86_64", files={"mamba_ssm/py.typed": b""}
     )
     out = wheels.retag(
         raw, "linux_x86_64", tmp_path / "out", epoch=1700000000, extra={provenance.NAME: provenance.dumps(rec)}
@@ -166,8 +166,8 @@ def test_provenance_is_in_the_record_and_the_doctor_reads_it(tmp_path: Path) -> 
     )
     assert out.read_bytes() == again.read_bytes()  # the record keeps the wheel reproducible
     with zipfile.ZipFile(out) as zf:
-        record_file = zf.read("mamba_ssm-2.3.0.dist-info/RECORD").decode()
-    assert f"mamba_ssm-2.3.0.dist-info/{provenance.NAME},sha256=" in record_file
+        record_file = zf.read(f"mamba_ssm-{V}.dist-info/RECORD").decode()
+    assert f"mamba_ssm-{V}.dist-info/{provenance.NAME},sha256=" in record_file
     assert provenance.read_wheel(out) == rec
 
     # The wheel's folder comes first, and the checkout is not the working folder (`-c` puts it first on the

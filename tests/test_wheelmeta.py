@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from wheelmaker import make_wheel
+from wheelmaker import V, make_wheel
 
 from builder.errors import VerificationError
 from builder.publishing.index import build_index
@@ -14,7 +14,7 @@ from builder.publishing.resolve import resolve
 from builder.verifying.wheels import read_facts
 from mamba_ssm import variant as _variant
 
-STABLE = "2.3.0+cu13torchstable"
+STABLE = f"{V}+cu13torchstable"
 
 
 @pytest.mark.parametrize(
@@ -56,7 +56,7 @@ def test_a_marked_torch_entry_does_not_narrow_what_a_stable_wheel_serves(tmp_pat
 
 
 def test_unreadable_dist_info_is_an_error_naming_the_wheel(tmp_path):
-    bad = tmp_path / "mamba_ssm-2.3.0+cu13torchstable-cp310-abi3-linux_x86_64.whl"
+    bad = tmp_path / f"mamba_ssm-{V}+cu13torchstable-cp310-abi3-linux_x86_64.whl"
     bad.write_bytes(b"not a zip")
     with pytest.raises(VerificationError, match=re.escape(f"{bad.name}: not a readable zip file")):
         read_facts(bad)

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from wheelmaker import make_wheel
+from wheelmaker import V, make_wheel
 
 from builder.errors import VerificationError
 from builder.facts.spec import BuildSpec
@@ -76,10 +76,10 @@ def compile_so(tmp: Path, name: str, src: str, *flags: str) -> Path:
 
 
 def wheel_with(tmp: Path, so: Path, spec: BuildSpec, *, requires=None, version=None, tag=None) -> Path:
-    version = version or f"2.3.0+{spec.label}"
+    version = version or f"{V}+{spec.label}"
     tag = tag or f"{spec.python_tag}-{spec.python_tag}-{spec.platform}"
     files = {
-        "mamba_ssm/__init__.py": b"__version__ = '2.3.0'\n",
+        "mamba_ssm/__init__.py": b"__version__ = '0.3.0'\n",
         f"mamba_ssm/_C.cpython-{spec.python_tag[2:]}-x86_64-linux-gnu.so": so.read_bytes(),
     }
     reqs = requires if requires is not None else (f"torch=={spec.torch}.*",)
@@ -130,7 +130,7 @@ def test_verify_repairs_to_the_policy_without_bundling_torch(sos, tmp_path):
     assert b"libc10.so" in sos["old"].read_bytes()  # DT_NEEDED: auditwheel must leave it to torch
     verified = verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work")
     final = verified.wheel
-    assert final.name == "mamba_ssm-2.3.0+cputorch2.6cxx11abiFALSE-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert final.name == f"mamba_ssm-{V}+cputorch2.6cxx11abiFALSE-cp311-cp311-manylinux_2_28_x86_64.whl"
     # what was checked comes back with it (the evidence record's `verified`): the tags after repair, the ABI
     # each extension was found to have, no device code, the machine, the policy reached
     checks = verified.checks
@@ -168,7 +168,7 @@ def test_verify_leaves_openmp_to_torchs_libgomp(sos, tmp_path):
     # and one that did bundle it is refused
     from builder.verifying.wheels import _check_not_bundled
 
-    bundled = make_wheel(tmp_path / "bad", "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-manylinux_2_28_x86_64",
+    bundled = make_wheel(tmp_path / "bad", "mamba-ssm", f"{V}+{CPU_SPEC.label}", "cp311-cp311-manylinux_2_28_x86_64",
                          files={"mamba_ssm.libs/libgomp-a34b3233.so.1.0.0": b"\x7fELF"})  # fmt: skip
     with pytest.raises(VerificationError, match="libgomp-a34b3233"):
         _check_not_bundled(bundled)
@@ -177,7 +177,7 @@ def test_verify_leaves_openmp_to_torchs_libgomp(sos, tmp_path):
 @needs_gxx
 def test_verify_names_what_disagrees(sos, tmp_path):
     cases = [
-        ({"version": "2.3.0+cputorch2.7cxx11abiFALSE"}, "local label is 'cputorch2.7cxx11abiFALSE'"),
+        ({"version": f"{V}+cputorch2.7cxx11abiFALSE"}, "local label is 'cputorch2.7cxx11abiFALSE'"),
         ({"tag": "cp312-cp312-linux_x86_64"}, "filename tags cp312-cp312-linux_x86_64 are not"),
         ({"requires": ("torch>=2.0",)}, "admits other torch minors"),
         ({"requires": ()}, "no Requires-Dist: torch"),
@@ -207,7 +207,7 @@ def test_a_wheel_below_its_floor_fails_naming_the_symbols(sos, tmp_path):
 def test_a_damaged_elf_member_is_named_not_a_traceback(tmp_path):
     from builder.verifying.wheels import symbols_above
 
-    whl = make_wheel(tmp_path, "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
+    whl = make_wheel(tmp_path, "mamba-ssm", f"{V}+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
                      files={"mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF\x02\x01\x01" + b"\0" * 9})  # fmt: skip
     with pytest.raises(VerificationError, match=r"mamba_ssm/_C\.cpython-311-x86_64-linux-gnu\.so is not an ELF file"):
         symbols_above(whl, "manylinux_2_28_x86_64")
@@ -306,15 +306,15 @@ def test_retag_leaves_exactly_one_platform_tag(tmp_path):
     whl = make_wheel(
         tmp_path,
         "mamba-ssm",
-        "2.3.0+cu12torch2.6cxx11abiFALSE",
+        f"{V}+cu12torch2.6cxx11abiFALSE",
         "cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64",
     )
     out = retag(whl, "manylinux_2_28_x86_64", tmp_path / "out")
     facts = read_facts(out)
-    assert out.name == "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert out.name == f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE-cp311-cp311-manylinux_2_28_x86_64.whl"
     assert facts.filename_tags == facts.wheel_tags == ("cp311-cp311-manylinux_2_28_x86_64",)
     with zipfile.ZipFile(out) as zf:
-        record = zf.read("mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE.dist-info/RECORD").decode()
+        record = zf.read(f"mamba_ssm-{V}+cu12torch2.6cxx11abiFALSE.dist-info/RECORD").decode()
     assert "dist-info/WHEEL,sha256=" in record
 
 
@@ -508,7 +508,7 @@ def test_verify_refuses_a_stale_extension_module(sos, tmp_path):
     CPython 3.11 imports first."""
     so = sos["plain"].read_bytes()
     stale = "mamba_ssm/_C.cpython-311-x86_64-linux-gnu.so"
-    whl = make_wheel(tmp_path / "stable", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
+    whl = make_wheel(tmp_path / "stable", "mamba-ssm", f"{V}+cputorchstable", "cp310-abi3-linux_x86_64",
                      requires=("torch>=2.10",), files={"mamba_ssm/_C.abi3.so": so, stale: so})  # fmt: skip
     with pytest.raises(VerificationError) as exc:
         verify_wheel(whl, STABLE_SPEC, workdir=tmp_path / "work").wheel
@@ -516,14 +516,14 @@ def test_verify_refuses_a_stale_extension_module(sos, tmp_path):
     assert f"holds 2 builds of mamba_ssm._C: {stale}, mamba_ssm/_C.abi3.so (CPython imports {stale}" in msg
     assert f"{stale} is a version-specific (cp311) build in a stable-ABI wheel" in msg
     # a classic wheel with an abi3 module
-    whl = make_wheel(tmp_path / "classic", "mamba-ssm", f"2.3.0+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
+    whl = make_wheel(tmp_path / "classic", "mamba-ssm", f"{V}+{CPU_SPEC.label}", "cp311-cp311-linux_x86_64",
                      requires=("torch==2.6.*",), files={"mamba_ssm/_C.abi3.so": so})  # fmt: skip
     with pytest.raises(
         VerificationError, match=r"mamba_ssm/_C\.abi3\.so is a stable-ABI \(abi3\) build in a cp311 wheel"
     ):
         verify_wheel(whl, CPU_SPEC, workdir=tmp_path / "work").wheel
     # the clean stable wheel passes the name checks
-    whl = make_wheel(tmp_path / "ok", "mamba-ssm", "2.3.0+cputorchstable", "cp310-abi3-linux_x86_64",
+    whl = make_wheel(tmp_path / "ok", "mamba-ssm", f"{V}+cputorchstable", "cp310-abi3-linux_x86_64",
                      requires=("torch>=2.10",), files={"mamba_ssm/_C.abi3.so": so})  # fmt: skip
     from builder.verifying.wheels import check_names
 
@@ -537,7 +537,7 @@ def test_retag_keeps_the_tag_a_header_when_wheel_ends_with_a_blank_line(tmp_path
 
     from builder.verifying.wheels import read_members, write_wheel
 
-    whl = make_wheel(tmp_path, "mamba-ssm", "2.3.0+cpu", "cp314-cp314-linux_x86_64")
+    whl = make_wheel(tmp_path, "mamba-ssm", f"{V}+cpu", "cp314-cp314-linux_x86_64")
     infos, members, info_dir = read_members(whl)
     members[f"{info_dir}/WHEEL"] = members[f"{info_dir}/WHEEL"].rstrip(b"\n") + b"\n\n"
     (tmp_path / "st").mkdir()

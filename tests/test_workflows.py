@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from tests.wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel, make_standin_sdist
+from conftest import REPO
+from wheelmaker import V
 
 from builder.verifying import evidence
-
-from conftest import REPO
+from tests.wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_mamba_wheel, make_recipe_wheel, make_standin_sdist
 
 WORKFLOWS = REPO / ".github" / "workflows"
 RELEASE = WORKFLOWS / "release.yml"
@@ -32,7 +31,13 @@ EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 # Artifact names may not hold these (actions/upload-artifact rejects them).
 BAD_ARTIFACT_CHARS = set('":<>|*?\\/\r\n')
 
-BUILD_JOBS = {"build-x86_64": "linux_x86_64", "build-aarch64": "linux_aarch64"}  # job -> platform
+# job -> (platform, its outputs' suffix): each runner kind's builds in matrices of at most 256 jobs, in this order
+BUILD_JOBS = {
+    "build-x86_64": ("linux_x86_64", ""), "build-x86_64-2": ("linux_x86_64", "_2"),
+    "build-x86_64-3": ("linux_x86_64", "_3"), "build-x86_64-4": ("linux_x86_64", "_4"),
+    "build-aarch64": ("linux_aarch64", ""), "build-aarch64-2": ("linux_aarch64", "_2"),
+}  # fmt: skip
+X86_BUILD_JOBS = {"plan", *(j for j, (p, _s) in BUILD_JOBS.items() if p == "linux_x86_64")}
 HAS_PLAN = importlib.util.find_spec("builder.planning.plan") is not None
 NOXFILE = (REPO / "noxfile.py").read_text()
 HAS_INDEX_SESSION = re.search(r"^def index\(", NOXFILE, re.MULTILINE) is not None
@@ -212,7 +217,7 @@ def test_release_triggers_and_inputs():
     on = triggers(load(RELEASE))
     assert set(on) == {"push", "workflow_dispatch"}
     assert on["push"] == {"tags": ["v*"]}
-    assert set(on["workflow_dispatch"]["inputs"]) == {"profile", "only-ids", "projects"}
+    assert set(on["workflow_dispatch"]["inputs"]) == {"profile", "only-ids", "projects", "on-request"}
 
 
 def test_ci_runs_on_pull_requests_lint_tests_and_the_ci_profile():
@@ -298,7 +303,7 @@ def test_the_sdist_goes_only_to_the_pypi_project_a_variable_names(tmp_path):
     check = next(s for s in steps if s.get("name") == "The sdist is the project PYPI_PROJECT names")
     assert steps.index(check) < next(i for i, s in enumerate(steps) if "gh-action-pypi-publish@" in s.get("uses", ""))
     (tmp_path / "dist").mkdir()
-    make_standin_sdist(tmp_path / "dist", "mamba-ssm", "2.3.0")  # PKG-INFO's Name: as the release's sdist has
+    make_standin_sdist(tmp_path / "dist", "mamba-ssm", V)  # PKG-INFO's Name: as the release's sdist has
     run = lambda project: subprocess.run(["bash", "-e", "-c", check["run"]], cwd=tmp_path, capture_output=True, text=True,
                                          env={"PATH": os.environ["PATH"], "PYPI_PROJECT": project}, timeout=30)  # fmt: skip
     assert run("mamba-ssm").returncode == 0 and run("Mamba_SSM").returncode == 0
@@ -319,9 +324,9 @@ def test_two_releases_never_publish_at_once():
 
 def test_build_jobs_are_the_plan_matrix():
     jobs = load(RELEASE)["jobs"]
-    for name, platform in BUILD_JOBS.items():
+    for name, (platform, suffix) in BUILD_JOBS.items():
         build = jobs[name]
-        arch = platform.split("_", 1)[1]
+        arch = platform.split("_", 1)[1] + suffix
         assert build["needs"] == "plan"
         assert build["if"] == f"needs.plan.outputs.count_{arch} != '0'"
         assert build["strategy"]["fail-fast"] is False
@@ -336,7 +341,7 @@ def test_build_jobs_are_the_plan_matrix():
         assert {u["with"]["name"] for u in uploads} == {"wheel-${{ matrix.id }}", "log-${{ matrix.id }}"}
         # a group's Pythons that were built are uploaded when another failed (verified wheels only)
         assert all(u.get("if") in ("${{ !cancelled() }}", "always()") for u in uploads)
-    assert jobs["build-x86_64"]["steps"] == jobs["build-aarch64"]["steps"]
+    assert all(jobs[name]["steps"] == jobs["build-x86_64"]["steps"] for name in BUILD_JOBS)  # one list of steps
     publish = jobs["publish"]
     assert publish["needs"][: 1 + len(BUILD_JOBS)] == ["plan", *BUILD_JOBS]
     assert "!cancelled()" in publish["if"], "a failed build must not stop the others from being published"
@@ -345,7 +350,7 @@ def test_build_jobs_are_the_plan_matrix():
     gate = jobs["gpu-gate"]
     assert "gpu-gate" in publish["needs"] and "needs.gpu-gate.result != 'failure'" in publish["if"]
     assert "vars.GPU_RUNNER != ''" in gate["if"] and gate["runs-on"] == ["self-hosted", "${{ vars.GPU_RUNNER }}"]
-    assert set(gate["needs"]) == {"plan", "build-x86_64"}
+    assert set(gate["needs"]) == X86_BUILD_JOBS
     used = {s.get("uses", "").split("@")[0] for job in jobs.values() for s in job["steps"]}
     assert {"actions/attest-build-provenance", "actions/deploy-pages", "pypa/gh-action-pypi-publish"} <= used
 
@@ -415,7 +420,7 @@ def workspace(tmp: Path) -> Path:
 
 
 def run_plan(
-    tmp: Path, profile: str = "", only: str = "", projects: str = "", tag_push: bool = False
+    tmp: Path, profile: str = "", only: str = "", projects: str = "", tag_push: bool = False, on_request: str = ""
 ) -> tuple[subprocess.CompletedProcess, dict]:
     """The plan step as a manual run (workflow_dispatch, these inputs) or a pushed v* tag (no inputs) runs it."""
     job = load(RELEASE)["jobs"]["plan"]
@@ -424,6 +429,7 @@ def run_plan(
         "github.event_name == 'push' && 'release' || inputs.profile": "release" if tag_push else profile,
         "inputs.only-ids": only,
         "inputs.projects": projects,
+        "inputs.on-request": on_request,
         "startsWith(github.ref, 'refs/tags/v')": "true" if tag_push else "false",
         "vars.INDEX_URL || format('https://{0}.github.io/{1}', github.repository_owner, "
         "github.event.repository.name)": "https://example.github.io/mamba-farm/",
@@ -431,6 +437,47 @@ def run_plan(
     tmp.joinpath("bin").mkdir(parents=True, exist_ok=True)
     env = base_env(tmp, {k: render(v, ctx) for k, v in step["env"].items()})
     return run_bash(["-c", step["run"]], REPO, env), outputs(tmp)
+
+
+def _fake_plan(tmp: Path, counts: dict[str, int]) -> Path:
+    """A `nox` on PATH that records its arguments and prints a plan of COUNTS jobs per platform (a stand-in for a
+    release larger than today's matrix: the step's own script is what is tested)."""
+    include = [{"id": f"{p}-{i}", "ids": f"{p}-{i}", "platform": p} for p, n in counts.items() for i in range(n)]
+    tmp.joinpath("bin").mkdir(parents=True, exist_ok=True)
+    nox = tmp / "bin" / "nox"
+    nox.write_text(f"#!/bin/sh\necho \"$@\" > {tmp / 'args'}\necho '{json.dumps({'include': include})}'\n")
+    nox.chmod(0o755)
+    return tmp / "args"
+
+
+def test_past_256_jobs_a_platforms_builds_go_on_in_the_next_matrix(tmp_path):
+    _fake_plan(tmp_path, {"linux_x86_64": 600, "linux_aarch64": 300})
+    proc, out = run_plan(tmp_path, profile="release")
+    assert proc.returncode == 0, proc.stderr
+    got = {}
+    for name, (platform, suffix) in BUILD_JOBS.items():
+        arch = platform.split("_", 1)[1] + suffix
+        part = [e for e in json.loads(out[f"matrix_{arch}"])["include"] if e]
+        assert len(part) == int(out[f"count_{arch}"]) <= 256
+        got[name] = [e["id"] for e in part]
+    assert [len(v) for v in got.values()] == [256, 256, 88, 0, 256, 44]
+    every = [i for ids in got.values() for i in ids]
+    assert sorted(every) == sorted(e["id"] for e in json.loads(out["matrix"])["include"]) and len(set(every)) == 900
+    # past what the build jobs hold, the plan step stops and says what to do
+    _fake_plan(tmp_path / "more", {"linux_x86_64": 4 * 256 + 1})
+    proc, _out = run_plan(tmp_path / "more", profile="release")
+    assert proc.returncode != 0 and "1025 linux_x86_64 jobs need 5 matrices of 256" in proc.stderr
+    assert "on_request" in proc.stderr
+
+
+@pytest.mark.parametrize(("asked", "args"), [("all", "--on-request"), ("a-cp311, b-cp312", "--only a-cp311 b-cp312")])
+def test_the_on_request_input_asks_the_plan_for_those_builds(tmp_path, asked, args):
+    called = _fake_plan(tmp_path, {"linux_x86_64": 1})
+    proc, _out = run_plan(tmp_path, profile="release", on_request=asked)
+    assert proc.returncode == 0, proc.stderr
+    assert called.read_text().split() == ["-s", "plan", "--", "--format", "github", "--profile", "release",
+                                          *args.split()]  # fmt: skip
+    assert "on-request" in triggers(load(RELEASE))["workflow_dispatch"]["inputs"]
 
 
 def matrix_keys_used(job: dict) -> set[str]:
@@ -453,8 +500,8 @@ def test_plan_step_output_is_the_matrix_the_build_jobs_read(tmp_path):
     assert len(set(ids)) == len(ids), "ids name the artifacts: they must be unique"
     jobs = load(RELEASE)["jobs"]
     seen = []
-    for name, platform in BUILD_JOBS.items():
-        arch = platform.split("_", 1)[1]
+    for name, (platform, suffix) in BUILD_JOBS.items():
+        arch = platform.split("_", 1)[1] + suffix
         raw = out[f"matrix_{arch}"]
         assert "\n" not in raw
         matrix = json.loads(raw)
@@ -465,8 +512,8 @@ def test_plan_step_output_is_the_matrix_the_build_jobs_read(tmp_path):
         assert {"id", "runs_on", "accelerator"} <= used
         for e in part:
             assert used <= set(e), f"{e['id']}: {name} reads matrix.{sorted(used - set(e))}"
-            assert e["platform"] == platform and e["runs_on"] == {"x86_64": "ubuntu-24.04"}.get(
-                arch, "ubuntu-24.04-arm"
+            assert e["platform"] == platform and e["runs_on"] == {"linux_x86_64": "ubuntu-24.04"}.get(
+                platform, "ubuntu-24.04-arm"
             )
             assert not BAD_ARTIFACT_CHARS & set(e["id"]), f"{e['id']} cannot name an artifact"
         seen += part
@@ -730,7 +777,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
     )
     ctx = {
         "needs.plan.outputs.matrix": json.dumps(plan_matrix(), separators=(",", ":")),
-        "github.ref_name": "v2.3.0",
+        "github.ref_name": f"v{V}",
         "needs.plan.outputs.publish": "true" if publish else "false",
         "github.repository": "example/mamba-farm",
         "github.token": "not-a-token",
@@ -749,7 +796,7 @@ def run_publish(tmp: Path, *, publish: bool, artifacts: dict[str, dict[str, byte
         {
             **{k: render(v, ctx) for k, v in wf["env"].items()},
             **{k: render(v, ctx) for k, v in job["env"].items()},
-            "GITHUB_REF_NAME": "v2.3.0",
+            "GITHUB_REF_NAME": f"v{V}",
             "GITHUB_SERVER_URL": "https://github.com",
             "GITHUB_REPOSITORY": "example/mamba-farm",
             "FAKE_GH_LOG": tmp / "gh.log",
@@ -842,8 +889,8 @@ def assert_steps_succeeded(done: list) -> None:
 
 
 def by_line(wheels: list[Path]) -> tuple[list[Path], list[Path]]:
-    """(this checkout's, upstream's): ours are 2.3.0, built from this checkout."""
-    ours = [w for w in wheels if "-2.3.0+" in w.name]
+    """(this checkout's, upstream's): ours are this checkout's version (V), built from this checkout."""
+    ours = [w for w in wheels if f"-{V}+" in w.name]
     return ours, [w for w in wheels if w not in ours]
 
 
@@ -883,7 +930,7 @@ def test_publish_dry_run_indexes_each_line_apart_and_lists_each_failed_build(tmp
     listed = {line.split()[1] for line in dict(done)["release-assets"].read_text().splitlines()}
     made = json.loads((ws / "dist" / "index" / "manifest.json").read_text())["wheel_variants"]["files"]
     assert listed == {f"wheels/{w.name}" for w in (ws / "dist" / "wheels").iterdir()} | {
-        f"variant-assets/{n}" for n in [*made, *(["mamba_ssm-2.3.0-variants.json"] if made else [])]
+        f"variant-assets/{n}" for n in [*made, *([f"mamba_ssm-{V}-variants.json"] if made else [])]
     }
     assert (ws / "dist" / "logs" / f"log-{FAILED}" / f"{FAILED}.log").is_file()
     assert (ws / "dist" / "logs" / f"log-{GROUP_JOB}" / f"{GROUP_FAILED}.log").is_file()
@@ -917,8 +964,8 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels_of_both_line
     site = dict(done)["actions/upload-pages-artifact"]
     # every wheel is linked to its release's asset, v2.2.0's still there, each in its line's index;
     # the site holds no wheel
-    check_index(site, {**dict.fromkeys(ours, "v2.3.0"), old_ours: "v2.2.0"})
-    check_index(site / "upstream", {**dict.fromkeys(theirs, "v2.3.0"), old_theirs: "v2.2.0"}, f"{INDEX_URL}/upstream")
+    check_index(site, {**dict.fromkeys(ours, f"v{V}"), old_ours: "v2.2.0"})
+    check_index(site / "upstream", {**dict.fromkeys(theirs, f"v{V}"), old_theirs: "v2.2.0"}, f"{INDEX_URL}/upstream")
     # no wheel but the standalone doctor's (tens of kB, served from the site itself): the rest are release assets
     doctor = site / "doctor" / "mamba-doctor"
     assert not list(site.rglob("files")) and [w for w in site.rglob("*.whl") if w.parent != doctor] == []
@@ -926,9 +973,9 @@ def test_publish_on_a_tag_releases_attests_and_keeps_earlier_wheels_of_both_line
     assert dict(done)["attest"] == [p.name for p in new]
     upload = next(c for c in calls if c[:2] == ["release", "upload"])
     assets = {Path(a).name for a in upload[3:] if not a.startswith("-")}
-    assert upload[2] == "v2.3.0" and assets >= {p.name for p in new} | {p.name + ".spec.json" for p in new}
+    assert upload[2] == f"v{V}" and assets >= {p.name for p in new} | {p.name + ".spec.json" for p in new}
     assert assets >= {p.name + ".evidence.json" for p in ours}  # what was checked of each wheel, published beside it
-    assert "build-logs-v2.3.0.tar.gz" in assets
+    assert f"build-logs-v{V}.tar.gz" in assets
     assert any(c[:2] == ["release", "create"] and "--verify-tag" in c for c in calls)
     notes = (ws / "dist" / "summary.md").read_text()  # the release's notes name both lines' indexes
     assert f"{INDEX_URL}/<variant>/" in notes and f"{INDEX_URL}/upstream/<variant>/" in notes
@@ -942,8 +989,8 @@ def test_the_first_release_publishes_with_no_earlier_wheels(tmp_path):
     assert_steps_succeeded(done)
     ours, theirs = by_line(sorted((ws / "dist" / "wheels").glob("*.whl")))
     site = dict(done)["actions/upload-pages-artifact"]
-    check_index(site, dict.fromkeys(ours, "v2.3.0"))
-    check_index(site / "upstream", dict.fromkeys(theirs, "v2.3.0"), f"{INDEX_URL}/upstream")
+    check_index(site, dict.fromkeys(ours, f"v{V}"))
+    check_index(site / "upstream", dict.fromkeys(theirs, f"v{V}"), f"{INDEX_URL}/upstream")
     assert not [c for c in calls if c[:2] == ["release", "download"]]
 
 
@@ -961,7 +1008,7 @@ def test_publish_refuses_a_wheel_without_its_sidecar(tmp_path):
     _, done, out, calls, _ = run_publish(tmp_path, publish=True, artifacts=build_artifacts(tmp_path, sidecars=False))
     name, proc = done[-1]
     assert name == "Collect what was built" and proc.returncode != 0
-    assert "no sidecar" in proc.stderr and "mamba_ssm-2.3.0+cpu" in proc.stderr and "Traceback" not in proc.stderr
+    assert "no sidecar" in proc.stderr and f"mamba_ssm-{V}+cpu" in proc.stderr and "Traceback" not in proc.stderr
     assert "built" not in out and calls == [], "nothing is counted, indexed or released"
 
 
@@ -990,7 +1037,7 @@ def test_reproduce_rebuilds_one_wheel_per_kind_between_build_and_publish(tmp_pat
 
     jobs = load(RELEASE)["jobs"]
     job = jobs["reproduce"]
-    assert set(job["needs"]) == {"plan", "build-x86_64"} and job["permissions"] == {"contents": "read"}
+    assert set(job["needs"]) == X86_BUILD_JOBS and job["permissions"] == {"contents": "read"}
     assert "reproduce" in jobs["publish"]["needs"] and "needs.reproduce.result != 'failure'" in jobs["publish"]["if"]
     download = next(s for s in job["steps"] if "download-artifact" in s.get("uses", ""))
     assert download["with"] == {"pattern": "wheel-*", "path": "artifacts/wheels"}

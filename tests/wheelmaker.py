@@ -12,6 +12,11 @@ import json
 import zipfile
 from pathlib import Path
 
+import mamba_ssm
+
+# This checkout's version, as every test names it: a version upstream's mamba-ssm never published.
+V = mamba_ssm.__version__
+
 
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
@@ -57,9 +62,9 @@ def _expand(tag: str) -> list[str]:
 
 
 def make_mamba_wheel(
-    out_dir: Path, label: str, python: str = "cp311", *, version: str = "2.3.0", platform: str = "linux_x86_64"
+    out_dir: Path, label: str, python: str = "cp311", *, version: str = V, platform: str = "linux_x86_64"
 ) -> Path:
-    """A mamba-ssm wheel as the farm names it: ``2.3.0+<label>``, torch pinned to the label's minor."""
+    """A mamba-ssm wheel as the farm names it: ``<version>+<label>``, torch pinned to the label's minor."""
     if label.endswith("torchstable"):
         tag, requires = f"{python}-abi3-{platform}", ("torch>=2.10",)
     else:
@@ -73,15 +78,26 @@ UPSTREAM_MAMBA = "sdist:mamba-ssm==2.3.2.post1@sha256:104cc47e9101e5401a675fa2b7
 CAUSAL_CONV1D = "sdist:causal-conv1d==1.7.0@sha256:3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"
 
 
+RECIPE_PLATFORM = "manylinux_2_28_x86_64"  # a recipe wheel's platform tag once the farm repaired it
+
+
 def make_recipe_wheel(
-    out_dir: Path, name: str, version: str, label: str, python: str = "cp311", *, source: str | None = None
+    out_dir: Path,
+    name: str,
+    version: str,
+    label: str,
+    python: str = "cp311",
+    *,
+    source: str | None = None,
+    platform: str = RECIPE_PLATFORM,
 ) -> Path:
     """A wheel built from a recipe's sdist, named as upstream's setup.py names it (the label as given: upstream
-    lowercases it, ``cxx11abitrue``), torch pinned to the label's minor, with the farm's sidecar
+    lowercases it, ``cxx11abitrue``) and tagged as the farm's repair leaves it (a manylinux floor: upstream's own
+    release wheels are ``linux_x86_64``), torch pinned to the label's minor, with the farm's sidecar
     ``<wheel>.spec.json`` carrying ``source`` (the pin's identity)."""
     torch = label.split("torch")[1].split("cxx11abi")[0]
     whl = make_wheel(
-        out_dir, name, f"{version}+{label}", f"{python}-{python}-linux_x86_64", requires=(f"torch=={torch}.*",)
+        out_dir, name, f"{version}+{label}", f"{python}-{python}-{platform}", requires=(f"torch=={torch}.*",)
     )
     if source is not None:
         Path(str(whl) + ".spec.json").write_text(json.dumps({"project": name, "source": source}))

@@ -42,6 +42,11 @@ def add_command(subparsers) -> None:
         help="table (default), json (one object per build) or github (an Actions matrix)",
     )  # fmt: skip
     p.add_argument(
+        "--on-request", action="store_true",
+        help="with --format github: also the builds the profile leaves to a request (on_request); "
+        "the builds --only names are built either way",
+    )  # fmt: skip
+    p.add_argument(
         "--explain", action="store_true", help="also list every dropped combination and why, and each recipe's patches"
     )
     p.add_argument(
@@ -70,17 +75,22 @@ def run(args: argparse.Namespace) -> int:
         json.dump([b.to_json() for b in plan.builds], sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif args.format == "github":
-        jobs = github_jobs(plan.builds)
+        # what this run builds: the prebuilt builds, or with --on-request every one; the ids --only names always
+        asked = args.on_request or bool(args.only)
+        builds = [b for b in plan.builds if asked or not b.on_request]
+        jobs = github_jobs(builds)
         json.dump({"include": jobs}, sys.stdout, separators=(",", ":"))
         sys.stdout.write("\n")
-        for platform in RUNNERS:  # the release runs one matrix per platform
+        left = len(plan.builds) - len(builds)
+        if left:
+            print(f"plan: {left} build(s) left to a request (on_request): --on-request, or --only ID, builds them",
+                  file=sys.stderr)  # fmt: skip
+        for platform in RUNNERS:  # the release cuts each platform's jobs into matrices of at most the limit
             n = sum(j["platform"] == platform for j in jobs)
             if n > planning.GITHUB_MATRIX_LIMIT:
-                print(
-                    f"warning: {n} {platform} jobs exceed GitHub's {planning.GITHUB_MATRIX_LIMIT}-job matrix limit; "
-                    "split the run with --profile or --only",
-                    file=sys.stderr,
-                )
+                chunks = -(-n // planning.GITHUB_MATRIX_LIMIT)
+                print(f"plan: {n} {platform} jobs, {chunks} matrices of at most {planning.GITHUB_MATRIX_LIMIT} "
+                      "(GitHub's limit per matrix)", file=sys.stderr)  # fmt: skip
     else:
         print_table(plan)
     if args.explain:

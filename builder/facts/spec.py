@@ -84,6 +84,9 @@ class BuildSpec:
     # A recipe's build of its trimmed kernel set (the profile's trim: its patches with when.trim applied):
     # representative of the full build and cheaper to compile, for the CI set; never a release's
     trim: bool = False
+    # Planned but not prebuilt: a release builds it only when asked (release.yml's on-request input); the
+    # coverage page marks its cells "on request" with that command. Never part of inputs_hash: it changes no byte.
+    on_request: bool = False
 
     @property
     def from_recipe(self) -> bool:

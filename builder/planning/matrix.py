@@ -186,6 +186,15 @@ class Profile:
     trim: bool = False
     # Which of its recipes' sources it builds: "release" ([source]) or "canary" ([canary], a default branch's head).
     source: str = "release"
+    # on_request: the builds planned but not prebuilt (a workflow_dispatch builds one when asked), each entry
+    # (projects, axes) a build matches when its project is among the projects (none: any) and its cell the axes
+    on_request: tuple = field(default=(), hash=False)
+
+    def built_on_request(self, project: str, cell: Cell, native_abi: bool) -> bool:
+        """Whether the profile leaves the build of PROJECT ("checkout" or a recipe) for CELL to a request."""
+        return any((not projects or project in projects)
+                   and all(_axis_match(a, v, cell, native_abi) for a, v in sel.items())
+                   for projects, sel in self.on_request)  # fmt: skip
 
     def matches(self, cell: Cell, native_abi: bool) -> bool:
         if not all(_axis_match(a, v, cell, native_abi) for a, v in self.narrow.items()):
@@ -569,7 +578,7 @@ def _profiles(ck: _MatrixChecker, value: Any, axes: Axes, includes: tuple[Rule, 
         if not NAME_RE.fullmatch(name):
             ck.fail(pp, f"profile name {_show(name)} must be lowercase letters, digits, - or _")
         b = ck.table(body, pp)
-        ck.keys(b, pp, AXES + ("description", "select", "archs", "stable_abi", "projects", "trim", "source"))
+        ck.keys(b, pp, AXES + ("description", "select", "archs", "stable_abi", "projects", "trim", "source", "on_request"))
         stable_abi = ck.boolean(b["stable_abi"], pp + ("stable_abi",)) if "stable_abi" in b else None
         trim = ck.boolean(b.get("trim", False), pp + ("trim",))
         source = b.get("source", "release")
@@ -604,8 +613,32 @@ def _profiles(ck: _MatrixChecker, value: Any, axes: Axes, includes: tuple[Rule, 
         if source == "canary" and "checkout" in projects:
             ck.fail(pp + ("source",), 'a canary builds recipes\' [canary] pins; "checkout" has none',
                     hint="leave checkout out of this profile's projects")  # fmt: skip
-        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs), stable_abi, projects, trim, source)
+        on_request = _on_request(ck, b, pp, axes, includes, projects)
+        out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs), stable_abi, projects, trim, source,
+                            on_request)  # fmt: skip
     return out
+
+
+def _on_request(ck: _MatrixChecker, b: dict, pp: tuple, axes: Axes, includes, projects: tuple[str, ...]) -> tuple:
+    """A profile's ``on_request`` tables: ``projects`` (of the profile's own) and axes, as ``select`` takes them."""
+    raw = b.get("on_request", [])
+    if not isinstance(raw, list):
+        ck.fail(pp + ("on_request",), f"must be an array of tables, got {_type_name(raw)} {_show(raw)}")
+    out = []
+    for i, entry in enumerate(raw):
+        ep = pp + ("on_request", i)
+        t = ck.table(entry, ep)
+        ck.keys(t, ep, AXES + ("projects",))
+        names = _projects(ck, t, ep) if "projects" in t else ()
+        for j, name in enumerate(names):
+            if name not in projects:
+                ck.fail(ep + ("projects", j), f"{_show(name)} is not one of the profile's projects ({', '.join(projects)})")
+        sel = _selection(ck, {k: v for k, v in t.items() if k != "projects"}, ep, within=axes, auto_ok=True,
+                         extra=includes)  # fmt: skip
+        if not sel and not names:
+            ck.fail(ep, f"leaves every build to a request; name some of: projects, {', '.join(AXES)}")
+        out.append((names, sel))
+    return tuple(out)
 
 
 def _no_label_clash(ck: _MatrixChecker, axes: Axes, includes: tuple[Rule, ...]) -> None:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -33,6 +33,7 @@ from builder.planning.matrix import (
     Profile,
     expand,
     load_matrix,
+    native_abi,
     toolkit_source_for,
 )
 from builder.planning.recipes import CellFacts, Recipe, recipe_for, supported
@@ -112,6 +113,8 @@ def load_plan(
         record=record,
     )  # fmt: skip
     dropped = [*dropped, *refused]
+    if prof is not None and prof.on_request:
+        builds = _mark_on_request(builds, cells, prof, compat)
     if only:
         builds = _select(matrix, builds, only)
         needed = {b.image for b in builds}
@@ -120,6 +123,19 @@ def load_plan(
     if not builds:
         raise _nothing_to_build(matrix, prof, dropped)
     return Plan(matrix, builds, images, dropped, cells, prof, src, stable, recipes)
+
+
+def _mark_on_request(builds: list[BuildSpec], cells: list[Cell], prof: Profile, compat: Compat) -> list[BuildSpec]:
+    """BUILDS with ``on_request`` set where the profile's ``on_request`` leaves every cell a build serves to a
+    request (a stable build serving some prebuilt cell stays prebuilt). The one line a recipe's per-release
+    ``prebuilt = false`` joins: ``or not release.prebuilt`` beside the profile's answer."""
+    out = []
+    for b in builds:
+        project = b.project if b.from_recipe else CHECKOUT
+        served = [c for c in cells if _serves(b, c, compat)]
+        asked = bool(served) and all(prof.built_on_request(project, c, native_abi(compat, c)) for c in served)
+        out.append(replace(b, on_request=True) if asked else b)
+    return out
 
 
 def _recipes_dir(matrix: Matrix) -> Path:
@@ -582,9 +598,15 @@ def summary(plan: Plan) -> str:
     scope = f" (profile {plan.profile.name})" if plan.profile else ""
     stable = sum(b.stable for b in plan.builds)
     kinds = f" ({stable} stable-ABI)" if stable else ""
+    asked = sum(b.on_request for b in plan.builds)
+    on_request = f" ({len(plan.builds) - asked} prebuilt, {asked} on request)" if asked else ""
+    jobs = github_jobs([b for b in plan.builds if not b.on_request])  # what a tag's release runs
+    per = {p: sum(j["platform"] == p for j in jobs) for p in RUNNERS}
+    matrices = sum(-(-n // GITHUB_MATRIX_LIMIT) for n in per.values())
     return (
-        f"{len(plan.builds)} builds{kinds} serving {len(plan.cells)} cells, {len(plan.images)} images, "
-        f"dropped {len(plan.dropped)}{scope}"
+        f"{len(plan.builds)} builds{kinds}{on_request} serving {len(plan.cells)} cells, {len(plan.images)} images, "
+        f"dropped {len(plan.dropped)}{scope}; a release runs them as {len(jobs)} jobs in {matrices} "
+        f"matri{'ces' if matrices != 1 else 'x'} of at most {GITHUB_MATRIX_LIMIT}"
     )
 
 

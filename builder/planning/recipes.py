@@ -238,6 +238,9 @@ class Recipe:
     api: tuple[str, ...] = ()  # public names the smoke test imports (``causal_conv1d.causal_conv1d_fn``)
     deps: bool = False  # the smoke test installs the wheel's Requires-Dist (torch aside) before importing
     canary: CanaryPin | None = None  # [canary]: the default branch's head a canary profile builds
+    # [test] numerics: commands that check numerics against a reference, run after ``commands``; each prints
+    # ``numerics {"check", "max_abs_error", "tolerance"}`` lines, which make the wheel's record cpu-checked
+    numerics: tuple[tuple[str, ...], ...] = ()
     release: RecipeSource | None = None  # the [source] a canary recipe (``at("canary")``) stands in for
     releases: tuple[Release, ...] = ()  # [[release]]: every release PyPI holds, oldest first
 
@@ -606,9 +609,11 @@ def _build_env(ck: _RecipeChecker, build: dict, requires) -> tuple[dict, tuple[s
     return env, tuple(unset)
 
 
-def _tests(ck: _RecipeChecker, test: dict) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """[test]: the modules to import, the public names to find, the commands to run."""
-    ck.keys(test, ("test",), ("imports", "api", "commands", "deps"), required=("imports",))
+def _tests(ck: _RecipeChecker, test: dict) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, ...], ...],
+                                                     tuple[tuple[str, ...], ...]]:
+    """[test]: the modules to import, the public names to find, the commands to run, and the commands that check
+    numerics against a reference (``numerics``: each prints ``numerics {...}`` lines, builder/verifying/smoke.py)."""
+    ck.keys(test, ("test",), ("imports", "api", "commands", "numerics", "deps"), required=("imports",))
     imports = tuple(
         ck.string(m, ("test", "imports", i), MODULE_RE, "a module name")
         for i, m in enumerate(ck.array(test["imports"], ("test", "imports"), empty_ok=False))
@@ -617,12 +622,15 @@ def _tests(ck: _RecipeChecker, test: dict) -> tuple[tuple[str, ...], tuple[str, 
         ck.string(m, ("test", "api", i), API_RE, "a public name as module.Name (causal_conv1d.causal_conv1d_fn)")
         for i, m in enumerate(ck.array(test.get("api", []), ("test", "api")))
     )
-    commands = []
-    for i, argv in enumerate(ck.array(test.get("commands", []), ("test", "commands"))):
-        items = ck.array(argv, ("test", "commands", i), empty_ok=False)
-        commands.append(tuple(ck.string(a, ("test", "commands", i, j), ARGV_ITEM_RE, "an argument")
-                              for j, a in enumerate(items)))  # fmt: skip
-    return imports, api, tuple(commands)
+    lists = {}
+    for key in ("commands", "numerics"):
+        argvs = []
+        for i, argv in enumerate(ck.array(test.get(key, []), ("test", key))):
+            items = ck.array(argv, ("test", key, i), empty_ok=False)
+            argvs.append(tuple(ck.string(a, ("test", key, i, j), ARGV_ITEM_RE, "an argument")
+                               for j, a in enumerate(items)))  # fmt: skip
+        lists[key] = tuple(argvs)
+    return imports, api, lists["commands"], lists["numerics"]
 
 
 def _extensions(ck: _RecipeChecker, verify: object) -> tuple[str, ...]:
@@ -668,7 +676,7 @@ def load_recipe(path: Path) -> Recipe:
     patches = _patches(ck, data.get("patch", []), requires)
 
     test = ck.table(data["test"], ("test",))
-    imports, api, commands = _tests(ck, test)
+    imports, api, commands, numerics = _tests(ck, test)
     extensions = _extensions(ck, data["verify"])
     return Recipe(
         path=path,
@@ -684,6 +692,7 @@ def load_recipe(path: Path) -> Recipe:
         api=api,
         deps=ck.boolean(test.get("deps", False), ("test", "deps")),
         commands=commands,
+        numerics=numerics,
         extensions=extensions,
         digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),  # the file's bytes (valid UTF-8 round-trips)
         canary=canary,

@@ -116,6 +116,7 @@ def model(index: Index, project: str = PROJECT) -> dict:
         "n_variants": len(pages),
         "sources": [describe_source(s) for s in sources],
         "left_out": _left_out(project, {e.version.partition("+")[0] for e in files.values()}),
+        "on_request": on_request(project, {e.version.partition("+")[0] for e in files.values()}),
     }
 
 
@@ -140,6 +141,40 @@ def _left_out(project: str, versions: set[str]) -> list[dict]:
         name, version = key.split(" | ", 1)[0].split(" ", 1)
         if name == project and version in versions and o.installs is False:
             out.append({"cell": key.split(" | ", 1)[1], "why": o.why, "instead": o.instead})
+    return out
+
+
+RELEASE_PROFILE = "release"  # what a tag's release plans: its on_request builds are the page's "on request" cells
+
+
+def request_command(build_id: str, version: str) -> str:
+    """The command that has the release build and publish one on-request build (release.yml's on-request input)."""
+    return f"gh workflow run release.yml --ref v{version} -f profile={RELEASE_PROFILE} -f on-request={build_id}"
+
+
+def on_request(project: str, versions: set[str], matrix_file=None) -> list[dict]:
+    """The cells of this project's releases (VERSIONS) that the release plans but builds only on request
+    (its profile's ``on_request``; builder.planning.plan), each with the command that asks for its build. The
+    checkout's release is its own version; a recipe's, its pin's. Empty when the profile leaves nothing to a
+    request (the plan is not loaded then)."""
+    from builder.facts import compat as compat_mod
+    from builder.planning import matrix as matrix_mod
+    from builder.planning import plan as plan_mod
+
+    compat = compat_mod.load()
+    path = matrix_file or plan_mod.DEFAULT_MATRIX
+    prof = matrix_mod.load_matrix(path, compat).profile(RELEASE_PROFILE)
+    if prof is None or not prof.on_request:
+        return []
+    plan = plan_mod.load_plan(path, RELEASE_PROFILE, compat=compat)
+    tag = plan.matrix.package.version  # the release tag names this checkout's version
+    out = []
+    for b in plan.builds:
+        version = plan.recipes[b.project].source.version if b.from_recipe else plan.matrix.package.version
+        if b.on_request and b.project == project and version in versions:
+            cells = plan_mod.served_cells(plan, b)
+            out.append({"cell": f"{version} | {b.variant} | {', '.join(sorted({c.python for c in cells}))} | "
+                                f"{b.platform}", "id": b.id, "command": request_command(b.id, tag)})  # fmt: skip
     return out
 
 

@@ -93,7 +93,7 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
     and results go to WORK (the job's artifact: the venv, torch and all, stays out of it)."""
     from builder.planning.recipes import load_recipes
     from builder.publishing.index.model import CHECKOUT, install_command
-    from builder.verifying.smoke import api_imports
+    from builder.verifying.smoke import api_imports, recipe_commands
     from mamba_ssm.variant import Variant
 
     start = time.monotonic()
@@ -119,9 +119,8 @@ def run_one(fn: str, key: str, entry, base: str, device: str, work: Path, python
             recipe = load_recipes()[entry.project]
             imports = "; ".join([*(f"import {m}" for m in recipe.imports), *api_imports(recipe.api)])
             steps.append(("imports", [vpy, "-I", "-c", imports]))
-            steps += [
-                (f"test {i}", [vpy if a == "python" else a for a in argv]) for i, argv in enumerate(recipe.commands)
-            ]
+            run = recipe_commands(recipe)  # its numerics checks too
+            steps += [(f"test {i}", [vpy if a == "python" else a for a in argv]) for i, argv in enumerate(run)]
         for what, cmd in steps:
             # From / for the checks: never this checkout's mamba_ssm/ instead of the installed wheel.
             proc = _run(cmd, log, cwd="/" if what not in ("venv", "torch", "install") else None)

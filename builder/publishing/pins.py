@@ -42,7 +42,7 @@ class ReleaseWheel:
     """One wheel the release builds, as a printed command meets it."""
 
     project: str
-    version: str  # public: 2.3.0, 2.3.2.post1
+    version: str  # public: 0.3.0 (this checkout), 2.3.2.post1 (upstream)
     label: str  # cu12torch2.6cxx11abiFALSE, cputorchstable
     python: str  # cp311 (a stable wheel: its floor, cp310)
     abi3: bool

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from builder.errors import UsageError
-from builder.publishing.index.model import CHECKOUT
+from builder.errors import NameCollision, UsageError
+from builder.publishing.index.model import CHECKOUT, describe_source
 from builder.publishing.index.reader import read_sidecar, read_source
 from builder.verifying import evidence
 
@@ -78,9 +78,20 @@ def split(folder: Path, out: Path) -> dict[str, list[Path]]:
     """Link (else copy) every wheel under FOLDER, its sidecar and its evidence record into OUT/<line>/; only lines with wheels
     get a folder. Returns the wheels placed, by line."""
     placed: dict[str, list[Path]] = {}
+    named: dict[str, tuple[str, str]] = {}  # filename -> (line, source) of the first wheel of that name
     for wheel in wheels_in(folder):
-        line = line_of(wheel, sidecar(wheel))
+        spec = sidecar(wheel)
+        line = line_of(wheel, spec)
         dest = out / line
+        if wheel.name in named and named[wheel.name][0] != line:  # the lines' indexes, one release's assets
+            first = named[wheel.name][1]
+            raise NameCollision(
+                f"{folder}: one filename, {wheel.name}, in two product lines: from {describe_source(first)} and "
+                f"from {describe_source(spec.get('source', CHECKOUT))}; a release's assets hold one file per name",
+                hint="each line's wheels carry versions of their own (this checkout's, in mamba_ssm/__init__.py, is "
+                "one upstream never published): rebuild the one built with the other line's version",
+            )
+        named.setdefault(wheel.name, (line, spec.get("source", CHECKOUT)))
         if (dest / wheel.name).exists():
             raise UsageError(f"{folder}: two wheels named {wheel.name}", hint="keep one of them")
         dest.mkdir(parents=True, exist_ok=True)

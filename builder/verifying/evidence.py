@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -152,9 +153,21 @@ def tier(rec: dict | None, torch: str | None = None) -> str:
     if any(r.get("passed") is True and r.get("device", "cuda") != "cpu" and same(r.get("torch", torch))
            for r in rec.get("gpu") or ()):  # fmt: skip
         return "gpu-run"
-    if rec.get("imported") and rec.get("numerics") and same(rec["imported"].get("torch")):
+    if rec.get("imported") and numerics_passed(rec) and same(rec["imported"].get("torch")):
         return "cpu-checked"
     return "compiled"
+
+
+def numerics_passed(rec: dict) -> bool:
+    """Whether RECORD's numerics checks ran and passed: at least one, each a measured error within its tolerance
+    (this checkout's smoke script and a recipe's ``[test] numerics`` commands both record them so)."""
+    checks = rec.get("numerics") or ()
+    return bool(checks) and all(_within(c.get("max_abs_error"), c.get("tolerance")) for c in checks)
+
+
+def _within(err: object, tol: object) -> bool:
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return number(err) and number(tol) and 0 <= err <= tol
 
 
 def gpus(rec: dict | None) -> list[str]:

@@ -117,19 +117,71 @@ def command_output(raw: str) -> str:
         else "..." + text[-MAX_COMMAND_OUTPUT:]  # fmt: skip
 
 
-def recipe_ran(facts: dict, torch_requirement: str, imports, commands, api, outputs=()) -> dict:
+def recipe_ran(facts: dict, torch_requirement: str, imports, commands, api, outputs=(), numerics=()) -> dict:
     """What a recipe's smoke test ran (``smoke_test``'s return), from the evidence FACTS its first step printed and
     each command's OUTPUTS, (stdout, stderr), as :func:`command_output` keeps them (stderr only when not empty:
-    a library's warnings land there, a test's result on stdout)."""
-    ran = []
-    for c, (out, err) in zip(commands, outputs):
+    a library's warnings land there, a test's result on stdout). NUMERICS: the recipe's numerics checks, the last
+    of COMMANDS; what each printed (:func:`numerics_results`) is the record's ``numerics``."""
+    ran, checked = [], []
+    for i, (c, (out, err)) in enumerate(zip(commands, outputs)):
         ran.append({"argv": shown(shlex.join(c), 300), "output": command_output(out)}
                    | ({"stderr": command_output(err)} if err.strip() else {}))  # fmt: skip
+        if i >= len(commands) - len(numerics):
+            checked += numerics_results(out, c)
+    plain = len(commands) - len(numerics)
     return {
-        "line": f"smoke ok: {len(imports)} import(s) and {len(commands)} command(s) of the recipe with {torch_requirement}",
+        "line": f"smoke ok: {len(imports)} import(s) and {plain} command(s) of the recipe"
+        + (f", {len(checked)} numerics check(s) within tolerance" if numerics else "") + f" with {torch_requirement}",
         "imported": {**facts, "modules": [m for m in imports if m != "torch"], "api": list(api), "commands": ran},
-        "numerics": [],
+        "numerics": checked,
     }
+
+
+NUMERICS_MARK = "numerics "  # a numerics check's result line: numerics {"check": ..., "max_abs_error": ..., ...}
+MAX_NUMERICS = 16  # result lines one command may report
+
+
+def numerics_results(output: str, argv) -> list[dict]:
+    """The results a recipe's numerics command ARGV printed in OUTPUT, one ``numerics {...}`` line each:
+    ``check`` (what was compared with which reference), ``max_abs_error`` and ``tolerance`` (finite numbers),
+    ``device`` (default cpu). A command that printed none, a malformed one, or an error above its tolerance is a
+    VerificationError, whatever its exit status: the record lists only numerics that ran and passed."""
+    import math
+
+    cmd = shown(shlex.join(argv), 200)
+    found = []
+    for ln in output.splitlines():
+        if not ln.startswith(NUMERICS_MARK):
+            continue
+        try:
+            doc = json.loads(ln[len(NUMERICS_MARK):])
+        except ValueError:
+            doc = None
+        ok = isinstance(doc, dict) and isinstance(doc.get("check"), str) and 0 < len(doc["check"]) <= 200 and all(
+            isinstance(doc.get(k), (int, float)) and not isinstance(doc.get(k), bool) and math.isfinite(doc[k])
+            for k in ("max_abs_error", "tolerance")) and isinstance(doc.get("device", "cpu"), str)  # fmt: skip
+        if not ok:
+            raise VerificationError(f"`{cmd}` printed a numerics line the farm cannot read: {shown(ln, 200)}",
+                                    hint='print numerics {"check": "...", "max_abs_error": <number>, '
+                                    '"tolerance": <number>} (JSON), one line per check')  # fmt: skip
+        if not 0 <= doc["max_abs_error"] <= doc["tolerance"]:
+            raise VerificationError(f"`{cmd}`: {shown(doc['check'], 200)}: max abs error {doc['max_abs_error']:.3g} "
+                                    f"above the tolerance {doc['tolerance']:.3g}, though the command exited 0")
+        found.append({"check": shown(doc["check"], 200), "device": shown(doc.get("device", "cpu"), 40),
+                      "max_abs_error": doc["max_abs_error"], "tolerance": doc["tolerance"],
+                      "command": cmd})  # fmt: skip
+    if not found:
+        raise VerificationError(f"`{cmd}` is a numerics check ([test] numerics) but printed no numerics line",
+                                hint="a numerics check prints what it compared: numerics {\"check\": ..., "
+                                "\"max_abs_error\": ..., \"tolerance\": ...}")  # fmt: skip
+    if len(found) > MAX_NUMERICS:
+        raise VerificationError(f"`{cmd}` printed {len(found)} numerics lines (at most {MAX_NUMERICS})")
+    return found
+
+
+def recipe_commands(recipe) -> tuple[tuple[str, ...], ...]:
+    """A recipe's test commands in the order they run: its ``commands``, then its ``numerics`` checks."""
+    return (*recipe.commands, *getattr(recipe, "numerics", ()))
 
 
 def declared_requirements(wheel: Path, environment: dict[str, str]) -> list[str]:
@@ -203,22 +255,23 @@ def on_host(spec: BuildSpec, wheel: Path, *, recipe=None, log=print) -> dict:
             log(f"{spec.id}: dependency layer {layer.name}: {len(deps)} requirement(s) ({took:.0f}s)")
         return smoke_test(
             wheel, spec, python=python3, torch_requirement=torch_requirement, workdir=slot, torch_venv=torch_venv,
-            imports=recipe.imports if recipe else (), commands=recipe.commands if recipe else (),
-            api=recipe.api if recipe else (), deps_layer=layer, deps=deps,
+            imports=recipe.imports if recipe else (), commands=recipe_commands(recipe) if recipe else (),
+            api=recipe.api if recipe else (), deps_layer=layer, deps=deps, numerics=getattr(recipe, "numerics", ()),
         )  # fmt: skip
 
 
 def smoke_test(
     wheel: Path, spec: BuildSpec, *, python: str, torch_venv: Path, torch_requirement: str, workdir: Path,
     imports: tuple[str, ...] = (), commands: tuple[tuple[str, ...], ...] = (), api: tuple[str, ...] = (),
-    deps_layer: Path | None = None, deps: tuple[str, ...] = (),
+    deps_layer: Path | None = None, deps: tuple[str, ...] = (), numerics: tuple[tuple[str, ...], ...] = (),
 ) -> dict:
     """Install ``wheel`` into a clean venv made by ``python`` next to ``torch_requirement``; import it,
     check the ops are registered, run the CPU scan against the reference. Returns what ran: ``line`` (the
     success line), ``imported`` (torch, Python, modules, public API) and ``numerics`` (the CPU checks that ran).
 
     A recipe's wheel (``spec.from_recipe``) is installed without its dependencies (upstream's pull in
-    triton, transformers...) and proven by the recipe's own ``imports``, ``api`` and ``commands`` instead,
+    triton, transformers...) and proven by the recipe's own ``imports``, ``api`` and ``commands`` instead (the
+    last of them its ``numerics`` checks, whose results become the record's ``numerics``),
     run from ``/`` (``python`` in a command is the smoke venv's). With ``deps_layer`` (a recipe's
     ``deps = true``: the layer its caller made of ``deps``, :func:`declared_requirements`, on top of the torch
     venv; builder.environments.layers.deps_layer) the smoke venv sees that layer too, through ``site.addsitedir``
@@ -243,7 +296,7 @@ def smoke_test(
             layer_site = site_packages(str(Path(deps_layer) / "bin" / "python"))
             (Path(site_packages(vpy)) / "_farm_deps.pth").write_text(f"import site; site.addsitedir({layer_site!r})\n")
             run_step([*bpip, "check"], f"pip check ({wheel.name}'s dependencies and {torch_requirement})")
-        ran = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands, api)
+        ran = _recipe_smoke(wheel, vpy, torch_requirement, imports, commands, api, numerics)
         if deps_layer is not None:
             ran["imported"]["deps"] = list(deps)
         shutil.rmtree(venv, ignore_errors=True)
@@ -260,7 +313,7 @@ def smoke_test(
     return {"line": proc.stdout.strip().splitlines()[-1], **smoke_evidence(proc.stdout)}
 
 
-def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands, api=()) -> dict:
+def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, commands, api=(), numerics=()) -> dict:
     """The recipe's [test] (``recipe_steps``), in the smoke venv from / (not the source tree)."""
     facts, outputs = None, []
     for argv in recipe_steps(vpy, imports, commands, api):
@@ -274,7 +327,7 @@ def _recipe_smoke(wheel: Path, vpy: str, torch_requirement: str, imports, comman
             facts = smoke_evidence(proc.stdout)
         else:
             outputs.append((proc.stdout, proc.stderr))
-    return recipe_ran(facts, torch_requirement, imports, commands, api, outputs)
+    return recipe_ran(facts, torch_requirement, imports, commands, api, outputs, numerics)
 
 
 # --------------------------------------------------------------------------- in a container, under emulation
@@ -367,7 +420,8 @@ def container_script(wheel_name: str, recipe=None, *, layer: bool = False) -> st
     if recipe is None:  # the wheel's own torch pin must accept the torch it is tested with
         steps = [check, f"{_VPY} /smoke/smoke.py"]
     else:  # installed without its dependencies, as on the host: pip check only when they are there
-        first, *commands = [shlex.join(argv) for argv in recipe_steps(_VPY, recipe.imports, recipe.commands, recipe.api)]
+        argvs = recipe_steps(_VPY, recipe.imports, recipe_commands(recipe), recipe.api)
+        first, *commands = [shlex.join(argv) for argv in argvs]
         steps = [first, *(f"echo {COMMAND_MARK}{i} && {c} 2> /smoke/err && echo {COMMAND_MARK}err "
                           f"&& cat /smoke/err && echo {COMMAND_MARK}end" for i, c in enumerate(commands))]  # fmt: skip
         if layer:  # the dependency layer as the host adds its own: its .pth files run
@@ -395,8 +449,9 @@ def _contained(runner: Container, spec, wheel: Path, torch: str, out: Path, time
         raise VerificationError(f"{wheel.name}: smoke test failed in image {spec.image}: {lines[-1] if lines else code} (log: {out})")
     emulated = machine_of(spec.platform) != host_machine()
     if recipe is not None:
+        run, numerics = recipe_commands(recipe), getattr(recipe, "numerics", ())
         ran = recipe_ran(smoke_evidence("\n".join(lines)), f"torch=={spec.torch_version}", recipe.imports,
-                         recipe.commands, recipe.api, command_outputs(lines, len(recipe.commands)))  # fmt: skip
+                         run, recipe.api, command_outputs(lines, len(run)), numerics)  # fmt: skip
         ran["imported"]["emulated"] = emulated
         if layer is not None:
             ran["imported"]["deps"] = list(deps)

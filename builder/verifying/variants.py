@@ -255,7 +255,7 @@ def build_root(index, store: Path, previous: dict) -> tuple[dict[str, str], dict
     skipped: dict[str, str] = {}
     refused: dict[str, str] = {}  # of those skipped, the wheels whose members could not be read
     groups: dict[tuple[str, str], list] = {}
-    spelled: dict[tuple[str, Version], str] = {}  # one -variants.json per version: 2.3.0 and 2.3.0.0 are one
+    spelled: dict[tuple[str, Version], str] = {}  # one -variants.json per version: 0.3.0 and 0.3.0.0 are one
     for fn, e in sorted(index.files.items()):
         if e.stable and (e.accelerator == "cpu" or e.accelerator.startswith("cu")):
             first = spelled.setdefault((e.project, Version(e.release)), e.release)

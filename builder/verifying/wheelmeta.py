@@ -25,7 +25,7 @@ class MetadataError(ValueError):
 
 class WheelMetadata(NamedTuple):  # (a NamedTuple: built 5,000 times in a large index run)
     names: tuple[str, ...]  # every member of the zip
-    dist_info: str  # "mamba_ssm-2.3.0+cu12torch2.6cxx11abiFALSE.dist-info"
+    dist_info: str  # "mamba_ssm-0.3.0+cu12torch2.6cxx11abiFALSE.dist-info"
     raw: bytes  # METADATA as stored (the index serves it as the PEP 658 .metadata file)
     version: str  # METADATA's Version ("" if absent)
     requires_python: str  # "" if absent

@@ -90,7 +90,7 @@ class Context:
     torch_cxx11abi: bool | None = None
     variant_key: str | None = None  # what this torch needs: cu12-torch2.6-cxx11abiFALSE
     variant_label: str | None = None
-    mamba_version: str | None = None  # public version, "2.3.0"
+    mamba_version: str | None = None  # public version, "0.3.0"
     index_url: str | None = None
     wheel_available: bool | None = None  # None: not looked up
     wheel: tuple[str, str] | None = None  # (file name, variant key of its page) the index lists, when looked up

@@ -9,7 +9,7 @@ Generated from the release plan (matrix.toml, recipes/*.toml) by `python -m buil
 LINES = {
     "checkout": {
         "folder": "",
-        "projects": {"mamba-ssm": "2.3.0"},
+        "projects": {"mamba-ssm": "0.3.0"},
         "labels": {
             "cputorch2.4cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": [], "glibc_by_machine": {"aarch64": "2.28", "x86_64": "2.28"}},
             "cputorch2.5cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["aarch64", "x86_64"], "glibc": ["2.28"], "archs": [], "glibc_by_machine": {"aarch64": "2.28", "x86_64": "2.28"}},

@@ -23,12 +23,13 @@ from pathlib import Path
 
 import orjson
 from filelock import FileLock, Timeout
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from builder.errors import IndexIntegrityError, UsageError
+from builder.errors import IndexIntegrityError, NameCollision, UsageError
 from builder.facts.spec import sha256_of
 from builder.facts.untrusted import Untrusted, inside, plain_url, read_inside, shown
-from builder.publishing.index import store
-from builder.publishing.index.model import SCHEMA, Entry, Index, entries_from_json
+from builder.publishing.index import reader, store
+from builder.publishing.index.model import SCHEMA, Entry, Index, describe_source, entries_from_json
 from builder.publishing.index.pages import Pages
 from builder.verifying import evidence, variants
 
@@ -231,11 +232,22 @@ def _one_file_per_name(sources: list[tuple[str, str]]) -> list[tuple[str, str]]:
             continue
         other = first[name]
         if os.path.getsize(other) != os.path.getsize(path) or sha256_of(other) != sha256_of(path):
-            raise UsageError(
-                f"two different files named {name} under --wheels: {other} and {path}",
+            raise NameCollision(
+                f"two different files named {name} under --wheels: {other}, from {_source_of(other)}, and {path}, "
+                f"from {_source_of(path)}",
                 hint="a filename is one set of bytes: remove one of them (nothing was changed)",
             )
     return out
+
+
+def _source_of(path: str) -> str:
+    """What the wheel at PATH says it was built from (its sidecar), as an error names it."""
+    try:
+        project = canonicalize_name(parse_wheel_filename(os.path.basename(path))[0])
+        sidecar = f"{path}.spec.json"
+        return describe_source(reader.read_source(sidecar, reader.read_sidecar(sidecar), project))
+    except (InvalidWheelFilename, UsageError, Untrusted, OSError) as err:
+        return f"a source its sidecar does not say ({shown(str(err), 200)})"
 
 
 def _build_locked(
@@ -286,8 +298,9 @@ def _build_locked(
                         new = store.ingest(src, name, store_fd, staged[name], projects=projects)
                         files[name] = _replacement(known, new)  # (its URL already moved to this run's --files-url)
                         continue
-                    raise IndexIntegrityError(
-                        f"{src} differs from the published {name} (sha256 {known.sha256})",
+                    raise NameCollision(
+                        f"{src}, from {_source_of(src)}, differs from the published {name} (sha256 {known.sha256}), "
+                        f"from {describe_source(known.source)}",
                         hint="published wheels are immutable: give the new build a new version, remove it from "
                         "--wheels, or supersede the published file on purpose with --replace NAME",
                     )

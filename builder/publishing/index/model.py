@@ -15,7 +15,7 @@ from urllib.parse import quote
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from builder.errors import IndexIntegrityError
+from builder.errors import IndexIntegrityError, NameCollision
 from mamba_ssm import variant as _variant
 from mamba_ssm.elf import tag_machine
 
@@ -345,6 +345,7 @@ class Index(Manifest):
         variants = {k: sorted(v, key=self.order.__getitem__) for k, v in sorted(groups.items())}
         super().__init__(files, variants, base_url, projects)
         self._check_one_source_per_project()
+        self._check_not_upstreams_own_names()
         self._check_one_file_per_cell()
 
     @staticmethod
@@ -374,12 +375,28 @@ class Index(Manifest):
 
     @staticmethod
     def _two_sources(project: str, a: tuple[str, str], b: tuple[str, str]):
-        raise IndexIntegrityError(
+        raise NameCollision(
             f"one index would serve {project} from two different sources: {describe_source(a[0])}, e.g. {a[1]}, "
             f"and {describe_source(b[0])}, e.g. {b[1]}; pip and uv tell them apart by version only",
             hint="publish the two product lines as two indexes (e.g. --out dist/index for this checkout's wheels "
             "and --out dist/index-upstream for the recipes' builds); nothing published was changed",
         )
+
+    def _check_not_upstreams_own_names(self) -> None:
+        """A recipe's wheel never takes a filename upstream's own GitHub release wheels could hold: those are
+        tagged plain ``linux_x86_64`` (their setup.py names them so) under the same version and label, with other
+        bytes. The farm's are repaired to a manylinux floor, so their platform tags differ; one still tagged
+        ``linux_*`` was not, and is refused."""
+        if all(source == CHECKOUT for _project, source in self.sources):
+            return
+        for fn, e in self.files.items():
+            if e.source != CHECKOUT and any(p.startswith("linux_") for p in e.platform.split(".")):
+                raise NameCollision(
+                    f"{fn}, from {describe_source(e.source)}, is named as upstream's own release wheels are "
+                    f"(platform tag {e.platform}): one of those could hold other bytes under this very name",
+                    hint="publish the farm's repaired wheel (a manylinux_* platform tag: builder build repairs it "
+                    "to its spec's floor); nothing published was changed",
+                )
 
     def _check_one_file_per_cell(self) -> None:
         # Two files for one (variant, project, version, Python, machine) is a choice pip and uv would make
