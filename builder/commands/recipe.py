@@ -185,7 +185,7 @@ def _check_releases(args: argparse.Namespace) -> int:
     minors = tuple(m for m in args.torch_minors.split(",") if m)
     cells = release_cells(minors, args.rocm)
     outcomes: list[record.Outcome] = []
-    failed = 0
+    failed = hits = 0
     with tempfile.TemporaryDirectory(prefix="recipe-check-") as work:
         n = 0
         for name in args.projects or ("mamba-ssm", "causal-conv1d"):
@@ -196,20 +196,29 @@ def _check_releases(args: argparse.Namespace) -> int:
                     if not supported(built, facts)[0]:
                         continue  # [requires] refuses it: the plan says so itself, nothing to record
                     n += 1
-                    try:
-                        done = check_cell(built, facts, Path(work) / str(n), compile=not args.no_compile)
-                        print(done.line(recipe), flush=True)
-                        outcomes.append(record.Outcome(recipe.name, rel.version, facts.torch, record.acc_key(facts),
-                                                       None, bool(done.compiled), done.requires))  # fmt: skip
-                    except FarmError as err:
-                        failed += 1
-                        reason = _reason(err, built, facts)
-                        print(f"{recipe.name} {rel.version}: {facts.describe()}: FAILED: {reason}", flush=True)
-                        outcomes.append(record.Outcome(recipe.name, rel.version, facts.torch, record.acc_key(facts),
-                                                       reason, False, ()))  # fmt: skip
+                    kept = _kept(built, facts, not args.no_compile)
+                    if kept.is_file():  # this recipe's bytes, release and cell were checked before: its outcome
+                        data = json.loads(kept.read_text())
+                        outcome = record.Outcome(**{**data, "requires": tuple(data["requires"])})
+                        hits += 1
+                    else:
+                        try:
+                            done = check_cell(built, facts, Path(work) / str(n), compile=not args.no_compile)
+                            print(done.line(recipe), flush=True)
+                            outcome = record.Outcome(recipe.name, rel.version, facts.torch, record.acc_key(facts), None,
+                                                     bool(done.compiled), done.requires)  # fmt: skip
+                        except FarmError as err:
+                            reason = _reason(err, built, facts)
+                            print(f"{recipe.name} {rel.version}: {facts.describe()}: FAILED: {reason}", flush=True)
+                            outcome = record.Outcome(recipe.name, rel.version, facts.torch, record.acc_key(facts),
+                                                     reason, False, ())  # fmt: skip
+                        kept.parent.mkdir(parents=True, exist_ok=True)
+                        kept.write_text(json.dumps({**outcome.__dict__, "requires": list(outcome.requires)}))
+                    failed += outcome.reason is not None
+                    outcomes.append(outcome)
     took = time.monotonic() - t0
     print(f"preflight: {len(outcomes) - failed} of {len(outcomes)} (release, torch, accelerator) cell(s) ok "
-          f"in {took:.1f} s")  # fmt: skip
+          f"in {took:.1f} s ({hits} kept from an earlier run)")  # fmt: skip
     if args.record:
         path = record.write(outcomes)
         print(f"recorded: {path}")
@@ -224,3 +233,14 @@ def _reason(err: Exception, recipe, facts) -> str:
     for cell in (for_recipe(recipe, facts).describe(), facts.describe()):
         said = said.replace(f"cell {cell}: ", "").replace(f"{cell}: ", "")
     return " ".join(line.strip() for line in said.splitlines() if line.strip())
+
+
+def _kept(recipe, facts, compile: bool) -> Path:
+    """Where a cell's outcome is kept: keyed by the recipe file's bytes, the release's source, the cell and whether
+    it compiled, so any change to one of them checks the cell again."""
+    import hashlib
+
+    from builder.facts import hostenv
+
+    key = json.dumps([recipe.digest, recipe.source.identity, repr(facts), compile, 1])
+    return hostenv.CACHE_ROOT / "preflight-cells" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
