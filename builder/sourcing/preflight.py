@@ -130,7 +130,9 @@ class CellCheck:
 
     def line(self, recipe: Recipe) -> str:
         patches = ", ".join(self.applied) or "none"
-        compiled = f"; {self.compiled}" if self.compiled else "; not compiled (no headers of this torch here)"
+        compiled = f"; {self.compiled}" if self.compiled else ""
+        if not self.compiled and self.facts.kind == "cuda":
+            compiled = "; not compiled (no headers of this torch here, or not asked)"
         return (
             f"{recipe.name}: {self.facts.describe()}: ok: {self.name} {self.wheel_version} "
             f"(patches {patches}; {len(self.requires)} requirement(s){compiled}; {self.seconds:.1f} s)"
