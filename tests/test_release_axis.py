@@ -226,3 +226,14 @@ def test_the_syntax_only_compile_catches_cxx17_beside_torch_2_14(tmp_path):
     plain = replace(recipe, patches=tuple(p for p in recipe.patches if p.name != "cxx20"))
     with pytest.raises(PreflightError, match=r"compile: .*C\+\+20 or later compatible compiler is required"):
         check_cell(plain, CUDA_2_14, tmp_path / "plain", cache, compile=True)
+
+
+def test_explain_takes_one_of_the_releases(cli):
+    args = ("--torch", "2.14.1", "--accelerator", "cuda-13.0", "--archs", "sm_80")
+    proc = cli("recipe", "explain", "mamba-ssm", "--release", "2.0.4", *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "mamba-ssm 2.0.4 (git https://github.com/state-spaces/mamba.git at f9dbb4fdb270)" in proc.stdout
+    assert "patch cuda-archs-1.2.1 (setup.py, 1 edit): applies" in proc.stdout
+    assert "patch cxx20-1.0.1 (setup.py, 1 edit): applies" in proc.stdout
+    bad = cli("recipe", "explain", "mamba-ssm", "--release", "9.9", *args)
+    assert bad.returncode == 2 and 'no release "9.9" of mamba-ssm' in bad.stderr and "Traceback" not in bad.stderr

@@ -53,6 +53,7 @@ def add_command(subparsers) -> None:
         q.add_argument("--recipes", type=Path, default=None, help="recipes folder (default: recipes/)")
         q.add_argument("--canary", action="store_true", help="the recipe's [canary] pin (its default branch's head) "
                        "and its when.source = \"canary\" patches and env, instead of its [source]")  # fmt: skip
+        q.add_argument("--release", default=None, help="one of the recipe's [[release]] versions (default: [source])")
         if name == "fetch":
             continue
         q.add_argument("--torch", required=True, help="the torch release, e.g. 2.14.1")
@@ -75,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     if args.recipe_command == "check":
         return _check(args)
     recipe = recipe_for(args.project, args.recipes or RECIPES_DIR).at("canary" if args.canary else "release")
+    if args.release is not None:
+        if args.canary:
+            raise UsageError("--release and --canary name two different sources: give one")
+        recipe = recipe.at_release(args.release)
     if args.recipe_command == "fetch":
         cache = SourceCache()
         print(cache.fetch_git(recipe.source) if isinstance(recipe.source, GitPin) else cache.fetch(recipe.source))
