@@ -202,9 +202,8 @@ def _check_releases(args: argparse.Namespace) -> int:
                         continue  # [requires] refuses it: the plan says so itself, nothing to record
                     n += 1
                     kept = _kept(built, facts, not args.no_compile)
-                    if kept.is_file():  # this recipe's bytes, release and cell were checked before: its outcome
-                        data = json.loads(kept.read_text())
-                        outcome = record.Outcome(**{**data, "requires": tuple(data["requires"])})
+                    outcome = _read_kept(kept)  # this recipe's bytes, release and cell checked before: its outcome
+                    if outcome is not None:
                         hits += 1
                     else:
                         try:
@@ -249,3 +248,14 @@ def _kept(recipe, facts, compile: bool) -> Path:
 
     key = json.dumps([recipe.digest, recipe.source.identity, repr(facts), compile, 1])
     return hostenv.CACHE_ROOT / "preflight-cells" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+
+
+def _read_kept(kept: Path):
+    """A kept outcome, or None where there is none or it is not one (then the cell is checked again)."""
+    from builder.facts import preflight as record
+
+    try:
+        data = json.loads(kept.read_text())
+        return record.Outcome(**{**data, "requires": tuple(str(r) for r in data["requires"])})
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
