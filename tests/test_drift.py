@@ -28,6 +28,7 @@ import pytest
 import tomlkit
 from hostilekit import drip
 from indexkit import running
+from packaging.specifiers import SpecifierSet
 
 from builder.facts.spec import ArchivePin, GitPin
 from builder.planning.recipes import load_recipe
@@ -69,6 +70,9 @@ def _recipe_files(recipe_path: Path, drop: str | None = None) -> dict[str, str]:
     doc = tomlkit.parse(recipe_path.read_text()).unwrap()
     files: dict[str, list[str]] = {"setup.py": ["from setuptools import setup\n"]}
     for patch in doc["patch"]:
+        era = patch.get("when", {}).get("release")
+        if era and not SpecifierSet(era).contains(doc["source"]["version"]):
+            continue  # an older release's patch: its era's text is not the newest release's
         for edit in patch["edit"]:
             if drop and edit["search"].strip().startswith(drop):
                 continue
@@ -277,7 +281,7 @@ def test_a_python_torch_ships_but_the_axis_lacks_is_drift_and_written_and_the_re
     stops at 3.13 drifts, same table and exit code; --write puts them back in order. An axis Python no torch
     ships is reported and left alone."""
     text = (farm / "matrix.toml").read_text()
-    axis = re.search(r"^python = \[.*\]$", text, re.M).group(0)
+    axis = re.search(r"^python = \[.*\]$", text, re.MULTILINE).group(0)
     assert axis == 'python = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]'
     (farm / "matrix.toml").write_text(text.replace(axis, 'python = ["3.10", "3.11", "3.12", "3.13", "3.16"]', 1))
     with serve(_Recorded()) as (index, _seen):
@@ -298,7 +302,7 @@ def test_a_python_torch_ships_but_the_axis_lacks_is_drift_and_written_and_the_re
         wrote = drift(farm, index, "--no-recipes", "--write")
         assert wrote.returncode == DRIFT_EXIT
         assert [r[-1] for r in _table_rows(wrote.stdout)] == ["written", "written"], wrote.stdout
-        assert re.search(r"^python = \[.*\]$", (farm / "matrix.toml").read_text(), re.M).group(0) == axis
+        assert re.search(r"^python = \[.*\]$", (farm / "matrix.toml").read_text(), re.MULTILINE).group(0) == axis
         again = drift(farm, index, "--no-recipes")
         assert again.returncode == 0 and not _table_rows(again.stdout), again.stdout
     # the default matrix itself has no Python drift
@@ -358,8 +362,36 @@ def test_new_recipe_sdist_whose_patches_apply_moves_the_pin(farm):
         'version = "1.7.0"',
         'sha256 = "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"',
     ]
-    assert added == ['version = "1.7.1"', f'sha256 = "{sha}"']
+    # [source] moves, and the release it now builds is one of the [[release]] tables, as the loader demands
+    assert added[:2] == ['version = "1.7.1"', f'sha256 = "{sha}"']
+    assert [ln for ln in added[2:] if ln] == ["[[release]]", 'version = "1.7.1"', f'sha256 = "{sha}"',
+                                              'uploaded = "2026-12-01"'], added  # fmt: skip
     assert (farm / "cache" / "sdists" / sha / "causal_conv1d-1.7.1.tar.gz").is_file()  # fetched, hash checked
+
+
+def test_a_release_the_recipe_lacks_is_drift_and_written_as_a_release_table_in_its_place(farm):
+    """PyPI gains a post-release of an older line: [source] stays, [[release]] gains it, oldest first; a moved pin
+    (test above) adds its own [[release]] too, or the recipe would not load."""
+    recorded = _Recorded()
+    recipe = farm / "recipes" / "causal-conv1d.toml"
+    sha = recorded.add_sdist("causal-conv1d", "causal_conv1d-1.6.1.post9.tar.gz",
+                             _sdist("causal_conv1d", "1.6.1.post9", _recipe_files(recipe)))  # fmt: skip
+    before = recipe.read_text()
+    with serve(recorded) as (index, _):
+        report = drift(farm, index, "--since", "2.15")
+        assert report.returncode == DRIFT_EXIT, report.stderr
+        assert _table_rows(report.stdout) == [["causal-conv1d", "new-releases", "22 releases", "+1.6.1.post9"]]
+        wrote = drift(farm, index, "--since", "2.15", "--write")
+        assert wrote.returncode == DRIFT_EXIT, wrote.stdout + wrote.stderr
+        assert "written (1 [[release]] table(s) added)" in wrote.stdout
+        assert drift(farm, index, "--since", "2.15").returncode == 0
+    removed, added = changed(before, recipe.read_text())
+    assert removed == [] and {'version = "1.6.1.post9"', f'sha256 = "{sha}"', 'uploaded = "2026-12-01"'} <= set(added)
+    rel = next(r for r in load_recipe(recipe).releases if r.version == "1.6.1.post9")
+    assert (rel.sha256, rel.uploaded) == (sha, "2026-12-01")
+    versions = [r.version for r in load_recipe(recipe).releases]
+    assert versions.index("1.6.1.post9") == versions.index("1.6.1") + 1  # in its place, oldest first
+    assert load_recipe(recipe).source.version == "1.7.0"
 
 
 def test_a_server_that_ignores_ranges_is_refused_not_downloaded(farm):

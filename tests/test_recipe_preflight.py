@@ -175,10 +175,11 @@ def test_the_preflight_passes_both_cells_and_says_the_wheels_the_farm_will_label
     proc, took = _check(cli, farm())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "scatterdemo: torch 2.13.0 x cpu x cxx11abi=TRUE: ok: scatterdemo 1.0+cputorch2.13cxx11abiTRUE" in out, out
+    cpu = "scatterdemo: release 1.0 x torch 2.13.0 x cpu x cxx11abi=TRUE: ok: scatterdemo 1.0+cputorch2.13cxx11abiTRUE"
+    assert cpu in out, out
     assert (
-        "scatterdemo: torch 2.14.1 x cuda 13.0 [sm_80] x cxx11abi=TRUE: ok: scatterdemo 1.0+cu13torch2.14cxx11abiTRUE"
-        in out
+        "scatterdemo: release 1.0 x torch 2.14.1 x cuda 13.0 [sm_80] x cxx11abi=TRUE: ok: "
+        "scatterdemo 1.0+cu13torch2.14cxx11abiTRUE" in out
     )
     assert "preflight: 2 of 2 cell(s) ok" in out and took < 10, (took, out)
 

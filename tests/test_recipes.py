@@ -52,6 +52,13 @@ CANARY = {
     "causal-conv1d": ("canary-version",),
 }
 CELL_ROCM = CellFacts("2.14.1", "rocm", "6.4", True, ("gfx90a", "gfx942"), "hip64torch2.14cxx11abiTRUE")
+# The patches for older releases alone (when.release), after the canary's in each recipe: never the default release's.
+OLDER = {
+    "mamba-ssm": ("cxx20-1.0.1", "cuda-archs-1.0.1", "cuda-archs-1.2.1", "cuda-archs-2.1.0", "cuda-archs-2.2.5",
+                  "cuda-archs-2.2.6.post3"),
+    "causal-conv1d": ("cxx20-1.0.0", "cuda-archs-1.0.0", "cuda-archs-1.2.1", "cuda-archs-1.3.0.post1",
+                      "cuda-archs-1.5.1", "cuda-archs-1.5.3.post1"),
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +85,8 @@ def test_the_recipes_load_and_pin_the_published_sdists():
 def test_torch_2_14_cuda_13_sm80_gets_cxx20_and_exactly_its_arch(cache, tmp_path, project):
     recipe = recipe_for(project)
     prep = prepare(recipe, CELL_2_14, tmp_path / "w", cache)
-    assert prep.applied == ("cxx20", "cuda-archs") and prep.skipped == ("rocm-archs", *TRIM[project], *CANARY[project])
+    assert prep.applied == ("cxx20", "cuda-archs") and prep.skipped == (
+        "rocm-archs", *TRIM[project], *CANARY[project], *OLDER[project])  # fmt: skip
     text = (prep.tree / "setup.py").read_text()
     assert '"-std=c++17"' not in text
     assert not re.findall(r"compute_(?:75|87|90|100|103|110|120|121)\b", text), "a target of the old list is left"
@@ -101,7 +109,8 @@ def test_torch_2_14_cuda_13_sm80_gets_cxx20_and_exactly_its_arch(cache, tmp_path
 def test_torch_2_11_cuda_12_8_several_archs(cache, tmp_path, project):
     recipe = recipe_for(project)
     prep = prepare(recipe, CELL_2_11, tmp_path / "w", cache)
-    assert prep.applied == ("cuda-archs",) and prep.skipped == ("cxx20", "rocm-archs", *TRIM[project], *CANARY[project])
+    assert prep.applied == ("cuda-archs",) and prep.skipped == (
+        "cxx20", "rocm-archs", *TRIM[project], *CANARY[project], *OLDER[project])  # fmt: skip
     got = setup_py_flags(prep.tree, prep.env, tmp_path, torch="2.11.0", cuda="12.8")
     (ext,) = got["ext_modules"]
     assert gencode_targets(ext["extra_compile_args"]["nvcc"]) == ["sm_80", "sm_90", "sm_100", "sm_120"]
@@ -127,7 +136,8 @@ def test_a_trimmed_build_compiles_float32_kernels_alone_and_dispatches_nothing_e
     recipe = recipe_for(project)
     full = prepare(recipe, CELL_2_14, tmp_path / "full", cache)
     trim = prepare(recipe, replace(CELL_2_14, trim=True), tmp_path / "trim", cache)
-    assert trim.applied == ("cxx20", "cuda-archs", *TRIM[project]) and trim.skipped == ("rocm-archs", *CANARY[project])
+    assert trim.applied == ("cxx20", "cuda-archs", *TRIM[project]) and trim.skipped == (
+        "rocm-archs", *CANARY[project], *OLDER[project])  # fmt: skip
     assert trim.inputs["patches"] != full.inputs["patches"]  # a different build: its inputs hash differs
     exts = {}
     for name, prep in (("full", full), ("trim", trim)):
@@ -170,7 +180,8 @@ def test_mamba_arch_list_is_the_specs_when_nvcc_and_torch_majors_differ(cache, t
 @pytest.mark.parametrize("project", ["mamba-ssm", "causal-conv1d"])
 def test_rocm_cells_offload_to_exactly_the_specs_archs(cache, tmp_path, project):
     prep = prepare(recipe_for(project), CELL_ROCM, tmp_path / "w", cache)
-    assert prep.applied == ("cxx20", "rocm-archs") and prep.skipped == ("cuda-archs", *TRIM[project], *CANARY[project])
+    assert prep.applied == ("cxx20", "rocm-archs") and prep.skipped == (
+        "cuda-archs", *TRIM[project], *CANARY[project], *OLDER[project])  # fmt: skip
     got = setup_py_flags(prep.tree, prep.env, tmp_path, torch="2.14.1", rocm="6.4")
     (ext,) = got["ext_modules"]
     nvcc = ext["extra_compile_args"]["nvcc"]
@@ -300,16 +311,16 @@ def _line_of(path: Path, needle: str, nth: int = 1) -> int:
         ('sha256 = "3202', 'sha256 = "XY02', 'sha256 = "XY02', 1, "source.sha256", "is not a sha256"),
         ('version = "1.7.0"', 'version = "1.7.0 beta"', "version =", 1, "source.version", "is not a version"),
         (
-            'when = { torch = ">=2.14" }',
-            'when = { torch = ">=2.x" }',
+            'when = { torch = ">=2.14", release = ">=1.3.0" }',
+            'when = { torch = ">=2.x", release = ">=1.3.0" }',
             "when = {",
             1,
             "patch#1.when.torch",
             "is not a version specifier",
         ),
         (
-            'when = { torch = ">=2.14" }',
-            'whenn = { torch = ">=2.14" }',
+            'when = { torch = ">=2.14", release = ">=1.3.0" }',
+            'whenn = { torch = ">=2.14", release = ">=1.3.0" }',
             "whenn",
             1,
             "patch#1.whenn",
@@ -324,8 +335,8 @@ def _line_of(path: Path, needle: str, nth: int = 1) -> int:
             'unknown placeholder ${gencodes}; did you mean "${gencode}"?',
         ),
         (
-            'when = { accelerator = ["cuda"] }',
-            "when = {}",
+            'when = { accelerator = ["cuda"], release = ">1.6.1.post4" }',
+            'when = { release = ">1.6.1.post4" }',
             "replace =",
             4,
             "patch#2.edit#1.replace",

@@ -85,7 +85,8 @@ def denied_env(name: str) -> bool:
 
 @dataclass(frozen=True)
 class CellFacts:
-    """What a recipe may ask about the build it serves: conditions read the first four, placeholders all."""
+    """What a recipe may ask about the build it serves: conditions read the first four, the kernel set, the source
+    and the release; placeholders all."""
 
     torch: str  # the release built against: "2.14.1"
     kind: str  # "cpu" | "cuda" | "rocm"
@@ -95,6 +96,9 @@ class CellFacts:
     label: str = ""  # the variant's local version label: "cu13torch2.14cxx11abiTRUE"
     trim: bool = False  # the profile asks for the recipe's trimmed kernel set (its patches with when.trim)
     source: str = "release"  # SOURCES: the recipe's [source], or its [canary] (the profile's source)
+    # The version of the source built (2.2.5; a canary's 2.3.2.post2.dev9): what `when.release` reads. Empty: the
+    # recipe's own source's, filled in by every function here that takes the recipe (:func:`for_recipe`).
+    release: str = ""
 
     @classmethod
     def from_spec(cls, spec) -> CellFacts:
@@ -109,7 +113,8 @@ class CellFacts:
         archs = f" [{', '.join(self.archs)}]" if self.archs else ""
         trim = " (trimmed kernels)" if self.trim else ""
         canary = " (canary)" if self.source == "canary" else ""
-        return f"torch {self.torch} x {acc}{archs} x cxx11abi={'TRUE' if self.cxx11abi else 'FALSE'}{trim}{canary}"
+        release = f"release {self.release} x " if self.release else ""
+        return f"{release}torch {self.torch} x {acc}{archs} x cxx11abi={'TRUE' if self.cxx11abi else 'FALSE'}{trim}{canary}"
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,8 @@ class Condition:
     cxx11abi: bool | None = None
     trim: bool | None = None  # patches only: a trimmed (CI) build, or a full one
     source: str | None = None  # patches and env values only: "release" or "canary" (SOURCES)
+    # patches and env values only: the versions of the source they are for ("<2.1"; a canary is its .devN version)
+    release: SpecifierSet | None = None
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -167,6 +174,12 @@ class Condition:
             good = facts.source == self.source
             clause(good, f"the source is {'the ' if good else 'not the '}{self.source}"
                          + ("" if good else f" (this build's is the {facts.source})"))  # fmt: skip
+        if self.release is not None:
+            if not facts.release:
+                clause(False, f"the release built is not known, and this is for releases {self.release}")
+            else:
+                good = self.release.contains(facts.release, prereleases=True)
+                clause(good, f"release {facts.release} {'matches' if good else 'does not match'} {self.release}")
         if not reasons:
             reasons.append("always")
         return ok, reasons
@@ -345,10 +358,11 @@ def env_restrict(name: str, value: str):
 def _condition(ck: _RecipeChecker, value: Any, path: tuple, extra: tuple = (), trim_ok: bool = False,
                source_ok: bool = False) -> Condition:
     """A [requires] table or a patch's ``when``; only a patch may ask for ``trim`` (a build's kernel set, which
-    the profile picks, is no reason to refuse a cell), and only a patch or an env value for ``source``."""
+    the profile picks, is no reason to refuse a cell), and only a patch or an env value for ``source`` and
+    ``release`` (which release a cell builds is the plan's choice, never a reason to refuse the cell)."""
     table = ck.table(value, path)
     ck.keys(table, path, ("torch", "cuda", "rocm", "accelerator", "cxx11abi", *(("trim",) if trim_ok else ()),
-                          *(("source",) if source_ok else ()), *extra))  # fmt: skip
+                          *(("source", "release") if source_ok else ()), *extra))  # fmt: skip
     if "source" in table and table["source"] not in SOURCES:
         valid = ", ".join(f'"{k}"' for k in SOURCES)
         ck.fail(path + ("source",), f"{show(table['source'])} is not a source (valid: {valid})")
@@ -372,6 +386,7 @@ def _condition(ck: _RecipeChecker, value: Any, path: tuple, extra: tuple = (), t
         cxx11abi=cxx11abi,
         trim=ck.boolean(table["trim"], path + ("trim",)) if "trim" in table else None,
         source=table.get("source"),
+        release=ck.specifier(table["release"], path + ("release",)) if "release" in table else None,
     )
     if not cond.kinds:
         ck.fail(path, "matches no cell: its accelerator kinds and its cuda/rocm specifiers exclude each other")
@@ -563,8 +578,14 @@ def _env_values(ck: _RecipeChecker, name: str, value: Any, requires: Condition) 
     return tuple(out)
 
 
+def for_recipe(recipe: Recipe, facts: CellFacts) -> CellFacts:
+    """FACTS with the release the recipe builds (its source's version) where they name none."""
+    return facts if facts.release else replace(facts, release=recipe.source.version)
+
+
 def env_template(recipe: Recipe, name: str, facts: CellFacts) -> str | None:
     """The template NAME takes for this cell: the first of its values whose ``when`` the cell meets (None: unset)."""
+    facts = for_recipe(recipe, facts)
     return next((v.template for v in recipe.env[name] if v.when.check(facts)[0]), None)
 
 
@@ -787,6 +808,7 @@ class Decision:
 
 
 def decide(recipe: Recipe, facts: CellFacts) -> list[Decision]:
+    facts = for_recipe(recipe, facts)
     out = []
     for patch in recipe.patches:
         ok, reasons = patch.when.check(facts)
@@ -805,7 +827,8 @@ def supported(recipe: Recipe, facts: CellFacts) -> tuple[bool, str]:
 
 def explain(recipe: Recipe, facts: CellFacts) -> list[str]:
     """Human lines: the source, the cell, each patch with applies/skipped and the reason, the env."""
-    lines = [f"{recipe.name}: {recipe.source.describe()} ({recipe.path.name})", f"  cell: {facts.describe()}"]
+    lines = [f"{recipe.name}: {recipe.source.describe()} ({recipe.path.name})",
+             f"  cell: {for_recipe(recipe, facts).describe()}"]  # fmt: skip
     ok, why = supported(recipe, facts)
     if not ok:
         return [*lines, f"  refused: {why}"]

@@ -39,7 +39,7 @@ from builder.facts.untrusted import (
     shown,
     text,
 )
-from builder.planning.recipes import CellFacts, Recipe, build_env_vars, env_template, placeholder_values
+from builder.planning.recipes import CellFacts, Recipe, build_env_vars, env_template, for_recipe, placeholder_values
 from builder.sourcing.prepare import prepare
 from builder.sourcing.sources import SourceCache
 
@@ -79,12 +79,21 @@ class BuildExtension(build_ext):
         return cls
 
 def _extension(name, sources, *args, **kwargs):
+    _record(name, sources, kwargs)
     keep = ("include_dirs", "define_macros", "undef_macros", "library_dirs", "libraries", "extra_objects",
             "extra_link_args", "depends", "language", "optional", "py_limited_api")
     extra = kwargs.get("extra_compile_args")
     kw = {{k: v for k, v in kwargs.items() if k in keep}}
     kw["extra_compile_args"] = extra.get("cxx", []) if isinstance(extra, dict) else (extra or [])
     return setuptools.Extension(name, list(sources), **kw)
+
+def _record(name, sources, kwargs):
+    import json, os
+    extra = kwargs.get("extra_compile_args")
+    cxx = extra.get("cxx", []) if isinstance(extra, dict) else list(extra or [])
+    with open(os.environ["PREFLIGHT_EXTENSIONS"], "a") as f:
+        f.write(json.dumps({{"name": name, "sources": [str(s) for s in sources], "cxx": [str(a) for a in cxx],
+                            "include_dirs": [str(d) for d in kwargs.get("include_dirs") or []]}}) + "\\n")
 
 CppExtension = CUDAExtension = _extension
 
@@ -127,12 +136,16 @@ class CellCheck:
     requires: tuple[str, ...]  # Requires-Dist, as declared
     applied: tuple[str, ...]  # the patches that went on
     seconds: float
+    compiled: str = ""  # what the syntax-only compile checked ("" where this machine has no headers of the torch)
 
     def line(self, recipe: Recipe) -> str:
         patches = ", ".join(self.applied) or "none"
+        compiled = f"; {self.compiled}" if self.compiled else ""
+        if not self.compiled and self.facts.kind == "cuda":
+            compiled = "; not compiled (no headers of this torch here, or not asked)"
         return (
             f"{recipe.name}: {self.facts.describe()}: ok: {self.name} {self.wheel_version} "
-            f"(patches {patches}; {len(self.requires)} requirement(s); {self.seconds:.1f} s)"
+            f"(patches {patches}; {len(self.requires)} requirement(s){compiled}; {self.seconds:.1f} s)"
         )
 
 
@@ -178,7 +191,8 @@ def stand_ins(facts: CellFacts, folder: Path) -> dict[str, str]:
             cuda_home=str(home) if cuda else None, rocm_home=str(home) if hip else None, hip=hip is not None
         )
     )
-    env = {"PYTHONPATH": str(folder / "site"), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {"PYTHONPATH": str(folder / "site"), "PYTHONDONTWRITEBYTECODE": "1",
+           "PREFLIGHT_EXTENSIONS": str(folder / "extensions.jsonl")}  # fmt: skip
     if cuda or hip:
         (home / "bin").mkdir(parents=True)
         tool, says = (
@@ -265,14 +279,59 @@ def check_metadata(recipe: Recipe, facts: CellFacts, meta: dict, env: dict[str, 
     return f"{parsed.public}+{facts.label}"
 
 
-def check_cell(recipe: Recipe, facts: CellFacts, workdir: Path, cache: SourceCache | None = None) -> CellCheck:
-    """The preflight of one cell in WORKDIR (new): patches applied, metadata prepared, everything checked."""
+def check_cell(
+    recipe: Recipe, facts: CellFacts, workdir: Path, cache: SourceCache | None = None, compile: bool = False
+) -> CellCheck:
+    """The preflight of one cell in WORKDIR (new): patches applied, metadata prepared, everything checked; with
+    COMPILE (``recipe check``; a build compiles for real right after) its CUDA sources declared and its bindings
+    compiled -fsyntax-only (:func:`check_compile`)."""
     t0 = time.monotonic()
+    facts = for_recipe(recipe, facts)
     env = check_env(recipe, facts)
     prep = prepare(recipe, facts, workdir / "source", cache)  # a patch that no longer applies: PatchError
     base = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME")}
     run_env = {**prep.build_env(base), **stand_ins(facts, workdir / "facts")}
     meta = read_metadata(prep.tree, run_env, workdir / "metadata", recipe, facts)
     wheel_version = check_metadata(recipe, facts, meta, env)
+    compiled = check_compile(recipe, facts, prep.tree, workdir / "facts" / "extensions.jsonl") if compile else ""
     return CellCheck(facts, meta["name"], meta["version"], wheel_version, meta["requires"], prep.applied,
-                     time.monotonic() - t0)  # fmt: skip
+                     time.monotonic() - t0, compiled)  # fmt: skip
+
+
+def extensions_of(listed: Path) -> list[dict]:
+    """The extensions setup.py declared while it prepared its metadata (the stand-in cpp_extension wrote them)."""
+    try:
+        raw = read_regular(listed, MAX_METADATA)
+    except (Untrusted, OSError):
+        return []
+    out = []
+    for line in text(raw, "the extensions setup.py declared").splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("sources"), list):
+            out.append(item)
+    return out
+
+
+def check_compile(recipe: Recipe, facts: CellFacts, tree: Path, listed: Path) -> str:
+    """A CUDA cell's setup.py declares CUDA code, and its bindings compile (-fsyntax-only) against the cell's torch
+    headers with setup.py's own flags (builder.sourcing.syntax); what was checked, or PreflightError."""
+    from builder.sourcing import syntax
+
+    exts = extensions_of(listed)
+    if facts.kind == "cuda" and not any(str(s).endswith(".cu") for e in exts for s in e["sources"]):
+        raise _fail(recipe, facts, "compile", "setup.py declares no CUDA source for this CUDA cell: the wheel would "
+                    "hold no kernels", "see which environment value or patch leaves its CUDA extension out")  # fmt: skip
+    if facts.kind != "cuda" or not exts:
+        return ""
+    done = syntax.check(tree, exts, facts)
+    if done is None:
+        return ""
+    if done.error is not None:
+        raise _fail(recipe, facts, "compile", f"{', '.join(done.units)} does not compile against torch {done.headers}'s "
+                    f"headers: {shown(done.error, 300)}",
+                    "a patch for this release and torch: the C++ standard, or the header API torch changed")  # fmt: skip
+    kept = " (kept)" if done.cached else ""
+    return f"{', '.join(done.units)} compiles against torch {done.headers}'s headers{kept}"

@@ -225,7 +225,70 @@ def compare_recipe(index: SimpleIndex, recipe) -> Drift | None:
     if newest is None or newest.version <= Version(recipe.source.version):
         return None
     return Drift(recipe.name, "new-sdist", recipe.source.version, f"{newest.version} sha256 {(newest.sha256 or '?')[:12]}…",
-                 detail={"version": str(newest.version), "sha256": newest.sha256, "filename": newest.filename})  # fmt: skip
+                 detail={"version": str(newest.version), "sha256": newest.sha256, "filename": newest.filename,
+                         "uploaded": _day(newest.upload_time)})  # fmt: skip
+
+
+DAY_RE = re.compile(r"(\d{4}-\d{2}-\d{2})(?:T[0-9:.]+Z?)?")
+
+
+def _day(upload_time: str | None) -> str | None:
+    """The day of an index's upload-time (2026-05-09T13:00:51Z -> 2026-05-09); None for anything else."""
+    m = DAY_RE.fullmatch(upload_time or "")
+    return m.group(1) if m else None
+
+
+def compare_releases(index: SimpleIndex, recipe) -> Drift | None:
+    """A recipe's [[release]] tables against the sdists its index lists (final, not yanked, with a sha256 and an
+    upload day): the releases it lacks, the newest aside when it is newer than [source] (that one moves the pin:
+    :func:`compare_recipe`, whose write adds its [[release]] too)."""
+    from builder.facts.spec import SdistPin
+
+    if not recipe.releases or not isinstance(recipe.source, SdistPin):
+        return None
+    known = {Version(r.version) for r in recipe.releases}
+    newest = newest_sdist(index, recipe.source.project)
+    moving = newest.version if newest is not None and newest.version > Version(recipe.source.version) else None
+    found: dict = {}
+    for f in index.files(recipe.source.project):
+        if (f.filename.endswith(".tar.gz") and not f.yanked and f.version and not f.version.is_prerelease
+                and not f.version.is_devrelease and f.version not in known and f.version != moving and f.sha256
+                and _day(f.upload_time)):  # fmt: skip
+            day = _day(f.upload_time)
+            found.setdefault(f.version, {"version": str(f.version), "sha256": f.sha256, "uploaded": day})
+    if not found:
+        return None
+    new = [found[v] for v in sorted(found)]
+    return Drift(recipe.name, "new-releases", f"{len(recipe.releases)} releases",
+                 "+" + ", ".join(r["version"] for r in new), detail={"releases": new})  # fmt: skip
+
+
+def add_releases(doc, releases: list[dict]) -> None:
+    """RELEASES appended to the tomlkit document's [[release]] tables, which stay oldest first."""
+    import tomlkit
+
+    tables = doc["release"]
+    for rel in releases:
+        table = tomlkit.table()
+        for key in ("version", "sha256", "uploaded"):
+            table[key] = rel[key]
+        tables.append(table)
+    if [Version(t["version"]) for t in tables] != sorted(Version(t["version"]) for t in tables):
+        ordered = sorted(tables, key=lambda t: Version(t["version"]))
+        tables.clear()
+        for t in ordered:
+            tables.append(t)
+
+
+def write_releases(recipe, drift: Drift, out: Path | None = None) -> None:
+    """Add the releases the index lists and the recipe lacks (to ``out``, a staged copy, when given)."""
+    import tomlkit
+
+    target = out or recipe.path
+    doc = tomlkit.parse(target.read_text())
+    add_releases(doc, drift.detail["releases"])
+    target.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
+    drift.status = f"written ({len(drift.detail['releases'])} [[release]] table(s) added)"
 
 
 def compare_canary(recipe) -> Drift | None:
@@ -384,8 +447,9 @@ def write_python_axis(path: Path, drifts: list[Drift]) -> None:
 
 
 def check_patches(recipe, tree: Path, source: str = "release") -> str | None:
-    """None when every patch of the recipe for SOURCE (its ``when.source`` that one or none) applies to a fresh copy
-    of ``tree``; else the PatchError's text."""
+    """None when every patch of the recipe for SOURCE (its ``when.source`` that one or none) and for the recipe's
+    source's version (its ``when.release`` matching it, or none) applies to a fresh copy of ``tree``; else the
+    PatchError's text."""
     from builder.planning.recipes import CellFacts, placeholder_values
     from builder.sourcing.prepare import apply_patch
 
@@ -396,6 +460,8 @@ def check_patches(recipe, tree: Path, source: str = "release") -> str | None:
     for patch in recipe.patches:
         if patch.when.source not in (None, source):
             continue
+        if patch.when.release is not None and not patch.when.release.contains(recipe.source.version, prereleases=True):
+            continue  # another release's era
         with tempfile.TemporaryDirectory(prefix="drift-patch-") as tmp:
             copy = Path(tmp) / tree.name
             shutil.copytree(tree, copy, symlinks=True)
@@ -459,7 +525,7 @@ def write_recipe(index: SimpleIndex, recipe, drift: Drift, cache_root: Path | No
         keys = {"version": pin.version, "sha256": pin.sha256}
     with tempfile.TemporaryDirectory(prefix="drift-sdist-") as tmp:
         tree = cache.unpack(pin, Path(tmp) / "src")
-        broke = check_patches(recipe, tree)
+        broke = check_patches(replace(recipe, source=pin), tree)
     if broke:
         drift.status = f"not written: {broke}"
         drift.detail["exit"] = PatchError.exit_code
@@ -467,6 +533,11 @@ def write_recipe(index: SimpleIndex, recipe, drift: Drift, cache_root: Path | No
     doc = tomlkit.parse(recipe.path.read_text())
     for key, value in keys.items():
         _set(doc["source"], key, value)
+    if "release" in doc and isinstance(pin, SdistPin) and not isinstance(pin, ArchivePin):
+        if not drift.detail.get("uploaded"):
+            drift.status = "not written: the index gives no upload day for the new sdist ([[release]] needs one)"
+            return
+        add_releases(doc, [{"version": pin.version, "sha256": pin.sha256, "uploaded": drift.detail["uploaded"]}])
     (out or recipe.path).write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
     drift.status = f"written (all {len(recipe.patches)} patches apply)"
 
@@ -606,6 +677,7 @@ def run_drift(options: DriftOptions) -> int:
             py_drifts = compare_python_axis(_read_toml(options.matrix), data, facts)
             recipes = {} if options.no_recipes else load_recipes(options.recipes)
             recipe_drifts = [(r, d) for r in recipes.values() if (d := compare_recipe(index, r))]
+            recipe_drifts += [(r, d) for r in recipes.values() if (d := compare_releases(index, r))]
             # after the release pins': a canary's write edits the copy a release pin's move may have made
             recipe_drifts += [(r, d) for r in recipes.values() if (d := compare_canary(r))]
             if options.write:
@@ -649,6 +721,9 @@ def _write(options: DriftOptions, index: SimpleIndex, drifts: list[Drift], facts
     for recipe, d in recipe_drifts:
         canary = d.what == "canary"
         try:
+            if d.what == "new-releases":  # onto the copy a pin's move may have made, as a canary's write
+                write_releases(recipe, d, out=staged.named(recipe.path))
+                continue
             if canary:
                 write_canary(recipe, d, options.cache, out=staged.named(recipe.path))
             else:
