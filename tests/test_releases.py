@@ -139,3 +139,127 @@ def test_a_profile_releases_value_other_than_pinned_or_all_is_refused_naming_its
 def test_releases_are_listed_oldest_first_in_the_grid(release) -> None:
     for project, versions in grid(release).items():
         assert list(versions) == sorted(versions, key=Version), project
+
+
+# --- each cell's newest release that installs ---------------------------------------------------------------------
+
+
+def test_an_old_sdist_s_requirements_come_from_its_egg_info_when_its_pkg_info_records_none(tmp_path) -> None:
+
+    from builder.publishing.installs import egg_info_requires, recipe_requires, wheel_requirements
+    from builder.sourcing.sources import SourceCache
+
+    raw = b'torch\npackaging\n\n[causal-conv1d]\ncausal-conv1d>=1.2.0\n\n[dev:python_version < "3.10"]\npytest\n'
+    assert egg_info_requires(raw, "requires.txt") == [
+        "torch", "packaging", 'causal-conv1d>=1.2.0; extra == "causal-conv1d"',
+        'pytest; python_version < "3.10" and extra == "dev"',
+    ]  # fmt: skip
+    # a release built from its tag's commit: its sdist's egg-info says what its wheel requires (as published); the
+    # sdist made here in its cache (the release's sha256 is the recipe's, so the recipe is given this one's)
+    import dataclasses
+    import hashlib
+    import io
+    import tarfile
+
+    from builder.facts.spec import SdistPin
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in (
+            ("PKG-INFO", b"Metadata-Version: 2.1\nName: mamba_ssm\nVersion: 1.1.4\n"),
+            ("mamba_ssm.egg-info/requires.txt", b"torch\neinops\ncausal_conv1d<1.2.0,>=1.1.0\n"),
+        ):
+            info = tarfile.TarInfo(f"mamba_ssm-1.1.4/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    sha = hashlib.sha256(buf.getvalue()).hexdigest()
+    recipe = recipe_for("mamba-ssm").at_release("1.1.4")
+    assert isinstance(recipe.source, GitPin)  # its sdist holds no kernels: built from git
+    rel = dataclasses.replace(recipe.releases[[r.version for r in recipe.releases].index("1.1.4")], sha256=sha)
+    recipe = dataclasses.replace(recipe, releases=(rel,))
+    cache = SourceCache(tmp_path / "sdists")
+    target = cache.path(SdistPin("mamba_ssm", "1.1.4", sha))
+    target.parent.mkdir(parents=True)
+    target.write_bytes(buf.getvalue())
+    got = recipe_requires(recipe, cache)
+    assert wheel_requirements(got, "torch==2.6.*") == ("torch==2.6.*", "causal_conv1d<1.2.0,>=1.1.0", "einops")
+
+
+def _query(version: str, reqs: tuple[str, ...], torch: str = "2.8.0"):
+    from builder.publishing.installs import Query
+
+    return Query("mamba-ssm", version, ("torch==2.8.*", *reqs), torch, "3.11", "linux_x86_64", "2.28")
+
+
+def test_releases_of_the_same_requirements_resolve_once_under_the_newest_and_the_record_follows(tmp_path) -> None:
+    from builder.facts import installs as record
+    from builder.publishing.installs import same_requirements, write_record
+
+    qs = {q.key: (q, [q.version]) for q in [_query("2.2.5", ("triton",)), _query("2.3.1", ("triton",)),
+                                            _query("2.3.2.post1", ("triton>=3.5.0",))]}  # fmt: skip
+    out, same_as = same_requirements(qs)
+    assert same_as == {"mamba-ssm 2.2.5": "mamba-ssm 2.3.1"}
+    assert sorted(q.version for q, _ids in out.values()) == ["2.3.1", "2.3.2.post1"]
+    assert sorted(out[_query("2.3.1", ("triton",)).key][1]) == ["2.2.5", "2.3.1"]  # both releases' builds
+    path = tmp_path / "installs.json"
+    write_record(path, {_query("2.3.1", ()).key: {"installs": True, "floor": "2.28", "picked": {}}}, "2026-12-07",
+                 same_as)  # fmt: skip
+    loaded = record.load(path)
+    assert loaded.outcome("mamba-ssm", "2.2.5", "2.8.0", "3.11", "linux_x86_64").installs is True
+    assert loaded.outcome("mamba-ssm", "2.2.4", "2.8.0", "3.11", "linux_x86_64") is None
+
+
+def test_newest_first_resolves_an_older_release_only_where_every_newer_one_does_not_install() -> None:
+    from builder.publishing.installs import InstallCheck, Run, instead, newest_first
+
+    newest, older, oldest = ("2.3.2.post1", ("triton>=3.5.0",)), ("2.3.1", ("triton",)), ("2.2.4", ())
+    qs = {}
+    for torch in ("2.8.0", "2.9.0"):
+        for v, reqs in (newest, older, oldest):
+            q = _query(v, reqs, torch)
+            qs[q.key] = (q, [q.key])
+    asked = []
+
+    def resolve(batch):  # the resolver's answers: the newest does not install beside torch 2.8 (triton 3.4)
+        asked.extend(q.key for q in batch)
+        ok = lambda q: not (q.version == "2.3.2.post1" and q.torch == "2.8.0")
+        return Run({q.key: InstallCheck(ok(q), "2.28" if ok(q) else None, "" if ok(q) else "triton", {}, []) for q in batch},
+                   set(), set())  # fmt: skip
+
+    releases_of = {("mamba-ssm", v) for v, _r in (newest, older, oldest)}
+    run = newest_first(qs, resolve, releases_of)
+    assert sorted(asked) == sorted(
+        [_query(*newest, "2.8.0").key, _query(*newest, "2.9.0").key, _query(*older, "2.8.0").key]
+    )
+    ok = {(q.project, q.version, q.torch, q.python, q.platform): run.outcomes[k].installs
+          for k, (q, _i) in qs.items() if k in run.outcomes}  # fmt: skip
+    said = instead(("mamba-ssm", "2.3.2.post1", "2.8.0", "3.11", "linux_x86_64"), ok, releases_of)
+    assert said == "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
+    # another line's version of the same name (this checkout's) is never offered: the advice falls back to torch
+    assert (
+        instead(("mamba-ssm", "2.3.2.post1", "2.8.0", "3.11", "linux_x86_64"), ok, set())
+        == "torch >= 2.9 (its cells install)"
+    )
+
+
+def test_the_coverage_page_shows_a_release_by_torch_grid_with_tiers_and_left_out_reasons(tmp_path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from builder.facts import installs as record
+    from builder.publishing import coverage
+    from builder.publishing.installs import write_record
+
+    path = tmp_path / "installs.json"
+    why = "uv: torch==2.8.0 depends on triton==3.4.0 and you require triton>=3.5.0"
+    write_record(path, {_query("2.3.2.post1", ()).key: {"installs": False, "floor": None, "picked": {}, "why": why}},
+                 "2026-12-07")  # fmt: skip
+    monkeypatch.setattr(record, "RECORD", path)
+    wheel = lambda v, t, tier: SimpleNamespace(version=f"{v}+cu12torch{t}cxx11abiTRUE", torch=t, tier=tier)
+    entries = [wheel("2.3.2.post1", "2.9", "compiled (audited)"), wheel("2.3.1", "2.8", "compiled"),
+               wheel("2.3.1", "2.9", None), wheel("2.3.1", "2.8", "cpu-checked x")]  # fmt: skip
+    monkeypatch.setattr(record, "load", lambda p=None: record._load(path, 0, 0))
+    grid = coverage.release_grid("mamba-ssm", entries)
+    assert grid["torches"] == ["2.8", "2.9"] and [r["version"] for r in grid["rows"]] == ["2.3.2.post1", "2.3.1"]
+    newest, older = grid["rows"]
+    assert newest["cells"] == [{"tier": None, "why": why}, {"tier": "compiled", "why": ""}]
+    assert older["cells"] == [{"tier": "cpu-checked", "why": ""}, {"tier": "unrecorded", "why": ""}]

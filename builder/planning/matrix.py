@@ -205,7 +205,7 @@ class ReleaseAxis:
     the torch minors from this many before the newest one released by its upload day, up to the axis's newest."""
 
     torch: tuple[str, ...] = ()
-    era: int = 3
+    era: int = 6
 
 
 @dataclass(frozen=True)
@@ -473,7 +473,7 @@ def _release_axis(ck: _MatrixChecker, value: Any) -> ReleaseAxis:
     for i, minor in enumerate(torch):
         if i and vtuple(minor) <= vtuple(torch[i - 1]):
             ck.fail(p + ("torch", i), f"torch {minor} comes after {torch[i - 1]}: list each minor once, oldest first")
-    era = t.get("era", 3)
+    era = t.get("era", 6)
     if isinstance(era, bool) or not isinstance(era, int) or not 0 <= era <= 12:
         ck.fail(p + ("era",), f"must be a whole number of torch minors from 0 to 12, got {_show(era)}")
     return ReleaseAxis(torch, era)
