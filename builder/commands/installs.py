@@ -105,4 +105,3 @@ def run(args: argparse.Namespace) -> int:
         more = f" ({len(same_as)} release(s) recorded as the same as another: same requirements)" if same_as else ""
         print(f"installs: recorded {len(cells)} cell(s) into {args.record_file}{more}")
     return 0
-

@@ -69,7 +69,10 @@ class Installs:
 
     def for_minor(self, project: str, version: str, minor: str, python: str, platform: str) -> InstallRecord | None:
         """The outcome recorded for the newest torch release of MINOR ("2.8") in that cell."""
-        if not any(k.startswith(f"{project} {version} | ") for k in self.cells) and f"{project} {version}" in self.same_as:
+        if (
+            not any(k.startswith(f"{project} {version} | ") for k in self.cells)
+            and f"{project} {version}" in self.same_as
+        ):
             version = self.same_as[f"{project} {version}"].split(" ", 1)[1]
         found = None
         for key, o in self.cells.items():
