@@ -471,8 +471,8 @@ def support_tiers() -> list[dict]:
     data = tomllib.loads((ROOT / "builder" / "data" / "support.toml").read_text())
     gpu_names = compat_mod.load().gpu_names
     plan = load_plan(profile="release")
-    torches = list(plan.matrix.axes.torch)
     vkey = lambda v: tuple(map(int, v.split(".")))
+    torches = sorted({*plan.matrix.releases.torch, *plan.matrix.axes.torch}, key=vkey)
     pythons = sorted({c.python for c in plan.cells}, key=vkey)
     stand_in = {s["kind"]: s["text"] for s in data.get("stand_in", [])}
     groups: dict[tuple, list] = defaultdict(list)
@@ -610,14 +610,17 @@ def upstream_markdown() -> str:
             by[(b.project, b.accelerator)].append(b)
     if not by:
         return "The release profile builds no recipe.\n"
-    torches = list(plan.matrix.axes.torch)
+    torches = sorted({*plan.matrix.releases.torch, *plan.matrix.axes.torch}, key=lambda t: tuple(map(int, t.split("."))))
     pythons = sorted({b.python for bs in by.values() for b in bs}, key=lambda p: tuple(map(int, p.split("."))))
     tier_of = {b.id: tier for _c, b, tier, _r in _ledger_tiers("release")}
     lines = [(f"From the `release` profile: {sum(map(len, by.values()))} builds, classic wheels only; each build's "
               "tier from the evidence ledger."), "",
              "| project | accelerator | torch | Python | platforms | builds by tier |", "|---|---|---|---|---|---|"]
     for (project, acc), bs in sorted(by.items()):
-        version = bs[0].source.partition("==")[2].partition("@")[0]
+        from packaging.version import Version
+
+        versions = sorted({plan.recipe_of(b).source.version for b in bs}, key=Version)
+        version = versions[0] if len(versions) == 1 else f"{versions[0]} … {versions[-1]} ({len(versions)} releases)"
         lines.append(f"| `{project}` {version} | `{acc}` | {_span([b.torch for b in bs], torches)} "
                      f"| {_span([b.python for b in bs], pythons)} | {', '.join(sorted({b.platform for b in bs}))} "
                      f"| {_tier_counts(tier_of.get(b.id, 'planned') for b in bs)} |")
