@@ -50,6 +50,11 @@ LINES = {
         "folder": "upstream/",
         "projects": {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"},
         "labels": {
+            "cu11torch1.13cxx11abiFALSE": {"pythons": ["cp310", "cp311"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"], "glibc_by_machine": {"x86_64": "2.28"}},
+            "cu11torch2.0cxx11abiFALSE": {"pythons": ["cp310", "cp311"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"], "glibc_by_machine": {"x86_64": "2.28"}},
+            "cu11torch2.1cxx11abiFALSE": {"pythons": ["cp310", "cp311"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"], "glibc_by_machine": {"x86_64": "2.28"}},
+            "cu11torch2.2cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"], "glibc_by_machine": {"x86_64": "2.28"}},
+            "cu11torch2.3cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"], "glibc_by_machine": {"x86_64": "2.28"}},
             "cu11torch2.4cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"], "glibc_by_machine": {"x86_64": "2.28"}},
             "cu11torch2.5cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"], "glibc_by_machine": {"x86_64": "2.28"}},
             "cu11torch2.6cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90"], "glibc_by_machine": {"x86_64": "2.28"}},
@@ -60,6 +65,9 @@ LINES = {
             "cu12torch2.12cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"], "glibc_by_machine": {"x86_64": "2.28"}},
             "cu12torch2.13cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"], "glibc_by_machine": {"x86_64": "2.28"}},
             "cu12torch2.14cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312", "cp313", "cp314"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"], "glibc_by_machine": {"x86_64": "2.28"}},
+            "cu12torch2.1cxx11abiFALSE": {"pythons": ["cp310", "cp311"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"], "glibc_by_machine": {"x86_64": "2.28"}},
+            "cu12torch2.2cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"], "glibc_by_machine": {"x86_64": "2.28"}},
+            "cu12torch2.3cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"], "glibc_by_machine": {"x86_64": "2.28"}},
             "cu12torch2.4cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"], "glibc_by_machine": {"x86_64": "2.28"}},
             "cu12torch2.4cxx11abiTRUE": {"pythons": ["cp310", "cp311", "cp312"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"], "glibc_by_machine": {"x86_64": "2.28"}},
             "cu12torch2.5cxx11abiFALSE": {"pythons": ["cp310", "cp311", "cp312", "cp313"], "machines": ["x86_64"], "glibc": ["2.28"], "archs": ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_120"], "glibc_by_machine": {"x86_64": "2.28"}},
@@ -128,7 +136,7 @@ LEFT_OUT = [
   "python": "cp310",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.4.1 depends on triton{python_full_version < '3.13' and platform_machine == 'x86_64' and sys_platform == 'linux'}==3.0.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.4.1 are incompatible. And because you require torch==2.4.1, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -137,7 +145,7 @@ LEFT_OUT = [
   "python": "cp311",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.4.1 depends on triton{python_full_version < '3.13' and platform_machine == 'x86_64' and sys_platform == 'linux'}==3.0.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.4.1 are incompatible. And because you require torch==2.4.1, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -146,7 +154,7 @@ LEFT_OUT = [
   "python": "cp312",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.4.1 depends on triton{python_full_version < '3.13' and platform_machine == 'x86_64' and sys_platform == 'linux'}==3.0.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.4.1 are incompatible. And because you require torch==2.4.1, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -155,7 +163,7 @@ LEFT_OUT = [
   "python": "cp310",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.5.1 depends on triton{python_full_version < '3.13' and platform_machine == 'x86_64' and sys_platform == 'linux'}==3.1.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.5.1 are incompatible. And because you require torch==2.5.1, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -164,7 +172,7 @@ LEFT_OUT = [
   "python": "cp311",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.5.1 depends on triton{python_full_version < '3.13' and platform_machine == 'x86_64' and sys_platform == 'linux'}==3.1.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.5.1 are incompatible. And because you require torch==2.5.1, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -173,7 +181,7 @@ LEFT_OUT = [
   "python": "cp312",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.5.1 depends on triton{python_full_version < '3.13' and platform_machine == 'x86_64' and sys_platform == 'linux'}==3.1.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.5.1 are incompatible. And because you require torch==2.5.1, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -182,7 +190,7 @@ LEFT_OUT = [
   "python": "cp310",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.6.0 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.2.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.6.0 are incompatible. And because you require torch==2.6.0, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -191,7 +199,7 @@ LEFT_OUT = [
   "python": "cp311",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.6.0 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.2.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.6.0 are incompatible. And because you require torch==2.6.0, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -200,7 +208,7 @@ LEFT_OUT = [
   "python": "cp312",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.6.0 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.2.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.6.0 are incompatible. And because you require torch==2.6.0, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -209,7 +217,7 @@ LEFT_OUT = [
   "python": "cp313",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.6.0 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.2.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.6.0 are incompatible. And because you require torch==2.6.0, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -218,7 +226,7 @@ LEFT_OUT = [
   "python": "cp310",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.7.1 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.3.1 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.7.1 are incompatible. And because you require torch==2.7.1, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -227,7 +235,7 @@ LEFT_OUT = [
   "python": "cp311",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.7.1 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.3.1 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.7.1 are incompatible. And because you require torch==2.7.1, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -236,7 +244,7 @@ LEFT_OUT = [
   "python": "cp312",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.7.1 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.3.1 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.7.1 are incompatible. And because you require torch==2.7.1, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -245,7 +253,7 @@ LEFT_OUT = [
   "python": "cp313",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.7.1 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.3.1 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.7.1 are incompatible. And because you require torch==2.7.1, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -254,7 +262,7 @@ LEFT_OUT = [
   "python": "cp310",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.8.0 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.4.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.8.0 are incompatible. And because you require torch==2.8.0, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -263,7 +271,7 @@ LEFT_OUT = [
   "python": "cp311",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.8.0 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.4.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.8.0 are incompatible. And because you require torch==2.8.0, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -272,7 +280,7 @@ LEFT_OUT = [
   "python": "cp312",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.8.0 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.4.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.8.0 are incompatible. And because you require torch==2.8.0, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  },
  {
   "project": "mamba-ssm",
@@ -281,7 +289,7 @@ LEFT_OUT = [
   "python": "cp313",
   "machine": "x86_64",
   "why": "uv: error: No solution found when resolving dependencies cause: Because torch==2.8.0 depends on triton{platform_machine == 'x86_64' and sys_platform == 'linux'}==3.4.0 and you require triton>=3.5.0, we can conclude that your requirements and torch==2.8.0 are incompatible. And because you require torch==2.8.0, we can conclude that your requirements are unsatisfiable.",
-  "instead": "torch >= 2.9 (its cells install)"
+  "instead": "mamba-ssm==2.3.1 (the newest release that installs beside this torch)"
  }
 ]
 
