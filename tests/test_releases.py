@@ -263,3 +263,17 @@ def test_the_coverage_page_shows_a_release_by_torch_grid_with_tiers_and_left_out
     newest, older = grid["rows"]
     assert newest["cells"] == [{"tier": None, "why": why}, {"tier": "compiled", "why": ""}]
     assert older["cells"] == [{"tier": "cpu-checked", "why": ""}, {"tier": "unrecorded", "why": ""}]
+
+
+@pytest.mark.parametrize("same_as", [{"mamba-ssm 2.2.5": "causal-conv1d 1.7.0"}, {"mamba-ssm 2.2.5": 7},
+                                     {"mamba-ssm 2.2.5": "mamba-ssm 2.3.1", "mamba-ssm 2.3.1": "mamba-ssm 2.2.4"}])  # fmt: skip
+def test_a_record_whose_same_as_is_not_another_release_of_that_project_is_refused(tmp_path, same_as) -> None:
+    import json
+
+    from builder.errors import MatrixError
+    from builder.facts import installs as record
+
+    path = tmp_path / "installs.json"
+    path.write_text(json.dumps({"same_as": same_as, "cells": {}}))
+    with pytest.raises(MatrixError, match="not an installs record"):
+        record.load(path)
