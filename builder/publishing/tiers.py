@@ -249,6 +249,8 @@ def command_tier(plan, records: list[dict], line: str, label: str, page: str) ->
     for cell, b, tier, _rec in cell_tiers(plan, records):
         if ("upstream" if b.from_recipe else "checkout") != line or b.label.lower() != label.lower():
             continue
+        if b.from_recipe and b.source != plan.recipes[b.project].source.identity:
+            continue  # the pages' commands pin each recipe's pinned release: another release's cells are not theirs
         if page not in {b.variant, *b.serves} or (torch and cell.torch != torch):
             continue
         where = (cell.platform.removeprefix("linux_"), "cp" + cell.python.replace(".", ""))
