@@ -192,9 +192,13 @@ def check(command: str, wheels: Iterable[ReleaseWheel] | None = None, *, python:
         if name not in served or version is None:
             continue
         req = f"{name}=={version}" + (f"+{label}" if label else "")
-        cands = [w for w in wheels if w.project == name and w.version == version]
+        # the line(s) the command's pages are of, where they hold the name: another line's release of the same name
+        # (upstream's mamba-ssm releases beside this checkout's) is not what the command installs
+        on = {line for line, f in LINE_FOLDERS.items() for f2, _k in pages if f == f2}
+        pool = [w for w in wheels if w.project == name and w.line in on] or [w for w in wheels if w.project == name]
+        cands = [w for w in pool if w.version == version]
         if not cands:
-            known = sorted({w.version for w in wheels if w.project == name})
+            known = sorted({w.version for w in pool})
             problems.append(f"{req}: the release builds {name} {', '.join(known)}, not {version}")
             continue
         if label is None:
