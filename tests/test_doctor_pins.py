@@ -9,6 +9,9 @@ import subprocess
 import sys
 
 import pytest
+
+from builder.planning.recipes import recipe_for
+from packaging.version import Version
 from conftest import REPO
 from indexkit import find_python, isolated_env, pip, serve, uv_bin
 from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_recipe_wheel, make_wheel
@@ -68,7 +71,11 @@ def test_the_doctors_releases_are_the_recorded_ones():
     for project in release_lines.PROJECTS:
         assert [r["version"] for r in RELEASES[project]] == list(recorded[project])
     planned = {p: [r["version"] for r in rows if r["planned"]] for p, rows in RELEASES.items()}
-    assert planned == {p: [LINES["upstream"]["projects"][p]] for p in release_lines.PROJECTS}
+    prebuilt = {  # what the recipes mark prebuilt, and their [source]: the releases whose wheels the index holds
+        p: [r.version for r in recipe_for(p).releases if r.prebuilt or r.version == recipe_for(p).source.version]
+        for p in release_lines.PROJECTS
+    }
+    assert planned == prebuilt and all(LINES["upstream"]["projects"][p] in planned[p] for p in planned), planned
     # upstream's 1.x lists causal_conv1d>=1.1.0 as a requirement; 2.x as its [causal-conv1d] extra's
     one, two = (next(r for r in RELEASES["mamba-ssm"] if r["version"] == v) for v in ("1.1.1", "2.2.4"))
     assert (one["pairs"], one["pair_extra"], two["pairs"], two["pair_extra"]) == (">=1.1.0", False, ">=1.2.0", True)
@@ -119,25 +126,30 @@ def test_every_other_line_is_kept_and_the_torch_line_gives_way():
     assert any("gives way" in n for n in notes)
 
 
-def test_an_old_release_beside_a_new_torch_is_told_what_serves_it():
-    """torch 2.14 with mamba-ssm==1.1.1 (Vision Mamba's pins): the farm has not planned 1.1.1, and says so; it
-    offers the nearest served release above, and what changed (from the recorded requirements)."""
+def test_an_old_release_beside_a_new_torch_gets_its_wheel_and_an_unbuilt_one_is_told_what_serves_it():
+    """torch 2.14 with mamba-ssm==1.1.1 (Vision Mamba's pin): the farm prebuilds 1.1.1 beside torch 2.14 (C++20
+    patched), so the file pins it for this cell with a causal-conv1d it pairs with. causal-conv1d==1.1.3.post1 is
+    built on request only: the answer says so and offers the nearest prebuilt releases below and above."""
+    out, _ = answer("mamba-ssm==1.1.1\n", TORCH_214)
+    got = _pins(out)
+    label = cell_of(TORCH_214).label
+    assert got["mamba-ssm"] == f"1.1.1+{label}", out
+    assert Version(got["causal-conv1d"].partition("+")[0]) >= Version("1.1.0"), out  # 1.1.1 asks causal_conv1d>=1.1.0
     with pytest.raises(PinError) as err:
         answer("torch==2.1.1\nmamba-ssm==1.1.1\ncausal-conv1d==1.1.3.post1\n", TORCH_214)
     msg = str(err.value)
-    newest = _served("mamba-ssm", TORCH_214)[-1]
-    assert "axis: release" in msg and "not planned yet" in msg and f"above: mamba-ssm=={newest}" in msg, msg
-    assert "triton -> triton>=3.5.0" in msg, msg  # what changed: read from the two sdists' requirements
+    assert "axis: release" in msg and "not prebuilt" in msg and "below: causal-conv1d==1.1.1" in msg, msg
 
 
-def test_torch_26_with_a_model_cards_pins_is_told_why_and_what_instead():
-    with pytest.raises(PinError) as err:
-        answer("mamba-ssm==2.2.4 causal-conv1d==1.5.0.post8\n".replace(" ", "\n"), TORCH_26)
-    msg = str(err.value)
-    assert "axis: release" in msg and "instead: torch >= 2.9" in msg, msg
-    with pytest.raises(PinError) as err:  # bare: the newest planned release's own reason, never a made-up install
-        answer("mamba-ssm\n", TORCH_26)
-    assert "axis: dependency" in str(err.value) and "triton" in str(err.value)
+def test_torch_26_with_a_model_cards_pins_gets_those_releases():
+    """torch 2.6 with a model card's `mamba-ssm==2.2.4 causal-conv1d==1.5.0.post8`: both prebuilt beside it; a bare
+    mamba-ssm gets the newest release that installs there (2.3.1: 2.3.2.post1 needs triton>=3.5.0), never
+    "upgrade torch"."""
+    out, _ = answer("mamba-ssm==2.2.4\ncausal-conv1d==1.5.0.post8\n", TORCH_26)
+    label = cell_of(TORCH_26).label
+    assert _pins(out) == {"mamba-ssm": f"2.2.4+{label}", "causal-conv1d": f"1.5.0.post8+{label}"}, out
+    out, _ = answer("mamba-ssm\n", TORCH_26)
+    assert _pins(out)["mamba-ssm"] == f"2.3.1+{label}", out
 
 
 def test_a_pair_that_never_paired_is_told_so():

@@ -26,14 +26,14 @@ from pathlib import Path
 
 import pytest
 import tomlkit
+import tomllib
+from conftest import REPO
 from hostilekit import drip
 from indexkit import running
 from packaging.specifiers import SpecifierSet
 
 from builder.facts.spec import ArchivePin, GitPin
 from builder.planning.recipes import load_recipe
-
-from conftest import REPO
 
 RECORDING = REPO / "tests" / "data" / "pypi-recording.json"
 DRIFT_EXIT, PATCH_EXIT = 13, 10
@@ -263,6 +263,7 @@ def test_new_minor_is_reported_and_written_as_a_row_and_a_torch_axis_value(farm)
     assert added[1].startswith("# read from PyPI on ") and "(released 2026-10-28)" in added[1]
     assert added[3:] == [
         'latest = "2.15.0"',
+        'released = "2026-10-28"',
         'python = ["3.11", "3.15"]',
         'cuda = ["13.2"]',
         'cuda_aarch64 = ["13.2"]',
@@ -274,6 +275,39 @@ def test_new_minor_is_reported_and_written_as_a_row_and_a_torch_axis_value(farm)
     m_removed, m_added = changed(matrix_before, (farm / "matrix.toml").read_text())
     assert [m_removed, m_added] == [[m_removed[0]], [m_removed[0][:-1] + ', "2.15"]']]
     assert m_removed[0].startswith("torch = [") and '"2.15"' not in m_removed[0]
+
+
+def test_an_older_minor_than_every_row_is_written_first_and_joins_the_release_axis_alone(tmp_path):
+    """--since below the oldest row: the older minor's row goes before every row (its legacy-tagged glibc and its ABI
+    as the minor after, each said so), and its minor joins matrix.toml's [releases] torch, never [axes] torch."""
+    from builder.upkeep.drift import TorchRelease, compare_torch, write_release_axis, write_torch
+
+    torch_toml, matrix_toml = tmp_path / "torch.toml", tmp_path / "matrix.toml"
+    shutil.copy(REPO / "builder" / "data" / "torch.toml", torch_toml)
+    doc = tomlkit.parse(torch_toml.read_text())
+    oldest = min(doc["torch"], key=lambda m: tuple(map(int, m.split("."))))
+    row = doc["torch"][oldest]
+    del doc["torch"][oldest]
+    torch_toml.write_text(tomlkit.dumps(doc))
+    facts = {oldest: TorchRelease(oldest, row["latest"], tuple(row["python"]), dict(row["pypi"]), {}, "2022-12-15",
+                                  row["released"], {"linux_x86_64": "2.5", "linux_aarch64": "2.17"})}  # fmt: skip
+    data = tomllib.loads(torch_toml.read_text())["torch"]
+    drifts = compare_torch(data, facts)
+    assert [(d.subject, d.what, d.detail.get("older")) for d in drifts] == [(f"torch {oldest}", "new-minor", True)]
+    write_torch(torch_toml, drifts, facts, "2026-12-07")
+    text = torch_toml.read_text()
+    written = tomllib.loads(text)["torch"]
+    assert next(iter(written)) == oldest and written[oldest]["released"] == row["released"]
+    after = written[list(written)[1]]
+    assert written[oldest]["glibc"] == after["glibc"] and written[oldest]["cxx11abi"] == after["cxx11abi"]
+    assert "legacy manylinux tags alone (aarch64 2.17, x86_64 2.5): as the minor after" in text
+    assert f'\n\n[torch."{list(written)[1]}"]' in text  # a blank line between the rows
+    matrix_toml.write_text((REPO / "matrix.toml").read_text())
+    axes_before = tomllib.loads(matrix_toml.read_text())["axes"]["torch"]
+    write_release_axis(matrix_toml, [oldest])
+    matrix = tomllib.loads(matrix_toml.read_text())
+    assert matrix["axes"]["torch"] == axes_before
+    assert matrix["releases"]["torch"][0] == oldest and matrix["releases"]["torch"].count(oldest) == 1
 
 
 def test_a_python_torch_ships_but_the_axis_lacks_is_drift_and_written_and_the_reverse_reported(farm):

@@ -232,7 +232,8 @@ def _record_of(spec, tmp_path: Path, smoke: dict | None = SMOKE, gpu: list | Non
 
     _line, project, _label, python, machine = build_kind(spec)
     tag = f"{python}-manylinux_2_34_{machine}"
-    wheel = make_wheel(tmp_path / spec.id, project, f"{V}+{spec.label}", tag, requires=("torch",))
+    version = spec.source.partition("==")[2].partition("@")[0] if spec.from_recipe else V  # its release
+    wheel = make_wheel(tmp_path / spec.id, project, f"{version}+{spec.label}", tag, requires=("torch",))
     source = {"kind": "sdist", "name": project} if spec.from_recipe else {"kind": "checkout", "commit": "0" * 40}
     rec = evidence.make(
         wheel, built={"id": spec.id, "source": source}, verified={**VERIFIED, "tags": [tag]}, smoke=smoke

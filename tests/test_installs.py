@@ -111,8 +111,13 @@ def test_the_lock_uv_writes_installs_as_it_is(replayed, tmp_path):
 def test_every_cell_of_the_release_is_resolved_and_installs():
     """No published cell fails to resolve: each cell a release build serves has a recorded resolution that
     installs (the plan leaves out the others, naming why), and `builder plan` says so per line."""
-    plan = load_plan(profile="release")
+    # each recipe's pinned release, every cell recorded; the release axis's other releases: a cell recorded as not
+    # installing is never built, one not resolved yet is planned (never left out untried)
+    axis = load_plan(profile="release")
     record = record_mod.load()
+    for b in axis.builds:
+        assert all(o is None or o.installs is not False for o in cell_outcomes(axis, b, record)), b.id
+    plan = load_plan(profile="release", releases="pinned")
     for b in plan.builds:
         found = cell_outcomes(plan, b, record)
         assert all(o is not None for o in found), f"{b.id}: cells never resolved: run `python -m builder installs`"
@@ -123,7 +128,7 @@ def test_every_cell_of_the_release_is_resolved_and_installs():
     assert left, "the release leaves out the cells that cannot be installed"
     for cell, why in left:
         assert "instead:" in why or "does not install" in why, why
-    every = load_plan(profile="release", installs=False)
+    every = load_plan(profile="release", installs=False, releases="pinned")
     assert len(every.builds) == len(plan.builds) + len(left)
 
 
@@ -141,10 +146,12 @@ def test_builder_plan_reports_the_installs_per_line(cli):
 def test_the_page_command_for_a_torch_2_8_cell(tmp_path):
     """A torch 2.8.0 user: a stand-in torch 2.8.0 carrying its real METADATA (and stand-ins of what it requires) is
     installed, then the page's command for the cell runs with real pip against a loopback index. causal-conv1d
-    installs, torch 2.8.0 kept; upstream mamba-ssm's cell is not in the release, and pip, asked anyway, refuses."""
+    installs, torch 2.8.0 kept; upstream mamba-ssm 2.3.2.post1's cell is not in the release (2.3.1, the newest release
+    that installs there, is), and pip, asked for 2.3.2.post1 anyway, refuses."""
     plan = load_plan(profile="release")
-    assert not [b for b in plan.builds if b.project == "mamba-ssm" and b.from_recipe and b.torch == "2.8"
-                and b.platform == "linux_x86_64"]  # fmt: skip
+    versions = {plan.recipe_of(b).source.version for b in plan.builds if b.project == "mamba-ssm" and b.from_recipe
+                and b.torch == "2.8" and b.platform == "linux_x86_64"}  # fmt: skip
+    assert "2.3.2.post1" not in versions and "2.3.1" in versions
     assert [b for b in plan.builds if b.project == "causal-conv1d" and b.torch == "2.8" and b.python == "3.11"
             and b.platform == "linux_x86_64"]  # fmt: skip
     pypi = tmp_path / "pypi"

@@ -114,8 +114,8 @@ CASES = [
     ("int-python", '"3.14", "3.15"]', '"3.14", 315]', '"3.14", 315]', ["axes.python#6", "integer 315"]),
     ("unparsable-torch", 'torch = ["2.4",', 'torch = ["2.x",', 'torch = ["2.x",', ['"2.x"', "major.minor"]),
     ("patch-torch", 'torch = ["2.4",', 'torch = ["2.4.1",', 'torch = ["2.4.1",', ['"2.4.1"', "major.minor"]),
-    ("nonexistent-torch", 'torch = ["2.4",', 'torch = ["2.99",', 'torch = ["2.99",', ["torch 2.99", "known: 2.0"]),
-    ("nonexistent-python", '"3.14", "3.15"]', '"3.14", "3.19"]', '"3.19"', ["Python 3.19", "known: 3.8"]),
+    ("nonexistent-torch", 'torch = ["2.4",', 'torch = ["2.99",', 'torch = ["2.99",', ["torch 2.99", "known: 1.13, 2.0"]),
+    ("nonexistent-python", '"3.14", "3.15"]', '"3.14", "3.19"]', '"3.19"', ["Python 3.19", "known: 3.7, 3.8"]),
     ("unknown-accelerator", '"cuda-11.8",', '"cuda-11.7",', '"cuda-11.7"', ['"cuda-11.7"', 'did you mean "cuda-11.8"']),
     ("bad-accelerator", '"cuda-11.8",', '"tpu",', '"tpu"', ['"tpu"', "cuda-X.Y"]),
     (

@@ -30,7 +30,8 @@ def add_command(subparsers) -> None:
     p.add_argument("--recipes", type=Path, default=REPO / "recipes", help=argparse.SUPPRESS)
     p.add_argument("--cache", type=Path, default=None, help="the farm cache to use (default: the farm's)")
     p.add_argument("--no-recipes", action="store_true", help="torch only")
-    p.add_argument("--since", metavar="MINOR", help="compare torch minors from this one up (default: every row)")
+    p.add_argument("--since", metavar="MINOR", help="compare torch minors from this one up (default: every row); below the oldest row, "
+                   "--write adds the older minors' rows and lists them in matrix.toml's [releases] torch")  # fmt: skip
     p.add_argument("--budget-seconds", type=float, metavar="S",
                    help=f"stop after S seconds (default: MAMBA_FARM_RUN_SECONDS or {RUN_BUDGET[0]})")  # fmt: skip
     p.add_argument("--budget-mb", type=float, metavar="MB",

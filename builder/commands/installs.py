@@ -36,6 +36,9 @@ def add_command(subparsers) -> None:
                    help="resolve anew (no cache) and write what the resolutions read into DIR, a snapshot of its own")  # fmt: skip
     p.add_argument("--locks", type=Path, metavar="DIR",
                    help="write each installing cell's resolution as a PEP 751 lock (pylock.<cell>.toml) into DIR")  # fmt: skip
+    p.add_argument("--newest", action="store_true",
+                   help="each cell's newest release that installs: an older release is resolved only where every "
+                   "newer one does not install (the rest stay unresolved, planned)")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="resolve and report; write no record")
     p.set_defaults(func=run)
 
@@ -59,14 +62,26 @@ def run(args: argparse.Namespace) -> int:
         )
     record.load(args.record_file)  # a record that cannot be read stops the run before anything resolves
     plan = load_plan(args.matrix, profile=args.profile, installs=False)
-    queries = installs.plan_queries(plan, SourceCache())
+    queries, same_as = installs.same_requirements(installs.plan_queries(plan, SourceCache()))
     upstream = None
     if args.record:
         upstream = SimpleIndex()
         upstream.max_requests = 50_000  # a release's closure: listings and METADATA once each, cached by sha256
     snapshot = Snapshot(args.snapshot, upstream, refresh=args.refresh)
-    run_ = installs.resolve_all([q for q, _ids in queries.values()], snapshot, jobs=args.jobs, progress=True,
-                                use_cache=args.export is None, cache=args.cache)  # fmt: skip
+    # an upstream line's releases (this checkout's line shares mamba-ssm's name: its version is never offered)
+    releases_of = {(r.name, rel.version) for r in plan.recipes.values() for rel in r.releases}
+    releases_of |= {(r.name, r.source.version) for r in plan.recipes.values()}
+    releases_of -= {tuple(line.split(" ", 1)) for line in same_as}  # answered as the release they are the same as
+
+    def resolve(batch: list) -> installs.Run:
+        return installs.resolve_all(batch, snapshot, jobs=args.jobs, progress=True, use_cache=args.export is None,
+                                    cache=args.cache)  # fmt: skip
+
+    if args.newest:  # each cell's newest release that installs: older releases only where the newer do not
+        run_ = installs.newest_first(queries, resolve, releases_of)
+        queries = {k: v for k, v in queries.items() if k in run_.outcomes}
+    else:
+        run_ = resolve([q for q, _ids in queries.values()])
     done = run_.outcomes
     runs = sum(1 for o in done.values() if not o.cached)
     if args.export is not None:  # what these resolutions read, as a snapshot of its own (a test's recorded metadata)
@@ -84,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     for key, (q, _ids) in queries.items():
         rec = done[key].as_record()
         if done[key].installs is False:
-            rec["instead"] = installs.instead((q.project, q.version, q.torch, q.python, q.platform), ok)
+            rec["instead"] = installs.instead((q.project, q.version, q.torch, q.python, q.platform), ok, releases_of)
         cells[key] = rec
     by_line: Counter = Counter()
     for key, (q, ids) in queries.items():
@@ -97,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
               f"{no} left out{more}")  # fmt: skip
     print(f"installs: {len(queries)} resolutions ({runs} resolved, the rest cached) in {seconds:.1f} s")
     if not args.dry_run:
-        installs.update_record(args.record_file, cells, installs.today())
-        print(f"installs: recorded {len(cells)} cell(s) into {args.record_file}")
+        installs.update_record(args.record_file, cells, installs.today(), same_as)
+        more = f" ({len(same_as)} release(s) recorded as the same as another: same requirements)" if same_as else ""
+        print(f"installs: recorded {len(cells)} cell(s) into {args.record_file}{more}")
     return 0

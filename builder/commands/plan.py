@@ -56,6 +56,10 @@ def add_command(subparsers) -> None:
         help="serve every cell a stable-ABI (abi3) wheel can from one build per accelerator and platform "
         "(default: matrix.toml's [plan] stable_abi, or the profile's)",
     )
+    p.add_argument(
+        "--costs", type=Path, default=None, metavar="DIR",
+        help="a release's downloaded log artifacts (job-cost.json records): the runner-hours before and after",
+    )  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -93,7 +97,25 @@ def run(args: argparse.Namespace) -> int:
                       "(GitHub's limit per matrix)", file=sys.stderr)  # fmt: skip
     else:
         print_table(plan)
+        if plan.profile is not None and plan.profile.releases == "all":
+            _release_cost(args, plan)
     if args.explain:
         # Machine-readable formats keep stdout pure JSON.
         print_explanation(plan, sys.stdout if args.format == "table" else sys.stderr)
     return 0
+
+
+def _release_cost(args: argparse.Namespace, plan) -> None:
+    """A release plan's lines: per recipe line, its releases and (release, torch) pairs; the cost before (each
+    recipe's pinned release) and after (every release)."""
+    from builder.planning.releases import summary_lines
+    from builder.publishing import cost
+
+    for line in summary_lines(plan):
+        print(line)
+    before = planning.load_plan(args.matrix, args.profile, args.only, stable=getattr(args, "stable", None),
+                                projects=getattr(args, "projects", None), releases="pinned")  # fmt: skip
+    records = cost.read_jobs(args.costs) if getattr(args, "costs", None) else None
+    for line in cost.before_after_lines(github_jobs(before.builds), github_jobs(plan.builds), len(before.builds),
+                                        len(plan.builds), records):  # fmt: skip
+        print(line)

@@ -42,6 +42,7 @@ class TorchRow:
     cxx11abi: tuple[bool, ...]
     cxx_std: int  # from build.toml's [torch] cxx20_from
     glibc: dict  # platform -> "2.28"
+    released: str = ""  # the day its first release (M.m.0) was uploaded to PyPI: where a recipe release's era starts
 
     def supports_python(self, python: str) -> bool:
         return vtuple(self.python[0]) <= vtuple(python) <= vtuple(self.python[1])
@@ -107,6 +108,7 @@ class Compat:
                 cxx11abi=tuple(row["cxx11abi"]),
                 cxx_std=20 if vtuple(minor) >= vtuple(self.cxx20_from) else 17,
                 glibc=dict(row["glibc"]),
+                released=str(row.get("released", "")),
             )
         self.cuda: dict[str, dict] = toolkits["cuda"]
         self.rocm: dict[str, dict] = toolkits["rocm"]

@@ -57,12 +57,23 @@ class Installs:
     stand_in: str = ""
     recorded: str = ""
     written: dict[str, dict] = field(default_factory=dict, compare=False, repr=False)  # each cell as the file holds it
+    # "<project> <version>" -> "<project> <version>": a release whose wheel's requirements are another release's
+    # resolves as that one does, so its cells are recorded once, under that release (the record stays compact)
+    same_as: dict[str, str] = field(default_factory=dict)
 
     def outcome(self, project: str, version: str, torch: str, python: str, platform: str) -> InstallRecord | None:
-        return self.cells.get(cell_key(project, version, torch, python, platform))
+        found = self.cells.get(cell_key(project, version, torch, python, platform))
+        if found is None and (alias := self.same_as.get(f"{project} {version}")):
+            found = self.cells.get(cell_key(project, alias.split(" ", 1)[1], torch, python, platform))
+        return found
 
     def for_minor(self, project: str, version: str, minor: str, python: str, platform: str) -> InstallRecord | None:
         """The outcome recorded for the newest torch release of MINOR ("2.8") in that cell."""
+        if (
+            not any(k.startswith(f"{project} {version} | ") for k in self.cells)
+            and f"{project} {version}" in self.same_as
+        ):
+            version = self.same_as[f"{project} {version}"].split(" ", 1)[1]
         found = None
         for key, o in self.cells.items():
             p, v, t, py, plat = _parts(key)
@@ -105,6 +116,12 @@ def _load(path: Path, _mtime_ns: int, _size: int) -> Installs:
                 instead=expect(c.get("instead", ""), str, f"{path}: cells[{key!r}].instead"),
                 picked=dict(expect(c.get("picked", {}), dict, f"{path}: cells[{key!r}].picked")),
             )
-        return Installs(path, cells, str(doc.get("stand_in", "")), str(doc.get("recorded", "")), written)
+        same_as = {}
+        for line, other in expect(doc.get("same_as", {}), dict, f"{path}: same_as").items():
+            other = expect(other, str, f"{path}: same_as[{line!r}]")
+            if line.split(" ", 1)[0] != other.split(" ", 1)[0] or " " not in other or other in doc.get("same_as", {}):
+                raise Untrusted(f"{path}: same_as[{line!r}] = {other!r}: not another release of that project")
+            same_as[line] = other
+        return Installs(path, cells, str(doc.get("stand_in", "")), str(doc.get("recorded", "")), written, same_as)
     except Untrusted as err:
         raise MatrixError(f"{err}: not an installs record", hint="run `python -m builder installs` again") from None

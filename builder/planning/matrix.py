@@ -195,6 +195,9 @@ class Profile:
         return any((not projects or project in projects)
                    and all(_axis_match(a, v, cell, native_abi) for a, v in sel.items())
                    for projects, sel in self.on_request)  # fmt: skip
+    # Which of its recipes' releases it builds: "pinned" ([source] alone) or "all" (every [[release]], each beside
+    # the torch minors of its era: builder/planning/releases.py)
+    releases: str = "pinned"
 
     def matches(self, cell: Cell, native_abi: bool) -> bool:
         if not all(_axis_match(a, v, cell, native_abi) for a, v in self.narrow.items()):
@@ -202,6 +205,16 @@ class Profile:
         return not self.selects or any(
             all(_axis_match(a, v, cell, native_abi) for a, v in sel.items()) for sel in self.selects
         )
+
+
+@dataclass(frozen=True)
+class ReleaseAxis:
+    """[releases]: how a profile with ``releases = "all"`` plans its recipes' releases. ``torch``: torch minors
+    (older than the axis's) that only the upstream lines are planned beside; ``era``: a release is planned beside
+    the torch minors from this many before the newest one released by its upload day, up to the axis's newest."""
+
+    torch: tuple[str, ...] = ()
+    era: int = 6
 
 
 @dataclass(frozen=True)
@@ -218,6 +231,7 @@ class Matrix:
     profiles: dict = field(default_factory=dict, hash=False)  # name -> Profile
     stable_abi: bool = True  # [plan] stable_abi: stable-ABI builds serve every cell they can
     recipes_dir: Path | None = None  # [plan] recipes: the third-party recipes folder
+    releases: ReleaseAxis = field(default_factory=ReleaseAxis)  # [releases]: the upstream lines' axis
     lines: TomlLines | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
@@ -374,12 +388,14 @@ def load_matrix(path: Path, compat: Compat) -> Matrix:
     path = Path(path)
     text, data = read_toml(path, MatrixError, "no such file", "pass --matrix FILE, or run from the repository root")
     ck = _MatrixChecker(path, TomlLines(text), compat)
-    top = ("package", "axes", "plan", "torch_index", "images", "toolkit_source", "exclude", "include", "profiles")
+    top = ("package", "axes", "plan", "releases", "torch_index", "images", "toolkit_source", "exclude", "include",
+           "profiles")  # fmt: skip
     ck.keys(data, (), top, required=("package", "axes"))
 
     package = _package(ck, data["package"], path.parent)
     axes = _axes(ck, data["axes"])
     stable_abi, recipes_dir = _plan_settings(ck, data.get("plan", {}), path.parent)
+    releases = _release_axis(ck, data.get("releases", {}))
     url, prefer_pypi = _torch_index(ck, data.get("torch_index", {}))
     images = _images(ck, data.get("images", {}))
     excludes = _rules(ck, data.get("exclude", []), "exclude", axes)
@@ -401,6 +417,7 @@ def load_matrix(path: Path, compat: Compat) -> Matrix:
         profiles=profiles,
         stable_abi=stable_abi,
         recipes_dir=recipes_dir,
+        releases=releases,
         lines=ck.lines,
     )
     _no_duplicate_includes(ck, matrix, compat)
@@ -453,6 +470,22 @@ def _plan_settings(ck: _MatrixChecker, value: Any, root: Path) -> tuple[bool, Pa
     ck.keys(t, p, ("stable_abi", "recipes"))
     recipes = ck.string(t.get("recipes", "recipes"), p + ("recipes",), RELPATH_RE, "a relative folder path")
     return ck.boolean(t.get("stable_abi", True), p + ("stable_abi",)), root / recipes
+
+
+def _release_axis(ck: _MatrixChecker, value: Any) -> ReleaseAxis:
+    """[releases]: torch (minors in the data, oldest first; one of axes.torch too is planned once) and era (0 to 12)."""
+    p = ("releases",)
+    t = ck.table(value, p)
+    ck.keys(t, p, ("torch", "era"))
+    vals = ck.values(t.get("torch", []), p + ("torch",), scalar_ok=False)
+    torch = tuple(ck.axis_value("torch", v, p + ("torch", i)) for i, v in enumerate(vals))
+    for i, minor in enumerate(torch):
+        if i and vtuple(minor) <= vtuple(torch[i - 1]):
+            ck.fail(p + ("torch", i), f"torch {minor} comes after {torch[i - 1]}: list each minor once, oldest first")
+    era = t.get("era", 6)
+    if isinstance(era, bool) or not isinstance(era, int) or not 0 <= era <= 12:
+        ck.fail(p + ("era",), f"must be a whole number of torch minors from 0 to 12, got {_show(era)}")
+    return ReleaseAxis(torch, era)
 
 
 def _torch_index(ck: _MatrixChecker, value: Any) -> tuple[str, bool]:
@@ -578,12 +611,24 @@ def _profiles(ck: _MatrixChecker, value: Any, axes: Axes, includes: tuple[Rule, 
         if not NAME_RE.fullmatch(name):
             ck.fail(pp, f"profile name {_show(name)} must be lowercase letters, digits, - or _")
         b = ck.table(body, pp)
-        ck.keys(b, pp, AXES + ("description", "select", "archs", "stable_abi", "projects", "trim", "source", "on_request"))
+        ck.keys(
+            b,
+            pp,
+            AXES + ("description", "select", "archs", "stable_abi", "projects", "trim", "source", "on_request", "releases"),
+        )
         stable_abi = ck.boolean(b["stable_abi"], pp + ("stable_abi",)) if "stable_abi" in b else None
         trim = ck.boolean(b.get("trim", False), pp + ("trim",))
         source = b.get("source", "release")
         if source not in ("release", "canary"):
             ck.fail(pp + ("source",), f'{_show(source)} is not a source (valid: "release", "canary")')
+        releases = b.get("releases", "pinned")
+        if releases not in ("pinned", "all"):
+            ck.fail(pp + ("releases",), f'{_show(releases)} is not a choice of releases (valid: "pinned", "all")',
+                    hint='"pinned": each recipe\'s [source] alone; "all": every [[release]] beside its era\'s torches')  # fmt: skip
+        if releases == "all" and source == "canary":
+            ck.fail(
+                pp + ("releases",), 'a canary profile builds the [canary] pins alone: releases = "all" is a release\'s'
+            )
         desc = b.get("description", "")
         if not isinstance(desc, str) or not SAFE_TEXT_RE.fullmatch(desc):
             ck.fail(pp + ("description",), f"must be {SAFE_TEXT}, got {_show(desc)}{_rule(desc)}")
@@ -615,7 +660,7 @@ def _profiles(ck: _MatrixChecker, value: Any, axes: Axes, includes: tuple[Rule, 
                     hint="leave checkout out of this profile's projects")  # fmt: skip
         on_request = _on_request(ck, b, pp, axes, includes, projects)
         out[name] = Profile(name, desc, narrow, tuple(selects), tuple(archs), stable_abi, projects, trim, source,
-                            on_request)  # fmt: skip
+                            on_request, releases)  # fmt: skip
     return out
 
 

@@ -20,10 +20,12 @@ from builder.errors import MatrixError
 from builder.facts import compat as compat_mod
 from builder.facts import installs as installs_mod
 from builder.facts import miscompiles
+from builder.facts import preflight as preflight_record
 from builder.facts.compat import Accelerator, Compat, image_setting_key, parse_accelerator, vtuple
 from builder.facts.paths import REPO
 from builder.facts.spec import BuildSpec, ImageSpec, stable_hash
 from builder.facts.untrusted import unguarded
+from builder.planning import releases as releases_mod
 from builder.planning.matrix import (
     CHECKOUT,
     IMAGE_REF_RE,
@@ -63,10 +65,23 @@ class Plan:
     source_hash: str = ""
     stable: bool = False  # whether the stable-ABI collapse was on
     recipes: dict[str, Recipe] = field(default_factory=dict)  # project -> its recipe, for the recipe builds
+    # a release plan's (profile releases = "all") left-out (release, cell) pairs, each with its reason (also in
+    # dropped)
+    release_dropped: list[releases_mod.LeftOut] = field(default_factory=list)
+    by_variant: dict = field(default_factory=dict, compare=False, repr=False)  # served_cells' index, made once
+    compat: Compat | None = field(default=None, compare=False, repr=False)  # the data it was planned with
 
     def recipe_of(self, spec: BuildSpec) -> Recipe | None:
-        """The recipe SPEC is built from (None: the checkout)."""
-        return self.recipes[spec.project] if spec.from_recipe else None
+        """The recipe SPEC is built from, at the release it builds (None: the checkout)."""
+        if not spec.from_recipe:
+            return None
+        recipe = self.recipes[spec.project]
+        if spec.source == recipe.source.identity:
+            return recipe
+        for r in recipe.releases:
+            if r.source.identity == spec.source:
+                return recipe.at_release(r.version)
+        raise KeyError(f"{spec.id}: no release of {spec.project} is built from {spec.source}")
 
     def build(self, build_id: str) -> BuildSpec:
         for b in self.builds:
@@ -83,6 +98,8 @@ def load_plan(
     projects: list[str] | None = None,
     compat: compat_mod.Compat | None = None,
     installs: bool = True,
+    reasons: releases_mod.Reasons | None = None,
+    releases: str | None = None,
 ) -> Plan:
     """Load, validate and expand matrix.toml into the plan. Raises MatrixError.
 
@@ -95,10 +112,20 @@ def load_plan(
     compat: the data to plan with (default: the files'; drift --write plans from its edit before writing it).
     installs: leave out the cells the installs record (builder/data/installs.json) says do not install
     (``builder installs`` itself plans every cell).
+    reasons: for a profile with releases = "all", why a (project, version, torch, accelerator) cannot be built
+    (builder.planning.releases.Reasons); None: the preflight's recorded outcomes (builder/data/preflight.toml,
+    ``builder.facts.preflight.preflight_reason``) where the plan reads the records (``installs``), else nothing.
+    releases: "pinned" or "all" in place of the profile's choice (the cost's before and after compare the two).
     """
     compat = compat or compat_mod.load()
+    if reasons is None and installs:
+        reasons = preflight_record.preflight_reason
     matrix = load_matrix(Path(matrix_file) if matrix_file else DEFAULT_MATRIX, compat)
     prof = matrix.profile(profile)
+    if releases is not None and prof is not None:
+        if releases not in releases_mod.RELEASES:
+            raise MatrixError(f"releases {releases!r}: not one of {', '.join(releases_mod.RELEASES)}")
+        prof = replace(prof, releases=releases)
     if stable is None:
         stable = prof.stable_abi if prof is not None and prof.stable_abi is not None else matrix.stable_abi
     cells, dropped = expand(matrix, compat, prof)
@@ -108,13 +135,29 @@ def load_plan(
     source = prof.source if prof is not None else "release"  # a canary profile builds its recipes' [canary] pins
     recipes = {r.name: r.at(source) for r in (recipe_for(n, _recipes_dir(matrix)) for n in chosen if n != CHECKOUT)}
     record = installs_mod.load() if installs else None
+    every = prof is not None and prof.releases == "all"
+    recipe_cells = cells
+    if every and matrix.releases.torch and recipes:  # the upstream lines' older torches: theirs alone
+        torch = sorted({*matrix.releases.torch, *matrix.axes.torch}, key=vtuple)
+        wider = replace(matrix, axes=replace(matrix.axes, torch=tuple(torch)))
+        recipe_cells, older_dropped = expand(wider, compat, prof)
+        known = {d.cell for d in dropped}
+        dropped = [
+            *dropped,
+            *(d for d in older_dropped if d.cell.torch in matrix.releases.torch and d.cell not in known),
+        ]
     builds, images, refused = _specs(
         matrix, compat, cells, prof, src, stable=stable, checkout=CHECKOUT in chosen, recipes=list(recipes.values()),
-        record=record,
+        record=record, recipe_cells=recipe_cells, reasons=reasons,
     )  # fmt: skip
+    release_dropped = [d for d in refused if isinstance(d, releases_mod.LeftOut)]
+    refused = [Dropped(d.cell, d.reason) if isinstance(d, releases_mod.LeftOut) else d for d in refused]
     dropped = [*dropped, *refused]
-    if prof is not None and prof.on_request:
-        builds = _mark_on_request(builds, cells, prof, compat)
+    if recipe_cells is not cells:
+        seen = set(cells)
+        cells = [*cells, *(c for c in recipe_cells if c not in seen)]
+    if prof is not None and (prof.on_request or prof.releases == "all"):
+        builds = _mark_on_request(builds, cells, prof, compat, recipes)
     if only:
         builds = _select(matrix, builds, only)
         needed = {b.image for b in builds}
@@ -122,18 +165,24 @@ def load_plan(
         cells = [c for c in cells if any(_serves(b, c, compat) for b in builds)]
     if not builds:
         raise _nothing_to_build(matrix, prof, dropped)
-    return Plan(matrix, builds, images, dropped, cells, prof, src, stable, recipes)
+    return Plan(matrix, builds, images, dropped, cells, prof, src, stable, recipes, release_dropped, compat=compat)
 
 
-def _mark_on_request(builds: list[BuildSpec], cells: list[Cell], prof: Profile, compat: Compat) -> list[BuildSpec]:
+def _mark_on_request(
+    builds: list[BuildSpec], cells: list[Cell], prof: Profile, compat: Compat, recipes: dict[str, Recipe]
+) -> list[BuildSpec]:
     """BUILDS with ``on_request`` set where the profile's ``on_request`` leaves every cell a build serves to a
-    request (a stable build serving some prebuilt cell stays prebuilt). The one line a recipe's per-release
-    ``prebuilt = false`` joins: ``or not release.prebuilt`` beside the profile's answer."""
+    request (a stable build serving some prebuilt cell stays prebuilt), and where a build is of a release its
+    recipe does not mark ``prebuilt`` (the pinned [source] release always is)."""
     out = []
     for b in builds:
         project = b.project if b.from_recipe else CHECKOUT
         served = [c for c in cells if _serves(b, c, compat)]
         asked = bool(served) and all(prof.built_on_request(project, c, native_abi(compat, c)) for c in served)
+        if b.from_recipe and not asked:
+            recipe = recipes[b.project]
+            release = next((r for r in recipe.releases if r.source.identity == b.source), None)
+            asked = b.source != recipe.source.identity and release is not None and not release.prebuilt
         out.append(replace(b, on_request=True) if asked else b)
     return out
 
@@ -288,8 +337,14 @@ def _serves(b: BuildSpec, cell: Cell, compat: Compat) -> bool:
 
 
 def served_cells(plan: Plan, b: BuildSpec) -> list[Cell]:
-    compat = compat_mod.load()
-    return [c for c in plan.cells if _serves(b, c, compat)]
+    """The plan's cells build B serves (the plan's cells indexed once by platform and variant)."""
+    if not plan.by_variant:
+        compat = plan.compat or compat_mod.load()
+        for c in plan.cells:
+            plan.by_variant.setdefault((c.platform, _cell_variant(c, compat)), []).append(c)
+    keys = b.serves or (b.variant,)
+    return [c for k in dict.fromkeys(keys) for c in plan.by_variant.get((b.platform, k), ())
+            if b.stable or c.python == b.python]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -421,15 +476,29 @@ def _specs(
     checkout: bool = True,
     recipes: list[Recipe] | None = None,
     record: installs_mod.Installs | None = None,
-) -> tuple[list[BuildSpec], dict[str, ImageSpec], list[Dropped]]:
-    cell_fields = _CellFields(matrix, compat, cells, prof)
+    recipe_cells: list[Cell] | None = None,
+    reasons: releases_mod.Reasons | None = None,
+) -> tuple[list[BuildSpec], dict[str, ImageSpec], list[Dropped | releases_mod.LeftOut]]:
+    recipe_cells = cells if recipe_cells is None else recipe_cells
+    cell_fields = _CellFields(matrix, compat, [*cells, *recipe_cells], prof)
     builds = _checkout_builds(matrix, compat, cells, src, stable, cell_fields) if checkout else []
-    dropped: list[Dropped] = []
-    # A recipe's builds: one classic build per cell it supports (third-party code has no stable-ABI build).
+    dropped: list[Dropped | releases_mod.LeftOut] = []
+    every = prof is not None and prof.releases == "all"
+    minors = tuple(dict.fromkeys(c.torch for c in recipe_cells))
+    # A recipe's builds: one classic build per cell it supports (third-party code has no stable-ABI build); a
+    # release plan's, per release, one per cell of the release's era.
     for recipe in recipes or ():
-        for cell in cells:
-            built = _recipe_build(recipe, cell, prof, record, cell_fields)
-            (dropped if isinstance(built, Dropped) else builds).append(built)
+        for at in releases_mod.selected(recipe, prof.releases if prof is not None else "pinned"):
+            rel = releases_mod.release_of(at) if every else None
+            ours = set(releases_mod.era(rel, compat, minors, matrix.releases.era)) if rel is not None else None
+            if ours is not None and at.source.version == recipe.source.version:
+                ours |= set(matrix.axes.torch)  # the pinned release keeps every cell it had before the release axis
+            for cell in recipe_cells:
+                if ours is not None and cell.torch not in ours:
+                    continue  # outside the release's era: no cell of its grid
+                built = _recipe_build(at, cell, prof, record, cell_fields, reasons=reasons if every else None,
+                                      versioned=at.source.version != recipe.source.version, left_out=every)  # fmt: skip
+                (builds if isinstance(built, BuildSpec) else dropped).append(built)
     ids = [b.id for b in builds]
     if len(set(ids)) != len(ids):  # pragma: no cover - guarded by the accelerator label check
         raise MatrixError(f"{matrix.path}: two builds share an id; check axes.accelerator")
@@ -480,10 +549,19 @@ def _checkout_builds(
 
 
 def _recipe_build(
-    recipe: Recipe, cell: Cell, prof: Profile | None, record: installs_mod.Installs | None, cell_fields: _CellFields
-) -> BuildSpec | Dropped:
-    """RECIPE's build of CELL, or why the cell is left out (the recipe does not support it, or its wheel would
-    not install beside the cell's torch)."""
+    recipe: Recipe,
+    cell: Cell,
+    prof: Profile | None,
+    record: installs_mod.Installs | None,
+    cell_fields: _CellFields,
+    reasons: releases_mod.Reasons | None = None,
+    versioned: bool = False,
+    left_out: bool = False,
+) -> BuildSpec | Dropped | releases_mod.LeftOut:
+    """RECIPE's build of CELL, or why the cell is left out (the recipe does not support it, the preflight's
+    recorded outcome says it cannot be built (REASONS), or its wheel would not install beside the cell's torch).
+    VERSIONED: the id names the release (a release plan's releases other than [source]). LEFT_OUT: a cell the
+    recipe supports but leaves out is a LeftOut, a (release, cell) of the release plan's grid."""
     acc = cell_fields.accs[cell.accelerator]
     variant = _variant(cell, acc)
     fields = cell_fields(cell, variant)
@@ -496,11 +574,17 @@ def _recipe_build(
     if not ok:
         return Dropped(cell, why)
     version = recipe.source.version
+
+    def gone(why: str) -> Dropped | releases_mod.LeftOut:
+        return releases_mod.LeftOut(recipe.name, version, cell, why) if left_out else Dropped(cell, why)
+
+    if reasons is not None and (refused := reasons(recipe.name, version, fields["torch_version"], cell.accelerator)):
+        return gone(f"{recipe.name} {version} cannot be built beside torch {fields['torch_version']}: {refused}")
     outcome = record.outcome(recipe.name, version, fields["torch_version"], cell.python, cell.platform) \
         if record is not None else None  # fmt: skip
     if outcome is not None and outcome.installs is False:
-        return Dropped(cell, f"{recipe.name} {version} does not install beside torch "
-                             f"{fields['torch_version']}: {outcome.describe().split(': ', 1)[1]}")  # fmt: skip
+        return gone(f"{recipe.name} {version} does not install beside torch "
+                    f"{fields['torch_version']}: {outcome.describe().split(': ', 1)[1]}")  # fmt: skip
     # GPU code a toolkit is known to compile wrong is never built: another arch's code serves that GPU
     fields["archs"] = miscompiles.apply(recipe.name, version, acc.toolkit, tuple(fields["archs"]))
     facts = CellFacts(
@@ -508,7 +592,7 @@ def _recipe_build(
     )
     recipe_inputs = prepare_inputs(recipe, facts)
     fields.update(
-        id=f"{recipe.name}-{variant.key}-{variant.python}-{cell.platform}",
+        id=f"{recipe.name}-{version + '-' if versioned else ''}{variant.key}-{variant.python}-{cell.platform}",
         project=recipe.name,
         source=recipe.source.identity,
         extensions=recipe.extensions,
@@ -637,8 +721,8 @@ def print_table(plan: Plan) -> None:
 
 def cell_outcomes(plan: Plan, b: BuildSpec, record: installs_mod.Installs) -> list[installs_mod.InstallRecord | None]:
     """The recorded install outcome of each cell build B serves (None: never resolved)."""
-    compat = compat_mod.load()
-    version = plan.recipes[b.project].source.version if b.from_recipe else plan.matrix.package.version
+    compat = plan.compat or compat_mod.load()
+    version = plan.recipe_of(b).source.version if b.from_recipe else plan.matrix.package.version
     return [record.outcome(b.project, version, compat.torch[c.torch].latest, c.python, c.platform)
             for c in served_cells(plan, b)]  # fmt: skip
 

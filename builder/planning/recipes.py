@@ -224,6 +224,7 @@ class Release:
     uploaded: str  # YYYY-MM-DD, from the simple index's upload-time
     source: RecipeSource
     line: int | None = None
+    prebuilt: bool = False  # every release build prebuilds it; else it is built on request (the [source] always is)
 
 
 def _version_or_none(text: str) -> Version | None:
@@ -478,7 +479,8 @@ def _releases(ck: _RecipeChecker, value: Any, source: RecipeSource) -> tuple[Rel
     for i, table in enumerate(ck.array(value, ("release",))):
         path = ("release", i)
         table = ck.table(table, path)
-        ck.keys(table, path, ("version", "sha256", "uploaded", "git", "commit"), required=("version", "sha256", "uploaded"))
+        allowed = ("version", "sha256", "uploaded", "git", "commit", "prebuilt")
+        ck.keys(table, path, allowed, required=("version", "sha256", "uploaded"))
         version = ck.string(table["version"], path + ("version",), re.compile(r"[0-9A-Za-z.!_-]{1,60}"), "a version")
         parsed = _version_or_none(version)
         if parsed is None or parsed.local is not None or parsed.is_devrelease:
@@ -497,7 +499,8 @@ def _releases(ck: _RecipeChecker, value: Any, source: RecipeSource) -> tuple[Rel
             built: RecipeSource = GitPin(source.name, version, url, commit)
         else:
             built = SdistPin(source.name, version, sha)
-        out.append(Release(version, sha, uploaded, built, ck.line(path)))
+        prebuilt = ck.boolean(table.get("prebuilt", False), path + ("prebuilt",))
+        out.append(Release(version, sha, uploaded, built, ck.line(path), prebuilt))
     if out and isinstance(source, SdistPin):
         same = [r for r in out if Version(r.version) == Version(source.version)]
         if not same or same[0].sha256 != source.sha256:

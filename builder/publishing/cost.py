@@ -20,6 +20,7 @@ MAX_RECORD_BYTES = 64 << 10
 MAX_SECONDS = 30 * 24 * 3600.0  # a month: more than any job GitHub runs (6 h), less than nonsense
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # the farm's build and job ids
 
+
 def write_build_record(logs_dir: Path, build_id: str, *, wall: float, cpu: float | None, measured: str,
                        attempt: int) -> Path:  # fmt: skip
     """``<logs_dir>/<build_id>.cost.json``: one build's wall and compile CPU seconds; a retry adds to the first
@@ -182,3 +183,55 @@ def read_jobs(folder: Path) -> list[dict]:
                              hint="each build job uploads one log artifact; remove the copy")  # fmt: skip
         jobs[record["job"]] = record
     return list(jobs.values())
+
+
+# --------------------------------------------------------------------------- a plan's cost, before and after
+
+
+def _job_kind(job: dict) -> tuple[str, str]:
+    """What a job's runner time is taken to depend on: its project and its accelerator (cpu, cu12, hip62...)."""
+    return (job["project"], job["accelerator"])
+
+
+def per_job_seconds(records: list[dict], jobs: list[dict]) -> dict[tuple[str, str], float]:
+    """The mean wall seconds of the recorded jobs (``read_jobs``) of each kind, matched to JOBS (a plan's
+    ``github_jobs``) by id: what a planned job of that kind is taken to cost."""
+    by_id = {j["id"]: _job_kind(j) for j in jobs}
+    sums: dict[tuple[str, str], list[float]] = {}
+    for r in records:
+        kind = by_id.get(r["job"])
+        if kind is not None:
+            sums.setdefault(kind, []).append(r["wall_s"])
+    return {k: sum(v) / len(v) for k, v in sums.items()}
+
+
+def runner_hours(jobs: list[dict], means: dict[tuple[str, str], float]) -> tuple[float, int]:
+    """(runner-hours of JOBS at MEANS' figures, how many jobs are of a kind no record measured: not counted)."""
+    seconds, unmeasured = 0.0, 0
+    for j in jobs:
+        mean = means.get(_job_kind(j))
+        if mean is None:
+            unmeasured += 1
+        else:
+            seconds += mean
+    return seconds / 3600, unmeasured
+
+
+def before_after_lines(before: list[dict], after: list[dict], n_before: int, n_after: int,
+                       records: list[dict] | None = None) -> list[str]:  # fmt: skip
+    """The plan's cost line: builds and jobs before (the recipes' pinned releases) and after (every release), and
+    runner-hours where RECORDS (a release's job-cost.json records) measured jobs of those kinds."""
+    ratio = f" (x{len(after) / len(before):.1f})" if before else ""
+    lines = [(f"cost: before (each recipe's pinned release) {n_before} builds in {len(before)} jobs; after (every "
+             f"release) {n_after} builds in {len(after)} jobs{ratio}")]  # fmt: skip
+    if not records:
+        lines.append("cost: runner-hours need a release's job records: `release cost --jobs` reads them "
+                     "(pass them with `plan --costs DIR`)")  # fmt: skip
+        return lines
+    means = per_job_seconds(records, before)
+    hb, ub = runner_hours(before, means)
+    ha, ua = runner_hours(after, means)
+    more = f"; {ub} and {ua} jobs of kinds no record measured, not counted" if ub or ua else ""
+    lines.append(f"cost: {hb:.1f} runner-hours before, {ha:.1f} after, at the mean of {len(records)} recorded "
+                 f"job(s) per project and accelerator{more}")  # fmt: skip
+    return lines

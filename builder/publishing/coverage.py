@@ -117,7 +117,56 @@ def model(index: Index, project: str = PROJECT) -> dict:
         "sources": [describe_source(s) for s in sources],
         "left_out": _left_out(project, {e.version.partition("+")[0] for e in files.values()}),
         "on_request": on_request(project, {e.version.partition("+")[0] for e in files.values()}),
+        "releases": release_grid(project, files.values()),
     }
+
+
+def release_grid(project: str, entries) -> dict:
+    """The release x torch grid of a project's wheels: per release (newest first) and torch minor (oldest first), the
+    strongest tier its wheels prove, else the reason the installs record gives for its cells there (a release is
+    recorded under another whose wheel has the same requirements: ``same_as``), else nothing. Stable-ABI wheels
+    (torch "stable") are this checkout's line's and have no torch column."""
+    from packaging.version import InvalidVersion, Version
+
+    from builder.facts import installs
+    from builder.verifying import evidence
+
+    rank = {t: i for i, t in enumerate(evidence.TIERS)}  # strongest first
+    best: dict[tuple[str, str], str] = {}
+    for e in entries:
+        if e.torch == "stable":
+            continue
+        k = (e.version.partition("+")[0], e.torch)
+        tier = e.tier.partition(" ")[0] if e.tier else "unrecorded"
+        if k not in best or rank.get(tier, len(rank)) < rank.get(best[k], len(rank)):
+            best[k] = tier
+    if not best:
+        return {}
+    record = installs.load()
+    versions = {v for v, _t in best}
+    torches = {t for _v, t in best}
+    reasons: dict[tuple[str, str], str] = {}
+    for key, o in record.cells.items():
+        name_version, torch, _py, _platform = key.split(" | ")
+        name, version = name_version.split(" ", 1)
+        minor = ".".join(torch.removeprefix("torch ").split(".")[:2])
+        if name != project or o.installs is not False:
+            continue
+        for v in [version, *(line.split(" ", 1)[1] for line, other in record.same_as.items() if other == name_version)]:
+            if v in versions and minor in torches and (v, minor) not in best:
+                reasons.setdefault((v, minor), o.why)
+
+    def order(v: str):
+        try:
+            return Version(v)
+        except InvalidVersion:
+            return Version("0")
+
+    cols = sorted(torches, key=lambda t: tuple(int(x) for x in t.split(".")))
+    rows = []
+    for v in sorted(versions, key=order, reverse=True):
+        rows.append({"version": v, "cells": [{"tier": best.get((v, t)), "why": reasons.get((v, t), "")} for t in cols]})
+    return {"torches": cols, "rows": rows}
 
 
 def _glibc(project: str, cell: CellInstall, torch: str, py: str, machine: str | None) -> str | None:

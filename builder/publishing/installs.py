@@ -484,6 +484,57 @@ def check_lock(lock: str, snapshot: Snapshot, q: Query, picked: dict[str, str]) 
     return doc
 
 
+def same_requirements(queries: dict[str, tuple[Query, list[str]]]) -> tuple[dict, dict[str, str]]:
+    """QUERIES with each release's queries answered by the newest release of its project whose wheel's requirements
+    (the torch pin aside) are the same: (the queries to resolve, key -> (query, build ids); release -> the release
+    it is the same as). One resolution serves every release it would give the same answer for."""
+    def reqs(q: Query) -> tuple[str, ...]:
+        return tuple(r for r in q.requirements if canonicalize_name(Requirement(r).name) != "torch")
+
+    newest: dict[tuple[str, tuple[str, ...]], str] = {}
+    for q, _ids in queries.values():
+        k = (q.project, reqs(q))
+        if k not in newest or Version(q.version) > Version(newest[k]):
+            newest[k] = q.version
+    out: dict[str, tuple[Query, list[str]]] = {}
+    same_as: dict[str, str] = {}
+    for q, ids in queries.values():
+        version = newest[(q.project, reqs(q))]
+        if version != q.version:
+            same_as[f"{q.project} {q.version}"] = f"{q.project} {version}"
+            q = Query(q.project, version, q.requirements, q.torch, q.python, q.platform, q.floor)
+        if q.key in out:
+            old, old_ids = out[q.key]
+            out[q.key] = (min(old, q, key=lambda x: vtuple(x.floor)), [*old_ids, *ids])
+        else:
+            out[q.key] = (q, list(ids))
+    return out, same_as
+
+
+def newest_first(queries: dict[str, tuple[Query, list[str]]], resolve, releases_of: set[tuple[str, str]]) -> Run:
+    """Each cell's newest release that installs, and no more: per cell (project, torch, Python, machine), its
+    releases' queries newest first, one round at a time (RESOLVE: a list of queries -> a Run), an older release
+    resolved only where every newer one does not install. A query of no line's release (RELEASES_OF: this
+    checkout's) is resolved in the first round. The queries left unresolved are planned, never left out."""
+    ladders: dict[tuple, list[str]] = {}
+    for key, (q, _ids) in queries.items():
+        cell = (q.project, q.torch, q.python, q.platform) if (q.project, q.version) in releases_of else key
+        ladders.setdefault(cell, []).append(key)
+    for keys in ladders.values():
+        keys.sort(key=lambda k: Version(queries[k][0].version), reverse=True)
+    done: dict[str, InstallCheck] = {}
+    pages, metadata = set(), set()
+    rank = 0
+    while batch := [keys[rank] for keys in ladders.values()
+                    if rank < len(keys) and not any(done[k].installs for k in keys[:rank])]:  # fmt: skip
+        run = resolve([queries[k][0] for k in batch])
+        done.update(run.outcomes)
+        pages |= run.pages
+        metadata |= run.metadata
+        rank += 1
+    return Run(done, pages, metadata)
+
+
 def lock_name(q: Query) -> str:
     """``pylock.causal-conv1d-1.7.0-torch2.8.0-cp311-linux_x86_64.toml`` (PEP 751: no dots in the name)."""
     name = f"{q.project}-{q.version}-torch{q.torch}-cp{q.python.replace('.', '')}-{q.platform}"
@@ -573,10 +624,20 @@ def sdist_requires(pkg_info: bytes, what: str) -> list[str]:
     return [str(v) for v in msg.get_all("Requires-Dist") or []]
 
 
-def instead(key_parts: tuple[str, str, str, str, str], outcomes: dict[tuple, bool]) -> str:
-    """What a user of a cell that does not install can do, from the other cells' outcomes: the oldest newer torch
+def instead(key_parts: tuple[str, str, str, str, str], outcomes: dict[tuple, bool],
+            releases_of: set[tuple[str, str]] = frozenset()) -> str:  # fmt: skip
+    """What a user of a cell that does not install can do, from the other cells' outcomes: the newest other release
+    of the project that installs beside this torch, Python and machine (they keep their torch), of RELEASES_OF (the
+    (project, version) of a line's releases: another line's version is never offered); else the oldest newer torch
     that installs for the same Python and machine, else the Pythons that install with this torch."""
     project, version, torch, python, platform = key_parts
+    releases = sorted(
+        (v for (p, v, t, py, pl), ok in outcomes.items() if ok and (p, t, py, pl) == (project, torch, python, platform)
+         and v != version and (p, v) in releases_of and (p, version) in releases_of),
+        key=Version,
+    )  # fmt: skip
+    if releases:
+        return f"{project}=={releases[-1]} (the newest release that installs beside this torch)"
     newer = sorted(
         (t for (p, v, t, py, pl), ok in outcomes.items() if ok and (p, v, py, pl) == (project, version, python, platform)
          and Version(t) > Version(torch)),
@@ -597,21 +658,25 @@ def instead(key_parts: tuple[str, str, str, str, str], outcomes: dict[tuple, boo
     return ""
 
 
-def update_record(path: Path, cells: dict[str, dict], today: str) -> None:
+def update_record(path: Path, cells: dict[str, dict], today: str, same_as: dict[str, str] | None = None) -> None:
     """Write CELLS into the record at PATH, every other cell kept as the file holds it (its floors tried, its
-    witnesses and lock included)."""
+    witnesses and lock included); SAME_AS (release -> the release its cells are recorded under) joins the record's."""
     from builder.facts import installs as record
 
-    write_record(path, {**record.load(path).written, **cells}, today)
+    before = record.load(path)
+    merged = {k: v for k, v in {**before.same_as, **(same_as or {})}.items() if k not in (same_as or {}).values()}
+    write_record(path, {**before.written, **cells}, today, merged)
 
 
-def write_record(path: Path, cells: dict[str, dict], today: str) -> None:
+def write_record(path: Path, cells: dict[str, dict], today: str, same_as: dict[str, str] | None = None) -> None:
     doc = {
         "comment": "written by `python -m builder installs`; read by the plan, the tiers and the coverage page",
         "recorded": today,
         "stand_in": STAND_IN,
-        "cells": dict(sorted(cells.items())),
     }
+    if same_as:  # a release whose wheel's requirements are another's: its cells are that release's
+        doc["same_as"] = dict(sorted(same_as.items()))
+    doc["cells"] = dict(sorted(cells.items()))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
     with os.fdopen(fd, "w") as out:
@@ -632,18 +697,18 @@ def plan_queries(plan, sources) -> dict[str, tuple[Query, list[str]]]:
     from builder.planning.plan import served_cells
 
     compat = compat_mod.load()
-    requires: dict[str, list[str]] = {}
+    requires: dict[tuple[str, str], list[str]] = {}  # (project, version): each release's own requirements
     out: dict[str, tuple[Query, list[str]]] = {}
     for b in plan.builds:
         recipe = plan.recipe_of(b)
-        if recipe is not None and recipe.name not in requires:
-            requires[recipe.name] = recipe_requires(recipe, sources, b)
         version = recipe.source.version if recipe is not None else plan.matrix.package.version
+        if recipe is not None and (recipe.name, version) not in requires:
+            requires[(recipe.name, version)] = recipe_requires(recipe, sources, b)
         floor = ".".join(re.match(r"manylinux_(\d+)_(\d+)_", b.manylinux).groups())
         for cell in served_cells(plan, b):
             minor = cell.torch
             pin = f"torch>={compat.stable_floor}" if b.stable else f"torch=={minor}.*"
-            reqs = wheel_requirements(requires.get(recipe.name, []) if recipe else [], pin)
+            reqs = wheel_requirements(requires.get((recipe.name, version), []) if recipe else [], pin)
             q = Query(b.project, version, reqs, compat.torch[minor].latest, cell.python, cell.platform, floor)
             if q.key in out:  # one resolution, at the lowest floor of the builds serving it (ROCm's image is 2.35)
                 old, ids = out[q.key]
@@ -654,22 +719,53 @@ def plan_queries(plan, sources) -> dict[str, tuple[Query, list[str]]]:
 
 
 def recipe_requires(recipe, sources, spec=None) -> list[str]:
-    """The Requires-Dist of a recipe's pinned sdist (its PKG-INFO), fetched and checked by sha256. A git tree (a
+    """The Requires-Dist of a recipe's pinned sdist (its PKG-INFO, or for metadata before 2.2, which records none,
+    its egg-info's requires.txt), fetched and checked by sha256. A release built from its tag's commit (its sdist
+    holds no kernel sources) has them in its sdist all the same, as published. A git tree of no release (a
     canary's) has no PKG-INFO: its package's metadata, as the preflight prepares it for SPEC's cell, says them."""
-    from builder.facts.spec import GitPin
+    from builder.facts.spec import GitPin, SdistPin
     from builder.planning.recipes import CellFacts
+    from builder.planning.releases import release_of
     from builder.sourcing.preflight import check_cell
 
-    if isinstance(recipe.source, GitPin) and spec is not None:
+    pin = recipe.source
+    if isinstance(pin, GitPin) and (rel := release_of(recipe)) is not None:
+        pin = SdistPin(pin.name, rel.version, rel.sha256)
+    if isinstance(pin, GitPin) and spec is not None:
         with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
             return list(check_cell(recipe, CellFacts.from_spec(spec), Path(tmp), sources).requires)
-    path = sources.fetch(recipe.source)
+    path = sources.fetch(pin)
     with tempfile.TemporaryDirectory(prefix="farm-installs-") as tmp:
-        top = sources.unpack(recipe.source, Path(tmp) / "tree")
+        top = sources.unpack(pin, Path(tmp) / "tree")
         info = top / "PKG-INFO"
         if not info.is_file():
             raise MatrixError(f"{path.name}: no PKG-INFO at its top, so its requirements cannot be read")
-        return sdist_requires(info.read_bytes()[: 1 << 20], f"{path.name}: PKG-INFO")
+        found = sdist_requires(info.read_bytes()[: 1 << 20], f"{path.name}: PKG-INFO")
+        egg = sorted(top.glob("*.egg-info/requires.txt"))
+        if not found and egg and not egg[0].is_symlink() and egg[0].is_file():
+            found = egg_info_requires(egg[0].read_bytes()[: 1 << 20], f"{path.name}: {egg[0].relative_to(top)}")
+        return found
+
+
+def egg_info_requires(raw: bytes, what: str) -> list[str]:
+    """An egg-info requires.txt as Requires-Dist lines: its first lines unconditional, each ``[extra]``,
+    ``[:marker]`` or ``[extra:marker]`` section's under that extra and marker (as setuptools writes them)."""
+    out, extra, marker = [], "", ""
+    for line in text(raw, what).splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            extra, _, marker = line[1:-1].partition(":")
+            continue
+        parts = [f"({marker})" if marker else "", f'extra == "{extra}"' if extra else ""]
+        cond = " and ".join(p for p in parts if p)
+        try:
+            req = Requirement(f"{line}; {cond}" if cond else line)
+        except InvalidRequirement as err:
+            raise MatrixError(f"{what}: {shown(line, 200)!r}: {err}") from None
+        out.append(str(req))
+    return out
 
 
 def write_locks(folder: Path, queries: list[Query], done: dict[str, InstallCheck], snapshot: Snapshot) -> int:

@@ -60,7 +60,8 @@ class ReleaseWheel:
 
 @functools.cache
 def release_wheels(profile: str = "release") -> tuple[ReleaseWheel, ...]:
-    """Every wheel of the release plan, this checkout's and the recipes'."""
+    """Every wheel the release plan prebuilds, this checkout's and the recipes' (a build left to a request is not
+    on the index, so no fix or pin names it)."""
     from builder.facts import installs
     from builder.planning.plan import cell_outcomes
 
@@ -68,6 +69,8 @@ def release_wheels(profile: str = "release") -> tuple[ReleaseWheel, ...]:
     record = installs.load()
     out = []
     for b in plan.builds:
+        if b.on_request:  # not prebuilt: no wheel of it is on the index until someone asks for its build
+            continue
         recipe = plan.recipe_of(b)
         version = recipe.source.version if recipe else plan.matrix.package.version
         # the floor proven: the plan's manylinux target, raised to what its cells' installs resolved at
@@ -192,9 +195,13 @@ def check(command: str, wheels: Iterable[ReleaseWheel] | None = None, *, python:
         if name not in served or version is None:
             continue
         req = f"{name}=={version}" + (f"+{label}" if label else "")
-        cands = [w for w in wheels if w.project == name and w.version == version]
+        # the line(s) the command's pages are of, where they hold the name: another line's release of the same name
+        # (upstream's mamba-ssm releases beside this checkout's) is not what the command installs
+        on = {line for line, f in LINE_FOLDERS.items() for f2, _k in pages if f == f2}
+        pool = [w for w in wheels if w.project == name and w.line in on] or [w for w in wheels if w.project == name]
+        cands = [w for w in pool if w.version == version]
         if not cands:
-            known = sorted({w.version for w in wheels if w.project == name})
+            known = sorted({w.version for w in pool})
             problems.append(f"{req}: the release builds {name} {', '.join(known)}, not {version}")
             continue
         if label is None:
@@ -248,8 +255,11 @@ def doctor_lines(wheels: Iterable[ReleaseWheel] | None = None) -> dict[str, dict
     wheels = release_wheels() if wheels is None else tuple(wheels)
     out = {}
     for line, folder in LINE_FOLDERS.items():
-        mine = [w for w in wheels if w.line == line]
-        projects = sorted({w.project for w in mine})
+        projects = sorted({w.project for w in wheels if w.line == line})
+        # the labels of the newest releases (what a line's pin names); older releases' cells are RELEASES' (the
+        # doctor's answer to a user's own requirements file, doctor/pins.py)
+        newest_of = {p: newest(p, line, wheels) for p in projects}
+        mine = [w for w in wheels if w.line == line and w.version == newest_of[w.project]]
         labels: dict[str, dict] = {}
         for w in sorted(mine, key=lambda w: w.label):
             cell = labels.setdefault(w.label, {"pythons": set(), "machines": set(), "glibc": set(), "archs": set(),
@@ -265,7 +275,7 @@ def doctor_lines(wheels: Iterable[ReleaseWheel] | None = None) -> dict[str, dict
                 cell[key] = sorted(cell[key])
             cell["glibc_by_machine"] = dict(sorted(cell["glibc_by_machine"].items()))
             cell["archs"] = sorted(cell["archs"], key=lambda a: (a[:2], int(re.sub(r"\D", "", a) or 0)))
-        out[line] = {"folder": folder, "projects": {p: newest(p, line, wheels) for p in projects}, "labels": labels}
+        out[line] = {"folder": folder, "projects": newest_of, "labels": labels}
     return out
 
 

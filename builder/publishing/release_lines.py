@@ -126,9 +126,9 @@ def load_requires(path: Path = REQUIRES) -> dict[str, dict[str, list[str]]]:
 
 def served_cells(project: str, version: str, wheels: Iterable, left_out: Iterable[dict]) -> dict:
     """Where the farm serves PROJECT VERSION: {"planned": bool, "cells": {label: {"pythons", "machines"}},
-    "left_out": [{"torch", "python", "machine", "why", "instead"}]}. Today the release plan builds one release
-    of each project (recipes' [source]) and the installs record says which of its cells install; every other
-    release is not planned, and says so. WHEELS: the release plan's (``pins.release_wheels()``); LEFT_OUT: the
+    "left_out": [{"torch", "python", "machine", "why", "instead"}]}: the cells where the release plan prebuilds it
+    (the recipes' [source] and the releases marked ``prebuilt``), and those the installs record leaves out; a
+    release the plan does not prebuild (built on request, or not planned) is not "planned" here. WHEELS: the release plan's (``pins.release_wheels()``); LEFT_OUT: the
     installs record's cells that do not install (``pins.left_out_rows()``)."""
     mine = [w for w in wheels if w.line == "upstream" and (w.project, w.version) == (project, version)]
     if not mine:

@@ -45,8 +45,12 @@ def record_kind(rec: dict) -> tuple[str, str, str, str, str]:
     except (InvalidWheelFilename, KeyError, TypeError) as err:
         raise UsageError(f"evidence record {str(rec.get('wheel'))[:200]!r}: not a wheel file name ({err})") from None
     (tag,) = tuple(tags)[:1] or (None,)
-    return (line_of_record(rec), canonicalize_name(name), str(version.local or "").lower(),
-            f"{tag.interpreter}-{tag.abi}", tag_machine(tag.platform) or tag.platform)  # fmt: skip
+    line = line_of_record(rec)
+    label = str(version.local or "").lower()
+    if line == "upstream":  # one release's wheel proves nothing of another release's (the release axis)
+        label = f"{version.public}+{label}"
+    return (line, canonicalize_name(name), label, f"{tag.interpreter}-{tag.abi}",
+            tag_machine(tag.platform) or tag.platform)  # fmt: skip
 
 
 def build_kind(spec) -> tuple[str, str, str, str, str]:
@@ -54,7 +58,10 @@ def build_kind(spec) -> tuple[str, str, str, str, str]:
     from builder.facts import compat
 
     python = f"{compat.load().stable_python_tag}-abi3" if spec.stable else f"{spec.python_tag}-{spec.python_tag}"
-    return ("upstream" if spec.from_recipe else "checkout", canonicalize_name(spec.project), spec.label.lower(),
+    label = spec.label.lower()
+    if spec.from_recipe:  # the release it builds: the version its source pins (``kind:name==version@pin``)
+        label = f"{spec.source.partition('==')[2].partition('@')[0]}+{label}"
+    return ("upstream" if spec.from_recipe else "checkout", canonicalize_name(spec.project), label,
             python, tag_machine(spec.platform) or spec.platform)  # fmt: skip
 
 
@@ -242,6 +249,8 @@ def command_tier(plan, records: list[dict], line: str, label: str, page: str) ->
     for cell, b, tier, _rec in cell_tiers(plan, records):
         if ("upstream" if b.from_recipe else "checkout") != line or b.label.lower() != label.lower():
             continue
+        if b.from_recipe and b.source != plan.recipes[b.project].source.identity:
+            continue  # the pages' commands pin each recipe's pinned release: another release's cells are not theirs
         if page not in {b.variant, *b.serves} or (torch and cell.torch != torch):
             continue
         where = (cell.platform.removeprefix("linux_"), "cp" + cell.python.replace(".", ""))

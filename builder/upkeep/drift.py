@@ -51,6 +51,8 @@ class TorchRelease:
     pypi: dict  # platform -> "cu132" | "cpu"
     glibc: dict  # platform -> "2.28"
     released: str  # the date the latest release's first file was uploaded (YYYY-MM-DD)
+    first: str = ""  # the date the minor's first release (M.m.0) was uploaded: the torch a release's era starts from
+    legacy_glibc: dict = field(default_factory=dict)  # platform -> floor, where its wheels carry legacy tags alone
 
 
 def _environment(platform: str, python: str) -> dict[str, str]:
@@ -105,7 +107,7 @@ def torch_facts(index: SimpleIndex, oldest: str) -> dict[str, TorchRelease]:
     for minor, v in sorted(latest.items(), key=lambda kv: vtuple(kv[0])):
         files = releases[v]
         pythons = sorted({p for f in files if (p := f.cpython())}, key=vtuple)
-        pypi, glibc = {}, {}
+        pypi, glibc, legacy = {}, {}, {}
         for plat in PLATFORMS:
             on = [f for f in files if plat in f.linux_platforms() and f.cpython()]
             if not on:
@@ -113,12 +115,17 @@ def torch_facts(index: SimpleIndex, oldest: str) -> dict[str, TorchRelease]:
             tagged = [g for f in on if (g := f.linux_platforms(pep600_only=True).get(plat))]
             if tagged:  # legacy manylinux1/2010/2014 aliases say less than torch needs: not compared
                 glibc[plat] = min(tagged, key=vtuple)
+            else:
+                legacy[plat] = min((f.linux_platforms()[plat] for f in on), key=vtuple)
             first = min(on, key=lambda f: vtuple(f.cpython()))
             meta = index.metadata(first)
             pypi[plat] = cuda_build(meta.get_all("Requires-Dist") or [], plat, first.cpython())
         # an upload time is data only as a date: what else it holds (control characters) never reaches a TOML comment
         times = sorted(f.upload_time[:10] for f in files if f.upload_time and _DATE.fullmatch(f.upload_time[:10]))
-        out[minor] = TorchRelease(minor, str(v), (pythons[0], pythons[-1]), pypi, glibc, times[0] if times else "")
+        every = [f for r, fs in releases.items() if f"{r.major}.{r.minor}" == minor for f in fs]
+        firsts = sorted(f.upload_time[:10] for f in every if f.upload_time and _DATE.fullmatch(f.upload_time[:10]))
+        out[minor] = TorchRelease(minor, str(v), (pythons[0], pythons[-1]), pypi, glibc, times[0] if times else "",
+                                  firsts[0] if firsts else "", legacy)  # fmt: skip
     return out
 
 
@@ -146,11 +153,16 @@ def compare_torch(data: dict, facts: dict[str, TorchRelease]) -> list[Drift]:
         row = data.get(minor)
         subject = f"torch {minor}"
         if row is None:
-            if vtuple(minor) > max((vtuple(m) for m in data), default=(0,)):
+            # a minor newer than every row; or, with --since below the oldest row, an older one the upstream lines
+            # are planned beside (a minor between two rows is one the data left out on purpose)
+            newer = vtuple(minor) > max((vtuple(m) for m in data), default=(0,))
+            if newer or vtuple(minor) < min((vtuple(m) for m in data), default=(0,)):
                 pyp = ", ".join(f"{p.removeprefix('linux_')} {b}" for p, b in f.pypi.items())
                 out.append(Drift(subject, "new-minor", "-", f"{f.latest} (py{f.python[0]}-{f.python[1]}; {pyp}; "
-                                 f"released {f.released})", detail={"facts": asdict(f)}))  # fmt: skip
+                                 f"released {f.released})", detail={"facts": asdict(f), "older": not newer}))  # fmt: skip
             continue
+        if f.first and row.get("released") != f.first:
+            out.append(Drift(subject, "released", row.get("released", "-"), f.first))
         if Version(f.latest) > Version(row["latest"]):
             out.append(Drift(subject, "new-patch", row["latest"], f"{f.latest} (released {f.released})"))
         if list(f.python) != list(row["python"]):
@@ -344,7 +356,10 @@ def write_torch(path: Path, drifts: list[Drift], facts: dict[str, TorchRelease],
         minor = d.subject.split()[1]
         f = facts[minor]
         if d.what == "new-minor":
-            before = rows[max(rows, key=vtuple)]
+            older = d.detail.get("older", False)
+            # what the metadata does not say comes from the nearest row: the minor before (the one after, for an
+            # older minor)
+            near = rows[min(rows, key=vtuple) if older else max(rows, key=vtuple)]
             t = tomlkit.table()
             t.add(
                 tomlkit.comment(
@@ -357,18 +372,35 @@ def write_torch(path: Path, drifts: list[Drift], facts: dict[str, TorchRelease],
                 )
             )
             t["latest"] = f.latest
+            if f.first:
+                t["released"] = f.first
             t["python"] = list(f.python)
             t["cuda"] = [v for v in [_cuda_version(f.pypi.get("linux_x86_64", "cpu"))] if v]
             t["cuda_aarch64"] = [v for v in [_cuda_version(f.pypi.get("linux_aarch64", "cpu"))] if v]
             t["rocm"] = []
             t["pypi"] = _inline(f.pypi)
-            t["cxx11abi"] = list(before["cxx11abi"])
-            t["cxx11abi"].comment("as the minor before (not in the metadata)")
+            t["cxx11abi"] = list(near["cxx11abi"])
+            t["cxx11abi"].comment(f"as the minor {'after' if older else 'before'} (not in the metadata)")
             t["cxx11abi"].trivia.comment_ws = "  "
-            t["glibc"] = _inline(f.glibc)
-            rows.add(minor, t)
+            glibc = dict(f.glibc)
+            legacy = {p: g for p, g in f.legacy_glibc.items() if p not in glibc}
+            for plat, floor in legacy.items():  # a legacy alias (manylinux1: 2.5) says less than torch needs
+                glibc[plat] = near["glibc"].get(plat, floor)  # the nearest row's
+            t["glibc"] = _inline({p: glibc[p] for p in PLATFORMS if p in glibc})
+            if legacy:
+                shown_tags = ", ".join(f"{p.removeprefix('linux_')} {g}" for p, g in sorted(legacy.items()))
+                t["glibc"].comment(
+                    f"legacy manylinux tags alone ({shown_tags}): as the minor {'after' if older else 'before'}"
+                )
+                t["glibc"].trivia.comment_ws = "  "
+            if older:
+                rows.value._insert_at(0, minor, t)
+            else:
+                rows.add(minor, t)
         elif d.what == "new-patch":
             _set(rows[minor], "latest", f.latest)
+        elif d.what == "released":
+            _set(rows[minor], "released", f.first)
         elif d.what == "python":
             _set(rows[minor], "python", list(f.python))
         elif d.what == "cuda":
@@ -381,7 +413,8 @@ def write_torch(path: Path, drifts: list[Drift], facts: dict[str, TorchRelease],
         elif d.what == "glibc":
             rows[minor]["glibc"][d.detail["platform"]] = f.glibc[d.detail["platform"]]
         d.status = "written"
-    path.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
+    text = re.sub(r"([^\n])\n(\[torch\.)", r"\1\n\n\2", tomlkit.dumps(doc))  # a blank line before each row
+    path.write_text(text.rstrip("\n") + "\n")
 
 
 def write_matrix_axis(path: Path, minors: list[str]) -> None:
@@ -394,6 +427,25 @@ def write_matrix_axis(path: Path, minors: list[str]) -> None:
     for m in minors:
         if m not in axis:
             axis.append(m)
+    path.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
+
+
+def write_release_axis(path: Path, minors: list[str]) -> None:
+    """A torch minor older than every row (``--since`` below them) joins matrix.toml's [releases] torch: the
+    upstream lines' releases are planned beside it, this checkout's line is not."""
+    import tomlkit
+
+    doc = tomlkit.parse(path.read_text())
+    if "releases" not in doc:
+        doc["releases"] = tomlkit.table()
+    table = doc["releases"]
+    axis = list(doc.get("axes", {}).get("torch", []))
+    merged = sorted({*table.get("torch", []), *(m for m in minors if m not in axis)}, key=vtuple)
+    if "torch" in table:
+        table["torch"].clear()
+        table["torch"].extend(merged)
+    else:
+        table["torch"] = merged
     path.write_text(tomlkit.dumps(doc).rstrip("\n") + "\n")
 
 
@@ -663,7 +715,7 @@ def run_drift(options: DriftOptions) -> int:
     if options.since:
         if not re.fullmatch(r"\d+\.\d+", options.since):
             raise UsageError(f"--since {shown(repr(options.since), 60)}: write a torch minor such as 2.13")
-        oldest = max(oldest, options.since, key=vtuple)
+        oldest = options.since  # below the oldest row: the older minors' rows are added (the upstream lines' axis)
     try:
         budget = run_budget("python -m builder drift", options.budget_seconds, options.budget_mb, RUN_BUDGET)
     except Untrusted as err:
@@ -713,9 +765,12 @@ def _write(options: DriftOptions, index: SimpleIndex, drifts: list[Drift], facts
     drifts = [d for d in drifts if d.what not in ("python-axis", "python-unshipped")]
     if drifts:
         write_torch(staged[options.torch_data], drifts, facts, today)
-        new = [d.subject.split()[1] for d in drifts if d.what == "new-minor"]
+        new = [d.subject.split()[1] for d in drifts if d.what == "new-minor" and not d.detail.get("older")]
         if new:
             write_matrix_axis(staged[options.matrix], new)
+        older = [d.subject.split()[1] for d in drifts if d.what == "new-minor" and d.detail.get("older")]
+        if older:
+            write_release_axis(staged[options.matrix], older)
     if python_axis:
         write_python_axis(staged[options.matrix], python_axis)
     for recipe, d in recipe_drifts:

@@ -355,9 +355,8 @@ def _acc_title(acc: str) -> str:
 
 def platform_markdown(profile: str | None = None) -> str:
     """Per platform, a torch × accelerator table of the Pythons each cell has, from the plan."""
-    from builder.planning.plan import load_plan
 
-    plan = load_plan(profile=profile)
+    plan = _plan(profile)
     cells = plan.cells
     torches = list(plan.matrix.axes.torch)
     pythons = sorted({c.python for c in cells}, key=lambda p: tuple(map(int, p.split("."))))
@@ -415,21 +414,30 @@ def _kind(accelerator: str) -> str:
 
 
 @functools.cache
+def _plan(profile: str | None = None, stable: bool | None = None):
+    """One load of each plan per docs build (the release profile's, every release beside its era's torches, is the
+    costly one)."""
+    from builder.planning.plan import load_plan
+
+    return load_plan(profile=profile, stable=stable)
+
+
+@functools.cache
 def _ledger_tiers(profile: str | None) -> tuple:
     """(cell, build, tier, record) for every cell of the plan, from the evidence ledger; the docs build stops when
     the ledger holds a record that no longer stands (builder.publishing.tiers.check_ledger)."""
     from builder.facts import compat as compat_mod
     from builder.planning.matrix import load_matrix
-    from builder.planning.plan import DEFAULT_MATRIX, load_plan
+    from builder.planning.plan import DEFAULT_MATRIX
     from builder.publishing import tiers
 
     records = tiers.load_ledger()
     profiles = load_matrix(DEFAULT_MATRIX, compat_mod.load()).profiles
-    problems = tiers.check_ledger(records, [load_plan(), *(load_plan(profile=p) for p in profiles)])
+    problems = tiers.check_ledger(records, [_plan(), *(_plan(p) for p in profiles)])
     if problems:
         raise ValueError("builder/data/evidence.json: " + "; ".join(problems)
                          + " (harvest real runs again: python -m builder evidence harvest --wheels DIR)")
-    return tuple(tiers.cell_tiers(load_plan(profile=profile), records))
+    return tuple(tiers.cell_tiers(_plan(profile), records))
 
 
 def _tier_counts(found) -> str:
@@ -465,14 +473,13 @@ def support_tiers() -> list[dict]:
     accelerators, torch releases, Pythons and GPU architectures; what stands in where nothing can run here
     (builder/data/support.toml)."""
     from builder.facts import compat as compat_mod
-    from builder.planning.plan import load_plan
     from builder.verifying import evidence
 
     data = tomllib.loads((ROOT / "builder" / "data" / "support.toml").read_text())
     gpu_names = compat_mod.load().gpu_names
-    plan = load_plan(profile="release")
-    torches = list(plan.matrix.axes.torch)
+    plan = _plan("release")
     vkey = lambda v: tuple(map(int, v.split(".")))
+    torches = sorted({*plan.matrix.releases.torch, *plan.matrix.axes.torch}, key=vkey)
     pythons = sorted({c.python for c in plan.cells}, key=vkey)
     stand_in = {s["kind"]: s["text"] for s in data.get("stand_in", [])}
     groups: dict[tuple, list] = defaultdict(list)
@@ -526,7 +533,6 @@ def floors_markdown() -> str:
     release plan's manylinux targets, raised per machine to what the cells' installs resolved at), the NVIDIA driver of each CUDA major (toolkits.toml [driver]) and the GPUs
     each CUDA major's wheels run on (their arch lists, the names in toolkits.toml [gpus]), and the GPUs none serves."""
     from builder.facts import compat as compat_mod
-    from builder.planning.plan import load_plan
     from mamba_ssm.doctor import served
 
     compat = compat_mod.load()
@@ -541,7 +547,7 @@ def floors_markdown() -> str:
         machine = w.platform.removeprefix("linux_")
         floors[(line, f)][machine] = max(floors[(line, f)].get(machine, w.glibc), w.glibc, key=vkey)
     majors: dict[str, set] = defaultdict(set)
-    for b in load_plan(profile="release").builds:
+    for b in _plan("release").builds:
         line = "upstream's mamba-ssm and causal-conv1d" if b.from_recipe else "this repository's mamba-ssm"
         f = next(v for k, v in fam.items() if b.accelerator.startswith(k))
         if f == "CUDA":
@@ -571,9 +577,8 @@ def floors_markdown() -> str:
 
 def plan_counts_markdown() -> str:
     """The benchmarks page's plan row (what `benchmarks/collapse.py plan` prints), from the plan of this checkout."""
-    from builder.planning.plan import load_plan
 
-    classic, plan = load_plan(stable=False), load_plan(stable=True)
+    classic, plan = _plan(stable=False), _plan(stable=True)
     stable = [b for b in plan.builds if b.stable]
     served = len(plan.cells) - (len(plan.builds) - len(stable))
     compiles = len({(b.image, b.archs) for b in plan.builds})  # kernels compile once per (image, arch list)
@@ -601,23 +606,25 @@ def profiles_markdown() -> str:
 
 def upstream_markdown() -> str:
     """Per recipe project of the release profile: which accelerators, torch releases and Pythons it is built for."""
-    from builder.planning.plan import load_plan
 
-    plan = load_plan(profile="release")
+    plan = _plan("release")
     by: dict[tuple[str, str], list] = defaultdict(list)
     for b in plan.builds:
         if b.from_recipe:
             by[(b.project, b.accelerator)].append(b)
     if not by:
         return "The release profile builds no recipe.\n"
-    torches = list(plan.matrix.axes.torch)
+    torches = sorted({*plan.matrix.releases.torch, *plan.matrix.axes.torch}, key=lambda t: tuple(map(int, t.split("."))))
     pythons = sorted({b.python for bs in by.values() for b in bs}, key=lambda p: tuple(map(int, p.split("."))))
     tier_of = {b.id: tier for _c, b, tier, _r in _ledger_tiers("release")}
     lines = [(f"From the `release` profile: {sum(map(len, by.values()))} builds, classic wheels only; each build's "
               "tier from the evidence ledger."), "",
              "| project | accelerator | torch | Python | platforms | builds by tier |", "|---|---|---|---|---|---|"]
     for (project, acc), bs in sorted(by.items()):
-        version = bs[0].source.partition("==")[2].partition("@")[0]
+        from packaging.version import Version
+
+        versions = sorted({plan.recipe_of(b).source.version for b in bs}, key=Version)
+        version = versions[0] if len(versions) == 1 else f"{versions[0]} … {versions[-1]} ({len(versions)} releases)"
         lines.append(f"| `{project}` {version} | `{acc}` | {_span([b.torch for b in bs], torches)} "
                      f"| {_span([b.python for b in bs], pythons)} | {', '.join(sorted({b.platform for b in bs}))} "
                      f"| {_tier_counts(tier_of.get(b.id, 'planned') for b in bs)} |")

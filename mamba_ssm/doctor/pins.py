@@ -24,7 +24,7 @@ from ..guard import Untrusted, has_hidden, shown
 from .classify import CHECKOUT, UPSTREAM, Context, index_root
 from .lines import LINES, RELEASES
 from .requirements import NoCell, cell_label, checked_index, installed_torch
-from .served import FREE_THREADED, SYSTEMS, UNSUPPORTED, no_wheel_axis, vtuple
+from .served import FREE_THREADED, SYSTEMS, UNSUPPORTED, vtuple
 
 PROJECTS = ("mamba-ssm", "causal-conv1d")
 MAX_BYTES = 1 << 20  # a requirements file is a few KiB; over 1 MiB it is something else
@@ -313,10 +313,10 @@ def cell_of(facts: dict) -> Cell:
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get((plat.get("machine") or "").lower(), plat.get("machine"))
     minor = ".".join(re.findall(r"\d+", version)[:2])
     label = cell_label(UPSTREAM, variant)
-    axis, detail = no_wheel_axis(UPSTREAM, label, system=plat.get("system"), python_tag=py.get("tag"), machine=machine)
-    if axis == "accelerator":  # no release of upstream's line builds this accelerator (its kernels: CUDA, ROCm)
+    if variant.backend == "cpu":  # no release of upstream's line builds for the CPU (its kernels: CUDA, ROCm)
         raise NoCell(f"no wheel of upstream's line for this environment (torch {version}, {variant.key}; "
-                     f"axis: {axis}): {detail}. Your torch is kept: nothing was installed; or this repository's line "
+                     "axis: accelerator): its releases build CUDA and ROCm kernels only. Your torch is kept: nothing "
+                     "was installed; or this repository's line "
                      f"(`mamba-doctor --requirements {CHECKOUT}`: selective_scan_fn and the Mamba block only)")  # fmt: skip
     return Cell(label, variant.key, version, dist, minor, py.get("tag") or "", machine or "")
 
@@ -331,7 +331,8 @@ def _python_ok(tag: str, pythons: list[str]) -> bool:
 def why_not(rec: dict, cell: Cell) -> tuple[str, str] | None:
     """None where the farm serves release REC on CELL; else (axis, why)."""
     if not rec["planned"]:
-        return "release", "not planned yet: the farm has not planned wheels of this release"
+        return "release", ("not prebuilt: no wheel of this release is on the farm's index (the farm builds it on "
+                           "request, or has not planned it)")
     for row in rec["left_out"]:
         if (row["torch"], row["python"], row["machine"]) == (cell.torch_minor, cell.python, cell.machine):
             instead = f"; instead: {row['instead']}" if row.get("instead") else ""
