@@ -28,6 +28,7 @@ from indexkit import find_python, isolated_env, make_venv, pip, serve, uv_pip
 from wheelmaker import (
     CAUSAL_CONV1D,
     STANDIN_SDIST_MARK,
+    STANDIN_TORCH,
     UPSTREAM_MAMBA,
     V,
     make_fake_torch,
@@ -570,16 +571,6 @@ def test_the_coverage_pages_name_no_maintainer_command_and_say_what_a_wrong_row_
     pip(vpy, [*wrong, "--no-deps"], env)
     assert installed_torch(vpy) == "2.13.0"
 
-
-# What the stand-in of PyPI's torch 2.14 holds: the files the doctor reads (version.py, the C++ ABI flag).
-STANDIN_TORCH = {
-    "torch/__init__.py": (
-        b"from . import version\n__version__ = version.__version__\n"
-        b"class _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
-        b"class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
-    ),
-    "torch/version.py": b"__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n",
-}
 
 
 # PyPI's CUDA torch, as pip and Python see it: its distribution is unlabelled (`2.14.1`) while torch.__version__

@@ -14,21 +14,11 @@ from builder.planning.recipes import recipe_for
 from packaging.version import Version
 from conftest import REPO
 from indexkit import find_python, isolated_env, pip, serve, uv_bin
-from wheelmaker import CAUSAL_CONV1D, UPSTREAM_MAMBA, make_recipe_wheel, make_wheel
+from wheelmaker import CAUSAL_CONV1D, STANDIN_TORCH, UPSTREAM_MAMBA, make_recipe_wheel, make_wheel
 
 from builder.publishing import release_lines
 from mamba_ssm.doctor.lines import LINES, RELEASES
 from mamba_ssm.doctor.pins import PinError, answer, cell_of, why_not
-
-# What the stand-in of PyPI's torch 2.14 holds: the files the doctor reads (version.py, the C++ ABI flag).
-STANDIN_TORCH = {
-    "torch/__init__.py": (
-        b"from . import version\n__version__ = version.__version__\n"
-        b"class _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
-        b"class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
-    ),
-    "torch/version.py": b"__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n",
-}
 
 
 def _facts(torch="2.14.1", cuda="13.0", abi=True, python="cp311", machine="x86_64", dist=None) -> dict:
@@ -94,7 +84,7 @@ def test_an_sdist_whose_sha256_is_not_the_releases_is_refused(tmp_path):
     bad = tmp_path / "mamba_ssm-2.2.4.tar.gz"
     bad.write_bytes(b"not the sdist")
     with pytest.raises(SourceIntegrityError, match="sha256"):
-        release_lines.sdist_requires(bad, "0" * 64)
+        release_lines.recorded_requires(bad, "0" * 64)
 
 
 # --------------------------------------------------------------------------- choosing the release

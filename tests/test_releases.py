@@ -153,11 +153,12 @@ def test_releases_are_listed_oldest_first_in_the_grid(release) -> None:
 
 def test_an_old_sdist_s_requirements_come_from_its_egg_info_when_its_pkg_info_records_none(tmp_path) -> None:
 
-    from builder.publishing.installs import egg_info_requires, recipe_requires, wheel_requirements
+    from builder.publishing.installs import recipe_requires, wheel_requirements
+    from builder.publishing.release_lines import parse_requires_txt
     from builder.sourcing.sources import SourceCache
 
     raw = b'torch\npackaging\n\n[causal-conv1d]\ncausal-conv1d>=1.2.0\n\n[dev:python_version < "3.10"]\npytest\n'
-    assert egg_info_requires(raw, "requires.txt") == [
+    assert parse_requires_txt(raw.decode(), "requires.txt") == [
         "torch", "packaging", 'causal-conv1d>=1.2.0; extra == "causal-conv1d"',
         'pytest; python_version < "3.10" and extra == "dev"',
     ]  # fmt: skip

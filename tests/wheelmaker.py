@@ -81,6 +81,17 @@ CAUSAL_CONV1D = "sdist:causal-conv1d==1.7.0@sha256:3202758494eaa7b597ce1c282dfa1
 RECIPE_PLATFORM = "manylinux_2_28_x86_64"  # a recipe wheel's platform tag once the farm repaired it
 
 
+# What the stand-in of PyPI's torch 2.14 holds: the files the doctor reads (version.py, the C++ ABI flag).
+STANDIN_TORCH = {
+    "torch/__init__.py": (
+        b"from . import version\n__version__ = version.__version__\n"
+        b"class _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n"
+        b"class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
+    ),
+    "torch/version.py": b"__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n",
+}
+
+
 def make_recipe_wheel(
     out_dir: Path,
     name: str,

@@ -48,6 +48,7 @@ from builder.facts.untrusted import (
     shown,
     text,
 )
+from builder.publishing.release_lines import parse_requires_txt
 from builder.sourcing.snapshot import Snapshot, SnapshotServer
 
 # glibc floors a cell may be raised to when its own does not resolve (RHEL 8, Debian 11, RHEL 9 and Ubuntu 22.04's
@@ -743,29 +744,9 @@ def recipe_requires(recipe, sources, spec=None) -> list[str]:
         found = sdist_requires(info.read_bytes()[: 1 << 20], f"{path.name}: PKG-INFO")
         egg = sorted(top.glob("*.egg-info/requires.txt"))
         if not found and egg and not egg[0].is_symlink() and egg[0].is_file():
-            found = egg_info_requires(egg[0].read_bytes()[: 1 << 20], f"{path.name}: {egg[0].relative_to(top)}")
+            where = f"{path.name}: {egg[0].relative_to(top)}"
+            found = parse_requires_txt(text(egg[0].read_bytes()[: 1 << 20], where), where)
         return found
-
-
-def egg_info_requires(raw: bytes, what: str) -> list[str]:
-    """An egg-info requires.txt as Requires-Dist lines: its first lines unconditional, each ``[extra]``,
-    ``[:marker]`` or ``[extra:marker]`` section's under that extra and marker (as setuptools writes them)."""
-    out, extra, marker = [], "", ""
-    for line in text(raw, what).splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            extra, _, marker = line[1:-1].partition(":")
-            continue
-        parts = [f"({marker})" if marker else "", f'extra == "{extra}"' if extra else ""]
-        cond = " and ".join(p for p in parts if p)
-        try:
-            req = Requirement(f"{line}; {cond}" if cond else line)
-        except InvalidRequirement as err:
-            raise MatrixError(f"{what}: {shown(line, 200)!r}: {err}") from None
-        out.append(str(req))
-    return out
 
 
 def write_locks(folder: Path, queries: list[Query], done: dict[str, InstallCheck], snapshot: Snapshot) -> int:

@@ -61,7 +61,7 @@ def parse_requires_txt(text: str, what: str) -> list[str]:
     return out
 
 
-def sdist_requires(path: Path, sha256: str) -> list[str]:
+def recorded_requires(path: Path, sha256: str) -> list[str]:
     """The requirements of the sdist at PATH (its ``*.egg-info/requires.txt``), refused unless it is SHA256."""
     what = path.name
     try:
@@ -108,7 +108,7 @@ def record_requires(sdists: Path, out: Path = REQUIRES) -> Path:
             path = sdists / f"{project.replace('-', '_')}-{rel.version}.tar.gz"
             if not path.is_file():
                 raise UsageError(f"{path}: missing", hint=f"download {project} {rel.version}'s sdist into {sdists}")
-            reqs = sdist_requires(path, rel.sha256)
+            reqs = recorded_requires(path, rel.sha256)
             body.append(f"\n[[{project}]]\nversion = {json.dumps(rel.version)}\nsha256 = {json.dumps(rel.sha256)}\n"
                         f"requires = {json.dumps(reqs)}\n")  # fmt: skip
     out.write_text("".join(body), encoding="utf-8")

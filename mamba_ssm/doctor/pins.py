@@ -23,8 +23,8 @@ from .. import variant as _variant
 from ..guard import Untrusted, has_hidden, shown
 from .classify import CHECKOUT, UPSTREAM, Context, index_root
 from .lines import LINES, RELEASES
-from .requirements import NoCell, cell_label, checked_index, installed_torch
-from .served import FREE_THREADED, SYSTEMS, UNSUPPORTED, vtuple
+from .requirements import NoCell, cell_label, checked_index, environment_cell
+from .served import vtuple
 
 PROJECTS = ("mamba-ssm", "causal-conv1d")
 MAX_BYTES = 1 << 20  # a requirements file is a few KiB; over 1 MiB it is something else
@@ -299,18 +299,8 @@ class Cell:
 
 def cell_of(facts: dict) -> Cell:
     """The cell this environment's torch, Python and machine make; NoCell where none can serve it."""
-    plat, py, torch = facts["platform"], facts["python"], facts["torch"]
-    if plat.get("system") in SYSTEMS:
-        raise NoCell(f"not supported: {UNSUPPORTED[SYSTEMS[plat['system']]]}")
-    if (py.get("tag") or "").endswith("t"):
-        raise NoCell(f"not supported: {UNSUPPORTED[FREE_THREADED]}")
-    version, dist = installed_torch(facts)
-    try:
-        variant = _variant.from_values(version, cuda=torch.get("cuda"), hip=torch.get("hip"),
-                                       cxx11abi=torch.get("cxx11abi"))  # fmt: skip
-    except _variant.VariantError as e:
-        raise NoCell(f"torch {version} names no cell ({e}); no wheel serves it") from None
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get((plat.get("machine") or "").lower(), plat.get("machine"))
+    py = facts["python"]
+    version, dist, variant, machine = environment_cell(facts)
     minor = ".".join(re.findall(r"\d+", version)[:2])
     label = cell_label(UPSTREAM, variant)
     if variant.backend == "cpu":  # no release of upstream's line builds for the CPU (its kernels: CUDA, ROCm)

@@ -40,19 +40,8 @@ def requirements(line: str, facts: dict, index_url: str | None = None) -> str:
     other = {UPSTREAM: f"this repository's line (`mamba-doctor --requirements {CHECKOUT}`: selective_scan_fn and the Mamba block only)",
              CHECKOUT: f"upstream's line (`mamba-doctor --requirements {UPSTREAM}`)"}[line]  # fmt: skip
     plat, py, torch = facts["platform"], facts["python"], facts["torch"]
-    if plat.get("system") in SYSTEMS:
-        raise NoCell(f"not supported: {UNSUPPORTED[SYSTEMS[plat['system']]]}")
-    if (py.get("tag") or "").endswith("t"):
-        raise NoCell(f"not supported: {UNSUPPORTED[FREE_THREADED]}")
-    version, dist = installed_torch(facts)
-    try:
-        variant = _variant.from_values(
-            version, cuda=torch.get("cuda"), hip=torch.get("hip"), cxx11abi=torch.get("cxx11abi")
-        )
-    except _variant.VariantError as e:
-        raise NoCell(f"torch {version} names no cell ({e}); no wheel of either line serves it") from None
+    version, dist, variant, machine = environment_cell(facts)
     label = cell_label(line, variant)
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get((plat.get("machine") or "").lower(), plat.get("machine"))
     axis, detail = no_wheel_axis(line, label, system=plat.get("system"), python_tag=py.get("tag"), machine=machine,
                                  glibc=plat.get("glibc"))  # fmt: skip
     name = "upstream's line" if line == UPSTREAM else "this repository's line"
@@ -82,6 +71,26 @@ def requirements(line: str, facts: dict, index_url: str | None = None) -> str:
             *pins,
         )
     )
+
+
+def environment_cell(facts: dict) -> tuple[str, str, _variant.Variant, str]:
+    """(torch.__version__, the version a pin keeps torch at, the variant it needs, the machine) of this
+    environment; NoCell on a platform or Python no line builds for, or a torch no pin keeps or no cell names.
+    Both --requirements forms start here (this module's LINE form, pins.py's user file)."""
+    plat, py, torch = facts["platform"], facts["python"], facts["torch"]
+    if plat.get("system") in SYSTEMS:
+        raise NoCell(f"not supported: {UNSUPPORTED[SYSTEMS[plat['system']]]}")
+    if (py.get("tag") or "").endswith("t"):
+        raise NoCell(f"not supported: {UNSUPPORTED[FREE_THREADED]}")
+    version, dist = installed_torch(facts)
+    try:
+        variant = _variant.from_values(
+            version, cuda=torch.get("cuda"), hip=torch.get("hip"), cxx11abi=torch.get("cxx11abi")
+        )
+    except _variant.VariantError as e:
+        raise NoCell(f"torch {version} names no cell ({e}); no wheel of either line serves it") from None
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get((plat.get("machine") or "").lower(), plat.get("machine"))
+    return version, dist, variant, machine
 
 
 def installed_torch(facts: dict) -> tuple[str, str]:
