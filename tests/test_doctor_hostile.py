@@ -248,7 +248,10 @@ def test_a_source_build_line_keeps_its_assignments_and_quotes_their_values(tmp_p
     fix = _fix("gpu-arch", ctx, {})
     command, _, aside = fix.rpartition("build for this GPU: ")[2].partition("  (")
     assert aside.startswith("the build needs GCC >= 9"), aside  # the compiler floor, beside every source build
-    assert shlex.split(command)[:2] == [f"MAMBA_CUDA_ARCHS={cap}", "MAMBA_FORCE_BUILD=TRUE"]
+    uninstall, _, build = command.partition(" && ")  # the package uninstalled, then built beside the torch kept
+    assert shlex.split(uninstall)[-3:] == ["uninstall", "-y", "mamba-ssm"], uninstall
+    assert shlex.split(build)[:2] == [f"MAMBA_CUDA_ARCHS={cap}", "MAMBA_FORCE_BUILD=TRUE"]
+    assert "torch==<torch>" in shlex.split(build) and "--no-deps" not in build, build
     _run_pasted(command, tmp_path)
     assert (recorder.parent / "arch").read_text() == cap  # an assignment, not a command named 'MAMBA_CUDA...'
     assert not _marks(tmp_path)

@@ -209,12 +209,12 @@ def source_build_line(ctx: Context, env: dict | None = None) -> str:
             torch = None
     floor = f"  ({_variant.gcc_floor_text(None if torch == 'stable' else torch)})"
     env = {**(env or {}), FORCE_BUILD.get(ctx.project, "MAMBA_FORCE_BUILD"): "TRUE"}
-    if ctx.torch_pin:  # torch pinned as pip sees it: kept (or pip stops), and what the build's package imports installed
-        uninstall = paste([ctx.python, "-m", "pip", "uninstall", "-y", ctx.project])
-        argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", f"torch=={ctx.torch_pin}", source_requirement(ctx)]
-        return f"{uninstall} && {paste_env(env, argv)}{floor}"
-    argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", "--force-reinstall", "--no-deps", source_requirement(ctx)]
-    return paste_env(env, argv) + floor
+    # torch pinned as pip sees it: kept (or pip stops), and what the build's package imports installed. Where the
+    # doctor does not know that torch (--explain), the pin is that machine's placeholder, `<torch>` (`pip show torch`)
+    pin = ctx.torch_pin or "<torch>"
+    uninstall = paste([ctx.python, "-m", "pip", "uninstall", "-y", ctx.project])
+    argv = [ctx.python, "-m", "pip", "install", "--no-build-isolation", "--no-cache-dir", f"torch=={pin}", source_requirement(ctx)]
+    return f"{uninstall} && {paste_env(env, argv)}{floor}"
 
 
 def _variant_hint(ctx: Context) -> str:

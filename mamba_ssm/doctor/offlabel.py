@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from ..guard import Untrusted, load_json, paste, shown
+from ..guard import Untrusted, load_json, shown
 
 PROJECTS = {"mamba-ssm": "mamba_ssm", "causal-conv1d": "causal_conv1d"}  # project -> its facts' key
 MAX_DIRECT_URL = 64 << 10
@@ -41,6 +41,7 @@ def direct_urls() -> dict[str, str]:
 def _pin_fix(project: str, version: str, facts: dict, index_url: str | None) -> str:
     """The farm's wheel of PROJECT VERSION for this cell as a reinstall line; where it does not serve that release
     here, why (the axis) and what does."""
+    from .classify import keeping_torch
     from .pins import PinError, answer
     from .requirements import NoCell
 
@@ -52,8 +53,10 @@ def _pin_fix(project: str, version: str, facts: dict, index_url: str | None) -> 
         return f"{e}; reinstall from the farm's index what it serves: `mamba-doctor --requirements upstream`"
     page = next(ln.split()[1] for ln in text.splitlines() if ln.startswith("--extra-index-url "))
     pins = [ln.split()[0] for ln in text.splitlines() if ln.startswith(f"{project}==")]
+    torch_pin = next(ln.split()[0].removeprefix("torch==") for ln in text.splitlines() if ln.startswith("torch=="))
     python = (facts.get("python") or {}).get("executable") or "python"
-    return paste([python, "-m", "pip", "install", "--force-reinstall", "--no-deps", *pins, "--extra-index-url", page])
+    # torch pinned as pip sees it (kept, or pip stops) and the wheel's dependencies installed: never --no-deps
+    return keeping_torch(python, torch_pin, [project], pins, page)
 
 
 def findings(facts: dict, index_url: str | None = None) -> list:
