@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 from farmkit import REPO, docker_client, run_build
 from indexkit import serve
+from wheelmaker import V
 
 from builder.building import emulation
 
@@ -117,7 +118,7 @@ def test_the_aarch64_cuda_wheel_compiled_natively_holds_aarch64_code_and_sm_90_s
     run, dist, spec = aarch64_cuda_run.run, aarch64_cuda_run.dist, aarch64_cuda_run.spec
     assert run.rc == 0, run.out[-5000:]
     wheel = _wheel(dist, spec)
-    assert re.fullmatch(r"mamba_ssm-2\.3\.0\+cu13torchstable-cp310-abi3-manylinux_2_\d+_aarch64\.whl", wheel.name), (
+    assert re.fullmatch(rf"mamba_ssm-{re.escape(V)}\+cu13torchstable-cp310-abi3-manylinux_2_\d+_aarch64\.whl", wheel.name), (
         wheel.name
     )
     assert f"{spec.id}: smoke ok: torch 2.11.0" in run.out and "(under emulation," in run.out
@@ -249,7 +250,7 @@ def test_resolve_and_pip_install_from_the_index_in_an_arm64_container(request, c
     assert resolved["wheel"] == _wheel(dist, spec).name and resolved["variant"] == variant, resolved
     # torch's own version may carry its build's local label (2.10.0+cpu, 2.11.0+cu130): the release is what counts
     torch_version, cuda = re.fullmatch(r"torch (\S+), cuda (\S+)", versions).groups()
-    ran = re.search(r"op ok on aarch64: mamba_ssm 2\.3\.0, torch (\S+?)(\+\w+)?, cuda (\S+), max abs error", out)
+    ran = re.search(rf"op ok on aarch64: mamba_ssm {re.escape(V)}, torch (\S+?)(\+\w+)?, cuda (\S+), max abs error", out)
     assert ran and (ran.group(1), ran.group(3)) == (torch_version, cuda), out[-3000:]
     assert "doctor: [('ok', " in out and "all built for aarch64" in out, out[-2000:]
 

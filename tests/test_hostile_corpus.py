@@ -1744,6 +1744,9 @@ def _own_file(data: bytes | None, *, name: str = "requirements.txt", stdin: bool
             "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
         )
         (site / "torch" / "version.py").write_text("__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n")
+        # pip's view of it (what a pin keeps): its distribution, as PyPI's CUDA torch has it, unlabelled
+        (site / "torch-2.14.1.dist-info").mkdir()
+        (site / "torch-2.14.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.14.1\n")
         (site / "packaging").symlink_to(Path(packaging.__file__).parent)
         if make is not None:
             make(scratch)
